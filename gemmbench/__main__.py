@@ -1,0 +1,3 @@
+from gemmbench.cli import main
+
+main()

@@ -1,0 +1,77 @@
+"""Correctness before timing: an fp32 reference on the dequantised inputs, one tolerance table,
+and a report that says where and by how much a result is wrong."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+
+from gemmbench.inputs import GemmInputs
+from gemmbench.shapes import Problem
+
+# Error measure: max |out - ref| / max |ref| (a normwise max error: immune to the near-zero
+# elements that make elementwise relative error meaningless).  With O(1) outputs the budget is the
+# output rounding (bf16 2^-8 = 3.9e-3, fp16 2^-11 = 4.9e-4) plus fp32 accumulation-order noise;
+# fp8 is compared against its own dequantised inputs, so only accumulation and bf16 output count.
+TOLERANCE = {"fp16": 2e-3, "bf16": 1.6e-2, "fp8": 1.6e-2}
+
+
+@dataclass
+class CheckResult:
+    ok: bool
+    max_rel_err: float
+    detail: str  # empty when ok; otherwise where and how much
+
+
+def reference(problem: Problem, inputs: GemmInputs) -> torch.Tensor:
+    """fp32 result on the dequantised inputs (TF32 off).  MoE: one row per (token, slot), (M*topk, N)."""
+    a, b = inputs.dequantized()
+    prev = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        if not problem.is_moe:
+            return a @ b.t()
+        ids = inputs.topk_ids.long().reshape(-1)  # (M*topk,)
+        rows = a.repeat_interleave(problem.topk, dim=0)  # token t feeds slots t*topk .. t*topk+topk-1
+        out = torch.empty((rows.shape[0], problem.N), dtype=torch.float32, device=a.device)
+        for e in range(problem.E):  # a plain loop: the reference must be obviously right
+            sel = (ids == e).nonzero(as_tuple=True)[0]
+            out[sel] = rows[sel] @ b[e].t()
+        return out
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = prev
+
+
+def compare(problem: Problem, out: torch.Tensor, ref: torch.Tensor) -> CheckResult:
+    tol = TOLERANCE[problem.dtype]
+    if tuple(out.shape) != tuple(ref.shape):
+        return CheckResult(False, float("inf"), f"output shape {tuple(out.shape)}, expected {tuple(ref.shape)}")
+    out = out.float()
+    scale = ref.abs().max().clamp(min=1e-30)
+    nan = ~torch.isfinite(out)
+    err = (out - ref).abs() / scale
+    err = torch.where(nan, torch.full_like(err, float("inf")), err)
+    max_err = float(err.max())
+    if max_err <= tol:
+        return CheckResult(True, max_err, "")
+    bad = err > tol
+    rows, cols = bad.nonzero(as_tuple=True)
+    r0, c0 = int(rows[0]), int(cols[0])
+    worst = int(err.argmax())
+    wr, wc = divmod(worst, out.shape[1])
+    parts = [f"{int(bad.sum())} of {bad.numel()} outputs off by more than {tol:g} of max|ref|"]
+    if nan.any():
+        parts.append(f"{int(nan.sum())} non-finite (unwritten outputs stay NaN)")
+    parts.append(
+        f"rows {int(rows.min())}..{int(rows.max())}, cols {int(cols.min())}..{int(cols.max())}; "
+        f"first at [{r0},{c0}]; worst at [{wr},{wc}]: got {float(out[wr, wc]):.4g}, want {float(ref[wr, wc]):.4g}"
+    )
+    return CheckResult(False, max_err, "; ".join(parts))
+
+
+def poison(out: Optional[torch.Tensor]) -> None:
+    """Fill an output buffer with NaN so that any tile a kernel forgets to write fails the check."""
+    if out is not None:
+        out.fill_(float("nan"))

@@ -1,0 +1,226 @@
+"""The command line (Typer).  Parses, validates, calls one function; measures nothing itself.
+Tables go to stdout; progress, banners and warnings to stderr; a bad input is one line on stderr
+and exit code 2, never a traceback."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Benchmark and profile the GEMM kernels of LLM inference on NVIDIA Hopper GPUs.")
+list_app = typer.Typer(no_args_is_help=True, help="List shape sets or variants.")
+shapes_app = typer.Typer(no_args_is_help=True, help="Make shape sets.")
+app.add_typer(list_app, name="list")
+app.add_typer(shapes_app, name="shapes")
+
+# Piped output (CI logs, files) gets a wide fixed width instead of rich's 80-column default.
+out = Console(width=None if sys.stdout.isatty() else 160)
+err = Console(stderr=True)
+DTYPES = ("fp16", "bf16", "fp8")
+
+
+def fail(message: str, code: int = 2) -> "typer.Exit":
+    err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    return typer.Exit(code)
+
+
+def _dtypes(text: str) -> list[str]:
+    dts = [d.strip() for d in text.split(",") if d.strip()]
+    bad = [d for d in dts if d not in DTYPES]
+    if bad or not dts:
+        raise fail(f"--dtype {text!r}: choose from {', '.join(DTYPES)} (comma-separated)")
+    return list(dict.fromkeys(dts))
+
+
+def _load_plugins(plugins: list[Path]) -> None:
+    from gemmbench import registry
+
+    for p in plugins:
+        registry.load_plugin(p)
+
+
+@app.command()
+def run(
+    shapes: Annotated[str, typer.Option(help="Built-in shape set (see `gemmbench list shapes`) or a YAML path.")],
+    variants: Annotated[Optional[str], typer.Option(help="Comma-separated globs, e.g. 'triton_*,cublas_fp8'.")] = None,
+    dtype: Annotated[str, typer.Option(help="Comma-separated: fp16, bf16, fp8.")] = "fp8,bf16",
+    m: Annotated[Optional[str], typer.Option(help="M values (tokens): '1,16,64', 'decode', 'prefill', 'all'.")] = None,
+    tp: Annotated[int, typer.Option(help="Tensor parallelism: column-parallel GEMMs divide N, row-parallel K.")] = 1,
+    timing: Annotated[str, typer.Option(help="cold (L2 emptied by a read), stream (CUDA graph over distinct copies), graph, wall.")] = "cold",
+    out_path: Annotated[Path, typer.Option("--out", help="Folder for <run_id>.parquet, or a .parquet file path.")] = Path("results"),
+    plugin: Annotated[Optional[list[Path]], typer.Option(help="Python file registering extra variants (repeatable).")] = None,
+    sanitize: Annotated[bool, typer.Option(help="Run each check under compute-sanitizer memcheck first.")] = False,
+    seed: Annotated[int, typer.Option(help="Seed of the random inputs.")] = 0,
+    budget: Annotated[float, typer.Option(help="Seconds of sampling per cell at most (after >= 10 samples).")] = 0.5,
+    strict: Annotated[bool, typer.Option(help="Exit 1 if any cell is wrong or failed.")] = False,
+) -> None:
+    """Check, then time, every variant on every problem of a shape set; write Parquet and print tables."""
+    from gemmbench import registry, shapes as shapes_mod, store
+    from gemmbench.timing import MODES
+
+    if timing not in MODES:
+        raise fail(f"--timing {timing!r}: choose from {', '.join(MODES)}")
+    if tp < 1:
+        raise fail(f"--tp must be a positive integer, got {tp}")
+    try:
+        sset = shapes_mod.load(shapes)
+        m_values = shapes_mod.parse_m_list(m) if m else None
+        problems = shapes_mod.problems(sset, _dtypes(dtype), m_values, tp)
+        _load_plugins(plugin or [])
+        chosen = registry.select(variants)
+    except (shapes_mod.ShapeError, registry.RegistryError) as exc:
+        raise fail(str(exc)) from None
+    # a cell is a problem and a variant made for its kind (dense/MoE) and dtype
+    cells = [(p, [v.name for v in chosen if p.dtype in v.dtypes and v.moe == p.is_moe]) for p in problems]
+    cells = [(p, names) for p, names in cells if names]
+    if not cells:
+        raise fail(f"no selected variant runs {sset.name} in {dtype} (see `gemmbench list variants`)")
+
+    import torch
+
+    from gemmbench.runner import RunError, RunOptions, Runner, cpu_too_large, new_run_id
+
+    cpu = not torch.cuda.is_available()
+    if cpu:
+        reason = cpu_too_large([p for p, _ in cells])
+        if reason:
+            raise fail(reason)
+        if sanitize:
+            raise fail("--sanitize needs a CUDA GPU")
+        if timing != "wall":
+            timing = "wall"
+        err.print("[bold yellow]No CUDA GPU: CPU path.[/] Baselines run torch's CPU matmul, Triton variants run in "
+                  "Triton's interpreter; timings are CPU wall-clock times, not GPU numbers.", highlight=False)
+    run_id = new_run_id(sset.name)
+    path = out_path if out_path.suffix == ".parquet" else out_path / f"{run_id}.parquet"
+    writer = store.RunWriter(path)
+    opts = RunOptions(problems=[p for p, _ in cells], variants=[], timing=timing, plugins=plugin or [],
+                      seed=seed, budget_s=budget, sanitize=sanitize, run_id=run_id)
+    total = sum(len(n) for _, n in cells)
+    rows = _sweep(opts, cells, cpu, writer, total)
+    for table in _tables(rows):
+        out.print(table)
+    _summary(rows, path, strict)
+
+
+def _sweep(opts, cells, cpu, writer, total) -> list:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from gemmbench.runner import RunError, Runner
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=err, transient=False) as progress:
+        bar = progress.add_task("starting worker", total=total)
+
+        def on_row(row):
+            writer.append(row)
+            progress.advance(bar)
+
+        def on_begin(problem, variant, phase):
+            progress.update(bar, description=f"{problem.label}  {variant} ({phase})")
+
+        runner = None
+        try:
+            runner = Runner(opts, cpu, on_row, on_begin)
+            for problem, names in cells:
+                runner.opts.variants = names
+                runner.run_problem(problem)
+        except RunError as exc:
+            raise fail(f"{exc} ({len(writer.rows)} rows saved to {writer.path})") from None
+        except KeyboardInterrupt:
+            progress.stop()
+            raise fail(f"interrupted: {len(writer.rows)} finished rows are in {writer.path}", 130) from None
+        finally:
+            if runner is not None:
+                runner.close()
+        progress.update(bar, description="done")
+    return writer.rows
+
+
+def _tables(rows):
+    from gemmbench.tables import gemm_tables
+
+    return gemm_tables(rows)
+
+
+def _summary(rows, path, strict: bool) -> None:
+    from gemmbench.tables import status_counts
+
+    counts = status_counts(rows)
+    parts = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+    err.print(f"{len(rows)} cells: {parts}.  Results: {path}", highlight=False)
+    bad = counts.get("wrong", 0) + counts.get("error", 0)
+    if bad:
+        err.print(f"[bold red]{bad} cell(s) wrong or failed[/]: see the status column (never timed, never in a speedup)")
+        if strict:
+            raise typer.Exit(1)
+
+
+@list_app.command("shapes")
+def list_shapes() -> None:
+    """Built-in shape sets with their GEMMs and default M lists."""
+    from gemmbench import shapes as shapes_mod
+
+    t = Table(title="shape sets (gemmbench run --shapes NAME; --m and --tp override)")
+    for col in ("set", "GEMM", "N", "K", "E", "topk", "TP splits", "default M"):
+        t.add_column(col)
+    for name in shapes_mod.builtin_names():
+        s = shapes_mod.load(name)
+        for i, g in enumerate(s.gemms):
+            t.add_row(name if i == 0 else "", g.name, str(g.N), str(g.K), str(g.E) if g.is_moe else "",
+                      str(g.topk) if g.is_moe else "", {"column": "N", "row": "K"}.get(g.parallel, "-"),
+                      ",".join(map(str, s.m_values)) if i == 0 else "")
+        t.add_section()
+    out.print(t)
+
+
+@list_app.command("variants")
+def list_variants(
+    plugin: Annotated[Optional[list[Path]], typer.Option(help="Python file registering extra variants.")] = None,
+) -> None:
+    """Registered kernel variants: name, family, dtypes and what each does."""
+    from gemmbench import registry
+
+    try:
+        _load_plugins(plugin or [])
+        variants = registry.all_variants()
+    except registry.RegistryError as exc:
+        raise fail(str(exc)) from None
+    t = Table(title="variants (gemmbench run --variants GLOB,...)")
+    for col in ("variant", "family", "dtypes", "runs", "description"):
+        t.add_column(col)
+    for v in variants:
+        src = "" if v.source == "builtin" else f" [plugin {v.source}]"
+        t.add_row(v.name, v.family, ",".join(v.dtypes), "MoE" if v.moe else "dense", v.description + src)
+    out.print(t)
+
+
+@shapes_app.command("from-config")
+def shapes_from_config(
+    path: Annotated[Path, typer.Argument(help="A Hugging Face config.json on disk.")],
+    name: Annotated[Optional[str], typer.Option(help="Name of the set (default: from the config).")] = None,
+    out_file: Annotated[Optional[Path], typer.Option("--out", help="Where to write the YAML (default: stdout).")] = None,
+) -> None:
+    """Write a shape set (Llama-family dense or Mixtral-family MoE) from a model's config.json."""
+    from gemmbench import shapes as shapes_mod
+
+    try:
+        set_name, text = shapes_mod.from_hf_config(path, name)
+    except shapes_mod.ShapeError as exc:
+        raise fail(str(exc)) from None
+    if out_file is None:
+        sys.stdout.write(text)
+        return
+    out_file.parent.mkdir(parents=True, exist_ok=True)
+    out_file.write_text(text)
+    err.print(f"wrote shape set {set_name!r} to {out_file}; run it with: gemmbench run --shapes {out_file}")
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,101 @@
+"""The only input factory: seeded, (randn+1)-style values, fp8 by real amax quantisation, MoE routing.
+
+Values are (randn + 1) / sqrt(K) for both operands: a non-zero mean makes every output element
+depend on every K term (a kernel that drops part of K is off by a large relative amount), and the
+1/sqrt(K) scaling keeps outputs O(1) at any K, so one relative tolerance fits every shape.
+Zeros are never used: they hide unwritten outputs and can run faster than real data.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+
+from gemmbench.shapes import Problem
+
+TORCH_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp8": torch.float8_e4m3fn}
+FP8_MAX = 448.0  # largest finite float8 e4m3fn value
+ROUTINGS = ("uniform",)  # issue 4 adds skewed and one-expert
+
+
+@dataclass
+class GemmInputs:
+    """Operands of one problem, on one device.  MoE: b is (E, N, K) and the routing is set."""
+
+    a: torch.Tensor  # (M, K) activations, compute dtype
+    b: torch.Tensor  # (N, K) weight as nn.Linear stores it; MoE (E, N, K)
+    out_dtype: torch.dtype  # fp8 GEMMs write bf16, 16-bit GEMMs their own dtype
+    a_scale: Optional[torch.Tensor] = None  # fp8 only, fp32: (1,) per tensor or (M, 1) row-wise
+    b_scale: Optional[torch.Tensor] = None  # fp8 only, fp32: (1,) per tensor or (N, 1) row-wise; MoE (E,)
+    scaling: str = "none"  # "none" | "tensor" | "row"
+    topk_ids: Optional[torch.Tensor] = None  # MoE: (M, topk) int32 expert of each (token, slot)
+    topk_weights: Optional[torch.Tensor] = None  # MoE: (M, topk) fp32 router weights
+
+    def dequantized(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """fp32 copies of a and b with their scales applied: what an exact GEMM would see."""
+        a, b = self.a.float(), self.b.float()
+        if self.a_scale is not None:
+            a = a * self.a_scale
+        if self.b_scale is not None:
+            b = b * (self.b_scale.view(-1, 1, 1) if b.dim() == 3 else self.b_scale)
+        return a, b
+
+    def experts_hit(self) -> int:
+        return int(torch.unique(self.topk_ids).numel()) if self.topk_ids is not None else 1
+
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in (self.a, self.b) if t is not None)
+
+
+def _values(shape: tuple[int, ...], K: int, gen: torch.Generator, device: str) -> torch.Tensor:
+    x = torch.randn(shape, generator=gen, dtype=torch.float32, device="cpu")
+    return ((x + 1.0) / math.sqrt(K)).to(device)
+
+
+def quantize_fp8(x: torch.Tensor, scaling: str, dim_rows: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    """Quantise x to e4m3 with a scale from its real amax ("tensor": one scale; "row": one per row)."""
+    if scaling == "tensor":
+        amax = x.abs().amax().reshape(1)
+    elif scaling == "row":
+        amax = x.abs().amax(dim=-1, keepdim=True)
+    else:
+        raise ValueError(f"unknown fp8 scaling {scaling!r}")
+    scale = (amax.float() / FP8_MAX).clamp(min=1e-12)
+    q = (x / scale).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn)
+    return q, scale
+
+
+def route(M: int, E: int, topk: int, gen: torch.Generator, routing: str = "uniform") -> tuple[torch.Tensor, torch.Tensor]:
+    """Router logits -> top-k experts and their softmax weights (seeded)."""
+    if routing != "uniform":
+        raise ValueError(f"unknown routing {routing!r} (known: {', '.join(ROUTINGS)})")
+    logits = torch.randn((M, E), generator=gen, dtype=torch.float32)
+    weights, ids = torch.topk(torch.softmax(logits, dim=-1), topk, dim=-1)
+    return ids.to(torch.int32), weights
+
+
+def make_inputs(problem: Problem, seed: int, device: str, scaling: str = "tensor") -> GemmInputs:
+    """Fresh operands for a problem; `scaling` is the fp8 scale layout the variant consumes."""
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    M, N, K = problem.M, problem.N, problem.K
+    b_shape = (problem.E, N, K) if problem.is_moe else (N, K)
+    a = _values((M, K), K, gen, device)
+    b = _values(b_shape, K, gen, device)
+    topk_ids = topk_weights = None
+    if problem.is_moe:
+        topk_ids, topk_weights = route(M, problem.E, problem.topk, gen)
+        topk_ids, topk_weights = topk_ids.to(device), topk_weights.to(device)
+    if problem.dtype != "fp8":
+        dt = TORCH_DTYPES[problem.dtype]
+        return GemmInputs(a.to(dt), b.to(dt), dt, topk_ids=topk_ids, topk_weights=topk_weights)
+    qa, sa = quantize_fp8(a, scaling)
+    if problem.is_moe:  # one scale per expert: the layout fused MoE kernels consume
+        amax = b.abs().amax(dim=(1, 2))
+        sb = (amax / FP8_MAX).clamp(min=1e-12)
+        qb = (b / sb.view(-1, 1, 1)).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn)
+    else:
+        qb, sb = quantize_fp8(b, scaling)
+    return GemmInputs(qa, qb, torch.bfloat16, sa, sb, scaling, topk_ids, topk_weights)

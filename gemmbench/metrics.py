@@ -1,0 +1,154 @@
+"""The one FLOP / byte / roofline model of gemmbench: pure functions, no torch.
+
+Every number a report shows (TFLOP/s, GB/s, % of roofline) comes from here, so that two kernels
+measured on the same problem are always judged by the same yardstick.
+
+Units: time in microseconds (µs), bandwidth in GB/s (1e9 bytes/s), throughput in TFLOP/s
+(1e12 FLOP/s), sizes in bytes.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import numpy as np
+
+from gemmbench.shapes import Problem
+
+# Bytes per element of the activation (A) and weight (B) operands.
+ACT_BYTES = {"fp16": 2, "bf16": 2, "fp8": 1}
+# Bytes per element of the output: fp8 GEMMs write bf16 here (torch._scaled_mm with out_dtype=bf16).
+OUT_BYTES = {"fp16": 2, "bf16": 2, "fp8": 2}
+# fp8 scales are fp32.
+SCALE_BYTES = 4
+FP8_SCALINGS = ("tensor", "row")
+
+
+def _dtype_bytes(dtype: str) -> tuple[int, int]:
+    if dtype not in ACT_BYTES:
+        raise ValueError(f"unknown dtype {dtype!r} (expected one of {', '.join(ACT_BYTES)})")
+    return ACT_BYTES[dtype], OUT_BYTES[dtype]
+
+
+def flops(p: Problem) -> int:
+    """Useful FLOPs of one GEMM call (a multiply-add counts 2).
+
+    Dense: 2*M*N*K.  MoE (E > 1): M is the token count and only routed work counts,
+    2*M*topk*N*K; padding or dropped tokens of a particular kernel are not "useful".
+    """
+    rows = p.M * p.topk if p.is_moe else p.M
+    return 2 * rows * p.N * p.K
+
+
+def bytes_min(p: Problem, experts_hit: int | None = None, fp8_scaling: str = "tensor") -> int:
+    """Minimum DRAM traffic of one call in bytes: every input read once, the output written once.
+
+    Dense: A (M, K) + B (N, K) in the input dtype + C (M, N) in the output dtype.
+    MoE: the weights of the experts actually hit (experts_hit * N * K; a decode step with few
+    tokens touches few experts, so counting all E would flatter the kernel), the activations
+    M * K once, and the outputs M * topk * N (one row per routed token, before the top-k sum).
+    experts_hit is required for MoE (ValueError if None or outside 1..E); for a dense problem it
+    may be None or 1.
+
+    fp8 adds its fp32 scales.  fp8_scaling "tensor": dense 2 scalars; MoE one per hit expert + one
+    for the activations.  "row": dense M + N scales; MoE experts_hit * N + M scales.
+    """
+    act, out = _dtype_bytes(p.dtype)
+    if fp8_scaling not in FP8_SCALINGS:
+        raise ValueError(f"unknown fp8_scaling {fp8_scaling!r} (expected tensor or row)")
+    if p.is_moe:
+        if experts_hit is None:
+            raise ValueError(f"{p.label}: experts_hit is required for an MoE problem")
+    elif experts_hit is None:
+        experts_hit = 1
+    if not 1 <= experts_hit <= p.E:
+        raise ValueError(f"{p.label}: experts_hit={experts_hit} is outside 1..{p.E}")
+
+    if p.is_moe:
+        n = act * (experts_hit * p.N * p.K + p.M * p.K) + out * p.M * p.topk * p.N
+        if p.dtype == "fp8":
+            n_scales = experts_hit + 1 if fp8_scaling == "tensor" else experts_hit * p.N + p.M
+            n += SCALE_BYTES * n_scales
+        return n
+
+    n = act * (p.M * p.K + p.N * p.K) + out * p.M * p.N
+    if p.dtype == "fp8":
+        n += SCALE_BYTES * (2 if fp8_scaling == "tensor" else p.M + p.N)
+    return n
+
+
+def intensity(flops: float, nbytes: float) -> float:
+    """Arithmetic intensity in FLOPs per byte."""
+    if nbytes <= 0:
+        raise ValueError(f"nbytes must be > 0, got {nbytes}")
+    return flops / nbytes
+
+
+def _check_time(time_us: float) -> None:
+    if not time_us > 0:  # also rejects NaN
+        raise ValueError(f"time_us must be > 0, got {time_us}")
+
+
+def tflops(flops: float, time_us: float) -> float:
+    """Throughput in TFLOP/s (1e12 FLOP/s) of `flops` done in `time_us` µs."""
+    _check_time(time_us)
+    return flops / (time_us * 1e6)  # flops / (t * 1e-6 s) / 1e12
+
+
+def gbps(nbytes: float, time_us: float) -> float:
+    """Bandwidth in GB/s (1e9 bytes/s) of `nbytes` moved in `time_us` µs."""
+    _check_time(time_us)
+    return nbytes / (time_us * 1e3)  # nbytes / (t * 1e-6 s) / 1e9
+
+
+def bandwidth_at(ladder: Sequence[tuple[float, float]], nbytes: float) -> float:
+    """Achievable DRAM bandwidth in GB/s for a transfer of `nbytes` bytes.
+
+    `ladder` is [(bytes, GB/s), ...] from a streaming-read kernel at sizes 4 MiB .. 2 GiB.  A 6 µs
+    kernel cannot reach the bandwidth of a 2 GiB copy (launch and ramp-up dominate), so the
+    roofline of a small problem uses the bandwidth measured at its own size: linear interpolation
+    in log2(bytes), clamped to the end values outside the ladder.  Order of the ladder is free.
+    """
+    if len(ladder) == 0:
+        raise ValueError("empty bandwidth ladder")
+    pts = sorted((float(b), float(bw)) for b, bw in ladder)
+    if pts[0][0] <= 0:
+        raise ValueError(f"ladder sizes must be > 0 bytes, got {pts[0][0]}")
+    if nbytes <= pts[0][0]:  # also covers nbytes <= 0, where log2 is undefined
+        return pts[0][1]
+    xs = np.log2([b for b, _ in pts])
+    ys = [bw for _, bw in pts]
+    return float(np.interp(math.log2(nbytes), xs, ys))  # np.interp clamps at the right end
+
+
+def roofline_bound_us(flops: float, nbytes: float, bandwidth_gbps: float, peak_tflops: float) -> float:
+    """Lower bound on the time in µs: max(bytes / bandwidth, flops / peak)."""
+    if bandwidth_gbps <= 0 or peak_tflops <= 0:
+        raise ValueError(f"bandwidth and peak must be > 0, got {bandwidth_gbps} GB/s, {peak_tflops} TFLOP/s")
+    memory_us = nbytes / (bandwidth_gbps * 1e3)  # bytes / (GB/s * 1e9) s * 1e6 µs
+    compute_us = flops / (peak_tflops * 1e6)  # flops / (TFLOP/s * 1e12) s * 1e6 µs
+    return max(memory_us, compute_us)
+
+
+def pct_of_roofline(time_us: float, bound_us: float) -> float:
+    """How close a measured time is to its bound, in percent (100 = at the roofline)."""
+    _check_time(time_us)
+    return 100.0 * bound_us / time_us
+
+
+def summarize(samples_us: Sequence[float]) -> dict:
+    """Median, 20th and 80th percentile (numpy, linear) of timing samples in µs, and their count.
+
+    p20/p80 rather than min/max: one preempted or lucky sample should not move the spread.
+    """
+    a = np.asarray(samples_us, dtype=np.float64)
+    if a.size == 0:
+        raise ValueError("no timing samples")
+    p20, med, p80 = np.percentile(a, [20, 50, 80], method="linear")
+    return {
+        "time_us_median": float(med),
+        "time_us_p20": float(p20),
+        "time_us_p80": float(p80),
+        "n_samples": int(a.size),
+    }

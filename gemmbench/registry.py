@@ -1,0 +1,136 @@
+"""The variant registry: what can run a problem, and how to build its launch closure.
+
+A variant is a name, a family, the dtypes it runs, and two functions:
+  supports(problem, device) -> None if it can run the problem, else the reason it cannot;
+  make(problem, inputs)    -> Launch: all setup (allocation, layout, tuning) happens here,
+                              the returned closure only launches (it is what gets timed).
+Built-in variants live in the package gemmbench.kernels (the repository's kernels/ folder);
+user plugins are Python files (``--plugin``) or packages exposing the entry-point group
+``gemmbench.variants`` that call :func:`register`.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import importlib
+import importlib.metadata
+import importlib.util
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from gemmbench.shapes import Problem
+
+ENTRY_POINT_GROUP = "gemmbench.variants"
+
+
+@dataclass
+class Launch:
+    """What make() returns: a closure that launches the kernel(s) and returns the output tensor."""
+
+    fn: Callable[[], Any]
+    config: dict = field(default_factory=dict)  # the chosen config, stored as JSON in the row
+    graph_safe: bool = True  # False if fn syncs with the host (cannot be captured in a CUDA graph)
+    out: Any = None  # the preallocated output fn writes, if any: filled with NaN before the check
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    family: str  # "cublas" | "triton_dp" | "moe_ref" | a plugin's own family
+    dtypes: tuple[str, ...]
+    description: str
+    make: Callable[[Problem, Any], Launch]
+    supports: Optional[Callable[[Problem, Any], Optional[str]]] = None
+    moe: bool = False  # True: runs MoE problems (E > 1); False: dense problems only
+    fp8_scaling: str = "tensor"  # how its fp8 inputs are scaled: "tensor" | "row"
+    source: str = "builtin"  # "builtin" or the plugin it came from
+
+    def unsupported_reason(self, problem: Problem, device: Any) -> Optional[str]:
+        """None if this variant can run the problem here, else a one-line reason."""
+        if problem.dtype not in self.dtypes:
+            return f"{self.name} has no {problem.dtype} path (dtypes: {', '.join(self.dtypes)})"
+        if problem.is_moe != self.moe:
+            kind = "MoE" if problem.is_moe else "dense"
+            return f"{self.name} does not run {kind} GEMMs"
+        return self.supports(problem, device) if self.supports else None
+
+
+class RegistryError(ValueError):
+    pass
+
+
+_VARIANTS: dict[str, Variant] = {}
+_builtins_loaded = False
+
+
+def register(variant: Variant) -> Variant:
+    """Add a variant; a second registration under the same name is an error."""
+    if variant.name in _VARIANTS:
+        old = _VARIANTS[variant.name]
+        raise RegistryError(f"variant {variant.name!r} from {variant.source} is already registered by {old.source}")
+    _VARIANTS[variant.name] = variant
+    return variant
+
+
+def _load_builtins() -> None:
+    global _builtins_loaded
+    if _builtins_loaded:
+        return
+    _builtins_loaded = True
+    importlib.import_module("gemmbench.kernels")
+    for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            ep.load()
+        except Exception as exc:  # a broken third-party plugin must not hide the built-ins
+            raise RegistryError(f"plugin entry point {ep.name!r} ({ep.value}) failed to load: {exc}") from exc
+
+
+def load_plugin(path: str | Path) -> None:
+    """Import a user's Python file; it registers its variants by calling register()."""
+    path = Path(path)
+    if not path.is_file():
+        raise RegistryError(f"plugin file not found: {path}")
+    _load_builtins()
+    module_name = f"gemmbench_plugin_{path.stem}_{abs(hash(str(path.resolve()))) % 10**8}"
+    if module_name in sys.modules:
+        return
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except RegistryError:
+        raise
+    except Exception as exc:
+        del sys.modules[module_name]
+        raise RegistryError(f"plugin {path} failed to import: {type(exc).__name__}: {exc}") from exc
+
+
+def all_variants() -> list[Variant]:
+    _load_builtins()
+    return list(_VARIANTS.values())
+
+
+def get(name: str) -> Variant:
+    _load_builtins()
+    try:
+        return _VARIANTS[name]
+    except KeyError:
+        raise RegistryError(f"unknown variant {name!r} (see `gemmbench list variants`)") from None
+
+
+def select(patterns: str | None) -> list[Variant]:
+    """Variants matching comma-separated globs, in registration order; a glob that matches nothing is an error."""
+    variants = all_variants()
+    if not patterns:
+        return variants
+    globs = [p.strip() for p in patterns.split(",") if p.strip()]
+    chosen = []
+    for g in globs:
+        hits = [v for v in variants if fnmatch.fnmatchcase(v.name, g)]
+        if not hits:
+            raise RegistryError(f"--variants {g!r} matches no variant (see `gemmbench list variants`)")
+        chosen += [v for v in hits if v not in chosen]
+    return [v for v in variants if v in chosen]

@@ -1,0 +1,205 @@
+"""Problems x variants -> rows.  Cells run in a worker process (worker.py); a worker that dies costs
+its in-flight cell, which is recorded as an error, and a fresh worker carries on with the rest.
+Rows are saved as they complete (store.RunWriter), so an interrupted sweep keeps what it finished."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import uuid
+import zlib
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable, Optional
+
+from gemmbench.shapes import Problem
+
+# Triton's interpreter runs a 33x80x48 GEMM in well under a second; Llama shapes would take hours.
+CPU_MAX_MACS = 1 << 24
+WORKER_START_TIMEOUT_S = 300  # importing torch and measuring ceilings on a cold machine
+
+
+class RunError(RuntimeError):
+    """The sweep cannot go on (the worker cannot start at all); one line for the user."""
+
+
+@dataclass
+class RunOptions:
+    problems: list
+    variants: list  # variant names
+    timing: str = "cold"
+    plugins: list = field(default_factory=list)
+    seed: int = 0
+    budget_s: float = 0.5
+    min_samples: int = 10
+    sanitize: bool = False
+    run_id: str = ""
+
+
+def new_run_id(shape_set: str) -> str:
+    return f"{datetime.now(timezone.utc):%Y%m%d-%H%M%S}-{shape_set}-{uuid.uuid4().hex[:4]}"
+
+
+def cpu_too_large(problems: list) -> Optional[str]:
+    """The reason a set is refused on the CPU path, or None."""
+    worst = max(problems, key=lambda p: p.M * p.N * p.K * p.topk)
+    macs = worst.M * worst.N * worst.K * worst.topk
+    if macs <= CPU_MAX_MACS:
+        return None
+    return (f"{worst.shape_set} is too large for the CPU path ({worst.gemm} M={worst.M}: {macs:.2g} multiply-adds, "
+            f"limit {CPU_MAX_MACS:.2g}): run it on a GPU, or try --shapes smoke")
+
+
+class WorkerProcess:
+    """One worker subprocess and the thread that reads its events."""
+
+    def __init__(self, opts: RunOptions, cpu: bool, check_only: bool = False):
+        self.log = tempfile.NamedTemporaryFile(prefix="gemmbench-worker-", suffix=".log", delete=False)
+        read_fd, write_fd = os.pipe()
+        env = dict(os.environ, GEMMBENCH_EVENT_FD=str(write_fd), PYTHONUNBUFFERED="1")
+        if cpu:
+            env["TRITON_INTERPRET"] = "1"  # must be set before any @triton.jit runs: set at process start
+        cmd = [sys.executable, "-m", "gemmbench.worker", "--timing", opts.timing, "--budget", str(opts.budget_s),
+               "--min-samples", str(opts.min_samples)]
+        for p in opts.plugins:
+            cmd += ["--plugin", str(p)]
+        if check_only:
+            cmd.append("--check-only")
+            self.sanitizer_log = self.log.name + ".sanitizer"
+            env["GEMMBENCH_SANITIZER_LOG"] = self.sanitizer_log
+            env["PYTORCH_NO_CUDA_MEMORY_CACHING"] = "1"  # every tensor its own allocation: overreads show
+            cmd = ["compute-sanitizer", "--tool", "memcheck", "--log-file", self.sanitizer_log,
+                   "--print-limit", "20"] + cmd
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=self.log, stderr=self.log, env=env,
+                                     pass_fds=(write_fd,), text=True)
+        os.close(write_fd)
+        self.events: queue.Queue = queue.Queue()
+        threading.Thread(target=self._pump, args=(read_fd,), daemon=True).start()
+
+    def _pump(self, fd: int) -> None:
+        with os.fdopen(fd) as f:
+            for line in f:
+                self.events.put(json.loads(line))
+        self.events.put(None)  # EOF: the worker exited
+
+    def send(self, task: dict) -> None:
+        self.proc.stdin.write(json.dumps(task) + "\n")
+        self.proc.stdin.flush()
+
+    def next_event(self, timeout: Optional[float] = None) -> Optional[dict]:
+        """The next event, or None when the worker has died."""
+        try:
+            return self.events.get(timeout=timeout)
+        except queue.Empty:
+            raise RunError(f"the worker sent nothing for {timeout:.0f} s (log: {self.log.name})") from None
+
+    def death_reason(self) -> str:
+        try:
+            code = self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            code = self.proc.wait()
+        how = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
+        tail = Path(self.log.name).read_text(errors="replace").strip().splitlines()
+        hint = next((ln.strip() for ln in reversed(tail) if "rror" in ln), tail[-1].strip() if tail else "")
+        return f"worker died ({how}): {hint[:300]}"
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                self.proc.stdin.close()
+                self.proc.wait(timeout=10)
+            except (OSError, subprocess.TimeoutExpired):
+                self.proc.kill()
+        self.log.close()
+        os.unlink(self.log.name)
+
+
+class Runner:
+    def __init__(self, opts: RunOptions, cpu: bool, on_row: Callable[[dict], None],
+                 on_begin: Callable[[Problem, str, str], None] = lambda p, v, ph: None):
+        self.opts, self.cpu, self.on_row, self.on_begin = opts, cpu, on_row, on_begin
+        self.worker: Optional[WorkerProcess] = None
+        self.sanitizer: Optional[WorkerProcess] = None
+        if opts.sanitize and not shutil.which("compute-sanitizer"):
+            raise RunError("--sanitize needs compute-sanitizer on the PATH (it ships with the CUDA toolkit, "
+                           "in <cuda>/bin or the Nsight Compute install)")
+
+    def _start(self, check_only: bool = False) -> WorkerProcess:
+        w = WorkerProcess(self.opts, self.cpu, check_only)
+        first = w.next_event(timeout=WORKER_START_TIMEOUT_S)
+        if first is None or first.get("ev") != "ready":
+            reason = first["error"] if first else w.death_reason()
+            w.close()
+            raise RunError(f"the benchmark worker could not start: {reason}")
+        return w
+
+    def _emit(self, problem: Problem, row: dict) -> None:
+        row = dict(row, run_id=self.opts.run_id, timestamp=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+        self.on_row(row)
+
+    def _error_row(self, problem: Problem, variant: str, reason: str) -> dict:
+        from gemmbench import device, registry
+
+        v = registry.get(variant)
+        return dict(shape_set=problem.shape_set, gemm=problem.gemm, M=problem.M, N=problem.N, K=problem.K,
+                    E=problem.E, topk=problem.topk, tp=problem.tp, dtype=problem.dtype, variant=v.name,
+                    family=v.family, variant_source=v.source, status="error", reason=reason,
+                    timing_mode=self.opts.timing, **device.provenance())
+
+    def _drive(self, kind: str, problem: Problem, names: list, check_only: bool) -> list:
+        """Run one task to completion across worker deaths; returns the names that passed (check-only)."""
+        left, passed = list(names), []
+        while left:
+            w = getattr(self, kind)
+            if w is None:
+                w = self._start(check_only)
+                setattr(self, kind, w)
+            task = dict(problem=asdict(problem), variants=left, seed=self.opts.seed + zlib.crc32(problem.label.encode()) % 10**6,
+                        check_only=check_only)
+            w.send(task)
+            current = None
+            while True:
+                ev = w.next_event()
+                if ev is None:  # the worker died: its in-flight cell is the casualty
+                    reason = w.death_reason()
+                    w.close()
+                    setattr(self, kind, None)
+                    if current is None:
+                        raise RunError(f"{reason} before any cell started")
+                    if current in left:
+                        self._emit(problem, self._error_row(problem, current, f"{phase}: {reason}"))
+                        left.remove(current)
+                    break
+                if ev["ev"] == "begin":
+                    current, phase = ev["variant"], ev["phase"]
+                    self.on_begin(problem, current, phase)
+                elif ev["ev"] == "row":
+                    self._emit(problem, ev["row"])
+                    left.remove(ev["row"]["variant"])
+                elif ev["ev"] == "passed":
+                    passed.append(ev["variant"])
+                    left.remove(ev["variant"])
+                elif ev["ev"] == "done":
+                    left = []
+                    break
+        return passed
+
+    def run_problem(self, problem: Problem) -> None:
+        names = list(self.opts.variants)
+        if self.opts.sanitize:
+            names = self._drive("sanitizer", problem, names, check_only=True)
+        if names:
+            self._drive("worker", problem, names, check_only=False)
+
+    def close(self) -> None:
+        for w in (self.worker, self.sanitizer):
+            if w is not None:
+                w.close()

@@ -1,0 +1,367 @@
+"""YAML shape sets -> frozen problem descriptions; M sweeps; tensor-parallel division.
+
+A shape set is a YAML file (built-ins live in shapes/, installed as ``gemmbench.shapesets``)::
+
+    name: llama70b-attn              # required
+    description: Llama3-70B attention projections   # optional
+    m: decode        # optional (default "all"): "decode" = 1,2,4,8,16,32,64;
+                     # "prefill" = 128..4096; "all" = both; a mix "decode,128"; or a list [1, 5, 16]
+    include: [llama70b-mlp]          # optional: GEMMs of BUILT-IN sets, placed before this file's own
+    gemms:                           # required, non-empty; ids unique (across includes too)
+      - id: attn_qkv                 # out = act (M, K) @ weight (N, K)^T
+        N: 10240
+        K: 8192
+        parallel: column             # column (TP divides N) | row (TP divides K) | none
+        E: 8                         # optional MoE experts (default 1 = dense); E > 1 needs topk
+        topk: 2                      # 1 <= topk <= E; M counts tokens for MoE
+
+Every problem with a file is a ShapeError whose one-line message names the file and the entry.
+"""
+
+from __future__ import annotations
+
+import importlib.resources
+import json
+import re
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Sequence
+
+import yaml
+
+DECODE_M = (1, 2, 4, 8, 16, 32, 64)
+PREFILL_M = (128, 256, 512, 1024, 2048, 4096)
+
+
+class ShapeError(ValueError):
+    """A shape set that cannot be used; the message names the file and the entry."""
+
+
+@dataclass(frozen=True)
+class Gemm:
+    """One weight of a model: out = act (M, K) @ weight (N, K)^T.  MoE: weight is (E, N, K)."""
+
+    name: str  # e.g. "attn_qkv"; unique within a set
+    N: int
+    K: int
+    parallel: str  # "column" (TP divides N) | "row" (TP divides K) | "none"
+    E: int = 1  # experts; 1 for a dense GEMM
+    topk: int = 1  # experts per token; 1 for a dense GEMM
+
+    @property
+    def is_moe(self) -> bool:
+        return self.E > 1
+
+
+@dataclass(frozen=True)
+class ShapeSet:
+    name: str
+    description: str
+    gemms: tuple[Gemm, ...]
+    m_values: tuple[int, ...]  # default M list (tokens for MoE)
+    source: str  # the file it came from
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One cell row's problem: a GEMM at one M, one dtype, one TP degree (N, K already divided)."""
+
+    shape_set: str
+    gemm: str
+    M: int
+    N: int
+    K: int
+    dtype: str  # "fp16" | "bf16" | "fp8"
+    tp: int = 1
+    E: int = 1
+    topk: int = 1
+
+    @property
+    def is_moe(self) -> bool:
+        return self.E > 1
+
+    def with_(self, **changes) -> "Problem":
+        return replace(self, **changes)
+
+    @property
+    def label(self) -> str:
+        """Human- and NVTX-safe name (no '/')."""
+        moe = f" E{self.E} top{self.topk}" if self.is_moe else ""
+        tp = f" tp{self.tp}" if self.tp > 1 else ""
+        return f"{self.gemm} {self.dtype} M{self.M} N{self.N} K{self.K}{moe}{tp}"
+
+
+PRESETS = {"decode": DECODE_M, "prefill": PREFILL_M, "all": DECODE_M + PREFILL_M}
+PARALLEL = ("column", "row", "none")
+_TOP_KEYS = ("name", "description", "m", "include", "gemms")
+_GEMM_KEYS = ("id", "N", "K", "parallel", "E", "topk")
+
+
+def _is_int(value: Any) -> bool:
+    # YAML turns `yes`/`true` into bool, and bool is an int subclass: N: true must not mean N=1.
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _positive(value: Any, what: str, where: str) -> int:
+    if not _is_int(value) or value <= 0:
+        raise ShapeError(f"{where}: {what} must be a positive integer, got {value!r}")
+    return value
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+# ---------------------------------------------------------------- M lists
+
+def parse_m_list(text: str) -> tuple[int, ...]:
+    """The --m option: "1,16,64", presets "decode"/"prefill"/"all", or a mix ("decode,128")."""
+    return _parse_m(text, "--m")
+
+
+def _parse_m(text: str, where: str) -> tuple[int, ...]:
+    if not isinstance(text, str) or not text.strip():
+        raise ShapeError(f"{where}: empty M list")
+    values: set[int] = set()
+    for item in (part.strip() for part in text.split(",")):
+        if item.lower() in PRESETS:
+            values.update(PRESETS[item.lower()])
+        elif re.fullmatch(r"\d+", item) and int(item) > 0:  # not int(): it takes "+5", "1_0", " 7"
+            values.add(int(item))
+        else:
+            raise ShapeError(
+                f"{where}: M value {item!r} is not a positive integer or one of {', '.join(PRESETS)}"
+            )
+    return tuple(sorted(values))
+
+
+def _m_from_yaml(value: Any, where: str) -> tuple[int, ...]:
+    if isinstance(value, str):
+        return _parse_m(value, where)
+    if not isinstance(value, list):
+        raise ShapeError(f"{where}: must be a preset ({', '.join(PRESETS)}) or a list of positive integers, "
+                         f"got {value!r}")
+    if not value:
+        raise ShapeError(f"{where}: empty M list")
+    return tuple(sorted({_positive(v, "every M", where) for v in value}))
+
+
+# ---------------------------------------------------------------- loading
+
+def _builtin_dir():
+    return importlib.resources.files("gemmbench.shapesets")
+
+
+def builtin_names() -> list[str]:
+    """Names of the built-in shape sets (the YAML files of gemmbench.shapesets), sorted."""
+    return sorted(p.name[: -len(".yaml")] for p in _builtin_dir().iterdir() if p.name.endswith(".yaml"))
+
+
+def load(name_or_path: str) -> ShapeSet:
+    """A built-in set by name, or a user YAML file by path."""
+    if name_or_path in builtin_names():
+        return _load_builtin(name_or_path, ())
+    path = Path(name_or_path)
+    if path.exists() or path.suffix in (".yaml", ".yml") or len(path.parts) > 1:
+        return _load_file(str(path), lambda: path.read_text(encoding="utf-8"), ())
+    raise ShapeError(f"{name_or_path}: no such built-in shape set ({', '.join(builtin_names())}) "
+                     "and no such file")
+
+
+def _load_builtin(name: str, chain: tuple[str, ...]) -> ShapeSet:
+    res = _builtin_dir() / f"{name}.yaml"
+    return _load_file(str(res), lambda: res.read_text(encoding="utf-8"), chain + (name,))
+
+
+def _load_file(source: str, read, chain: tuple[str, ...]) -> ShapeSet:
+    try:
+        text = read()
+    except (OSError, UnicodeDecodeError) as e:
+        raise ShapeError(f"{source}: cannot read: {_one_line(getattr(e, 'strerror', None) or e)}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        pos = getattr(e, "position", None)  # a ReaderError (e.g. a control character) has no mark
+        line = mark.line + 1 if mark is not None else text.count("\n", 0, pos) + 1 if pos is not None else None
+        at = f" at line {line}" if line else ""
+        raise ShapeError(f"{source}: invalid YAML{at}: {_one_line(getattr(e, 'problem', None) or e)}") from None
+    return _parse(data, source, chain)
+
+
+def _parse(data: Any, src: str, chain: tuple[str, ...]) -> ShapeSet:
+    if data is None:
+        raise ShapeError(f"{src}: file is empty")
+    if not isinstance(data, dict):
+        raise ShapeError(f"{src}: top level must be a mapping (name, gemms, ...), got {type(data).__name__}")
+    unknown = [k for k in data if k not in _TOP_KEYS]
+    if unknown:
+        raise ShapeError(f"{src}: unknown key {unknown[0]!r} (allowed: {', '.join(_TOP_KEYS)})")
+    for key in ("name", "gemms"):
+        if key not in data:
+            raise ShapeError(f"{src}: missing field {key!r}")
+    name, description = data["name"], data.get("description", "")
+    if not isinstance(name, str) or not name.strip():
+        raise ShapeError(f"{src}: name must be a non-empty string, got {name!r}")
+    if not isinstance(description, str):
+        raise ShapeError(f"{src}: description must be a string, got {description!r}")
+    m_values = _m_from_yaml(data.get("m", "all"), f"{src}: m")
+
+    gemms: list[Gemm] = []
+    origin: dict[str, str] = {}  # gemm id -> where it came from, for the duplicate message
+    includes = data.get("include", [])
+    if not isinstance(includes, list) or not all(isinstance(i, str) for i in includes):
+        raise ShapeError(f"{src}: include must be a list of built-in set names, got {includes!r}")
+    for inc in includes:
+        if inc not in builtin_names():
+            raise ShapeError(f"{src}: include {inc!r} is not a built-in set ({', '.join(builtin_names())})")
+        if inc in chain:  # without this a cycle recurses until RecursionError
+            raise ShapeError(f"{src}: include cycle {' -> '.join(chain + (inc,))}")
+        for g in _load_builtin(inc, chain).gemms:
+            if g.name in origin:
+                raise ShapeError(f"{src}: gemm {g.name!r} from include {inc!r} is already defined "
+                                 f"by {origin[g.name]}")
+            origin[g.name] = f"include {inc!r}"
+            gemms.append(g)
+
+    entries = data["gemms"]
+    if not isinstance(entries, list):
+        raise ShapeError(f"{src}: gemms must be a list of mappings, got {type(entries).__name__}")
+    if not entries:
+        raise ShapeError(f"{src}: gemms is empty")
+    for i, entry in enumerate(entries, 1):
+        g = _parse_gemm(entry, f"{src}: gemm #{i}", src)
+        if g.name in origin:
+            raise ShapeError(f"{src}: gemm {g.name!r}: duplicate id (already defined by {origin[g.name]})")
+        origin[g.name] = f"gemm #{i}"
+        gemms.append(g)
+    return ShapeSet(name=name, description=description, gemms=tuple(gemms), m_values=m_values, source=src)
+
+
+def _parse_gemm(entry: Any, where: str, src: str) -> Gemm:
+    if not isinstance(entry, dict):
+        raise ShapeError(f"{where}: must be a mapping (id, N, K, parallel, ...), got {entry!r}")
+    gid = entry.get("id")
+    if "id" in entry:
+        if not isinstance(gid, str) or not gid.strip():
+            raise ShapeError(f"{where}: id must be a non-empty string, got {gid!r}")
+        where = f"{src}: gemm {gid!r}"  # from here on, name the entry by its id
+    unknown = [k for k in entry if k not in _GEMM_KEYS]
+    if unknown:
+        raise ShapeError(f"{where}: unknown key {unknown[0]!r} (allowed: {', '.join(_GEMM_KEYS)})")
+    for key in ("id", "N", "K", "parallel"):
+        if key not in entry:
+            raise ShapeError(f"{where}: missing field {key!r}")
+    N = _positive(entry["N"], "N", where)
+    K = _positive(entry["K"], "K", where)
+    parallel = entry["parallel"]
+    if parallel not in PARALLEL:
+        raise ShapeError(f"{where}: parallel must be one of {', '.join(PARALLEL)}, got {parallel!r}")
+    E = _positive(entry.get("E", 1), "E", where)
+    if "topk" in entry:
+        topk = _positive(entry["topk"], "topk", where)
+        if E == 1:
+            raise ShapeError(f"{where}: topk is only for MoE gemms (E > 1), but E is 1")
+        if topk > E:
+            raise ShapeError(f"{where}: topk ({topk}) must not exceed E ({E})")
+    elif E > 1:
+        raise ShapeError(f"{where}: topk is required when E > 1 (E is {E})")
+    else:
+        topk = 1
+    return Gemm(name=gid, N=N, K=K, parallel=parallel, E=E, topk=topk)
+
+
+# ---------------------------------------------------------------- problems
+
+def apply_tp(gemm: Gemm, tp: int) -> Gemm:
+    """The per-GPU shard: column-parallel splits N, row-parallel splits K, "none" is replicated."""
+    if not _is_int(tp) or tp < 1:
+        raise ShapeError(f"gemm {gemm.name!r}: tp must be a positive integer, got {tp!r}")
+    dim = {"column": "N", "row": "K"}.get(gemm.parallel)
+    if dim is None or tp == 1:
+        return gemm
+    size = getattr(gemm, dim)
+    if size % tp:
+        raise ShapeError(f"gemm {gemm.name!r}: {dim}={size} is not divisible by tp={tp} ({gemm.parallel}-parallel)")
+    return replace(gemm, **{dim: size // tp})
+
+
+def problems(shape_set: ShapeSet, dtypes: Sequence[str], m_values: Sequence[int] | None = None,
+             tp: int = 1) -> list[Problem]:
+    """One Problem per (gemm, M, dtype): gemms in file order, M ascending, dtypes in the given order."""
+    if isinstance(dtypes, str):  # a bare "fp16" would otherwise iterate as "f", "p", ...
+        dtypes = (dtypes,)
+    if not dtypes:
+        raise ShapeError(f"{shape_set.source}: no dtypes given")
+    if m_values is None:
+        ms = shape_set.m_values
+    else:
+        if not m_values:
+            raise ShapeError(f"{shape_set.source}: empty M list")
+        ms = tuple(sorted({_positive(m, "every M", shape_set.source) for m in m_values}))
+    out = []
+    for gemm in shape_set.gemms:
+        try:
+            g = apply_tp(gemm, tp)
+        except ShapeError as e:
+            raise ShapeError(f"{shape_set.source}: {e}") from None
+        out += [Problem(shape_set=shape_set.name, gemm=g.name, M=m, N=g.N, K=g.K, dtype=d, tp=tp,
+                        E=g.E, topk=g.topk)
+                for m in ms for d in dtypes]
+    return out
+
+
+# ---------------------------------------------------------------- Hugging Face configs
+
+def from_hf_config(path: str | Path, name: str | None = None) -> tuple[str, str]:
+    """A Llama- or Mixtral-family config.json -> (set name, YAML text that load() accepts)."""
+    src = str(path)
+    try:
+        cfg = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as e:
+        raise ShapeError(f"{src}: cannot read: {_one_line(getattr(e, 'strerror', None) or e)}") from None
+    except json.JSONDecodeError as e:
+        raise ShapeError(f"{src}: not JSON (line {e.lineno}): {e.msg}") from None
+    if not isinstance(cfg, dict):
+        raise ShapeError(f"{src}: not a model config (top level is {type(cfg).__name__}, not an object)")
+
+    def get(key: str, default: Any = None) -> int:
+        value = cfg.get(key)
+        if value is None:  # configs write "head_dim": null to mean "derive it"
+            if default is None:
+                raise ShapeError(f"{src}: missing field {key!r}")
+            return default
+        return _positive(value, key, f"{src}: field {key!r}")
+
+    hidden, inter = get("hidden_size"), get("intermediate_size")
+    heads, vocab = get("num_attention_heads"), get("vocab_size")
+    kv_heads = get("num_key_value_heads", heads)
+    head_dim = get("head_dim", max(hidden // heads, 1))
+    experts = get("num_local_experts", 1)
+
+    if name is None:
+        path_name = str(cfg.get("_name_or_path") or "").rstrip("/").split("/")[-1].lower()
+        name = path_name or cfg.get("model_type")
+        if not isinstance(name, str) or not name:
+            raise ShapeError(f"{src}: missing field '_name_or_path' or 'model_type' (or pass a name)")
+
+    def gemm(gid: str, N: int, K: int, parallel: str, **moe: int) -> dict:
+        return {"id": gid, "N": N, "K": K, "parallel": parallel, **moe}
+
+    gemms = [gemm("attn_qkv", (heads + 2 * kv_heads) * head_dim, hidden, "column"),
+             gemm("attn_o", hidden, heads * head_dim, "row")]
+    if experts > 1:
+        topk = get("num_experts_per_tok")
+        gemms += [gemm("moe_w13", 2 * inter, hidden, "column", E=experts, topk=topk),
+                  gemm("moe_w2", hidden, inter, "row", E=experts, topk=topk)]
+    else:
+        gemms += [gemm("mlp_gate_up", 2 * inter, hidden, "column"),
+                  gemm("mlp_down", hidden, inter, "row")]
+    gemms.append(gemm("lm_head", vocab, hidden, "column"))
+    kind = f"{experts} experts top-{gemms[2]['topk']}" if experts > 1 else "dense"
+    doc = {"name": name,
+           "description": f"{name} ({kind}, hidden {hidden}, {heads} query heads, {kv_heads} KV heads, "
+                          f"head dim {head_dim}) from {src}",
+           "m": "all", "gemms": gemms}
+    header = f"# Generated by gemmbench from the Hugging Face config {src}\n"
+    return name, header + yaml.safe_dump(doc, sort_keys=False, default_flow_style=None, width=10**6)

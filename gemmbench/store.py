@@ -1,0 +1,235 @@
+"""Result rows: the Parquet schema, crash-safe writes, and loading many runs into one DataFrame.
+
+One row per measured cell (problem x variant).  A run is one Parquet file that is rewritten whole
+after every row, so a run killed at any moment still leaves every finished cell readable.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Sequence
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+# Bump when a column is added, removed or changes meaning; load() refuses other versions
+# rather than silently mixing numbers that mean different things.
+SCHEMA_VERSION = 1
+STATUSES = ("ok", "skipped", "wrong", "error")
+# Documented values of the enum-like columns (not enforced: only status drives logic here).
+TIMING_MODES = ("cold", "stream", "graph", "wall")
+L2_STATES = ("cold", "warm", "streaming")
+DEVICES = ("cuda", "cpu")
+
+_S, _I, _F = pa.string(), pa.int64(), pa.float64()
+_COLUMNS = [
+    # what was measured
+    ("run_id", _S), ("timestamp", _S),  # timestamp: ISO 8601 UTC
+    ("shape_set", _S), ("gemm", _S),
+    ("M", _I), ("N", _I), ("K", _I), ("E", _I), ("topk", _I), ("tp", _I), ("dtype", _S),
+    # by which kernel
+    ("variant", _S), ("family", _S), ("variant_source", _S), ("config", _S),  # config: JSON text
+    # outcome
+    ("status", _S), ("reason", _S), ("max_rel_err", _F),
+    ("time_us_median", _F), ("time_us_p20", _F), ("time_us_p80", _F), ("n_samples", _I),
+    ("samples_us", pa.list_(_F)),
+    ("timing_mode", _S), ("l2_state", _S),
+    # derived by gemmbench.metrics
+    ("flops", _I), ("bytes_min", _I), ("tflops", _F), ("gbps", _F),
+    ("roofline_bound_us", _F), ("pct_of_roofline", _F),
+    # where
+    ("device", _S), ("gpu", _S), ("gpu_uuid", _S), ("sm_count", _I), ("driver", _S), ("cuda", _S),
+    ("torch", _S), ("triton", _S), ("gemmbench_version", _S), ("git_sha", _S), ("host", _S),
+    ("ceiling_bw_gbps", _F), ("ceiling_tflops", _F),
+    ("schema_version", _I),
+]
+REQUIRED = (
+    "run_id", "shape_set", "gemm", "M", "N", "K", "E", "topk", "tp", "dtype", "variant", "status",
+    "schema_version",
+)
+_META_KEY = b"gemmbench.schema_version"  # also in the file metadata, so an empty run is versioned
+SCHEMA = pa.schema(
+    [pa.field(name, typ, nullable=name not in REQUIRED) for name, typ in _COLUMNS],
+    metadata={_META_KEY: str(SCHEMA_VERSION).encode()},
+)
+COLUMNS = [name for name, _ in _COLUMNS]
+_TYPES = dict(_COLUMNS)
+
+
+class StoreError(ValueError):
+    """A row or a file that cannot be stored or loaded; the one-line message is meant for users."""
+
+
+def _one_line(e: BaseException) -> str:
+    lines = str(e).strip().splitlines()
+    return lines[0] if lines else type(e).__name__
+
+
+def normalize_row(row: dict) -> dict:
+    """A complete row in column order: missing columns None, schema_version set, values checked.
+
+    A dict `config` is serialized to JSON text (sorted keys, so equal configs compare equal).
+    """
+    unknown = [k for k in row if k not in _TYPES]
+    if unknown:
+        raise StoreError(f"unknown column {unknown[0]!r} in result row")
+    out = {name: row.get(name) for name in COLUMNS}
+    out["schema_version"] = SCHEMA_VERSION
+    if out["config"] is not None and not isinstance(out["config"], str):
+        out["config"] = json.dumps(out["config"], sort_keys=True)
+    if out["samples_us"] is not None:
+        out["samples_us"] = [float(x) for x in out["samples_us"]]  # numpy arrays, tuples -> list
+    for name in REQUIRED:
+        if out[name] is None:
+            raise StoreError(f"result row is missing required column {name!r}")
+    if out["status"] not in STATUSES:
+        raise StoreError(f"bad status {out['status']!r} (expected one of {', '.join(STATUSES)})")
+    # Type-check each value now, so the error names the column and happens at append(), not
+    # later as an anonymous Arrow error while rewriting the file.
+    for name, value in out.items():
+        if value is not None:
+            try:
+                pa.array([value], type=_TYPES[name])
+            except (pa.ArrowException, TypeError, ValueError) as e:
+                raise StoreError(f"column {name!r}: bad value {value!r} ({_one_line(e)})") from None
+    return out
+
+
+def write_rows(path: str | Path, rows: list[dict]) -> None:
+    """Write `rows` as one Parquet file, atomically.
+
+    Temp file in the same folder (os.replace is only atomic within one file system), fsync, then
+    rename over `path`: readers see the old complete file or the new complete file, never half.
+    """
+    path = Path(path)
+    table = pa.Table.from_pylist([normalize_row(r) for r in rows], schema=SCHEMA)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            pq.write_table(table, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:  # incl. KeyboardInterrupt: leave no temp file behind
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    # Persist the rename itself; not every platform can open a directory, hence best effort.
+    try:
+        dir_fd = os.open(path.parent, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(dir_fd)
+    except OSError:
+        pass
+    finally:
+        os.close(dir_fd)
+
+
+class RunWriter:
+    """Accumulates the rows of one run and keeps `path` a complete Parquet file after each append.
+
+    The whole file is rewritten per row: runs have hundreds of rows at most, and rewriting is far
+    simpler than appending to Parquet (which has no append).  An existing file at `path` is
+    replaced at the first append, not merged.
+    """
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self._rows: list[dict] = []  # nothing is written until the first row
+
+    @property
+    def rows(self) -> list[dict]:
+        return list(self._rows)
+
+    def append(self, row: dict) -> None:
+        self._rows.append(normalize_row(row))
+        try:
+            write_rows(self.path, self._rows)
+        except BaseException:
+            self._rows.pop()  # memory stays equal to what is on disk
+            raise
+
+
+def _files(p: Path) -> list[Path]:
+    if p.is_dir():
+        files = sorted(f for f in p.glob("*.parquet") if f.is_file() and not f.name.endswith(".tmp"))
+        if not files:
+            raise StoreError(f"{p}: folder has no .parquet files")
+        return files
+    if p.exists():
+        return [p]
+    raise StoreError(f"{p}: no such file or folder")
+
+
+def _schema_version(f: Path, table: pa.Table) -> int:
+    if "schema_version" in table.column_names:
+        versions = set(table.column("schema_version").drop_null().to_pylist())
+        if len(versions) > 1:
+            # Mixed versions cannot come from write_rows; judge by the oldest.
+            return min(versions)
+        if versions:
+            return versions.pop()
+    meta = (table.schema.metadata or {}).get(_META_KEY)
+    if meta is not None and meta.isdigit():
+        return int(meta)
+    raise StoreError(
+        f"{f}: has no schema_version, written by an older gemmbench; re-run it or load it with "
+        f"the gemmbench version that wrote it"
+    )
+
+
+def _read(f: Path) -> pa.Table:
+    try:
+        table = pq.read_table(f)
+    except (pa.ArrowException, OSError) as e:
+        raise StoreError(f"{f}: not a readable Parquet file, truncated or not Parquet ({_one_line(e)})") from None
+    v = _schema_version(f, table)
+    if v < SCHEMA_VERSION:
+        raise StoreError(
+            f"{f}: written by an older gemmbench (schema {v}, this one reads {SCHEMA_VERSION}); "
+            f"re-run it or load it with the gemmbench version that wrote it"
+        )
+    if v > SCHEMA_VERSION:
+        raise StoreError(
+            f"{f}: written by a newer gemmbench (schema {v}, this one reads {SCHEMA_VERSION}); "
+            f"upgrade gemmbench"
+        )
+    missing = [c for c in COLUMNS if c not in table.column_names]
+    if missing:
+        raise StoreError(f"{f}: missing column {missing[0]!r} for schema {SCHEMA_VERSION}")
+    try:
+        return table.select(COLUMNS).cast(SCHEMA)  # drop extras, unify column order and types
+    except (pa.ArrowException, ValueError) as e:
+        raise StoreError(f"{f}: columns do not match schema {SCHEMA_VERSION} ({_one_line(e)})") from None
+
+
+def load(paths: Sequence[str | Path]) -> pd.DataFrame:
+    """All rows of the given runs as one DataFrame (columns in COLUMNS order).
+
+    Each path is a .parquet file or a folder (its *.parquet files, sorted, not recursive; *.tmp
+    left by a killed writer are skipped).  dtypes do not depend on the data: strings are pandas'
+    string dtype, floats float64 (None -> NaN), required ints int64, nullable ints Int64 (None ->
+    <NA>), samples_us holds numpy float64 arrays or None.
+    """
+    if isinstance(paths, (str, Path)):
+        paths = [paths]
+    if not paths:
+        raise StoreError("no result files given")
+    tables = [_read(f) for p in paths for f in _files(Path(p))]
+    table = pa.concat_tables(tables)
+    # Int64 for nullable ints: without it a column's dtype would flip between int64 and float64
+    # depending on whether some row (e.g. a skipped cell) has a null.
+    df = table.to_pandas(types_mapper={pa.int64(): pd.Int64Dtype()}.get)
+    for name in REQUIRED:
+        if _TYPES[name] == pa.int64():
+            df[name] = df[name].astype("int64")
+    return df

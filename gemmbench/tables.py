@@ -1,0 +1,82 @@
+"""The end-of-run tables: one per GEMM, every cell with its status, speedups against that dtype's
+cuBLAS baseline (never from a wrong or failed result)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from rich.table import Table
+from rich.text import Text
+
+BASELINE = {"fp8": "cublas_fp8", "bf16": "cublas_bf16", "fp16": "cublas_fp16"}
+MOE_BASELINE = "torch_moe_loop"
+STATUS_STYLE = {"ok": "green", "wrong": "bold red", "error": "bold red", "skipped": "dim"}
+
+
+def baseline_for(row: dict) -> str:
+    return MOE_BASELINE if row["E"] > 1 else BASELINE[row["dtype"]]
+
+
+def speedups(rows: list[dict]) -> dict[int, float]:
+    """id(row) -> baseline time / row time, for ok rows whose baseline is ok in the same run."""
+    base = {}
+    for r in rows:
+        if r["status"] == "ok" and r["variant"] == baseline_for(r):
+            base[(r["gemm"], r["M"], r["N"], r["K"], r["tp"], r["dtype"])] = r["time_us_median"]
+    out = {}
+    for r in rows:
+        b = base.get((r["gemm"], r["M"], r["N"], r["K"], r["tp"], r["dtype"]))
+        if r["status"] == "ok" and b:
+            out[id(r)] = b / r["time_us_median"]
+    return out
+
+
+def _fmt(x, spec: str) -> str:
+    return "" if x is None else format(x, spec)
+
+
+def gemm_tables(rows: list[dict]) -> list[Table]:
+    by_gemm = defaultdict(list)
+    for r in rows:
+        by_gemm[(r["gemm"], r["N"], r["K"], r["E"], r["topk"], r["tp"])].append(r)
+    sp = speedups(rows)
+    # the fastest ok variant of each (gemm, M, dtype) is starred
+    best = {}
+    for r in rows:
+        if r["status"] == "ok":
+            k = (r["gemm"], r["M"], r["dtype"], r["tp"])
+            if k not in best or r["time_us_median"] < best[k]["time_us_median"]:
+                best[k] = r
+    best_ids = {id(r) for r in best.values()}
+    tables = []
+    for (gemm, N, K, E, topk, tp), rs in by_gemm.items():
+        moe = f", E={E} top{topk}" if E > 1 else ""
+        title = f"{gemm}  N={N} K={K}{moe}" + (f"  tp={tp}" if tp > 1 else "")
+        first = rs[0]
+        caption = f"timing: {first.get('timing_mode')} (L2 {first.get('l2_state')}); speedup vs " + (
+            MOE_BASELINE if E > 1 else "cublas_<dtype>") + "; * = fastest at that M and dtype"
+        t = Table(title=title, caption=caption, title_justify="left")
+        for col, just in (("M", "right"), ("dtype", "left"), ("variant", "left"), ("µs", "right"),
+                          ("TFLOPS", "right"), ("GB/s", "right"), ("% roofline", "right"),
+                          ("speedup", "right"), ("status", "left")):
+            t.add_column(col, justify=just)
+        for r in sorted(rs, key=lambda r: (r["M"], r["dtype"], r["variant"])):
+            ok = r["status"] == "ok"
+            status = r["status"] if ok else f"{r['status']}: {r.get('reason') or ''}"
+            t.add_row(
+                str(r["M"]), r["dtype"], ("* " if id(r) in best_ids else "") + r["variant"],
+                _fmt(r.get("time_us_median"), ".2f") if ok else "",
+                _fmt(r.get("tflops"), ".1f") if ok else "", _fmt(r.get("gbps"), ".0f") if ok else "",
+                _fmt(r.get("pct_of_roofline"), ".0f") if ok else "",
+                _fmt(sp.get(id(r)), ".2f") + ("x" if id(r) in sp else ""),
+                Text(status[:160], style=STATUS_STYLE[r["status"]]),  # Text: reasons may hold '[' 
+            )
+        tables.append(t)
+    return tables
+
+
+def status_counts(rows: list[dict]) -> dict[str, int]:
+    counts = defaultdict(int)
+    for r in rows:
+        counts[r["status"]] += 1
+    return dict(counts)

@@ -1,0 +1,221 @@
+"""The only timing primitive.  Modes (GPU-FACTS.md §1 explains why the first matters so much):
+
+  cold   (default) before every sample L2 is emptied by *reading* a buffer (>= 2x L2, >= 256 MiB) -
+         zero-filling it would leave dirty lines whose write-back lands inside the timed kernel.
+         The eviction is queued before the start event, so host launch latency stays out.
+         CUDA events per sample.  L2 state: cold.
+  stream a CUDA graph of consecutive calls over distinct input copies (>= 4x L2 and >= 512 MiB in
+         all), time per call: what a model sees layer after layer.  L2 state: streaming.
+  graph  a CUDA graph of [eviction, start event, call, end event] replayed per sample.  L2: cold.
+  wall   host wall time per call of eager launches, synchronised: what eager Python code pays
+         (launch overhead included).  L2: warm.  The only mode on a CPU.
+
+Every sample is kept.  Warm-up >= 25 ms; >= 10 samples; then sampling stops once the median is
+known to `target_noise` ((p80 - p20) / median / sqrt(n)) or the per-cell budget is spent.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import numpy as np
+import torch
+
+MODES = ("cold", "stream", "graph", "wall")
+L2_STATE = {"cold": "cold", "graph": "cold", "stream": "streaming", "wall": "warm"}
+STREAM_MIN_BYTES = 512 << 20  # GPU-FACTS §1 "D": >= 512 MiB of distinct copies per graph
+MAX_COPIES = 64
+
+
+class TimingError(RuntimeError):
+    pass
+
+
+def _sync() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+@dataclass
+class Prepared:
+    """One variant's state between rounds: how to take a sample, and what it has so far."""
+
+    take: Callable[[int], list]  # n -> n samples in µs
+    samples: list = field(default_factory=list)
+    spent_s: float = 0.0
+
+
+class Timer:
+    def __init__(
+        self, mode: str = "cold", *, warmup_ms: float = 25.0, min_samples: int = 10, max_samples: int = 2000,
+        budget_s: float = 0.5, target_noise: float = 0.005, batch: int = 10,
+    ):
+        if mode not in MODES:
+            raise TimingError(f"unknown timing mode {mode!r} (choose from {', '.join(MODES)})")
+        if mode != "wall" and not torch.cuda.is_available():
+            raise TimingError(f"--timing {mode} needs a CUDA GPU; on a CPU only 'wall' timing exists")
+        self.mode = mode
+        self.warmup_ms, self.min_samples, self.max_samples = warmup_ms, min_samples, max_samples
+        self.budget_s, self.target_noise, self.batch = budget_s, target_noise, batch
+        self._evictor = None
+
+    @property
+    def l2_state(self) -> str:
+        return L2_STATE[self.mode]
+
+    # -- eviction ---------------------------------------------------------------------------
+    def _evict(self) -> None:
+        if self._evictor is None:
+            from gemmbench.device import detect
+            from gemmbench.streamread import StreamReader
+
+            l2 = detect().l2_bytes or (50 << 20)
+            self._evictor = StreamReader(max(2 * l2, 256 << 20))
+        self._evictor()
+
+    def copies_needed(self, nbytes_per_copy: int) -> int:
+        """Distinct input copies a stream-mode graph cycles through (1 in the other modes)."""
+        if self.mode != "stream":
+            return 1
+        from gemmbench.device import detect
+
+        floor = max(STREAM_MIN_BYTES, 4 * (detect().l2_bytes or (50 << 20)))
+        return int(min(MAX_COPIES, max(2, math.ceil(floor / max(1, nbytes_per_copy)))))
+
+    # -- one variant ------------------------------------------------------------------------
+    def prepare(self, fns: Sequence[Callable], graph_safe: bool = True) -> Prepared:
+        """Warm up and build the sampler for one variant; `fns` are its launches over distinct copies."""
+        if self.mode in ("stream", "graph") and not graph_safe:
+            raise TimingError(f"--timing {self.mode} captures a CUDA graph, and this launch syncs with the host")
+        fn = fns[0]
+        t_end = time.perf_counter() + self.warmup_ms / 1e3
+        calls = 0
+        while calls < 3 or time.perf_counter() < t_end:  # compile, autotune caches, clocks up
+            for f in fns:
+                f()
+            _sync()
+            calls += 1
+        if self.mode == "cold":
+            return Prepared(take=lambda n: self._cold(fn, n))
+        if self.mode == "wall":
+            return Prepared(take=lambda n: self._wall(fn, n))
+        if self.mode == "stream":
+            return Prepared(take=self._stream_sampler(fns))
+        return Prepared(take=self._graph_sampler(fn))
+
+    def _cold(self, fn: Callable, n: int) -> list:
+        events = []
+        for _ in range(n):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            self._evict()  # queued ahead of the start event: its ~0.1 ms hides the host's launch latency
+            start.record()
+            fn()
+            end.record()
+            events.append((start, end))
+        torch.cuda.synchronize()
+        return [s.elapsed_time(e) * 1e3 for s, e in events]
+
+    def _wall(self, fn: Callable, n: int) -> list:
+        t0 = time.perf_counter()
+        fn()
+        _sync()
+        reps = max(1, min(1000, int(1e-3 / max(time.perf_counter() - t0, 1e-7))))  # samples of >= ~1 ms
+        out = []
+        for _ in range(n):
+            _sync()
+            t0 = time.perf_counter()
+            for _ in range(reps):
+                fn()
+            _sync()
+            out.append((time.perf_counter() - t0) / reps * 1e6)
+        return out
+
+    def _stream_sampler(self, fns: Sequence[Callable]) -> Callable[[int], list]:
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for f in fns:
+                f()
+        per_call = len(fns)
+
+        def take(n: int) -> list:
+            events = []
+            for _ in range(n):
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                graph.replay()
+                end.record()
+                events.append((start, end))
+            torch.cuda.synchronize()
+            return [s.elapsed_time(e) * 1e3 / per_call for s, e in events]
+
+        return take
+
+    def _graph_sampler(self, fn: Callable) -> Callable[[int], list]:
+        # Event-record nodes inside the graph (external=True) bracket the call alone, so the
+        # eviction runs in the same replay but outside the measured interval.
+        try:
+            start = torch.cuda.Event(enable_timing=True, external=True)
+            end = torch.cuda.Event(enable_timing=True, external=True)
+        except TypeError as exc:
+            raise TimingError("--timing graph needs torch.cuda.Event(external=True) (PyTorch >= 2.7)") from exc
+        self._evict()  # allocate the eviction buffer outside capture
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            self._evict()
+            start.record()
+            fn()
+            end.record()
+
+        def take(n: int) -> list:
+            out = []
+            for _ in range(n):
+                graph.replay()
+                end.synchronize()
+                out.append(start.elapsed_time(end) * 1e3)
+            return out
+
+        return take
+
+    # -- stopping rule ----------------------------------------------------------------------
+    def enough(self, p: Prepared) -> bool:
+        n = len(p.samples)
+        if n < self.min_samples:
+            return False
+        if n >= self.max_samples or p.spent_s >= self.budget_s:
+            return True
+        p20, med, p80 = np.percentile(p.samples, [20, 50, 80])
+        return (p80 - p20) / med / math.sqrt(n) <= self.target_noise
+
+    def run(self, prepared: dict) -> dict:
+        """Sample every prepared variant in interleaved rounds (clock drift then favours none).
+        Yields nothing; calls `on_batch(name)` hooks are the caller's business via `rounds()`."""
+        for _ in self.rounds(prepared):
+            pass
+        return {k: p.samples for k, p in prepared.items()}
+
+    def rounds(self, prepared: dict):
+        """Generator form of run(): yields the name of the variant about to be sampled (crash attribution)."""
+        active = list(prepared)
+        while active:
+            for name in list(active):
+                p = prepared[name]
+                yield name
+                t0 = time.perf_counter()
+                p.samples += p.take(self.batch)
+                p.spent_s += time.perf_counter() - t0
+                if self.enough(p):
+                    active.remove(name)
+
+    def measure(self, fns: Sequence[Callable], graph_safe: bool = True) -> list:
+        """All samples of one launch (or of its copies in stream mode), in µs."""
+        return self.run({"x": self.prepare(fns, graph_safe)})["x"]
+
+
+def quick_median_us(fn: Callable) -> float:
+    """A short cold (GPU) or wall (CPU) measurement for choosing between configs."""
+    mode = "cold" if torch.cuda.is_available() else "wall"
+    timer = Timer(mode, warmup_ms=5, min_samples=10, budget_s=0.05, target_noise=0.01)
+    return float(np.median(timer.measure([fn])))

@@ -1,0 +1,234 @@
+"""The worker process: checks and times the variants of one problem at a time.
+
+A kernel that faults (illegal address, misaligned access) poisons the CUDA context of its whole
+process, so cells run here, never in the process that owns the sweep.  The parent (runner.py)
+sends one JSON task per line on stdin; events go back as JSON lines on the file descriptor named
+by GEMMBENCH_EVENT_FD (stdout stays free for whatever kernels or plugins print):
+
+  {"ev": "begin", "variant": V, "phase": "check"|"time"}   before any work that could fault
+  {"ev": "row", "row": {...}}                               a finished cell (any status)
+  {"ev": "passed", "variant": V}                            check-only tasks: V passed its check
+  {"ev": "done"}                                            the task is complete
+
+After a CUDA error the worker reports the row and exits with FATAL_EXIT; the parent starts a new one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import traceback
+
+FATAL_EXIT = 3
+
+
+class Events:
+    def __init__(self, fd: int):
+        self._f = os.fdopen(fd, "w", buffering=1)
+
+    def send(self, **event) -> None:
+        self._f.write(json.dumps(event) + "\n")
+        self._f.flush()
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"[:500]
+
+
+def context_poisoned() -> bool:
+    """True when the CUDA context is unusable (a sticky error): only a new process recovers."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return False
+    try:
+        torch.cuda.synchronize()
+        return False
+    except Exception:  # noqa: BLE001 - any failure here means the context is gone
+        return True
+
+
+class Worker:
+    def __init__(self, args, events: Events):
+        import torch
+
+        from gemmbench import device, registry
+        from gemmbench.timing import Timer
+
+        self.torch, self.registry, self.events = torch, registry, events
+        for plugin in args.plugin:
+            registry.load_plugin(plugin)
+        self.dev = device.detect()
+        self.devname = "cuda" if self.dev.kind == "cuda" else "cpu"
+        self.timer = Timer(args.timing, budget_s=args.budget, min_samples=args.min_samples)
+        self.ceilings = None
+        self.need_ceilings = not args.check_only
+        self.provenance = device.provenance()
+        self.sanitizer_log = os.environ.get("GEMMBENCH_SANITIZER_LOG")
+        self._log_pos = 0
+
+    # -- rows -------------------------------------------------------------------------------
+    def _row(self, problem, variant, status: str, reason: str = "", **extra) -> dict:
+        from gemmbench import metrics
+
+        row = dict(
+            shape_set=problem.shape_set, gemm=problem.gemm, M=problem.M, N=problem.N, K=problem.K,
+            E=problem.E, topk=problem.topk, tp=problem.tp, dtype=problem.dtype,
+            variant=variant.name, family=variant.family, variant_source=variant.source,
+            status=status, reason=reason or None, timing_mode=self.timer.mode, l2_state=self.timer.l2_state,
+            flops=metrics.flops(problem), **self.provenance,
+        )
+        row.update(extra)
+        return row
+
+    def _fail(self, problem, variant, phase: str, exc: BaseException) -> None:
+        reason = f"{phase}: {_one_line(exc)}"
+        poisoned = context_poisoned()
+        report = self._sanitizer_report()
+        if report:
+            reason = f"{phase}: compute-sanitizer: {report}"
+        self.events.send(ev="row", row=self._row(problem, variant, "error", reason))
+        if poisoned:
+            sys.exit(FATAL_EXIT)
+
+    def _sanitizer_report(self) -> str:
+        """The first error compute-sanitizer logged since the last look ('' when none or not sanitizing)."""
+        if not self.sanitizer_log or not os.path.exists(self.sanitizer_log):
+            return ""
+        with open(self.sanitizer_log, errors="replace") as f:
+            f.seek(self._log_pos)
+            text = f.read()
+            self._log_pos = f.tell()
+        lines = [ln.strip("= ").strip() for ln in text.splitlines()]
+        errors = [i for i, ln in enumerate(lines) if ln.startswith(("Invalid", "Program hit", "Uninitialized", "Race"))]
+        if not errors:
+            return ""
+        i = errors[0]
+        where = next((ln for ln in lines[i + 1:i + 4] if ln.startswith(("at ", "by thread"))), "")
+        return f"{lines[i]} {where}".strip()[:500]
+
+    # -- phases -----------------------------------------------------------------------------
+    def check(self, problem, variant, seed: int):
+        """Run once on fresh inputs into a NaN-poisoned output; compare with the fp32 reference."""
+        from gemmbench.check import compare, poison, reference
+        from gemmbench.inputs import make_inputs
+
+        inputs = make_inputs(problem, seed, self.devname, scaling=variant.fp8_scaling)
+        launch = variant.make(problem, inputs)
+        poison(launch.out)
+        out = launch.fn()
+        if self.dev.kind == "cuda":
+            self.torch.cuda.synchronize()
+        report = self._sanitizer_report()
+        if report:
+            raise RuntimeError(f"compute-sanitizer: {report}")
+        return compare(problem, out, reference(problem, inputs)), launch.config
+
+    def task(self, task: dict) -> None:
+        from gemmbench.shapes import Problem
+
+        problem = Problem(**task["problem"])
+        seed = task["seed"]
+        passed = {}
+        for name in task["variants"]:
+            variant = self.registry.get(name)
+            reason = variant.unsupported_reason(problem, self.dev)
+            if reason:
+                self.events.send(ev="row", row=self._row(problem, variant, "skipped", reason))
+                continue
+            self.events.send(ev="begin", variant=name, phase="check")
+            try:
+                result, config = self.check(problem, variant, seed)
+            except Exception as exc:  # noqa: BLE001 - recorded as the cell's error, the sweep goes on
+                self._fail(problem, variant, "check", exc)
+                continue
+            if not result.ok:
+                self.events.send(ev="row", row=self._row(
+                    problem, variant, "wrong", result.detail, max_rel_err=result.max_rel_err, config=config))
+                continue
+            if task.get("check_only"):
+                self.events.send(ev="passed", variant=name)
+            else:
+                passed[name] = (variant, result.max_rel_err)
+        if passed:
+            self.time(problem, passed, seed + 1)
+        self.events.send(ev="done")
+
+    def time(self, problem, passed: dict, seed: int) -> None:
+        from gemmbench import metrics
+        from gemmbench.device import ceilings
+        from gemmbench.inputs import make_inputs
+        from gemmbench.timing import TimingError
+
+        if self.need_ceilings and self.ceilings is None and self.dev.kind == "cuda":
+            self.ceilings = ceilings(self.timer.mode)
+        copies, prepared, configs, hit = {}, {}, {}, {}
+        for name, (variant, _) in passed.items():
+            self.events.send(ev="begin", variant=name, phase="time")
+            try:
+                scaling = variant.fp8_scaling
+                if scaling not in copies:
+                    first = make_inputs(problem, seed, self.devname, scaling=scaling)
+                    n = self.timer.copies_needed(first.nbytes())
+                    copies[scaling] = [first] + [
+                        make_inputs(problem, seed + i, self.devname, scaling=scaling) for i in range(1, n)]
+                launches = [variant.make(problem, inp) for inp in copies[scaling]]
+                configs[name] = launches[0].config
+                hit[name] = copies[scaling][0].experts_hit()
+                prepared[name] = self.timer.prepare([l.fn for l in launches], all(l.graph_safe for l in launches))
+            except TimingError as exc:
+                self.events.send(ev="row", row=self._row(problem, variant, "skipped", str(exc)))
+            except Exception as exc:  # noqa: BLE001
+                self._fail(problem, variant, "time", exc)
+        current = None
+        while True:
+            try:
+                for current in self.timer.rounds(prepared):
+                    self.events.send(ev="begin", variant=current, phase="time")
+                break
+            except Exception as exc:  # noqa: BLE001 - drop the failing variant, keep timing the rest
+                self._fail(problem, passed[current][0], "time", exc)
+                del prepared[current]
+        for name, p in prepared.items():
+            variant, err = passed[name]
+            stats = metrics.summarize(p.samples)
+            t = stats["time_us_median"]
+            nbytes = metrics.bytes_min(problem, hit[name] if problem.is_moe else None,
+                                       variant.fp8_scaling if problem.dtype == "fp8" else "tensor")
+            flops = metrics.flops(problem)
+            extra = dict(stats, samples_us=p.samples, max_rel_err=err, config=configs[name], bytes_min=nbytes,
+                         tflops=metrics.tflops(flops, t), gbps=metrics.gbps(nbytes, t))
+            if self.ceilings is not None:
+                bw = metrics.bandwidth_at(self.ceilings.bandwidth_ladder, nbytes)
+                peak = self.ceilings.peak_for(problem.dtype)
+                bound = metrics.roofline_bound_us(flops, nbytes, bw, peak)
+                extra.update(ceiling_bw_gbps=bw, ceiling_tflops=peak, roofline_bound_us=bound,
+                             pct_of_roofline=metrics.pct_of_roofline(t, bound))
+            self.events.send(ev="row", row=self._row(problem, variant, "ok", **extra))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="gemmbench worker (started by gemmbench run)")
+    parser.add_argument("--timing", default="cold")
+    parser.add_argument("--budget", type=float, default=0.5)
+    parser.add_argument("--min-samples", type=int, default=10)
+    parser.add_argument("--plugin", action="append", default=[])
+    parser.add_argument("--check-only", action="store_true")
+    args = parser.parse_args()
+    events = Events(int(os.environ["GEMMBENCH_EVENT_FD"]))
+    try:
+        worker = Worker(args, events)
+    except Exception as exc:  # noqa: BLE001 - the parent reports it once and stops
+        events.send(ev="startup_failed", error=_one_line(exc), detail=traceback.format_exc()[-2000:])
+        sys.exit(2)
+    events.send(ev="ready")
+    for line in sys.stdin:
+        if line.strip():
+            worker.task(json.loads(line))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,69 @@
+"""cuBLAS baselines through PyTorch (on a CPU machine, the same calls run torch's CPU matmul).
+
+cublas_bf16 / cublas_fp16: torch.mm(a, b.T) with the weight stored (N, K), as nn.Linear does.
+cublas_fp8: torch._scaled_mm with per-tensor fp32 scales, bf16 out; cublas_fp8_rowwise: one scale
+per activation row and per weight row (what fp8 serving stacks use).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Optional
+
+import torch
+
+from gemmbench.registry import Launch, Variant, register
+
+
+def _make_mm(problem, inputs) -> Launch:
+    a, b = inputs.a, inputs.b
+    out = torch.empty((problem.M, problem.N), dtype=inputs.out_dtype, device=a.device)
+    bt = b.t()  # a view: no copy, cuBLAS reads the (N, K) weight transposed
+    return Launch(fn=lambda: torch.mm(a, bt, out=out), out=out)
+
+
+def _make_scaled_mm(problem, inputs) -> Launch:
+    a, bt = inputs.a, inputs.b.t()  # _scaled_mm wants B column-major: the (N, K) weight's transpose
+    sa = inputs.a_scale
+    sb = inputs.b_scale.reshape(1, -1) if inputs.scaling == "row" else inputs.b_scale
+    return Launch(fn=lambda: torch._scaled_mm(a, bt, scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16))
+
+
+@functools.lru_cache(maxsize=None)
+def _scaled_mm_error(device_kind: str, scaling: str) -> Optional[str]:
+    """Run a tiny _scaled_mm once: the only reliable way to know whether this torch/GPU has the path."""
+    dev = "cuda" if device_kind == "cuda" else "cpu"
+    try:
+        a = torch.ones((16, 32), device=dev).to(torch.float8_e4m3fn)
+        b = torch.ones((16, 32), device=dev).to(torch.float8_e4m3fn)
+        if scaling == "row":
+            sa, sb = torch.ones((16, 1), device=dev), torch.ones((1, 16), device=dev)
+        else:
+            sa, sb = torch.ones((), device=dev), torch.ones((), device=dev)
+        torch._scaled_mm(a, b.t(), scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16)
+        return None
+    except Exception as exc:  # noqa: BLE001 - any failure means "cannot run here"
+        return f"torch._scaled_mm ({scaling}-wise) is not available here: {str(exc).splitlines()[0][:160]}"
+
+
+def _fp8_supports(scaling: str):
+    def supports(problem, device) -> Optional[str]:
+        if problem.N % 16 or problem.K % 16:
+            return f"torch._scaled_mm needs N and K divisible by 16 (N={problem.N}, K={problem.K})"
+        if device.kind == "cuda" and device.capability < ((9, 0) if scaling == "row" else (8, 9)):
+            return f"cuBLAS fp8 ({scaling}-wise) needs a newer GPU than {device.name} {device.capability}"
+        return _scaled_mm_error(device.kind, scaling)
+
+    return supports
+
+
+register(Variant("cublas_bf16", "cublas", ("bf16",), "torch.mm, bf16 (cuBLAS on a GPU)", _make_mm))
+register(Variant("cublas_fp16", "cublas", ("fp16",), "torch.mm, fp16 (cuBLAS on a GPU)", _make_mm))
+register(Variant(
+    "cublas_fp8", "cublas", ("fp8",), "torch._scaled_mm, fp8 e4m3, per-tensor scales, bf16 out",
+    _make_scaled_mm, supports=_fp8_supports("tensor"), fp8_scaling="tensor",
+))
+register(Variant(
+    "cublas_fp8_rowwise", "cublas", ("fp8",), "torch._scaled_mm, fp8 e4m3, row-wise scales, bf16 out",
+    _make_scaled_mm, supports=_fp8_supports("row"), fp8_scaling="row",
+))

@@ -1,0 +1,132 @@
+"""Data-parallel Triton GEMM (the seeds' "base Triton"): one program per output tile, full K loop.
+
+out (M, N) = a (M, K) @ b (N, K)^T, b stored as nn.Linear stores its weight (K contiguous, which is
+also the K-major B operand Hopper's fp8 tensor-core path wants).  fp8 e4m3 takes per-tensor scales
+read from device memory (no host sync) and writes bf16, as torch._scaled_mm does; fp16/bf16 write
+their own dtype.  The tile schedule is a compile-time parameter (kernels/schedules.py), registered
+as three variants.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from gemmbench.kernels.schedules import tile_of
+from gemmbench import tuning
+from gemmbench.registry import Launch, Variant, register
+
+
+@triton.jit
+def dp_gemm_kernel(
+    a_ptr,  # (M, K)
+    b_ptr,  # (N, K)
+    c_ptr,  # (M, N)
+    a_scale_ptr,  # (1,) fp32, read only when HAS_SCALE
+    b_scale_ptr,  # (1,) fp32, read only when HAS_SCALE
+    M, N, K,
+    stride_am, stride_ak,
+    stride_bn, stride_bk,
+    stride_cm, stride_cn,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr, SCHEDULE: tl.constexpr,
+    HAS_SCALE: tl.constexpr, EVEN_K: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    grid_m = tl.cdiv(M, BLOCK_M)
+    grid_n = tl.cdiv(N, BLOCK_N)
+    pid_m, pid_n = tile_of(pid, grid_m, grid_n, SCHEDULE, GROUP_M)
+
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    # Rows past M / N are clamped onto valid rows (loads stay in bounds without a mask, which keeps
+    # them vectorised); the store below is masked, so the duplicated rows are never written.
+    rows_a = tl.where(offs_m < M, offs_m, M - 1)
+    rows_b = tl.where(offs_n < N, offs_n, N - 1)
+    a_ptrs = a_ptr + rows_a[:, None] * stride_am + offs_k[None, :] * stride_ak
+    b_ptrs = b_ptr + rows_b[None, :] * stride_bn + offs_k[:, None] * stride_bk
+
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BLOCK_K)):
+        if EVEN_K:
+            a = tl.load(a_ptrs)
+            b = tl.load(b_ptrs)
+        else:
+            k_left = K - k * BLOCK_K
+            a = tl.load(a_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
+            b = tl.load(b_ptrs, mask=offs_k[:, None] < k_left, other=0.0)
+        acc = tl.dot(a, b, acc)
+        a_ptrs += BLOCK_K * stride_ak
+        b_ptrs += BLOCK_K * stride_bk
+
+    if HAS_SCALE:
+        acc = acc * (tl.load(a_scale_ptr) * tl.load(b_scale_ptr))
+    c_ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn
+    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
+
+
+def dp_gemm(a, b, out, a_scale, b_scale, config: dict, schedule: str) -> torch.Tensor:
+    """Launch into `out`.  Checks shapes; allocates nothing."""
+    M, K = a.shape
+    N, K2 = b.shape
+    assert K == K2 and out.shape == (M, N), (a.shape, b.shape, out.shape)
+    bm, bn, bk = config["BLOCK_M"], config["BLOCK_N"], config["BLOCK_K"]
+    grid = (triton.cdiv(M, bm) * triton.cdiv(N, bn),)
+    has_scale = a_scale is not None
+    dp_gemm_kernel[grid](
+        a, b, out,
+        a_scale if has_scale else a, b_scale if has_scale else b,
+        M, N, K,
+        a.stride(0), a.stride(1), b.stride(0), b.stride(1), out.stride(0), out.stride(1),
+        BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=config.get("GROUP_M", 8), SCHEDULE=schedule,
+        HAS_SCALE=has_scale, EVEN_K=(K % bk == 0),
+        num_warps=config["num_warps"], num_stages=config["num_stages"],
+    )
+    return out
+
+
+def _cfg(bm, bn, bk, warps, stages, group_m=8):
+    return dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=group_m, num_warps=warps, num_stages=stages)
+
+
+def candidate_configs(M: int, on_gpu: bool) -> list[dict]:
+    """A small search space per M bucket (decode shapes stream the weight: wide K tiles, few warps)."""
+    if not on_gpu:
+        # Triton's CPU interpreter: one small config; its cost grows with the tile size.
+        return [_cfg(16, 32, 32, 4, 1, group_m=2)]
+    if M <= 64:
+        bm = 16 if M <= 16 else (32 if M <= 32 else 64)
+        return [_cfg(bm, 64, 128, 4, 4), _cfg(bm, 128, 128, 4, 4), _cfg(bm, 64, 256, 4, 3),
+                _cfg(bm, 128, 256, 8, 3), _cfg(bm, 32, 256, 4, 4)]
+    return [_cfg(128, 128, 64, 8, 3), _cfg(128, 256, 64, 8, 3), _cfg(64, 128, 64, 4, 4),
+            _cfg(128, 128, 128, 8, 3), _cfg(64, 256, 64, 4, 4)]
+
+
+def _make(schedule: str):
+    def make(problem, inputs) -> Launch:
+        a, b = inputs.a, inputs.b
+        out = torch.empty((problem.M, problem.N), dtype=inputs.out_dtype, device=a.device)
+
+        def launcher(config):
+            return lambda: dp_gemm(a, b, out, inputs.a_scale, inputs.b_scale, config, schedule)
+
+        config = tuning.pick(f"triton_dp_{schedule}", problem, candidate_configs(problem.M, a.is_cuda), launcher)
+        return Launch(fn=launcher(config), config=dict(config, schedule=schedule), out=out)
+
+    return make
+
+
+_DESCRIPTIONS = {
+    "row": "Triton data-parallel GEMM, row-major tile order (one program per output tile)",
+    "col": "Triton data-parallel GEMM, column-major tile order (B tile shared by consecutive programs)",
+    "grouped": "Triton data-parallel GEMM, grouped tile order (GROUP_M rows swept together, tutorial 03)",
+}
+
+for _schedule, _text in _DESCRIPTIONS.items():
+    register(Variant(
+        name=f"triton_dp_{_schedule}", family="triton_dp", dtypes=("fp16", "bf16", "fp8"),
+        description=_text + "; fp8: per-tensor scales, bf16 out",
+        make=_make(_schedule), supports=tuning.needs_triton_device,
+    ))

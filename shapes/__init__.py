@@ -1,0 +1,1 @@
+"""Built-in shape sets (YAML), installed as package data under gemmbench.shapesets."""

@@ -1,0 +1,494 @@
+"""Shape sets: built-ins, YAML validation, M lists, TP division, problem expansion, HF configs."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from gemmbench.shapes import (DECODE_M, PREFILL_M, Gemm, Problem, ShapeError, apply_tp, builtin_names,
+                              from_hf_config, load, parse_m_list, problems)
+
+ALL_M = DECODE_M + PREFILL_M
+
+
+def dims(shape_set):
+    return [(g.name, g.N, g.K, g.parallel, g.E, g.topk) for g in shape_set.gemms]
+
+
+# ---------------------------------------------------------------- built-ins
+
+def test_builtin_names_sorted_and_complete():
+    assert builtin_names() == ["llama70b", "llama70b-attn", "llama70b-mlp", "mixtral-moe", "smoke"]
+
+
+@pytest.mark.parametrize("name", ["llama70b", "llama70b-attn", "llama70b-mlp", "mixtral-moe", "smoke"])
+def test_builtin_name_matches_file_and_has_description(name):
+    s = load(name)
+    assert s.name == name
+    assert s.description
+    assert Path(s.source).name == f"{name}.yaml"
+
+
+def test_llama70b_attn():
+    s = load("llama70b-attn")
+    assert dims(s) == [("attn_qkv", 10240, 8192, "column", 1, 1), ("attn_o", 8192, 8192, "row", 1, 1)]
+    assert s.m_values == DECODE_M == (1, 2, 4, 8, 16, 32, 64)
+
+
+def test_llama70b_mlp():
+    s = load("llama70b-mlp")
+    assert dims(s) == [("mlp_gate_up", 57344, 8192, "column", 1, 1), ("mlp_down", 8192, 28672, "row", 1, 1)]
+    assert s.m_values == ALL_M
+
+
+def test_llama70b_includes_come_first():
+    s = load("llama70b")
+    assert dims(s) == [
+        ("attn_qkv", 10240, 8192, "column", 1, 1),
+        ("attn_o", 8192, 8192, "row", 1, 1),
+        ("mlp_gate_up", 57344, 8192, "column", 1, 1),
+        ("mlp_down", 8192, 28672, "row", 1, 1),
+        ("lm_head", 128256, 8192, "column", 1, 1),
+    ]
+    # its own m, not the included attn set's decode-only list
+    assert s.m_values == (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
+
+
+def test_mixtral_moe():
+    s = load("mixtral-moe")
+    assert dims(s) == [
+        ("attn_qkv", 6144, 4096, "column", 1, 1),
+        ("attn_o", 4096, 4096, "row", 1, 1),
+        ("moe_w13", 28672, 4096, "column", 8, 2),
+        ("moe_w2", 4096, 14336, "row", 8, 2),
+    ]
+    assert [g.is_moe for g in s.gemms] == [False, False, True, True]
+    assert s.m_values == ALL_M
+
+
+def test_smoke():
+    s = load("smoke")
+    assert dims(s) == [
+        ("smoke_square", 64, 64, "column", 1, 1),
+        ("smoke_tails", 80, 48, "row", 1, 1),
+        ("smoke_deep", 32, 160, "none", 1, 1),
+        ("smoke_moe", 64, 32, "column", 4, 2),
+        ("smoke_moe_odd", 48, 64, "row", 3, 2),
+    ]
+    assert s.m_values == (1, 5, 16, 33)
+
+
+def test_unknown_builtin_name_lists_builtins():
+    with pytest.raises(ShapeError, match=r"^nope: no such built-in shape set \(llama70b, .*smoke\) and no such file$"):
+        load("nope")
+
+
+# ---------------------------------------------------------------- M lists
+
+@pytest.mark.parametrize("text, expected", [
+    ("1,16,64", (1, 16, 64)),
+    ("64, 1 ,16", (1, 16, 64)),
+    ("8,8,1", (1, 8)),
+    ("decode", DECODE_M),
+    ("prefill", PREFILL_M),
+    ("all", ALL_M),
+    ("ALL", ALL_M),
+    ("decode,128", DECODE_M + (128,)),
+    ("prefill,5,decode", (1, 2, 4, 5, 8, 16, 32, 64) + PREFILL_M),
+    ("decode,prefill", ALL_M),
+])
+def test_parse_m_list(text, expected):
+    assert parse_m_list(text) == expected
+
+
+@pytest.mark.parametrize("text, bad", [
+    ("0", "0"), ("-4", "-4"), ("abc", "abc"), ("1,,2", ""), ("1.5", "1.5"), ("+5", "+5"),
+    ("16,", ""), ("1_0", "1_0"), ("decode;128", "decode;128"),
+])
+def test_parse_m_list_rejects(text, bad):
+    with pytest.raises(ShapeError) as e:
+        parse_m_list(text)
+    assert str(e.value) == f"--m: M value {bad!r} is not a positive integer or one of decode, prefill, all"
+
+
+@pytest.mark.parametrize("text", ["", "   "])
+def test_parse_m_list_empty(text):
+    with pytest.raises(ShapeError, match=r"^--m: empty M list$"):
+        parse_m_list(text)
+
+
+# ---------------------------------------------------------------- tensor parallelism
+
+@pytest.mark.parametrize("tp", [2, 4, 8])
+def test_apply_tp_llama70b(tp):
+    got = {g.name: apply_tp(g, tp) for g in load("llama70b").gemms}
+    assert (got["attn_qkv"].N, got["attn_qkv"].K) == (10240 // tp, 8192)
+    assert (got["attn_o"].N, got["attn_o"].K) == (8192, 8192 // tp)
+    assert (got["mlp_gate_up"].N, got["mlp_gate_up"].K) == (57344 // tp, 8192)
+    assert (got["mlp_down"].N, got["mlp_down"].K) == (8192, 28672 // tp)
+    assert (got["lm_head"].N, got["lm_head"].K) == (128256 // tp, 8192)
+
+
+def test_apply_tp8_exact():
+    s = {g.name: g for g in load("llama70b").gemms}
+    assert apply_tp(s["attn_qkv"], 8) == Gemm("attn_qkv", 1280, 8192, "column")
+    assert apply_tp(s["attn_o"], 8) == Gemm("attn_o", 8192, 1024, "row")
+
+
+def test_apply_tp_keeps_moe_fields_and_none_is_unchanged():
+    moe = Gemm("w13", 28672, 4096, "column", E=8, topk=2)
+    assert apply_tp(moe, 4) == Gemm("w13", 7168, 4096, "column", E=8, topk=2)
+    deep = Gemm("smoke_deep", 32, 160, "none")
+    assert apply_tp(deep, 3) == deep  # replicated: no division, so no divisibility check
+    assert apply_tp(moe, 1) == moe
+
+
+def test_apply_tp_indivisible_names_gemm():
+    s = {g.name: g for g in load("llama70b").gemms}
+    with pytest.raises(ShapeError) as e:
+        apply_tp(s["attn_qkv"], 3)
+    assert str(e.value) == "gemm 'attn_qkv': N=10240 is not divisible by tp=3 (column-parallel)"
+    with pytest.raises(ShapeError) as e:
+        apply_tp(s["attn_o"], 3)
+    assert str(e.value) == "gemm 'attn_o': K=8192 is not divisible by tp=3 (row-parallel)"
+
+
+@pytest.mark.parametrize("tp", [0, -2, True, 2.0])
+def test_apply_tp_bad_degree(tp):
+    with pytest.raises(ShapeError, match=r"^gemm 'attn_o': tp must be a positive integer, got "):
+        apply_tp(Gemm("attn_o", 8192, 8192, "row"), tp)
+
+
+# ---------------------------------------------------------------- problems()
+
+def test_problems_order_and_count():
+    s = load("smoke")
+    ps = problems(s, ["bf16", "fp16"])
+    assert len(ps) == 5 * 4 * 2
+    assert [(p.gemm, p.M, p.dtype) for p in ps[:9]] == [
+        ("smoke_square", 1, "bf16"), ("smoke_square", 1, "fp16"),
+        ("smoke_square", 5, "bf16"), ("smoke_square", 5, "fp16"),
+        ("smoke_square", 16, "bf16"), ("smoke_square", 16, "fp16"),
+        ("smoke_square", 33, "bf16"), ("smoke_square", 33, "fp16"),
+        ("smoke_tails", 1, "bf16"),
+    ]
+    assert ps[-1] == Problem(shape_set="smoke", gemm="smoke_moe_odd", M=33, N=48, K=64, dtype="fp16",
+                             tp=1, E=3, topk=2)
+    assert all(p.shape_set == "smoke" for p in ps)
+
+
+def test_problems_m_override_and_tp():
+    s = load("mixtral-moe")
+    ps = problems(s, ["fp8"], m_values=[64, 1, 64], tp=2)
+    assert ps == [
+        Problem("mixtral-moe", "attn_qkv", 1, 3072, 4096, "fp8", tp=2),
+        Problem("mixtral-moe", "attn_qkv", 64, 3072, 4096, "fp8", tp=2),
+        Problem("mixtral-moe", "attn_o", 1, 4096, 2048, "fp8", tp=2),
+        Problem("mixtral-moe", "attn_o", 64, 4096, 2048, "fp8", tp=2),
+        Problem("mixtral-moe", "moe_w13", 1, 14336, 4096, "fp8", tp=2, E=8, topk=2),
+        Problem("mixtral-moe", "moe_w13", 64, 14336, 4096, "fp8", tp=2, E=8, topk=2),
+        Problem("mixtral-moe", "moe_w2", 1, 4096, 7168, "fp8", tp=2, E=8, topk=2),
+        Problem("mixtral-moe", "moe_w2", 64, 4096, 7168, "fp8", tp=2, E=8, topk=2),
+    ]
+
+
+def test_problems_bare_dtype_string_is_one_dtype():
+    assert [p.dtype for p in problems(load("llama70b-attn"), "fp16", m_values=[1])] == ["fp16", "fp16"]
+
+
+def test_problems_errors_name_the_file():
+    s = load("llama70b")
+    with pytest.raises(ShapeError) as e:
+        problems(s, ["fp16"], tp=3)
+    assert str(e.value) == f"{s.source}: gemm 'attn_qkv': N=10240 is not divisible by tp=3 (column-parallel)"
+    with pytest.raises(ShapeError, match=r"empty M list$"):
+        problems(s, ["fp16"], m_values=[])
+    with pytest.raises(ShapeError, match=r"every M must be a positive integer, got 0$"):
+        problems(s, ["fp16"], m_values=[1, 0])
+    with pytest.raises(ShapeError, match=r"no dtypes given$"):
+        problems(s, [])
+
+
+# ---------------------------------------------------------------- user files and malformed files
+
+GOOD = """\
+name: mine
+description: my model
+m: [3, 1, 3]
+include: [llama70b-attn]
+gemms:
+  - id: up
+    N: 96
+    K: 32
+    parallel: column
+  - {id: experts, N: 64, K: 96, parallel: row, E: 4, topk: 1}
+"""
+
+
+def write(tmp_path, text, name="set.yaml"):
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+def test_user_file_loads(tmp_path):
+    path = write(tmp_path, GOOD)
+    s = load(path)
+    assert (s.name, s.description, s.m_values, s.source) == ("mine", "my model", (1, 3), path)
+    assert dims(s) == [("attn_qkv", 10240, 8192, "column", 1, 1), ("attn_o", 8192, 8192, "row", 1, 1),
+                       ("up", 96, 32, "column", 1, 1), ("experts", 64, 96, "row", 4, 1)]
+
+
+def test_user_file_defaults(tmp_path):
+    s = load(write(tmp_path, "name: x\ngemms: [{id: a, N: 1, K: 1, parallel: none}]\n", name="x.yml"))
+    assert (s.description, s.m_values) == ("", ALL_M)
+
+
+def test_m_string_forms_in_yaml(tmp_path):
+    s = load(write(tmp_path, "name: x\nm: decode,128\ngemms: [{id: a, N: 1, K: 1, parallel: none}]\n"))
+    assert s.m_values == DECODE_M + (128,)
+
+
+def test_missing_file(tmp_path):
+    path = str(tmp_path / "absent.yaml")
+    with pytest.raises(ShapeError) as e:
+        load(path)
+    assert str(e.value) == f"{path}: cannot read: No such file or directory"
+
+
+def test_directory_is_unreadable(tmp_path):
+    with pytest.raises(ShapeError, match=rf"^{re.escape(str(tmp_path))}: cannot read: Is a directory$"):
+        load(str(tmp_path))
+
+
+def test_bad_yaml_reports_line(tmp_path):
+    path = write(tmp_path, "name: x\ngemms:\n  - id: a\n    N: [1, 2\n    K: 3\n")
+    with pytest.raises(ShapeError) as e:
+        load(path)
+    msg = str(e.value)
+    assert msg.startswith(f"{path}: invalid YAML at line 5: ")
+    assert "\n" not in msg
+
+
+def test_control_character_reports_line(tmp_path):
+    path = write(tmp_path, "name: x\ngemms: []\ndescription: a\x07b\n")
+    with pytest.raises(ShapeError, match=rf"^{re.escape(path)}: invalid YAML at line 3: "):
+        load(path)
+
+
+def test_non_utf8_file(tmp_path):
+    path = tmp_path / "bin.yaml"
+    path.write_bytes(b"name: \xff\xfe\n")
+    with pytest.raises(ShapeError, match=rf"^{re.escape(str(path))}: cannot read: "):
+        load(str(path))
+
+
+GEMM = "{id: g, N: 8, K: 8, parallel: row}"
+
+# (file text, expected message after "<path>: ")
+MALFORMED = [
+    ("", "file is empty"),
+    ("- 1\n- 2\n", "top level must be a mapping (name, gemms, ...), got list"),
+    ("just text\n", "top level must be a mapping (name, gemms, ...), got str"),
+    (f"name: x\nmodel: y\ngemms: [{GEMM}]\n", "unknown key 'model' (allowed: name, description, m, include, gemms)"),
+    (f"gemms: [{GEMM}]\n", "missing field 'name'"),
+    ("name: x\n", "missing field 'gemms'"),
+    (f"name: 7\ngemms: [{GEMM}]\n", "name must be a non-empty string, got 7"),
+    (f"name: x\ndescription: [a]\ngemms: [{GEMM}]\n", "description must be a string, got ['a']"),
+    ("name: x\ngemms: []\n", "gemms is empty"),
+    ("name: x\ngemms: {id: g}\n", "gemms must be a list of mappings, got dict"),
+    ("name: x\ngemms: [5]\n", "gemm #1: must be a mapping (id, N, K, parallel, ...), got 5"),
+    (f"name: x\nm: []\ngemms: [{GEMM}]\n", "m: empty M list"),
+    (f"name: x\nm: ''\ngemms: [{GEMM}]\n", "m: empty M list"),
+    (f"name: x\nm: [1, 0]\ngemms: [{GEMM}]\n", "m: every M must be a positive integer, got 0"),
+    (f"name: x\nm: [1, true]\ngemms: [{GEMM}]\n", "m: every M must be a positive integer, got True"),
+    (f"name: x\nm: [2.5]\ngemms: [{GEMM}]\n", "m: every M must be a positive integer, got 2.5"),
+    (f"name: x\nm: sometimes\ngemms: [{GEMM}]\n",
+     "m: M value 'sometimes' is not a positive integer or one of decode, prefill, all"),
+    (f"name: x\nm: 16\ngemms: [{GEMM}]\n",
+     "m: must be a preset (decode, prefill, all) or a list of positive integers, got 16"),
+    (f"name: x\ninclude: [nope]\ngemms: [{GEMM}]\n",
+     "include 'nope' is not a built-in set (llama70b, llama70b-attn, llama70b-mlp, mixtral-moe, smoke)"),
+    (f"name: x\ninclude: llama70b\ngemms: [{GEMM}]\n",
+     "include must be a list of built-in set names, got 'llama70b'"),
+    ("name: x\ngemms: [{N: 8, K: 8, parallel: row}]\n", "gemm #1: missing field 'id'"),
+    ("name: x\ngemms: [{id: 3, N: 8, K: 8, parallel: row}]\n", "gemm #1: id must be a non-empty string, got 3"),
+    ("name: x\ngemms: [{id: g, K: 8, parallel: row}]\n", "gemm 'g': missing field 'N'"),
+    ("name: x\ngemms: [{id: g, N: 8, parallel: row}]\n", "gemm 'g': missing field 'K'"),
+    ("name: x\ngemms: [{id: g, N: 8, K: 8}]\n", "gemm 'g': missing field 'parallel'"),
+    ("name: x\ngemms: [{id: g, N: 8, K: 8, parallel: row, bias: 1}]\n",
+     "gemm 'g': unknown key 'bias' (allowed: id, N, K, parallel, E, topk)"),
+    ("name: x\ngemms: [{id: g, N: -3, K: 8, parallel: row}]\n", "gemm 'g': N must be a positive integer, got -3"),
+    ("name: x\ngemms: [{id: g, N: 0, K: 8, parallel: row}]\n", "gemm 'g': N must be a positive integer, got 0"),
+    ("name: x\ngemms: [{id: g, N: 8, K: 8.5, parallel: row}]\n", "gemm 'g': K must be a positive integer, got 8.5"),
+    ("name: x\ngemms: [{id: g, N: '8', K: 8, parallel: row}]\n", "gemm 'g': N must be a positive integer, got '8'"),
+    ("name: x\ngemms: [{id: g, N: true, K: 8, parallel: row}]\n",
+     "gemm 'g': N must be a positive integer, got True"),
+    ("name: x\ngemms: [{id: g, N: 8, K: yes, parallel: row}]\n",
+     "gemm 'g': K must be a positive integer, got True"),
+    ("name: x\ngemms: [{id: g, N: 8, K: 8, parallel: diagonal}]\n",
+     "gemm 'g': parallel must be one of column, row, none, got 'diagonal'"),
+    ("name: x\ngemms: [{id: g, N: 8, K: 8, parallel: row, E: 0, topk: 1}]\n",
+     "gemm 'g': E must be a positive integer, got 0"),
+    ("name: x\ngemms: [{id: g, N: 8, K: 8, parallel: row, E: true, topk: 1}]\n",
+     "gemm 'g': E must be a positive integer, got True"),
+    ("name: x\ngemms: [{id: g, N: 8, K: 8, parallel: row, E: 4}]\n",
+     "gemm 'g': topk is required when E > 1 (E is 4)"),
+    ("name: x\ngemms: [{id: g, N: 8, K: 8, parallel: row, topk: 2}]\n",
+     "gemm 'g': topk is only for MoE gemms (E > 1), but E is 1"),
+    ("name: x\ngemms: [{id: g, N: 8, K: 8, parallel: row, E: 1, topk: 1}]\n",
+     "gemm 'g': topk is only for MoE gemms (E > 1), but E is 1"),
+    ("name: x\ngemms: [{id: g, N: 8, K: 8, parallel: row, E: 4, topk: 5}]\n",
+     "gemm 'g': topk (5) must not exceed E (4)"),
+    ("name: x\ngemms: [{id: g, N: 8, K: 8, parallel: row, E: 4, topk: 0}]\n",
+     "gemm 'g': topk must be a positive integer, got 0"),
+    ("name: x\ngemms: [{id: g, N: 8, K: 8, parallel: row}, {id: g, N: 4, K: 4, parallel: none}]\n",
+     "gemm 'g': duplicate id (already defined by gemm #1)"),
+    ("name: x\ninclude: [llama70b-attn]\ngemms: [{id: attn_o, N: 4, K: 4, parallel: none}]\n",
+     "gemm 'attn_o': duplicate id (already defined by include 'llama70b-attn')"),
+    (f"name: x\ninclude: [llama70b, llama70b-mlp]\ngemms: [{GEMM}]\n",
+     "gemm 'mlp_gate_up' from include 'llama70b-mlp' is already defined by include 'llama70b'"),
+]
+
+
+@pytest.mark.parametrize("text, expected", MALFORMED, ids=[m for _, m in MALFORMED])
+def test_malformed_file(tmp_path, text, expected):
+    path = write(tmp_path, text)
+    with pytest.raises(ShapeError) as e:
+        load(path)
+    assert str(e.value) == f"{path}: {expected}"
+
+
+def test_nested_includes_and_cycles(tmp_path, monkeypatch):
+    # a private built-in folder: the real built-ins have neither nesting two deep nor cycles
+    builtins = tmp_path / "builtins"
+    builtins.mkdir()
+    (builtins / "a.yaml").write_text("name: a\ninclude: [b]\ngemms: [{id: ga, N: 2, K: 2, parallel: none}]\n")
+    (builtins / "b.yaml").write_text("name: b\ninclude: [c]\ngemms: [{id: gb, N: 2, K: 2, parallel: none}]\n")
+    (builtins / "c.yaml").write_text("name: c\ngemms: [{id: gc, N: 2, K: 2, parallel: none}]\n")
+    monkeypatch.setattr("gemmbench.shapes._builtin_dir", lambda: builtins)
+    assert builtin_names() == ["a", "b", "c"]
+    assert [g.name for g in load("a").gemms] == ["gc", "gb", "ga"]
+    (builtins / "c.yaml").write_text("name: c\ninclude: [a]\ngemms: [{id: gc, N: 2, K: 2, parallel: none}]\n")
+    with pytest.raises(ShapeError) as e:
+        load("a")
+    assert str(e.value) == f"{builtins / 'c.yaml'}: include cycle a -> b -> c -> a"
+    path = write(tmp_path, "name: u\ninclude: [b]\ngemms: [{id: gu, N: 2, K: 2, parallel: none}]\n")
+    with pytest.raises(ShapeError, match=r"include cycle b -> c -> a -> b$"):
+        load(path)
+
+
+# ---------------------------------------------------------------- Hugging Face configs
+
+LLAMA3_70B = {
+    "_name_or_path": "meta-llama/Meta-Llama-3-70B", "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama", "hidden_size": 8192, "intermediate_size": 28672, "num_attention_heads": 64,
+    "num_key_value_heads": 8, "num_hidden_layers": 80, "vocab_size": 128256, "rope_theta": 500000.0,
+    "torch_dtype": "bfloat16",
+}
+MIXTRAL = {
+    "architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "hidden_size": 4096,
+    "intermediate_size": 14336, "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 32000,
+    "num_local_experts": 8, "num_experts_per_tok": 2, "num_hidden_layers": 32,
+}
+
+
+def hf(tmp_path, cfg, name="config.json"):
+    path = tmp_path / name
+    path.write_text(json.dumps(cfg) if isinstance(cfg, dict) else cfg)
+    return path
+
+
+def roundtrip(tmp_path, text):
+    return load(write(tmp_path, text, name="generated.yaml"))
+
+
+def test_hf_llama3_70b_matches_builtin(tmp_path):
+    path = hf(tmp_path, LLAMA3_70B)
+    name, text = from_hf_config(path)
+    assert name == "meta-llama-3-70b"
+    s = roundtrip(tmp_path, text)
+    assert s.name == "meta-llama-3-70b"
+    assert str(path) in s.description
+    assert dims(s) == dims(load("llama70b"))
+    assert s.m_values == ALL_M
+
+
+def test_hf_mixtral_matches_builtin(tmp_path):
+    path = hf(tmp_path, MIXTRAL)
+    name, text = from_hf_config(str(path))
+    assert name == "mixtral"  # no _name_or_path: falls back to model_type
+    s = roundtrip(tmp_path, text)
+    assert dims(s) == dims(load("mixtral-moe")) + [("lm_head", 32000, 4096, "column", 1, 1)]
+
+
+def test_hf_name_argument_and_head_dim(tmp_path):
+    # explicit head_dim that differs from hidden // heads (as in Mistral-Nemo); kv heads default to heads
+    cfg = {"hidden_size": 5120, "intermediate_size": 14336, "num_attention_heads": 32, "head_dim": 128,
+           "vocab_size": 131072, "model_type": "mistral"}
+    name, text = from_hf_config(hf(tmp_path, cfg), name="nemo")
+    s = roundtrip(tmp_path, text)
+    assert (name, s.name) == ("nemo", "nemo")
+    assert dims(s)[:2] == [("attn_qkv", (32 + 64) * 128, 5120, "column", 1, 1),
+                           ("attn_o", 5120, 4096, "row", 1, 1)]
+
+
+def test_hf_null_head_dim_means_default(tmp_path):
+    cfg = dict(LLAMA3_70B, head_dim=None, _name_or_path="/models/Llama-70B/")
+    name, text = from_hf_config(hf(tmp_path, cfg))
+    assert name == "llama-70b"
+    assert dims(roundtrip(tmp_path, text))[0] == ("attn_qkv", 10240, 8192, "column", 1, 1)
+
+
+@pytest.mark.parametrize("field", ["hidden_size", "intermediate_size", "num_attention_heads", "vocab_size"])
+def test_hf_missing_field(tmp_path, field):
+    path = hf(tmp_path, {k: v for k, v in LLAMA3_70B.items() if k != field})
+    with pytest.raises(ShapeError) as e:
+        from_hf_config(path)
+    assert str(e.value) == f"{path}: missing field {field!r}"
+
+
+def test_hf_moe_without_topk(tmp_path):
+    path = hf(tmp_path, {k: v for k, v in MIXTRAL.items() if k != "num_experts_per_tok"})
+    with pytest.raises(ShapeError) as e:
+        from_hf_config(path)
+    assert str(e.value) == f"{path}: missing field 'num_experts_per_tok'"
+
+
+def test_hf_bad_value(tmp_path):
+    path = hf(tmp_path, dict(LLAMA3_70B, hidden_size="8192"))
+    with pytest.raises(ShapeError) as e:
+        from_hf_config(path)
+    assert str(e.value) == f"{path}: field 'hidden_size': hidden_size must be a positive integer, got '8192'"
+
+
+def test_hf_no_name_anywhere(tmp_path):
+    path = hf(tmp_path, {k: v for k, v in LLAMA3_70B.items() if k not in ("_name_or_path", "model_type")})
+    with pytest.raises(ShapeError) as e:
+        from_hf_config(path)
+    assert str(e.value) == f"{path}: missing field '_name_or_path' or 'model_type' (or pass a name)"
+    assert from_hf_config(path, name="given")[0] == "given"
+
+
+def test_hf_not_json(tmp_path):
+    path = hf(tmp_path, "{\n  'hidden_size': 8192\n}")
+    with pytest.raises(ShapeError) as e:
+        from_hf_config(path)
+    assert str(e.value).startswith(f"{path}: not JSON (line 2): ")
+
+
+def test_hf_not_an_object(tmp_path):
+    path = hf(tmp_path, "[1, 2]")
+    with pytest.raises(ShapeError) as e:
+        from_hf_config(path)
+    assert str(e.value) == f"{path}: not a model config (top level is list, not an object)"
+
+
+def test_hf_missing_file(tmp_path):
+    path = tmp_path / "nope.json"
+    with pytest.raises(ShapeError) as e:
+        from_hf_config(path)
+    assert str(e.value) == f"{path}: cannot read: No such file or directory"

@@ -1,0 +1,192 @@
+"""Result files: schema, round trip, crash safety, and the errors users see."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from gemmbench import store
+from gemmbench.store import COLUMNS, SCHEMA, SCHEMA_VERSION, RunWriter, StoreError, load, normalize_row, write_rows
+
+
+def row(**over):
+    r = dict(run_id="run1", shape_set="llama3-8b", gemm="attn_qkv", M=16, N=6144, K=4096, E=1, topk=1,
+             tp=1, dtype="fp8", variant="torch_scaled_mm", status="ok")
+    r.update(over)
+    return r
+
+
+def test_schema_columns_and_nullability():
+    assert COLUMNS[:4] == ["run_id", "timestamp", "shape_set", "gemm"]
+    assert COLUMNS[-1] == "schema_version" and len(COLUMNS) == 45
+    assert SCHEMA.names == COLUMNS
+    assert SCHEMA.field("samples_us").type == pa.list_(pa.float64())
+    assert not SCHEMA.field("M").nullable and not SCHEMA.field("status").nullable
+    assert SCHEMA.field("timestamp").nullable and SCHEMA.field("n_samples").nullable
+
+
+def test_round_trip_through_runwriter(tmp_path):
+    path = tmp_path / "sub" / "run1.parquet"
+    w = RunWriter(path)
+    assert not path.exists()  # nothing written before the first row
+    w.append(row(timestamp="2024-06-01T12:00:00Z", config={"BLOCK_M": 64, "num_warps": 4},
+                 time_us_median=6.5, time_us_p20=6.25, time_us_p80=7.0, n_samples=3,
+                 samples_us=np.array([6.25, 6.5, 7.0]), flops=805306368, sm_count=132,
+                 timing_mode="graph", l2_state="cold", device="cuda"))
+    w.append(row(gemm="mlp_down", status="skipped", reason="K not a multiple of 16"))
+    assert len(w.rows) == 2 and w.rows[1]["schema_version"] == SCHEMA_VERSION
+
+    df = load([path])
+    assert list(df.columns) == COLUMNS
+    assert df["gemm"].tolist() == ["attn_qkv", "mlp_down"]
+    assert df["M"].dtype == np.int64 and df["schema_version"].dtype == np.int64
+    assert df["n_samples"].dtype == pd.Int64Dtype() and df["sm_count"].dtype == pd.Int64Dtype()
+    assert df["time_us_median"].dtype == np.float64
+    assert pd.api.types.is_string_dtype(df["status"])
+    assert df.loc[0, "config"] == '{"BLOCK_M": 64, "num_warps": 4}'
+    assert df.loc[0, "samples_us"].tolist() == [6.25, 6.5, 7.0]
+    assert df.loc[0, "n_samples"] == 3 and df.loc[0, "flops"] == 805306368
+    # None values come back as missing
+    assert df.loc[1, "samples_us"] is None
+    assert pd.isna(df.loc[1, "time_us_median"]) and pd.isna(df.loc[1, "n_samples"])
+    assert pd.isna(df.loc[1, "timestamp"]) and pd.isna(df.loc[0, "reason"])
+    assert df.loc[1, "reason"] == "K not a multiple of 16"
+
+
+def test_normalize_fills_and_sets_version():
+    r = normalize_row(row(schema_version=0))
+    assert list(r) == COLUMNS
+    assert r["schema_version"] == SCHEMA_VERSION and r["gpu"] is None and r["samples_us"] is None
+
+
+@pytest.mark.parametrize("bad, message", [
+    (row(colour="red"), "unknown column 'colour'"),
+    (row(status="fast"), "bad status 'fast'"),
+    (row(variant=None), "missing required column 'variant'"),
+    ({k: v for k, v in row().items() if k != "M"}, "missing required column 'M'"),
+    (row(N="big"), "column 'N': bad value 'big'"),
+])
+def test_normalize_errors(bad, message):
+    with pytest.raises(StoreError, match=message):
+        normalize_row(bad)
+
+
+def test_failed_write_keeps_previous_file(tmp_path, monkeypatch):
+    path = tmp_path / "run.parquet"
+    w = RunWriter(path)
+    w.append(row())
+
+    def interrupted(src, dst):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(store.os, "replace", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        w.append(row(gemm="second"))
+    monkeypatch.undo()
+    assert load([path])["gemm"].tolist() == ["attn_qkv"]
+    assert len(w.rows) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.parquet"]  # temp file removed
+
+
+def test_folder_of_two_runs_concatenates(tmp_path):
+    write_rows(tmp_path / "b.parquet", [row(run_id="b", M=1), row(run_id="b", M=2)])
+    write_rows(tmp_path / "a.parquet", [row(run_id="a", M=4)])
+    (tmp_path / "notes.txt").write_text("not a result")
+    df = load([tmp_path])
+    assert df["run_id"].tolist() == ["a", "b", "b"]  # files sorted by name
+    assert df["M"].tolist() == [4, 1, 2]
+    assert load([tmp_path / "a.parquet", tmp_path / "b.parquet"])["M"].tolist() == [4, 1, 2]
+
+
+def test_load_missing_path(tmp_path):
+    with pytest.raises(StoreError, match="nope.parquet: no such file or folder"):
+        load([tmp_path / "nope.parquet"])
+
+
+def test_load_folder_without_parquet(tmp_path):
+    (tmp_path / "x.parquet.tmp").write_bytes(b"partial")
+    with pytest.raises(StoreError, match="folder has no .parquet files"):
+        load([tmp_path])
+
+
+def test_load_truncated_file(tmp_path):
+    path = tmp_path / "cut.parquet"
+    write_rows(path, [row(), row(M=32)])
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(StoreError, match="cut.parquet: not a readable Parquet file") as e:
+        load([path])
+    assert "\n" not in str(e.value)
+
+
+def test_load_not_parquet(tmp_path):
+    path = tmp_path / "text.parquet"
+    path.write_text("run_id,M\nrun1,16\n")
+    with pytest.raises(StoreError, match="text.parquet: not a readable Parquet file") as e:
+        load([path])
+    assert "\n" not in str(e.value)
+
+
+def _write_with_version(path, version):
+    table = pa.Table.from_pylist([normalize_row(row())], schema=SCHEMA)
+    i = COLUMNS.index("schema_version")
+    if version is None:
+        table = table.remove_column(i).replace_schema_metadata(None)
+    else:
+        table = table.set_column(i, "schema_version", pa.array([version], pa.int64()))
+    pq.write_table(table, path)
+
+
+def test_load_old_schema(tmp_path):
+    path = tmp_path / "old.parquet"
+    _write_with_version(path, 0)
+    with pytest.raises(StoreError, match=r"old.parquet: written by an older gemmbench \(schema 0,.*re-run it"):
+        load([path])
+
+
+def test_load_missing_schema_version(tmp_path):
+    path = tmp_path / "ancient.parquet"
+    _write_with_version(path, None)
+    with pytest.raises(StoreError, match="ancient.parquet: has no schema_version, written by an older gemmbench"):
+        load([path])
+
+
+def test_load_newer_schema(tmp_path):
+    path = tmp_path / "new.parquet"
+    _write_with_version(path, SCHEMA_VERSION + 1)
+    with pytest.raises(StoreError, match=rf"new.parquet: written by a newer gemmbench \(schema {SCHEMA_VERSION + 1},"):
+        load([path])
+
+
+def test_empty_run_file_loads(tmp_path):
+    write_rows(tmp_path / "empty.parquet", [])
+    df = load([tmp_path / "empty.parquet"])
+    assert len(df) == 0 and list(df.columns) == COLUMNS
+
+
+def test_run_killed_after_three_rows(tmp_path):
+    path = tmp_path / "run.parquet"
+    code = textwrap.dedent("""
+        import os, signal, sys
+        from gemmbench.store import RunWriter
+        w = RunWriter(sys.argv[1])
+        for m in (1, 2, 4):
+            w.append(dict(run_id="killed", shape_set="s", gemm="g", M=m, N=64, K=64, E=1, topk=1,
+                          tp=1, dtype="bf16", variant="v", status="ok", samples_us=[1.0, 2.0]))
+        os.kill(os.getpid(), signal.SIGKILL)
+    """)
+    proc = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    # what a writer killed mid-rewrite leaves behind must not confuse load()
+    (tmp_path / ".run.parquet.x1y2.tmp").write_bytes(path.read_bytes()[:100])
+    df = load([tmp_path])
+    assert df["M"].tolist() == [1, 2, 4]
+    assert (df["run_id"] == "killed").all()
+    assert load([path])["samples_us"].map(list).tolist() == [[1.0, 2.0]] * 3
