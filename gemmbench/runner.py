@@ -70,10 +70,10 @@ class WorkerProcess:
                "--min-samples", str(opts.min_samples)]
         for p in opts.plugins:
             cmd += ["--plugin", str(p)]
+        self.sanitizer_log = None
         if check_only:
             cmd.append("--check-only")
             self.sanitizer_log = self.log.name + ".sanitizer"
-            env["GEMMBENCH_SANITIZER_LOG"] = self.sanitizer_log
             env["PYTORCH_NO_CUDA_MEMORY_CACHING"] = "1"  # every tensor its own allocation: overreads show
             cmd = ["compute-sanitizer", "--tool", "memcheck", "--log-file", self.sanitizer_log,
                    "--print-limit", "20"] + cmd
@@ -111,15 +111,36 @@ class WorkerProcess:
         hint = next((ln.strip() for ln in reversed(tail) if "rror" in ln), tail[-1].strip() if tail else "")
         return f"worker died ({how}): {hint[:300]}"
 
-    def close(self) -> None:
+    def close(self, timeout: float = 10) -> None:
+        if self.log.closed:
+            return
         if self.proc.poll() is None:
             try:
                 self.proc.stdin.close()
-                self.proc.wait(timeout=10)
+                self.proc.wait(timeout=timeout)
             except (OSError, subprocess.TimeoutExpired):
                 self.proc.kill()
         self.log.close()
         os.unlink(self.log.name)
+
+    def sanitizer_report(self) -> str:
+        """compute-sanitizer's first error, read after the process has exited (it writes its log then)."""
+        if not self.sanitizer_log or not os.path.exists(self.sanitizer_log):
+            return ""
+        text = Path(self.sanitizer_log).read_text(errors="replace")
+        os.unlink(self.sanitizer_log)
+        return first_sanitizer_error(text)
+
+
+def first_sanitizer_error(text: str) -> str:
+    """'Invalid __global__ read of size 2 bytes at _overread_kernel+0x90 ...' from a memcheck log, or ''."""
+    lines = [ln.strip("= ").strip() for ln in text.splitlines()]
+    starts = ("Invalid", "Program hit", "Uninitialized", "Misaligned", "Out-of-range")
+    for i, ln in enumerate(lines):
+        if ln.startswith(starts):
+            where = next((x for x in lines[i + 1:i + 4] if x.startswith("at ")), "")
+            return f"{ln} {where}".strip()[:400]
+    return ""
 
 
 class Runner:
@@ -154,8 +175,9 @@ class Runner:
                     family=v.family, variant_source=v.source, status="error", reason=reason,
                     timing_mode=self.opts.timing, **device.provenance())
 
-    def _drive(self, kind: str, problem: Problem, names: list, check_only: bool) -> list:
+    def _drive(self, kind: str, problem: Problem, names: list, check_only: bool, emit=None) -> list:
         """Run one task to completion across worker deaths; returns the names that passed (check-only)."""
+        emit = emit or self._emit
         left, passed = list(names), []
         while left:
             w = getattr(self, kind)
@@ -175,14 +197,14 @@ class Runner:
                     if current is None:
                         raise RunError(f"{reason} before any cell started")
                     if current in left:
-                        self._emit(problem, self._error_row(problem, current, f"{phase}: {reason}"))
+                        emit(problem, self._error_row(problem, current, f"{phase}: {reason}"))
                         left.remove(current)
                     break
                 if ev["ev"] == "begin":
                     current, phase = ev["variant"], ev["phase"]
                     self.on_begin(problem, current, phase)
                 elif ev["ev"] == "row":
-                    self._emit(problem, ev["row"])
+                    emit(problem, ev["row"])
                     left.remove(ev["row"]["variant"])
                 elif ev["ev"] == "passed":
                     passed.append(ev["variant"])
@@ -192,10 +214,30 @@ class Runner:
                     break
         return passed
 
+    def _sanitize(self, problem: Problem, names: list) -> list:
+        """Check each variant in its own process under compute-sanitizer; returns those that are clean.
+        One process per cell: the sanitizer's log is complete only when its process has exited."""
+        clean = []
+        for name in names:
+            w = self.sanitizer = self._start(check_only=True)
+            rows = []
+            passed = self._drive("sanitizer", problem, [name], check_only=True,
+                                 emit=lambda p, row: rows.append(row))
+            w.close(timeout=120)
+            report = w.sanitizer_report()
+            if report:
+                self._emit(problem, self._error_row(problem, name, f"check: compute-sanitizer: {report}"))
+            elif passed:
+                clean.append(name)
+            for row in rows:
+                self._emit(problem, row)
+        self.sanitizer = None
+        return clean
+
     def run_problem(self, problem: Problem) -> None:
         names = list(self.opts.variants)
         if self.opts.sanitize:
-            names = self._drive("sanitizer", problem, names, check_only=True)
+            names = self._sanitize(problem, names)
         if names:
             self._drive("worker", problem, names, check_only=False)
 

@@ -67,8 +67,6 @@ class Worker:
         self.ceilings = None
         self.need_ceilings = not args.check_only
         self.provenance = device.provenance()
-        self.sanitizer_log = os.environ.get("GEMMBENCH_SANITIZER_LOG")
-        self._log_pos = 0
 
     # -- rows -------------------------------------------------------------------------------
     def _row(self, problem, variant, status: str, reason: str = "", **extra) -> dict:
@@ -87,28 +85,9 @@ class Worker:
     def _fail(self, problem, variant, phase: str, exc: BaseException) -> None:
         reason = f"{phase}: {_one_line(exc)}"
         poisoned = context_poisoned()
-        report = self._sanitizer_report()
-        if report:
-            reason = f"{phase}: compute-sanitizer: {report}"
         self.events.send(ev="row", row=self._row(problem, variant, "error", reason))
         if poisoned:
             sys.exit(FATAL_EXIT)
-
-    def _sanitizer_report(self) -> str:
-        """The first error compute-sanitizer logged since the last look ('' when none or not sanitizing)."""
-        if not self.sanitizer_log or not os.path.exists(self.sanitizer_log):
-            return ""
-        with open(self.sanitizer_log, errors="replace") as f:
-            f.seek(self._log_pos)
-            text = f.read()
-            self._log_pos = f.tell()
-        lines = [ln.strip("= ").strip() for ln in text.splitlines()]
-        errors = [i for i, ln in enumerate(lines) if ln.startswith(("Invalid", "Program hit", "Uninitialized", "Race"))]
-        if not errors:
-            return ""
-        i = errors[0]
-        where = next((ln for ln in lines[i + 1:i + 4] if ln.startswith(("at ", "by thread"))), "")
-        return f"{lines[i]} {where}".strip()[:500]
 
     # -- phases -----------------------------------------------------------------------------
     def check(self, problem, variant, seed: int):
@@ -122,9 +101,6 @@ class Worker:
         out = launch.fn()
         if self.dev.kind == "cuda":
             self.torch.cuda.synchronize()
-        report = self._sanitizer_report()
-        if report:
-            raise RuntimeError(f"compute-sanitizer: {report}")
         return compare(problem, out, reference(problem, inputs)), launch.config
 
     def task(self, task: dict) -> None:

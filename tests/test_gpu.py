@@ -1,0 +1,87 @@
+"""GPU tests (marker `gpu`; skipped without CUDA): bf16 and fp8 paths the CPU interpreter cannot run,
+every timing mode, and crash isolation with a kernel that really faults.  No timing is asserted."""
+
+import subprocess
+import sys
+
+import pytest
+
+from conftest import PLUGINS
+
+pytestmark = pytest.mark.gpu
+
+SHAPES = [(1, 1280, 8192), (16, 8192, 1024), (33, 100, 72), (64, 80, 48), (200, 384, 256)]
+
+
+def _check(name, M, N, K, dtype, seed=1):
+    from gemmbench import registry
+    from gemmbench.check import compare, poison, reference
+    from gemmbench.device import detect
+    from gemmbench.inputs import make_inputs
+    from gemmbench.shapes import Problem
+
+    p = Problem("test", "g", M, N, K, dtype)
+    v = registry.get(name)
+    reason = v.unsupported_reason(p, detect())
+    if reason:
+        return reason
+    inputs = make_inputs(p, seed, "cuda", scaling=v.fp8_scaling)
+    launch = v.make(p, inputs)
+    poison(launch.out)
+    result = compare(p, launch.fn(), reference(p, inputs))
+    assert result.ok, f"{name} {dtype} {M}x{N}x{K}: {result.detail}"
+    return None
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp8", "fp16"])
+@pytest.mark.parametrize("schedule", ["row", "col", "grouped"])
+@pytest.mark.parametrize("M,N,K", SHAPES)
+def test_triton_dp_on_gpu(schedule, dtype, M, N, K):
+    assert _check(f"triton_dp_{schedule}", M, N, K, dtype) is None
+
+
+@pytest.mark.parametrize("name,dtype", [("cublas_bf16", "bf16"), ("cublas_fp16", "fp16"), ("cublas_fp8", "fp8"),
+                                        ("cublas_fp8_rowwise", "fp8")])
+def test_cublas_on_gpu(name, dtype):
+    assert _check(name, 16, 1280, 8192, dtype) is None
+
+
+@pytest.mark.parametrize("mode", ["cold", "stream", "graph", "wall"])
+def test_every_timing_mode_samples(mode):
+    import torch
+
+    from gemmbench.timing import Timer
+
+    a = torch.randn(16, 4096, device="cuda", dtype=torch.bfloat16)
+    bs = [torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16) for _ in range(2)]
+    timer = Timer(mode, budget_s=0.05)
+    samples = timer.measure([lambda b=b: a @ b.t() for b in bs])
+    assert len(samples) >= 10 and all(s > 0 for s in samples)
+
+
+def _run(*args, tmp_path):
+    out = tmp_path / "run.parquet"
+    proc = subprocess.run([sys.executable, "-m", "gemmbench", "run", *args, "--out", str(out)],
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    from gemmbench.store import load
+
+    return load([out])
+
+
+def test_faulting_kernel_costs_one_cell(tmp_path):
+    df = _run("--shapes", "smoke", "--m", "1,5", "--dtype", "fp16", "--variants", "test_oob_write,cublas_fp16",
+              "--plugin", str(PLUGINS / "oob_plugin.py"), tmp_path=tmp_path)
+    oob = df[df.variant == "test_oob_write"]
+    good = df[df.variant == "cublas_fp16"]
+    assert len(oob) == 6 and (oob.status == "error").all()
+    assert oob.reason.str.contains("illegal|CUDA error|worker died", case=False).all(), oob.reason.tolist()
+    assert len(good) == 6 and (good.status == "ok").all()
+
+
+def test_sanitize_reports_an_overread(tmp_path):
+    df = _run("--shapes", "smoke", "--m", "1", "--dtype", "fp16", "--variants", "test_overread,cublas_fp16",
+              "--plugin", str(PLUGINS / "oob_plugin.py"), "--sanitize", "--budget", "0.05", tmp_path=tmp_path)
+    bad = df[df.variant == "test_overread"]
+    assert (bad.status == "error").all() and bad.reason.str.contains("sanitizer").all(), bad.reason.tolist()
+    assert (df[df.variant == "cublas_fp16"].status == "ok").all()
