@@ -26,9 +26,10 @@ class StreamReader:
 
     def __init__(self, nbytes: int, device: str = "cuda"):
         n = max(READ_BLOCK, nbytes // 4)
-        gen = torch.Generator(device="cpu").manual_seed(0)
-        # random contents: nothing may be special-cased on zeros
-        self.buf = torch.randint(-100, 100, (n,), dtype=torch.int32, generator=gen).to(device)
+        # random contents (nothing may be special-cased on zeros), drawn on the device: a CPU draw of
+        # 2 GiB took seconds
+        gen = torch.Generator(device=device).manual_seed(0)
+        self.buf = torch.randint(-100, 100, (n,), dtype=torch.int32, generator=gen, device=device)
         self.partial = torch.empty(triton.cdiv(n, READ_BLOCK), dtype=torch.int32, device=device)
         self.nbytes = n * 4
 

@@ -16,6 +16,7 @@ known to `target_noise` ((p80 - p20) / median / sqrt(n)) or the per-cell budget 
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from dataclasses import dataclass, field
@@ -32,6 +33,16 @@ MAX_COPIES = 64
 
 class TimingError(RuntimeError):
     pass
+
+
+@functools.lru_cache(maxsize=1)
+def _evictor():
+    """One eviction buffer per process (>= 2x L2 and >= 256 MiB), shared by every Timer."""
+    from gemmbench.device import detect
+    from gemmbench.streamread import StreamReader
+
+    l2 = detect().l2_bytes or (50 << 20)
+    return StreamReader(max(2 * l2, 256 << 20))
 
 
 def _sync() -> None:
@@ -60,7 +71,6 @@ class Timer:
         self.mode = mode
         self.warmup_ms, self.min_samples, self.max_samples = warmup_ms, min_samples, max_samples
         self.budget_s, self.target_noise, self.batch = budget_s, target_noise, batch
-        self._evictor = None
 
     @property
     def l2_state(self) -> str:
@@ -68,13 +78,7 @@ class Timer:
 
     # -- eviction ---------------------------------------------------------------------------
     def _evict(self) -> None:
-        if self._evictor is None:
-            from gemmbench.device import detect
-            from gemmbench.streamread import StreamReader
-
-            l2 = detect().l2_bytes or (50 << 20)
-            self._evictor = StreamReader(max(2 * l2, 256 << 20))
-        self._evictor()
+        _evictor()()
 
     def copies_needed(self, nbytes_per_copy: int) -> int:
         """Distinct input copies a stream-mode graph cycles through (1 in the other modes)."""
