@@ -55,6 +55,10 @@ class Prepared:
     """One variant's state between rounds: how to take a sample, and what it has so far."""
 
     take: Callable[[int], list]  # n -> n samples in µs
+    # The launches (and through their closures every tensor they touch).  A captured CUDA graph
+    # replays raw addresses: if these were freed, the allocator would hand their memory to the next
+    # variant while the graph still writes there (seen: illegal-address faults in stream mode).
+    keep: Sequence[Callable] = ()
     samples: list = field(default_factory=list)
     spent_s: float = 0.0
 
@@ -103,12 +107,14 @@ class Timer:
             _sync()
             calls += 1
         if self.mode == "cold":
-            return Prepared(take=lambda n: self._cold(fn, n))
-        if self.mode == "wall":
-            return Prepared(take=lambda n: self._wall(fn, n))
-        if self.mode == "stream":
-            return Prepared(take=self._stream_sampler(fns))
-        return Prepared(take=self._graph_sampler(fn))
+            take = lambda n: self._cold(fn, n)  # noqa: E731
+        elif self.mode == "wall":
+            take = lambda n: self._wall(fn, n)  # noqa: E731
+        elif self.mode == "stream":
+            take = self._stream_sampler(fns)
+        else:
+            take = self._graph_sampler(fn)
+        return Prepared(take=take, keep=list(fns))
 
     def _cold(self, fn: Callable, n: int) -> list:
         events = []

@@ -83,5 +83,6 @@ def test_sanitize_reports_an_overread(tmp_path):
     df = _run("--shapes", "smoke", "--m", "1", "--dtype", "fp16", "--variants", "test_overread,cublas_fp16",
               "--plugin", str(PLUGINS / "oob_plugin.py"), "--sanitize", "--budget", "0.05", tmp_path=tmp_path)
     bad = df[df.variant == "test_overread"]
+    print(df[["variant", "status", "reason"]].to_string())
     assert (bad.status == "error").all() and bad.reason.str.contains("sanitizer").all(), bad.reason.tolist()
     assert (df[df.variant == "cublas_fp16"].status == "ok").all()
