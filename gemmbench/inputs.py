@@ -51,8 +51,9 @@ class GemmInputs:
 
 
 def _values(shape: tuple[int, ...], K: int, gen: torch.Generator, device: str) -> torch.Tensor:
-    x = torch.randn(shape, generator=gen, dtype=torch.float32, device="cpu")
-    return ((x + 1.0) / math.sqrt(K)).to(device)
+    # drawn on the device itself: a CPU draw of a 57344x8192 weight takes seconds per variant
+    x = torch.randn(shape, generator=gen, dtype=torch.float32, device=device)
+    return (x + 1.0) / math.sqrt(K)
 
 
 def quantize_fp8(x: torch.Tensor, scaling: str, dim_rows: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
@@ -79,14 +80,14 @@ def route(M: int, E: int, topk: int, gen: torch.Generator, routing: str = "unifo
 
 def make_inputs(problem: Problem, seed: int, device: str, scaling: str = "tensor") -> GemmInputs:
     """Fresh operands for a problem; `scaling` is the fp8 scale layout the variant consumes."""
-    gen = torch.Generator(device="cpu").manual_seed(seed)
+    gen = torch.Generator(device=device).manual_seed(seed)
     M, N, K = problem.M, problem.N, problem.K
     b_shape = (problem.E, N, K) if problem.is_moe else (N, K)
     a = _values((M, K), K, gen, device)
     b = _values(b_shape, K, gen, device)
     topk_ids = topk_weights = None
     if problem.is_moe:
-        topk_ids, topk_weights = route(M, problem.E, problem.topk, gen)
+        topk_ids, topk_weights = route(M, problem.E, problem.topk, torch.Generator().manual_seed(seed))
         topk_ids, topk_weights = topk_ids.to(device), topk_weights.to(device)
     if problem.dtype != "fp8":
         dt = TORCH_DTYPES[problem.dtype]

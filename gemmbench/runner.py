@@ -23,7 +23,8 @@ from gemmbench.shapes import Problem
 
 # Triton's interpreter runs a 33x80x48 GEMM in well under a second; Llama shapes would take hours.
 CPU_MAX_MACS = 1 << 24
-WORKER_START_TIMEOUT_S = 300  # importing torch and measuring ceilings on a cold machine
+WORKER_START_TIMEOUT_S = 300
+SANITIZER_PADDING = 1 << 20  # bytes of guard after every allocation under --sanitize  # importing torch and measuring ceilings on a cold machine
 
 
 class RunError(RuntimeError):
@@ -75,8 +76,10 @@ class WorkerProcess:
             cmd.append("--check-only")
             self.sanitizer_log = self.log.name + ".sanitizer"
             env["PYTORCH_NO_CUDA_MEMORY_CACHING"] = "1"  # every tensor its own allocation: overreads show
-            cmd = ["compute-sanitizer", "--tool", "memcheck", "--log-file", self.sanitizer_log,
-                   "--print-limit", "20"] + cmd
+            # --padding: small allocations sit side by side, so an overread would land in a neighbour
+            # (valid memory, no report); a guard region after each allocation makes it visible.
+            cmd = ["compute-sanitizer", "--tool", "memcheck", "--padding", str(SANITIZER_PADDING),
+                   "--log-file", self.sanitizer_log, "--print-limit", "20"] + cmd
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=self.log, stderr=self.log, env=env,
                                      pass_fds=(write_fd,), text=True)
         os.close(write_fd)
