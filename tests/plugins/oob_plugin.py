@@ -19,9 +19,11 @@ def _oob_write_kernel(c_ptr, n):
 @triton.jit
 def _overread_kernel(a_ptr, c_ptr, n, BLOCK: tl.constexpr):
     # reads BLOCK elements from a[n - 1] on: all but the first lie past the end of a
+    # every loaded value feeds the stored sum: a load whose result is unused is dead code the
+    # compiler removes, and then there is no overread left to detect
     offs = tl.arange(0, BLOCK)
-    x = tl.load(a_ptr + n - 1 + offs)
-    tl.store(c_ptr + offs, x, mask=offs < 1)
+    x = tl.load(a_ptr + n - 1 + offs).to(tl.float32)
+    tl.store(c_ptr, tl.sum(x, axis=0).to(c_ptr.dtype.element_ty))
 
 
 def _make_oob(problem, inputs):
