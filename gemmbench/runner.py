@@ -228,9 +228,10 @@ class Runner:
                                  emit=lambda p, row: rows.append(row))
             w.close(timeout=120)
             report = w.sanitizer_report()
-            if report:
+            if report:  # the sanitizer's finding explains any crash that followed it: one row
                 self._emit(problem, self._error_row(problem, name, f"check: compute-sanitizer: {report}"))
-            elif passed:
+                continue
+            if passed:
                 clean.append(name)
             for row in rows:
                 self._emit(problem, row)
