@@ -10,6 +10,7 @@ from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -26,7 +27,8 @@ DTYPES = ("fp16", "bf16", "fp8")
 
 
 def fail(message: str, code: int = 2) -> "typer.Exit":
-    err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    # escape: messages quote user input (globs like 'cublas_[ab]*'), which rich would read as markup
+    err.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     return typer.Exit(code)
 
 
@@ -70,7 +72,7 @@ def run(
         raise fail(f"--tp must be a positive integer, got {tp}")
     try:
         sset = shapes_mod.load(shapes)
-        m_values = shapes_mod.parse_m_list(m) if m else None
+        m_values = shapes_mod.parse_m_list(m) if m is not None else None
         problems = shapes_mod.problems(sset, _dtypes(dtype), m_values, tp)
         _load_plugins(plugin or [])
         chosen = registry.select(variants)
@@ -154,7 +156,7 @@ def _summary(rows, path, strict: bool) -> None:
 
     counts = status_counts(rows)
     parts = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
-    err.print(f"{len(rows)} cells: {parts}.  Results: {path}", highlight=False)
+    err.print(f"{len(rows)} cells: {parts}.  Results: {escape(str(path))}", highlight=False)
     bad = counts.get("wrong", 0) + counts.get("error", 0)
     if bad:
         err.print(f"[bold red]{bad} cell(s) wrong or failed[/]: see the status column (never timed, never in a speedup)")
@@ -196,8 +198,8 @@ def list_variants(
     for col in ("variant", "family", "dtypes", "runs", "description"):
         t.add_column(col)
     for v in variants:
-        src = "" if v.source == "builtin" else f" [plugin {v.source}]"
-        t.add_row(v.name, v.family, ",".join(v.dtypes), "MoE" if v.moe else "dense", v.description + src)
+        src = "" if v.source == "builtin" else escape(f" [plugin {v.source}]")
+        t.add_row(v.name, v.family, ",".join(v.dtypes), "MoE" if v.moe else "dense", escape(v.description) + src)
     out.print(t)
 
 
@@ -219,7 +221,7 @@ def shapes_from_config(
         return
     out_file.parent.mkdir(parents=True, exist_ok=True)
     out_file.write_text(text)
-    err.print(f"wrote shape set {set_name!r} to {out_file}; run it with: gemmbench run --shapes {out_file}")
+    err.print(escape(f"wrote shape set {set_name!r} to {out_file}; run it with: gemmbench run --shapes {out_file}"))
 
 
 def main() -> None:

@@ -57,7 +57,10 @@ def _run(cmd: list[str], cwd: Optional[Path] = None) -> Optional[str]:
 
 @functools.lru_cache(maxsize=None)
 def git_sha() -> Optional[str]:
-    """The commit of the gemmbench source that ran (with -dirty for local changes), if it is a checkout."""
+    """The commit of the gemmbench source that ran (with -dirty for local changes), if it is a checkout.
+    GEMMBENCH_GIT_SHA names it where the source is a copy without .git (e.g. shipped to a GPU host)."""
+    if os.environ.get("GEMMBENCH_GIT_SHA"):
+        return os.environ["GEMMBENCH_GIT_SHA"]
     src = Path(gemmbench.__file__).resolve().parent.parent
     sha = _run(["git", "rev-parse", "--short=12", "HEAD"], cwd=src)
     if sha and _run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=src):

@@ -87,7 +87,8 @@ def make_inputs(problem: Problem, seed: int, device: str, scaling: str = "tensor
     b = _values(b_shape, K, gen, device)
     topk_ids = topk_weights = None
     if problem.is_moe:
-        topk_ids, topk_weights = route(M, problem.E, problem.topk, torch.Generator().manual_seed(seed))
+        # its own stream of random numbers: on the CPU, sharing `gen` would make the routing a copy of `a`
+        topk_ids, topk_weights = route(M, problem.E, problem.topk, torch.Generator().manual_seed(seed + 7919))
         topk_ids, topk_weights = topk_ids.to(device), topk_weights.to(device)
     if problem.dtype != "fp8":
         dt = TORCH_DTYPES[problem.dtype]

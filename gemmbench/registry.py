@@ -99,12 +99,16 @@ def load_plugin(path: str | Path) -> None:
     spec = importlib.util.spec_from_file_location(module_name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[module_name] = module
+    before = set(_VARIANTS)
     try:
         spec.loader.exec_module(module)
-    except RegistryError:
-        raise
     except Exception as exc:
+        # a failed plugin leaves nothing behind: a retry reports the same error, not "already registered"
         del sys.modules[module_name]
+        for name in set(_VARIANTS) - before:
+            del _VARIANTS[name]
+        if isinstance(exc, RegistryError):
+            raise
         raise RegistryError(f"plugin {path} failed to import: {type(exc).__name__}: {exc}") from exc
 
 

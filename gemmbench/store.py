@@ -189,7 +189,10 @@ def _schema_version(f: Path, table: pa.Table) -> int:
 
 def _read(f: Path) -> pa.Table:
     try:
-        table = pq.read_table(f)
+        # one open file object: pq.read_table(path) opens the path more than once, and a RunWriter's
+        # os.replace between the opens made 18 of 375 concurrent reads fail
+        with open(f, "rb") as fh:
+            table = pq.read_table(fh)
     except (pa.ArrowException, OSError) as e:
         raise StoreError(f"{f}: not a readable Parquet file, truncated or not Parquet ({_one_line(e)})") from None
     v = _schema_version(f, table)

@@ -10,6 +10,8 @@ from typing import Callable, Optional
 from gemmbench.shapes import Problem
 
 _chosen: dict[tuple, dict] = {}
+# Triton's interpreter runs a 33x80x48 GEMM in well under a second; a Llama decode GEMM would take minutes.
+INTERPRETER_MAX_MACS = 1 << 24
 
 
 def interpreter_on() -> bool:
@@ -27,6 +29,9 @@ def needs_triton_device(problem: Problem, device) -> Optional[str]:
     if problem.dtype == "bf16":
         # Measured: the interpreter returns garbage for bf16 tl.dot and raises nothing.
         return "Triton's CPU interpreter computes bf16 tl.dot wrongly (no error raised); bf16 runs on the GPU only"
+    macs = problem.M * problem.N * problem.K * problem.topk
+    if macs > INTERPRETER_MAX_MACS:
+        return f"too large for Triton's CPU interpreter ({macs:.2g} multiply-adds, limit {INTERPRETER_MAX_MACS:.2g}): run it on a GPU"
     return None
 
 

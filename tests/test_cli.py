@@ -1,0 +1,604 @@
+"""The command line on a CPU: a real sweep end to end, crash isolation, the correctness gate, bad
+inputs (exit 2, one line), listings, shape sets from configs, and an interrupted run.
+
+Runs are few and small (each starts a worker process): module-scoped fixtures run each sweep once
+and several tests assert on it.  Plugins given to the CLI are imported into this process too (the
+CLI loads them before selecting variants), so globs here name variants exactly where a plugin
+variant could otherwise match."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from conftest import HAS_CUDA, PLUGINS
+from gemmbench import registry, shapes, store
+from gemmbench.check import TOLERANCE
+from gemmbench.cli import app
+from gemmbench.shapes import DECODE_M, PREFILL_M
+
+cpu_only = pytest.mark.skipif(HAS_CUDA, reason="tests the CPU path (no CUDA GPU)")
+
+BUILTIN_SETS = ["llama70b", "llama70b-attn", "llama70b-mlp", "mixtral-moe", "smoke"]
+BUILTIN_FAMILIES = {
+    "cublas_bf16": "cublas", "cublas_fp16": "cublas", "cublas_fp8": "cublas", "cublas_fp8_rowwise": "cublas",
+    "triton_dp_row": "triton_dp", "triton_dp_col": "triton_dp", "triton_dp_grouped": "triton_dp",
+    "torch_moe_loop": "moe_ref",
+}
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+# ---------------------------------------------------------------- helpers
+
+def invoke(*args):
+    return CliRunner().invoke(app, [str(a) for a in args])
+
+
+def text(s: str) -> str:
+    return ANSI.sub("", s)
+
+
+def gemmbench_proc(*args, timeout=300):
+    """`python -m gemmbench ...` as a real separate process."""
+    return subprocess.run([sys.executable, "-m", "gemmbench", *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def one_error_line(exit_code, stderr, stdout, exception=None) -> str:
+    """A bad input: exit code 2, exactly one non-empty stderr line 'error: ...', nothing on stdout."""
+    err = text(stderr)
+    assert exception is None or isinstance(exception, SystemExit), repr(exception)
+    assert exit_code == 2, (exit_code, err)
+    assert "Traceback" not in err and "Traceback" not in stdout
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1, err
+    assert lines[0].startswith("error: "), lines[0]
+    assert stdout == "", stdout
+    return lines[0]
+
+
+def bad(result) -> str:
+    return one_error_line(result.exit_code, result.stderr, result.stdout, result.exception)
+
+
+def table_rows(out: str) -> list[list[str]]:
+    """Cells of the body rows of rich tables in `out` (continuation lines included)."""
+    return [[c.strip() for c in ln.strip().strip("│").split("│")] for ln in text(out).splitlines()
+            if ln.startswith("│")]
+
+
+def load_rows(path) -> pd.DataFrame:
+    df = store.load(path)
+    assert len(df) > 0
+    return df
+
+
+# ---------------------------------------------------------------- a real sweep
+
+MAIN_VARIANTS = "cublas_*,triton_dp_row,torch_moe_loop"
+MAIN_DTYPES = ("fp16", "fp8")
+MAIN_M = (1, 5)
+
+
+@pytest.fixture(scope="module")
+def main_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("main") / "r.parquet"
+    # no --timing: the default (cold) must become wall on a CPU; --strict with every cell fine exits 0
+    res = invoke("run", "--shapes", "smoke", "--m", ",".join(map(str, MAIN_M)), "--dtype", ",".join(MAIN_DTYPES),
+                 "--variants", MAIN_VARIANTS, "--budget", "0.01", "--strict", "--out", out)
+    return res, out
+
+
+def expected_main_cells() -> set:
+    """(gemm, M, dtype, variant) of every cell: dense variants on dense GEMMs, MoE ones on MoE GEMMs,
+    each only in the dtypes it lists."""
+    sset = shapes.load("smoke")
+    chosen = [registry.get(n) for n in ("cublas_bf16", "cublas_fp16", "cublas_fp8", "cublas_fp8_rowwise",
+                                        "triton_dp_row", "torch_moe_loop")]
+    cells = set()
+    for g in sset.gemms:
+        for M in MAIN_M:
+            for dt in MAIN_DTYPES:
+                for v in chosen:
+                    if dt in v.dtypes and v.moe == g.is_moe:
+                        cells.add((g.name, M, dt, v.name))
+    return cells
+
+
+@cpu_only
+def test_run_smoke_exit_code_and_streams(main_run):
+    res, out = main_run
+    err = text(res.stderr)
+    assert res.exception is None or isinstance(res.exception, SystemExit), repr(res.exception)
+    assert res.exit_code == 0, err
+    assert "No CUDA GPU: CPU path." in err
+    assert "No CUDA GPU" not in res.stdout  # the banner is not part of the tables
+    assert "Traceback" not in err
+    df = load_rows(out)
+    assert f"{len(df)} cells: " in err
+    assert "wrong or failed" not in err
+    # a table per GEMM on stdout, titled with its dims
+    stdout = text(res.stdout)
+    titles = [ln.strip() for ln in stdout.splitlines() if ln.startswith("smoke_")]
+    assert titles == ["smoke_square  N=64 K=64", "smoke_tails  N=80 K=48", "smoke_deep  N=32 K=160",
+                      "smoke_moe  N=64 K=32, E=4 top2", "smoke_moe_odd  N=48 K=64, E=3 top2"]
+    assert stdout.count("timing: wall (L2 warm)") == 5
+
+
+@cpu_only
+def test_run_smoke_one_row_per_cell(main_run):
+    _, out = main_run
+    df = load_rows(out)
+    expected = expected_main_cells()
+    got = list(zip(df.gemm, df.M, df.dtype, df.variant))
+    assert len(got) == len(set(got)), "a cell was written twice"
+    assert set(got) == expected
+    # 3 dense GEMMs x 2 M x (fp16: cublas_fp16, triton_dp_row; fp8: cublas_fp8, cublas_fp8_rowwise, triton_dp_row)
+    # + 2 MoE GEMMs x 2 M x fp16 torch_moe_loop (no fp8 path, so no fp8 MoE cell)
+    assert len(expected) == 3 * 2 * 5 + 2 * 2 * 1
+    assert df.run_id.nunique() == 1 and "smoke" in df.run_id.iloc[0]
+    assert (df.shape_set == "smoke").all() and (df.tp == 1).all()
+    assert set(df.status) <= {"ok", "skipped"}, df[["variant", "status", "reason"]].to_string()
+    assert (df.status == "ok").sum() > 0
+    skipped = df[df.status == "skipped"]
+    assert skipped.reason.notna().all() and (skipped.reason.str.len() > 0).all()
+    assert skipped.time_us_median.isna().all()
+
+
+@cpu_only
+def test_run_smoke_ok_rows_are_timed_and_checked(main_run):
+    _, out = main_run
+    df = load_rows(out)
+    sset = {g.name: g for g in shapes.load("smoke").gemms}
+    ok = df[df.status == "ok"]
+    assert (ok.timing_mode == "wall").all() and (ok.l2_state == "warm").all()
+    assert (ok.device == "cpu").all()
+    for r in ok.itertuples():
+        g = sset[r.gemm]
+        assert (r.N, r.K, r.E, r.topk) == (g.N, g.K, g.E, g.topk)
+        assert r.time_us_median > 0
+        assert r.n_samples >= 10
+        samples = np.asarray(r.samples_us)
+        assert len(samples) == r.n_samples and (samples > 0).all()
+        assert r.time_us_median == pytest.approx(float(np.median(samples)))
+        assert r.time_us_p20 <= r.time_us_median <= r.time_us_p80
+        rows = r.M * r.topk if r.E > 1 else r.M
+        assert r.flops == 2 * rows * r.N * r.K
+        if r.E == 1:
+            assert r.flops == 2 * r.M * r.N * r.K
+        assert 0 <= r.max_rel_err < TOLERANCE[r.dtype], (r.variant, r.dtype, r.max_rel_err)
+        assert r.tflops == pytest.approx(r.flops / (r.time_us_median * 1e6))
+        assert r.bytes_min > 0 and r.gbps > 0
+        assert r.variant_source == "builtin"
+        if r.variant == "triton_dp_row":
+            assert json.loads(r.config)["schedule"] == "row"
+
+
+# ---------------------------------------------------------------- bad inputs: exit 2, one line
+
+@pytest.fixture(scope="module")
+def bad_files(tmp_path_factory):
+    d = tmp_path_factory.mktemp("bad")
+    (d / "broken.yaml").write_text("name: broken\ngemms: [ {id: a, N: 64, K: 64\n")
+    (d / "raises_plugin.py").write_text("raise RuntimeError('boom from the plugin')\n")
+    return d
+
+
+BAD_INPUTS = {
+    # id: (options replacing the defaults, fragments the error line must hold)
+    "unknown-shape-set": ({"--shapes": "no_such_set"}, ["no_such_set", "no such built-in shape set"]),
+    "malformed-yaml": ({"--shapes": "{d}/broken.yaml"}, ["broken.yaml", "invalid YAML"]),
+    "dtype-fp4": ({"--dtype": "fp4"}, ["--dtype 'fp4'", "fp16, bf16, fp8"]),
+    "variants-nomatch": ({"--variants": "nomatch*"}, ["'nomatch*'", "matches no variant"]),
+    "timing-bogus": ({"--timing": "bogus"}, ["--timing 'bogus'", "wall"]),
+    "tp-0": ({"--tp": "0"}, ["--tp", "positive integer", "got 0"]),
+    "tp-3-indivisible": ({"--tp": "3"}, ["'smoke_square'", "N=64", "not divisible by tp=3"]),
+    "m-0": ({"--m": "0"}, ["--m", "'0'", "not a positive integer"]),
+    "m-abc": ({"--m": "abc"}, ["--m", "'abc'", "not a positive integer"]),
+    "plugin-missing": ({"--plugin": "{d}/no_such_plugin.py"}, ["plugin file not found", "no_such_plugin.py"]),
+    "plugin-raises": ({"--plugin": "{d}/raises_plugin.py"},
+                      ["raises_plugin.py", "failed to import", "RuntimeError", "boom from the plugin"]),
+    # the README's main command on a machine without a GPU: refused, pointing to the CPU set
+    "cpu-too-large": ({"--shapes": "llama70b-attn", "--m": None, "--dtype": None, "--variants": None},
+                      ["llama70b-attn", "too large for the CPU path", "--shapes smoke"]),
+    "m-empty": ({"--m": ""}, ["--m"]),
+}
+
+
+def run_args(d: Path, out: Path, **over) -> list[str]:
+    opts = {"--shapes": "smoke", "--m": "1", "--dtype": "fp16", "--variants": "cublas_fp16", "--budget": "0.01"}
+    opts.update(over)
+    args = ["run"]
+    for k, v in opts.items():
+        if v is not None:
+            args += [k, str(v).format(d=d)]
+    return args + ["--out", str(out)]
+
+
+@pytest.mark.parametrize("case", list(BAD_INPUTS))
+def test_bad_input_is_one_error_line_and_exit_2(case, bad_files, tmp_path):
+    over, fragments = BAD_INPUTS[case]
+    if case == "cpu-too-large" and HAS_CUDA:
+        pytest.skip("the refusal is for the CPU path")
+    out = tmp_path / "never.parquet"
+    line = bad(invoke(*run_args(bad_files, out, **over)))
+    for frag in fragments:
+        assert frag in line, (frag, line)
+    assert not out.exists()
+    assert list(tmp_path.iterdir()) == []  # no temp files either
+
+
+@pytest.mark.parametrize("glob", ["cublas_[xyz]*", "[/x]*"])
+def test_bad_input_message_is_not_rich_markup(glob, tmp_path):
+    """fnmatch globs hold brackets; the error line must quote the user's glob verbatim (and never crash)."""
+    line = bad(invoke("run", "--shapes", "smoke", "--m", "1", "--dtype", "fp16", "--variants", glob,
+                      "--out", tmp_path / "never.parquet"))
+    assert f"--variants {glob!r} matches no variant" in line
+
+
+def test_bad_input_in_a_real_process(tmp_path):
+    """`python -m gemmbench` works, and a bad input there is one line and exit 2 as well."""
+    proc = gemmbench_proc("run", "--shapes", "smoke", "--dtype", "fp4", "--out", tmp_path / "never.parquet")
+    line = one_error_line(proc.returncode, proc.stderr, proc.stdout)
+    assert "--dtype 'fp4'" in line
+    assert not (tmp_path / "never.parquet").exists()
+
+
+# ---------------------------------------------------------------- crash isolation
+
+@pytest.fixture(scope="module")
+def crash_run(tmp_path_factory):
+    out_dir = tmp_path_factory.mktemp("crash") / "results"  # a folder: the file is named after the run id
+    res = invoke("run", "--shapes", "smoke", "--m", "1,5", "--dtype", "fp16", "--variants", "test_crash,cublas_fp16",
+                 "--plugin", PLUGINS / "crash_plugin.py", "--budget", "0.01", "--out", out_dir)
+    return res, out_dir
+
+
+def test_crash_costs_only_its_cell(crash_run):
+    res, out_dir = crash_run
+    err = text(res.stderr)
+    assert res.exit_code == 0, err  # not --strict: failed cells are reported, not fatal
+    files = list(out_dir.glob("*.parquet"))
+    assert len(files) == 1
+    df = load_rows(files[0])
+    assert files[0].name == f"{df.run_id.iloc[0]}.parquet"
+    crash, good = df[df.variant == "test_crash"], df[df.variant == "cublas_fp16"]
+    # 3 dense smoke GEMMs x M in {1, 5}, fp16; test_crash is dense-only
+    assert len(crash) == 6 and len(good) == 6 and len(df) == 12
+    assert set(zip(crash.gemm, crash.M)) == {(g, m) for g in ("smoke_square", "smoke_tails", "smoke_deep")
+                                             for m in (1, 5)}
+    assert (crash.status == "error").all(), crash[["status", "reason"]].to_string()
+    for reason in crash.reason:
+        assert "worker died" in reason and reason.startswith("check: "), reason
+        assert f"killed by signal {int(signal.SIGKILL)}" in reason, reason
+    assert crash.time_us_median.isna().all() and crash.n_samples.isna().all()
+    assert crash.variant_source.str.endswith("crash_plugin.py").all()
+    # the sweep went on after every crash: each later cublas_fp16 cell ran in a fresh worker
+    assert (good.status == "ok").all(), good[["status", "reason"]].to_string()
+    assert (good.time_us_median > 0).all() and (good.n_samples >= 10).all()
+    assert "6 error, 6 ok" in err
+    assert "6 cell(s) wrong or failed" in err
+    assert text(res.stdout).count("error: check: worker died") == 6
+
+
+# ---------------------------------------------------------------- the check gates timing
+
+WRONG_PLUGIN = '''
+import torch
+
+from gemmbench.registry import Launch, Variant, register
+
+LOG = {log!r}
+
+
+def _log(name, what, problem):
+    with open(LOG, "a") as f:
+        f.write(f"{{name}} {{what}} {{problem.gemm}} {{problem.M}}\\n")
+
+
+def _make_wrong(problem, inputs):
+    _log("test_wrong", "make", problem)
+    a, bt = inputs.a, inputs.b.t()
+
+    def fn():
+        _log("test_wrong", "launch", problem)
+        return torch.mm(a, bt) * 1.5  # right shape and dtype, wrong values
+
+    return Launch(fn=fn)
+
+
+def _make_unwritten(problem, inputs):
+    _log("test_unwritten", "make", problem)
+    a, bt = inputs.a, inputs.b.t()
+    out = torch.empty((problem.M, problem.N), dtype=inputs.out_dtype, device=a.device)
+
+    def fn():
+        _log("test_unwritten", "launch", problem)
+        out[:1] = torch.mm(a[:1], bt)  # only the first row; the rest keeps whatever was there
+        return out
+
+    return Launch(fn=fn, out=out)
+
+
+def _make_right(problem, inputs):
+    _log("test_right", "make", problem)
+    a, bt = inputs.a, inputs.b.t()
+    out = torch.empty((problem.M, problem.N), dtype=inputs.out_dtype, device=a.device)
+
+    def fn():
+        _log("test_right", "launch", problem)
+        return torch.mm(a, bt, out=out)
+
+    return Launch(fn=fn, out=out)
+
+
+for _name, _make in (("test_wrong", _make_wrong), ("test_unwritten", _make_unwritten), ("test_right", _make_right)):
+    register(Variant(_name, "test", ("fp16",), "CLI test variant", _make, source=__file__))
+'''
+
+
+@pytest.fixture(scope="module")
+def wrong_run(tmp_path_factory):
+    d = tmp_path_factory.mktemp("wrong")
+    log = d / "launches.log"
+    plugin = d / "wrong_plugin.py"
+    plugin.write_text(WRONG_PLUGIN.format(log=str(log)))
+    out = d / "w.parquet"
+    # M=5: test_unwritten writes row 0 only, so at M=1 it would be (rightly) correct
+    res = invoke("run", "--shapes", "smoke", "--m", "5", "--dtype", "fp16",
+                 "--variants", "test_wrong,test_unwritten,test_right,cublas_fp16", "--plugin", plugin,
+                 "--budget", "0.01", "--strict", "--out", out)
+    launches = {}
+    for ln in log.read_text().splitlines():
+        name, what, gemm, M = ln.split()
+        launches.setdefault((name, what, gemm, int(M)), 0)
+        launches[(name, what, gemm, int(M))] += 1
+    return res, out, launches
+
+
+DENSE = ("smoke_square", "smoke_tails", "smoke_deep")
+
+
+def test_wrong_results_are_never_timed(wrong_run):
+    res, out, launches = wrong_run
+    df = load_rows(out)
+    assert len(df) == 3 * 4  # 3 dense GEMMs x 4 variants at M=5
+    for name in ("test_wrong", "test_unwritten"):
+        rows = df[df.variant == name]
+        assert len(rows) == 3 and set(rows.gemm) == set(DENSE)
+        assert (rows.status == "wrong").all(), rows[["status", "reason"]].to_string()
+        assert rows.time_us_median.isna().all()
+        assert rows.n_samples.isna().all()
+        assert rows.samples_us.isna().all()
+        assert rows.tflops.isna().all() and rows.gbps.isna().all()
+        assert (rows.max_rel_err > TOLERANCE["fp16"]).all()
+        assert rows.reason.str.contains("off by more than").all()
+        # checked exactly once per cell (one make, one launch) and never again: no warm-up, no samples
+        for g in DENSE:
+            assert launches.get((name, "make", g, 5)) == 1, (name, g, launches)
+            assert launches.get((name, "launch", g, 5)) == 1, (name, g, launches)
+    wrong = df[df.variant == "test_wrong"]
+    assert wrong.max_rel_err.between(0.4, 0.6).all(), wrong.max_rel_err.tolist()  # x1.5: off by 50% of max|ref|
+    unwritten = df[df.variant == "test_unwritten"]
+    assert unwritten.reason.str.contains("non-finite").all(), unwritten.reason.tolist()
+    assert np.isinf(unwritten.max_rel_err).all()
+    # the comparison is real: a correct plugin variant in the same run passes and is then timed
+    right = df[df.variant == "test_right"]
+    assert (right.status == "ok").all() and (right.n_samples >= 10).all()
+    for g in DENSE:
+        assert launches[("test_right", "launch", g, 5)] >= 1 + 3 + 10  # check + warm-up + samples
+    assert (df[df.variant == "cublas_fp16"].status == "ok").all()
+    stdout = text(res.stdout)
+    assert stdout.count("wrong: ") == 6
+
+
+def test_strict_exits_1_when_a_cell_is_wrong(wrong_run):
+    res, out, _ = wrong_run
+    err = text(res.stderr)
+    assert res.exception is None or isinstance(res.exception, SystemExit), repr(res.exception)
+    assert res.exit_code == 1, err
+    assert "6 cell(s) wrong or failed" in err
+    assert "Traceback" not in err
+    # the tables and the file are complete before the exit
+    assert len(store.load(out)) == 12
+    assert "smoke_deep  N=32 K=160" in text(res.stdout)
+
+
+# ---------------------------------------------------------------- listings
+
+def test_list_shapes_lists_every_builtin_set_with_its_gemms():
+    res = invoke("list", "shapes")
+    assert res.exit_code == 0, res.stderr
+    listed: dict[str, list] = {}
+    current = None
+    for cells in table_rows(res.stdout):
+        if cells[0]:
+            current = cells[0]
+        if cells[1]:
+            listed.setdefault(current, []).append((cells[1], int(cells[2]), int(cells[3])))
+    assert list(listed) == BUILTIN_SETS
+    for name in BUILTIN_SETS:
+        assert listed[name] == [(g.name, g.N, g.K) for g in shapes.load(name).gemms], name
+
+
+def _variant_rows(out: str) -> dict[str, list]:
+    return {cells[0]: cells for cells in table_rows(out) if cells[0]}
+
+
+def test_list_variants_in_a_fresh_process_shows_exactly_the_builtins():
+    proc = gemmbench_proc("list", "variants", timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    rows = _variant_rows(proc.stdout)
+    assert {name: cells[1] for name, cells in rows.items()} == BUILTIN_FAMILIES
+    assert rows["cublas_fp16"][2:4] == ["fp16", "dense"]
+    assert rows["triton_dp_row"][2:4] == ["fp16,bf16,fp8", "dense"]
+    assert rows["torch_moe_loop"][2:4] == ["fp16,bf16", "MoE"]
+    assert "[plugin" not in proc.stdout
+
+
+def test_list_variants_with_a_plugin():
+    res = invoke("list", "variants", "--plugin", PLUGINS / "crash_plugin.py")
+    assert res.exit_code == 0, res.stderr
+    rows = _variant_rows(res.stdout)
+    assert set(BUILTIN_FAMILIES) <= set(rows)
+    assert rows["test_crash"][1:4] == ["test", "fp16,fp8,bf16", "dense"]
+
+
+def test_list_variants_names_the_plugin_a_variant_came_from():
+    """list_variants appends ' [plugin <source>]' to a plugin variant's description."""
+    res = invoke("list", "variants", "--plugin", PLUGINS / "crash_plugin.py")
+    assert res.exit_code == 0, res.stderr
+    out = " ".join(text(res.stdout).split())
+    assert "[plugin " in out and "crash_plugin.py" in out, res.stdout
+
+
+def test_list_variants_bad_plugin_is_one_error_line(tmp_path):
+    line = bad(invoke("list", "variants", "--plugin", tmp_path / "absent.py"))
+    assert "plugin file not found" in line and "absent.py" in line
+
+
+# ---------------------------------------------------------------- shapes from-config
+
+LLAMA_CONFIG = {
+    "_name_or_path": "meta-llama/Llama-3.1-8B", "model_type": "llama", "architectures": ["LlamaForCausalLM"],
+    "hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32, "num_key_value_heads": 8,
+    "num_hidden_layers": 32, "vocab_size": 128256, "head_dim": None,
+}
+LLAMA_GEMMS = [("attn_qkv", 6144, 4096, "column"), ("attn_o", 4096, 4096, "row"),
+               ("mlp_gate_up", 28672, 4096, "column"), ("mlp_down", 4096, 14336, "row"),
+               ("lm_head", 128256, 4096, "column")]
+
+
+@cpu_only
+def test_shapes_from_config_writes_a_loadable_set_the_cpu_path_refuses(tmp_path):
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps(LLAMA_CONFIG))
+    out = tmp_path / "sets" / "s.yaml"
+    res = invoke("shapes", "from-config", cfg, "--out", out)
+    assert res.exit_code == 0, res.stderr
+    assert "llama-3.1-8b" in text(res.stderr)
+    assert out.is_file() and res.stdout == ""
+    s = shapes.load(str(out))
+    assert s.name == "llama-3.1-8b"
+    assert [(g.name, g.N, g.K, g.parallel) for g in s.gemms] == LLAMA_GEMMS
+    assert all(not g.is_moe for g in s.gemms)
+    assert s.m_values == DECODE_M + PREFILL_M
+    run_out = tmp_path / "never.parquet"
+    line = bad(invoke("run", "--shapes", out, "--dtype", "fp16", "--out", run_out))
+    assert "llama-3.1-8b is too large for the CPU path" in line and "--shapes smoke" in line
+    assert not run_out.exists()
+
+
+def test_shapes_from_config_to_stdout_with_a_name(tmp_path):
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps(LLAMA_CONFIG))
+    res = invoke("shapes", "from-config", cfg, "--name", "my8b")
+    assert res.exit_code == 0, res.stderr
+    doc = yaml.safe_load(res.stdout)
+    assert doc["name"] == "my8b"
+    assert [(g["id"], g["N"], g["K"], g["parallel"]) for g in doc["gemms"]] == LLAMA_GEMMS
+
+
+def test_shapes_from_config_bad_files(tmp_path):
+    line = bad(invoke("shapes", "from-config", tmp_path / "missing.json", "--out", tmp_path / "s.yaml"))
+    assert "missing.json" in line and "cannot read" in line
+    assert not (tmp_path / "s.yaml").exists()
+    (tmp_path / "notjson.json").write_text("{hidden_size: 1")
+    line = bad(invoke("shapes", "from-config", tmp_path / "notjson.json"))
+    assert "notjson.json" in line and "not JSON" in line
+    (tmp_path / "partial.json").write_text(json.dumps({"hidden_size": 4096}))
+    line = bad(invoke("shapes", "from-config", tmp_path / "partial.json"))
+    assert "missing field 'intermediate_size'" in line
+
+
+# ---------------------------------------------------------------- an interrupted run
+
+def _children(pid: int) -> list[int]:
+    kids = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                stat = Path(f"/proc/{d}/stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                kids.append(int(d))
+    return kids
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_text(errors="replace")
+    except OSError:  # a short-lived child (e.g. git) that has gone already
+        return ""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def test_interrupted_run_keeps_its_rows(tmp_path):
+    out = tmp_path / "i.parquet"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gemmbench", "run", "--shapes", "smoke", "--dtype", "fp16", "--m", "1,5,16,33",
+         "--variants", "cublas_fp16,triton_dp_row", "--budget", "0.01", "--out", str(out)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 180
+        rows = 0
+        while rows < 1:
+            assert proc.poll() is None, f"the run ended before it could be interrupted: {proc.communicate()}"
+            assert time.monotonic() < deadline, "no row was written in 180 s"
+            if out.exists():
+                try:
+                    rows = len(store.load(out))
+                except store.StoreError:
+                    # pq.read_table(path) opens the file more than once; a rename between the opens
+                    # reads a mixed file (see the report): retry
+                    pass
+            time.sleep(0.05)
+        has_proc = Path("/proc/self/stat").exists()
+        workers = [k for k in _children(proc.pid) if "gemmbench.worker" in _cmdline(k)] if has_proc else []
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    err = text(stderr)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err
+    m = re.search(r"error: interrupted: (\d+) finished rows are in (\S+)", err)
+    assert m, err
+    assert Path(m.group(2)) == out
+    df = store.load(out)
+    assert len(df) >= 1 and len(df) == int(m.group(1))
+    assert len(df) < 4 * 3 * 2  # it really stopped early (24 cells in all)
+    assert df.status.notna().all() and set(df.status) <= {"ok", "skipped"}
+    assert df.variant.notna().all() and df.gemm.notna().all() and (df.dtype == "fp16").all()
+    ok = df[df.status == "ok"]
+    assert (ok.time_us_median > 0).all() and (ok.n_samples >= 10).all()
+    if not has_proc:
+        return
+    # the worker the sweep started is gone too
+    assert len(workers) == 1
+    deadline = time.monotonic() + 15
+    while _alive(workers[0]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(workers[0])
