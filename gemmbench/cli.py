@@ -86,13 +86,13 @@ def run(
 
     import torch
 
-    from gemmbench.runner import RunError, RunOptions, Runner, cpu_too_large, new_run_id
+    from gemmbench.runner import RunOptions, cpu_too_large, new_run_id
 
     cpu = not torch.cuda.is_available()
     if cpu:
         reason = cpu_too_large([p for p, _ in cells])
         if reason:
-            raise fail(reason)
+            raise fail(f"no CUDA GPU here, so this would be the CPU path, and {reason}")
         if sanitize:
             raise fail("--sanitize needs a CUDA GPU")
         if timing != "wall":

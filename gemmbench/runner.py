@@ -173,11 +173,9 @@ class Runner:
 
     def _error_row(self, problem: Problem, variant: str, reason: str) -> dict:
         from gemmbench import device, registry
+        from gemmbench.store import cell_columns
 
-        v = registry.get(variant)
-        return dict(shape_set=problem.shape_set, gemm=problem.gemm, M=problem.M, N=problem.N, K=problem.K,
-                    E=problem.E, topk=problem.topk, tp=problem.tp, dtype=problem.dtype, variant=v.name,
-                    family=v.family, variant_source=v.source, status="error", reason=reason,
+        return dict(cell_columns(problem, registry.get(variant)), status="error", reason=reason,
                     timing_mode=self.opts.timing, **device.provenance())
 
     def _drive(self, kind: str, problem: Problem, names: list, check_only: bool, emit=None) -> list:
@@ -229,7 +227,7 @@ class Runner:
             w = self.sanitizer = self._start(check_only=True)
             rows = []
             passed = self._drive("sanitizer", problem, [name], check_only=True,
-                                 emit=lambda p, row: rows.append(row))
+                                 emit=lambda p, row, rows=rows: rows.append(row))
             w.close(timeout=120)
             report = w.sanitizer_report()
             if report:  # the sanitizer's finding explains any crash that followed it: one row

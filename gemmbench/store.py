@@ -60,6 +60,15 @@ COLUMNS = [name for name, _ in _COLUMNS]
 _TYPES = dict(_COLUMNS)
 
 
+def cell_columns(problem, variant) -> dict:
+    """The columns that name a cell: its problem (a shapes.Problem) and its variant (a registry.Variant)."""
+    return dict(
+        shape_set=problem.shape_set, gemm=problem.gemm, M=problem.M, N=problem.N, K=problem.K, E=problem.E,
+        topk=problem.topk, tp=problem.tp, dtype=problem.dtype,
+        variant=variant.name, family=variant.family, variant_source=variant.source,
+    )
+
+
 class StoreError(ValueError):
     """A row or a file that cannot be stored or loaded; the one-line message is meant for users."""
 

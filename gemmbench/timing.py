@@ -200,14 +200,14 @@ class Timer:
         return (p80 - p20) / med / math.sqrt(n) <= self.target_noise
 
     def run(self, prepared: dict) -> dict:
-        """Sample every prepared variant in interleaved rounds (clock drift then favours none).
-        Yields nothing; calls `on_batch(name)` hooks are the caller's business via `rounds()`."""
+        """Sample every prepared variant in interleaved rounds (clock drift then favours none)."""
         for _ in self.rounds(prepared):
             pass
         return {k: p.samples for k, p in prepared.items()}
 
     def rounds(self, prepared: dict):
-        """Generator form of run(): yields the name of the variant about to be sampled (crash attribution)."""
+        """run() step by step: yields the name of the variant about to be sampled, so that a caller can
+        tell which variant a fault belongs to."""
         active = list(prepared)
         while active:
             for name in list(active):

@@ -71,13 +71,11 @@ class Worker:
     # -- rows -------------------------------------------------------------------------------
     def _row(self, problem, variant, status: str, reason: str = "", **extra) -> dict:
         from gemmbench import metrics
+        from gemmbench.store import cell_columns
 
         row = dict(
-            shape_set=problem.shape_set, gemm=problem.gemm, M=problem.M, N=problem.N, K=problem.K,
-            E=problem.E, topk=problem.topk, tp=problem.tp, dtype=problem.dtype,
-            variant=variant.name, family=variant.family, variant_source=variant.source,
-            status=status, reason=reason or None, timing_mode=self.timer.mode, l2_state=self.timer.l2_state,
-            flops=metrics.flops(problem), **self.provenance,
+            cell_columns(problem, variant), status=status, reason=reason or None, timing_mode=self.timer.mode,
+            l2_state=self.timer.l2_state, flops=metrics.flops(problem), **self.provenance,
         )
         row.update(extra)
         return row

@@ -1,6 +1,5 @@
 """Result files: schema, round trip, crash safety, and the errors users see."""
 
-import os
 import signal
 import subprocess
 import sys
