@@ -164,6 +164,15 @@ def _summary(rows, path, strict: bool) -> None:
             raise typer.Exit(1)
 
 
+def _m_label(m_values: tuple) -> str:
+    from gemmbench.shapes import PRESETS
+
+    for name, values in PRESETS.items():
+        if tuple(m_values) == tuple(values):
+            return f"{name} ({values[0]}..{values[-1]})"
+    return ",".join(map(str, m_values))
+
+
 @list_app.command("shapes")
 def list_shapes() -> None:
     """Built-in shape sets with their GEMMs and default M lists."""
@@ -177,7 +186,7 @@ def list_shapes() -> None:
         for i, g in enumerate(s.gemms):
             t.add_row(name if i == 0 else "", g.name, str(g.N), str(g.K), str(g.E) if g.is_moe else "",
                       str(g.topk) if g.is_moe else "", {"column": "N", "row": "K"}.get(g.parallel, "-"),
-                      ",".join(map(str, s.m_values)) if i == 0 else "")
+                      _m_label(s.m_values) if i == 0 else "")
         t.add_section()
     out.print(t)
 
