@@ -56,16 +56,20 @@ def _values(shape: tuple[int, ...], K: int, gen: torch.Generator, device: str) -
     return (x + 1.0) / math.sqrt(K)
 
 
-def quantize_fp8(x: torch.Tensor, scaling: str, dim_rows: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
-    """Quantise x to e4m3 with a scale from its real amax ("tensor": one scale; "row": one per row)."""
+def quantize_fp8(x: torch.Tensor, scaling: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Quantise x to e4m3 with scales from its real amax: "tensor" one scale (1,); "row" one per row
+    (rows, 1); "expert" one per leading index of an (E, N, K) weight, shape (E,)."""
     if scaling == "tensor":
         amax = x.abs().amax().reshape(1)
     elif scaling == "row":
         amax = x.abs().amax(dim=-1, keepdim=True)
+    elif scaling == "expert":
+        amax = x.abs().amax(dim=(1, 2))
     else:
         raise ValueError(f"unknown fp8 scaling {scaling!r}")
     scale = (amax.float() / FP8_MAX).clamp(min=1e-12)
-    q = (x / scale).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn)
+    view = scale.view(-1, 1, 1) if scaling == "expert" else scale
+    q = (x / view).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn)
     return q, scale
 
 
@@ -94,10 +98,6 @@ def make_inputs(problem: Problem, seed: int, device: str, scaling: str = "tensor
         dt = TORCH_DTYPES[problem.dtype]
         return GemmInputs(a.to(dt), b.to(dt), dt, topk_ids=topk_ids, topk_weights=topk_weights)
     qa, sa = quantize_fp8(a, scaling)
-    if problem.is_moe:  # one scale per expert: the layout fused MoE kernels consume
-        amax = b.abs().amax(dim=(1, 2))
-        sb = (amax / FP8_MAX).clamp(min=1e-12)
-        qb = (b / sb.view(-1, 1, 1)).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn)
-    else:
-        qb, sb = quantize_fp8(b, scaling)
+    # MoE weights: one scale per expert, the layout fused MoE kernels consume
+    qb, sb = quantize_fp8(b, "expert" if problem.is_moe else scaling)
     return GemmInputs(qa, qb, torch.bfloat16, sa, sb, scaling, topk_ids, topk_weights)

@@ -51,8 +51,9 @@ def bytes_min(p: Problem, experts_hit: int | None = None, fp8_scaling: str = "te
     experts_hit is required for MoE (ValueError if None or outside 1..E); for a dense problem it
     may be None or 1.
 
-    fp8 adds its fp32 scales.  fp8_scaling "tensor": dense 2 scalars; MoE one per hit expert + one
-    for the activations.  "row": dense M + N scales; MoE experts_hit * N + M scales.
+    fp8 adds its fp32 scales.  fp8_scaling "tensor": dense 2 scalars; "row": dense M + N.  MoE weights
+    always carry one scale per expert (inputs.make_inputs), so MoE adds experts_hit scales plus the
+    activations' 1 ("tensor") or M ("row").
     """
     act, out = _dtype_bytes(p.dtype)
     if fp8_scaling not in FP8_SCALINGS:
@@ -68,7 +69,7 @@ def bytes_min(p: Problem, experts_hit: int | None = None, fp8_scaling: str = "te
     if p.is_moe:
         n = act * (experts_hit * p.N * p.K + p.M * p.K) + out * p.M * p.topk * p.N
         if p.dtype == "fp8":
-            n_scales = experts_hit + 1 if fp8_scaling == "tensor" else experts_hit * p.N + p.M
+            n_scales = experts_hit + (1 if fp8_scaling == "tensor" else p.M)
             n += SCALE_BYTES * n_scales
         return n
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import re
 import shutil
 import subprocess
 import sys
@@ -47,13 +48,16 @@ class RunOptions:
 
 
 def new_run_id(shape_set: str) -> str:
-    return f"{datetime.now(timezone.utc):%Y%m%d-%H%M%S}-{shape_set}-{uuid.uuid4().hex[:4]}"
+    safe = re.sub(r"[^A-Za-z0-9._-]", "_", shape_set).strip(".") or "run"  # a set's name becomes a file name
+    return f"{datetime.now(timezone.utc):%Y%m%d-%H%M%S}-{safe}-{uuid.uuid4().hex[:4]}"
 
 
 def cpu_too_large(problems: list) -> Optional[str]:
     """The reason a set is refused on the CPU path, or None."""
-    worst = max(problems, key=lambda p: p.M * p.N * p.K * p.topk)
-    macs = worst.M * worst.N * worst.K * worst.topk
+    from gemmbench.metrics import flops
+
+    worst = max(problems, key=flops)
+    macs = flops(worst) // 2
     if macs <= CPU_MAX_MACS:
         return None
     return (f"{worst.shape_set} is too large for the CPU path ({worst.gemm} M={worst.M}: {macs:.2g} multiply-adds, "
@@ -160,7 +164,12 @@ class Runner:
 
     def _start(self, check_only: bool = False) -> WorkerProcess:
         w = WorkerProcess(self.opts, self.cpu, check_only)
-        first = w.next_event(timeout=WORKER_START_TIMEOUT_S)
+        try:
+            first = w.next_event(timeout=WORKER_START_TIMEOUT_S)
+        except RunError:
+            w.proc.kill()
+            w.close()
+            raise
         if first is None or first.get("ev") != "ready":
             reason = first["error"] if first else w.death_reason()
             w.close()
@@ -174,9 +183,10 @@ class Runner:
     def _error_row(self, problem: Problem, variant: str, reason: str) -> dict:
         from gemmbench import device, registry
         from gemmbench.store import cell_columns
+        from gemmbench.timing import L2_STATE
 
         return dict(cell_columns(problem, registry.get(variant)), status="error", reason=reason,
-                    timing_mode=self.opts.timing, **device.provenance())
+                    timing_mode=self.opts.timing, l2_state=L2_STATE[self.opts.timing], **device.provenance())
 
     def _drive(self, kind: str, problem: Problem, names: list, check_only: bool, emit=None) -> list:
         """Run one task to completion across worker deaths; returns the names that passed (check-only)."""
@@ -190,19 +200,23 @@ class Runner:
             task = dict(problem=asdict(problem), variants=left, seed=self.opts.seed + zlib.crc32(problem.label.encode()) % 10**6,
                         check_only=check_only)
             w.send(task)
-            current = None
+            current, fatal = None, False
             while True:
                 ev = w.next_event()
                 if ev is None:  # the worker died: its in-flight cell is the casualty
                     reason = w.death_reason()
                     w.close()
                     setattr(self, kind, None)
+                    if fatal or not left:  # it reported its casualty itself before exiting
+                        break
                     if current is None:  # died between cells: the next one in line takes the row,
                         current, phase = left[0], "before start"  # so a deterministic crash cannot loop
                     emit(problem, self._error_row(problem, current, f"{phase}: {reason}"))
                     left.remove(current)
                     break
-                if ev["ev"] == "begin":
+                if ev["ev"] == "fatal":
+                    fatal = True
+                elif ev["ev"] == "begin":
                     current, phase = ev["variant"], ev["phase"]
                     self.on_begin(problem, current, phase)
                 elif ev["ev"] == "row":

@@ -20,10 +20,7 @@ import pyarrow.parquet as pq
 # rather than silently mixing numbers that mean different things.
 SCHEMA_VERSION = 1
 STATUSES = ("ok", "skipped", "wrong", "error")
-# Documented values of the enum-like columns (not enforced: only status drives logic here).
-TIMING_MODES = ("cold", "stream", "graph", "wall")
-L2_STATES = ("cold", "warm", "streaming")
-DEVICES = ("cuda", "cpu")
+# timing_mode, l2_state: see gemmbench.timing (MODES, L2_STATE); device: "cuda" | "cpu".
 
 _S, _I, _F = pa.string(), pa.int64(), pa.float64()
 _COLUMNS = [
@@ -62,10 +59,12 @@ _TYPES = dict(_COLUMNS)
 
 def cell_columns(problem, variant) -> dict:
     """The columns that name a cell: its problem (a shapes.Problem) and its variant (a registry.Variant)."""
+    from gemmbench.metrics import flops
+
     return dict(
         shape_set=problem.shape_set, gemm=problem.gemm, M=problem.M, N=problem.N, K=problem.K, E=problem.E,
         topk=problem.topk, tp=problem.tp, dtype=problem.dtype,
-        variant=variant.name, family=variant.family, variant_source=variant.source,
+        variant=variant.name, family=variant.family, variant_source=variant.source, flops=flops(problem),
     )
 
 

@@ -29,7 +29,9 @@ def needs_triton_device(problem: Problem, device) -> Optional[str]:
     if problem.dtype == "bf16":
         # Measured: the interpreter returns garbage for bf16 tl.dot and raises nothing.
         return "Triton's CPU interpreter computes bf16 tl.dot wrongly (no error raised); bf16 runs on the GPU only"
-    macs = problem.M * problem.N * problem.K * problem.topk
+    from gemmbench.metrics import flops
+
+    macs = flops(problem) // 2
     if macs > INTERPRETER_MAX_MACS:
         return f"too large for Triton's CPU interpreter ({macs:.2g} multiply-adds, limit {INTERPRETER_MAX_MACS:.2g}): run it on a GPU"
     return None

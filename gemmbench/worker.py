@@ -5,10 +5,12 @@ process, so cells run here, never in the process that owns the sweep.  The paren
 sends one JSON task per line on stdin; events go back as JSON lines on the file descriptor named
 by GEMMBENCH_EVENT_FD (stdout stays free for whatever kernels or plugins print):
 
+  {"ev": "ready"} / {"ev": "startup_failed", "error": E}   once, after start-up
   {"ev": "begin", "variant": V, "phase": "check"|"time"}   before any work that could fault
   {"ev": "row", "row": {...}}                               a finished cell (any status)
   {"ev": "passed", "variant": V}                            check-only tasks: V passed its check
   {"ev": "done"}                                            the task is complete
+  {"ev": "fatal"}                                           the CUDA context is lost; the worker exits
 
 After a CUDA error the worker reports the row and exits with FATAL_EXIT; the parent starts a new one.
 """
@@ -64,18 +66,17 @@ class Worker:
         self.dev = device.detect()
         self.devname = "cuda" if self.dev.kind == "cuda" else "cpu"
         self.timer = Timer(args.timing, budget_s=args.budget, min_samples=args.min_samples)
-        self.ceilings = None
-        self.need_ceilings = not args.check_only
+        # measured (or read from the cache) here, so that a failure is one startup error, not a cell's
+        self.ceilings = device.ceilings(args.timing) if self.dev.kind == "cuda" and not args.check_only else None
         self.provenance = device.provenance()
 
     # -- rows -------------------------------------------------------------------------------
     def _row(self, problem, variant, status: str, reason: str = "", **extra) -> dict:
-        from gemmbench import metrics
         from gemmbench.store import cell_columns
 
         row = dict(
             cell_columns(problem, variant), status=status, reason=reason or None, timing_mode=self.timer.mode,
-            l2_state=self.timer.l2_state, flops=metrics.flops(problem), **self.provenance,
+            l2_state=self.timer.l2_state, **self.provenance,
         )
         row.update(extra)
         return row
@@ -85,6 +86,7 @@ class Worker:
         poisoned = context_poisoned()
         self.events.send(ev="row", row=self._row(problem, variant, "error", reason))
         if poisoned:
+            self.events.send(ev="fatal")  # the row above was the casualty: the parent restarts, no new row
             sys.exit(FATAL_EXIT)
 
     # -- phases -----------------------------------------------------------------------------
@@ -133,12 +135,9 @@ class Worker:
 
     def time(self, problem, passed: dict, seed: int) -> None:
         from gemmbench import metrics
-        from gemmbench.device import ceilings
         from gemmbench.inputs import make_inputs
         from gemmbench.timing import TimingError
 
-        if self.need_ceilings and self.ceilings is None and self.dev.kind == "cuda":
-            self.ceilings = ceilings(self.timer.mode)
         copies, prepared, configs, hit = {}, {}, {}, {}
         for name, (variant, _) in passed.items():
             self.events.send(ev="begin", variant=name, phase="time")
@@ -172,7 +171,7 @@ class Worker:
             t = stats["time_us_median"]
             nbytes = metrics.bytes_min(problem, hit[name] if problem.is_moe else None,
                                        variant.fp8_scaling if problem.dtype == "fp8" else "tensor")
-            flops = metrics.flops(problem)
+            flops = metrics.flops(problem)  # also in every row, via _row
             extra = dict(stats, samples_us=p.samples, max_rel_err=err, config=configs[name], bytes_min=nbytes,
                          tflops=metrics.tflops(flops, t), gbps=metrics.gbps(nbytes, t))
             if self.ceilings is not None:

@@ -37,7 +37,7 @@ def test_moe_flops_and_bytes():
     # + 20 expert scales + 1 activation scale (fp32)
     assert m.bytes_min(p, experts_hit=20) == 20 * 1536 * 4096 + 4 * 4096 + 4 * 8 * 1536 * 2 + 21 * 4
     assert m.bytes_min(p, experts_hit=20, fp8_scaling="row") == (
-        20 * 1536 * 4096 + 4 * 4096 + 4 * 8 * 1536 * 2 + (20 * 1536 + 4) * 4
+        20 * 1536 * 4096 + 4 * 4096 + 4 * 8 * 1536 * 2 + (20 + 4) * 4  # per-expert weight scales, per-row activations
     )
     pb = p.with_(dtype="bf16")
     assert m.bytes_min(pb, experts_hit=128) == 2 * (128 * 1536 * 4096 + 4 * 4096) + 2 * 4 * 8 * 1536
