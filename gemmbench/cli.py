@@ -70,6 +70,12 @@ def run(
         raise fail(f"--timing {timing!r}: choose from {', '.join(MODES)}")
     if tp < 1:
         raise fail(f"--tp must be a positive integer, got {tp}")
+    if not 0 <= seed < 2**31:
+        raise fail(f"--seed must be in 0 .. 2**31 - 1, got {seed}")
+    if not budget > 0 or budget == float("inf"):
+        raise fail(f"--budget must be a positive number of seconds, got {budget}")
+    if variants is not None and not variants.strip(" ,"):
+        raise fail("--variants is empty (give globs such as 'triton_*,cublas_fp8')")
     try:
         sset = shapes_mod.load(shapes)
         m_values = shapes_mod.parse_m_list(m) if m is not None else None
@@ -80,9 +86,13 @@ def run(
         raise fail(str(exc)) from None
     # a cell is a problem and a variant made for its kind (dense/MoE) and dtype
     cells = [(p, [v.name for v in chosen if p.dtype in v.dtypes and v.moe == p.is_moe]) for p in problems]
+    uncovered = sorted({f"{p.gemm} {p.dtype}" for p, names in cells if not names})
     cells = [(p, names) for p, names in cells if names]
     if not cells:
         raise fail(f"no selected variant runs {sset.name} in {dtype} (see `gemmbench list variants`)")
+    if uncovered:  # nothing may disappear silently: these problems have no cell at all
+        err.print(escape(f"warning: no selected variant runs {', '.join(uncovered)}; those problems are left out"),
+                  highlight=False)
 
     import torch
 
@@ -100,7 +110,7 @@ def run(
         err.print("[bold yellow]No CUDA GPU: CPU path.[/] Baselines run torch's CPU matmul, Triton variants run in "
                   "Triton's interpreter; timings are CPU wall-clock times, not GPU numbers.", highlight=False)
     run_id = new_run_id(sset.name)
-    path = out_path if out_path.suffix == ".parquet" else out_path / f"{run_id}.parquet"
+    path = _output_path(out_path, run_id)
     writer = store.RunWriter(path)
     opts = RunOptions(problems=[p for p, _ in cells], variants=[], timing=timing, plugins=plugin or [],
                       seed=seed, budget_s=budget, sanitize=sanitize, run_id=run_id)
@@ -109,6 +119,22 @@ def run(
     for table in _tables(rows):
         out.print(table)
     _summary(rows, path, strict)
+
+
+def _output_path(out: Path, run_id: str) -> Path:
+    """The run's Parquet path, with its folder made and writable, before any cell runs."""
+    import os
+
+    path = out if out.suffix == ".parquet" else out / f"{run_id}.parquet"
+    if path.is_dir():
+        raise fail(f"--out {out}: is a folder; give a folder without the .parquet suffix, or a file path")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise fail(f"--out {out}: cannot create the folder ({exc.strerror})") from None
+    if not os.access(path.parent, os.W_OK):
+        raise fail(f"--out {out}: folder {path.parent} is not writable")
+    return path
 
 
 def _sweep(opts, cells, cpu, writer, total) -> list:
@@ -135,6 +161,8 @@ def _sweep(opts, cells, cpu, writer, total) -> list:
                 runner.run_problem(problem)
         except RunError as exc:
             raise fail(f"{exc} ({len(writer.rows)} rows saved to {writer.path})") from None
+        except OSError as exc:  # the results file could not be written
+            raise fail(f"cannot write {writer.path}: {exc}") from None
         except KeyboardInterrupt:
             progress.stop()
             raise fail(f"interrupted: {len(writer.rows)} finished rows are in {writer.path}", 130) from None
@@ -221,15 +249,24 @@ def shapes_from_config(
     """Write a shape set (Llama-family dense or Mixtral-family MoE) from a model's config.json."""
     from gemmbench import shapes as shapes_mod
 
-    try:
-        set_name, text = shapes_mod.from_hf_config(path, name)
-    except shapes_mod.ShapeError as exc:
-        raise fail(str(exc)) from None
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        check = Path(tmp) / "set.yaml"
+        try:
+            set_name, text = shapes_mod.from_hf_config(path, name)
+            check.write_text(text)
+            shapes_mod.load(str(check))  # only a set that `run --shapes` accepts is written
+        except shapes_mod.ShapeError as exc:
+            raise fail(str(exc).replace(str(check), f"the set made from {path}")) from None
     if out_file is None:
         sys.stdout.write(text)
         return
-    out_file.parent.mkdir(parents=True, exist_ok=True)
-    out_file.write_text(text)
+    try:
+        out_file.parent.mkdir(parents=True, exist_ok=True)
+        out_file.write_text(text)
+    except OSError as exc:
+        raise fail(f"--out {out_file}: cannot write ({exc.strerror})") from None
     err.print(escape(f"wrote shape set {set_name!r} to {out_file}; run it with: gemmbench run --shapes {out_file}"))
 
 

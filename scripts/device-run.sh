@@ -4,6 +4,10 @@
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
+# The GPU host gets a copy of the tree without .git: pass the commit in, e.g.
+#   GEMMBENCH_GIT_SHA=$(git rev-parse --short=12 HEAD) (evaluated on your machine, written into the command)
+[ -n "${GEMMBENCH_GIT_SHA:-}" ] || GEMMBENCH_GIT_SHA=$(git rev-parse --short=12 HEAD 2>/dev/null) || true
+[ -n "${GEMMBENCH_GIT_SHA:-}" ] && export GEMMBENCH_GIT_SHA
 python3 -m pip install -q --no-deps --no-build-isolation -e . >"$OUT/install.log" 2>&1 || { cat "$OUT/install.log"; exit 1; }
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv | tee "$OUT/gpu.txt"
 if [ "${TESTS:-1}" = 1 ]; then
