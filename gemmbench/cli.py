@@ -23,7 +23,6 @@ app.add_typer(shapes_app, name="shapes")
 # Piped output (CI logs, files) gets a wide fixed width instead of rich's 80-column default.
 out = Console(width=None if sys.stdout.isatty() else 160)
 err = Console(stderr=True)
-DTYPES = ("fp16", "bf16", "fp8")
 
 
 def fail(message: str, code: int = 2) -> "typer.Exit":
@@ -33,6 +32,8 @@ def fail(message: str, code: int = 2) -> "typer.Exit":
 
 
 def _dtypes(text: str) -> list[str]:
+    from gemmbench.shapes import DTYPES
+
     dts = [d.strip() for d in text.split(",") if d.strip()]
     bad = [d for d in dts if d not in DTYPES]
     if bad or not dts:

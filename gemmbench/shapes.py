@@ -29,6 +29,7 @@ from typing import Any, Sequence
 
 import yaml
 
+DTYPES = ("fp16", "bf16", "fp8")  # the dtypes a Problem may have (fp8: e4m3 operands, bf16 out)
 DECODE_M = (1, 2, 4, 8, 16, 32, 64)
 PREFILL_M = (128, 256, 512, 1024, 2048, 4096)
 
