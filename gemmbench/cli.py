@@ -106,18 +106,19 @@ def run(
             raise fail(f"no CUDA GPU here, so this would be the CPU path, and {reason}")
         if sanitize:
             raise fail("--sanitize needs a CUDA GPU")
-        if timing != "wall":
-            timing = "wall"
+        timing = "wall"  # no CUDA events on a CPU
         err.print("[bold yellow]No CUDA GPU: CPU path.[/] Baselines run torch's CPU matmul, Triton variants run in "
                   "Triton's interpreter; timings are CPU wall-clock times, not GPU numbers.", highlight=False)
     run_id = new_run_id(sset.name)
     path = _output_path(out_path, run_id)
     writer = store.RunWriter(path)
-    opts = RunOptions(problems=[p for p, _ in cells], variants=[], timing=timing, plugins=plugin or [],
-                      seed=seed, budget_s=budget, sanitize=sanitize, run_id=run_id)
+    opts = RunOptions(timing=timing, plugins=plugin or [], seed=seed, budget_s=budget, sanitize=sanitize,
+                      run_id=run_id)
     total = sum(len(n) for _, n in cells)
     rows = _sweep(opts, cells, cpu, writer, total)
-    for table in _tables(rows):
+    from gemmbench.tables import gemm_tables
+
+    for table in gemm_tables(rows):
         out.print(table)
     _summary(rows, path, strict)
 
@@ -158,8 +159,7 @@ def _sweep(opts, cells, cpu, writer, total) -> list:
         try:
             runner = Runner(opts, cpu, on_row, on_begin)
             for problem, names in cells:
-                runner.opts.variants = names
-                runner.run_problem(problem)
+                runner.run_problem(problem, names)
         except RunError as exc:
             raise fail(f"{exc} ({len(writer.rows)} rows saved to {writer.path})") from None
         except OSError as exc:  # the results file could not be written
@@ -172,12 +172,6 @@ def _sweep(opts, cells, cpu, writer, total) -> list:
                 runner.close()
         progress.update(bar, description="done")
     return writer.rows
-
-
-def _tables(rows):
-    from gemmbench.tables import gemm_tables
-
-    return gemm_tables(rows)
 
 
 def _summary(rows, path, strict: bool) -> None:

@@ -36,8 +36,6 @@ class RunError(RuntimeError):
 
 @dataclass
 class RunOptions:
-    problems: list
-    variants: list  # variant names
     timing: str = "cold"
     plugins: list = field(default_factory=list)
     seed: int = 0
@@ -254,8 +252,9 @@ class Runner:
         self.sanitizer = None
         return clean
 
-    def run_problem(self, problem: Problem) -> None:
-        names = list(self.opts.variants)
+    def run_problem(self, problem: Problem, variants: list) -> None:
+        """Check and time the named variants on one problem; every one of them ends as a row."""
+        names = list(variants)
         if self.opts.sanitize:
             names = self._sanitize(problem, names)
         if names:
