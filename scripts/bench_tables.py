@@ -1,0 +1,77 @@
+"""Markdown tables for docs/BENCHMARKS.md from a gemmbench Parquet file.
+
+    python scripts/bench_tables.py results/h100-2026-11-22/llama70b-attn-cold.parquet \
+        [--group DP=triton_dp_*] [--group SplitK=triton_splitk_*]
+
+One row per (GEMM, TP, dtype, M): the dtype's cuBLAS baseline (µs, % of roofline), cuBLAS fp8 row-wise
+where it ran, then for each group (default: one per non-cuBLAS family) its fastest ok variant, µs,
+% of roofline and speedup over the baseline.  Only ok rows are used; the header counts every status.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+from collections import Counter
+
+from gemmbench import store
+from gemmbench.tables import baseline_for
+
+
+def _groups(rows, specs):
+    if specs:
+        return [tuple(s.split("=", 1)) for s in specs]
+    fams = sorted({r["family"] for r in rows if r["family"] != "cublas"})
+    return [(f, next(r["variant"] for r in rows if r["family"] == f).rsplit("_", 1)[0] + "_*") for f in fams]
+
+
+def render(path: str, specs: list[str] | None = None) -> str:
+    rows = store.load(path).to_dict("records")
+    counts = Counter(r["status"] for r in rows)
+    head = f"`{path}`: {len(rows)} cells, " + ", ".join(f"{n} {s}" for s, n in counts.most_common())
+    ok = [r for r in rows if r["status"] == "ok"]
+    groups = _groups(ok, specs)
+    key = lambda r: (r["gemm"], r["N"], r["K"], r["tp"], r["dtype"], r["M"])
+    cells: dict = {}
+    for r in ok:
+        cells.setdefault(key(r), {})[r["variant"]] = r
+    rowwise = any(r["variant"] == "cublas_fp8_rowwise" for r in ok)
+    cols = ["GEMM (N, K)", "TP", "dtype", "M", "cuBLAS µs", "% roof"] + (["fp8 row-wise µs"] if rowwise else [])
+    for name, _ in groups:
+        cols += [f"best {name}", "µs", "% roof", "vs cuBLAS"]
+    lines = [head, "", "| " + " | ".join(cols) + " |", "|" + "|".join("---" if i < 3 else "---:" for i in range(len(cols))) + "|"]
+    first_seen = {g: i for i, g in reversed(list(enumerate(r["gemm"] for r in rows)))}
+    order = sorted(cells, key=lambda k: (first_seen[k[0]], k[3], k[4] != "fp8", k[5]))
+    for k in order:
+        by = cells[k]
+        any_row = next(iter(by.values()))
+        base = by.get(baseline_for(any_row))
+        out = [f"{k[0]} ({k[1]}, {k[2]})", str(k[3]), k[4], str(k[5])]
+        out += [f"{base['time_us_median']:.1f}", f"{base['pct_of_roofline']:.0f}"] if base else ["", ""]
+        if rowwise:
+            rw = by.get("cublas_fp8_rowwise")
+            out.append(f"{rw['time_us_median']:.1f}" if rw else "")
+        for _, pattern in groups:
+            cand = [r for v, r in by.items() if fnmatch.fnmatch(v, pattern)]
+            if not cand:
+                out += ["", "", "", ""]
+                continue
+            best = min(cand, key=lambda r: r["time_us_median"])
+            prefix = pattern.rstrip("*")
+            label = best["variant"].removeprefix(prefix)
+            speed = f"{base['time_us_median'] / best['time_us_median']:.2f}x" if base else ""
+            out += [label or best["variant"], f"{best['time_us_median']:.1f}", f"{best['pct_of_roofline']:.0f}", speed]
+        lines.append("| " + " | ".join(out) + " |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("parquet", nargs="+")
+    ap.add_argument("--group", action="append", help="NAME=GLOB: a column group of variants (repeatable)")
+    args = ap.parse_args()
+    print("\n\n".join(render(p, args.group) for p in args.parquet))
+
+
+if __name__ == "__main__":
+    main()
