@@ -62,6 +62,7 @@ def run(
     seed: Annotated[int, typer.Option(help="Seed of the random inputs.")] = 0,
     budget: Annotated[float, typer.Option(help="Seconds of sampling per cell at most (after >= 10 samples).")] = 0.5,
     strict: Annotated[bool, typer.Option(help="Exit 1 if any cell is wrong or failed.")] = False,
+    retune: Annotated[bool, typer.Option(help="Ignore stored Triton configs; tune each problem anew (not stored).")] = False,
 ) -> None:
     """Check, then time, every variant on every problem of a shape set; write Parquet and print tables."""
     from gemmbench import registry, shapes as shapes_mod, store
@@ -113,7 +114,7 @@ def run(
     path = _output_path(out_path, run_id)
     writer = store.RunWriter(path)
     opts = RunOptions(timing=timing, plugins=plugin or [], seed=seed, budget_s=budget, sanitize=sanitize,
-                      run_id=run_id)
+                      run_id=run_id, retune=retune)
     total = sum(len(n) for _, n in cells)
     rows = _sweep(opts, cells, cpu, writer, total)
     from gemmbench.tables import gemm_tables
@@ -121,6 +122,88 @@ def run(
     for table in gemm_tables(rows):
         out.print(table)
     _summary(rows, path, strict)
+
+
+@app.command()
+def tune(
+    shapes: Annotated[str, typer.Option(help="Built-in shape set or a YAML path.")],
+    variants: Annotated[str, typer.Option(help="Comma-separated globs of tunable (Triton) variants.")] = "triton_*",
+    dtype: Annotated[str, typer.Option(help="Comma-separated: fp16, bf16, fp8.")] = "fp8,bf16",
+    m: Annotated[Optional[str], typer.Option(help="M values; each is tuned at its bucket (1..16 -> 16, then powers of 2).")] = None,
+    tp: Annotated[str, typer.Option(help="Tensor-parallel degrees, comma-separated, e.g. '1,2,4,8'.")] = "1",
+    plugin: Annotated[Optional[list[Path]], typer.Option(help="Python file registering extra variants (repeatable).")] = None,
+    seed: Annotated[int, typer.Option(help="Seed of the random inputs.")] = 0,
+) -> None:
+    """Search each Triton variant's config space per (GPU, N, K, dtype, M bucket); store the winners as JSON."""
+    from gemmbench import registry, shapes as shapes_mod, tuning
+
+    try:
+        tps = [int(x) for x in tp.split(",") if x.strip()]
+    except ValueError:
+        raise fail(f"--tp {tp!r}: give positive integers, comma-separated") from None
+    if not tps or min(tps) < 1:
+        raise fail(f"--tp {tp!r}: give positive integers, comma-separated")
+    try:
+        sset = shapes_mod.load(shapes)
+        m_values = shapes_mod.parse_m_list(m) if m is not None else None
+        problems = [p for t in tps for p in shapes_mod.problems(sset, _dtypes(dtype), m_values, t)]
+        _load_plugins(plugin or [])
+        chosen = [v for v in registry.select(variants) if v.tunable is not None]
+    except (shapes_mod.ShapeError, registry.RegistryError) as exc:
+        raise fail(str(exc)) from None
+    if not chosen:
+        raise fail(f"--variants {variants!r} selects no tunable variant (the Triton ones are)")
+    import torch
+
+    if not torch.cuda.is_available():
+        raise fail("gemmbench tune needs a CUDA GPU: configs are measured on, and stored for, one GPU")
+    from gemmbench.check import reference
+    from gemmbench.device import detect
+    from gemmbench.inputs import make_inputs
+
+    dev = detect()
+    # one job per (problem at its M bucket, variant): M = 1..16 share a bucket, so they are tuned once
+    seen, jobs = set(), []
+    for p in problems:
+        p = p.with_(M=tuning.m_bucket(p.M))
+        for v in chosen:
+            key = (v.name, p.label, p.tp)
+            if key not in seen and not v.unsupported_reason(p, dev):
+                seen.add(key)
+                jobs.append((p, v))
+    if not jobs:
+        raise fail("no selected variant runs these problems here")
+    results = Table(title=f"tuned on {dev.name} (cold L2) -> {tuning.configs_root() / tuning.gpu_dirname(dev.name)}")
+    for col in ("variant", "GEMM", "N", "K", "dtype", "M bucket", "µs", "config", "tried"):
+        results.add_column(col)
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=err) as progress:
+        bar = progress.add_task("tuning", total=len(jobs))
+        inputs = ref = None
+        last = None
+        for p, v in jobs:
+            progress.update(bar, description=f"{p.label}  {v.name}")
+            if (p.label, v.fp8_scaling) != last:  # inputs and reference shared by the variants of a problem
+                inputs = make_inputs(p, seed, "cuda", scaling=v.fp8_scaling)
+                ref = reference(p, inputs)
+                last = (p.label, v.fp8_scaling)
+            try:
+                best, path, tried = tuning.tune_and_store(v.tunable, p, inputs, ref)
+            except tuning.TuningError as exc:
+                err.print(escape(f"{v.name} {p.label}: {exc}"), highlight=False)
+                progress.advance(bar)
+                continue
+            except RuntimeError as exc:  # a faulting config: the CUDA context is gone, stop here
+                raise fail(f"{v.name} {p.label}: {str(exc).splitlines()[0]} (configs stored so far are kept)", 1) from None
+            except KeyboardInterrupt:
+                progress.stop()
+                raise fail("interrupted: the configs stored so far are kept", 130) from None
+            short = " ".join(f"{k}={val}" for k, val in best.config.items() if k not in ("GROUP_M",))
+            results.add_row(v.name, p.gemm, str(p.N), str(p.K), p.dtype, str(p.M), f"{best.time_us:.2f}", short, str(tried))
+            progress.advance(bar)
+    out.print(results)
 
 
 def _output_path(out: Path, run_id: str) -> Path:

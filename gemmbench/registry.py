@@ -46,6 +46,7 @@ class Variant:
     moe: bool = False  # True: runs MoE problems (E > 1); False: dense problems only
     fp8_scaling: str = "tensor"  # how its fp8 inputs are scaled: "tensor" | "row"
     source: str = "builtin"  # "builtin" or the plugin it came from
+    tunable: Any = None  # a tuning.Tunable: its configs are searched by `gemmbench tune` and stored
 
     def unsupported_reason(self, problem: Problem, device: Any) -> Optional[str]:
         """None if this variant can run the problem here, else a one-line reason."""

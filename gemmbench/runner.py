@@ -43,6 +43,7 @@ class RunOptions:
     min_samples: int = 10
     sanitize: bool = False
     run_id: str = ""
+    retune: bool = False  # ignore stored Triton configs: tune each problem anew (not stored)
 
 
 def new_run_id(shape_set: str) -> str:
@@ -69,6 +70,8 @@ class WorkerProcess:
         self.log = tempfile.NamedTemporaryFile(prefix="gemmbench-worker-", suffix=".log", delete=False)
         read_fd, write_fd = os.pipe()
         env = dict(os.environ, GEMMBENCH_EVENT_FD=str(write_fd), PYTHONUNBUFFERED="1")
+        if opts.retune:
+            env["GEMMBENCH_RETUNE"] = "1"  # read by gemmbench.tuning.choose
         if cpu:
             env["TRITON_INTERPRET"] = "1"  # must be set before any @triton.jit runs: set at process start
         cmd = [sys.executable, "-m", "gemmbench.worker", "--timing", opts.timing, "--budget", str(opts.budget_s),

@@ -14,21 +14,42 @@ STATUS_STYLE = {"ok": "green", "wrong": "bold red", "error": "bold red", "skippe
 
 
 def baseline_for(row: dict) -> str:
-    return MOE_BASELINE if row["E"] > 1 else BASELINE[row["dtype"]]
+    """The cuBLAS row a row's speedup is measured against: a Triton variant with row-wise fp8 scales
+    against cuBLAS row-wise (same scales, same work); everything else against the dtype's baseline
+    (so cublas_fp8_rowwise itself shows what row-wise scaling costs in cuBLAS)."""
+    if row["E"] > 1:
+        return MOE_BASELINE
+    if row["dtype"] == "fp8" and row["variant"].endswith("_rowwise") and row["variant"] != "cublas_fp8_rowwise":
+        return "cublas_fp8_rowwise"
+    return BASELINE[row["dtype"]]
 
 
 def speedups(rows: list[dict]) -> dict[int, float]:
     """id(row) -> baseline time / row time, for ok rows whose baseline is ok in the same run."""
     base = {}
     for r in rows:
-        if r["status"] == "ok" and r["variant"] == baseline_for(r):
-            base[(r["gemm"], r["M"], r["N"], r["K"], r["tp"], r["dtype"])] = r["time_us_median"]
+        if r["status"] == "ok" and r["variant"] in (BASELINE.get(r["dtype"]), "cublas_fp8_rowwise", MOE_BASELINE):
+            base[(r["gemm"], r["M"], r["N"], r["K"], r["tp"], r["dtype"], r["variant"])] = r["time_us_median"]
     out = {}
     for r in rows:
-        b = base.get((r["gemm"], r["M"], r["N"], r["K"], r["tp"], r["dtype"]))
+        b = base.get((r["gemm"], r["M"], r["N"], r["K"], r["tp"], r["dtype"], baseline_for(r)))
         if r["status"] == "ok" and b:
             out[id(r)] = b / r["time_us_median"]
     return out
+
+
+def short_config(config) -> str:
+    """'16x64x256 split 8, stored' from a row's config JSON; SPLIT_K = 1 says it fell back to
+    data-parallel.  Empty for variants without tile configs (cuBLAS)."""
+    import json
+
+    c = json.loads(config) if isinstance(config, str) else (config or {})
+    if "BLOCK_M" not in c:
+        return ""
+    text = f"{c['BLOCK_M']}x{c['BLOCK_N']}x{c['BLOCK_K']}"
+    if "SPLIT_K" in c:
+        text += f" split {c['SPLIT_K']}" if c["SPLIT_K"] > 1 else " split 1 = data-parallel"
+    return text + (f", {c['source']}" if c.get("source") else "")
 
 
 def _fmt(x, spec: str) -> str:
@@ -54,11 +75,12 @@ def gemm_tables(rows: list[dict]) -> list[Table]:
         title = f"{gemm}  N={N} K={K}{moe}" + (f"  tp={tp}" if tp > 1 else "")
         first = rs[0]
         caption = f"timing: {first.get('timing_mode')} (L2 {first.get('l2_state')}); speedup vs " + (
-            MOE_BASELINE if E > 1 else "cublas_<dtype>") + "; * = fastest at that M and dtype"
+            MOE_BASELINE if E > 1 else "cublas_<dtype> (Triton *_rowwise: vs cublas_fp8_rowwise)") + (
+            "; * = fastest at that M and dtype; config: BLOCK_MxBLOCK_NxBLOCK_K, where it came from")
         t = Table(title=title, caption=caption, title_justify="left")
         for col, just in (("M", "right"), ("dtype", "left"), ("variant", "left"), ("µs", "right"),
                           ("TFLOPS", "right"), ("GB/s", "right"), ("% roofline", "right"),
-                          ("speedup", "right"), ("status", "left")):
+                          ("speedup", "right"), ("config", "left"), ("status", "left")):
             t.add_column(col, justify=just)
         for r in sorted(rs, key=lambda r: (r["M"], r["dtype"], r["variant"])):
             ok = r["status"] == "ok"
@@ -69,6 +91,7 @@ def gemm_tables(rows: list[dict]) -> list[Table]:
                 _fmt(r.get("tflops"), ".1f") if ok else "", _fmt(r.get("gbps"), ".0f") if ok else "",
                 _fmt(r.get("pct_of_roofline"), ".0f") if ok else "",
                 _fmt(sp.get(id(r)), ".2f") + ("x" if id(r) in sp else ""),
+                short_config(r.get("config")),
                 Text(status[:160], style=STATUS_STYLE[r["status"]]),  # Text: reasons may hold '[' 
             )
         tables.append(t)

@@ -87,7 +87,7 @@ def dp_gemm(a, b, out, a_scale, b_scale, config: dict, schedule: str) -> torch.T
         # fp8 on Hopper wgmma (BLOCK_M >= 64) otherwise keeps partial sums in reduced precision:
         # measured 8% low at K=8192 (a systematic under-sum, caught by the check).  Promoting to
         # fp32 every 32-deep MMA step matches torch._scaled_mm's default (use_fast_accum=False).
-        PRECISE_ACC=32 if a.dtype == torch.float8_e4m3fn else None,
+        PRECISE_ACC=min(32, bk) if a.dtype == torch.float8_e4m3fn else None,
         num_warps=config["num_warps"], num_stages=config["num_stages"],
     )
     return out
@@ -97,29 +97,33 @@ def _cfg(bm, bn, bk, warps, stages, group_m=8):
     return dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=group_m, num_warps=warps, num_stages=stages)
 
 
-def candidate_configs(M: int, on_gpu: bool) -> list[dict]:
-    """A small search space per M bucket (decode shapes stream the weight: wide K tiles, few warps)."""
+def search_space(problem, on_gpu: bool, full: bool = True) -> list[dict]:
+    """Candidates for `gemmbench tune` (full) or for a run that finds no stored config (the first three).
+    Decode shapes stream the weight: wide K tiles, few warps."""
     if not on_gpu:
         # Triton's CPU interpreter: one small config; its cost grows with the tile size.
         return [_cfg(16, 32, 32, 4, 1, group_m=2)]
-    if M <= 64:
-        bm = 16 if M <= 16 else (32 if M <= 32 else 64)
-        return [_cfg(bm, 64, 128, 4, 4), _cfg(bm, 128, 128, 4, 4), _cfg(bm, 64, 256, 4, 3)]
-    return [_cfg(128, 128, 64, 8, 3), _cfg(128, 256, 64, 8, 3), _cfg(64, 128, 64, 4, 4)]
+    fp8 = problem.dtype == "fp8"
+    if problem.M <= 64:
+        bm = 16 if problem.M <= 16 else (32 if problem.M <= 32 else 64)
+        quick = [_cfg(bm, 64, 128, 4, 4), _cfg(bm, 128, 128, 4, 4), _cfg(bm, 64, 256, 4, 3)]
+        more = [_cfg(bm, bn, bk, 4, st) for bn in (32, 64, 128) for bk in ((128, 256) if fp8 else (64, 128))
+                for st in (3, 5)]
+    else:
+        quick = [_cfg(128, 128, 64, 8, 3), _cfg(128, 256, 64, 8, 3), _cfg(64, 128, 64, 4, 4)]
+        more = [_cfg(bm, bn, bk, 4 if bm * bn <= 64 * 128 else 8, st) for bm in (64, 128) for bn in (128, 256)
+                for bk in ((64, 128) if fp8 else (64,)) for st in (3, 4)]
+    return quick + [c for c in more if c not in quick] if full else quick
 
 
-def _make(schedule: str):
-    def make(problem, inputs) -> Launch:
+def _build(schedule: str):
+    def build(problem, inputs, config: dict) -> Launch:
         a, b = inputs.a, inputs.b
         out = torch.empty((problem.M, problem.N), dtype=inputs.out_dtype, device=a.device)
+        fn = lambda: dp_gemm(a, b, out, inputs.a_scale, inputs.b_scale, config, schedule)  # noqa: E731
+        return Launch(fn=fn, config=dict(config, schedule=schedule), out=out)
 
-        def launcher(config):
-            return lambda: dp_gemm(a, b, out, inputs.a_scale, inputs.b_scale, config, schedule)
-
-        config = tuning.pick(f"triton_dp_{schedule}", problem, candidate_configs(problem.M, a.is_cuda), launcher)
-        return Launch(fn=launcher(config), config=dict(config, schedule=schedule), out=out)
-
-    return make
+    return build
 
 
 _DESCRIPTIONS = {
@@ -129,8 +133,9 @@ _DESCRIPTIONS = {
 }
 
 for _schedule, _text in _DESCRIPTIONS.items():
+    _tunable = tuning.Tunable(f"triton_dp_{_schedule}", search_space, _build(_schedule))
     register(Variant(
         name=f"triton_dp_{_schedule}", family="triton_dp", dtypes=("fp16", "bf16", "fp8"),
         description=_text + "; fp8: per-tensor scales, bf16 out",
-        make=_make(_schedule), supports=tuning.needs_triton_device,
+        make=_tunable.make, supports=tuning.needs_triton_device, tunable=_tunable,
     ))

@@ -1,21 +1,37 @@
 #!/usr/bin/env bash
 # Runs on the lent GPU machine (see docs/BENCHMARKS.md): install from the working tree, run the GPU
-# tests, then the sweeps named in $SWEEPS.  Logs and Parquet files go to $OUT.
+# tests, then the tunes named in $TUNES and the sweeps named in $SWEEPS.  Logs and Parquet files go to
+# $OUT; everything is also packed into $OUT/all.tgz (the device tool returns at most 8 files).
+#   TESTS=1|0        pytest -m gpu first (default 1)
+#   TUNES="name:args"   each: gemmbench tune args (+ for spaces); stored configs are packed as configs.tgz
+#   SWEEPS="name:args"  each: gemmbench run args --out logs/name.parquet, e.g. attn-cold:--shapes+llama70b-attn
+#   BUDGET_S=540        every step is stopped (and what it wrote kept) when this many seconds have passed,
+#                       so that the packing at the end still runs inside the tool's 600 s limit
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
-mkdir -p "$OUT"
+LOG=$OUT/logs
+mkdir -p "$LOG"
+DEADLINE=$(( $(date +%s) + ${BUDGET_S:-540} ))
+left() { echo $(( DEADLINE - $(date +%s) > 1 ? DEADLINE - $(date +%s) : 1 )); }
 # The GPU host gets a copy of the tree without .git: pass the commit in, e.g.
 #   GEMMBENCH_GIT_SHA=$(git rev-parse --short=12 HEAD) (evaluated on your machine, written into the command)
 [ -n "${GEMMBENCH_GIT_SHA:-}" ] || GEMMBENCH_GIT_SHA=$(git rev-parse --short=12 HEAD 2>/dev/null) || true
 [ -n "${GEMMBENCH_GIT_SHA:-}" ] && export GEMMBENCH_GIT_SHA
-python3 -m pip install -q --no-deps --no-build-isolation -e . >"$OUT/install.log" 2>&1 || { cat "$OUT/install.log"; exit 1; }
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv | tee "$OUT/gpu.txt"
+python3 -m pip install -q --no-deps --no-build-isolation -e . >"$LOG/install.log" 2>&1 || { cat "$LOG/install.log"; exit 1; }
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv | tee "$LOG/gpu.txt"
 if [ "${TESTS:-1}" = 1 ]; then
-  PYTHONUNBUFFERED=1 python3 -m pytest -m gpu -q -x tests/test_gpu.py 2>&1 | tail -40 | tee "$OUT/gpu-tests.log"
+  PYTHONUNBUFFERED=1 timeout -s INT "$(left)" python3 -m pytest -m gpu -q ${PYTEST_ARGS:-tests/test_gpu.py tests/test_tuning.py} \
+    >"$LOG/gpu-tests.log" 2>&1
+  tail -40 "$LOG/gpu-tests.log" | tee "$OUT/gpu-tests.log"
 fi
-for sweep in ${SWEEPS:-}; do  # each: name:args with + for spaces, e.g. attn-cold:--shapes+llama70b-attn
-  name=${sweep%%:*}; args=${sweep#*:}; args=${args//+/ }
-  start=$(date +%s)
-  PYTHONUNBUFFERED=1 gemmbench run $args --out "$OUT/$name.parquet" >"$OUT/$name.txt" 2>"$OUT/$name.err"
-  echo "$name: exit $? in $(( $(date +%s) - start )) s" | tee -a "$OUT/sweeps.log"
-done
+step() {  # kind name args
+  local kind=$1 name=$2 args=${3//+/ } start=$(date +%s) extra=()
+  [ "$kind" = run ] && extra=(--out "$LOG/$name.parquet")
+  # SIGINT: gemmbench stops like on Ctrl-C, with the finished rows saved
+  PYTHONUNBUFFERED=1 timeout -s INT "$(left)" gemmbench "$kind" $args "${extra[@]}" >"$LOG/$name.txt" 2>"$LOG/$name.err"
+  echo "$kind $name: exit $? in $(( $(date +%s) - start )) s" | tee -a "$OUT/steps.log"
+}
+for t in ${TUNES:-}; do step tune "${t%%:*}" "${t#*:}"; done
+[ -n "${TUNES:-}" ] && tar czf "$OUT/configs.tgz" -C kernels configs
+for s in ${SWEEPS:-}; do step run "${s%%:*}" "${s#*:}"; done
+tar czf "$OUT/all.tgz" -C "$OUT" logs && rm -rf "$LOG"

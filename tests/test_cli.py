@@ -36,6 +36,8 @@ BUILTIN_FAMILIES = {
     "cublas_bf16": "cublas", "cublas_fp16": "cublas", "cublas_fp8": "cublas", "cublas_fp8_rowwise": "cublas",
     "triton_dp_row": "triton_dp", "triton_dp_col": "triton_dp", "triton_dp_grouped": "triton_dp",
     "torch_moe_loop": "moe_ref",
+    "triton_splitk_atomic": "triton_splitk", "triton_splitk_atomic_rowwise": "triton_splitk",
+    "triton_splitk_reduce": "triton_splitk", "triton_splitk_reduce_rowwise": "triton_splitk",
 }
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 

@@ -5,6 +5,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from conftest import PLUGINS
 
@@ -38,6 +39,54 @@ def _check(name, M, N, K, dtype, seed=1):
 @pytest.mark.parametrize("M,N,K", SHAPES)
 def test_triton_dp_on_gpu(schedule, dtype, M, N, K):
     assert _check(f"triton_dp_{schedule}", M, N, K, dtype) is None
+
+
+SPLITK = ["triton_splitk_atomic", "triton_splitk_reduce"]
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp8", "fp16"])
+@pytest.mark.parametrize("name", SPLITK)
+@pytest.mark.parametrize("M,N,K", SHAPES)
+def test_triton_splitk_on_gpu(name, dtype, M, N, K):
+    """Through make(): the stored or tuned config of each shape (SPLIT_K > 1 on the skinny ones)."""
+    assert _check(name, M, N, K, dtype) is None
+
+
+@pytest.mark.parametrize("name", [n + "_rowwise" for n in SPLITK])
+@pytest.mark.parametrize("M,N,K", [(16, 1280, 8192), (33, 100, 72)])
+def test_triton_splitk_rowwise_on_gpu(name, M, N, K):
+    assert _check(name, M, N, K, "fp8") is None
+
+
+def _splitk_outputs(name, dtype, split_k, calls=3):
+    from gemmbench import registry
+    from gemmbench.check import compare, poison, reference
+    from gemmbench.inputs import make_inputs
+    from gemmbench.kernels.splitk import _cfg
+    from gemmbench.shapes import Problem
+
+    p = Problem("test", "g", 16, 1280, 8192, dtype)
+    inputs = make_inputs(p, 5, "cuda")
+    bk = 256 if dtype == "fp8" else 128
+    launch = registry.get(name).tunable.build(p, inputs, _cfg(16, 64, bk, split_k, 4, 4))
+    ref = reference(p, inputs)
+    outs = []
+    for _ in range(calls):
+        poison(launch.out)
+        outs.append(launch.fn().clone())
+        assert compare(p, outs[-1], ref).ok
+    return outs
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp8"])
+def test_splitk_reduce_is_bitwise_identical_over_runs(dtype):
+    outs = _splitk_outputs("triton_splitk_reduce", dtype, split_k=16)
+    assert all(torch.equal(outs[0], o) for o in outs[1:])
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp8"])
+def test_splitk_atomic_within_tolerance_over_runs(dtype):
+    _splitk_outputs("triton_splitk_atomic", dtype, split_k=16)  # each call checked inside
 
 
 @pytest.mark.parametrize("name,dtype", [("cublas_bf16", "bf16"), ("cublas_fp16", "fp16"), ("cublas_fp8", "fp8"),

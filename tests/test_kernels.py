@@ -53,12 +53,13 @@ def _check(name: str, problem: Problem, seed: int = 1, inputs=None):
 
 def test_cpu_config_is_the_one_the_edge_shapes_are_built_around():
     """The edge shapes assume BLOCK_M=16, BLOCK_N=32, BLOCK_K=32 on the CPU: keep them honest."""
-    from gemmbench.kernels.dense_dp import candidate_configs
+    from gemmbench.kernels import dense_dp, splitk
 
     if DEV != "cpu":
         pytest.skip("the CPU config only")
-    (cfg,) = candidate_configs(33, on_gpu=False)
-    assert (cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]) == (16, 32, 32)
+    for space in (dense_dp.search_space, splitk.search_space):
+        (cfg,) = space(Problem("test", "g", 33, 80, 48, "fp16"), False, True)
+        assert (cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]) == (16, 32, 32)
 
 
 @pytest.mark.parametrize("M,N,K", EDGE_SHAPES)

@@ -1,0 +1,249 @@
+"""SplitK Triton GEMM: K is split across SPLIT_K programs per output tile, so that a GEMM with few
+output tiles over a deep K (the QKV projection under tensor parallelism: N = 1280, K = 8192 gives
+10-20 tiles for 132 SMs) still has every SM streaming the weight (GPU-FACTS.md §3).
+
+out (M, N) = a (M, K) @ b (N, K)^T, the same operands, scale semantics and output dtypes as the
+data-parallel kernel (dense_dp.py); fp8 also takes row-wise scales ((M, 1) and (N, 1)).
+
+One kernel, one launch per call.  The partial sums of a tile meet in an fp32 buffer; a per-tile
+counter tells the program that finishes last, and that program applies the scales, writes the
+output and clears the buffer and the counter for the next call.  So there is no zeroing launch and
+no separate cast or reduction launch: everything a model would pay is in the one timed launch.
+  REDUCE="atomic":  partials are atomically added into an (M, N) fp32 buffer (order of additions
+                    varies from run to run: results may differ in the last bits);
+  REDUCE="ordered": each split stores its partial in its own slice of a (SPLIT_K, M, N) fp32
+                    workspace, and the last program sums the slices in split order: bitwise the same
+                    result on every run.
+SPLIT_K = 1 is the data-parallel fallback: the tile is stored directly, no buffer, no counter.
+The tile schedule (row / col / grouped, kernels/schedules.py) is a compile-time parameter.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from gemmbench import tuning
+from gemmbench.kernels.schedules import SCHEDULES, tile_of
+from gemmbench.registry import Launch, Variant, register
+
+
+@triton.jit(do_not_specialize=["M", "SPLIT_K"])
+def splitk_gemm_kernel(
+    a_ptr,  # (M, K)
+    b_ptr,  # (N, K)
+    c_ptr,  # (M, N)
+    a_scale_ptr,  # fp32: (1,) per tensor or (M,) per row; read only when SCALE != "none"
+    b_scale_ptr,  # fp32: (1,) per tensor or (N,) per row
+    buf_ptr,  # fp32 partial sums: (M, N) for atomic, (SPLIT_K, M, N) for ordered; zero between calls
+    count_ptr,  # int32 per output tile: splits finished so far; zero between calls
+    M, N, K, SPLIT_K,
+    stride_am, stride_ak,
+    stride_bn, stride_bk,
+    stride_cm, stride_cn,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr, SCHEDULE: tl.constexpr, REDUCE: tl.constexpr, SPLIT: tl.constexpr,
+    SCALE: tl.constexpr, EVEN_K: tl.constexpr, PRECISE_ACC: tl.constexpr,
+):
+    grid_m = tl.cdiv(M, BLOCK_M)
+    grid_n = tl.cdiv(N, BLOCK_N)
+    pid_m, pid_n = tile_of(tl.program_id(0), grid_m, grid_n, SCHEDULE, GROUP_M)
+    pid_k = tl.program_id(1)
+
+    # this split's share of the K blocks (the last splits may get fewer, or none: their partial is 0)
+    k_blocks = tl.cdiv(K, BLOCK_K)
+    per_split = tl.cdiv(k_blocks, SPLIT_K)
+    kb_start = pid_k * per_split
+    kb_end = tl.minimum(kb_start + per_split, k_blocks)
+
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    # Rows past M / N are clamped onto the last valid row: every load stays inside its tensor without
+    # a mask (vectorised loads), and the stores below are masked, so the copies are never written.
+    rows_a = tl.where(offs_m < M, offs_m, M - 1)
+    rows_b = tl.where(offs_n < N, offs_n, N - 1)
+    a_ptrs = a_ptr + rows_a[:, None] * stride_am + (kb_start * BLOCK_K + offs_k)[None, :] * stride_ak
+    b_ptrs = b_ptr + rows_b[None, :] * stride_bn + (kb_start * BLOCK_K + offs_k)[:, None] * stride_bk
+
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for kb in range(kb_start, kb_end):
+        if EVEN_K:
+            a = tl.load(a_ptrs)
+            b = tl.load(b_ptrs)
+        else:
+            k_left = K - kb * BLOCK_K  # the K tail: masked, zeros contribute nothing
+            a = tl.load(a_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
+            b = tl.load(b_ptrs, mask=offs_k[:, None] < k_left, other=0.0)
+        acc = tl.dot(a, b, acc, max_num_imprecise_acc=PRECISE_ACC)
+        a_ptrs += BLOCK_K * stride_ak
+        b_ptrs += BLOCK_K * stride_bk
+
+    mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+    c_ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn
+    if not SPLIT:
+        _finish(acc, c_ptrs, mask, a_scale_ptr, b_scale_ptr, rows_a, rows_b, SCALE)
+    else:
+        tile = pid_m * grid_n + pid_n
+        mn = offs_m[:, None] * N + offs_n[None, :]  # the buffer is contiguous (M, N) fp32
+        if REDUCE == "atomic":
+            tl.atomic_add(buf_ptr + mn, acc, mask=mask, sem="relaxed")
+        else:
+            tl.store(buf_ptr + pid_k * M * N + mn, acc, mask=mask)
+        # Every thread's partial is out before one thread's release-increment of the counter (the
+        # CUTLASS semaphore pattern); the acquire side makes the other splits' partials visible.
+        tl.debug_barrier()
+        done = tl.atomic_add(count_ptr + tile, 1, sem="acq_rel")
+        if done == SPLIT_K - 1:  # the last split of this tile: reduce, write, clear for the next call
+            zero = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+            if REDUCE == "atomic":
+                total = tl.load(buf_ptr + mn, mask=mask, other=0.0, cache_modifier=".cg")
+                tl.store(buf_ptr + mn, zero, mask=mask)
+            else:
+                total = zero
+                for s in range(0, SPLIT_K):  # in split order, whichever split arrived last
+                    total += tl.load(buf_ptr + s * M * N + mn, mask=mask, other=0.0, cache_modifier=".cg")
+            tl.store(count_ptr + tile, 0)
+            _finish(total, c_ptrs, mask, a_scale_ptr, b_scale_ptr, rows_a, rows_b, SCALE)
+
+
+@triton.jit
+def _finish(acc, c_ptrs, mask, a_scale_ptr, b_scale_ptr, rows_a, rows_b, SCALE: tl.constexpr):
+    """Apply the fp8 scales (once, to the full sum) and store in the output dtype."""
+    if SCALE == "tensor":
+        acc = acc * (tl.load(a_scale_ptr) * tl.load(b_scale_ptr))
+    elif SCALE == "row":
+        acc = acc * tl.load(a_scale_ptr + rows_a)[:, None] * tl.load(b_scale_ptr + rows_b)[None, :]
+    tl.store(c_ptrs, acc.to(c_ptrs.dtype.element_ty), mask=mask)
+
+
+class SplitKGemm:
+    """The buffers of one (problem, inputs, config) and a closure that launches the kernel once."""
+
+    def __init__(self, a, b, out, a_scale, b_scale, scaling: str, config: dict, reduce: str):
+        M, K = a.shape
+        N, K2 = b.shape
+        assert K == K2 and out.shape == (M, N), (a.shape, b.shape, out.shape)
+        self.a, self.b, self.out, self.config, self.reduce = a, b, out, config, reduce
+        self.a_scale, self.b_scale = a_scale, b_scale
+        self.scale = "none" if a_scale is None else scaling
+        bm, bn, bk = config["BLOCK_M"], config["BLOCK_N"], config["BLOCK_K"]
+        self.split_k = max(1, min(config["SPLIT_K"], triton.cdiv(K, bk)))
+        self.grid = (triton.cdiv(M, bm) * triton.cdiv(N, bn), self.split_k)
+        dev = a.device
+        if self.split_k > 1:
+            slices = 1 if reduce == "atomic" else self.split_k
+            # zeroed once here; the kernel leaves them zero after every call
+            self.buf = torch.zeros((slices, M, N), dtype=torch.float32, device=dev)
+            self.count = torch.zeros(self.grid[0], dtype=torch.int32, device=dev)
+        else:
+            self.buf = self.count = torch.empty(1, dtype=torch.int32, device=dev)  # never touched
+
+    def __call__(self) -> torch.Tensor:
+        a, b, out, cfg = self.a, self.b, self.out, self.config
+        M, K = a.shape
+        N = b.shape[0]
+        splitk_gemm_kernel[self.grid](
+            a, b, out,
+            self.a_scale if self.a_scale is not None else a, self.b_scale if self.b_scale is not None else b,
+            self.buf, self.count,
+            M, N, K, self.split_k,
+            a.stride(0), a.stride(1), b.stride(0), b.stride(1), out.stride(0), out.stride(1),
+            BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"],
+            GROUP_M=cfg.get("GROUP_M", 8), SCHEDULE=cfg.get("schedule", "row"),
+            REDUCE=self.reduce, SPLIT=self.split_k > 1, SCALE=self.scale, EVEN_K=(K % cfg["BLOCK_K"] == 0),
+            # fp8 wgmma would otherwise keep partial sums in reduced precision (dense_dp.py)
+            PRECISE_ACC=min(32, cfg["BLOCK_K"]) if a.dtype == torch.float8_e4m3fn else None,
+            num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
+        )
+        return out
+
+
+# ---------------------------------------------------------------- configs
+
+def _cfg(bm, bn, bk, split_k, warps, stages, schedule="row", group_m=8):
+    return dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=split_k, GROUP_M=group_m, schedule=schedule,
+                num_warps=warps, num_stages=stages)
+
+
+def _splits(tiles: int, k_blocks: int, sms: int) -> list[int]:
+    """SPLIT_K values worth trying: 1 (data-parallel), and powers of two from where the grid first
+    fills the SMs up to about 8 programs per SM, never more splits than K blocks."""
+    out = [1]
+    s = 2
+    while s <= k_blocks and tiles * s <= 8 * sms:
+        if tiles * s >= sms // 2:
+            out.append(s)
+        s *= 2
+    if len(out) == 1 and k_blocks >= 2 and tiles < sms:  # tiny grids: at least one real split
+        out.append(min(k_blocks, 1 << max(1, (sms // max(tiles, 1)).bit_length() - 1)))
+    return out
+
+
+def search_space(problem, on_gpu: bool, full: bool = True) -> list[dict]:
+    """Candidates for `gemmbench tune` (full) or for a run that finds no stored config (not full)."""
+    if not on_gpu:
+        # Triton's CPU interpreter: one small tile, split 2 ways (so the reduction runs), or 1 if K is one block
+        k_blocks = triton.cdiv(problem.K, 32)
+        return [_cfg(16, 32, 32, 2 if k_blocks > 1 else 1, 4, 1)]
+    M, N, K = problem.M, problem.N, problem.K
+    fp8 = problem.dtype == "fp8"
+    sms = tuning.sm_count()
+    if M <= 64:
+        bm = 16 if M <= 16 else (32 if M <= 32 else 64)
+        bns = (32, 64, 128) if full else (64,)
+        bks = ((128, 256) if fp8 else (64, 128)) if full else ((256,) if fp8 else (128,))
+        stages = (3, 5) if full else (4,)
+        schedules = ("row",)  # one row of tiles: the order of the tiles does not matter
+    else:
+        bm = 64 if M <= 128 else 128
+        bns = (64, 128, 256) if full else (128,)
+        bks = ((64, 128) if fp8 else (64,)) if full else (64 if not fp8 else 128,)
+        stages = (3, 4) if full else (3,)
+        schedules = SCHEDULES if full else ("grouped",)
+    out = []
+    for bn in bns:
+        for bk in bks:
+            tiles = triton.cdiv(M, bm) * triton.cdiv(N, bn)
+            splits = _splits(tiles, triton.cdiv(K, bk), sms)
+            if not full:
+                splits = [max(splits)] if len(splits) > 1 else splits
+            for sk in splits:
+                for st in stages:
+                    for sch in schedules:
+                        warps = 4 if bm * bn <= 64 * 64 else 8
+                        out.append(_cfg(bm, bn, bk, sk, warps, st, sch))
+    return out
+
+
+def _build(reduce: str):
+    def build(problem, inputs, config: dict) -> Launch:
+        out = torch.empty((problem.M, problem.N), dtype=inputs.out_dtype, device=inputs.a.device)
+        scales = (inputs.a_scale, inputs.b_scale)
+        if inputs.scaling == "row":
+            scales = (inputs.a_scale.reshape(-1), inputs.b_scale.reshape(-1))
+        gemm = SplitKGemm(inputs.a, inputs.b, out, *scales, inputs.scaling, config, reduce)
+        return Launch(fn=gemm, config=dict(config, SPLIT_K=gemm.split_k), out=out)
+
+    return build
+
+
+_REDUCE_TEXT = {
+    "atomic": "partials atomically added into an fp32 buffer",
+    "ordered": "partials in an fp32 workspace, summed in split order (bitwise reproducible)",
+}
+_COMMON = ("; one launch: the last split of each tile scales, casts, writes and clears the buffer "
+           "(no zeroing or reduction launch); SPLIT_K=1 is the data-parallel fallback")
+
+for _name, _reduce in (("triton_splitk_atomic", "atomic"), ("triton_splitk_reduce", "ordered")):
+    for _scaling, _suffix, _dtypes, _what in (
+        ("tensor", "", ("fp16", "bf16", "fp8"), "fp8: per-tensor scales, bf16 out"),
+        ("row", "_rowwise", ("fp8",), "fp8 row-wise scales ((M,1), (N,1)), bf16 out"),
+    ):
+        _tunable = tuning.Tunable(_name + _suffix, search_space, _build(_reduce))
+        register(Variant(
+            name=_name + _suffix, family="triton_splitk", dtypes=_dtypes,
+            description=f"Triton SplitK GEMM, {_REDUCE_TEXT[_reduce]}{_COMMON}; {_what}",
+            make=_tunable.make, supports=tuning.needs_triton_device, fp8_scaling=_scaling, tunable=_tunable,
+        ))

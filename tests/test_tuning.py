@@ -1,0 +1,148 @@
+"""Stored configs (JSON per GPU, variant and shape; nearest M bucket), the search that `gemmbench tune`
+runs (a wrong config is never chosen), `run` taking stored configs and `--retune`, and the tune
+command's input errors.  On the CPU the search times with wall clocks through Triton's interpreter."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from conftest import HAS_CUDA
+from gemmbench import registry, tuning
+from gemmbench.check import reference
+from gemmbench.cli import app
+from gemmbench.inputs import make_inputs
+from gemmbench.kernels.splitk import _cfg
+from gemmbench.shapes import Problem
+
+DEV = "cuda" if HAS_CUDA else "cpu"
+GPU = "NVIDIA Test GPU 80GB"
+
+
+@pytest.fixture
+def config_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv(tuning.CONFIG_DIR_ENV, str(tmp_path))
+    tuning._chosen.clear()
+    yield tmp_path
+    tuning._chosen.clear()
+
+
+def test_m_buckets():
+    assert [tuning.m_bucket(m) for m in (1, 2, 16, 17, 32, 33, 64, 100, 4096)] == [16, 16, 16, 32, 32, 64, 64, 128, 4096]
+
+
+def test_store_and_nearest_bucket(config_dir):
+    p = Problem("s", "qkv", 16, 1280, 8192, "fp8", tp=8)
+    for M, bn in ((16, 32), (64, 128)):
+        tuning.save("triton_x", p.with_(M=M), GPU, {"BLOCK_N": bn}, 5.0 + M, {"date": "2026-11-22"})
+    path = config_dir / "NVIDIA_Test_GPU_80GB" / "triton_x" / "N=1280,K=8192,dtype=fp8.json"
+    data = json.loads(path.read_text())
+    assert list(data["buckets"]) == ["16", "64"] and data["buckets"]["64"]["time_us"] == 69.0
+    assert tuning.stored("triton_x", p.with_(M=1), GPU)[0] == {"BLOCK_N": 32}
+    cfg, where = tuning.stored("triton_x", p.with_(M=40), GPU)  # bucket 64 is nearest to 64
+    assert cfg == {"BLOCK_N": 128} and where == {"source": "stored", "bucket": 64, "file": str(path.relative_to(config_dir))}
+    assert tuning.stored("triton_x", p.with_(M=32), GPU)[1]["bucket"] == 64  # a tie goes to the larger bucket
+    assert tuning.stored("triton_x", p.with_(N=2560), GPU) is None  # another shape
+    assert tuning.stored("triton_x", p, "Other GPU") is None  # another GPU
+
+
+def test_unreadable_config_file_is_one_clear_error(config_dir):
+    p = Problem("s", "qkv", 16, 1280, 8192, "fp8")
+    path = tuning.config_path("triton_x", p, GPU)
+    path.parent.mkdir(parents=True)
+    path.write_text("{not json")
+    with pytest.raises(tuning.TuningError, match="unreadable"):
+        tuning.stored("triton_x", p, GPU)
+
+
+def test_search_never_picks_a_wrong_config():
+    v = registry.get("triton_splitk_atomic")
+    p = Problem("t", "g", 5, 48, 64, "fp16")
+    inputs = make_inputs(p, 1, DEV)
+
+    def build(problem, inp, config):
+        launch = v.tunable.build(problem, inp, config)
+        if config["BLOCK_N"] == 16:  # a "fast" config that drops half of K
+            fn = launch.fn
+            launch.fn = lambda: fn().mul_(0.5)
+        return launch
+
+    fake = tuning.Tunable("fake", v.tunable.space, build)
+    configs = [_cfg(16, 16, 32, 1, 4, 1), _cfg(16, 32, 32, 2, 4, 1)]
+    trials = tuning.search(fake, p, inputs, configs, reference(p, inputs))
+    assert trials[0].config["BLOCK_N"] == 32 and not trials[0].error
+    assert "wrong result" in trials[1].error and trials[1].time_us == float("inf")
+
+
+def test_run_uses_the_stored_config_and_retune_ignores_it(config_dir, monkeypatch):
+    monkeypatch.setattr(tuning, "_gpu_name", lambda inputs: GPU)  # the CPU poses as a GPU with stored configs
+    v = registry.get("triton_splitk_reduce")
+    p = Problem("t", "g", 3, 48, 96, "fp16")
+    stored_cfg = _cfg(16, 32, 32, 3, 4, 1)
+    tuning.save(v.name, p, GPU, stored_cfg, 1.0, {})
+    inputs = make_inputs(p, 1, DEV)
+    launch = v.make(p, inputs)
+    assert launch.config["source"] == "stored" and launch.config["SPLIT_K"] == 3
+    assert launch.config["file"].endswith("N=48,K=96,dtype=fp16.json")
+    tuning._chosen.clear()
+    monkeypatch.setenv(tuning.RETUNE_ENV, "1")
+    launch = v.make(p, inputs)
+    assert launch.config["source"] in ("tuned", "only")
+
+
+def test_config_files_in_the_repository_are_valid():
+    """Every committed file parses, names its own shape and holds configs the kernels accept."""
+    root = tuning.configs_root()
+    files = sorted(root.glob("*/*/*.json"))
+    for f in files:
+        data = json.loads(f.read_text())
+        assert f.parent.name == data["variant"] and f.parent.parent.name == tuning.gpu_dirname(data["gpu"])
+        assert f.name == f"N={data['N']},K={data['K']},dtype={data['dtype']}.json"
+        v = registry.get(data["variant"])
+        for bucket, entry in data["buckets"].items():
+            assert int(bucket) == tuning.m_bucket(int(bucket)) and entry["time_us"] > 0
+            cfg = entry["config"]
+            assert {"BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps", "num_stages"} <= set(cfg)
+            assert cfg["BLOCK_M"] >= min(int(bucket), 16) and v.tunable is not None
+
+
+runner = CliRunner()
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--shapes", "smoke", "--tp", "0"], "--tp"),
+    (["--shapes", "smoke", "--tp", "two"], "--tp"),
+    (["--shapes", "smoke", "--variants", "cublas_*"], "no tunable variant"),
+    (["--shapes", "nosuchset"], "nosuchset"),
+])
+def test_tune_bad_input_is_one_line(args, message):
+    r = runner.invoke(app, ["tune", *args])
+    assert r.exit_code == 2 and message in r.output and "Traceback" not in r.output
+
+
+@pytest.mark.skipif(HAS_CUDA, reason="the CPU refusal")
+def test_tune_needs_a_gpu():
+    r = runner.invoke(app, ["tune", "--shapes", "smoke"])
+    assert r.exit_code == 2 and "needs a CUDA GPU" in r.output
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.gpu
+def test_tune_writes_configs_run_reads_them(config_dir, tmp_path):
+    r = runner.invoke(app, ["tune", "--shapes", "smoke", "--m", "1,32", "--dtype", "fp16", "--variants",
+                            "triton_splitk_atomic"])
+    assert r.exit_code == 0, r.output
+    files = list(config_dir.glob("*/triton_splitk_atomic/*.json"))
+    assert files and all(set(json.loads(f.read_text())["buckets"]) == {"16", "32"} for f in files)
+    out = tmp_path / "r.parquet"
+    r = runner.invoke(app, ["run", "--shapes", "smoke", "--m", "1,32", "--dtype", "fp16", "--variants",
+                            "triton_splitk_atomic", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    from gemmbench.store import load
+
+    df = load([out])
+    df = df[df.E == 1]
+    assert (df.status == "ok").all() and df.config.map(lambda c: json.loads(c)["source"] == "stored").all()
