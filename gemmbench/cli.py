@@ -41,6 +41,16 @@ def _dtypes(text: str) -> list[str]:
     return list(dict.fromkeys(dts))
 
 
+def _tp_list(text: str) -> list[int]:
+    try:
+        tps = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        tps = []
+    if not tps or min(tps) < 1:
+        raise fail(f"--tp {text!r}: give positive integers, comma-separated (e.g. 8 or 1,2,4,8)")
+    return list(dict.fromkeys(tps))
+
+
 def _load_plugins(plugins: list[Path]) -> None:
     from gemmbench import registry
 
@@ -54,7 +64,7 @@ def run(
     variants: Annotated[Optional[str], typer.Option(help="Comma-separated globs, e.g. 'triton_*,cublas_fp8'.")] = None,
     dtype: Annotated[str, typer.Option(help="Comma-separated: fp16, bf16, fp8.")] = "fp8,bf16",
     m: Annotated[Optional[str], typer.Option(help="M values (tokens): '1,16,64', 'decode', 'prefill', 'all'.")] = None,
-    tp: Annotated[int, typer.Option(help="Tensor parallelism: column-parallel GEMMs divide N, row-parallel K.")] = 1,
+    tp: Annotated[str, typer.Option(help="Tensor parallelism, e.g. 8 or 1,2,4,8: column-parallel GEMMs divide N, row-parallel K.")] = "1",
     timing: Annotated[str, typer.Option(help="cold (L2 emptied by a read), stream (CUDA graph over distinct copies), graph, wall.")] = "cold",
     out_path: Annotated[Path, typer.Option("--out", help="Folder for <run_id>.parquet, or a .parquet file path.")] = Path("results"),
     plugin: Annotated[Optional[list[Path]], typer.Option(help="Python file registering extra variants (repeatable).")] = None,
@@ -70,8 +80,7 @@ def run(
 
     if timing not in MODES:
         raise fail(f"--timing {timing!r}: choose from {', '.join(MODES)}")
-    if tp < 1:
-        raise fail(f"--tp must be a positive integer, got {tp}")
+    tps = _tp_list(tp)
     if not 0 <= seed < 2**31:
         raise fail(f"--seed must be in 0 .. 2**31 - 1, got {seed}")
     if not budget > 0 or budget == float("inf"):
@@ -81,7 +90,7 @@ def run(
     try:
         sset = shapes_mod.load(shapes)
         m_values = shapes_mod.parse_m_list(m) if m is not None else None
-        problems = shapes_mod.problems(sset, _dtypes(dtype), m_values, tp)
+        problems = [p for t in tps for p in shapes_mod.problems(sset, _dtypes(dtype), m_values, t)]
         _load_plugins(plugin or [])
         chosen = registry.select(variants)
     except (shapes_mod.ShapeError, registry.RegistryError) as exc:
@@ -133,16 +142,12 @@ def tune(
     tp: Annotated[str, typer.Option(help="Tensor-parallel degrees, comma-separated, e.g. '1,2,4,8'.")] = "1",
     plugin: Annotated[Optional[list[Path]], typer.Option(help="Python file registering extra variants (repeatable).")] = None,
     seed: Annotated[int, typer.Option(help="Seed of the random inputs.")] = 0,
+    skip_stored: Annotated[bool, typer.Option(help="Leave (variant, shape, M bucket)s that already have a stored config.")] = False,
 ) -> None:
     """Search each Triton variant's config space per (GPU, N, K, dtype, M bucket); store the winners as JSON."""
     from gemmbench import registry, shapes as shapes_mod, tuning
 
-    try:
-        tps = [int(x) for x in tp.split(",") if x.strip()]
-    except ValueError:
-        raise fail(f"--tp {tp!r}: give positive integers, comma-separated") from None
-    if not tps or min(tps) < 1:
-        raise fail(f"--tp {tp!r}: give positive integers, comma-separated")
+    tps = _tp_list(tp)
     try:
         sset = shapes_mod.load(shapes)
         m_values = shapes_mod.parse_m_list(m) if m is not None else None
@@ -168,10 +173,15 @@ def tune(
         p = p.with_(M=tuning.m_bucket(p.M))
         for v in chosen:
             key = (v.name, p.label, p.tp)
+            if skip_stored and (found := tuning.stored(v.name, p, dev.name)) and found[1]["bucket"] == p.M:
+                continue
             if key not in seen and not v.unsupported_reason(p, dev):
                 seen.add(key)
                 jobs.append((p, v))
     if not jobs:
+        if skip_stored:
+            err.print("every selected (variant, shape, M bucket) already has a stored config")
+            return
         raise fail("no selected variant runs these problems here")
     results = Table(title=f"tuned on {dev.name} (cold L2) -> {tuning.configs_root() / tuning.gpu_dirname(dev.name)}")
     for col in ("variant", "GEMM", "N", "K", "dtype", "M bucket", "µs", "config", "tried"):

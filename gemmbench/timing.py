@@ -227,8 +227,8 @@ class Timer:
         return self.run({"x": self.prepare(fns, graph_safe)})["x"]
 
 
-def quick_median_us(fn: Callable) -> float:
+def quick_median_us(fn: Callable, budget_s: float = 0.05) -> float:
     """A short cold (GPU) or wall (CPU) measurement for choosing between configs."""
     mode = "cold" if torch.cuda.is_available() else "wall"
-    timer = Timer(mode, warmup_ms=5, min_samples=10, budget_s=0.05, target_noise=0.01)
+    timer = Timer(mode, warmup_ms=5, min_samples=10, budget_s=budget_s, target_noise=0.01)
     return float(np.median(timer.measure([fn])))

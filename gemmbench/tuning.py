@@ -206,7 +206,8 @@ def search(t: Tunable, problem: Problem, inputs, candidates: list[dict], referen
                 result = compare(problem, out, reference)
                 if not result.ok:
                     raise TuningError(f"wrong result: {result.detail}")
-            trial.time_us = quick_median_us(launch.fn)
+            # a first pass over many candidates only has to rank them; the finalists are re-timed
+            trial.time_us = quick_median_us(launch.fn, 0.02 if refine > 1 else 0.05)
             trial.launch = launch
         except Exception as exc:  # noqa: BLE001 - a config that cannot run is simply not a candidate
             if "CUDA error" in str(exc) or "illegal" in str(exc):

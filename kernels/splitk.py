@@ -99,6 +99,10 @@ def splitk_gemm_kernel(
             zero = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
             if REDUCE == "atomic":
                 total = tl.load(buf_ptr + mn, mask=mask, other=0.0, cache_modifier=".cg")
+                # The threads that load an element are not the ones that store its zero (different
+                # layouts): without this barrier a zero could land first (measured on the H100: rows
+                # of zeros in the output, one tile in a few thousand).
+                tl.debug_barrier()
                 tl.store(buf_ptr + mn, zero, mask=mask)
             else:
                 total = zero
@@ -168,17 +172,23 @@ def _cfg(bm, bn, bk, split_k, warps, stages, schedule="row", group_m=8):
 
 
 def _splits(tiles: int, k_blocks: int, sms: int) -> list[int]:
-    """SPLIT_K values worth trying: 1 (data-parallel), and powers of two from where the grid first
-    fills the SMs up to about 8 programs per SM, never more splits than K blocks."""
-    out = [1]
+    """SPLIT_K values worth trying: 1 (data-parallel); powers of two from where the grid first fills
+    the SMs up to about 8 programs per SM; and the splits that make the grid whole waves of 1, 2 and 4
+    programs per SM.  Never more splits than K blocks."""
+    out = {1}
     s = 2
     while s <= k_blocks and tiles * s <= 8 * sms:
         if tiles * s >= sms // 2:
-            out.append(s)
+            out.add(s)
         s *= 2
+    if tiles < sms:
+        for per_sm in (1, 2, 4):
+            s = round(per_sm * sms / tiles)
+            if 2 <= s <= k_blocks:
+                out.add(s)
     if len(out) == 1 and k_blocks >= 2 and tiles < sms:  # tiny grids: at least one real split
-        out.append(min(k_blocks, 1 << max(1, (sms // max(tiles, 1)).bit_length() - 1)))
-    return out
+        out.add(min(k_blocks, 1 << max(1, (sms // max(tiles, 1)).bit_length() - 1)))
+    return sorted(out)
 
 
 def search_space(problem, on_gpu: bool, full: bool = True) -> list[dict]:
@@ -192,7 +202,7 @@ def search_space(problem, on_gpu: bool, full: bool = True) -> list[dict]:
     sms = tuning.sm_count()
     if M <= 64:
         bm = 16 if M <= 16 else (32 if M <= 32 else 64)
-        bns = (32, 64, 128) if full else (64,)
+        bns = (16, 32, 64, 128) if full else (64,)
         bks = ((128, 256) if fp8 else (64, 128)) if full else ((256,) if fp8 else (128,))
         stages = (3, 5) if full else (4,)
         schedules = ("row",)  # one row of tiles: the order of the tiles does not matter
