@@ -31,7 +31,7 @@ from gemmbench.shapes import DECODE_M, PREFILL_M
 
 cpu_only = pytest.mark.skipif(HAS_CUDA, reason="tests the CPU path (no CUDA GPU)")
 
-BUILTIN_SETS = ["llama70b", "llama70b-attn", "llama70b-mlp", "mixtral-moe", "smoke"]
+BUILTIN_SETS = ["llama70b", "llama70b-attn", "llama70b-mlp", "mixtral-moe", "seed001-tkgemm", "smoke"]
 BUILTIN_FAMILIES = {
     "cublas_bf16": "cublas", "cublas_fp16": "cublas", "cublas_fp8": "cublas", "cublas_fp8_rowwise": "cublas",
     "triton_dp_row": "triton_dp", "triton_dp_col": "triton_dp", "triton_dp_grouped": "triton_dp",

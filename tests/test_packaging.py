@@ -29,7 +29,8 @@ def test_wheel_ships_kernels_and_shapes_inside_the_gemmbench_namespace(wheel):
     names = set(wheel.namelist())
     for f in ("gemmbench/kernels/__init__.py", "gemmbench/kernels/dense_dp.py", "gemmbench/kernels/schedules.py",
               "gemmbench/kernels/cublas.py", "gemmbench/shapesets/llama70b-attn.yaml",
-              "gemmbench/shapesets/smoke.yaml", "gemmbench/cli.py", "gemmbench/__main__.py"):
+              "gemmbench/shapesets/smoke.yaml",
+              "gemmbench/kernels/configs/NVIDIA_H100_80GB_HBM3/triton_splitk_atomic/N=1280,K=8192,dtype=fp8.json", "gemmbench/cli.py", "gemmbench/__main__.py"):
         assert f in names, f
     assert not [n for n in names if n.startswith(("kernels/", "shapes/", "tests/"))]
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
