@@ -33,7 +33,7 @@ def dp_gemm_kernel(
     stride_cm, stride_cn,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr, SCHEDULE: tl.constexpr,
-    HAS_SCALE: tl.constexpr, EVEN_K: tl.constexpr, PRECISE_ACC: tl.constexpr,
+    HAS_SCALE: tl.constexpr, EVEN_K: tl.constexpr, EVEN_N: tl.constexpr, PRECISE_ACC: tl.constexpr,
 ):
     pid = tl.program_id(0)
     grid_m = tl.cdiv(M, BLOCK_M)
@@ -43,22 +43,30 @@ def dp_gemm_kernel(
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_k = tl.arange(0, BLOCK_K)
-    # Rows past M / N are clamped onto valid rows (loads stay in bounds without a mask, which keeps
-    # them vectorised); the store below is masked, so the duplicated rows are never written.
+    # Every load is masked: A's rows past M (a decode M of 1..15 in a 16-row tile) and the K tail always;
+    # B's rows past N only when N is not a multiple of BLOCK_N (EVEN_N: the mask is then all true).
+    # (Clamping A's rows onto row M-1 instead kept the loads in bounds without a mask, but measured on
+    # the H100 made fp8 at M = 1 up to 50% slower than at M = 16: 16 rows loading one address.)
+    # rows_a / rows_b: in-bounds row indices, used where only addresses matter (row-wise scales).
     rows_a = tl.where(offs_m < M, offs_m, M - 1)
     rows_b = tl.where(offs_n < N, offs_n, N - 1)
+    m_ok = offs_m < M
+    n_ok = offs_n < N
     a_ptrs = a_ptr + rows_a[:, None] * stride_am + offs_k[None, :] * stride_ak
     b_ptrs = b_ptr + rows_b[None, :] * stride_bn + offs_k[:, None] * stride_bk
 
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k in range(0, tl.cdiv(K, BLOCK_K)):
         if EVEN_K:
-            a = tl.load(a_ptrs)
-            b = tl.load(b_ptrs)
+            a = tl.load(a_ptrs, mask=m_ok[:, None], other=0.0)
+            if EVEN_N:
+                b = tl.load(b_ptrs)
+            else:
+                b = tl.load(b_ptrs, mask=n_ok[None, :], other=0.0)
         else:
             k_left = K - k * BLOCK_K
-            a = tl.load(a_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
-            b = tl.load(b_ptrs, mask=offs_k[:, None] < k_left, other=0.0)
+            a = tl.load(a_ptrs, mask=m_ok[:, None] & (offs_k[None, :] < k_left), other=0.0)
+            b = tl.load(b_ptrs, mask=n_ok[None, :] & (offs_k[:, None] < k_left), other=0.0)
         acc = tl.dot(a, b, acc, max_num_imprecise_acc=PRECISE_ACC)
         a_ptrs += BLOCK_K * stride_ak
         b_ptrs += BLOCK_K * stride_bk
@@ -83,7 +91,7 @@ def dp_gemm(a, b, out, a_scale, b_scale, config: dict, schedule: str) -> torch.T
         M, N, K,
         a.stride(0), a.stride(1), b.stride(0), b.stride(1), out.stride(0), out.stride(1),
         BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=config.get("GROUP_M", 8), SCHEDULE=schedule,
-        HAS_SCALE=has_scale, EVEN_K=(K % bk == 0),
+        HAS_SCALE=has_scale, EVEN_K=(K % bk == 0), EVEN_N=(N % bn == 0),
         # fp8 on Hopper wgmma (BLOCK_M >= 64) otherwise keeps partial sums in reduced precision:
         # measured 8% low at K=8192 (a systematic under-sum, caught by the check).  Promoting to
         # fp32 every 32-deep MMA step matches torch._scaled_mm's default (use_fast_accum=False).
