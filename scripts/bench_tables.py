@@ -11,6 +11,7 @@ where it ran, then for each group (default: one per non-cuBLAS family) its faste
 from __future__ import annotations
 
 import argparse
+import json
 import fnmatch
 from collections import Counter
 
@@ -58,7 +59,9 @@ def render(path: str, specs: list[str] | None = None) -> str:
                 continue
             best = min(cand, key=lambda r: r["time_us_median"])
             prefix = pattern.rstrip("*")
-            label = best["variant"].removeprefix(prefix)
+            label = best["variant"].removeprefix(prefix) or best["variant"].rsplit("_", 1)[-1]
+            split = json.loads(best["config"] or "{}").get("SPLIT_K")
+            label += f" k{split}" if split else ""
             speed = f"{base['time_us_median'] / best['time_us_median']:.2f}x" if base else ""
             out += [label or best["variant"], f"{best['time_us_median']:.1f}", f"{best['pct_of_roofline']:.0f}", speed]
         lines.append("| " + " | ".join(out) + " |")
