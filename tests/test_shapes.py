@@ -21,10 +21,10 @@ def dims(shape_set):
 # ---------------------------------------------------------------- built-ins
 
 def test_builtin_names_sorted_and_complete():
-    assert builtin_names() == ["llama70b", "llama70b-attn", "llama70b-mlp", "mixtral-moe", "smoke"]
+    assert builtin_names() == ["llama70b", "llama70b-attn", "llama70b-mlp", "mixtral-moe", "seed001-tkgemm", "smoke"]
 
 
-@pytest.mark.parametrize("name", ["llama70b", "llama70b-attn", "llama70b-mlp", "mixtral-moe", "smoke"])
+@pytest.mark.parametrize("name", ["llama70b", "llama70b-attn", "llama70b-mlp", "mixtral-moe", "seed001-tkgemm", "smoke"])
 def test_builtin_name_matches_file_and_has_description(name):
     s = load(name)
     assert s.name == name
@@ -311,7 +311,7 @@ MALFORMED = [
     (f"name: x\nm: 16\ngemms: [{GEMM}]\n",
      "m: must be a preset (decode, prefill, all) or a list of positive integers, got 16"),
     (f"name: x\ninclude: [nope]\ngemms: [{GEMM}]\n",
-     "include 'nope' is not a built-in set (llama70b, llama70b-attn, llama70b-mlp, mixtral-moe, smoke)"),
+     "include 'nope' is not a built-in set (llama70b, llama70b-attn, llama70b-mlp, mixtral-moe, seed001-tkgemm, smoke)"),
     (f"name: x\ninclude: llama70b\ngemms: [{GEMM}]\n",
      "include must be a list of built-in set names, got 'llama70b'"),
     ("name: x\ngemms: [{N: 8, K: 8, parallel: row}]\n", "gemm #1: missing field 'id'"),
