@@ -7,8 +7,8 @@ times a few candidates right there (quick, not stored).  `gemmbench run --retune
 files.  The row's `config` says which: "source" is "stored" (with "file" and "bucket"), "tuned" or
 "only" (nothing to choose: one candidate, or Triton's CPU interpreter).
 
-M buckets: decode M = 1..16 share one (BLOCK_M = 16 covers them all; rows past M are clamped copies,
-so the kernel does the same work), then powers of two: 32, 64, 128, ... 4096.
+M buckets: decode M = 1..16 share one (BLOCK_M = 16 covers them all: the rows past M are masked, so the
+kernel streams the same weight bytes), then powers of two: 32, 64, 128, ... 4096.
 """
 
 from __future__ import annotations
@@ -81,10 +81,10 @@ def gpu_dirname(gpu: str) -> str:
     return re.sub(r"[^A-Za-z0-9]+", "_", gpu).strip("_")
 
 
-def config_path(variant: str, problem: Problem, gpu: str, root: Optional[Path] = None) -> Path:
+def config_path(variant: str, problem: Problem, gpu: str) -> Path:
     moe = f"E={problem.E},topk={problem.topk}," if problem.is_moe else ""
     name = f"{moe}N={problem.N},K={problem.K},dtype={problem.dtype}.json"
-    return (root or configs_root()) / gpu_dirname(gpu) / variant / name
+    return configs_root() / gpu_dirname(gpu) / variant / name
 
 
 def _read(path: Path) -> dict:
@@ -188,7 +188,7 @@ class Trial:
 
 
 def search(t: Tunable, problem: Problem, inputs, candidates: list[dict], reference=None,
-           refine: int = 0, progress: Callable[[], None] = lambda: None) -> list[Trial]:
+           refine: int = 0) -> list[Trial]:
     """Time every candidate (cold L2, short); with `reference`, first check each one's output against it
     (a wrong config is never chosen); then re-time the `refine` fastest side by side, longer.
     Returns the trials fastest first; failed ones last, with their error."""
@@ -214,7 +214,6 @@ def search(t: Tunable, problem: Problem, inputs, candidates: list[dict], referen
                 raise  # a faulting kernel is a bug, not a slow config
             trial.error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]
         trials.append(trial)
-        progress()
     ok = sorted((x for x in trials if not x.error), key=lambda x: x.time_us)
     if not ok:
         raise TuningError(f"no config of {t.name} runs {problem.label}: " + "; ".join(x.error for x in trials[:3]))
@@ -240,10 +239,10 @@ def _tool_versions() -> dict:
     return {"triton": triton.__version__, "torch": torch.__version__, "git_sha": git_sha()}
 
 
-def tune_and_store(t: Tunable, problem: Problem, inputs, reference, progress=lambda: None) -> tuple[Trial, Path, int]:
+def tune_and_store(t: Tunable, problem: Problem, inputs, reference) -> tuple[Trial, Path, int]:
     """`gemmbench tune` for one (variant, problem): full search with the check, store the winner."""
     candidates = t.space(problem, True, True)
-    trials = search(t, problem, inputs, candidates, reference, refine=4, progress=progress)
+    trials = search(t, problem, inputs, candidates, reference, refine=4)
     best = trials[0]
     about = {"timing": "cold", "candidates": len(candidates), "failed": sum(1 for x in trials if x.error),
              "date": datetime.now(timezone.utc).strftime("%Y-%m-%d"), **_tool_versions()}

@@ -26,6 +26,7 @@ import triton.language as tl
 
 from gemmbench import tuning
 from gemmbench.kernels.schedules import SCHEDULES, tile_of
+from gemmbench.kernels.tile_loop import accumulate_tile
 from gemmbench.registry import Launch, Variant, register
 
 
@@ -57,36 +58,10 @@ def splitk_gemm_kernel(
     kb_start = pid_k * per_split
     kb_end = tl.minimum(kb_start + per_split, k_blocks)
 
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    offs_k = tl.arange(0, BLOCK_K)
-    # Every load is masked: A's rows past M (a decode M of 1..15 in a 16-row tile) and the K tail always;
-    # B's rows past N only when N is not a multiple of BLOCK_N (EVEN_N: the mask is then all true).
-    # (Clamping A's rows onto row M-1 instead kept the loads in bounds without a mask, but measured on
-    # the H100 made fp8 at M = 1 up to 50% slower than at M = 16: 16 rows loading one address.)
-    # rows_a / rows_b: in-bounds row indices, used where only addresses matter (row-wise scales).
-    rows_a = tl.where(offs_m < M, offs_m, M - 1)
-    rows_b = tl.where(offs_n < N, offs_n, N - 1)
-    m_ok = offs_m < M
-    n_ok = offs_n < N
-    a_ptrs = a_ptr + rows_a[:, None] * stride_am + (kb_start * BLOCK_K + offs_k)[None, :] * stride_ak
-    b_ptrs = b_ptr + rows_b[None, :] * stride_bn + (kb_start * BLOCK_K + offs_k)[:, None] * stride_bk
-
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for kb in range(kb_start, kb_end):
-        if EVEN_K:
-            a = tl.load(a_ptrs, mask=m_ok[:, None], other=0.0)
-            if EVEN_N:
-                b = tl.load(b_ptrs)
-            else:
-                b = tl.load(b_ptrs, mask=n_ok[None, :], other=0.0)
-        else:
-            k_left = K - kb * BLOCK_K  # the K tail: masked, zeros contribute nothing
-            a = tl.load(a_ptrs, mask=m_ok[:, None] & (offs_k[None, :] < k_left), other=0.0)
-            b = tl.load(b_ptrs, mask=n_ok[None, :] & (offs_k[:, None] < k_left), other=0.0)
-        acc = tl.dot(a, b, acc, max_num_imprecise_acc=PRECISE_ACC)
-        a_ptrs += BLOCK_K * stride_ak
-        b_ptrs += BLOCK_K * stride_bk
+    acc, offs_m, offs_n, rows_a, rows_b = accumulate_tile(
+        a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bn, stride_bk, pid_m, pid_n, kb_start, kb_end,
+        BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, EVEN_N, PRECISE_ACC,
+    )
 
     mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
     c_ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn
