@@ -63,6 +63,13 @@ def sm_count() -> int:
     return detect().sm_count or 132
 
 
+def has_tma() -> bool:
+    """Hopper's bulk tensor copy engine (tensor descriptors, kernels/tile_loop.py): compute capability 9+."""
+    from gemmbench.device import detect
+
+    return detect().capability >= (9, 0)
+
+
 # ---------------------------------------------------------------- stored configs
 
 def m_bucket(M: int) -> int:

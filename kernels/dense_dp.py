@@ -14,7 +14,7 @@ import triton
 import triton.language as tl
 
 from gemmbench.kernels.schedules import tile_of
-from gemmbench.kernels.tile_loop import accumulate_tile
+from gemmbench.kernels.tile_loop import accumulate_tile, tma_descriptors
 from gemmbench import tuning
 from gemmbench.registry import Launch, Variant, register
 
@@ -35,6 +35,7 @@ def dp_gemm_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr, SCHEDULE: tl.constexpr,
     HAS_SCALE: tl.constexpr, EVEN_K: tl.constexpr, EVEN_N: tl.constexpr, PRECISE_ACC: tl.constexpr,
+    TMA: tl.constexpr,  # a_ptr, b_ptr are tensor descriptors (tile_loop.py)
 ):
     pid = tl.program_id(0)
     grid_m = tl.cdiv(M, BLOCK_M)
@@ -43,7 +44,7 @@ def dp_gemm_kernel(
 
     acc, offs_m, offs_n, _, _ = accumulate_tile(
         a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bn, stride_bk, pid_m, pid_n, 0, tl.cdiv(K, BLOCK_K),
-        BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, EVEN_N, PRECISE_ACC,
+        BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, EVEN_N, PRECISE_ACC, TMA,
     )
 
     if HAS_SCALE:
@@ -52,8 +53,9 @@ def dp_gemm_kernel(
     tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
 
 
-def dp_gemm(a, b, out, a_scale, b_scale, config: dict, schedule: str) -> torch.Tensor:
-    """Launch into `out`.  Checks shapes; allocates nothing."""
+def dp_gemm(a, b, out, a_scale, b_scale, config: dict, schedule: str, operands=None) -> torch.Tensor:
+    """Launch into `out`.  Checks shapes; allocates nothing.  operands: (a, b) as tensor descriptors
+    (tile_loop.tma_descriptors), made once by the caller."""
     M, K = a.shape
     N, K2 = b.shape
     assert K == K2 and out.shape == (M, N), (a.shape, b.shape, out.shape)
@@ -61,7 +63,7 @@ def dp_gemm(a, b, out, a_scale, b_scale, config: dict, schedule: str) -> torch.T
     grid = (triton.cdiv(M, bm) * triton.cdiv(N, bn),)
     has_scale = a_scale is not None
     dp_gemm_kernel[grid](
-        a, b, out,
+        *(operands or (a, b)), out,
         a_scale if has_scale else a, b_scale if has_scale else b,
         M, N, K,
         a.stride(0), a.stride(1), b.stride(0), b.stride(1), out.stride(0), out.stride(1),
@@ -71,13 +73,14 @@ def dp_gemm(a, b, out, a_scale, b_scale, config: dict, schedule: str) -> torch.T
         # measured 8% low at K=8192 (a systematic under-sum, caught by the check).  Promoting to
         # fp32 every 32-deep MMA step matches torch._scaled_mm's default (use_fast_accum=False).
         PRECISE_ACC=min(32, bk) if a.dtype == torch.float8_e4m3fn else None,
+        TMA=operands is not None,
         num_warps=config["num_warps"], num_stages=config["num_stages"],
     )
     return out
 
 
-def _cfg(bm, bn, bk, warps, stages, group_m=8):
-    return dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=group_m, num_warps=warps, num_stages=stages)
+def _cfg(bm, bn, bk, warps, stages, group_m=8, tma=False):
+    return dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=group_m, num_warps=warps, num_stages=stages, TMA=tma)
 
 
 def search_space(problem, on_gpu: bool, full: bool = True) -> list[dict]:
@@ -94,8 +97,12 @@ def search_space(problem, on_gpu: bool, full: bool = True) -> list[dict]:
                 for st in (3, 5)]
     else:
         quick = [_cfg(128, 128, 64, 8, 3), _cfg(128, 256, 64, 8, 3), _cfg(64, 128, 64, 4, 4)]
+        if tuning.has_tma():  # the copy engine's K loop (tile_loop.py)
+            quick.append(_cfg(128, 256, 64, 8, 3, tma=True))
         more = [_cfg(bm, bn, bk, 4 if bm * bn <= 64 * 128 else 8, st) for bm in (64, 128) for bn in (128, 256)
                 for bk in ((64, 128) if fp8 else (64,)) for st in (3, 4)]
+    if problem.M > 16 and tuning.has_tma():  # TMA lost everywhere at M = 16 (splitk.py search_space)
+        more += [dict(c, TMA=True) for c in more]
     return quick + [c for c in more if c not in quick] if full else quick
 
 
@@ -103,8 +110,9 @@ def _build(schedule: str):
     def build(problem, inputs, config: dict) -> Launch:
         a, b = inputs.a, inputs.b
         out = torch.empty((problem.M, problem.N), dtype=inputs.out_dtype, device=a.device)
-        fn = lambda: dp_gemm(a, b, out, inputs.a_scale, inputs.b_scale, config, schedule)  # noqa: E731
-        return Launch(fn=fn, config=dict(config, schedule=schedule), out=out)
+        descriptors = tma_descriptors(a, b, config)
+        fn = lambda: dp_gemm(a, b, out, inputs.a_scale, inputs.b_scale, config, schedule, descriptors)  # noqa: E731
+        return Launch(fn=fn, config=dict(config, schedule=schedule, TMA=descriptors is not None), out=out)
 
     return build
 

@@ -26,7 +26,7 @@ import triton.language as tl
 
 from gemmbench import tuning
 from gemmbench.kernels.schedules import SCHEDULES, tile_of
-from gemmbench.kernels.tile_loop import accumulate_tile
+from gemmbench.kernels.tile_loop import accumulate_tile, tma_descriptors
 from gemmbench.registry import Launch, Variant, register
 
 
@@ -46,6 +46,7 @@ def splitk_gemm_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr, SCHEDULE: tl.constexpr, REDUCE: tl.constexpr, SPLIT: tl.constexpr,
     SCALE: tl.constexpr, EVEN_K: tl.constexpr, EVEN_N: tl.constexpr, PRECISE_ACC: tl.constexpr,
+    TMA: tl.constexpr,  # a_ptr, b_ptr are tensor descriptors (tile_loop.py)
 ):
     grid_m = tl.cdiv(M, BLOCK_M)
     grid_n = tl.cdiv(N, BLOCK_N)
@@ -60,7 +61,7 @@ def splitk_gemm_kernel(
 
     acc, offs_m, offs_n, rows_a, rows_b = accumulate_tile(
         a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bn, stride_bk, pid_m, pid_n, kb_start, kb_end,
-        BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, EVEN_N, PRECISE_ACC,
+        BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, EVEN_N, PRECISE_ACC, TMA,
     )
 
     mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
@@ -115,6 +116,9 @@ class SplitKGemm:
         self.a, self.b, self.out, self.config, self.reduce = a, b, out, config, reduce
         self.a_scale, self.b_scale = a_scale, b_scale
         self.scale = "none" if a_scale is None else scaling
+        descriptors = tma_descriptors(a, b, config)
+        self.tma = descriptors is not None
+        self.operands = descriptors or (a, b)
         bm, bn, bk = config["BLOCK_M"], config["BLOCK_N"], config["BLOCK_K"]
         self.split_k = max(1, min(config["SPLIT_K"], triton.cdiv(K, bk)))
         self.grid = (triton.cdiv(M, bm) * triton.cdiv(N, bn), self.split_k)
@@ -132,7 +136,7 @@ class SplitKGemm:
         M, K = a.shape
         N = b.shape[0]
         splitk_gemm_kernel[self.grid](
-            a, b, out,
+            *self.operands, out,
             self.a_scale if self.a_scale is not None else a, self.b_scale if self.b_scale is not None else b,
             self.buf, self.count,
             M, N, K, self.split_k,
@@ -143,6 +147,7 @@ class SplitKGemm:
             EVEN_K=(K % cfg["BLOCK_K"] == 0), EVEN_N=(N % cfg["BLOCK_N"] == 0),
             # fp8 wgmma would otherwise keep partial sums in reduced precision (dense_dp.py)
             PRECISE_ACC=min(32, cfg["BLOCK_K"]) if a.dtype == torch.float8_e4m3fn else None,
+            TMA=self.tma,
             num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
         )
         return out
@@ -150,9 +155,9 @@ class SplitKGemm:
 
 # ---------------------------------------------------------------- configs
 
-def _cfg(bm, bn, bk, split_k, warps, stages, schedule="row", group_m=8):
+def _cfg(bm, bn, bk, split_k, warps, stages, schedule="row", group_m=8, tma=False):
     return dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=split_k, GROUP_M=group_m, schedule=schedule,
-                num_warps=warps, num_stages=stages)
+                num_warps=warps, num_stages=stages, TMA=tma)
 
 
 def _splits(tiles: int, k_blocks: int, sms: int) -> list[int]:
@@ -196,6 +201,9 @@ def search_space(problem, on_gpu: bool, full: bool = True) -> list[dict]:
         bks = ((64, 128) if fp8 else (64,)) if full else (64 if not fp8 else 128,)
         stages = (3, 4) if full else (3,)
         schedules = SCHEDULES if full else ("grouped",)
+    # The copy engine's K loop (TMA) lost to the pointer loop on all six fp8 GEMMs probed at M = 16
+    # (by 1-50%, H100, cold), and won on some at M = 64 (up to 7%): searched only above 16 rows.
+    tmas = (False, True) if full and M > 16 and tuning.has_tma() else (False,)
     out = []
     for bn in bns:
         for bk in bks:
@@ -206,8 +214,9 @@ def search_space(problem, on_gpu: bool, full: bool = True) -> list[dict]:
             for sk in splits:
                 for st in stages:
                     for sch in schedules:
-                        warps = 4 if bm * bn <= 64 * 64 else 8
-                        out.append(_cfg(bm, bn, bk, sk, warps, st, sch))
+                        for tma in tmas:
+                            warps = 4 if bm * bn <= 64 * 64 else 8
+                            out.append(_cfg(bm, bn, bk, sk, warps, st, sch, tma=tma))
     return out
 
 
@@ -218,7 +227,8 @@ def _build(reduce: str):
         if inputs.scaling == "row":
             scales = (inputs.a_scale.reshape(-1), inputs.b_scale.reshape(-1))
         gemm = SplitKGemm(inputs.a, inputs.b, out, *scales, inputs.scaling, config, reduce)
-        return Launch(fn=gemm, config=dict(config, SPLIT_K=gemm.split_k), out=out)
+        return Launch(fn=gemm, config=dict(config, SPLIT_K=gemm.split_k, TMA=gemm.tma),
+                      out=out)
 
     return build
 

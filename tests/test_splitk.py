@@ -109,3 +109,26 @@ def test_search_space_is_valid():
             space = splitk.search_space(p, True, full)
             assert space and all(c["SPLIT_K"] >= 1 and c["BLOCK_M"] >= min(M, 16) for c in space)
             assert len({tuple(sorted(c.items())) for c in space}) == len(space)  # no duplicates
+
+
+@pytest.mark.parametrize("M,N,K,bk,split_k", [CASES[0], CASES[1], CASES[2], CASES[5]])
+@pytest.mark.parametrize("name", VARIANTS + ["triton_dp_row"])
+def test_tma_descriptors(name, M, N, K, bk, split_k):
+    """TMA=True: tensor descriptors instead of pointers; their zero fill past M, N, K replaces the masks."""
+    v = registry.get(name)
+    p = Problem("test", "g", M, N, K, "fp8")
+    inputs = make_inputs(p, 4, DEV, scaling=v.fp8_scaling)
+    launch = v.tunable.build(p, inputs, _cfg(16, 32, bk, split_k, 4, 1, tma=True))
+    assert launch.config["TMA"]
+    poison(launch.out)
+    result = compare(p, launch.fn(), reference(p, inputs))
+    assert result.ok, result.detail
+
+
+def test_tma_falls_back_to_pointers_when_rows_are_not_16_byte_aligned():
+    p = Problem("test", "g", 3, 40, 100, "fp16")  # a row of A and B is 200 bytes: no tensor descriptor
+    inputs = make_inputs(p, 4, DEV)
+    launch = registry.get("triton_splitk_atomic").tunable.build(p, inputs, _cfg(16, 32, 32, 2, 4, 1, tma=True))
+    assert launch.config["TMA"] is False
+    poison(launch.out)
+    assert compare(p, launch.fn(), reference(p, inputs)).ok
