@@ -97,7 +97,7 @@ def search_space(problem, on_gpu: bool, full: bool = True) -> list[dict]:
         quick = [_cfg(128, 128, bk, 8, 4), _cfg(128, 256, 64, 8, 3)]
         if tuning.has_tma():
             # the copy engine's K loop: measured on the H100 at M = 256..4096, fp8, as fast as the pointer
-            # loop with 128x128 tiles and 2.4-2.6x faster with 128x256 (docs/BENCHMARKS.md)
+            # loop with 128x128 tiles and 2.4-2.7x faster with 128x256 (docs/BENCHMARKS.md)
             quick = [_cfg(128, 128, bk, 8, 4, tma=True), _cfg(128, 256, bk, 8, 3, tma=True)] + quick
         more = [_cfg(bm, bn, bk, 4 if bm * bn <= 64 * 128 else 8, st) for bm in (64, 128) for bn in (128, 256)
                 for bk in ((64, 128) if fp8 else (64,)) for st in (3, 4)]
