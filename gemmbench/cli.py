@@ -51,6 +51,25 @@ def _tp_list(text: str) -> list[int]:
     return list(dict.fromkeys(tps))
 
 
+def _routings(text: str) -> list[str]:
+    from gemmbench.inputs import ROUTINGS
+
+    names = [x.strip() for x in text.split(",") if x.strip()]
+    bad = [x for x in names if x not in ROUTINGS]
+    if not names or bad:
+        raise fail(f"--routing {text!r}: choose from {', '.join(ROUTINGS)} (comma-separated)")
+    return list(dict.fromkeys(names))
+
+
+def _problems(shapes_mod, sset, dtypes, m_values, tps: list[int], routings: list[str]) -> list:
+    """Every (TP, routing) expansion of the set; dense GEMMs once per TP (routing does not apply to them)."""
+    out = []
+    for t in tps:
+        for i, r in enumerate(routings):
+            out += [p for p in shapes_mod.problems(sset, dtypes, m_values, t, r) if p.is_moe or i == 0]
+    return out
+
+
 def _load_plugins(plugins: list[Path]) -> None:
     from gemmbench import registry
 
@@ -73,6 +92,7 @@ def run(
     budget: Annotated[float, typer.Option(help="Seconds of sampling per cell at most (after >= 10 samples).")] = 0.5,
     strict: Annotated[bool, typer.Option(help="Exit 1 if any cell is wrong or failed.")] = False,
     retune: Annotated[bool, typer.Option(help="Ignore stored Triton configs; tune each problem anew (not stored).")] = False,
+    routing: Annotated[str, typer.Option(help="MoE token routing, comma-separated: uniform, skewed, one-expert.")] = "uniform",
 ) -> None:
     """Check, then time, every variant on every problem of a shape set; write Parquet and print tables."""
     from gemmbench import registry, shapes as shapes_mod, store
@@ -81,6 +101,7 @@ def run(
     if timing not in MODES:
         raise fail(f"--timing {timing!r}: choose from {', '.join(MODES)}")
     tps = _tp_list(tp)
+    routings = _routings(routing)
     if not 0 <= seed < 2**31:
         raise fail(f"--seed must be in 0 .. 2**31 - 1, got {seed}")
     if not budget > 0 or budget == float("inf"):
@@ -90,7 +111,7 @@ def run(
     try:
         sset = shapes_mod.load(shapes)
         m_values = shapes_mod.parse_m_list(m) if m is not None else None
-        problems = [p for t in tps for p in shapes_mod.problems(sset, _dtypes(dtype), m_values, t)]
+        problems = _problems(shapes_mod, sset, _dtypes(dtype), m_values, tps, routings)
         _load_plugins(plugin or [])
         chosen = registry.select(variants)
     except (shapes_mod.ShapeError, registry.RegistryError) as exc:
@@ -151,7 +172,8 @@ def tune(
     try:
         sset = shapes_mod.load(shapes)
         m_values = shapes_mod.parse_m_list(m) if m is not None else None
-        problems = [p for t in tps for p in shapes_mod.problems(sset, _dtypes(dtype), m_values, t)]
+        # configs are stored per shape, not per routing: tuned on uniform routing
+        problems = _problems(shapes_mod, sset, _dtypes(dtype), m_values, tps, ["uniform"])
         _load_plugins(plugin or [])
         chosen = [v for v in registry.select(variants) if v.tunable is not None]
     except (shapes_mod.ShapeError, registry.RegistryError) as exc:

@@ -18,7 +18,8 @@ from gemmbench.shapes import Problem
 
 TORCH_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp8": torch.float8_e4m3fn}
 FP8_MAX = 448.0  # largest finite float8 e4m3fn value
-ROUTINGS = ("uniform",)  # issue 4 adds skewed and one-expert
+ROUTINGS = ("uniform", "skewed", "one-expert")
+ZIPF_S = 1.2  # "skewed": expert e's prior load is proportional to 1 / (e + 1) ** ZIPF_S
 
 
 @dataclass
@@ -74,10 +75,20 @@ def quantize_fp8(x: torch.Tensor, scaling: str) -> tuple[torch.Tensor, torch.Ten
 
 
 def route(M: int, E: int, topk: int, gen: torch.Generator, routing: str = "uniform") -> tuple[torch.Tensor, torch.Tensor]:
-    """Router logits -> top-k experts and their softmax weights (seeded)."""
-    if routing != "uniform":
+    """Router logits -> top-k distinct experts per token and their softmax weights (seeded, on the CPU).
+      uniform:    logits ~ N(0, 1): every expert equally likely;
+      skewed:     logits + log(Zipf prior): expert 0 draws the most tokens, expert E-1 the fewest
+                  (with E = 8, top-2: about 40% of the slots go to expert 0 and 2% to expert 7);
+      one-expert: every token's first slot is expert 0 (the others are drawn as in uniform), so
+                  expert 0 carries all M tokens: the most unbalanced load a top-k router can give."""
+    if routing not in ROUTINGS:
         raise ValueError(f"unknown routing {routing!r} (known: {', '.join(ROUTINGS)})")
     logits = torch.randn((M, E), generator=gen, dtype=torch.float32)
+    if routing == "skewed":
+        prior = 1.0 / torch.arange(1, E + 1, dtype=torch.float32) ** ZIPF_S
+        logits = logits + torch.log(prior / prior.sum())
+    elif routing == "one-expert":
+        logits[:, 0] = logits.max() + 10.0
     weights, ids = torch.topk(torch.softmax(logits, dim=-1), topk, dim=-1)
     return ids.to(torch.int32), weights
 
@@ -92,7 +103,8 @@ def make_inputs(problem: Problem, seed: int, device: str, scaling: str = "tensor
     topk_ids = topk_weights = None
     if problem.is_moe:
         # its own stream of random numbers: on the CPU, sharing `gen` would make the routing a copy of `a`
-        topk_ids, topk_weights = route(M, problem.E, problem.topk, torch.Generator().manual_seed(seed + 7919))
+        topk_ids, topk_weights = route(M, problem.E, problem.topk, torch.Generator().manual_seed(seed + 7919),
+                                       problem.routing)
         topk_ids, topk_weights = topk_ids.to(device), topk_weights.to(device)
     if problem.dtype != "fp8":
         dt = TORCH_DTYPES[problem.dtype]

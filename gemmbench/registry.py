@@ -47,6 +47,10 @@ class Variant:
     fp8_scaling: str = "tensor"  # how its fp8 inputs are scaled: "tensor" | "row"
     source: str = "builtin"  # "builtin" or the plugin it came from
     tunable: Any = None  # a tuning.Tunable: its configs are searched by `gemmbench tune` and stored
+    # check(problem, inputs, output) -> check.CheckResult, for a variant whose output is not the GEMM's
+    # (moe_align): replaces the comparison with the fp32 reference
+    check: Optional[Callable[[Problem, Any, Any], Any]] = None
+    gemm: bool = True  # False: not a GEMM (moe_align); its rows carry no FLOPs, bytes or roofline
 
     def unsupported_reason(self, problem: Problem, device: Any) -> Optional[str]:
         """None if this variant can run the problem here, else a one-line reason."""

@@ -76,6 +76,7 @@ class Problem:
     tp: int = 1
     E: int = 1
     topk: int = 1
+    routing: str = "uniform"  # MoE: how tokens are routed to experts (inputs.ROUTINGS); dense: unused
 
     @property
     def is_moe(self) -> bool:
@@ -88,6 +89,8 @@ class Problem:
     def label(self) -> str:
         """Human- and NVTX-safe name (no '/')."""
         moe = f" E{self.E} top{self.topk}" if self.is_moe else ""
+        if self.is_moe and self.routing != "uniform":
+            moe += f" {self.routing}"
         tp = f" tp{self.tp}" if self.tp > 1 else ""
         return f"{self.gemm} {self.dtype} M{self.M} N{self.N} K{self.K}{moe}{tp}"
 
@@ -288,8 +291,9 @@ def apply_tp(gemm: Gemm, tp: int) -> Gemm:
 
 
 def problems(shape_set: ShapeSet, dtypes: Sequence[str], m_values: Sequence[int] | None = None,
-             tp: int = 1) -> list[Problem]:
-    """One Problem per (gemm, M, dtype): gemms in file order, M ascending, dtypes in the given order."""
+             tp: int = 1, routing: str = "uniform") -> list[Problem]:
+    """One Problem per (gemm, M, dtype): gemms in file order, M ascending, dtypes in the given order.
+    `routing` applies to the MoE gemms (inputs.ROUTINGS)."""
     if isinstance(dtypes, str):  # a bare "fp16" would otherwise iterate as "f", "p", ...
         dtypes = (dtypes,)
     if not dtypes:
@@ -307,7 +311,7 @@ def problems(shape_set: ShapeSet, dtypes: Sequence[str], m_values: Sequence[int]
         except ShapeError as e:
             raise ShapeError(f"{shape_set.source}: {e}") from None
         out += [Problem(shape_set=shape_set.name, gemm=g.name, M=m, N=g.N, K=g.K, dtype=d, tp=tp,
-                        E=g.E, topk=g.topk)
+                        E=g.E, topk=g.topk, routing=routing if g.E > 1 else "uniform")
                 for m in ms for d in dtypes]
     return out
 

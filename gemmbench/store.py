@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 
 # Bump when a column is added, removed or changes meaning; load() refuses other versions
 # rather than silently mixing numbers that mean different things.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: + routing (MoE token routing); schema 1 files are read as routing "uniform"
 STATUSES = ("ok", "skipped", "wrong", "error")
 # timing_mode, l2_state: see gemmbench.timing (MODES, L2_STATE); device: "cuda" | "cpu".
 
@@ -27,7 +27,7 @@ _COLUMNS = [
     # what was measured
     ("run_id", _S), ("timestamp", _S),  # timestamp: ISO 8601 UTC
     ("shape_set", _S), ("gemm", _S),
-    ("M", _I), ("N", _I), ("K", _I), ("E", _I), ("topk", _I), ("tp", _I), ("dtype", _S),
+    ("M", _I), ("N", _I), ("K", _I), ("E", _I), ("topk", _I), ("routing", _S), ("tp", _I), ("dtype", _S),
     # by which kernel
     ("variant", _S), ("family", _S), ("variant_source", _S), ("config", _S),  # config: JSON text
     # outcome
@@ -63,8 +63,9 @@ def cell_columns(problem, variant) -> dict:
 
     return dict(
         shape_set=problem.shape_set, gemm=problem.gemm, M=problem.M, N=problem.N, K=problem.K, E=problem.E,
-        topk=problem.topk, tp=problem.tp, dtype=problem.dtype,
-        variant=variant.name, family=variant.family, variant_source=variant.source, flops=flops(problem),
+        topk=problem.topk, routing=problem.routing if problem.is_moe else None, tp=problem.tp, dtype=problem.dtype,
+        variant=variant.name, family=variant.family, variant_source=variant.source,
+        flops=flops(problem) if getattr(variant, "gemm", True) else None,
     )
 
 
@@ -204,6 +205,10 @@ def _read(f: Path) -> pa.Table:
     except (pa.ArrowException, OSError) as e:
         raise StoreError(f"{f}: not a readable Parquet file, truncated or not Parquet ({_one_line(e)})") from None
     v = _schema_version(f, table)
+    if v == 1:  # schema 1 knew one routing: uniform (MoE rows); dense rows have none
+        moe = [e is not None and e > 1 for e in table.column("E").to_pylist()]
+        table = table.append_column("routing", pa.array(["uniform" if x else None for x in moe], _S))
+        v = 2
     if v < SCHEMA_VERSION:
         raise StoreError(
             f"{f}: written by an older gemmbench (schema {v}, this one reads {SCHEMA_VERSION}); "

@@ -24,16 +24,25 @@ def baseline_for(row: dict) -> str:
     return BASELINE[row["dtype"]]
 
 
+def _cell(r: dict) -> tuple:
+    return r["gemm"], r["M"], r["N"], r["K"], r["tp"], r["dtype"], r.get("routing")
+
+
+def _is_gemm(r: dict) -> bool:
+    """False for a step timed beside the GEMMs (moe_align): its rows carry no FLOPs and compete with none."""
+    return r.get("flops") is not None
+
+
 def speedups(rows: list[dict]) -> dict[int, float]:
     """id(row) -> baseline time / row time, for ok rows whose baseline is ok in the same run."""
     base = {}
     for r in rows:
         if r["status"] == "ok" and r["variant"] in (BASELINE.get(r["dtype"]), "cublas_fp8_rowwise", MOE_BASELINE):
-            base[(r["gemm"], r["M"], r["N"], r["K"], r["tp"], r["dtype"], r["variant"])] = r["time_us_median"]
+            base[_cell(r) + (r["variant"],)] = r["time_us_median"]
     out = {}
     for r in rows:
-        b = base.get((r["gemm"], r["M"], r["N"], r["K"], r["tp"], r["dtype"], baseline_for(r)))
-        if r["status"] == "ok" and b:
+        b = base.get(_cell(r) + (baseline_for(r),))
+        if r["status"] == "ok" and b and _is_gemm(r):
             out[id(r)] = b / r["time_us_median"]
     return out
 
@@ -46,6 +55,8 @@ def short_config(config) -> str:
     c = json.loads(config) if isinstance(config, str) else (config or {})
     if "BLOCK_M" not in c:
         return ""
+    if "BLOCK_N" not in c:  # moe_align: only its block size
+        return f"BLOCK_M {c['BLOCK_M']}"
     text = f"{c['BLOCK_M']}x{c['BLOCK_N']}x{c['BLOCK_K']}"
     if "SPLIT_K" in c:
         text += f" split {c['SPLIT_K']}" if c["SPLIT_K"] > 1 else " split 1 = data-parallel"
@@ -59,19 +70,19 @@ def _fmt(x, spec: str) -> str:
 def gemm_tables(rows: list[dict]) -> list[Table]:
     by_gemm = defaultdict(list)
     for r in rows:
-        by_gemm[(r["gemm"], r["N"], r["K"], r["E"], r["topk"], r["tp"])].append(r)
+        by_gemm[(r["gemm"], r["N"], r["K"], r["E"], r["topk"], r["tp"], r.get("routing"))].append(r)
     sp = speedups(rows)
     # the fastest ok variant of each (gemm, M, dtype) is starred
     best = {}
     for r in rows:
-        if r["status"] == "ok":
-            k = (r["gemm"], r["M"], r["dtype"], r["tp"])
+        if r["status"] == "ok" and _is_gemm(r):
+            k = _cell(r)
             if k not in best or r["time_us_median"] < best[k]["time_us_median"]:
                 best[k] = r
     best_ids = {id(r) for r in best.values()}
     tables = []
-    for (gemm, N, K, E, topk, tp), rs in by_gemm.items():
-        moe = f", E={E} top{topk}" if E > 1 else ""
+    for (gemm, N, K, E, topk, tp, routing), rs in by_gemm.items():
+        moe = (f", E={E} top{topk}" + (f", {routing} routing" if routing else "")) if E > 1 else ""
         title = f"{gemm}  N={N} K={K}{moe}" + (f"  tp={tp}" if tp > 1 else "")
         first = rs[0]
         caption = f"timing: {first.get('timing_mode')} (L2 {first.get('l2_state')}); speedup vs " + (

@@ -1,3 +1,5 @@
 """Built-in kernel variants, installed as gemmbench.kernels.  Importing this package registers them."""
 
-from gemmbench.kernels import cublas, dense_dp, moe_loop, splitk  # noqa: F401  (registration side effects)
+# registration side effects; the order is the listing order
+from gemmbench.kernels import cublas, dense_dp, moe_loop, splitk  # noqa: F401
+from gemmbench.kernels import grouped_mm, moe_align, fused_moe  # noqa: F401

@@ -31,13 +31,15 @@ from gemmbench.shapes import DECODE_M, PREFILL_M
 
 cpu_only = pytest.mark.skipif(HAS_CUDA, reason="tests the CPU path (no CUDA GPU)")
 
-BUILTIN_SETS = ["llama70b", "llama70b-attn", "llama70b-mlp", "mixtral-moe", "seed001-tkgemm", "smoke"]
+BUILTIN_SETS = ["llama70b", "llama70b-attn", "llama70b-mlp", "mixtral-8x22b-moe", "mixtral-moe", "seed001-tkgemm", "smoke"]
 BUILTIN_FAMILIES = {
     "cublas_bf16": "cublas", "cublas_fp16": "cublas", "cublas_fp8": "cublas", "cublas_fp8_rowwise": "cublas",
     "triton_dp_row": "triton_dp", "triton_dp_col": "triton_dp", "triton_dp_grouped": "triton_dp",
     "torch_moe_loop": "moe_ref",
     "triton_splitk_atomic": "triton_splitk", "triton_splitk_atomic_rowwise": "triton_splitk",
     "triton_splitk_reduce": "triton_splitk", "triton_splitk_reduce_rowwise": "triton_splitk",
+    "torch_grouped_mm": "moe_ref", "moe_align": "moe_align",
+    "triton_moe_row": "triton_moe", "triton_moe_col": "triton_moe", "triton_moe_grouped": "triton_moe",
 }
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
@@ -135,7 +137,7 @@ def test_run_smoke_exit_code_and_streams(main_run):
     stdout = text(res.stdout)
     titles = [ln.strip() for ln in stdout.splitlines() if ln.startswith("smoke_")]
     assert titles == ["smoke_square  N=64 K=64", "smoke_tails  N=80 K=48", "smoke_deep  N=32 K=160",
-                      "smoke_moe  N=64 K=32, E=4 top2", "smoke_moe_odd  N=48 K=64, E=3 top2"]
+                      "smoke_moe  N=64 K=32, E=4 top2, uniform routing", "smoke_moe_odd  N=48 K=64, E=3 top2, uniform routing"]
     assert stdout.count("timing: wall (L2 warm)") == 5
 
 

@@ -117,6 +117,49 @@ def test_tma_descriptors_on_gpu(name, split_k, dtype, M, N, K):
         assert result.ok, f"call {call}: {result.detail}"
 
 
+MOE_CASES = [  # (tokens, N, K, E, topk, routing): Mixtral 8x7B w13 and w2 at TP=2, and small edge cases
+    (1, 14336, 4096, 8, 2, "uniform"), (64, 4096, 7168, 8, 2, "skewed"), (33, 100, 72, 3, 2, "one-expert"),
+    (300, 256, 128, 5, 2, "uniform"), (1024, 512, 256, 8, 2, "skewed"),
+]
+MOE_VARIANTS = [(n, d) for n in ("triton_moe_row", "triton_moe_col", "triton_moe_grouped") for d in ("bf16", "fp16", "fp8")]
+MOE_VARIANTS += [("torch_grouped_mm", "bf16"), ("torch_grouped_mm", "fp16"), ("torch_moe_loop", "bf16")]
+
+
+@pytest.mark.parametrize("name,dtype", MOE_VARIANTS)
+@pytest.mark.parametrize("M,N,K,E,topk,routing", MOE_CASES)
+def test_moe_on_gpu(name, dtype, M, N, K, E, topk, routing):
+    """Against the per-expert loop reference; a variant this torch cannot run says why (never silently)."""
+    from gemmbench import registry
+    from gemmbench.check import compare, poison, reference
+    from gemmbench.device import detect
+    from gemmbench.inputs import make_inputs
+    from gemmbench.shapes import Problem
+
+    p = Problem("test", "moe", M, N, K, dtype, E=E, topk=topk, routing=routing)
+    v = registry.get(name)
+    reason = v.unsupported_reason(p, detect())
+    if reason:
+        assert name == "torch_grouped_mm" and "torch._grouped_mm" in reason, reason
+        return
+    inputs = make_inputs(p, 3, "cuda")
+    launch = v.make(p, inputs)
+    poison(launch.out)
+    result = compare(p, launch.fn(), reference(p, inputs))
+    assert result.ok, f"{name} {dtype} {p.label}: {result.detail}"
+
+
+@pytest.mark.parametrize("M,E,routing", [(1, 8, "uniform"), (4096, 8, "skewed"), (77, 5, "one-expert")])
+def test_moe_align_on_gpu(M, E, routing):
+    from gemmbench.inputs import route
+    from gemmbench.kernels.moe_align import check_alignment, moe_align
+
+    ids, _ = route(M, E, 2, torch.Generator().manual_seed(1), routing)
+    ids = ids.cuda()
+    for bm in (16, 64):
+        result = check_alignment(ids, E, moe_align(ids, E, bm))
+        assert result.ok, result.detail
+
+
 @pytest.mark.parametrize("name,dtype", [("cublas_bf16", "bf16"), ("cublas_fp16", "fp16"), ("cublas_fp8", "fp8"),
                                         ("cublas_fp8_rowwise", "fp8")])
 def test_cublas_on_gpu(name, dtype):

@@ -244,7 +244,7 @@ def test_crash_plugin_loads():
 def row(variant, status="ok", time=None, M=16, dtype="fp16", gemm="g", E=1, reason=None, **extra):
     r = dict(gemm=gemm, M=M, N=64, K=32, E=E, topk=2 if E > 1 else 1, tp=1, dtype=dtype, variant=variant,
              status=status, time_us_median=time, reason=reason, tflops=None, gbps=None, pct_of_roofline=None,
-             timing_mode="wall", l2_state="warm")
+             timing_mode="wall", l2_state="warm", flops=2 * M * 64 * 32)
     r.update(extra)
     return r
 
@@ -267,8 +267,9 @@ def test_speedups_only_from_ok_rows_against_an_ok_baseline():
     moe_base = row("torch_moe_loop", time=30.0, gemm="moe", E=4)
     moe = row("fused_moe", time=10.0, gemm="moe", E=4)
     other_gemm = row("triton_dp_row", time=5.0, gemm="other")
+    align = row("moe_align", time=3.0, gemm="moe", E=4, flops=None)  # not a GEMM: never a speedup
     rows = [base, fast, wrong, wrong_timed, skipped, error, bad_base, orphan, fp8_base, fp8, fp8_alone, moe_base,
-            moe, other_gemm]
+            moe, other_gemm, align]
     sp = speedups(rows)
     assert sp == {id(base): 1.0, id(fast): 2.0, id(fp8_base): 1.0, id(fp8): 4.0, id(moe_base): 1.0, id(moe): 3.0}
 

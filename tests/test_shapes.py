@@ -21,10 +21,10 @@ def dims(shape_set):
 # ---------------------------------------------------------------- built-ins
 
 def test_builtin_names_sorted_and_complete():
-    assert builtin_names() == ["llama70b", "llama70b-attn", "llama70b-mlp", "mixtral-moe", "seed001-tkgemm", "smoke"]
+    assert builtin_names() == ["llama70b", "llama70b-attn", "llama70b-mlp", "mixtral-8x22b-moe", "mixtral-moe", "seed001-tkgemm", "smoke"]
 
 
-@pytest.mark.parametrize("name", ["llama70b", "llama70b-attn", "llama70b-mlp", "mixtral-moe", "seed001-tkgemm", "smoke"])
+@pytest.mark.parametrize("name", ["llama70b", "llama70b-attn", "llama70b-mlp", "mixtral-8x22b-moe", "mixtral-moe", "seed001-tkgemm", "smoke"])
 def test_builtin_name_matches_file_and_has_description(name):
     s = load(name)
     assert s.name == name
@@ -311,7 +311,7 @@ MALFORMED = [
     (f"name: x\nm: 16\ngemms: [{GEMM}]\n",
      "m: must be a preset (decode, prefill, all) or a list of positive integers, got 16"),
     (f"name: x\ninclude: [nope]\ngemms: [{GEMM}]\n",
-     "include 'nope' is not a built-in set (llama70b, llama70b-attn, llama70b-mlp, mixtral-moe, seed001-tkgemm, smoke)"),
+     "include 'nope' is not a built-in set (llama70b, llama70b-attn, llama70b-mlp, mixtral-8x22b-moe, mixtral-moe, seed001-tkgemm, smoke)"),
     (f"name: x\ninclude: llama70b\ngemms: [{GEMM}]\n",
      "include must be a list of built-in set names, got 'llama70b'"),
     ("name: x\ngemms: [{N: 8, K: 8, parallel: row}]\n", "gemm #1: missing field 'id'"),
@@ -492,3 +492,23 @@ def test_hf_missing_file(tmp_path):
     with pytest.raises(ShapeError) as e:
         from_hf_config(path)
     assert str(e.value) == f"{path}: cannot read: No such file or directory"
+
+
+def test_mixtral_8x22b_moe():
+    s = load("mixtral-8x22b-moe")
+    assert dims(s) == [
+        ("attn_qkv", 8192, 6144, "column", 1, 1),
+        ("attn_o", 6144, 6144, "row", 1, 1),
+        ("moe_w13", 32768, 6144, "column", 8, 2),
+        ("moe_w2", 6144, 16384, "row", 8, 2),
+    ]
+    assert s.m_values == ALL_M
+    w13, w2 = (p for p in problems(s, ["bf16"], [4], tp=8) if p.is_moe)
+    assert (w13.N, w13.K, w2.N, w2.K) == (4096, 6144, 6144, 2048)  # TP divides the intermediate size
+
+
+def test_routing_applies_to_moe_problems_only():
+    s = load("mixtral-moe")
+    ps = problems(s, ["bf16"], [4], routing="skewed")
+    assert [p.routing for p in ps] == ["uniform", "uniform", "skewed", "skewed"]
+    assert ps[2].label.endswith("skewed") and "skewed" not in ps[0].label

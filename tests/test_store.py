@@ -24,7 +24,7 @@ def row(**over):
 
 def test_schema_columns_and_nullability():
     assert COLUMNS[:4] == ["run_id", "timestamp", "shape_set", "gemm"]
-    assert COLUMNS[-1] == "schema_version" and len(COLUMNS) == 45
+    assert COLUMNS[-1] == "schema_version" and len(COLUMNS) == 46
     assert SCHEMA.names == COLUMNS
     assert SCHEMA.field("samples_us").type == pa.list_(pa.float64())
     assert not SCHEMA.field("M").nullable and not SCHEMA.field("status").nullable
@@ -148,6 +148,18 @@ def test_load_old_schema(tmp_path):
     _write_with_version(path, 0)
     with pytest.raises(StoreError, match=r"old.parquet: written by an older gemmbench \(schema 0,.*re-run it"):
         load([path])
+
+
+def test_schema_1_files_read_with_uniform_routing_on_moe_rows(tmp_path):
+    """Schema 1 had no routing column and only uniform routing: MoE rows read as "uniform", dense as none."""
+    rows = [normalize_row(row()), normalize_row(row(gemm="moe_w13", E=8, topk=2, routing="uniform"))]
+    table = pa.Table.from_pylist(rows, schema=SCHEMA).drop_columns(["routing"])
+    table = table.set_column(table.column_names.index("schema_version"), "schema_version", pa.array([1, 1], pa.int64()))
+    path = tmp_path / "v1.parquet"
+    pq.write_table(table, path)
+    df = load([path])
+    assert df["routing"].isna().tolist() == [True, False] and df["routing"].iloc[1] == "uniform"
+    assert df["schema_version"].tolist() == [1, 1]  # the file's own number stays in its rows
 
 
 def test_load_missing_schema_version(tmp_path):

@@ -1,0 +1,131 @@
+"""MoE on the CPU (Triton's interpreter for the fused kernel; conftest.py sets TRITON_INTERPRET): routing
+distributions, the block alignment against a per-expert loop, and every fused schedule plus the
+grouped-matmul baseline against the loop reference on the edge cases (an expert with no tokens, all
+tokens on one expert, a single token, tokens not a multiple of BLOCK_M, E not a power of two), fp16
+and fp8.  bf16 and real sizes are in test_gpu.py."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from gemmbench import registry
+from gemmbench.check import compare, poison, reference
+from gemmbench.inputs import make_inputs, route
+from gemmbench.kernels.fused_moe import _build, _cfg
+from gemmbench.kernels.moe_align import check_alignment, moe_align
+from gemmbench.shapes import Problem
+
+DEV = "cuda" if torch.cuda.is_available() else "cpu"
+FUSED = ["triton_moe_row", "triton_moe_col", "triton_moe_grouped"]
+
+# (M tokens, N, K, E, topk, routing)
+CASES = [
+    (1, 48, 64, 8, 2, "uniform"),       # a single token: 6 of 8 experts get none
+    (33, 80, 48, 3, 2, "uniform"),      # E = 3; 66 slots, not a multiple of BLOCK_M; N and K tails
+    (20, 64, 96, 4, 1, "one-expert"),   # top-1: every token on expert 0, experts 1..3 empty
+    (21, 40, 64, 5, 2, "one-expert"),   # top-2: expert 0 has all 21 tokens
+    (40, 32, 64, 6, 2, "skewed"),       # Zipf-like load, E = 6
+]
+
+
+def moe(M, N, K, E, topk, routing="uniform", dtype="fp16"):
+    return Problem("test", "moe", M, N, K, dtype, E=E, topk=topk, routing=routing)
+
+
+def test_routings_shape_the_load():
+    gen = lambda: torch.Generator().manual_seed(3)  # noqa: E731
+    for routing in ("uniform", "skewed", "one-expert"):
+        ids, w = route(4000, 8, 2, gen(), routing)
+        assert ids.shape == (4000, 2) and all(len(set(r)) == 2 for r in ids.tolist()[:200])
+        assert torch.allclose(w.sum(1), w.sum(1).clamp(max=1.0))
+    load = lambda r: torch.bincount(route(4000, 8, 2, gen(), r)[0].flatten().long(), minlength=8)  # noqa: E731
+    uni, skew, one = load("uniform"), load("skewed"), load("one-expert")
+    assert uni.max() < 1.2 * uni.float().mean()  # about even
+    assert skew[0] > 2.5 * skew.float().mean() and skew[-1] < 0.5 * skew.float().mean()  # Zipf-like
+    assert skew.tolist() == sorted(skew.tolist(), reverse=True)
+    assert one[0] == 4000  # every token has expert 0 in its top-2
+
+
+def test_unknown_routing_is_an_error():
+    with pytest.raises(ValueError, match="unknown routing 'zipf'"):
+        route(4, 8, 2, torch.Generator(), "zipf")
+
+
+@pytest.mark.parametrize("block_m", [1, 4, 16])
+@pytest.mark.parametrize("M,N,K,E,topk,routing", CASES)
+def test_alignment_matches_the_per_expert_loop(M, N, K, E, topk, routing, block_m):
+    inputs = make_inputs(moe(M, N, K, E, topk, routing), 5, DEV)
+    a = moe_align(inputs.topk_ids, E, block_m)
+    result = check_alignment(inputs.topk_ids, E, a)
+    assert result.ok, result.detail
+    assert a.sorted_ids.numel() == a.block_expert.numel() * block_m
+
+
+def test_alignment_check_catches_a_wrong_alignment():
+    inputs = make_inputs(moe(9, 32, 32, 4, 2), 5, DEV)
+    a = moe_align(inputs.topk_ids, 4, 4)
+    a.sorted_ids[[0, 1]] = a.sorted_ids[[1, 0]]  # two slots out of order
+    assert not check_alignment(inputs.topk_ids, 4, a).ok
+    a = moe_align(inputs.topk_ids, 4, 4)
+    a.num_padded += 4
+    assert "padded count" in check_alignment(inputs.topk_ids, 4, a).detail
+
+
+@pytest.mark.parametrize("M,N,K,E,topk,routing", CASES)
+@pytest.mark.parametrize("dtype", ["fp16", "fp8"])
+@pytest.mark.parametrize("name", FUSED + ["torch_grouped_mm"])
+def test_moe_variants_match_the_loop_reference(name, dtype, M, N, K, E, topk, routing):
+    v = registry.get(name)
+    if dtype not in v.dtypes:
+        assert name == "torch_grouped_mm" and dtype == "fp8"  # the only variant here without fp8
+        return
+    p = moe(M, N, K, E, topk, routing, dtype)
+    inputs = make_inputs(p, 7, DEV)
+    launch = v.make(p, inputs)
+    poison(launch.out)
+    result = compare(p, launch.fn(), reference(p, inputs))
+    assert result.ok, result.detail
+
+
+@pytest.mark.parametrize("schedule", ["row", "col", "grouped"])
+def test_a_schedule_that_skipped_tiles_would_be_caught(schedule):
+    """Every tile is written: the NaN poison stays wherever a (block, N tile) was skipped."""
+    p = moe(33, 96, 64, 3, 2)
+    inputs = make_inputs(p, 1, DEV)
+    launch = _build(schedule)(p, inputs, _cfg(16, 32, 32, 4, 1, group_m=2))
+    poison(launch.out)
+    out = launch.fn()
+    assert torch.isfinite(out).all()
+    out[5, 40] = float("nan")  # what one skipped tile would leave
+    assert not compare(p, out, reference(p, inputs)).ok
+
+
+def test_router_weight_multiply():
+    p = moe(17, 48, 64, 4, 2)
+    inputs = make_inputs(p, 3, DEV)
+    launch = _build("grouped", mul_weight=True)(p, inputs, _cfg(16, 32, 32, 4, 1))
+    poison(launch.out)
+    want = reference(p, inputs) * inputs.topk_weights.reshape(-1, 1).float()
+    result = compare(p, launch.fn(), want)
+    assert result.ok, result.detail
+
+
+def test_moe_sweep_with_routings_on_the_cpu(tmp_path):
+    """`gemmbench run` on the smoke set's two MoE GEMMs: every MoE variant checked and timed under two
+    routings; moe_align is its own row, with no FLOPs or roofline (it is not a GEMM)."""
+    from gemmbench.store import load
+    from test_cli import invoke
+
+    out = tmp_path / "moe.parquet"
+    res = invoke("run", "--shapes", "smoke", "--m", "1,5", "--dtype", "fp16", "--routing", "uniform,one-expert",
+                 "--variants", "moe_align,triton_moe_*,torch_moe_loop,torch_grouped_mm", "--budget", "0.01",
+                 "--out", out)
+    assert res.exit_code == 0, res.stderr
+    df = load([out])
+    assert len(df) == 2 * 2 * 2 * 6 and (df.status == "ok").all(), df[df.status != "ok"].reason.tolist()
+    assert sorted(df.routing.unique()) == ["one-expert", "uniform"]
+    align = df[df.variant == "moe_align"]
+    assert align.flops.isna().all() and align.tflops.isna().all() and (align.time_us_median > 0).all()
+    gemms = df[df.variant != "moe_align"]
+    assert gemms.flops.notna().all() and (gemms.tflops > 0).all()
