@@ -99,7 +99,8 @@ class Timer:
     def prepare(self, fns: Sequence[Callable], graph_safe: bool = True) -> Prepared:
         """Warm up and build the sampler for one variant; `fns` are its launches over distinct copies."""
         if self.mode in ("stream", "graph") and not graph_safe:
-            raise TimingError(f"--timing {self.mode} captures a CUDA graph, and this launch syncs with the host")
+            raise TimingError(f"--timing {self.mode} captures a CUDA graph, and this launch cannot be captured "
+                              "(it syncs with or copies from the host)")
         fn = fns[0]
         t_end = time.perf_counter() + self.warmup_ms / 1e3
         calls = 0

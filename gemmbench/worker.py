@@ -152,7 +152,8 @@ class Worker:
                         make_inputs(problem, seed + i, self.devname, scaling=scaling) for i in range(1, n)]
                 launches = [variant.make(problem, inp) for inp in copies[scaling]]
                 configs[name] = launches[0].config
-                hit[name] = copies[scaling][0].experts_hit()
+                # stream mode cycles through copies with different routings: the bytes of a call are the mean
+                hit[name] = [c.experts_hit() for c in copies[scaling]]
                 prepared[name] = self.timer.prepare([l.fn for l in launches], all(l.graph_safe for l in launches))
             except TimingError as exc:
                 self.events.send(ev="row", row=self._row(problem, variant, "skipped", str(exc)))
@@ -175,8 +176,9 @@ class Worker:
                                                          max_rel_err=err, config=configs[name]))
                 continue
             t = stats["time_us_median"]
-            nbytes = metrics.bytes_min(problem, hit[name] if problem.is_moe else None,
-                                       variant.fp8_scaling if problem.dtype == "fp8" else "tensor")
+            scaling = variant.fp8_scaling if problem.dtype == "fp8" else "tensor"
+            nbytes = round(sum(metrics.bytes_min(problem, h if problem.is_moe else None, scaling)
+                               for h in hit[name]) / len(hit[name]))
             flops = metrics.flops(problem)  # also in every row, via _row
             extra = dict(stats, samples_us=p.samples, max_rel_err=err, config=configs[name], bytes_min=nbytes,
                          tflops=metrics.tflops(flops, t), gbps=metrics.gbps(nbytes, t))
