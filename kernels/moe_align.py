@@ -82,13 +82,7 @@ def block_m_for(M: int, topk: int, E: int) -> int:
 
 def _make(problem, inputs) -> Launch:
     bm = block_m_for(problem.M, problem.topk, problem.E)
-    holder = {}
-
-    def run():
-        holder["a"] = moe_align(inputs.topk_ids, problem.E, bm)
-        return holder["a"]
-
-    return Launch(fn=run, config={"BLOCK_M": bm})
+    return Launch(fn=lambda: moe_align(inputs.topk_ids, problem.E, bm), config={"BLOCK_M": bm})
 
 
 def _check(problem, inputs, result: Alignment) -> CheckResult:
