@@ -31,14 +31,18 @@ def fail(message: str, code: int = 2) -> "typer.Exit":
     return typer.Exit(code)
 
 
+def _choices(option: str, text: str, allowed) -> list[str]:
+    """A comma-separated option whose every value must be one of `allowed`; duplicates dropped, order kept."""
+    names = [x.strip() for x in text.split(",") if x.strip()]
+    if not names or any(x not in allowed for x in names):
+        raise fail(f"{option} {text!r}: choose from {', '.join(allowed)} (comma-separated)")
+    return list(dict.fromkeys(names))
+
+
 def _dtypes(text: str) -> list[str]:
     from gemmbench.shapes import DTYPES
 
-    dts = [d.strip() for d in text.split(",") if d.strip()]
-    bad = [d for d in dts if d not in DTYPES]
-    if bad or not dts:
-        raise fail(f"--dtype {text!r}: choose from {', '.join(DTYPES)} (comma-separated)")
-    return list(dict.fromkeys(dts))
+    return _choices("--dtype", text, DTYPES)
 
 
 def _tp_list(text: str) -> list[int]:
@@ -51,22 +55,14 @@ def _tp_list(text: str) -> list[int]:
     return list(dict.fromkeys(tps))
 
 
-def _routings(text: str) -> list[str]:
-    from gemmbench.inputs import ROUTINGS
-
-    names = [x.strip() for x in text.split(",") if x.strip()]
-    bad = [x for x in names if x not in ROUTINGS]
-    if not names or bad:
-        raise fail(f"--routing {text!r}: choose from {', '.join(ROUTINGS)} (comma-separated)")
-    return list(dict.fromkeys(names))
-
-
-def _problems(shapes_mod, sset, dtypes, m_values, tps: list[int], routings: list[str]) -> list:
+def _problems(sset, dtypes, m_values, tps: list[int], routings: list[str]) -> list:
     """Every (TP, routing) expansion of the set; dense GEMMs once per TP (routing does not apply to them)."""
+    from gemmbench.shapes import problems
+
     out = []
     for t in tps:
         for i, r in enumerate(routings):
-            out += [p for p in shapes_mod.problems(sset, dtypes, m_values, t, r) if p.is_moe or i == 0]
+            out += [p for p in problems(sset, dtypes, m_values, t, r) if p.is_moe or i == 0]
     return out
 
 
@@ -96,12 +92,13 @@ def run(
 ) -> None:
     """Check, then time, every variant on every problem of a shape set; write Parquet and print tables."""
     from gemmbench import registry, shapes as shapes_mod, store
+    from gemmbench.inputs import ROUTINGS
     from gemmbench.timing import MODES
 
     if timing not in MODES:
         raise fail(f"--timing {timing!r}: choose from {', '.join(MODES)}")
     tps = _tp_list(tp)
-    routings = _routings(routing)
+    routings = _choices("--routing", routing, ROUTINGS)
     if not 0 <= seed < 2**31:
         raise fail(f"--seed must be in 0 .. 2**31 - 1, got {seed}")
     if not budget > 0 or budget == float("inf"):
@@ -111,7 +108,7 @@ def run(
     try:
         sset = shapes_mod.load(shapes)
         m_values = shapes_mod.parse_m_list(m) if m is not None else None
-        problems = _problems(shapes_mod, sset, _dtypes(dtype), m_values, tps, routings)
+        problems = _problems(sset, _dtypes(dtype), m_values, tps, routings)
         _load_plugins(plugin or [])
         chosen = registry.select(variants)
     except (shapes_mod.ShapeError, registry.RegistryError) as exc:
@@ -173,7 +170,7 @@ def tune(
         sset = shapes_mod.load(shapes)
         m_values = shapes_mod.parse_m_list(m) if m is not None else None
         # configs are stored per shape, not per routing: tuned on uniform routing
-        problems = _problems(shapes_mod, sset, _dtypes(dtype), m_values, tps, ["uniform"])
+        problems = _problems(sset, _dtypes(dtype), m_values, tps, ["uniform"])
         _load_plugins(plugin or [])
         chosen = [v for v in registry.select(variants) if v.tunable is not None]
     except (shapes_mod.ShapeError, registry.RegistryError) as exc:

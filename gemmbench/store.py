@@ -65,7 +65,7 @@ def cell_columns(problem, variant) -> dict:
         shape_set=problem.shape_set, gemm=problem.gemm, M=problem.M, N=problem.N, K=problem.K, E=problem.E,
         topk=problem.topk, routing=problem.routing if problem.is_moe else None, tp=problem.tp, dtype=problem.dtype,
         variant=variant.name, family=variant.family, variant_source=variant.source,
-        flops=flops(problem) if getattr(variant, "gemm", True) else None,
+        flops=flops(problem) if variant.gemm else None,
     )
 
 

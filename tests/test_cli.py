@@ -207,6 +207,7 @@ BAD_INPUTS = {
     "dtype-fp4": ({"--dtype": "fp4"}, ["--dtype 'fp4'", "fp16, bf16, fp8"]),
     "variants-nomatch": ({"--variants": "nomatch*"}, ["'nomatch*'", "matches no variant"]),
     "timing-bogus": ({"--timing": "bogus"}, ["--timing 'bogus'", "wall"]),
+    "routing-zipf": ({"--routing": "uniform,zipf"}, ["--routing 'uniform,zipf'", "uniform, skewed, one-expert"]),
     "tp-0": ({"--tp": "0"}, ["--tp", "positive integers", "'0'"]),
     "tp-word": ({"--tp": "two"}, ["--tp", "positive integers"]),
     "tp-3-indivisible": ({"--tp": "3"}, ["'smoke_square'", "N=64", "not divisible by tp=3"]),
