@@ -73,6 +73,38 @@ def _load_plugins(plugins: list[Path]) -> None:
         registry.load_plugin(p)
 
 
+def select_cells(shapes: str, variants: Optional[str], dtype: str, m: Optional[str], tp: str, routing: str,
+                 seed: int, plugin: Optional[list[Path]]) -> tuple:
+    """The selection options `run` and `profile` share -> (shape set, [(problem, [variant names])]).
+    A cell is a problem and a variant made for its kind (dense/MoE) and dtype."""
+    from gemmbench import registry, shapes as shapes_mod
+    from gemmbench.inputs import ROUTINGS
+
+    tps = _tp_list(tp)
+    routings = _choices("--routing", routing, ROUTINGS)
+    if not 0 <= seed < 2**31:
+        raise fail(f"--seed must be in 0 .. 2**31 - 1, got {seed}")
+    if variants is not None and not variants.strip(" ,"):
+        raise fail("--variants is empty (give globs such as 'triton_*,cublas_fp8')")
+    try:
+        sset = shapes_mod.load(shapes)
+        m_values = shapes_mod.parse_m_list(m) if m is not None else None
+        problems = _problems(sset, _dtypes(dtype), m_values, tps, routings)
+        _load_plugins(plugin or [])
+        chosen = registry.select(variants)
+    except (shapes_mod.ShapeError, registry.RegistryError) as exc:
+        raise fail(str(exc)) from None
+    cells = [(p, [v.name for v in chosen if p.dtype in v.dtypes and v.moe == p.is_moe]) for p in problems]
+    uncovered = sorted({f"{p.gemm} {p.dtype}" for p, names in cells if not names})
+    cells = [(p, names) for p, names in cells if names]
+    if not cells:
+        raise fail(f"no selected variant runs {sset.name} in {dtype} (see `gemmbench list variants`)")
+    if uncovered:  # nothing may disappear silently: these problems have no cell at all
+        err.print(escape(f"warning: no selected variant runs {', '.join(uncovered)}; those problems are left out"),
+                  highlight=False)
+    return sset, cells
+
+
 @app.command()
 def run(
     shapes: Annotated[str, typer.Option(help="Built-in shape set (see `gemmbench list shapes`) or a YAML path.")],
@@ -91,37 +123,14 @@ def run(
     routing: Annotated[str, typer.Option(help="MoE token routing, comma-separated: uniform, skewed, one-expert.")] = "uniform",
 ) -> None:
     """Check, then time, every variant on every problem of a shape set; write Parquet and print tables."""
-    from gemmbench import registry, shapes as shapes_mod, store
-    from gemmbench.inputs import ROUTINGS
+    from gemmbench import store
     from gemmbench.timing import MODES
 
     if timing not in MODES:
         raise fail(f"--timing {timing!r}: choose from {', '.join(MODES)}")
-    tps = _tp_list(tp)
-    routings = _choices("--routing", routing, ROUTINGS)
-    if not 0 <= seed < 2**31:
-        raise fail(f"--seed must be in 0 .. 2**31 - 1, got {seed}")
     if not budget > 0 or budget == float("inf"):
         raise fail(f"--budget must be a positive number of seconds, got {budget}")
-    if variants is not None and not variants.strip(" ,"):
-        raise fail("--variants is empty (give globs such as 'triton_*,cublas_fp8')")
-    try:
-        sset = shapes_mod.load(shapes)
-        m_values = shapes_mod.parse_m_list(m) if m is not None else None
-        problems = _problems(sset, _dtypes(dtype), m_values, tps, routings)
-        _load_plugins(plugin or [])
-        chosen = registry.select(variants)
-    except (shapes_mod.ShapeError, registry.RegistryError) as exc:
-        raise fail(str(exc)) from None
-    # a cell is a problem and a variant made for its kind (dense/MoE) and dtype
-    cells = [(p, [v.name for v in chosen if p.dtype in v.dtypes and v.moe == p.is_moe]) for p in problems]
-    uncovered = sorted({f"{p.gemm} {p.dtype}" for p, names in cells if not names})
-    cells = [(p, names) for p, names in cells if names]
-    if not cells:
-        raise fail(f"no selected variant runs {sset.name} in {dtype} (see `gemmbench list variants`)")
-    if uncovered:  # nothing may disappear silently: these problems have no cell at all
-        err.print(escape(f"warning: no selected variant runs {', '.join(uncovered)}; those problems are left out"),
-                  highlight=False)
+    sset, cells = select_cells(shapes, variants, dtype, m, tp, routing, seed, plugin)
 
     import torch
 
@@ -375,6 +384,10 @@ def shapes_from_config(
     except OSError as exc:
         raise fail(f"--out {out_file}: cannot write ({exc.strerror})") from None
     err.print(escape(f"wrote shape set {set_name!r} to {out_file}; run it with: gemmbench run --shapes {out_file}"))
+
+
+# the profile command lives in its own module (registered on `app` when imported)
+from gemmbench import cli_profile  # noqa: E402,F401
 
 
 def main() -> None:

@@ -114,8 +114,12 @@ def write_rows(path: str | Path, rows: list[dict]) -> None:
     Temp file in the same folder (os.replace is only atomic within one file system), fsync, then
     rename over `path`: readers see the old complete file or the new complete file, never half.
     """
+    write_table(path, pa.Table.from_pylist([normalize_row(r) for r in rows], schema=SCHEMA))
+
+
+def write_table(path: str | Path, table: pa.Table) -> None:
+    """Any Arrow table as a Parquet file, atomically (see write_rows)."""
     path = Path(path)
-    table = pa.Table.from_pylist([normalize_row(r) for r in rows], schema=SCHEMA)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
@@ -168,7 +172,7 @@ class RunWriter:
             raise
 
 
-def _files(p: Path) -> list[Path]:
+def result_files(p: Path) -> list[Path]:
     if p.is_dir():
         files = sorted(f for f in p.glob("*.parquet") if f.is_file() and not f.name.endswith(".tmp"))
         if not files:
@@ -240,7 +244,7 @@ def load(paths: Sequence[str | Path]) -> pd.DataFrame:
         paths = [paths]
     if not paths:
         raise StoreError("no result files given")
-    tables = [_read(f) for p in paths for f in _files(Path(p))]
+    tables = [_read(f) for p in paths for f in result_files(Path(p))]
     table = pa.concat_tables(tables)
     # Int64 for nullable ints: without it a column's dtype would flip between int64 and float64
     # depending on whether some row (e.g. a skipped cell) has a null.

@@ -20,10 +20,12 @@ import functools
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 import torch
+
+from gemmbench.nvtx_ranges import annotate, range_name
 
 MODES = ("cold", "stream", "graph", "wall")
 L2_STATE = {"cold": "cold", "graph": "cold", "stream": "streaming", "wall": "warm"}
@@ -63,6 +65,7 @@ class Prepared:
     keep: Sequence[Callable] = ()
     samples: list = field(default_factory=list)
     spent_s: float = 0.0
+    cell: Optional[str] = None  # nvtx_ranges.cell_name: its samples are taken inside "time <cell>" ranges
 
 
 class Timer:
@@ -96,19 +99,21 @@ class Timer:
         return int(min(MAX_COPIES, max(2, math.ceil(floor / max(1, nbytes_per_copy)))))
 
     # -- one variant ------------------------------------------------------------------------
-    def prepare(self, fns: Sequence[Callable], graph_safe: bool = True) -> Prepared:
-        """Warm up and build the sampler for one variant; `fns` are its launches over distinct copies."""
+    def prepare(self, fns: Sequence[Callable], graph_safe: bool = True, cell: Optional[str] = None) -> Prepared:
+        """Warm up and build the sampler for one variant; `fns` are its launches over distinct copies.
+        cell: the warm-up runs in the NVTX range "warmup <cell>", the samples in "time <cell>"."""
         if self.mode in ("stream", "graph") and not graph_safe:
             raise TimingError(f"--timing {self.mode} captures a CUDA graph, and this launch cannot be captured "
                               "(it syncs with or copies from the host)")
         fn = fns[0]
         t_end = time.perf_counter() + self.warmup_ms / 1e3
         calls = 0
-        while calls < 3 or time.perf_counter() < t_end:  # compile, autotune caches, clocks up
-            for f in fns:
-                f()
-            _sync()
-            calls += 1
+        with annotate(cell and range_name("warmup", cell)):
+            while calls < 3 or time.perf_counter() < t_end:  # compile, autotune caches, clocks up
+                for f in fns:
+                    f()
+                _sync()
+                calls += 1
         if self.mode == "cold":
             take = lambda n: self._cold(fn, n)  # noqa: E731
         elif self.mode == "wall":
@@ -117,7 +122,7 @@ class Timer:
             take = self._stream_sampler(fns)
         else:
             take = self._graph_sampler(fn)
-        return Prepared(take=take, keep=list(fns))
+        return Prepared(take=take, keep=list(fns), cell=cell)
 
     def _cold(self, fn: Callable, n: int) -> list:
         events = []
@@ -218,7 +223,8 @@ class Timer:
                 p = prepared[name]
                 yield name
                 t0 = time.perf_counter()
-                p.samples += p.take(self.batch)
+                with annotate(p.cell and range_name("time", p.cell)):
+                    p.samples += p.take(self.batch)
                 p.spent_s += time.perf_counter() - t0
                 if self.enough(p):
                     active.remove(name)

@@ -94,13 +94,15 @@ class Worker:
         """Run once on fresh inputs into a NaN-poisoned output; compare with the fp32 reference."""
         from gemmbench.check import compare, poison, reference
         from gemmbench.inputs import make_inputs
+        from gemmbench.nvtx_ranges import annotate, cell_name, range_name
 
         inputs = make_inputs(problem, seed, self.devname, scaling=variant.fp8_scaling)
         launch = variant.make(problem, inputs)
         poison(launch.out)
-        out = launch.fn()
-        if self.dev.kind == "cuda":
-            self.torch.cuda.synchronize()
+        with annotate(range_name("check", cell_name(variant.name, problem))):  # exactly one call inside
+            out = launch.fn()
+            if self.dev.kind == "cuda":
+                self.torch.cuda.synchronize()
         if variant.check is not None:  # not a GEMM output (moe_align): the variant's own check
             return variant.check(problem, inputs, out), launch.config
         return compare(problem, out, reference(problem, inputs)), launch.config
@@ -138,6 +140,7 @@ class Worker:
     def time(self, problem, passed: dict, seed: int) -> None:
         from gemmbench import metrics
         from gemmbench.inputs import make_inputs
+        from gemmbench.nvtx_ranges import cell_name
         from gemmbench.timing import TimingError
 
         copies, prepared, configs, hit = {}, {}, {}, {}
@@ -154,7 +157,8 @@ class Worker:
                 configs[name] = launches[0].config
                 # stream mode cycles through copies with different routings: the bytes of a call are the mean
                 hit[name] = [c.experts_hit() for c in copies[scaling]]
-                prepared[name] = self.timer.prepare([l.fn for l in launches], all(l.graph_safe for l in launches))
+                prepared[name] = self.timer.prepare([l.fn for l in launches], all(l.graph_safe for l in launches),
+                                                    cell=cell_name(name, problem))
             except TimingError as exc:
                 self.events.send(ev="row", row=self._row(problem, variant, "skipped", str(exc)))
             except Exception as exc:  # noqa: BLE001

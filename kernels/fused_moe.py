@@ -23,11 +23,12 @@ import triton.language as tl
 from gemmbench import tuning
 from gemmbench.kernels.moe_align import block_m_for, moe_align
 from gemmbench.kernels.schedules import SCHEDULES, tile_of
+from gemmbench.kernels.splitk import split_candidates, reduce_splits, split_range
 from gemmbench.kernels.tile_loop import fp8_promote_every
 from gemmbench.registry import Launch, Variant, register
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["SPLIT_K"])
 def fused_moe_kernel(
     a_ptr,  # (M, K) activations
     b_ptr,  # (E, N, K) expert weights
@@ -35,16 +36,19 @@ def fused_moe_kernel(
     a_scale_ptr, b_scale_ptr,  # fp8: (1,) and (E,) fp32; read only when HAS_SCALE
     weight_ptr,  # (M * topk,) fp32 router weights; read only when MUL_WEIGHT
     sorted_ids_ptr, block_expert_ptr, num_padded_ptr,  # from moe_align
-    N, K, num_slots, topk, grid_m,
+    buf_ptr,  # (M * topk, N) fp32 partial sums, zero between calls; touched only when SPLIT
+    count_ptr,  # (grid_m * grid_n,) int32 splits finished per tile, zero between calls; only when SPLIT
+    N, K, num_slots, topk, grid_m, SPLIT_K,
     stride_am, stride_ak, stride_be, stride_bn, stride_bk, stride_cm, stride_cn,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     SCHEDULE: tl.constexpr, HAS_SCALE: tl.constexpr, MUL_WEIGHT: tl.constexpr, EVEN_K: tl.constexpr,
-    PRECISE_ACC: tl.constexpr,
+    PRECISE_ACC: tl.constexpr, SPLIT: tl.constexpr,
 ):
     grid_n = tl.cdiv(N, BLOCK_N)
     pid_m, pid_n = tile_of(tl.program_id(0), grid_m, grid_n, SCHEDULE, GROUP_M)
     if pid_m * BLOCK_M >= tl.load(num_padded_ptr):
-        return  # a block past the padded count: no rows
+        return  # a block past the padded count: no rows (every split of it returns here: no counter)
+    kb_start, kb_end = split_range(K, BLOCK_K, SPLIT_K, tl.program_id(1))
     expert = tl.load(block_expert_ptr + pid_m).to(tl.int64)
     slots = tl.load(sorted_ids_ptr + pid_m * BLOCK_M + tl.arange(0, BLOCK_M))
     valid = slots < num_slots
@@ -52,32 +56,50 @@ def fused_moe_kernel(
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     n_ok = offs_n < N
     rows_b = tl.where(n_ok, offs_n, 0)
-    offs_k = tl.arange(0, BLOCK_K)
+    offs_k = kb_start * BLOCK_K + tl.arange(0, BLOCK_K)
     # The K loop of tile_loop.py, but A's rows are gathered through the sorted slot ids.
     a_ptrs = a_ptr + tokens[:, None] * stride_am + offs_k[None, :] * stride_ak
     b_ptrs = b_ptr + expert * stride_be + rows_b[None, :] * stride_bn + offs_k[:, None] * stride_bk
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for kb in range(0, tl.cdiv(K, BLOCK_K)):
+    for kb in range(kb_start, kb_end):
         if EVEN_K:
             a = tl.load(a_ptrs, mask=valid[:, None], other=0.0)
             b = tl.load(b_ptrs, mask=n_ok[None, :], other=0.0)
         else:
-            k_left = K - kb * BLOCK_K
-            a = tl.load(a_ptrs, mask=valid[:, None] & (offs_k[None, :] < k_left), other=0.0)
-            b = tl.load(b_ptrs, mask=n_ok[None, :] & (offs_k[:, None] < k_left), other=0.0)
+            k_left = K - kb * BLOCK_K - tl.arange(0, BLOCK_K)  # > 0 inside K
+            a = tl.load(a_ptrs, mask=valid[:, None] & (k_left[None, :] > 0), other=0.0)
+            b = tl.load(b_ptrs, mask=n_ok[None, :] & (k_left[:, None] > 0), other=0.0)
         acc = tl.dot(a, b, acc, max_num_imprecise_acc=PRECISE_ACC)
         a_ptrs += BLOCK_K * stride_ak
         b_ptrs += BLOCK_K * stride_bk
+    mask = valid[:, None] & n_ok[None, :]
+    c_ptrs = c_ptr + slots[:, None] * stride_cm + offs_n[None, :] * stride_cn
+    if not SPLIT:
+        _finish(acc, c_ptrs, mask, a_scale_ptr, b_scale_ptr, expert, weight_ptr, slots, valid, HAS_SCALE, MUL_WEIGHT)
+    else:
+        # the slot ids are unique, so the (slot, n) rows of the buffer are this tile's alone
+        mn = slots[:, None] * N + offs_n[None, :]
+        last, total = reduce_splits(acc, buf_ptr, count_ptr, pid_m * grid_n + pid_n, mn, mask, 0, 0,
+                                    SPLIT_K, "atomic")
+        if last:
+            _finish(total, c_ptrs, mask, a_scale_ptr, b_scale_ptr, expert, weight_ptr, slots, valid, HAS_SCALE,
+                    MUL_WEIGHT)
+
+
+@triton.jit
+def _finish(acc, c_ptrs, mask, a_scale_ptr, b_scale_ptr, expert, weight_ptr, slots, valid,
+            HAS_SCALE: tl.constexpr, MUL_WEIGHT: tl.constexpr):
+    """Scale (fp8: activation scale times the expert's weight scale), multiply by the router weight,
+    store in the output dtype: once per tile, on the whole K sum."""
     if HAS_SCALE:
         acc = acc * (tl.load(a_scale_ptr) * tl.load(b_scale_ptr + expert))
     if MUL_WEIGHT:
         acc = acc * tl.load(weight_ptr + slots, mask=valid, other=0.0)[:, None]
-    c_ptrs = c_ptr + slots[:, None] * stride_cm + offs_n[None, :] * stride_cn
-    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=valid[:, None] & n_ok[None, :])
+    tl.store(c_ptrs, acc.to(c_ptrs.dtype.element_ty), mask=mask)
 
 
 class FusedMoe:
-    """One problem's alignment and output, and the closure that launches the kernel once."""
+    """One problem's alignment, output and (SplitK) buffers, and the closure that launches the kernel once."""
 
     def __init__(self, inputs, E: int, topk: int, config: dict, schedule: str, mul_weight: bool):
         a, b = inputs.a, inputs.b
@@ -89,7 +111,14 @@ class FusedMoe:
         self.weights = inputs.topk_weights.reshape(-1).float().contiguous()
         self.out = torch.empty((M * topk, self.N), dtype=inputs.out_dtype, device=a.device)
         self.grid_m = self.align.block_expert.numel()
-        self.grid = (self.grid_m * triton.cdiv(self.N, config["BLOCK_N"]),)
+        tiles = self.grid_m * triton.cdiv(self.N, config["BLOCK_N"])
+        self.split_k = max(1, min(config.get("SPLIT_K", 1), triton.cdiv(K, config["BLOCK_K"])))
+        self.grid = (tiles, self.split_k)
+        if self.split_k > 1:  # zeroed once here; the last split of each tile leaves them zero again
+            self.buf = torch.zeros((M * topk, self.N), dtype=torch.float32, device=a.device)
+            self.count = torch.zeros(tiles, dtype=torch.int32, device=a.device)
+        else:
+            self.buf = self.count = torch.empty(1, dtype=torch.int32, device=a.device)  # never touched
 
     def __call__(self) -> torch.Tensor:
         a, b, out, cfg, inp = self.a, self.b, self.out, self.config, self.inputs
@@ -97,12 +126,13 @@ class FusedMoe:
         fused_moe_kernel[self.grid](
             a, b, out,
             inp.a_scale if has_scale else a, inp.b_scale if has_scale else b, self.weights,
-            self.align.sorted_ids, self.align.block_expert, self.align.num_padded,
-            self.N, a.shape[1], out.shape[0], self.topk, self.grid_m,
+            self.align.sorted_ids, self.align.block_expert, self.align.num_padded, self.buf, self.count,
+            self.N, a.shape[1], out.shape[0], self.topk, self.grid_m, self.split_k,
             a.stride(0), a.stride(1), b.stride(0), b.stride(1), b.stride(2), out.stride(0), out.stride(1),
             BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], GROUP_M=cfg.get("GROUP_M", 8),
             SCHEDULE=self.schedule, HAS_SCALE=has_scale, MUL_WEIGHT=self.mul_weight,
             EVEN_K=(a.shape[1] % cfg["BLOCK_K"] == 0), PRECISE_ACC=fp8_promote_every(a, cfg),
+            SPLIT=self.split_k > 1,
             num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
         )
         return out
@@ -130,14 +160,47 @@ def search_space(problem, on_gpu: bool, full: bool = True) -> list[dict]:
     return quick + [c for c in more if c not in quick] if full else quick
 
 
-def _build(schedule: str, mul_weight: bool = False):
+def splitk_space(problem, on_gpu: bool, full: bool = True) -> list[dict]:
+    """Candidates of the SplitK form: the K loop of each (block, N tile) split over SPLIT_K programs, for
+    the few-tile case (few tokens over few experts, narrow N under tensor parallelism), with the SPLIT_K
+    values splitk.py would try for a grid of about that many tiles."""
+    if not on_gpu:  # Triton's CPU interpreter: one small tile, split two ways (capped to the K blocks)
+        return [dict(_cfg(16, 32, 32, 4, 1, group_m=2), SPLIT_K=2, schedule="col")]
+    sms = tuning.sm_count()
+    fp8 = problem.dtype == "fp8"
+    rows = problem.M * problem.topk
+    bm = block_m_for(problem.M, problem.topk, problem.E)
+    experts = min(problem.E, rows)  # at most this many experts get rows
+    blocks = experts * triton.cdiv(triton.cdiv(rows, experts), bm)  # about this many blocks of rows
+    decode = rows <= 64 * problem.E
+    if decode:
+        bns = (32, 64, 128) if full else (64,)
+        bks = ((128, 256) if fp8 else (64, 128)) if full else ((256,) if fp8 else (128,))
+    else:
+        bm = 64
+        bns, bks = ((64, 128) if full else (128,)), ((128,) if fp8 else (64,))
+    out = []
+    for bn in bns:
+        for bk in bks:
+            splits = split_candidates(blocks * triton.cdiv(problem.N, bn), triton.cdiv(problem.K, bk), sms)
+            for sk in (splits if full else [max(splits)]):
+                out.append(dict(_cfg(bm, bn, bk, 4 if decode else 8, 4 if decode else 3), SPLIT_K=sk, schedule="col"))
+    return out
+
+
+def _build(schedule=None, mul_weight: bool = False):
+    """schedule None: the config's (the SplitK form searches it as a config key)."""
     def build(problem, inputs, config: dict) -> Launch:
-        gemm = FusedMoe(inputs, problem.E, problem.topk, config, schedule, mul_weight)
-        return Launch(fn=gemm, config=dict(config, schedule=schedule), out=gemm.out)
+        sched = schedule or config.get("schedule", "col")
+        gemm = FusedMoe(inputs, problem.E, problem.topk, config, sched, mul_weight)
+        extra = {"SPLIT_K": gemm.split_k} if "SPLIT_K" in config else {}
+        return Launch(fn=gemm, config=dict(config, schedule=sched, **extra), out=gemm.out)
 
     return build
 
 
+_DESCRIPTION = ("rows gathered through slots sorted by expert (alignment not timed: see moe_align); fp8: per-expert "
+                "weight scales, bf16 out")
 _ORDER = {
     "row": "row-major tile order (consecutive programs walk N within one block of rows)",
     "col": "column-major tile order (consecutive programs walk the blocks of rows under one N tile: "
@@ -149,9 +212,17 @@ for _schedule, _text in _ORDER.items():
     _tunable = tuning.Tunable(f"triton_moe_{_schedule}", search_space, _build(_schedule))
     register(Variant(
         name=f"triton_moe_{_schedule}", family="triton_moe", dtypes=("fp16", "bf16", "fp8"),
-        description=f"Fused MoE Triton GEMM, {_text}; rows gathered through slots sorted by expert "
-                    "(alignment not timed: see moe_align); fp8: per-expert weight scales, bf16 out",
+        description=f"Fused MoE Triton GEMM, {_text}; {_DESCRIPTION}",
         make=_tunable.make, supports=tuning.needs_triton_device, moe=True, tunable=_tunable,
     ))
 
 assert set(_ORDER) == set(SCHEDULES)
+
+_tunable = tuning.Tunable("triton_moe_splitk", splitk_space, _build())
+register(Variant(
+    name="triton_moe_splitk", family="triton_moe", dtypes=("fp16", "bf16", "fp8"),
+    description="Fused MoE Triton GEMM, SplitK: each (block of rows, N tile)'s K loop split over SPLIT_K programs, "
+                "partials atomically added in fp32, the last split scales, writes and clears (one launch); "
+                f"column-major tile order; {_DESCRIPTION}",
+    make=_tunable.make, supports=tuning.needs_triton_device, moe=True, tunable=_tunable,
+))

@@ -53,11 +53,7 @@ def splitk_gemm_kernel(
     pid_m, pid_n = tile_of(tl.program_id(0), grid_m, grid_n, SCHEDULE, GROUP_M)
     pid_k = tl.program_id(1)
 
-    # this split's share of the K blocks (the last splits may get fewer, or none: their partial is 0)
-    k_blocks = tl.cdiv(K, BLOCK_K)
-    per_split = tl.cdiv(k_blocks, SPLIT_K)
-    kb_start = pid_k * per_split
-    kb_end = tl.minimum(kb_start + per_split, k_blocks)
+    kb_start, kb_end = split_range(K, BLOCK_K, SPLIT_K, pid_k)
 
     acc, offs_m, offs_n, rows_a, rows_b = accumulate_tile(
         a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bn, stride_bk, pid_m, pid_n, kb_start, kb_end,
@@ -69,31 +65,52 @@ def splitk_gemm_kernel(
     if not SPLIT:
         _finish(acc, c_ptrs, mask, a_scale_ptr, b_scale_ptr, rows_a, rows_b, SCALE)
     else:
-        tile = pid_m * grid_n + pid_n
         mn = offs_m[:, None] * N + offs_n[None, :]  # the buffer is contiguous (M, N) fp32
-        if REDUCE == "atomic":
-            tl.atomic_add(buf_ptr + mn, acc, mask=mask, sem="relaxed")
-        else:
-            tl.store(buf_ptr + pid_k * M * N + mn, acc, mask=mask)
-        # Every thread's partial is out before one thread's release-increment of the counter (the
-        # CUTLASS semaphore pattern); the acquire side makes the other splits' partials visible.
-        tl.debug_barrier()
-        done = tl.atomic_add(count_ptr + tile, 1, sem="acq_rel")
-        if done == SPLIT_K - 1:  # the last split of this tile: reduce, write, clear for the next call
-            zero = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-            if REDUCE == "atomic":
-                total = tl.load(buf_ptr + mn, mask=mask, other=0.0, cache_modifier=".cg")
-                # The threads that load an element are not the ones that store its zero (different
-                # layouts): without this barrier a zero could land first (measured on the H100: rows
-                # of zeros in the output, one tile in a few thousand).
-                tl.debug_barrier()
-                tl.store(buf_ptr + mn, zero, mask=mask)
-            else:
-                total = zero
-                for s in range(0, SPLIT_K):  # in split order, whichever split arrived last
-                    total += tl.load(buf_ptr + s * M * N + mn, mask=mask, other=0.0, cache_modifier=".cg")
-            tl.store(count_ptr + tile, 0)
+        last, total = reduce_splits(acc, buf_ptr, count_ptr, pid_m * grid_n + pid_n, mn, mask, pid_k, M * N,
+                                    SPLIT_K, REDUCE)
+        if last:
             _finish(total, c_ptrs, mask, a_scale_ptr, b_scale_ptr, rows_a, rows_b, SCALE)
+
+
+@triton.jit
+def split_range(K, BLOCK_K: tl.constexpr, SPLIT_K, pid_k):
+    """This split's share [kb_start, kb_end) of the K blocks (the last splits may get fewer, or none:
+    their partial is 0)."""
+    k_blocks = tl.cdiv(K, BLOCK_K)
+    per_split = tl.cdiv(k_blocks, SPLIT_K)
+    kb_start = pid_k * per_split
+    return kb_start, tl.minimum(kb_start + per_split, k_blocks)
+
+
+@triton.jit
+def reduce_splits(acc, buf_ptr, count_ptr, tile, mn, mask, pid_k, slice_size, SPLIT_K, REDUCE: tl.constexpr):
+    """Meet the other splits of one output tile: returns (last, total), where `last` is true in the
+    split that finished last, and `total` is then the tile's whole fp32 sum.  That split also leaves
+    the buffer and the tile's counter zero for the next call.  mn: the tile's offsets in one (rows, N)
+    fp32 slice of buf_ptr; slice_size: rows * N (REDUCE="ordered" keeps SPLIT_K slices)."""
+    if REDUCE == "atomic":
+        tl.atomic_add(buf_ptr + mn, acc, mask=mask, sem="relaxed")
+    else:
+        tl.store(buf_ptr + pid_k * slice_size + mn, acc, mask=mask)
+    # Every thread's partial is out before one thread's release-increment of the counter (the
+    # CUTLASS semaphore pattern); the acquire side makes the other splits' partials visible.
+    tl.debug_barrier()
+    done = tl.atomic_add(count_ptr + tile, 1, sem="acq_rel")
+    last = done == SPLIT_K - 1
+    total = tl.zeros_like(acc)
+    if last:
+        if REDUCE == "atomic":
+            total = tl.load(buf_ptr + mn, mask=mask, other=0.0, cache_modifier=".cg")
+            # The threads that load an element are not the ones that store its zero (different
+            # layouts): without this barrier a zero could land first (measured on the H100: rows
+            # of zeros in the output, one tile in a few thousand).
+            tl.debug_barrier()
+            tl.store(buf_ptr + mn, tl.zeros_like(acc), mask=mask)
+        else:
+            for s in range(0, SPLIT_K):  # in split order, whichever split arrived last
+                total += tl.load(buf_ptr + s * slice_size + mn, mask=mask, other=0.0, cache_modifier=".cg")
+        tl.store(count_ptr + tile, 0)
+    return last, total
 
 
 @triton.jit
@@ -159,7 +176,7 @@ def _cfg(bm, bn, bk, split_k, warps, stages, schedule="row", group_m=8, tma=Fals
                 num_warps=warps, num_stages=stages, TMA=tma)
 
 
-def _splits(tiles: int, k_blocks: int, sms: int) -> list[int]:
+def split_candidates(tiles: int, k_blocks: int, sms: int) -> list[int]:
     """SPLIT_K values worth trying: 1 (data-parallel); powers of two from where the grid first fills
     the SMs up to about 8 programs per SM; and the splits that make the grid whole waves of 1, 2 and 4
     programs per SM.  Never more splits than K blocks."""
@@ -209,7 +226,7 @@ def search_space(problem, on_gpu: bool, full: bool = True) -> list[dict]:
     for bn in bns:
         for bk in bks:
             tiles = triton.cdiv(M, bm) * triton.cdiv(N, bn)
-            splits = _splits(tiles, triton.cdiv(K, bk), sms)
+            splits = split_candidates(tiles, triton.cdiv(K, bk), sms)
             if not full:
                 splits = [max(splits)] if len(splits) > 1 else splits
             for sk in splits:

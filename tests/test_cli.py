@@ -40,6 +40,7 @@ BUILTIN_FAMILIES = {
     "triton_splitk_reduce": "triton_splitk", "triton_splitk_reduce_rowwise": "triton_splitk",
     "torch_grouped_mm": "moe_ref", "moe_align": "moe_align",
     "triton_moe_row": "triton_moe", "triton_moe_col": "triton_moe", "triton_moe_grouped": "triton_moe",
+    "triton_moe_splitk": "triton_moe",
 }
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 

@@ -121,7 +121,7 @@ MOE_CASES = [  # (tokens, N, K, E, topk, routing): Mixtral 8x7B w13 and w2 at TP
     (1, 14336, 4096, 8, 2, "uniform"), (64, 4096, 7168, 8, 2, "skewed"), (33, 100, 72, 3, 2, "one-expert"),
     (300, 256, 128, 5, 2, "uniform"), (1024, 512, 256, 8, 2, "skewed"),
 ]
-MOE_VARIANTS = [(n, d) for n in ("triton_moe_row", "triton_moe_col", "triton_moe_grouped") for d in ("bf16", "fp16", "fp8")]
+MOE_VARIANTS = [(n, d) for n in ("triton_moe_row", "triton_moe_col", "triton_moe_grouped", "triton_moe_splitk") for d in ("bf16", "fp16", "fp8")]
 MOE_VARIANTS += [("torch_grouped_mm", "bf16"), ("torch_grouped_mm", "fp16"), ("torch_moe_loop", "bf16")]
 
 
@@ -206,3 +206,23 @@ def test_sanitize_reports_an_overread(tmp_path):
     print(df[["variant", "status", "reason"]].to_string())
     assert (bad.status == "error").all() and bad.reason.str.contains("sanitizer").all(), bad.reason.tolist()
     assert (df[df.variant == "cublas_fp16"].status == "ok").all()
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp16", "fp8"])
+def test_moe_splitk_many_splits_over_many_calls(dtype):
+    """The SplitK MoE form with real splits on a Mixtral 8x7B TP=8 w13 shape: 30 calls in a row, each right
+    (a race in the last-split reduction would show as a wrong tile now and then)."""
+    from gemmbench.check import compare, poison, reference
+    from gemmbench.inputs import make_inputs
+    from gemmbench.kernels.fused_moe import _build, _cfg
+    from gemmbench.shapes import Problem
+
+    p = Problem("test", "moe", 3, 3584, 4096, dtype, E=8, topk=2, routing="uniform")
+    inputs = make_inputs(p, 4, "cuda")
+    launch = _build()(p, inputs, dict(_cfg(16, 64, 128, 4, 4), SPLIT_K=8))
+    assert launch.config["SPLIT_K"] == 8
+    ref = reference(p, inputs)
+    for call in range(30):
+        poison(launch.out)
+        result = compare(p, launch.fn(), ref)
+        assert result.ok, f"call {call}: {result.detail}"

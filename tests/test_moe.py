@@ -12,12 +12,12 @@ import torch
 from gemmbench import registry
 from gemmbench.check import compare, poison, reference
 from gemmbench.inputs import make_inputs, route
-from gemmbench.kernels.fused_moe import _build, _cfg
+from gemmbench.kernels.fused_moe import _build, _cfg, splitk_space
 from gemmbench.kernels.moe_align import check_alignment, moe_align
 from gemmbench.shapes import Problem
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
-FUSED = ["triton_moe_row", "triton_moe_col", "triton_moe_grouped"]
+FUSED = ["triton_moe_row", "triton_moe_col", "triton_moe_grouped", "triton_moe_splitk"]
 
 # (M tokens, N, K, E, topk, routing)
 CASES = [
@@ -97,14 +97,56 @@ def test_a_schedule_that_skipped_tiles_would_be_caught(schedule):
     assert not compare(p, out, reference(p, inputs)).ok
 
 
-def test_router_weight_multiply():
+@pytest.mark.parametrize("split_k", [1, 2])
+def test_router_weight_multiply(split_k):
     p = moe(17, 48, 64, 4, 2)
     inputs = make_inputs(p, 3, DEV)
-    launch = _build("grouped", mul_weight=True)(p, inputs, _cfg(16, 32, 32, 4, 1))
+    launch = _build("grouped", mul_weight=True)(p, inputs, dict(_cfg(16, 32, 32, 4, 1), SPLIT_K=split_k))
     poison(launch.out)
     want = reference(p, inputs) * inputs.topk_weights.reshape(-1, 1).float()
     result = compare(p, launch.fn(), want)
     assert result.ok, result.detail
+
+
+# (tokens, N, K, E, topk, routing, BLOCK_K, SPLIT_K) of the SplitK form
+SPLITK_CASES = [
+    (1, 48, 160, 8, 2, "uniform", 32, 4),    # 5 K blocks over 4 splits: 2, 2, 1 and an empty fourth
+    (33, 80, 48, 3, 2, "uniform", 32, 2),    # K tail inside the second split; N tail
+    (21, 40, 96, 5, 2, "one-expert", 32, 8),  # SPLIT_K above the 3 K blocks: capped at 3
+    (20, 64, 16, 4, 1, "one-expert", 32, 4),  # one K block: the data-parallel path
+]
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "fp8"])
+@pytest.mark.parametrize("M,N,K,E,topk,routing,bk,split_k", SPLITK_CASES)
+def test_moe_splitk_against_the_loop_and_buffers_left_clean(M, N, K, E, topk, routing, bk, split_k, dtype):
+    """Every call right (three in a row: the last split of a tile clears the fp32 buffer and the counter for
+    the next call), the split actually launched recorded, and the buffers zero afterwards."""
+    p = moe(M, N, K, E, topk, routing, dtype)
+    inputs = make_inputs(p, 11, DEV)
+    launch = _build()(p, inputs, dict(_cfg(16, 32, bk, 4, 1, group_m=2), SPLIT_K=split_k))
+    assert launch.config["SPLIT_K"] == min(split_k, -(-K // bk)) and launch.config["schedule"] == "col"
+    ref = reference(p, inputs)
+    for call in range(3):
+        poison(launch.out)
+        result = compare(p, launch.fn(), ref)
+        assert result.ok, f"call {call}: {result.detail}"
+    if launch.config["SPLIT_K"] > 1:
+        assert torch.count_nonzero(launch.fn.buf) == 0 and torch.count_nonzero(launch.fn.count) == 0
+
+
+def test_moe_splitk_space_splits_the_few_tile_case():
+    """Few tokens on a narrow, deep expert GEMM: real splits are among the candidates; many tokens on a wide
+    one: data-parallel ones (SPLIT_K = 1) are."""
+    from unittest import mock
+
+    with mock.patch("gemmbench.tuning.sm_count", return_value=132):
+        decode = splitk_space(moe(1, 1792, 4096, 8, 2, dtype="bf16"), on_gpu=True)
+        prefill = splitk_space(moe(4096, 14336, 4096, 8, 2, dtype="bf16"), on_gpu=True)
+        quick = splitk_space(moe(1, 1792, 4096, 8, 2, dtype="bf16"), on_gpu=True, full=False)
+    assert max(c["SPLIT_K"] for c in decode) >= 4 and all(c["schedule"] == "col" for c in decode)
+    assert {c["SPLIT_K"] for c in prefill} == {1}
+    assert len(quick) == 1 and quick[0]["SPLIT_K"] > 1
 
 
 def test_moe_sweep_with_routings_on_the_cpu(tmp_path):
@@ -119,7 +161,7 @@ def test_moe_sweep_with_routings_on_the_cpu(tmp_path):
                  "--out", out)
     assert res.exit_code == 0, res.stderr
     df = load([out])
-    assert len(df) == 2 * 2 * 2 * 6 and (df.status == "ok").all(), df[df.status != "ok"].reason.tolist()
+    assert len(df) == 2 * 2 * 2 * 7 and (df.status == "ok").all(), df[df.status != "ok"].reason.tolist()
     assert sorted(df.routing.unique()) == ["one-expert", "uniform"]
     align = df[df.variant == "moe_align"]
     assert align.flops.isna().all() and align.tflops.isna().all() and (align.time_us_median > 0).all()

@@ -12,7 +12,7 @@ import torch
 from gemmbench import registry
 from gemmbench.check import compare, poison, reference
 from gemmbench.inputs import make_inputs
-from gemmbench.kernels.splitk import _cfg, _splits
+from gemmbench.kernels.splitk import _cfg, split_candidates
 from gemmbench.shapes import Problem
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
@@ -93,11 +93,11 @@ def test_a_dirty_buffer_would_be_caught(name, spoil):
 
 def test_split_choices_fill_the_sms():
     # TP=8 QKV at decode: 20 tiles of 64 over 132 SMs; K = 8192 in 64 blocks of 128
-    s = _splits(20, 64, 132)
+    s = split_candidates(20, 64, 132)
     assert s[0] == 1 and all(20 * x >= 66 for x in s[1:]) and max(s) * 20 <= 8 * 132
-    assert _splits(1000, 64, 132) == [1]  # enough tiles: data-parallel only
-    assert _splits(1, 1, 132) == [1]  # one K block: nothing to split
-    assert 2 in _splits(1, 2, 132) or 1 < max(_splits(1, 2, 132)) <= 2
+    assert split_candidates(1000, 64, 132) == [1]  # enough tiles: data-parallel only
+    assert split_candidates(1, 1, 132) == [1]  # one K block: nothing to split
+    assert 2 in split_candidates(1, 2, 132) or 1 < max(split_candidates(1, 2, 132)) <= 2
 
 
 def test_search_space_is_valid():

@@ -1,0 +1,214 @@
+"""Nsight Compute: the command line that profiles one cell, and its report read back as columns.
+
+The metric names were checked on an H100 with ncu 2025.3.1 (GPU-FACTS.md §6).  Reports are read with
+`ncu --import R.ncu-rep --csv --page raw --print-units base`: a header row, a units row, then one row per
+profiled kernel, numbers with thousands separators ("178,528").  A cell that launches several kernels
+(a zeroing or reduction kernel, a grouped GEMM's setup) gets one row per kernel and a summed row.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional, Sequence
+
+from gemmbench.nvtx_ranges import ncu_include
+
+# column -> metric, for every kernel.  The percentages are of the kernel's own elapsed time or cycles.
+METRICS = {
+    "ncu_duration_ns": "gpu__time_duration.sum",
+    "ncu_dram_read_bytes": "dram__bytes_read.sum",
+    "ncu_dram_write_bytes": "dram__bytes_write.sum",
+    "ncu_dram_pct_peak": "dram__throughput.avg.pct_of_peak_sustained_elapsed",
+    "ncu_dram_peak_bytes_per_cycle": "dram__bytes.sum.peak_sustained",
+    "ncu_dram_cycles_per_s": "dram__cycles_elapsed.avg.per_second",
+    "ncu_l1_hit_pct": "l1tex__t_sector_hit_rate.pct",  # reads 0 for TMA loads (they bypass L1)
+    "ncu_l1_sectors": "l1tex__t_sectors.sum",
+    "ncu_l2_hit_pct": "lts__t_sector_hit_rate.pct",
+    "ncu_l2_sectors": "lts__t_sectors.sum",
+    "ncu_global_load_inst": "smsp__inst_executed_op_global_ld.sum",  # reads 0 for TMA/wgmma kernels
+    "ncu_lsu_load_requests": "l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum",
+    "ncu_tma_load_inst": "smsp__inst_executed_op_tma_ld.sum",
+    "ncu_occupancy_pct": "sm__warps_active.avg.pct_of_peak_sustained_active",
+    "ncu_tensor_pipe_pct": "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active",
+    "ncu_sm_pct": "sm__throughput.avg.pct_of_peak_sustained_elapsed",
+    "ncu_registers": "launch__registers_per_thread",
+    "ncu_smem_dynamic_bytes": "launch__shared_mem_per_block_dynamic",
+    "ncu_smem_static_bytes": "launch__shared_mem_per_block_static",
+    "ncu_grid_size": "launch__grid_size",
+    "ncu_block_size": "launch__block_size",
+}
+# Tensor-core operations with sparsity off (the counters without "sparsity_off" have the sparse rate as
+# their peak).  Their sum over the kernel's path is its tensor FLOPs; compared with the model's 2MNK it
+# shows work done on padding (a 16-row tile for M = 1 does 16x the FLOPs the GEMM needs).
+FLOP_METRICS = (
+    "sm__ops_path_tensor_op_hgmma_src_bf16_dst_fp32_sparsity_off.sum",
+)
+# Summed over a cell's kernels; the percentages are weighted (hit rates by their sectors, the rest by
+# duration); sizes take the largest kernel's.
+_ADDITIVE = ("ncu_duration_ns", "ncu_dram_read_bytes", "ncu_dram_write_bytes", "ncu_l1_sectors", "ncu_l2_sectors",
+             "ncu_global_load_inst", "ncu_lsu_load_requests", "ncu_tma_load_inst", "ncu_tensor_flops")
+_BY_SECTORS = {"ncu_l1_hit_pct": "ncu_l1_sectors", "ncu_l2_hit_pct": "ncu_l2_sectors"}
+_BY_DURATION = ("ncu_occupancy_pct", "ncu_tensor_pipe_pct", "ncu_sm_pct")
+_LARGEST = ("ncu_registers", "ncu_smem_bytes", "ncu_dram_peak_gbps")
+SUM_KERNEL = "(all kernels)"
+
+# The SI prefixes ncu may put on a unit when --print-units base is not given.
+_PREFIX = {"": 1.0, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "m": 1e-3, "u": 1e-6, "n": 1e-9}
+_TIME_NS = {"nsecond": 1.0, "usecond": 1e3, "msecond": 1e6, "second": 1e9}
+
+
+class NcuError(RuntimeError):
+    """One line for the user: what went wrong with ncu, and what to do about it."""
+
+
+def find_ncu() -> str:
+    """The ncu executable: on the PATH, or in the CUDA toolkit's usual place."""
+    found = shutil.which("ncu") or next((p for p in ("/usr/local/cuda/bin/ncu",) if os.access(p, os.X_OK)), None)
+    if not found:
+        raise NcuError("ncu (Nsight Compute) is not installed or not on the PATH: it ships with the CUDA toolkit "
+                       "(<cuda>/bin/ncu) and as NVIDIA's standalone Nsight Compute package; add its folder to PATH")
+    return found
+
+
+def profile_command(ncu: str, report: Path, range_name: str, domain: Optional[str], target: Sequence[str],
+                    extra_metrics: Sequence[str] = (), full_set: bool = False) -> list[str]:
+    """ncu over `target` (a command line), profiling only the kernels inside the push/pop range.
+    Clocks are left alone (--clock-control none: never lock them) and every kernel starts with flushed
+    caches (--cache-control all), as in gemmbench's cold timing."""
+    metrics = list(dict.fromkeys([*METRICS.values(), *FLOP_METRICS, *extra_metrics]))
+    cmd = [ncu, "--target-processes", "all", "--clock-control", "none", "--cache-control", "all",
+           "--nvtx", "--nvtx-include", ncu_include(range_name, domain)]
+    if full_set:
+        cmd += ["--set", "full"]
+    return cmd + ["--metrics", ",".join(metrics), "--export", str(report), "--force-overwrite", *target]
+
+
+def import_command(ncu: str, report: Path) -> list[str]:
+    return [ncu, "--import", str(report), "--csv", "--page", "raw", "--print-units", "base"]
+
+
+def explain_failure(output: str, range_name: str) -> Optional[str]:
+    """The one-line reason in ncu's output for a profile that produced nothing, if it names one."""
+    if "ERR_NVGPUCTRPERM" in output:
+        return ("no permission to read the GPU's performance counters (ERR_NVGPUCTRPERM): run as root, or have an "
+                "administrator load the nvidia driver with NVreg_RestrictProfilingToAdminUsers=0 "
+                "(e.g. `options nvidia NVreg_RestrictProfilingToAdminUsers=0` in /etc/modprobe.d, then reload it)")
+    if "No kernels were profiled" in output:
+        return f"no kernel was captured inside the NVTX range {range_name!r} (ncu saw no kernel launch in it)"
+    for line in output.splitlines():
+        if "==ERROR==" in line:
+            return "ncu: " + line.split("==ERROR==", 1)[1].strip()[:300]
+    return None
+
+
+def _number(text: str, unit: str) -> Optional[float]:
+    text = text.strip().replace(",", "")  # thousands separators
+    if text in ("", "n/a", "N/A"):
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    if unit in _TIME_NS:  # durations are kept in ns
+        return value * _TIME_NS[unit]
+    head = unit.split("/")[0]
+    for base in ("byte", "cycle", "inst", "sector", "request", "warp", "thread", "block"):
+        if head.endswith(base) and head[: -len(base)] in _PREFIX:
+            return value * _PREFIX[head[: -len(base)]]
+    return value
+
+
+def parse_raw_csv(text: str) -> list[dict]:
+    """`ncu --import --csv --page raw` -> one dict per kernel: 'kernel' (its name), 'id', and every metric
+    column as a float in base units (durations in ns); a metric the report lacks is absent."""
+    rows = list(csv.reader(io.StringIO(text)))
+    # ncu may print "==PROF==" lines before the table; the header starts with "ID"
+    start = next((i for i, r in enumerate(rows) if r and r[0] == "ID"), None)
+    if start is None or len(rows) < start + 2:
+        raise NcuError("the ncu report has no kernel table (no 'ID' header row)")
+    header, units = rows[start], rows[start + 1]
+    kernels = []
+    for r in rows[start + 2:]:
+        if len(r) != len(header):
+            continue
+        cells = dict(zip(header, r))
+        entry = {"id": int(cells["ID"]) if cells["ID"].isdigit() else cells["ID"],
+                 "kernel": cells.get("Kernel Name") or cells.get("Function Name") or ""}
+        for name, value, unit in zip(header, r, units):
+            if "__" in name:  # metric columns are the ones named like unit__counter
+                entry[name] = _number(value, unit)
+        kernels.append(entry)
+    return kernels
+
+
+@dataclass(frozen=True)
+class Model:
+    """What the cell should cost by gemmbench's model (metrics.py): for the derived ratios."""
+
+    flops: Optional[int]
+    bytes_min: Optional[int]
+
+
+def kernel_columns(kernel: dict) -> dict:
+    """One kernel's ncu_* columns from its parsed metrics."""
+    cols = {"ncu_kernel": kernel["kernel"], "ncu_kernel_id": kernel["id"]}
+    for col, metric in METRICS.items():
+        cols[col] = kernel.get(metric)
+    flops = [kernel[m] for m in FLOP_METRICS if kernel.get(m) is not None]
+    cols["ncu_tensor_flops"] = sum(flops) if flops else None
+    static, dynamic = cols.pop("ncu_smem_static_bytes"), cols.pop("ncu_smem_dynamic_bytes")
+    cols["ncu_smem_bytes"] = (static or 0) + (dynamic or 0) if static is not None or dynamic is not None else None
+    per_cycle, cycles = cols.pop("ncu_dram_peak_bytes_per_cycle"), cols.pop("ncu_dram_cycles_per_s")
+    cols["ncu_dram_peak_gbps"] = per_cycle * cycles / 1e9 if per_cycle and cycles else None
+    return cols
+
+
+def _derive(cols: dict, model: Model) -> dict:
+    ns, read, write = cols.get("ncu_duration_ns"), cols.get("ncu_dram_read_bytes"), cols.get("ncu_dram_write_bytes")
+    moved = (read or 0) + (write or 0) if read is not None or write is not None else None
+    cols["ncu_duration_us"] = ns / 1e3 if ns is not None else None
+    cols["ncu_dram_gbps"] = moved / ns if moved is not None and ns else None  # bytes per ns = GB/s
+    # above 1: traffic the model does not need (re-reads, spills, padding); below 1: served from L2
+    cols["ncu_dram_traffic_ratio"] = moved / model.bytes_min if moved is not None and model.bytes_min else None
+    tf = cols.get("ncu_tensor_flops")
+    cols["ncu_tensor_flops_ratio"] = tf / model.flops if tf is not None and model.flops else None
+    return cols
+
+
+def _weighted(values, weights) -> Optional[float]:
+    pairs = [(v, w) for v, w in zip(values, weights) if v is not None and w]
+    total = sum(w for _, w in pairs)
+    return sum(v * w for v, w in pairs) / total if total else None
+
+
+def cell_rows(kernels: list[dict], model: Model) -> list[dict]:
+    """The ncu_* columns of each kernel of a cell, then their sum (ncu_kernel = SUM_KERNEL)."""
+    per = [_derive(kernel_columns(k), model) for k in kernels]
+    total = {"ncu_kernel": SUM_KERNEL, "ncu_kernel_id": None, "ncu_kernels": len(per)}
+    for col in _ADDITIVE:
+        vals = [r[col] for r in per if r.get(col) is not None]
+        total[col] = sum(vals) if vals else None
+    for col, weight in _BY_SECTORS.items():
+        total[col] = _weighted([r[col] for r in per], [r[weight] for r in per])
+    for col in _BY_DURATION:
+        total[col] = _weighted([r[col] for r in per], [r["ncu_duration_ns"] for r in per])
+    for col in _LARGEST:
+        vals = [r[col] for r in per if r.get(col) is not None]
+        total[col] = max(vals) if vals else None
+    total["ncu_grid_size"] = total["ncu_block_size"] = None  # per kernel only
+    total = _derive(total, model)
+    peak = total.get("ncu_dram_peak_gbps")
+    total["ncu_dram_pct_peak"] = 100 * total["ncu_dram_gbps"] / peak if peak and total["ncu_dram_gbps"] else None
+    for r in per:
+        r["ncu_kernels"] = 1
+    return per + [total]
+
+
+def run(cmd: list[str], timeout_s: float) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)

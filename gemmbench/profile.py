@@ -1,0 +1,205 @@
+"""`gemmbench profile`: each selected cell in a child process (profile_target.py) under Nsight Compute and/or
+Nsight Systems, its report parsed into ncu_* / nsys_* columns, one Parquet table of profile rows.
+
+A profile row is a cell (the run's naming columns, its check outcome and config, gemmbench's FLOP and
+byte model) plus one kernel's counters; a cell of several kernels has one row per kernel and a row
+with ncu_kernel = ncu.SUM_KERNEL summing them.  join() puts the summed row's columns beside a run's rows.
+Reports are kept: <out>/<run_id>/<cell>.ncu-rep (and .nsys-rep).  A cell that fails is a row with its
+reason, and the next cell goes on; only a missing tool or missing counter permission stops the sweep.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import tempfile
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable, Optional
+
+import pandas as pd
+import pyarrow as pa
+
+from gemmbench import ncu, nsys
+from gemmbench.shapes import Problem
+
+# the columns that name a cell, shared with the run's rows (store.cell_columns): join() matches on them
+KEY = ("shape_set", "gemm", "M", "N", "K", "E", "topk", "routing", "tp", "dtype", "variant")
+PROFILE_SCHEMA = 1  # in every row (profile_schema) and read back by load_profiles()
+
+
+class ProfileError(RuntimeError):
+    """The sweep cannot go on (no tool, no permission); one line for the user."""
+
+
+@dataclass
+class ProfileOptions:
+    out_dir: Path
+    run_id: str
+    use_ncu: bool = True
+    use_nsys: bool = False
+    seed: int = 0
+    plugins: list = field(default_factory=list)
+    extra_metrics: list = field(default_factory=list)
+    ncu_set: Optional[str] = None  # e.g. "full": ncu's section set, passed through
+    timeout_s: float = 600.0
+
+
+def report_stem(variant: str, problem: Problem) -> str:
+    """A file name for the cell's reports: its NVTX name with spaces and odd characters as '_'."""
+    from gemmbench.nvtx_ranges import cell_name
+
+    return re.sub(r"[^A-Za-z0-9._=+-]+", "_", cell_name(variant, problem)).strip("_")
+
+
+def target_command(problem: Problem, variant: str, opts: ProfileOptions, result: Path) -> list[str]:
+    cmd = [sys.executable, "-m", "gemmbench.profile_target", "--problem", json.dumps(asdict(problem)),
+           "--variant", variant, "--seed", str(opts.seed), "--result", str(result)]
+    for p in opts.plugins:
+        cmd += ["--plugin", str(p)]
+    return cmd
+
+
+def _last_error(output: str, code: int) -> str:
+    lines = [ln.strip() for ln in output.splitlines() if ln.strip() and not ln.startswith("==PROF==")]
+    hint = next((ln for ln in reversed(lines) if "rror" in ln), lines[-1] if lines else "")
+    how = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
+    return f"the profiled process failed ({how}): {hint[:300]}"
+
+
+class CellProfiler:
+    """Profiles cells one at a time; each returns its rows (never raises for one cell's failure)."""
+
+    def __init__(self, opts: ProfileOptions, run: Callable = subprocess.run):
+        self.opts, self.run = opts, run
+        self.ncu = ncu.find_ncu() if opts.use_ncu else None
+        self.nsys = nsys.find_nsys() if opts.use_nsys else None
+        self.reports = opts.out_dir / opts.run_id
+
+    def _child(self, cmd: list[str], result: Path) -> tuple[Optional[dict], str, int]:
+        """Run one tool over the child: (the child's outcome or None, the tool's output, its exit code)."""
+        result.unlink(missing_ok=True)
+        try:
+            proc = self.run(cmd, capture_output=True, text=True, timeout=self.opts.timeout_s)
+        except subprocess.TimeoutExpired:
+            return None, f"the profiled process ran past {self.opts.timeout_s:.0f} s and was stopped", -9
+        outcome = json.loads(result.read_text()) if result.exists() else None
+        return outcome, (proc.stdout or "") + (proc.stderr or ""), proc.returncode
+
+    def cell(self, problem: Problem, variant) -> list[dict]:
+        from gemmbench import device, metrics
+        from gemmbench.nvtx_ranges import cell_name, domain_in_use, range_name
+        from gemmbench.store import cell_columns
+
+        name = range_name("profile", cell_name(variant.name, problem))
+        base = dict(cell_columns(problem, variant), run_id=self.opts.run_id, profile_schema=PROFILE_SCHEMA,
+                    timestamp=datetime.now(timezone.utc).isoformat(timespec="seconds"), nvtx_range=name,
+                    **device.provenance())
+        self.reports.mkdir(parents=True, exist_ok=True)
+        stem = self.reports / report_stem(variant.name, problem)
+        with tempfile.TemporaryDirectory() as tmp:
+            result = Path(tmp) / "result.json"
+            target = target_command(problem, variant.name, self.opts, result)
+            extra, rows = {}, None
+            if self.nsys:
+                outcome, output, code = self._child(nsys.profile_command(self.nsys, stem, target), result)
+                if outcome is None or outcome["status"] != "ok":
+                    return [self._failed(base, outcome, output, code, name)]
+                extra = self._nsys_columns(stem, name)
+                if isinstance(extra, str):
+                    return [dict(base, status="error", reason=extra)]
+            if self.ncu:
+                report = stem.with_suffix(".ncu-rep")
+                cmd = ncu.profile_command(self.ncu, report, name, domain_in_use(), target, self.opts.extra_metrics,
+                                          self.opts.ncu_set)
+                outcome, output, code = self._child(cmd, result)
+                if outcome is None or outcome["status"] != "ok":
+                    return [self._failed(base, outcome, output, code, name)]
+                why = ncu.explain_failure(output, name)
+                if not report.exists():
+                    return [self._failed(base, None, output, code, name, why)]
+                proc = self.run(ncu.import_command(self.ncu, report), capture_output=True, text=True,
+                                timeout=self.opts.timeout_s)
+                kernels = ncu.parse_raw_csv(proc.stdout) if proc.returncode == 0 else []
+                if not kernels:
+                    return [dict(base, status="error", reason=why or f"no kernel was captured inside the NVTX range "
+                                                                    f"{name!r}", ncu_report=str(report))]
+            scaling = variant.fp8_scaling if problem.dtype == "fp8" else "tensor"
+            model = ncu.Model(metrics.flops(problem) if variant.gemm else None,
+                              metrics.bytes_min(problem, outcome["experts_hit"] if problem.is_moe else None, scaling)
+                              if variant.gemm else None)
+            cell = dict(base, status="ok", reason=None, config=json.dumps(outcome["config"], sort_keys=True),
+                        max_rel_err=outcome["max_rel_err"], bytes_min=model.bytes_min, **extra)
+            if not self.ncu:
+                return [cell]
+            rows = [dict(cell, ncu_report=str(report), **k) for k in ncu.cell_rows(kernels, model)]
+        return rows
+
+    def _nsys_columns(self, stem: Path, name: str):
+        sqlite_path = stem.with_suffix(".sqlite")
+        rep = stem.with_suffix(".nsys-rep")
+        proc = self.run(nsys.export_command(self.nsys, rep, sqlite_path), capture_output=True, text=True,
+                        timeout=self.opts.timeout_s)
+        if proc.returncode != 0 or not sqlite_path.exists():
+            return f"nsys could not export {rep}: {_last_error(proc.stdout + proc.stderr, proc.returncode)}"
+        cols = nsys.range_columns(sqlite_path, name)
+        if cols is None:
+            return f"nsys recorded no NVTX range {name!r}"
+        return dict(cols, nsys_report=str(rep))
+
+    def _failed(self, base: dict, outcome: Optional[dict], output: str, code: int, name: str,
+                why: Optional[str] = None) -> dict:
+        """The row of a cell that produced no profile; stops the sweep where no cell could succeed."""
+        why = why or ncu.explain_failure(output, name)
+        if why and "ERR_NVGPUCTRPERM" in why:
+            raise ProfileError(why)
+        if outcome is not None:  # the child ran and said why it did not profile (wrong, skipped)
+            return dict(base, status=outcome["status"], reason=outcome["reason"], max_rel_err=outcome["max_rel_err"],
+                        config=json.dumps(outcome["config"], sort_keys=True) if outcome["config"] else None)
+        return dict(base, status="error", reason=why or _last_error(output, code))
+
+
+def write(path: Path, rows: list[dict]) -> None:
+    """The profile table, atomically (store.write_table): rewritten after every cell."""
+    from gemmbench.store import write_table
+
+    write_table(path, pa.Table.from_pandas(pd.DataFrame(rows), preserve_index=False))
+
+
+def load_profiles(paths) -> pd.DataFrame:
+    """Profile tables written by write(), one DataFrame; a file that is not one is a one-line error."""
+    from gemmbench.store import StoreError, result_files
+
+    frames = []
+    for p in [paths] if isinstance(paths, (str, Path)) else paths:
+        for f in result_files(Path(p)):
+            try:
+                df = pd.read_parquet(f)
+            except Exception as exc:  # noqa: BLE001 - any unreadable file is the same one-line error
+                raise StoreError(f"{f}: not a readable Parquet file ({str(exc).splitlines()[0][:200]})") from None
+            if "profile_schema" not in df.columns:
+                raise StoreError(f"{f}: not a gemmbench profile table (no profile_schema column)")
+            frames.append(df)
+    return pd.concat(frames, ignore_index=True)
+
+
+def join(runs: pd.DataFrame, profiles: pd.DataFrame) -> pd.DataFrame:
+    """The run's rows with the ncu_* / nsys_* columns of each cell's summed profile row (NaN where a cell
+    was not profiled).  Cells match on KEY; a cell profiled twice takes its latest profile."""
+    prof = profiles[profiles["status"] == "ok"]
+    if "ncu_kernel" in prof.columns:
+        prof = prof[prof["ncu_kernel"].isna() | (prof["ncu_kernel"] == ncu.SUM_KERNEL)]
+    cols = [c for c in prof.columns if c.startswith(("ncu_", "nsys_"))]
+    prof = prof.sort_values("timestamp").drop_duplicates(list(KEY), keep="last")
+    prof = pd.DataFrame({"_key": _keys(prof).to_numpy(), **{c: prof[c].to_numpy() for c in cols}})
+    return runs.assign(_key=_keys(runs)).merge(prof, how="left", on="_key").drop(columns=["_key"])
+
+
+def _keys(df: pd.DataFrame) -> pd.Series:
+    """KEY as one string per row, the same for a run row and a profile row of one cell whatever the dtypes
+    (int64 or nullable Int64, string or object, None or NA for a dense cell's routing)."""
+    part = df[list(KEY)].astype(object)
+    return part.where(part.notna(), None).astype(str).agg("|".join, axis=1)
