@@ -198,7 +198,7 @@ def tune(
     # one job per (problem at its M bucket, variant): M = 1..16 share a bucket, so they are tuned once
     seen, jobs = set(), []
     for p in problems:
-        p = p.with_(M=tuning.m_bucket(p.M))
+        p = p.with_(M=tuning.m_bucket(p.M, p.is_moe))
         for v in chosen:
             key = (v.name, p.label, p.tp)
             if skip_stored and (found := tuning.stored(v.name, p, dev.name)) and found[1]["bucket"] == p.M:

@@ -47,7 +47,12 @@ METRICS = {
 # their peak).  Their sum over the kernel's path is its tensor FLOPs; compared with the model's 2MNK it
 # shows work done on padding (a 16-row tile for M = 1 does 16x the FLOPs the GEMM needs).
 FLOP_METRICS = (
-    "sm__ops_path_tensor_op_hgmma_src_bf16_dst_fp32_sparsity_off.sum",
+    "sm__ops_path_tensor_op_hgmma_src_bf16_dst_fp32_sparsity_off.sum",  # wgmma (64-row warpgroup tiles)
+    "sm__ops_path_tensor_op_hgmma_src_fp16_sparsity_off.sum",
+    "sm__ops_path_tensor_op_hmma_src_bf16_dst_fp32_sparsity_off.sum",  # mma.sync (e.g. Triton's 16-row tiles)
+    "sm__ops_path_tensor_op_hmma_src_fp16_dst_fp32_sparsity_off.sum",
+    "sm__ops_path_tensor_op_hmma_src_fp16_dst_fp16_sparsity_off.sum",
+    "sm__ops_path_tensor_src_fp8_sparsity_off.sum",  # every fp8 path
 )
 # Summed over a cell's kernels; the percentages are weighted (hit rates by their sectors, the rest by
 # duration); sizes take the largest kernel's.
@@ -58,9 +63,11 @@ _BY_DURATION = ("ncu_occupancy_pct", "ncu_tensor_pipe_pct", "ncu_sm_pct")
 _LARGEST = ("ncu_registers", "ncu_smem_bytes", "ncu_dram_peak_gbps")
 SUM_KERNEL = "(all kernels)"
 
-# The SI prefixes ncu may put on a unit when --print-units base is not given.
-_PREFIX = {"": 1.0, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "m": 1e-3, "u": 1e-6, "n": 1e-9}
-_TIME_NS = {"nsecond": 1.0, "usecond": 1e3, "msecond": 1e6, "second": 1e9}
+# ncu scales a unit with a decimal SI prefix unless --print-units base is given ("Mbyte", "Kbyte/cycle",
+# "Ghz", "us"): values are brought back to base units (durations to ns).
+_PREFIX = {"K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "m": 1e-3, "u": 1e-6, "n": 1e-9}
+_BASES = ("byte", "hz", "cycle", "inst", "sector", "request", "warp", "thread", "block", "register")
+_TIME_NS = {"ns": 1.0, "nsecond": 1.0, "us": 1e3, "usecond": 1e3, "ms": 1e6, "msecond": 1e6, "s": 1e9, "second": 1e9}
 
 
 class NcuError(RuntimeError):
@@ -109,18 +116,15 @@ def explain_failure(output: str, range_name: str) -> Optional[str]:
 
 def _number(text: str, unit: str) -> Optional[float]:
     text = text.strip().replace(",", "")  # thousands separators
-    if text in ("", "n/a", "N/A"):
-        return None
     try:
         value = float(text)
-    except ValueError:
+    except ValueError:  # "", "n/a", a name
         return None
-    if unit in _TIME_NS:  # durations are kept in ns
+    if unit in _TIME_NS:
         return value * _TIME_NS[unit]
-    head = unit.split("/")[0]
-    for base in ("byte", "cycle", "inst", "sector", "request", "warp", "thread", "block"):
-        if head.endswith(base) and head[: -len(base)] in _PREFIX:
-            return value * _PREFIX[head[: -len(base)]]
+    head = unit.split("/")[0].lower() if unit[:1] in ("", "%") else unit.split("/")[0]
+    if len(head) > 1 and head[0] in _PREFIX and head[1:].lower() in _BASES:
+        return value * _PREFIX[head[0]]
     return value
 
 
@@ -194,8 +198,10 @@ def cell_rows(kernels: list[dict], model: Model) -> list[dict]:
     for col in _ADDITIVE:
         vals = [r[col] for r in per if r.get(col) is not None]
         total[col] = sum(vals) if vals else None
-    for col, weight in _BY_SECTORS.items():
-        total[col] = _weighted([r[col] for r in per], [r[weight] for r in per])
+    for col, weight in _BY_SECTORS.items():  # by duration where the sector counts were not collected
+        by_sectors = _weighted([r[col] for r in per], [r[weight] for r in per])
+        total[col] = by_sectors if by_sectors is not None else _weighted([r[col] for r in per],
+                                                                         [r["ncu_duration_ns"] for r in per])
     for col in _BY_DURATION:
         total[col] = _weighted([r[col] for r in per], [r["ncu_duration_ns"] for r in per])
     for col in _LARGEST:

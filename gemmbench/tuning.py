@@ -8,7 +8,8 @@ files.  The row's `config` says which: "source" is "stored" (with "file" and "bu
 "only" (nothing to choose: one candidate, or Triton's CPU interpreter).
 
 M buckets: decode M = 1..16 share one (BLOCK_M = 16 covers them all: the rows past M are masked, so the
-kernel streams the same weight bytes), then powers of two: 32, 64, 128, ... 4096.
+kernel streams the same weight bytes), then powers of two: 32, 64, 128, ... 4096.  MoE problems use powers
+of two from 1: there the token count decides how many experts' weights a call streams.
 """
 
 from __future__ import annotations
@@ -72,8 +73,10 @@ def has_tma() -> bool:
 
 # ---------------------------------------------------------------- stored configs
 
-def m_bucket(M: int) -> int:
-    return 16 if M <= 16 else 1 << (M - 1).bit_length()
+def m_bucket(M: int, moe: bool = False) -> int:
+    """The bucket of M (tokens).  Dense: 1..16 share 16.  MoE: powers of two from 1, since the tokens decide
+    how many experts (so blocks of rows) a call touches: 1 token hits topk experts, 16 tokens all of them."""
+    return 1 << (M - 1).bit_length() if moe or M > 16 else 16
 
 
 def configs_root() -> Path:
@@ -112,7 +115,7 @@ def stored(variant: str, problem: Problem, gpu: str) -> Optional[tuple[dict, dic
     buckets = _read(path).get("buckets", {})
     if not buckets:
         return None
-    want = math.log2(m_bucket(problem.M))
+    want = math.log2(m_bucket(problem.M, problem.is_moe))
     # nearest in log2(M); on a tie the larger bucket (its BLOCK_M covers the smaller M too)
     key = min(buckets, key=lambda b: (abs(math.log2(int(b)) - want), -int(b)))
     try:
@@ -129,7 +132,7 @@ def save(variant: str, problem: Problem, gpu: str, config: dict, us: float, abou
                            "buckets": {}}
     if problem.is_moe:
         data.update(E=problem.E, topk=problem.topk)
-    data["buckets"][str(m_bucket(problem.M))] = {"config": config, "time_us": round(us, 3), **about}
+    data["buckets"][str(m_bucket(problem.M, problem.is_moe))] = {"config": config, "time_us": round(us, 3), **about}
     data["buckets"] = dict(sorted(data["buckets"].items(), key=lambda kv: int(kv[0])))
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")

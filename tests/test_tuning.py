@@ -32,6 +32,8 @@ def config_dir(tmp_path, monkeypatch):
 
 def test_m_buckets():
     assert [tuning.m_bucket(m) for m in (1, 2, 16, 17, 32, 33, 64, 100, 4096)] == [16, 16, 16, 32, 32, 64, 64, 128, 4096]
+    # MoE: the tokens decide how many experts a call touches, so decode buckets are finer
+    assert [tuning.m_bucket(m, moe=True) for m in (1, 2, 3, 5, 16, 17, 4096)] == [1, 2, 4, 8, 16, 32, 4096]
 
 
 def test_store_and_nearest_bucket(config_dir):
@@ -100,10 +102,11 @@ def test_config_files_in_the_repository_are_valid():
     for f in files:
         data = json.loads(f.read_text())
         assert f.parent.name == data["variant"] and f.parent.parent.name == tuning.gpu_dirname(data["gpu"])
-        assert f.name == f"N={data['N']},K={data['K']},dtype={data['dtype']}.json"
+        moe = f"E={data['E']},topk={data['topk']}," if "E" in data else ""
+        assert f.name == f"{moe}N={data['N']},K={data['K']},dtype={data['dtype']}.json"
         v = registry.get(data["variant"])
         for bucket, entry in data["buckets"].items():
-            assert int(bucket) == tuning.m_bucket(int(bucket)) and entry["time_us"] > 0
+            assert int(bucket) == tuning.m_bucket(int(bucket), bool(moe)) and entry["time_us"] > 0
             cfg = entry["config"]
             assert {"BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps", "num_stages"} <= set(cfg)
             assert cfg["BLOCK_M"] >= min(int(bucket), 16) and v.tunable is not None
