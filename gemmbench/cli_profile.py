@@ -41,7 +41,7 @@ def profile(
 
     if not (ncu_ or nsys_):
         raise fail("say which profiler: --ncu (Nsight Compute counters), --nsys (Nsight Systems), or both")
-    if not timeout > 0:
+    if not 0 < timeout < float("inf"):  # subprocess's timeout overflows on inf
         raise fail(f"--timeout must be a positive number of seconds, got {timeout}")
     if out_path.suffix == ".parquet" or out_path.is_file():
         raise fail(f"--out {out_path}: give a folder (the profile table and the reports go inside it)")

@@ -34,6 +34,7 @@ METRICS = {
     "ncu_global_load_inst": "smsp__inst_executed_op_global_ld.sum",  # reads 0 for TMA/wgmma kernels
     "ncu_lsu_load_requests": "l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum",
     "ncu_tma_load_inst": "smsp__inst_executed_op_tma_ld.sum",
+    "ncu_ldgsts_inst": "smsp__inst_executed_op_ldgsts.sum",  # cp.async global->shared: Triton's pipelined loads
     "ncu_occupancy_pct": "sm__warps_active.avg.pct_of_peak_sustained_active",
     "ncu_tensor_pipe_pct": "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active",
     "ncu_sm_pct": "sm__throughput.avg.pct_of_peak_sustained_elapsed",
@@ -57,7 +58,7 @@ FLOP_METRICS = (
 # Summed over a cell's kernels; the percentages are weighted (hit rates by their sectors, the rest by
 # duration); sizes take the largest kernel's.
 _ADDITIVE = ("ncu_duration_ns", "ncu_dram_read_bytes", "ncu_dram_write_bytes", "ncu_l1_sectors", "ncu_l2_sectors",
-             "ncu_global_load_inst", "ncu_lsu_load_requests", "ncu_tma_load_inst", "ncu_tensor_flops")
+             "ncu_global_load_inst", "ncu_lsu_load_requests", "ncu_tma_load_inst", "ncu_ldgsts_inst", "ncu_tensor_flops")
 _BY_SECTORS = {"ncu_l1_hit_pct": "ncu_l1_sectors", "ncu_l2_hit_pct": "ncu_l2_sectors"}
 _BY_DURATION = ("ncu_occupancy_pct", "ncu_tensor_pipe_pct", "ncu_sm_pct")
 _LARGEST = ("ncu_registers", "ncu_smem_bytes", "ncu_dram_peak_gbps")

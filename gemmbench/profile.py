@@ -99,6 +99,7 @@ class CellProfiler:
                     timestamp=datetime.now(timezone.utc).isoformat(timespec="seconds"), nvtx_range=name,
                     **device.provenance())
         self.reports.mkdir(parents=True, exist_ok=True)
+        # reports are stem + suffix, never stem.with_suffix(): a GEMM id may contain '.' (two cells, one report)
         stem = self.reports / report_stem(variant.name, problem)
         with tempfile.TemporaryDirectory() as tmp:
             result = Path(tmp) / "result.json"
@@ -112,7 +113,7 @@ class CellProfiler:
                 if isinstance(extra, str):
                     return [dict(base, status="error", reason=extra)]
             if self.ncu:
-                report = stem.with_suffix(".ncu-rep")
+                report = stem.with_name(stem.name + ".ncu-rep")
                 cmd = ncu.profile_command(self.ncu, report, name, domain_in_use(), target, self.opts.extra_metrics,
                                           self.opts.ncu_set)
                 outcome, output, code = self._child(cmd, result)
@@ -123,7 +124,10 @@ class CellProfiler:
                     return [self._failed(base, None, output, code, name, why)]
                 proc = self.run(ncu.import_command(self.ncu, report), capture_output=True, text=True,
                                 timeout=self.opts.timeout_s)
-                kernels = ncu.parse_raw_csv(proc.stdout) if proc.returncode == 0 else []
+                try:
+                    kernels = ncu.parse_raw_csv(proc.stdout) if proc.returncode == 0 else []
+                except ncu.NcuError:  # an export with no kernel table: this cell's error row, not the sweep's end
+                    kernels = []
                 if not kernels:
                     return [dict(base, status="error", reason=why or f"no kernel was captured inside the NVTX range "
                                                                     f"{name!r}", ncu_report=str(report))]
@@ -139,8 +143,8 @@ class CellProfiler:
         return rows
 
     def _nsys_columns(self, stem: Path, name: str):
-        sqlite_path = stem.with_suffix(".sqlite")
-        rep = stem.with_suffix(".nsys-rep")
+        sqlite_path = stem.with_name(stem.name + ".sqlite")
+        rep = stem.with_name(stem.name + ".nsys-rep")
         proc = self.run(nsys.export_command(self.nsys, rep, sqlite_path), capture_output=True, text=True,
                         timeout=self.opts.timeout_s)
         if proc.returncode != 0 or not sqlite_path.exists():
@@ -201,5 +205,8 @@ def join(runs: pd.DataFrame, profiles: pd.DataFrame) -> pd.DataFrame:
 def _keys(df: pd.DataFrame) -> pd.Series:
     """KEY as one string per row, the same for a run row and a profile row of one cell whatever the dtypes
     (int64 or nullable Int64, string or object, None or NA for a dense cell's routing)."""
+    if df.empty:  # agg(axis=1) of no rows is a DataFrame, not a Series
+        return pd.Series([], index=df.index, dtype=object)
     part = df[list(KEY)].astype(object)
-    return part.where(part.notna(), None).astype(str).agg("|".join, axis=1)
+    # missing as "": pandas 3's astype(str) keeps None/NA missing (a float NaN), which "|".join refuses
+    return part.where(part.notna(), "").astype(str).agg("|".join, axis=1)
