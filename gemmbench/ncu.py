@@ -75,12 +75,21 @@ class NcuError(RuntimeError):
     """One line for the user: what went wrong with ncu, and what to do about it."""
 
 
+def find_tool(exe: str) -> Optional[str]:
+    """An Nsight executable on the PATH or in the CUDA toolkit's usual place, else None."""
+    default = f"/usr/local/cuda/bin/{exe}"
+    return shutil.which(exe) or (default if os.access(default, os.X_OK) else None)
+
+
+def missing_tool(exe: str, product: str) -> str:
+    return (f"{exe} ({product}) is not installed or not on the PATH: it ships with the CUDA toolkit (<cuda>/bin/{exe}) "
+            f"and as NVIDIA's standalone {product} package; add its folder to PATH")
+
+
 def find_ncu() -> str:
-    """The ncu executable: on the PATH, or in the CUDA toolkit's usual place."""
-    found = shutil.which("ncu") or next((p for p in ("/usr/local/cuda/bin/ncu",) if os.access(p, os.X_OK)), None)
+    found = find_tool("ncu")
     if not found:
-        raise NcuError("ncu (Nsight Compute) is not installed or not on the PATH: it ships with the CUDA toolkit "
-                       "(<cuda>/bin/ncu) and as NVIDIA's standalone Nsight Compute package; add its folder to PATH")
+        raise NcuError(missing_tool("ncu", "Nsight Compute"))
     return found
 
 

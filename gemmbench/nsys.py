@@ -12,8 +12,6 @@ CUPTI_ACTIVITY_KIND_KERNEL (the kernels).
 
 from __future__ import annotations
 
-import os
-import shutil
 import sqlite3
 from pathlib import Path
 from typing import Optional, Sequence
@@ -26,10 +24,11 @@ class NsysError(RuntimeError):
 
 
 def find_nsys() -> str:
-    found = shutil.which("nsys") or next((p for p in ("/usr/local/cuda/bin/nsys",) if os.access(p, os.X_OK)), None)
+    from gemmbench.ncu import find_tool, missing_tool
+
+    found = find_tool("nsys")
     if not found:
-        raise NsysError("nsys (Nsight Systems) is not installed or not on the PATH: it ships with the CUDA toolkit "
-                        "(<cuda>/bin/nsys) and as NVIDIA's standalone Nsight Systems package; add its folder to PATH")
+        raise NsysError(missing_tool("nsys", "Nsight Systems"))
     return found
 
 

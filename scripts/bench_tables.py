@@ -2,6 +2,7 @@
 
     python scripts/bench_tables.py results/h100-2026-11-22/llama70b-attn-cold.parquet \
         [--group DP=triton_dp_*] [--group SplitK=triton_splitk_*]
+    python scripts/bench_tables.py --moe results/h100-2026-11-23-moe/moe-tp2-cold.parquet
 
 One row per (GEMM, TP, dtype, M): the dtype's cuBLAS baseline (µs, % of roofline), cuBLAS fp8 row-wise
 where it ran, then for each group (default: one per non-cuBLAS family) its fastest ok variant, µs,
@@ -68,12 +69,49 @@ def render(path: str, specs: list[str] | None = None) -> str:
     return "\n".join(lines)
 
 
+MOE_COLUMNS = [("moe_align", "moe_align"), ("loop", "torch_moe_loop"), ("grouped_mm", "torch_grouped_mm"),
+               ("row", "triton_moe_row"), ("col", "triton_moe_col"), ("grouped", "triton_moe_grouped"),
+               ("splitk", "triton_moe_splitk")]
+
+
+def render_moe(path: str) -> str:
+    """One row per (GEMM, TP, dtype, tokens) of the MoE rows: µs of each variant (splitk with its SPLIT_K),
+    then the best fused variant's % of roofline and its speedups over the loop and torch._grouped_mm."""
+    rows = [r for r in store.load(path).to_dict("records") if r["E"] > 1]
+    counts = Counter(r["status"] for r in rows)
+    head = f"`{path}`: {len(rows)} MoE cells, " + ", ".join(f"{n} {s}" for s, n in counts.most_common())
+    cells: dict = {}
+    for r in rows:
+        if r["status"] == "ok":
+            cells.setdefault((r["gemm"], r["N"], r["K"], r["tp"], r["dtype"], r["M"]), {})[r["variant"]] = r
+    cols = ["GEMM (N, K)", "TP", "dtype", "tokens"] + [f"{c} µs" for c, _ in MOE_COLUMNS]
+    cols += ["best fused", "% roof", "vs loop", "vs grouped_mm"]
+    lines = [head, "", "| " + " | ".join(cols) + " |", "|" + "|".join("---" if i < 3 else "---:" for i in range(len(cols))) + "|"]
+    t = lambda r: r["time_us_median"] if r else None  # noqa: E731
+    for k in sorted(cells):
+        by = cells[k]
+        out = [f"{k[0]} ({k[1]}, {k[2]})", str(k[3]), k[4], str(k[5])]
+        for _, v in MOE_COLUMNS:
+            r = by.get(v)
+            split = json.loads(r["config"] or "{}").get("SPLIT_K") if r and v == "triton_moe_splitk" else None
+            out.append("" if r is None else f"{t(r):.1f}" + (f" (k{split})" if split and split > 1 else ""))
+        fused = [r for v, r in by.items() if v.startswith("triton_moe_")]
+        best = min(fused, key=t) if fused else None
+        loop, gmm = by.get("torch_moe_loop"), by.get("torch_grouped_mm")
+        out += [best["variant"].removeprefix("triton_moe_") if best else "",
+                f"{best['pct_of_roofline']:.0f}" if best else "",
+                f"{t(loop) / t(best):.2f}x" if best and loop else "", f"{t(gmm) / t(best):.2f}x" if best and gmm else ""]
+        lines.append("| " + " | ".join(out) + " |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("parquet", nargs="+")
     ap.add_argument("--group", action="append", help="NAME=GLOB: a column group of variants (repeatable)")
+    ap.add_argument("--moe", action="store_true", help="the MoE table (fused schedules against the baselines)")
     args = ap.parse_args()
-    print("\n\n".join(render(p, args.group) for p in args.parquet))
+    print("\n\n".join(render_moe(p) if args.moe else render(p, args.group) for p in args.parquet))
 
 
 if __name__ == "__main__":
