@@ -56,8 +56,10 @@ def report_stem(variant: str, problem: Problem) -> str:
 
 
 def target_command(problem: Problem, variant: str, opts: ProfileOptions, result: Path) -> list[str]:
+    from gemmbench.runner import cell_seed
+
     cmd = [sys.executable, "-m", "gemmbench.profile_target", "--problem", json.dumps(asdict(problem)),
-           "--variant", variant, "--seed", str(opts.seed), "--result", str(result)]
+           "--variant", variant, "--seed", str(cell_seed(opts.seed, problem)), "--result", str(result)]
     for p in opts.plugins:
         cmd += ["--plugin", str(p)]
     return cmd

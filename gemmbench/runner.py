@@ -51,6 +51,12 @@ def new_run_id(shape_set: str) -> str:
     return f"{datetime.now(timezone.utc):%Y%m%d-%H%M%S}-{safe}-{uuid.uuid4().hex[:4]}"
 
 
+def cell_seed(seed: int, problem: Problem) -> int:
+    """The seed of a problem's check inputs (timing uses the next one): each problem draws its own, and
+    `gemmbench profile` draws the same as `run` for the same --seed."""
+    return seed + zlib.crc32(problem.label.encode()) % 10**6
+
+
 def cpu_too_large(problems: list) -> Optional[str]:
     """The reason a set is refused on the CPU path, or None."""
     from gemmbench.metrics import flops
@@ -198,7 +204,7 @@ class Runner:
             if w is None:
                 w = self._start(check_only)
                 setattr(self, kind, w)
-            task = dict(problem=asdict(problem), variants=left, seed=self.opts.seed + zlib.crc32(problem.label.encode()) % 10**6,
+            task = dict(problem=asdict(problem), variants=left, seed=cell_seed(self.opts.seed, problem),
                         check_only=check_only)
             w.send(task)
             current, fatal = None, False

@@ -840,3 +840,15 @@ def test_real_base_units_export_of_a_two_kernel_cell():
     assert abs(total["ncu_dram_read_bytes"] / weight - 1) < 0.01
     assert total["ncu_tensor_flops_ratio"] == pytest.approx(1.0)  # no padding: the 16-row tile fits M = 16
     assert total["ncu_grid_size"] is None and rows[0]["ncu_grid_size"] == 80 and rows[1]["ncu_grid_size"] == 320
+
+
+def test_profiled_child_draws_the_run_s_inputs():
+    """The child's seed is the one `gemmbench run` gives the same problem's check (runner.cell_seed), so a
+    profiled cell is checked on the inputs its run row was checked on; different problems draw differently."""
+    from gemmbench.profile import target_command
+    from gemmbench.runner import cell_seed
+
+    opts = profile.ProfileOptions(out_dir=Path("p"), run_id="r", seed=5)
+    a = Problem("s", "g", 16, 64, 64, "fp16")
+    seeds = [int(_after(target_command(p, "v", opts, Path("r.json")), "--seed")) for p in (a, a.with_(M=32))]
+    assert seeds[0] == cell_seed(5, a) and seeds[0] != seeds[1]
