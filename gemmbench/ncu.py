@@ -12,7 +12,6 @@ import csv
 import io
 import os
 import shutil
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
@@ -201,10 +200,14 @@ def _weighted(values, weights) -> Optional[float]:
     return sum(v * w for v, w in pairs) / total if total else None
 
 
-def cell_rows(kernels: list[dict], model: Model) -> list[dict]:
-    """The ncu_* columns of each kernel of a cell, then their sum (ncu_kernel = SUM_KERNEL)."""
-    per = [_derive(kernel_columns(k), model) for k in kernels]
+def cell_rows(kernels: list[dict], model: Model, extra_metrics: Sequence[str] = ()) -> list[dict]:
+    """The ncu_* columns of each kernel of a cell, then their sum (ncu_kernel = SUM_KERNEL).  extra_metrics
+    (`--metrics`): raw metrics, each a column named as the metric; the summed row adds up the `.sum` ones."""
+    per = [dict(_derive(kernel_columns(k), model), **{m: k.get(m) for m in extra_metrics}) for k in kernels]
     total = {"ncu_kernel": SUM_KERNEL, "ncu_kernel_id": None, "ncu_kernels": len(per)}
+    for m in extra_metrics:
+        vals = [r[m] for r in per if r[m] is not None]
+        total[m] = sum(vals) if vals and m.endswith(".sum") else None
     for col in _ADDITIVE:
         vals = [r[col] for r in per if r.get(col) is not None]
         total[col] = sum(vals) if vals else None
@@ -225,6 +228,3 @@ def cell_rows(kernels: list[dict], model: Model) -> list[dict]:
         r["ncu_kernels"] = 1
     return per + [total]
 
-
-def run(cmd: list[str], timeout_s: float) -> subprocess.CompletedProcess:
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)

@@ -141,7 +141,7 @@ class CellProfiler:
                         max_rel_err=outcome["max_rel_err"], bytes_min=model.bytes_min, **extra)
             if not self.ncu:
                 return [cell]
-            rows = [dict(cell, ncu_report=str(report), **k) for k in ncu.cell_rows(kernels, model)]
+            rows = [dict(cell, ncu_report=str(report), **k) for k in ncu.cell_rows(kernels, model, self.opts.extra_metrics)]
         return rows
 
     def _nsys_columns(self, stem: Path, name: str):

@@ -852,3 +852,15 @@ def test_profiled_child_draws_the_run_s_inputs():
     a = Problem("s", "g", 16, 64, 64, "fp16")
     seeds = [int(_after(target_command(p, "v", opts, Path("r.json")), "--seed")) for p in (a, a.with_(M=32))]
     assert seeds[0] == cell_seed(5, a) and seeds[0] != seeds[1]
+
+
+def test_extra_metrics_become_columns():
+    """--metrics names: a column per metric on each kernel row; the summed row adds up the `.sum` ones only
+    (a `.max` or a percentage cannot be summed over kernels)."""
+    ks = fixture_kernels()
+    extra = ["smsp__inst_executed_op_global_ld.sum", "lts__t_sector_hit_rate.pct", "no_such__metric.sum"]
+    rows = ncu.cell_rows(ks, _dense_model(), extra)
+    assert rows[0]["smsp__inst_executed_op_global_ld.sum"] == 512 and rows[1]["smsp__inst_executed_op_global_ld.sum"] == 513
+    assert rows[-1]["smsp__inst_executed_op_global_ld.sum"] == 1025
+    assert rows[0]["lts__t_sector_hit_rate.pct"] == pytest.approx(8.443056) and rows[-1]["lts__t_sector_hit_rate.pct"] is None
+    assert rows[0]["no_such__metric.sum"] is None and rows[-1]["no_such__metric.sum"] is None

@@ -223,3 +223,72 @@ def test_run_returns_every_variants_samples():
 
 def test_rounds_with_nothing_prepared_yields_nothing():
     assert list(Timer("wall").rounds({})) == []
+
+
+def test_warmup_and_samples_run_inside_their_nvtx_ranges(monkeypatch):
+    """prepare(cell=...) warms up inside "warmup <cell>" and every batch of samples is taken inside
+    "time <cell>"; without a cell no range is opened.  (Ranges recorded by replacing the annotate helper.)"""
+    import contextlib
+
+    import gemmbench.timing as timing
+
+    opened, calls = [], []
+
+    @contextlib.contextmanager
+    def record(name):
+        opened.append(name)
+        calls.append(("enter", name))
+        yield
+        calls.append(("exit", name))
+
+    monkeypatch.setattr(timing, "annotate", record)
+    timer = Timer("wall", warmup_ms=1, min_samples=10, batch=5, budget_s=0.01)
+    p = timer.prepare([lambda: calls.append("call")], cell="v g fp16 M1 N2 K3")
+    assert calls[0] == ("enter", "warmup v g fp16 M1 N2 K3") and "call" in calls[1:-1]
+    assert calls[-1] == ("exit", "warmup v g fp16 M1 N2 K3")
+    timer.run({"v": p})
+    times = [n for n in opened if n.startswith("time ")]
+    assert times and set(times) == {"time v g fp16 M1 N2 K3"} and len(times) == len(p.samples) // 5
+    opened.clear()
+    timer.measure([lambda: None])
+    assert opened and all(n is None for n in opened)
+
+
+def test_the_check_call_runs_alone_inside_its_nvtx_range(monkeypatch):
+    """worker.check: exactly the variant's one call (not the input draw or the reference) sits in
+    "check <variant> <problem>", the range `ncu --nvtx-include` can select from a `gemmbench run`."""
+    import contextlib
+    from types import SimpleNamespace
+
+    import gemmbench.nvtx_ranges as nvtx_ranges
+    from gemmbench import registry
+    from gemmbench.shapes import Problem
+    from gemmbench.worker import Worker
+
+    events = []
+
+    @contextlib.contextmanager
+    def record(name):
+        events.append(("enter", name))
+        yield
+        events.append(("exit", name))
+
+    monkeypatch.setattr(nvtx_ranges, "annotate", record)
+    variant = registry.get("cublas_fp16")
+    real_make = variant.make
+
+    def make(problem, inputs):
+        launch = real_make(problem, inputs)
+        fn = launch.fn
+        launch.fn = lambda: (events.append("call"), fn())[1]
+        return launch
+
+    stub = SimpleNamespace(dev=SimpleNamespace(kind="cpu"), devname="cpu", torch=torch)
+    p = Problem("s", "g", 3, 32, 16, "fp16")
+    object.__setattr__(variant, "make", make)  # Variant is frozen; restored below
+    try:
+        result, _ = Worker.check(stub, p, variant, 1)
+    finally:
+        object.__setattr__(variant, "make", real_make)
+    assert result.ok
+    assert events == [("enter", "check cublas_fp16 g fp16 M3 N32 K16"), "call", ("exit", "check cublas_fp16 g fp16 M3 N32 K16")]
