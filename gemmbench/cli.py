@@ -121,6 +121,7 @@ def run(
     strict: Annotated[bool, typer.Option(help="Exit 1 if any cell is wrong or failed.")] = False,
     retune: Annotated[bool, typer.Option(help="Ignore stored Triton configs; tune each problem anew (not stored).")] = False,
     routing: Annotated[str, typer.Option(help="MoE token routing, comma-separated: uniform, skewed, one-expert.")] = "uniform",
+    compare_to: Annotated[Optional[str], typer.Option(help="Then compare with this baseline (a name in results/baselines/ or a path); exit 1 on a regression.")] = None,
 ) -> None:
     """Check, then time, every variant on every problem of a shape set; write Parquet and print tables."""
     from gemmbench import store
@@ -130,6 +131,8 @@ def run(
         raise fail(f"--timing {timing!r}: choose from {', '.join(MODES)}")
     if not budget > 0 or budget == float("inf"):
         raise fail(f"--budget must be a positive number of seconds, got {budget}")
+    if compare_to and not cli_compare.resolve(compare_to).exists():
+        raise fail(f"--compare-to {compare_to!r}: no such baseline ({cli_compare.resolve(compare_to)})")
     sset, cells = select_cells(shapes, variants, dtype, m, tp, routing, seed, plugin)
 
     import torch
@@ -157,7 +160,10 @@ def run(
 
     for table in gemm_tables(rows):
         out.print(table)
+    code = cli_compare.compare_after_run(compare_to, path)
     _summary(rows, path, strict)
+    if code:
+        raise typer.Exit(code)
 
 
 @app.command()
@@ -386,8 +392,8 @@ def shapes_from_config(
     err.print(escape(f"wrote shape set {set_name!r} to {out_file}; run it with: gemmbench run --shapes {out_file}"))
 
 
-# the profile command lives in its own module (registered on `app` when imported)
-from gemmbench import cli_profile  # noqa: E402,F401
+# these commands live in their own modules (registered on `app` when imported)
+from gemmbench import cli_compare, cli_profile  # noqa: E402,F401
 
 
 def main() -> None:

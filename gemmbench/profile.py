@@ -25,9 +25,8 @@ import pyarrow as pa
 
 from gemmbench import ncu, nsys
 from gemmbench.shapes import Problem
+from gemmbench.store import CELL_KEY, cell_keys
 
-# the columns that name a cell, shared with the run's rows (store.cell_columns): join() matches on them
-KEY = ("shape_set", "gemm", "M", "N", "K", "E", "topk", "routing", "tp", "dtype", "variant")
 PROFILE_SCHEMA = 1  # in every row (profile_schema) and read back by load_profiles()
 
 
@@ -194,21 +193,11 @@ def load_profiles(paths) -> pd.DataFrame:
 
 def join(runs: pd.DataFrame, profiles: pd.DataFrame) -> pd.DataFrame:
     """The run's rows with the ncu_* / nsys_* columns of each cell's summed profile row (NaN where a cell
-    was not profiled).  Cells match on KEY; a cell profiled twice takes its latest profile."""
+    was not profiled).  Cells match on store.CELL_KEY; a cell profiled twice takes its latest profile."""
     prof = profiles[profiles["status"] == "ok"]
     if "ncu_kernel" in prof.columns:
         prof = prof[prof["ncu_kernel"].isna() | (prof["ncu_kernel"] == ncu.SUM_KERNEL)]
     cols = [c for c in prof.columns if c.startswith(("ncu_", "nsys_"))]
-    prof = prof.sort_values("timestamp").drop_duplicates(list(KEY), keep="last")
-    prof = pd.DataFrame({"_key": _keys(prof).to_numpy(), **{c: prof[c].to_numpy() for c in cols}})
-    return runs.assign(_key=_keys(runs)).merge(prof, how="left", on="_key").drop(columns=["_key"])
-
-
-def _keys(df: pd.DataFrame) -> pd.Series:
-    """KEY as one string per row, the same for a run row and a profile row of one cell whatever the dtypes
-    (int64 or nullable Int64, string or object, None or NA for a dense cell's routing)."""
-    if df.empty:  # agg(axis=1) of no rows is a DataFrame, not a Series
-        return pd.Series([], index=df.index, dtype=object)
-    part = df[list(KEY)].astype(object)
-    # missing as "": pandas 3's astype(str) keeps None/NA missing (a float NaN), which "|".join refuses
-    return part.where(part.notna(), "").astype(str).agg("|".join, axis=1)
+    prof = prof.sort_values("timestamp").drop_duplicates(list(CELL_KEY), keep="last")
+    prof = pd.DataFrame({"_key": cell_keys(prof).to_numpy(), **{c: prof[c].to_numpy() for c in cols}})
+    return runs.assign(_key=cell_keys(runs)).merge(prof, how="left", on="_key").drop(columns=["_key"])

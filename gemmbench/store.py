@@ -69,6 +69,20 @@ def cell_columns(problem, variant) -> dict:
     )
 
 
+# The columns that name a cell (cell_columns' problem and variant): runs, profiles and comparisons match on them.
+CELL_KEY = ("shape_set", "gemm", "M", "N", "K", "E", "topk", "routing", "tp", "dtype", "variant")
+
+
+def cell_keys(df: pd.DataFrame) -> pd.Series:
+    """CELL_KEY as one string per row, the same for a run row and a profile row of one cell whatever the dtypes
+    (int64 or nullable Int64, string or object, None or NA for a dense cell's routing)."""
+    if df.empty:  # agg(axis=1) of no rows is a DataFrame, not a Series
+        return pd.Series([], index=df.index, dtype=object)
+    part = df[list(CELL_KEY)].astype(object)
+    # missing as "": pandas 3's astype(str) keeps None/NA missing (a float NaN), which "|".join refuses
+    return part.where(part.notna(), "").astype(str).agg("|".join, axis=1)
+
+
 class StoreError(ValueError):
     """A row or a file that cannot be stored or loaded; the one-line message is meant for users."""
 

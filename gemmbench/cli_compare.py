@@ -1,0 +1,140 @@
+"""`gemmbench compare` and `gemmbench baseline save` (registered on cli.app); the work is in gemmbench.compare."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from gemmbench.cli import app, err, fail, out
+
+BASELINE_DIR = Path("results") / "baselines"
+baseline_app = typer.Typer(no_args_is_help=True, help="Save runs as named baselines for `gemmbench compare`.")
+app.add_typer(baseline_app, name="baseline")
+FORMATS = ("table", "markdown", "json")
+STYLE = {"slower": "bold red", "now-failing": "bold red", "noisy": "yellow", "faster": "green", "fixed": "green",
+         "missing": "yellow", "new": "cyan", "still-failing": "red", "same": "dim", "skipped": "dim"}
+
+
+def resolve(spec: str) -> Path:
+    """A baseline name (results/baselines/NAME.parquet) or a path to a run file or folder."""
+    path = Path(spec)
+    if path.exists() or path.suffix == ".parquet" or "/" in spec:
+        return path
+    return BASELINE_DIR / f"{spec}.parquet"
+
+
+def compare_runs(baseline: list[Path], candidate: list[Path], threshold: str, fmt: str, fail_on: str,
+                 force: bool) -> int:
+    """Load, check comparability, print the verdicts; returns the exit code (1 on a --fail-on verdict)."""
+    from gemmbench import compare as cmp
+    from gemmbench.store import StoreError, load
+
+    if fmt not in FORMATS:
+        raise fail(f"--format {fmt!r}: choose from {', '.join(FORMATS)}")
+    try:
+        thr = cmp.parse_threshold(threshold)
+        failed = cmp.parse_fail_on(fail_on)
+        base, cand = load(baseline), load(candidate)
+    except (cmp.CompareError, StoreError) as exc:
+        raise fail(str(exc)) from None
+    why = cmp.check_comparable(base, cand)
+    if why and not force:
+        raise fail(f"refusing to compare: {why}")
+    if why:
+        err.print(escape(f"warning (--force): {why}"), highlight=False)
+    rows = cmp.compare(base, cand, thr)
+    names = " + ".join(map(str, baseline)), " + ".join(map(str, candidate))
+    if fmt == "markdown":
+        out.print(cmp.markdown(rows, thr, *names, failed), markup=False, highlight=False, soft_wrap=True)
+    elif fmt == "json":
+        out.print(cmp.to_json(rows, thr), markup=False, highlight=False, soft_wrap=True)
+    else:
+        _table(rows, thr)
+    hits = [r for r in rows if r.verdict in failed]
+    summary = ", ".join(f"{n} {v}" for v, n in cmp.counts(rows).items())
+    err.print(escape(f"{len(rows)} cells: {summary}") + (f"; [bold red]{len(hits)} hit --fail-on[/]" if hits else ""),
+              highlight=False)
+    return 1 if hits else 0
+
+
+def _table(rows, thr: float) -> None:
+    t = Table(title=f"candidate vs baseline (threshold {thr:.1%}; `same` and `skipped` rows counted below)")
+    for col in ("verdict", "cell", "variant", "baseline µs", "candidate µs", "change", "p"):
+        t.add_column(col, justify="right" if col[0] in "bcp" and col != "cell" else "left")
+    for r in rows:
+        if r.verdict in ("same", "skipped"):
+            continue
+        change = f"{r.ratio - 1:+.1%}" if r.ratio is not None else escape((r.reason or "")[:60])
+        t.add_row(f"[{STYLE[r.verdict]}]{r.verdict}[/]", escape(r.cell), r.variant,
+                  "" if r.base_us is None else f"{r.base_us:.2f}", "" if r.cand_us is None else f"{r.cand_us:.2f}",
+                  change, "" if r.p_value is None else f"{r.p_value:.2g}")
+    out.print(t)
+
+
+@app.command()
+def compare(
+    baseline: Annotated[str, typer.Argument(help="Baseline: a name in results/baselines/, a Parquet file or a folder.")],
+    candidate: Annotated[list[Path], typer.Argument(help="Candidate run file(s) or folder(s).")],
+    threshold: Annotated[str, typer.Option(help="Smallest change of the median that counts, e.g. 5%.")] = "5%",
+    format_: Annotated[str, typer.Option("--format", help="table, markdown (a PR comment) or json.")] = "table",
+    fail_on: Annotated[str, typer.Option(help="Exit 1 on these verdicts: slower, failing, noisy, missing.")] = "slower,failing",
+    force: Annotated[bool, typer.Option(help="Compare runs of different GPU models, timing modes or L2 states.")] = False,
+) -> None:
+    """Verdict per cell (slower, faster, same, noisy, now-failing, fixed, new, missing) from the raw samples of two
+    runs; exit 1 when a verdict named by --fail-on occurs, 0 otherwise, 2 on misuse."""
+    code = compare_runs([resolve(baseline)], candidate, threshold, format_, fail_on, force)
+    raise typer.Exit(code)
+
+
+@baseline_app.command("save")
+def baseline_save(
+    results: Annotated[list[Path], typer.Argument(help="Run file(s) or folder(s) to keep as the baseline.")],
+    name: Annotated[str, typer.Option(help="The baseline's name: results/baselines/NAME.parquet.")],
+    out_dir: Annotated[Path, typer.Option("--dir", help="Folder of the baselines.")] = BASELINE_DIR,
+    variants: Annotated[Optional[str], typer.Option(help="Keep only these variants (comma-separated globs).")] = None,
+) -> None:
+    """Copy the rows of one or more runs into one baseline file (checked, written atomically)."""
+    import fnmatch
+
+    from gemmbench.store import StoreError, load, write_rows
+
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name):
+        raise fail(f"--name {name!r}: use letters, digits, '.', '_' and '-' (it becomes a file name)")
+    try:
+        df = load(results)
+    except StoreError as exc:
+        raise fail(str(exc)) from None
+    if variants:
+        globs = [g.strip() for g in variants.split(",") if g.strip()]
+        df = df[[any(fnmatch.fnmatchcase(v, g) for g in globs) for v in df["variant"]]]
+        if df.empty:
+            raise fail(f"--variants {variants!r} keeps no row of {', '.join(map(str, results))}")
+    rows = [{k: (None if _missing(v) else v) for k, v in r.items()} for r in df.to_dict("records")]
+    path = out_dir / f"{name}.parquet"
+    try:
+        write_rows(path, rows)
+    except (OSError, StoreError) as exc:
+        raise fail(f"cannot write {path}: {exc}") from None
+    gpus = ", ".join(sorted(set(df["gpu"].dropna()))) or "no GPU"
+    err.print(escape(f"baseline {name!r}: {len(rows)} rows ({gpus}) -> {path}"), highlight=False)
+
+
+def _missing(v) -> bool:
+    import pandas as pd
+
+    try:
+        return v is None or (not hasattr(v, "__len__") and bool(pd.isna(v)))
+    except (TypeError, ValueError):
+        return False
+
+
+def compare_after_run(spec: Optional[str], run_path: Path) -> int:
+    """`gemmbench run --compare-to NAME|PATH`: the fresh run against the baseline, as a PR-comment summary."""
+    if not spec:
+        return 0
+    return compare_runs([resolve(spec)], [run_path], "5%", "markdown", "slower,failing", False)

@@ -1,0 +1,165 @@
+"""The perf gate on the CPU: verdicts from synthetic sample sets, status changes, exit codes through the CLI,
+runs that must not be compared, baselines, and `run --compare-to` on the smoke set."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from gemmbench import compare as cmp
+from gemmbench import store
+from test_cli import bad, invoke, text
+
+RNG = np.random.default_rng(1234)
+
+
+def samples(median: float, noise: float, n: int = 30) -> list[float]:
+    """n samples around `median` with relative spread `noise` (a normal draw, clipped positive)."""
+    return list(np.clip(RNG.normal(median, noise * median, n), 0.1 * median, None))
+
+
+def row(variant="v", M=16, status="ok", s=None, gpu="NVIDIA H100 80GB HBM3", mode="cold", ts="2026-11-23T00:00:00",
+        **extra) -> dict:
+    s = samples(100.0, 0.01) if s is None and status == "ok" else s
+    return dict(run_id="r", timestamp=ts, shape_set="set", gemm="g", M=M, N=64, K=64, E=1, topk=1, tp=1, dtype="bf16",
+                variant=variant, status=status, samples_us=s, time_us_median=float(np.median(s)) if s else None,
+                gpu=gpu, timing_mode=mode, l2_state="cold" if mode == "cold" else "streaming", **extra)
+
+
+def write(tmp_path, name, rows) -> str:
+    path = tmp_path / f"{name}.parquet"
+    store.write_rows(path, rows)
+    return str(path)
+
+
+# ---------------------------------------------------------------- the statistics
+
+@pytest.mark.parametrize("change,noise,want", [
+    (1.00, 0.01, "same"),     # same distribution
+    (1.03, 0.01, "same"),     # a real 3% change, under the 5% threshold
+    (1.10, 0.01, "slower"),   # 10% slower with 1% noise: beyond the threshold and significant
+    (0.90, 0.01, "faster"),
+    (1.10, 0.30, "noisy"),    # 10% with 30% noise: the samples cannot support it
+])
+def test_verdict_from_samples(change, noise, want):
+    base = np.array(samples(100.0, 0.01 if noise < 0.1 else noise))
+    cand = np.array(samples(100.0 * change, noise))
+    verdict, ratio, p = cmp.verdict_for_samples(base, cand, 0.05)
+    assert verdict == want, (verdict, ratio, p)
+    assert ratio == pytest.approx(np.median(cand) / np.median(base))
+    assert (p is None) == (want == "same")
+
+
+def test_verdicts_for_status_changes_and_missing_cells(tmp_path):
+    base = [row("a"), row("b"), row("c", status="wrong", s=None), row("d", status="error", s=None), row("e"),
+            row("f", status="skipped", s=None)]
+    cand = [row("a", s=samples(120, 0.01)), row("b", status="wrong", s=None, reason="rows 0-3 wrong"), row("c"),
+            row("d", status="error", s=None), row("g"), row("f")]
+    rows = cmp.compare(store.load(write(tmp_path, "b", base)), store.load(write(tmp_path, "c", cand)), 0.05)
+    got = {r.variant: r.verdict for r in rows}
+    assert got == {"a": "slower", "b": "now-failing", "c": "fixed", "d": "still-failing", "e": "missing", "g": "new",
+                   "f": "skipped"}
+    assert rows[0].verdict == "slower" and rows[0].ratio == pytest.approx(1.2, rel=0.02)
+    assert next(r for r in rows if r.variant == "b").reason == "rows 0-3 wrong"
+
+
+def test_latest_row_of_a_cell_wins(tmp_path):
+    base = [row("a")]
+    cand = [row("a", s=samples(150, 0.01), ts="2026-11-23T01:00:00"), row("a", ts="2026-11-23T02:00:00")]
+    rows = cmp.compare(store.load(write(tmp_path, "b", base)), store.load(write(tmp_path, "c", cand)))
+    assert [r.verdict for r in rows] == ["same"]
+
+
+@pytest.mark.parametrize("text_,want", [("5%", 0.05), ("5", 0.05), ("0.05", 0.05), ("12.5%", 0.125)])
+def test_threshold_parsing(text_, want):
+    assert cmp.parse_threshold(text_) == pytest.approx(want)
+
+
+@pytest.mark.parametrize("text_", ["five", "0%", "100%", "-3%"])
+def test_bad_threshold(text_):
+    with pytest.raises(cmp.CompareError, match="--threshold"):
+        cmp.parse_threshold(text_)
+
+
+# ---------------------------------------------------------------- the command
+
+def test_exit_codes_and_formats(tmp_path):
+    base = write(tmp_path, "base", [row("a"), row("b")])
+    same = write(tmp_path, "same", [row("a"), row("b")])
+    slow = write(tmp_path, "slow", [row("a", s=samples(110, 0.01)), row("b")])
+    failing = write(tmp_path, "failing", [row("a"), row("b", status="error", s=None, reason="CUDA error")])
+    res = invoke("compare", base, same)
+    assert res.exit_code == 0, res.stderr and "2 same" in text(res.stderr)
+    res = invoke("compare", base, slow)
+    assert res.exit_code == 1 and "slower" in text(res.stdout) and "1 hit --fail-on" in text(res.stderr)
+    assert invoke("compare", base, slow, "--fail-on", "failing").exit_code == 0
+    assert invoke("compare", base, failing).exit_code == 1
+    assert invoke("compare", base, failing, "--fail-on", "slower").exit_code == 0
+    md = invoke("compare", base, slow, "--format", "markdown")
+    assert md.stdout.startswith("### gemmbench perf: ❌ 1 regression(s)") and "| slower | set g bf16 M16" in md.stdout
+    js = json.loads(invoke("compare", base, slow, "--format", "json").stdout)
+    assert js["counts"] == {"slower": 1, "same": 1} and js["rows"][0]["verdict"] == "slower"
+    assert invoke("compare", base, slow, "--threshold", "20%").exit_code == 0  # 10% is under a 20% threshold
+
+
+@pytest.mark.parametrize("what,cand_kw", [("gpu", {"gpu": "NVIDIA H200"}), ("timing_mode", {"mode": "stream"})])
+def test_runs_of_different_gpus_or_modes_are_refused(tmp_path, what, cand_kw):
+    base = write(tmp_path, "base", [row("a")])
+    cand = write(tmp_path, "cand", [row("a", **cand_kw)])
+    line = bad(invoke("compare", base, cand))
+    assert "refusing to compare" in line and what in line and "--force" in line
+    forced = invoke("compare", base, cand, "--force")
+    assert forced.exit_code == 0 and "warning (--force)" in text(forced.stderr)
+
+
+def test_misuse_is_one_line_and_exit_2(tmp_path):
+    base = write(tmp_path, "base", [row("a")])
+    assert "no such file" in bad(invoke("compare", base, tmp_path / "nope.parquet"))
+    assert "--fail-on" in bad(invoke("compare", base, base, "--fail-on", "sometimes"))
+    assert "--format" in bad(invoke("compare", base, base, "--format", "html"))
+    assert "--threshold" in bad(invoke("compare", base, base, "--threshold", "lots"))
+    (tmp_path / "junk.parquet").write_bytes(b"PAR1 not really")
+    assert "not a readable Parquet file" in bad(invoke("compare", base, tmp_path / "junk.parquet"))
+    assert "no such file" in bad(invoke("compare", "no-such-baseline", base))  # results/baselines/<name>.parquet
+
+
+def test_a_file_of_another_schema_is_refused(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    base = write(tmp_path, "base", [row("a")])
+    table = pq.read_table(base)
+    old = table.drop_columns(["schema_version"]).replace_schema_metadata({b"gemmbench.schema_version": b"9"})
+    pq.write_table(old, tmp_path / "new.parquet")
+    assert "newer gemmbench" in bad(invoke("compare", base, tmp_path / "new.parquet"))
+
+
+def test_baseline_save_and_compare_by_name(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    run = write(tmp_path, "run", [row("a"), row("b", status="skipped", s=None, reason="no fp8 here")])
+    res = invoke("baseline", "save", run, "--name", "h100")
+    assert res.exit_code == 0, res.stderr
+    saved = store.load(tmp_path / "results" / "baselines" / "h100.parquet")
+    assert len(saved) == 2 and list(saved.variant) == ["a", "b"]
+    assert np.allclose(saved.samples_us[0], store.load(run).samples_us[0])
+    assert invoke("compare", "h100", run).exit_code == 0
+    assert "--name" in bad(invoke("baseline", "save", run, "--name", "../evil"))
+    assert invoke("baseline", "save", run, "--name", "only-a", "--variants", "a,x*").exit_code == 0
+    assert list(store.load(tmp_path / "results" / "baselines" / "only-a.parquet").variant) == ["a"]
+    assert "keeps no row" in bad(invoke("baseline", "save", run, "--name", "none", "--variants", "zz*"))
+
+
+def test_run_compare_to_on_the_cpu(tmp_path, monkeypatch):
+    """`gemmbench run --compare-to`: the smoke run against a baseline made of an earlier smoke run; a baseline
+    that does not exist is refused before anything runs."""
+    monkeypatch.chdir(tmp_path)
+    args = ["run", "--shapes", "smoke", "--m", "1", "--dtype", "fp16", "--variants", "cublas_fp16", "--budget", "0.01"]
+    first = invoke(*args, "--out", tmp_path / "first.parquet")
+    assert first.exit_code == 0, first.stderr
+    assert invoke("baseline", "save", tmp_path / "first.parquet", "--name", "cpu").exit_code == 0
+    res = invoke(*args, "--out", tmp_path / "second.parquet", "--compare-to", "cpu", "--strict")
+    assert res.exit_code in (0, 1), res.stderr  # wall-clock CPU timings may move: either verdict is honest
+    assert "### gemmbench perf:" in res.stdout and "against" in res.stdout
+    assert "--compare-to" in bad(invoke(*args, "--out", tmp_path / "third.parquet", "--compare-to", "nope"))
