@@ -18,7 +18,7 @@ from typing import Optional
 import numpy as np
 import pandas as pd
 
-from gemmbench.store import CELL_KEY, cell_keys
+from gemmbench.store import cell_keys
 
 ALPHA = 0.01
 VERDICTS = ("slower", "now-failing", "noisy", "faster", "fixed", "same", "still-failing", "skipped", "new", "missing")

@@ -126,7 +126,6 @@ def test_misuse_is_one_line_and_exit_2(tmp_path):
 
 
 def test_a_file_of_another_schema_is_refused(tmp_path):
-    import pyarrow as pa
     import pyarrow.parquet as pq
 
     base = write(tmp_path, "base", [row("a")])
