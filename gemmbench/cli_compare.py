@@ -101,7 +101,7 @@ def baseline_save(
     """Copy the rows of one or more runs into one baseline file (checked, written atomically)."""
     import fnmatch
 
-    from gemmbench.store import StoreError, load, write_rows
+    from gemmbench.store import StoreError, load, records, write_rows
 
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name):
         raise fail(f"--name {name!r}: use letters, digits, '.', '_' and '-' (it becomes a file name)")
@@ -114,7 +114,7 @@ def baseline_save(
         df = df[[any(fnmatch.fnmatchcase(v, g) for g in globs) for v in df["variant"]]]
         if df.empty:
             raise fail(f"--variants {variants!r} keeps no row of {', '.join(map(str, results))}")
-    rows = [{k: (None if _missing(v) else v) for k, v in r.items()} for r in df.to_dict("records")]
+    rows = records(df)
     path = out_dir / f"{name}.parquet"
     try:
         write_rows(path, rows)
@@ -122,15 +122,6 @@ def baseline_save(
         raise fail(f"cannot write {path}: {exc}") from None
     gpus = ", ".join(sorted(set(df["gpu"].dropna()))) or "no GPU"
     err.print(escape(f"baseline {name!r}: {len(rows)} rows ({gpus}) -> {path}"), highlight=False)
-
-
-def _missing(v) -> bool:
-    import pandas as pd
-
-    try:
-        return v is None or (not hasattr(v, "__len__") and bool(pd.isna(v)))
-    except (TypeError, ValueError):
-        return False
 
 
 def compare_after_run(spec: Optional[str], run_path: Path) -> int:

@@ -12,6 +12,7 @@ import tempfile
 from pathlib import Path
 from typing import Sequence
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -138,6 +139,7 @@ def write_table(path: str | Path, table: pa.Table) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
+            os.fchmod(f.fileno(), usual_mode())
             pq.write_table(table, f)
             f.flush()
             os.fsync(f.fileno())
@@ -159,6 +161,13 @@ def write_table(path: str | Path, table: pa.Table) -> None:
         pass
     finally:
         os.close(dir_fd)
+
+
+def usual_mode() -> int:
+    """The mode an ordinary new file gets here (0666 less the umask): what a mkstemp file (0600) is given."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask
 
 
 class RunWriter:
@@ -244,6 +253,18 @@ def _read(f: Path) -> pa.Table:
         return table.select(COLUMNS).cast(SCHEMA)  # drop extras, unify column order and types
     except (pa.ArrowException, ValueError) as e:
         raise StoreError(f"{f}: columns do not match schema {SCHEMA_VERSION} ({_one_line(e)})") from None
+
+
+def records(df: pd.DataFrame) -> list[dict]:
+    """The rows of a loaded frame as write_rows takes them again (pandas' NA and NaN back to None)."""
+    def plain(v):
+        if isinstance(v, np.ndarray):  # samples_us
+            return v.tolist()
+        if v is None or v is pd.NA or (isinstance(v, float) and v != v):
+            return None
+        return v.item() if isinstance(v, np.generic) else v
+
+    return [{k: plain(v) for k, v in r.items()} for r in df.to_dict("records")]
 
 
 def load(paths: Sequence[str | Path]) -> pd.DataFrame:

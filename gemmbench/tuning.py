@@ -137,6 +137,9 @@ def save(variant: str, problem: Problem, gpu: str, config: dict, us: float, abou
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     with os.fdopen(fd, "w") as f:
+        from gemmbench.store import usual_mode
+
+        os.fchmod(f.fileno(), usual_mode())
         f.write(json.dumps(data, indent=1) + "\n")
     os.replace(tmp, path)
     return path

@@ -162,3 +162,37 @@ def test_run_compare_to_on_the_cpu(tmp_path, monkeypatch):
     assert res.exit_code in (0, 1), res.stderr  # wall-clock CPU timings may move: either verdict is honest
     assert "### gemmbench perf:" in res.stdout and "against" in res.stdout
     assert "--compare-to" in bad(invoke(*args, "--out", tmp_path / "third.parquet", "--compare-to", "nope"))
+
+
+def test_ci_perf_script_confirms_a_regression_by_rerunning(tmp_path):
+    """scripts/ci-perf.sh end to end on the CPU smoke set: against its own run it passes (exit 0); against a
+    baseline whose samples are 1000x faster every cell is slower, the flagged variants are run again, and the
+    job fails (exit 1) because the re-run confirms it.  Artifacts: the runs, both comparisons in Markdown and JSON."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).parent.parent / "scripts" / "ci-perf.sh"
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}", SHAPES="smoke",
+               RUN_ARGS="--variants cublas_fp16 --dtype fp16 --m 1,2 --budget 0.01", THRESHOLD="50%")
+    first = invoke("run", "--shapes", "smoke", "--variants", "cublas_fp16", "--dtype", "fp16", "--m", "1,2",
+                   "--budget", "0.01", "--out", tmp_path / "base.parquet")
+    assert first.exit_code == 0, first.stderr
+    clean = store.records(store.load(tmp_path / "base.parquet"))
+    store.write_rows(tmp_path / "same.parquet", clean)
+    store.write_rows(tmp_path / "fast.parquet", [dict(r, samples_us=[x / 1000 for x in r["samples_us"]]) for r in clean])
+
+    ok = subprocess.run(["bash", str(script)], cwd=tmp_path, env=dict(env, BASELINE=str(tmp_path / "same.parquet"),
+                        ARTIFACTS="a1"), capture_output=True, text=True, timeout=300)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert not (tmp_path / "a1" / "retry").exists() and (tmp_path / "a1" / "compare.json").exists()
+
+    bad_ = subprocess.run(["bash", str(script)], cwd=tmp_path, env=dict(env, BASELINE=str(tmp_path / "fast.parquet"),
+                          ARTIFACTS="a2"), capture_output=True, text=True, timeout=300)
+    assert bad_.returncode == 1, bad_.stdout + bad_.stderr
+    art = tmp_path / "a2"
+    assert (art / "retry.txt").read_text().split() == ["smoke", "cublas_fp16"]
+    retry = json.loads((art / "compare-retry.json").read_text())
+    assert retry["counts"]["slower"] == len(store.load(art / "retry" / "smoke.parquet")) == 6
+    assert "Re-run of the flagged variants" in bad_.stdout

@@ -201,3 +201,14 @@ def test_run_killed_after_three_rows(tmp_path):
     assert df["M"].tolist() == [1, 2, 4]
     assert (df["run_id"] == "killed").all()
     assert load([path])["samples_us"].map(list).tolist() == [[1.0, 2.0]] * 3
+
+
+def test_written_files_get_the_usual_mode_not_mkstemps_0600(tmp_path):
+    """Results are shared (CI artifacts, committed baselines): a file others cannot read is a defect."""
+    import os
+
+    path = tmp_path / "r.parquet"
+    store.write_rows(path, [])
+    mask = os.umask(0)
+    os.umask(mask)
+    assert (path.stat().st_mode & 0o777) == 0o666 & ~mask
