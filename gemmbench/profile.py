@@ -105,7 +105,7 @@ class CellProfiler:
         with tempfile.TemporaryDirectory() as tmp:
             result = Path(tmp) / "result.json"
             target = target_command(problem, variant.name, self.opts, result)
-            extra, rows = {}, None
+            extra = {}
             if self.nsys:
                 outcome, output, code = self._child(nsys.profile_command(self.nsys, stem, target), result)
                 if outcome is None or outcome["status"] != "ok":
@@ -140,8 +140,8 @@ class CellProfiler:
                         max_rel_err=outcome["max_rel_err"], bytes_min=model.bytes_min, **extra)
             if not self.ncu:
                 return [cell]
-            rows = [dict(cell, ncu_report=str(report), **k) for k in ncu.cell_rows(kernels, model, self.opts.extra_metrics)]
-        return rows
+            return [dict(cell, ncu_report=str(report), **k)
+                    for k in ncu.cell_rows(kernels, model, self.opts.extra_metrics)]
 
     def _nsys_columns(self, stem: Path, name: str):
         sqlite_path = stem.with_name(stem.name + ".sqlite")
