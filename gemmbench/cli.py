@@ -393,7 +393,7 @@ def shapes_from_config(
 
 
 # these commands live in their own modules (registered on `app` when imported)
-from gemmbench import cli_compare, cli_profile  # noqa: E402,F401
+from gemmbench import cli_compare, cli_plot, cli_profile  # noqa: E402,F401
 
 
 def main() -> None:

@@ -1,0 +1,153 @@
+"""`gemmbench plot` and `gemmbench report`: the commands (registered on cli.app); the rows are chosen by
+gemmbench.plotdata, drawn by gemmbench.plots and written up by gemmbench.report."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.markup import escape
+
+from gemmbench.cli import _choices, _dtypes, _tp_list, app, err, fail
+
+RESULTS_HELP = "Run files or profile tables (.parquet), or folders of them."
+_SHAPES = "Comma-separated globs on the GEMM id (attn_qkv) or the shape set (llama70b-attn)."
+_VARIANTS = "Comma-separated globs: the variants drawn (a baseline still counts when it is not drawn)."
+_BASELINE = "Variant speedups are measured against (default: cuBLAS of each row's dtype; torch_moe_loop for MoE)."
+_GPU = "The GPU whose rows to use (its name, or part of it: 'H100'); needed when RESULTS hold several."
+# the filter options `plot` and `report` share
+Baseline = Annotated[Optional[str], typer.Option(help=_BASELINE)]
+Shapes = Annotated[Optional[str], typer.Option(help=_SHAPES)]
+Variants = Annotated[Optional[str], typer.Option(help=_VARIANTS)]
+Dtype = Annotated[Optional[str], typer.Option(help="Comma-separated: fp16, bf16, fp8 (default: all).")]
+Tp = Annotated[Optional[str], typer.Option(help="Tensor-parallel degrees, e.g. 8 or 1,8 (default: all).")]
+Gpu = Annotated[Optional[str], typer.Option(help=_GPU)]
+
+
+def _globs(option: str, text: Optional[str]) -> Optional[list[str]]:
+    if text is None:
+        return None
+    globs = [x.strip() for x in text.split(",") if x.strip()]
+    if not globs:
+        raise fail(f"{option} is empty (give comma-separated names or globs)")
+    return globs
+
+
+def _selected(results: list[Path], shapes, variants, dtype, tp, gpu, baseline):
+    """(runs, profiles, files) after the filters, speedups against the baseline; a bad input is one line, exit 2."""
+    from gemmbench import plotdata
+    from gemmbench.store import StoreError
+
+    f = plotdata.Filters(shapes=_globs("--shapes", shapes), variants=_globs("--variants", variants),
+                         dtypes=_dtypes(dtype) if dtype is not None else None,
+                         tps=_tp_list(tp) if tp is not None else None, gpu=gpu)
+    try:
+        res = plotdata.read(results)
+        runs = profiles = None
+        if res.runs is not None:
+            runs = plotdata.select(res.runs, f, "run rows")
+            if baseline is not None and not (runs["variant"] == baseline).any():
+                raise StoreError(f"--baseline {baseline!r}: no such variant in the selected rows (they hold "
+                                 f"{', '.join(sorted(runs['variant'].astype(str).unique()))})")
+            runs = plotdata.keep_variants(plotdata.with_speedups(runs, baseline), f, "run rows")
+        if res.profiles is not None:
+            profiles = plotdata.keep_variants(plotdata.select(res.profiles, f, "profile rows"), f, "profile rows")
+        if runs is not None and profiles is not None:
+            gpus = set(plotdata.gpu_names(runs)) | set(plotdata.gpu_names(profiles))
+            if len(gpus) > 1:
+                raise StoreError(f"the runs and the profile tables come from different GPUs ({'; '.join(sorted(gpus))}): "
+                                 f"choose one with --gpu")
+    except StoreError as exc:
+        raise fail(str(exc)) from None
+    return runs, profiles, res.files
+
+
+def _warn(text: str) -> None:
+    err.print(escape(f"warning: {text}"), highlight=False, soft_wrap=True)
+
+
+@app.command()
+def plot(
+    results: Annotated[list[Path], typer.Argument(help=RESULTS_HELP, show_default=False)],
+    kind: Annotated[str, typer.Option(help="roofline, speedup, tflops, latency, schedules (MoE), profile (ncu tables); "
+                                           "comma-separated for several.")],
+    baseline: Baseline = None,
+    shapes: Shapes = None,
+    variants: Variants = None,
+    dtype: Dtype = None,
+    tp: Tp = None,
+    gpu: Gpu = None,
+    out_path: Annotated[Path, typer.Option("--out", help="Folder for the figures: <kind>-<GEMM>-<dtype>.png.")] = Path("plots"),
+    fmt: Annotated[str, typer.Option("--format", help="Comma-separated: png, svg.")] = "png",
+) -> None:
+    """Draw figures from result files: one per GEMM and dtype (a roofline: one per dtype); prints each path written."""
+    from gemmbench import plots
+
+    kinds = _choices("--kind", kind, plots.KINDS)
+    formats = _choices("--format", fmt, plots.FORMATS)
+    if out_path.is_file():
+        raise fail(f"--out {out_path}: give a folder (one file per figure goes inside it)")
+    runs, profiles, _ = _selected(results, shapes, variants, dtype, tp, gpu, baseline)
+    if profiles is None and "profile" in kinds:
+        raise fail("--kind profile draws profile tables (`gemmbench profile --ncu` output); RESULTS hold none")
+    if runs is None and set(kinds) - {"profile"}:
+        other = ", ".join(k for k in kinds if k != "profile")
+        raise fail(f"--kind {other} draws run files (`gemmbench run` output); RESULTS hold only profile tables")
+    if "schedules" in kinds and not (runs["E"] > 1).any():
+        raise fail("--kind schedules draws MoE GEMMs (E > 1); the selected rows have none")
+    from gemmbench.store import StoreError
+
+    drawn = []
+    try:
+        for k in kinds:
+            drawn += plots.figures(k, runs, profiles)
+    except StoreError as exc:
+        raise fail(str(exc)) from None
+    if not any(d.figure is not None for d in drawn):
+        raise fail("nothing to draw: " + ("; ".join(d.note for d in drawn) or f"no rows that --kind {kind} draws"))
+    for d in drawn:
+        if d.figure is None:
+            _warn(d.note)
+            continue
+        for w in d.warnings:
+            _warn(f"{d.stem}: {w}")
+        try:
+            paths = plots.save(d.figure, out_path, d.stem, formats)
+        except OSError as exc:
+            raise fail(f"--out {out_path}: cannot write ({exc.strerror or exc})") from None
+        for p in paths:
+            typer.echo(str(p))
+
+
+@app.command()
+def report(
+    results: Annotated[list[Path], typer.Argument(help=RESULTS_HELP, show_default=False)],
+    out_path: Annotated[Path, typer.Option("--out", help="Folder for report.md, report.html and img/.")] = Path("report"),
+    baseline: Baseline = None,
+    shapes: Shapes = None,
+    variants: Variants = None,
+    dtype: Dtype = None,
+    tp: Tp = None,
+    gpu: Gpu = None,
+) -> None:
+    """Write a Markdown report and a self-contained HTML one: per GEMM and dtype the winner by M, its speedup and %
+    of roofline, the tables and the figures; prints each path written."""
+    from gemmbench import report as rep_mod
+    from gemmbench.store import StoreError
+
+    if out_path.is_file():
+        raise fail(f"--out {out_path}: give a folder (report.md, report.html and img/ go inside it)")
+    runs, profiles, files = _selected(results, shapes, variants, dtype, tp, gpu, baseline)
+    try:
+        rep = rep_mod.build(runs, profiles, files)
+    except StoreError as exc:
+        raise fail(str(exc)) from None
+    for w in rep.warnings:
+        _warn(w)
+    try:
+        paths = rep_mod.write(rep, out_path)
+    except OSError as exc:
+        raise fail(f"--out {out_path}: cannot write ({exc.strerror or exc})") from None
+    for p in paths:
+        typer.echo(str(p))

@@ -1,0 +1,404 @@
+"""`gemmbench plot` and `gemmbench report` on committed H100 results: the figures' series, axes, ceilings and
+footnote counts (read from the matplotlib objects, never from pixels), the report's tables against the data, and
+the one-line errors.  Expected numbers are computed here from the DataFrame, not with the code under test."""
+
+from __future__ import annotations
+
+import os
+
+os.environ["MPLBACKEND"] = "Agg"  # before anything imports matplotlib: no GUI backend in a test
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from gemmbench import plotdata, plots, plots_roofline, report, store
+from test_cli import bad, invoke, text
+
+ROOT = Path(__file__).resolve().parent.parent
+TP8 = ROOT / "results/h100-2026-11-22/llama70b-attn-tp8-cold.parquet"  # attn at TP=8, fp8 + bf16, 6 variants
+MLP = ROOT / "results/h100-2026-11-22/llama70b-mlp-cold.parquet"  # M up to 4096: 5 fp8 points over the peak
+MOE_COLD = ROOT / "results/h100-2026-11-23-moe/moe-tp1-cold.parquet"
+MOE_STREAM = ROOT / "results/h100-2026-11-23-moe/moe-tp1-stream.parquet"  # torch_* cells skipped (not capturable)
+ATTN_OLD = ROOT / "results/h100-2026-11-22/llama70b-attn-cold.parquet"  # attn TP=1, one run ...
+ATTN_TMA = ROOT / "results/h100-2026-11-22-tma/attn-cold.parquet"  # ... and another with cells in common
+PROFILE = ROOT / "results/h100-2026-11-23-profile/llama70b-attn-m16-ncu.parquet"
+GPU = "NVIDIA H100 80GB HBM3"
+
+
+def prepared(paths, baseline=None, df=None, **filters) -> pd.DataFrame:
+    """The rows a plot draws, as `gemmbench plot` prepares them."""
+    f = plotdata.Filters(**filters)
+    rows = plotdata.read(paths).runs if df is None else df
+    return plotdata.keep_variants(plotdata.with_speedups(plotdata.select(rows, f), baseline), f)
+
+
+def one(drawn, stem):
+    found = [d for d in drawn if d.stem == stem]
+    assert len(found) == 1, [d.stem for d in drawn]
+    return found[0].figure
+
+
+def lines(ax, prefix="series:") -> dict:
+    return {ln.get_gid()[len(prefix):]: ln for ln in ax.get_lines() if (ln.get_gid() or "").startswith(prefix)}
+
+
+def gid(ax, name):
+    found = [a for a in ax.get_children() if a.get_gid() == name]
+    assert len(found) == 1, name
+    return found[0]
+
+
+def title(fig) -> str:
+    return fig._suptitle.get_text()
+
+
+def footnote(fig) -> str:
+    notes = [t.get_text() for t in fig.texts if t.get_gid() == "footnote"]
+    assert len(notes) == 1
+    return " ".join(notes[0].split())  # unwrapped
+
+
+def speedups_by_hand(df: pd.DataFrame, gemm: str, dtype: str, baseline: str) -> pd.DataFrame:
+    """baseline time / variant time of the ok rows, joined on M: what every speedup series must show."""
+    g = df[(df["gemm"] == gemm) & (df["dtype"] == dtype) & (df["status"] == "ok")]
+    base = g[g["variant"] == baseline].set_index("M")["time_us_median"]
+    return g.assign(expected=g["M"].map(base) / g["time_us_median"]).dropna(subset=["expected"])
+
+
+@pytest.fixture(scope="module")
+def tp8():
+    return store.load([TP8])
+
+
+# ------------------------------------------------------------------ speedup
+
+def test_speedup_series_match_the_data(tp8):
+    drawn = plots.figures("speedup", prepared([TP8], dtypes=["fp8"]))
+    assert [d.stem for d in drawn] == ["speedup-attn_qkv-tp8-fp8", "speedup-attn_o-tp8-fp8"]
+    fig = one(drawn, "speedup-attn_qkv-tp8-fp8")
+    ax = fig.axes[0]
+    series = lines(ax)
+    # the baseline is the line at 1.0, not a series
+    assert set(series) == {"cublas_fp8_rowwise", "triton_dp_col", "triton_dp_grouped", "triton_dp_row"}
+    want = speedups_by_hand(tp8, "attn_qkv", "fp8", "cublas_fp8")
+    for variant, ln in series.items():
+        w = want[want["variant"] == variant].sort_values("M")
+        assert list(ln.get_xdata()) == [1, 2, 4, 8, 16, 32, 64]
+        np.testing.assert_allclose(ln.get_ydata(), w["expected"], rtol=1e-12)
+    assert list(gid(ax, "baseline").get_ydata()) == [1.0, 1.0]
+    assert "speedup over cublas_fp8" in ax.get_ylabel() and "×" in ax.get_ylabel()
+    assert ax.get_xlabel().startswith("M") and ax.get_xscale() == "log"
+    assert "cublas_fp8 = 1.0" in [t.get_text() for t in ax.get_legend().get_texts()]
+    assert "attn_qkv (N=1280, K=8192, TP=8), fp8" in title(fig)
+    assert GPU in title(fig) and "2026-11-22" in title(fig) and "cold timing" in title(fig)
+    assert "Not drawn" not in footnote(fig)  # every cell of this file is ok
+
+
+def test_speedup_never_from_a_wrong_or_skipped_row(tp8):
+    df = tp8.copy()
+    qkv = (df["gemm"] == "attn_qkv") & (df["dtype"] == "fp8")
+    wrong = qkv & (df["variant"] == "cublas_fp8") & (df["M"] == 16)  # the baseline itself is wrong at M = 16
+    skipped = qkv & (df["variant"] == "triton_dp_row") & (df["M"] == 32)
+    df.loc[wrong, ["status", "reason"]] = ["wrong", "max rel err 0.5 at rows 0..15"]
+    df.loc[skipped, ["status", "reason"]] = ["skipped", "no fp8 here"]
+    fig = one(plots.figures("speedup", prepared(None, df=df, dtypes=["fp8"])), "speedup-attn_qkv-tp8-fp8")
+    series = lines(fig.axes[0])
+    for variant, ln in series.items():
+        assert 16 not in list(ln.get_xdata()), variant  # no baseline at 16: no speedup for anyone
+    assert 32 not in list(series["triton_dp_row"].get_xdata())
+    assert 32 in list(series["triton_dp_col"].get_xdata())
+    note = footnote(fig)
+    assert "Not drawn: 1 wrong (cublas_fp8: max rel err 0.5" in note
+    assert "1 skipped (triton_dp_row: no fp8 here)" in note
+    assert "No speedup for 4 ok cells" in note  # rowwise + 3 data-parallel at M = 16
+
+
+def test_baseline_option_replaces_the_default(tp8):
+    fig = one(plots.figures("speedup", prepared([TP8], baseline="triton_dp_row", dtypes=["bf16"])),
+              "speedup-attn_o-tp8-bf16")
+    series = lines(fig.axes[0])
+    assert "triton_dp_row" not in series and "cublas_bf16" in series
+    want = speedups_by_hand(tp8, "attn_o", "bf16", "triton_dp_row")
+    w = want[want["variant"] == "cublas_bf16"].sort_values("M")
+    np.testing.assert_allclose(series["cublas_bf16"].get_ydata(), w["expected"], rtol=1e-12)
+    assert "speedup over triton_dp_row" in fig.axes[0].get_ylabel()
+
+
+def test_two_runs_of_one_cell_are_two_series_each_against_its_own_baseline():
+    df = prepared([ATTN_OLD, ATTN_TMA], dtypes=["fp8"], tps=[1], shapes=["attn_o"])
+    fig = one(plots.figures("speedup", df), "speedup-attn_o-fp8")
+    series = lines(fig.axes[0])
+    runs = sorted(store.load([ATTN_OLD, ATTN_TMA])["run_id"].unique())
+    assert {f"triton_dp_row ({r})" for r in runs} <= set(series)
+    assert "triton_splitk_atomic" in series  # in one run only: plain name
+    for run, path in zip(runs, [ATTN_OLD, ATTN_TMA]):
+        want = speedups_by_hand(store.load([path]).query("tp == 1"), "attn_o", "fp8", "cublas_fp8")
+        w = want[want["variant"] == "triton_dp_row"].sort_values("M")
+        np.testing.assert_allclose(series[f"triton_dp_row ({run})"].get_ydata(), w["expected"], rtol=1e-12)
+
+
+# ------------------------------------------------------------------ roofline
+
+def test_roofline_ceilings_points_and_m_labels(tp8):
+    drawn = plots.figures("roofline", prepared([TP8], dtypes=["fp8"]))
+    assert [d.stem for d in drawn] == ["roofline-fp8"] and drawn[0].warnings == []
+    fig = drawn[0].figure
+    ax = fig.axes[0]
+    assert ax.get_xscale() == ax.get_yscale() == "log"
+    assert "FLOP per byte" in ax.get_xlabel() and ax.get_ylabel() == "TFLOP/s"
+    rows = tp8[tp8["dtype"] == "fp8"]
+    bw, peak = rows["ceiling_bw_gbps"].max(), rows["ceiling_tflops"].iloc[0]
+    mem, comp = gid(ax, "ceiling:measured:memory"), gid(ax, "ceiling:measured:compute")
+    np.testing.assert_allclose(mem.get_ydata() / mem.get_xdata(), bw / 1e3)  # TFLOP/s per FLOP/B = TB/s
+    np.testing.assert_allclose(comp.get_ydata(), peak)
+    np.testing.assert_allclose(gid(ax, "ridge:measured").get_xdata(), [peak * 1e3 / bw])
+    sheet = gid(ax, "ceiling:datasheet")
+    assert sheet.get_linestyle() == "--" and mem.get_linestyle() == "-"
+    np.testing.assert_allclose(sheet.get_ydata()[0] / sheet.get_xdata()[0], 3.35)
+    assert max(sheet.get_ydata()) == 1979.0
+    # one point per ok cell, at (FLOPs / minimum bytes, TFLOP/s)
+    for (gemm, variant), s in rows.groupby(["gemm", "variant"]):
+        pts = gid(ax, f"points:{gemm} tp8:{variant}").get_offsets()
+        s = s.sort_values("M")
+        np.testing.assert_allclose(pts[:, 0], s["flops"] / s["bytes_min"])
+        np.testing.assert_allclose(pts[:, 1], s["tflops"], rtol=1e-9)
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert {"attn_qkv tp8", "attn_o tp8", "cublas_fp8", "triton_dp_row"} <= set(legend)
+    labels = sorted({a.get_text() for a in ax.texts if (a.get_gid() or "").startswith("m-label:")}, key=int)
+    assert labels == ["1", "2", "4", "8", "16", "32", "64"]
+    assert not [a for a in ax.get_children() if a.get_gid() == "above-ceiling"]
+    assert "Roofline: llama70b-attn, TP=8, fp8" in title(fig) and GPU in title(fig)
+
+
+def test_points_above_a_measured_ceiling_are_ringed_and_warned(tmp_path):
+    mlp = store.load([MLP])
+    over = mlp[(mlp["dtype"] == "fp8") & (mlp["pct_of_roofline"] > 100)]
+    assert len(over) == 5  # committed data: cuBLAS fp8 prefill beats the 8192³ peak measurement
+    d = plots.figures("roofline", prepared([MLP], dtypes=["fp8"]))[0]
+    rings = gid(d.figure.axes[0], "above-ceiling").get_offsets()
+    np.testing.assert_allclose(sorted(rings[:, 1]), sorted(over["tflops"]), rtol=1e-9)
+    assert len(d.warnings) == 1 and d.warnings[0].startswith("5 point(s) above their measured ceiling")
+    assert "mlp_down fp8 M=2048 cublas_fp8 105.1% of its compute ceiling" in d.warnings[0]
+    assert "Red rings: 5 point(s)" in footnote(d.figure)
+    result = invoke("plot", MLP, "--kind", "roofline", "--dtype", "fp8", "--out", tmp_path)
+    assert result.exit_code == 0
+    assert "warning: roofline-fp8: 5 point(s) above their measured ceiling" in text(result.stderr)
+
+
+def test_unknown_gpu_has_no_datasheet_lines_and_says_so(tp8):
+    df = tp8.assign(gpu="NVIDIA A100-SXM4-80GB")
+    fig = plots.figures("roofline", prepared(None, df=df, dtypes=["bf16"]))[0].figure
+    ax = fig.axes[0]
+    assert not [a for a in ax.get_children() if (a.get_gid() or "").endswith(":datasheet")]
+    assert gid(ax, "ceiling:measured:memory") is not None
+    assert "No datasheet ceilings for 'NVIDIA A100-SXM4-80GB', so no dashed lines" in footnote(fig)
+
+
+# ------------------------------------------------------------------ tflops, latency, schedules, profile
+
+def test_tflops_and_latency_lines_with_p20_p80_bands(tp8):
+    df = prepared([TP8], dtypes=["bf16"], shapes=["attn_o"])
+    rows = tp8[(tp8["gemm"] == "attn_o") & (tp8["dtype"] == "bf16")]
+    tf = plots.figures("tflops", df)[0].figure
+    lat = one(plots.figures("latency", df), "latency-attn_o-tp8-bf16")
+    assert set(lines(tf.axes[0])) == set(lines(lat.axes[0])) == set(rows["variant"])
+    for variant, s in rows.groupby("variant"):
+        s = s.sort_values("M")
+        np.testing.assert_allclose(lines(tf.axes[0])[variant].get_ydata(), s["flops"] / (s["time_us_median"] * 1e6))
+        np.testing.assert_allclose(lines(lat.axes[0])[variant].get_ydata(), s["time_us_median"])
+        band = gid(lat.axes[0], f"band:{variant}").get_paths()[0].vertices[:, 1]
+        assert band.min() == pytest.approx(s["time_us_p20"].min()) and band.max() == pytest.approx(s["time_us_p80"].max())
+        band = gid(tf.axes[0], f"band:{variant}").get_paths()[0].vertices[:, 1]
+        assert band.max() == pytest.approx((s["flops"] / (s["time_us_p20"] * 1e6)).max())
+    assert "TFLOP/s" in tf.axes[0].get_ylabel() and "(µs)" in lat.axes[0].get_ylabel()
+    assert "bands: 20th to 80th percentile" in footnote(lat)
+
+
+def test_schedules_by_tokens():
+    drawn = plots.figures("schedules", prepared([MOE_COLD], dtypes=["bf16"]))
+    assert [d.stem for d in drawn] == ["schedules-moe_w13-bf16", "schedules-moe_w2-bf16"]
+    fig = drawn[0].figure
+    top, bottom = fig.axes[0], fig.axes[1]
+    fused = {"triton_moe_row", "triton_moe_col", "triton_moe_grouped", "triton_moe_splitk"}
+    assert set(lines(top)) == fused | {"torch_moe_loop", "torch_grouped_mm"}  # moe_align: no FLOPs, not a schedule
+    rel = lines(bottom, "relative:")
+    assert set(rel) == fused
+    ys = np.array([ln.get_ydata() for ln in rel.values()])
+    np.testing.assert_allclose(ys.max(axis=0), 1.0)  # at each token count one schedule is the fastest
+    assert list(rel["triton_moe_col"].get_xdata()) == [2 ** i for i in range(13)]
+    assert bottom.get_xlabel().startswith("tokens") and "E=8 top-2" in title(fig)
+
+
+def test_skipped_cells_are_absent_and_counted():
+    df = prepared([MOE_STREAM], dtypes=["bf16"], shapes=["moe_w2"])
+    fig = plots.figures("latency", df)[0].figure
+    assert not {"torch_moe_loop", "torch_grouped_mm"} & set(lines(fig.axes[0]))
+    assert "Not drawn: 14 skipped (torch_grouped_mm, torch_moe_loop: --timing stream captures a CUDA graph" \
+        in footnote(fig)
+    # speedup over torch_moe_loop: its every row is skipped, so there is nothing to draw, and the note says why
+    d = plots.figures("speedup", df)[0]
+    assert d.figure is None and "no ok torch_moe_loop rows" in d.note
+
+
+def test_profile_dram_against_peak_and_hit_rates():
+    prof = plotdata.read([PROFILE]).profiles
+    drawn = plots.figures("profile", profiles=plotdata.select(prof, plotdata.Filters()))
+    assert sorted(d.stem for d in drawn) == ["profile-attn_o-bf16", "profile-attn_o-fp8", "profile-attn_qkv-bf16",
+                                             "profile-attn_qkv-fp8"]
+    fig = one(drawn, "profile-attn_qkv-fp8")
+    dram, l1, l2 = fig.axes
+    summed = prof[(prof["ncu_kernel"] == "(all kernels)") & (prof["gemm"] == "attn_qkv") & (prof["dtype"] == "fp8")]
+    for _, r in summed.iterrows():
+        for ax, col in ((dram, "ncu_dram_gbps"), (l1, "ncu_l1_hit_pct"), (l2, "ncu_l2_hit_pct")):
+            bars = [a for a in ax.patches if a.get_gid() == f"bars:{col}:{r['variant']}"]  # one per M: here M = 16
+            assert [b.get_height() for b in bars] == pytest.approx([r[col]])
+    assert gid(dram, "peak:ncu").get_ydata()[0] == pytest.approx(summed["ncu_dram_peak_gbps"].median())
+    assert gid(dram, "peak:datasheet").get_ydata()[0] == 3350.0
+    assert "GB/s" in dram.get_ylabel() and "L1" in l1.get_ylabel() and "L2" in l2.get_ylabel()
+    assert "Nsight Compute" in title(fig) and "2026-11-23" in title(fig)
+
+
+# ------------------------------------------------------------------ file names
+
+def test_file_names_add_the_timing_mode_only_when_needed():
+    keys = [{"gemm": "attn_qkv", "tp": 1, "dtype": "fp8", "timing_mode": m, "shape_set": "s", "N": 1, "K": 2}
+            for m in ("cold", "stream")]
+    assert plotdata.stems("speedup", keys) == ["speedup-attn_qkv-fp8-cold", "speedup-attn_qkv-fp8-stream"]
+    assert plotdata.stems("speedup", keys[:1]) == ["speedup-attn_qkv-fp8"]
+
+
+# ------------------------------------------------------------------ the commands
+
+def test_plot_command_writes_each_file_and_prints_its_path(tmp_path):
+    result = invoke("plot", TP8, "--kind", "roofline,speedup", "--dtype", "fp8", "--format", "png,svg",
+                    "--out", tmp_path / "figs")
+    assert result.exit_code == 0, result.stderr
+    printed = result.stdout.split()
+    names = ["roofline-fp8", "speedup-attn_qkv-tp8-fp8", "speedup-attn_o-tp8-fp8"]
+    assert printed == [str(tmp_path / "figs" / f"{n}.{e}") for n in names for e in ("png", "svg")]
+    assert sorted(p.name for p in (tmp_path / "figs").iterdir()) == sorted(Path(p).name for p in printed)  # no temp
+    assert (tmp_path / "figs/roofline-fp8.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert b"<svg" in (tmp_path / "figs/speedup-attn_o-tp8-fp8.svg").read_bytes()[:2000]
+
+
+def test_several_gpus_need_gpu_and_h200_gets_its_datasheet(tmp_path):
+    t = pq.read_table(TP8)
+    for col, value in (("gpu", "NVIDIA H200"), ("run_id", "h200-run")):
+        t = t.set_column(t.column_names.index(col), col, pa.array([value] * len(t)))
+    pq.write_table(t, tmp_path / "h200.parquet")
+    line = bad(invoke("plot", TP8, tmp_path / "h200.parquet", "--kind", "roofline", "--out", tmp_path / "x"))
+    assert "2 GPU models" in line and "NVIDIA H200" in line and "--gpu" in line
+    df = prepared([TP8, tmp_path / "h200.parquet"], gpu="h200", dtypes=["bf16"])
+    assert set(df["gpu"]) == {"NVIDIA H200"}
+    sheet = gid(plots.figures("roofline", df)[0].figure.axes[0], "ceiling:datasheet")
+    np.testing.assert_allclose(sheet.get_ydata()[0] / sheet.get_xdata()[0], 4.8)
+
+
+def _truncated(d: Path) -> Path:
+    data = TP8.read_bytes()
+    (d / "cut.parquet").write_bytes(data[: len(data) // 2])
+    return d / "cut.parquet"
+
+
+def _older(d: Path) -> Path:
+    t = pq.read_table(TP8).drop_columns(["schema_version"]).replace_schema_metadata({})
+    pq.write_table(t, d / "old.parquet")
+    return d / "old.parquet"
+
+
+ERRORS = {
+    # id: (RESULTS, extra options, fragments of the one error line)
+    "missing-file": (lambda d: [d / "nope.parquet"], [], ["nope.parquet", "no such file or folder"]),
+    "truncated-file": (lambda d: [_truncated(d)], [], ["cut.parquet", "truncated or not Parquet"]),
+    "older-schema": (lambda d: [_older(d)], [], ["old.parquet", "older gemmbench"]),
+    "no-rows-dtype": (lambda d: [TP8], ["--dtype", "fp16"], ["no run rows match --dtype 'fp16'", "bf16, fp8"]),
+    "no-rows-shapes": (lambda d: [TP8], ["--shapes", "mlp_*"], ["--shapes 'mlp_*'", "attn_o, attn_qkv"]),
+    "no-rows-variants": (lambda d: [TP8], ["--variants", "nope*"], ["--variants 'nope*'"]),
+    "bad-kind": (lambda d: [TP8], ["--kind", "pie"], ["--kind 'pie'", "roofline, speedup"]),
+    "bad-baseline": (lambda d: [TP8], ["--baseline", "cublas_fp4"], ["--baseline 'cublas_fp4'", "cublas_fp8"]),
+    "schedules-no-moe": (lambda d: [TP8], ["--kind", "schedules"], ["--kind schedules", "MoE"]),
+    "profile-no-table": (lambda d: [TP8], ["--kind", "profile"], ["--kind profile", "profile tables"]),
+    "run-kind-on-profile": (lambda d: [PROFILE], [], ["--kind speedup", "only profile tables"]),
+}
+
+
+# report takes the same RESULTS and filters; it has no --kind, and it reads profile tables alone
+REPORT_ERRORS = [c for c, (_, extra, _) in ERRORS.items() if "--kind" not in extra and c != "run-kind-on-profile"]
+
+
+@pytest.mark.parametrize("command,case", [("plot", c) for c in ERRORS] + [("report", c) for c in REPORT_ERRORS])
+def test_bad_input_is_one_error_line_and_exit_2(command, case, tmp_path):
+    results, extra, fragments = ERRORS[case]
+    kind = [] if command == "report" or "--kind" in extra else ["--kind", "speedup"]
+    line = bad(invoke(command, *results(tmp_path), *kind, *extra, "--out", tmp_path / "out"))
+    for frag in fragments:
+        assert frag in line, (frag, line)
+    assert not (tmp_path / "out").exists()
+
+
+# ------------------------------------------------------------------ the report
+
+def _md_tables(md: str, header_start: str) -> list[list[list[str]]]:
+    tables, cur = [], None
+    for ln in md.splitlines():
+        if ln.startswith(header_start):
+            cur = []
+            tables.append(cur)
+        elif cur is not None and ln.startswith("|") and not ln.startswith("|---"):
+            cur.append([c.strip() for c in ln.strip("|").split(" | ")])
+        elif not ln.startswith("|"):
+            cur = None
+    return tables
+
+
+def test_report_tables_match_the_data(tmp_path, tp8):
+    result = invoke("report", TP8, PROFILE, "--out", tmp_path / "rep")
+    assert result.exit_code == 0, result.stderr
+    md = (tmp_path / "rep/report.md").read_text()
+    sections = re.findall(r"^## (attn_\w+) \(N=\d+, K=\d+, TP=8\), (\w+) · cold$", md, re.M)
+    assert sections == [("attn_qkv", "fp8"), ("attn_qkv", "bf16"), ("attn_o", "fp8"), ("attn_o", "bf16")]
+    winner_tables = _md_tables(md, "| M | winner |")
+    assert len(winner_tables) == 4
+    for (gemm, dtype), table in zip(sections, winner_tables):
+        g = tp8[(tp8["gemm"] == gemm) & (tp8["dtype"] == dtype)]
+        base = g[g["variant"] == f"cublas_{dtype}"].set_index("M")["time_us_median"]
+        want = g.loc[g.groupby("M")["time_us_median"].idxmin()].sort_values("M")
+        assert [row[0] for row in table] == [str(m) for m in want["M"]]
+        for row, (_, w) in zip(table, want.iterrows()):
+            assert row[1] == w["variant"]
+            assert row[2] == f"{w['time_us_median']:.1f}"
+            assert row[3] == f"{base[w['M']] / w['time_us_median']:.2f}×" and row[4] == f"cublas_{dtype}"
+            assert row[5] == f"{w['pct_of_roofline']:.0f}"
+    # the full tables: one row per cell, every variant's median
+    full = _md_tables(md, "| M | variant | µs |")
+    assert sum(len(t) for t in full) == len(tp8)
+    m16 = {r[1]: r[2] for r in full[0] if r[0] == "16"}
+    q = tp8[(tp8["gemm"] == "attn_qkv") & (tp8["dtype"] == "fp8") & (tp8["M"] == 16)]
+    assert m16 == {v: f"{t:.2f}" for v, t in zip(q["variant"], q["time_us_median"])}
+    # the profile tables: DRAM GB/s of each summed row
+    prof = _md_tables(md, "| M | variant | ncu µs |")
+    assert len(prof) == 4 and sum(len(t) for t in prof) == 12
+    # every image the Markdown names exists, and the HTML carries the same ones inside it
+    images = re.findall(r"!\[[^\]]*\]\((img/[^)]+\.png)\)", md)
+    assert "img/roofline-fp8.png" in images and "img/speedup-attn_o-tp8-bf16.png" in images
+    assert len(images) == 2 + 4 * 2 + 4  # rooflines, speedup + TFLOP/s per section, profiles
+    assert all((tmp_path / "rep" / i).is_file() for i in images)
+    html_text = (tmp_path / "rep/report.html").read_text()
+    assert html_text.count('src="data:image/png;base64,') == len(images) and 'src="img/' not in html_text
+    assert result.stdout.split()[-2:] == [str(tmp_path / "rep/report.md"), str(tmp_path / "rep/report.html")]
+
+
+def test_report_markdown_and_html_hold_the_same_tables(tp8):
+    rep = report.build(prepared([TP8], dtypes=["fp8"], shapes=["attn_o"]), None, [TP8])
+    md, page = report.to_markdown(rep), report.to_html(rep)
+    tables = [b for b in rep.blocks if b[0] == "table"]
+    assert page.count("<table>") == len(tables) == sum(ln.startswith("|---") for ln in md.splitlines())
+    for row in tables[-1][2]:  # the full table of attn_o fp8
+        assert "<td" + ' class="r">' + row[2] + "</td>" in page
+    assert plots_roofline.datasheet(GPU).bw_gbps == 3350.0
