@@ -233,8 +233,12 @@ def profile(g: pd.DataFrame) -> Optional[Figure]:
                 pct = [float(s.loc[m, "ncu_dram_gbps"] / s.loc[m, "ncu_dram_peak_gbps"] * 100) for m in ms
                        if m in s.index]
                 ax.bar_label(bars, [f"{p:.0f}%" for p in pct], fontsize=6.5, padding=1)
-            else:  # hit rates of 0.1% draw no bar: the number says it
-                ax.bar_label(bars, [f"{y:.1f}" if y < 10 else f"{y:.0f}" for y in ys], fontsize=6.5, padding=1)
+            else:  # labels of rates under 1% would run into each other at the axis: one note says so instead
+                ax.bar_label(bars, ["" if y < 1 else f"{y:.1f}" if y < 10 else f"{y:.0f}" for y in ys], fontsize=6.5,
+                             padding=1)
+                if any(y < 1 for y in ys) and not any(t.get_gid() == "under1" for t in ax.texts):
+                    ax.text(0.02, 0.97, "unlabelled bars: < 1%", transform=ax.transAxes, fontsize=7, va="top",
+                            gid="under1")
         ax.set_xticks(range(len(ms)), [str(m) for m in ms])
         ax.set_xlabel("tokens (M)" if (k.get("E") or 1) > 1 else "M")
         ax.set_ylabel(ylabel)
