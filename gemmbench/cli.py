@@ -4,6 +4,7 @@ and exit code 2, never a traceback."""
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -122,6 +123,7 @@ def run(
     retune: Annotated[bool, typer.Option(help="Ignore stored Triton configs; tune each problem anew (not stored).")] = False,
     routing: Annotated[str, typer.Option(help="MoE token routing, comma-separated: uniform, skewed, one-expert.")] = "uniform",
     compare_to: Annotated[Optional[str], typer.Option(help="Then compare with this baseline (a name in results/baselines/ or a path); exit 1 on a regression.")] = None,
+    shard: Annotated[Optional[str], typer.Option(help="Run only shard I of N (0 <= I < N) of the cells, e.g. $SLURM_ARRAY_TASK_ID/8; join the parts with `gemmbench merge`.")] = None,
 ) -> None:
     """Check, then time, every variant on every problem of a shape set; write Parquet and print tables."""
     from gemmbench import store
@@ -133,14 +135,24 @@ def run(
         raise fail(f"--budget must be a positive number of seconds, got {budget}")
     if compare_to and not cli_compare.resolve(compare_to).exists():
         raise fail(f"--compare-to {compare_to!r}: no such baseline ({cli_compare.resolve(compare_to)})")
+    from gemmbench import shard as shard_mod
+
+    try:
+        shard_at = shard_mod.parse(shard) if shard is not None else None
+    except shard_mod.ShardError as exc:
+        raise fail(str(exc)) from None
     sset, cells = select_cells(shapes, variants, dtype, m, tp, routing, seed, plugin)
+    meta = None
+    if shard_at:
+        meta = {shard_mod.META_KEY: json.dumps(shard_mod.metadata(cells, *shard_at)).encode()}
+        cells = shard_mod.partition(cells, shard_at[1])[shard_at[0]]
 
     import torch
 
     from gemmbench.runner import RunOptions, cpu_too_large, new_run_id
 
     cpu = not torch.cuda.is_available()
-    if cpu:
+    if cpu and cells:
         reason = cpu_too_large([p for p, _ in cells])
         if reason:
             raise fail(f"no CUDA GPU here, so this would be the CPU path, and {reason}")
@@ -149,9 +161,13 @@ def run(
         timing = "wall"  # no CUDA events on a CPU
         err.print("[bold yellow]No CUDA GPU: CPU path.[/] Baselines run torch's CPU matmul, Triton variants run in "
                   "Triton's interpreter; timings are CPU wall-clock times, not GPU numbers.", highlight=False)
-    run_id = new_run_id(sset.name)
+    run_id = new_run_id(sset.name) + (f"-shard{shard_at[0]}of{shard_at[1]}" if shard_at else "")
     path = _output_path(out_path, run_id)
-    writer = store.RunWriter(path)
+    writer = store.RunWriter(path, meta)
+    if not cells:  # more shards than cells: an empty part still tells merge this shard ran
+        store.write_rows(path, [], meta)
+        err.print(escape(f"shard {shard}: no cells (the sweep has fewer cells than shards). Results: {path}"))
+        return
     opts = RunOptions(timing=timing, plugins=plugin or [], seed=seed, budget_s=budget, sanitize=sanitize,
                       run_id=run_id, retune=retune)
     total = sum(len(n) for _, n in cells)
@@ -393,7 +409,7 @@ def shapes_from_config(
 
 
 # these commands live in their own modules (registered on `app` when imported)
-from gemmbench import cli_compare, cli_plot, cli_profile  # noqa: E402,F401
+from gemmbench import cli_compare, cli_merge, cli_plot, cli_profile  # noqa: E402,F401
 
 
 def main() -> None:

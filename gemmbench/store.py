@@ -123,13 +123,16 @@ def normalize_row(row: dict) -> dict:
     return out
 
 
-def write_rows(path: str | Path, rows: list[dict]) -> None:
-    """Write `rows` as one Parquet file, atomically.
+def write_rows(path: str | Path, rows: list[dict], meta: dict | None = None) -> None:
+    """Write `rows` as one Parquet file, atomically.  meta: extra file metadata (bytes -> bytes), e.g. a shard's.
 
     Temp file in the same folder (os.replace is only atomic within one file system), fsync, then
     rename over `path`: readers see the old complete file or the new complete file, never half.
     """
-    write_table(path, pa.Table.from_pylist([normalize_row(r) for r in rows], schema=SCHEMA))
+    table = pa.Table.from_pylist([normalize_row(r) for r in rows], schema=SCHEMA)
+    if meta:
+        table = table.replace_schema_metadata({**SCHEMA.metadata, **meta})
+    write_table(path, table)
 
 
 def write_table(path: str | Path, table: pa.Table) -> None:
@@ -178,8 +181,9 @@ class RunWriter:
     replaced at the first append, not merged.
     """
 
-    def __init__(self, path: str | Path):
+    def __init__(self, path: str | Path, meta: dict | None = None):
         self.path = Path(path)
+        self.meta = meta  # extra file metadata, written with every rewrite (write_rows)
         self._rows: list[dict] = []  # nothing is written until the first row
 
     @property
@@ -189,7 +193,7 @@ class RunWriter:
     def append(self, row: dict) -> None:
         self._rows.append(normalize_row(row))
         try:
-            write_rows(self.path, self._rows)
+            write_rows(self.path, self._rows, self.meta)
         except BaseException:
             self._rows.pop()  # memory stays equal to what is on disk
             raise

@@ -1,0 +1,133 @@
+"""Splitting one sweep across hosts (`gemmbench run --shard I/N`) and putting the parts back together
+(`gemmbench merge`).
+
+A sweep's cells (problem x variant, in the order `run` lists them) are partitioned into N shards balanced by an
+estimated cost: the longest-processing-time rule (heaviest cell first, onto the least loaded shard, ties to the
+lowest index), so the partition depends only on the cell list and N: every Slurm array task or Kubernetes indexed
+pod that lists the same cells computes the same shards.  Cost: a constant per cell (check, warm-up and the
+sampling budget dominate small cells) plus one unit per GB of the problem's minimum traffic (large weights take
+longer to draw, check and stream).
+
+Each part file carries, in its Parquet metadata, which shard it is and the keys of the cells it was given, so
+merge() can say which cells are missing (a shard that died or never ran) and which are there twice.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+META_KEY = b"gemmbench.shard"
+
+
+class ShardError(ValueError):
+    """One line for the user."""
+
+
+def parse(text: str) -> tuple[int, int]:
+    """'I/N' with 0 <= I < N (0-based, as SLURM_ARRAY_TASK_ID and JOB_COMPLETION_INDEX count)."""
+    m = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", text or "")
+    if not m or not 0 <= int(m.group(1)) < int(m.group(2)):
+        raise ShardError(f"--shard {text!r}: give I/N with 0 <= I < N, e.g. 0/8 (I counts from 0)")
+    return int(m.group(1)), int(m.group(2))
+
+
+def cell_key(problem, variant: str) -> str:
+    """The same string store.cell_keys makes for the cell's row."""
+    routing = problem.routing if problem.is_moe else ""
+    return "|".join(str(x) for x in (problem.shape_set, problem.gemm, problem.M, problem.N, problem.K, problem.E,
+                                      problem.topk, routing, problem.tp, problem.dtype, variant))
+
+
+def describe(key: str) -> str:
+    """A cell key as a person reads it: 'smoke smoke_tails fp16 M5 N80 K48 [E8 top2 uniform] [tp2] cublas_fp16'."""
+    shape_set, gemm, M, N, K, E, topk, routing, tp, dtype, variant = key.split("|")
+    moe = f" E{E} top{topk} {routing}" if E not in ("", "1") else ""
+    par = f" tp{tp}" if tp not in ("", "1") else ""
+    return f"{shape_set} {gemm} {dtype} M{M} N{N} K{K}{moe}{par} {variant}"
+
+
+def cost(problem) -> float:
+    from gemmbench.metrics import bytes_min
+
+    hit = min(problem.E, problem.M * problem.topk) if problem.is_moe else None
+    return 1.0 + bytes_min(problem, hit) / 1e9
+
+
+def partition(cells: list, n: int) -> list[list]:
+    """cells: [(problem, [variant names])] -> n lists of the same form; every (problem, variant) in exactly one."""
+    flat = [(p, v, cell_key(p, v)) for p, names in cells for v in names]
+    order = sorted(range(len(flat)), key=lambda i: (-cost(flat[i][0]), flat[i][2]))
+    load, owner = [0.0] * n, {}
+    for i in order:
+        s = min(range(n), key=lambda j: (load[j], j))
+        owner[i] = s
+        load[s] += cost(flat[i][0])
+    shards = []
+    for s in range(n):  # back to run's order: problems in sequence, their variants together
+        mine, by_problem = [], {}
+        for i, (p, v, _) in enumerate(flat):
+            if owner[i] == s:
+                if id(p) not in by_problem:
+                    by_problem[id(p)] = []
+                    mine.append((p, by_problem[id(p)]))
+                by_problem[id(p)].append(v)
+        shards.append(mine)
+    return shards
+
+
+def digest(cells: list) -> str:
+    """A fingerprint of the whole cell list: parts of one sweep share it."""
+    keys = "\n".join(cell_key(p, v) for p, names in cells for v in names)
+    return hashlib.sha256(keys.encode()).hexdigest()[:16]
+
+
+def metadata(cells: list, index: int, n: int) -> dict:
+    """What a part file records about itself (stored as JSON under META_KEY)."""
+    shards = partition(cells, n)
+    return {"shard": index, "of": n, "sweep": digest(cells),
+            "shard_cells": [sum(len(v) for _, v in sh) for sh in shards],
+            "cells": [cell_key(p, v) for p, names in shards[index] for v in names]}
+
+
+def read_metadata(path: Path) -> dict | None:
+    import pyarrow.parquet as pq
+
+    try:
+        meta = pq.read_schema(path).metadata or {}
+    except Exception:  # noqa: BLE001 - store.load reports an unreadable file in its own words
+        return None
+    return json.loads(meta[META_KEY]) if META_KEY in meta else None
+
+
+@dataclass
+class MergeReport:
+    rows: int
+    missing: list  # cell keys
+    duplicated: list  # cell keys
+    shards_missing: list  # (shard index, its cell count) with no part
+
+
+def check_parts(parts: list[tuple[Path, dict | None]], keys_by_part: dict) -> MergeReport:
+    """parts: (file, its shard metadata or None); keys_by_part: file -> the cell keys of its rows."""
+    metas = [m for _, m in parts if m]
+    sweeps = {(m["sweep"], m["of"]) for m in metas}
+    if len(sweeps) > 1:
+        raise ShardError("the parts come from different sweeps or shard counts "
+                         f"({', '.join(f'{s} of {n}' for s, n in sorted(sweeps))}): merge the parts of one sweep")
+    seen: dict = {}
+    for f, _ in parts:
+        for k in keys_by_part[f]:
+            seen[k] = seen.get(k, 0) + 1
+    duplicated = sorted(k for k, c in seen.items() if c > 1)
+    expected = [k for m in metas for k in m["cells"]]
+    missing = [k for k in expected if k not in seen]
+    shards_missing = []
+    if metas:
+        n = metas[0]["of"]
+        have = {m["shard"] for m in metas}
+        shards_missing = [(i, metas[0]["shard_cells"][i]) for i in range(n) if i not in have]
+    return MergeReport(sum(len(v) for v in keys_by_part.values()), missing, duplicated, shards_missing)

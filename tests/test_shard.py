@@ -1,0 +1,131 @@
+"""Sharded sweeps on the CPU: the partition (every cell exactly once for any N, the same on every host, balanced),
+`run --shard I/N`, and `merge` with complete, missing and duplicated parts."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from gemmbench import shard, store
+from gemmbench.shapes import load as load_set, problems
+from test_cli import bad, invoke, text
+
+
+def cells_of(set_name="llama70b", dtypes=("fp8", "bf16"), tp=1, variants=("cublas_x", "triton_a", "triton_b")):
+    sset = load_set(set_name)
+    return [(p, list(variants)) for p in problems(sset, list(dtypes), None, tp)]
+
+
+def flat(cells):
+    return [shard.cell_key(p, v) for p, names in cells for v in names]
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 5, 8, 13, 200])
+def test_every_cell_in_exactly_one_shard(n):
+    cells = cells_of()
+    parts = shard.partition(cells, n)
+    assert len(parts) == n
+    keys = [k for part in parts for k in flat(part)]
+    assert sorted(keys) == sorted(flat(cells)) and len(set(keys)) == len(keys)
+
+
+def test_partition_is_the_same_on_every_host_and_keeps_run_order():
+    a = shard.partition(cells_of(), 8)
+    b = shard.partition(cells_of(), 8)  # built again from scratch: new Problem objects, same cells
+    assert [flat(x) for x in a] == [flat(x) for x in b]
+    order = {k: i for i, k in enumerate(flat(cells_of()))}
+    for part in a:  # inside a shard, cells come in the sweep's order
+        idx = [order[k] for k in flat(part)]
+        assert idx == sorted(idx)
+    assert shard.digest(cells_of()) == shard.digest(cells_of()) != shard.digest(cells_of(tp=2))
+
+
+def test_shards_are_balanced_by_cost():
+    cells = cells_of()
+    for n in (2, 4, 8):
+        loads = [sum(shard.cost(p) for p, names in part for _ in names) for part in shard.partition(cells, n)]
+        heaviest = max(shard.cost(p) for p, _ in cells)
+        assert max(loads) - min(loads) <= heaviest + 1e-9, loads  # the LPT rule's bound
+
+
+@pytest.mark.parametrize("spec", ["3/3", "-1/2", "1", "a/b", "0/0", ""])
+def test_bad_shard_is_one_line(spec, tmp_path):
+    line = bad(invoke("run", "--shapes", "smoke", "--shard", spec, "--out", tmp_path))
+    assert "--shard" in line and "I/N" in line
+
+
+def _run_shard(tmp_path, spec, folder="parts"):
+    res = invoke("run", "--shapes", "smoke", "--m", "1,5", "--dtype", "fp16", "--variants", "cublas_fp16,torch_moe_loop",
+                 "--budget", "0.01", "--shard", spec, "--out", tmp_path / folder)
+    assert res.exit_code == 0, res.stderr
+    return res
+
+
+def test_sharded_run_and_merge_equal_the_sweep(tmp_path):
+    for i in range(3):
+        _run_shard(tmp_path, f"{i}/3")
+    parts = sorted((tmp_path / "parts").glob("*.parquet"))
+    assert [p.name.rsplit("-", 1)[-1] for p in parts] == ["shard0of3.parquet", "shard1of3.parquet", "shard2of3.parquet"]
+    metas = [shard.read_metadata(p) for p in parts]
+    assert [m["shard"] for m in metas] == [0, 1, 2] and len({m["sweep"] for m in metas}) == 1
+    res = invoke("merge", tmp_path / "parts", "--out", tmp_path / "all.parquet")
+    assert res.exit_code == 0, res.stderr
+    merged = store.load(tmp_path / "all.parquet")
+    want = flat([(p, ["cublas_fp16"] if not p.is_moe else ["torch_moe_loop"])
+                 for p in problems(load_set("smoke"), ["fp16"], [1, 5], 1)])
+    assert sorted(store.cell_keys(merged)) == sorted(want) and (merged.status == "ok").all()
+
+
+def test_merge_names_missing_and_duplicated_cells(tmp_path):
+    for i in range(2):
+        _run_shard(tmp_path, f"{i}/2")
+    parts = sorted((tmp_path / "parts").glob("*.parquet"))
+    # a shard that never ran: nothing written, exit 1, the shard named
+    (tmp_path / "one").mkdir()
+    shutil.copy(parts[0], tmp_path / "one")
+    res = invoke("merge", tmp_path / "one", "--out", tmp_path / "m1.parquet")
+    assert res.exit_code == 1 and "shard 1" in text(res.stderr) and "has no part" in text(res.stderr)
+    assert not (tmp_path / "m1.parquet").exists()
+    res = invoke("merge", tmp_path / "one", "--out", tmp_path / "m2.parquet", "--allow-missing")
+    assert res.exit_code == 1 and (tmp_path / "m2.parquet").exists()
+    # a part whose run died half way: its missing cells are named
+    part = store.load(parts[1])
+    store.write_rows(tmp_path / "half.parquet", store.records(part)[:1], {shard.META_KEY: store_meta(parts[1])})
+    res = invoke("merge", parts[0], tmp_path / "half.parquet", "--out", tmp_path / "m3.parquet")
+    assert res.exit_code == 1 and "cells missing" in text(res.stderr)
+    missing = shard.describe(store.cell_keys(part).iloc[1])
+    assert missing.startswith("smoke ") and " M" in missing and "|" not in missing
+    assert missing in " ".join(text(res.stderr).split())
+    # the same part twice: duplicates, never written even with --allow-missing
+    res = invoke("merge", parts[0], parts[0], parts[1], "--out", tmp_path / "m4.parquet", "--allow-missing")
+    assert res.exit_code == 1 and "in more than one part" in text(res.stderr)
+    assert not (tmp_path / "m4.parquet").exists()
+
+
+def store_meta(path) -> bytes:
+    import pyarrow.parquet as pq
+
+    return pq.read_schema(path).metadata[shard.META_KEY]
+
+
+def test_parts_of_different_sweeps_are_refused(tmp_path):
+    _run_shard(tmp_path, "0/2", "a")
+    res = invoke("run", "--shapes", "smoke", "--m", "1", "--dtype", "fp16", "--variants", "cublas_fp16", "--budget",
+                 "0.01", "--shard", "1/2", "--out", tmp_path / "b")
+    assert res.exit_code == 0, res.stderr
+    line = bad(invoke("merge", tmp_path / "a", tmp_path / "b", "--out", tmp_path / "m.parquet"))
+    assert "different sweeps" in line
+
+
+def test_more_shards_than_cells_leaves_an_empty_part(tmp_path):
+    res = invoke("run", "--shapes", "smoke", "--m", "1", "--dtype", "fp16", "--variants", "cublas_fp16", "--budget",
+                 "0.01", "--shard", "7/9", "--out", tmp_path / "p")
+    assert res.exit_code == 0 and "no cells" in text(res.stderr)
+    (part,) = (tmp_path / "p").glob("*.parquet")
+    assert len(store.load(part)) == 0 and shard.read_metadata(part)["shard"] == 7
+
+
+def test_merge_misuse(tmp_path):
+    assert "--out" in bad(invoke("merge", tmp_path, "--out", tmp_path / "x.csv"))
+    assert "no such file" in bad(invoke("merge", tmp_path / "nope", "--out", tmp_path / "x.parquet"))
