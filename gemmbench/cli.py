@@ -124,6 +124,7 @@ def run(
     routing: Annotated[str, typer.Option(help="MoE token routing, comma-separated: uniform, skewed, one-expert.")] = "uniform",
     compare_to: Annotated[Optional[str], typer.Option(help="Then compare with this baseline (a name in results/baselines/ or a path); exit 1 on a regression.")] = None,
     shard: Annotated[Optional[str], typer.Option(help="Run only shard I of N (0 <= I < N) of the cells, e.g. $SLURM_ARRAY_TASK_ID/8; join the parts with `gemmbench merge`.")] = None,
+    gpus: Annotated[Optional[str], typer.Option(help="Run on these GPUs of this host at once, one worker each: 'all' or 0,1,...")] = None,
 ) -> None:
     """Check, then time, every variant on every problem of a shape set; write Parquet and print tables."""
     from gemmbench import store
@@ -152,6 +153,14 @@ def run(
     from gemmbench.runner import RunOptions, cpu_too_large, new_run_id
 
     cpu = not torch.cuda.is_available()
+    gpu_ids = None
+    if gpus is not None:
+        from gemmbench.multi import GpuError, parse_gpus
+
+        try:
+            gpu_ids = parse_gpus(gpus, torch.cuda.device_count() if not cpu else 0)
+        except GpuError as exc:
+            raise fail(str(exc)) from None
     if cpu and cells:
         reason = cpu_too_large([p for p, _ in cells])
         if reason:
@@ -169,9 +178,10 @@ def run(
         err.print(escape(f"shard {shard}: no cells (the sweep has fewer cells than shards). Results: {path}"))
         return
     opts = RunOptions(timing=timing, plugins=plugin or [], seed=seed, budget_s=budget, sanitize=sanitize,
-                      run_id=run_id, retune=retune)
+                      run_id=run_id, retune=retune,
+                      worker_env={"CUDA_VISIBLE_DEVICES": str(gpu_ids[0])} if gpu_ids and len(gpu_ids) == 1 else {})
     total = sum(len(n) for _, n in cells)
-    rows = _sweep(opts, cells, cpu, writer, total)
+    rows = _sweep(opts, cells, cpu, writer, total, gpu_ids if gpu_ids and len(gpu_ids) > 1 else None)
     from gemmbench.tables import gemm_tables
 
     for table in gemm_tables(rows):
@@ -282,34 +292,50 @@ def _output_path(out: Path, run_id: str) -> Path:
     return path
 
 
-def _sweep(opts, cells, cpu, writer, total) -> list:
+def _sweep(opts, cells, cpu, writer, total, gpus=None) -> list:
+    """The sweep with one progress bar: one worker, or (gpus) one per GPU writing part files merged at the end."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from gemmbench.runner import RunError, Runner
 
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=err, transient=False) as progress:
-        bar = progress.add_task("starting worker", total=total)
+        bar = progress.add_task("starting worker" + ("s" if gpus else ""), total=total)
+        done = []
 
         def on_row(row):
-            writer.append(row)
+            if gpus:  # the parts are written by multi.run_on_gpus
+                done.append(row)
+            else:
+                writer.append(row)
             progress.advance(bar)
 
         def on_begin(problem, variant, phase):
             progress.update(bar, description=f"{problem.label}  {variant} ({phase})")
 
         runner = None
+        parts_dir = writer.path.with_name(writer.path.stem + ".parts")
         try:
+            if gpus:
+                from gemmbench import multi
+
+                parts = multi.run_on_gpus(opts, cpu, cells, gpus, parts_dir, on_row, on_begin)
+                if parts:
+                    multi.merge_parts(parts, writer.path)
+                return done
             runner = Runner(opts, cpu, on_row, on_begin)
             for problem, names in cells:
                 runner.run_problem(problem, names)
         except RunError as exc:
+            if gpus:
+                raise fail(f"{exc} ({len(done)} rows saved in the part files in {parts_dir})") from None
             raise fail(f"{exc} ({len(writer.rows)} rows saved to {writer.path})") from None
         except OSError as exc:  # the results file could not be written
             raise fail(f"cannot write {writer.path}: {exc}") from None
         except KeyboardInterrupt:
             progress.stop()
-            raise fail(f"interrupted: {len(writer.rows)} finished rows are in {writer.path}", 130) from None
+            where = f"the part files in {parts_dir} (gemmbench merge joins them)" if gpus else str(writer.path)
+            raise fail(f"interrupted: {len(done) if gpus else len(writer.rows)} finished rows are in {where}", 130) from None
         finally:
             if runner is not None:
                 runner.close()

@@ -44,6 +44,7 @@ class RunOptions:
     sanitize: bool = False
     run_id: str = ""
     retune: bool = False  # ignore stored Triton configs: tune each problem anew (not stored)
+    worker_env: dict = field(default_factory=dict)  # extra environment of the workers (e.g. CUDA_VISIBLE_DEVICES)
 
 
 def new_run_id(shape_set: str) -> str:
@@ -75,7 +76,7 @@ class WorkerProcess:
     def __init__(self, opts: RunOptions, cpu: bool, check_only: bool = False):
         self.log = tempfile.NamedTemporaryFile(prefix="gemmbench-worker-", suffix=".log", delete=False)
         read_fd, write_fd = os.pipe()
-        env = dict(os.environ, GEMMBENCH_EVENT_FD=str(write_fd), PYTHONUNBUFFERED="1")
+        env = dict(os.environ, GEMMBENCH_EVENT_FD=str(write_fd), PYTHONUNBUFFERED="1", **opts.worker_env)
         if opts.retune:
             env["GEMMBENCH_RETUNE"] = "1"  # read by gemmbench.tuning.choose
         if cpu:

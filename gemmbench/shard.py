@@ -42,6 +42,13 @@ def cell_key(problem, variant: str) -> str:
                                       problem.topk, routing, problem.tp, problem.dtype, variant))
 
 
+def cell_key_of_row(row: dict) -> str:
+    """cell_key of a result row (a dict)."""
+    routing = row.get("routing") or ""
+    return "|".join(str(row[c]) if c != "routing" else routing for c in
+                    ("shape_set", "gemm", "M", "N", "K", "E", "topk", "routing", "tp", "dtype", "variant"))
+
+
 def describe(key: str) -> str:
     """A cell key as a person reads it: 'smoke smoke_tails fp16 M5 N80 K48 [E8 top2 uniform] [tp2] cublas_fp16'."""
     shape_set, gemm, M, N, K, E, topk, routing, tp, dtype, variant = key.split("|")

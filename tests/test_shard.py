@@ -129,3 +129,63 @@ def test_more_shards_than_cells_leaves_an_empty_part(tmp_path):
 def test_merge_misuse(tmp_path):
     assert "--out" in bad(invoke("merge", tmp_path, "--out", tmp_path / "x.csv"))
     assert "no such file" in bad(invoke("merge", tmp_path / "nope", "--out", tmp_path / "x.parquet"))
+
+
+# ---------------------------------------------------------------- one worker per GPU (simulated on the CPU)
+
+def test_parse_gpus():
+    from gemmbench.multi import GpuError, parse_gpus
+
+    assert parse_gpus("all", 4) == [0, 1, 2, 3] and parse_gpus("2, 0,2", 4) == [2, 0]
+    for spec, count, msg in [("0", 0, "has none"), ("4", 4, "no GPU 4"), ("x", 2, "'all' or GPU indices"),
+                             ("-1", 2, "no GPU -1")]:
+        with pytest.raises(GpuError, match=msg):
+            parse_gpus(spec, count)
+
+
+def test_gpus_on_a_machine_without_one_is_one_line(tmp_path):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("checks what a machine without a GPU says")  # noqa: the GPU machine runs --gpus for real
+    assert "has none" in bad(invoke("run", "--shapes", "smoke", "--gpus", "all", "--out", tmp_path))
+
+
+def _multi(tmp_path, variants, plugins=()):
+    """run_on_gpus over two 'GPUs' on the CPU path (the workers ignore CUDA_VISIBLE_DEVICES there)."""
+    from gemmbench import multi, registry
+    from gemmbench.runner import RunOptions
+
+    for p in plugins:
+        registry.load_plugin(p)
+    probs = problems(load_set("smoke"), ["fp16"], [1, 5], 1)
+    cells = [(p, [v for v in variants if registry.get(v).moe == p.is_moe]) for p in probs]
+    cells = [(p, n) for p, n in cells if n]
+    opts = RunOptions(timing="wall", plugins=list(plugins), budget_s=0.01, run_id="r")
+    rows = []
+    parts = multi.run_on_gpus(opts, True, cells, [0, 1], tmp_path / "parts", rows.append)
+    return cells, rows, parts
+
+
+def test_two_workers_run_every_cell_once_and_merge(tmp_path):
+    from gemmbench import multi
+    from conftest import PLUGINS
+
+    cells, rows, parts = _multi(tmp_path, ["cublas_fp16", "torch_moe_loop", "test_crash"],
+                                [PLUGINS / "crash_plugin.py"])
+    assert len(parts) == 2 and len(rows) == sum(len(n) for _, n in cells)
+    crashed = [r for r in rows if r["variant"] == "test_crash"]
+    assert crashed and all(r["status"] == "error" and "worker died" in r["reason"] for r in crashed)
+    assert all(r["status"] == "ok" for r in rows if r["variant"] != "test_crash")  # a crash costs its cell only
+    n = multi.merge_parts(parts, tmp_path / "run.parquet")
+    merged = store.load(tmp_path / "run.parquet")
+    assert n == len(merged) == len(rows) and not (tmp_path / "parts").exists()
+    assert sorted(store.cell_keys(merged)) == sorted(flat(cells))
+
+
+def test_a_gpu_whose_worker_cannot_start_hands_its_cells_over(tmp_path):
+    from conftest import PLUGINS
+
+    cells, rows, parts = _multi(tmp_path, ["cublas_fp16"], [PLUGINS / "gpu1_broken_plugin.py"])
+    assert sorted(shard.cell_key_of_row(r) for r in rows) == sorted(flat(cells))
+    assert [p.name for p in parts] == ["r-gpu0.parquet"] and all(r["status"] == "ok" for r in rows)
