@@ -30,21 +30,16 @@ def merge(
     there exactly once; names the missing and duplicated cells (exit 1), writes nothing then unless --allow-missing
     (duplicates are never written: which copy is right is not the merger's call)."""
     from gemmbench import shard as shard_mod
-    from gemmbench.store import StoreError, cell_keys, load, records, result_files, write_rows
+    from gemmbench.store import StoreError, result_files, write_rows
 
     if out_path.suffix != ".parquet":
         raise fail(f"--out {out_path}: give a .parquet file path")
     try:
         files = [f for p in parts for f in result_files(p)]
-        frames = {f: load([f]) for f in files}
-    except StoreError as exc:
-        raise fail(str(exc)) from None
-    if out_path.resolve() in {f.resolve() for f in files}:
-        raise fail(f"--out {out_path}: is one of the parts; write the merged file elsewhere")
-    metas = [(f, shard_mod.read_metadata(f)) for f in files]
-    try:
-        report = shard_mod.check_parts(metas, {f: list(cell_keys(df)) for f, df in frames.items()})
-    except shard_mod.ShardError as exc:
+        if out_path.resolve() in {f.resolve() for f in files}:
+            raise fail(f"--out {out_path}: is one of the parts; write the merged file elsewhere")
+        rows, report = shard_mod.read_parts(files)
+    except (StoreError, shard_mod.ShardError) as exc:
         raise fail(str(exc)) from None
     problems = []
     for i, n in report.shards_missing:
@@ -59,7 +54,6 @@ def merge(
         err.print(escape(f"nothing written to {out_path}" + ("" if report.duplicated else
                                                              " (--allow-missing writes what is there)")))
         raise typer.Exit(1)
-    rows = [r for df in frames.values() for r in records(df)]
     try:
         write_rows(out_path, rows)
     except (OSError, StoreError) as exc:

@@ -18,7 +18,8 @@ from typing import Optional
 import numpy as np
 import pandas as pd
 
-from gemmbench.store import cell_keys
+from gemmbench.shard import describe
+from gemmbench.store import cell_key, cell_keys
 
 ALPHA = 0.01
 VERDICTS = ("slower", "now-failing", "noisy", "faster", "fixed", "same", "still-failing", "skipped", "new", "missing")
@@ -59,13 +60,6 @@ def verdict_for_samples(base: np.ndarray, cand: np.ndarray, threshold: float) ->
     return ("slower" if ratio > 1 else "faster"), ratio, p
 
 
-def _label(r) -> str:
-    moe = f" E{r['E']} top{r['topk']}" + (f" {r['routing']}" if r["routing"] not in (None, "uniform") else "") \
-        if r["E"] and r["E"] > 1 else ""
-    tp = f" tp{r['tp']}" if r["tp"] > 1 else ""
-    return f"{r['shape_set']} {r['gemm']} {r['dtype']} M{r['M']} N{r['N']} K{r['K']}{moe}{tp}"
-
-
 def _latest(df: pd.DataFrame) -> pd.DataFrame:
     df = df.assign(_key=cell_keys(df))
     return df.sort_values("timestamp", kind="stable").drop_duplicates("_key", keep="last").set_index("_key")
@@ -89,7 +83,7 @@ def compare(base: pd.DataFrame, cand: pd.DataFrame, threshold: float = 0.05) -> 
         rb = b.loc[key] if key in b.index else None
         rc = c.loc[key] if key in c.index else None
         r = rb if rb is not None else rc
-        row = Row(cell=_label(r), variant=r["variant"],
+        row = Row(cell=describe(cell_key(r), variant=False), variant=r["variant"],
                   base_status=rb["status"] if rb is not None else None, cand_status=rc["status"] if rc is not None else None)
         if rc is not None and rc["status"] != "ok":
             row.reason = rc["reason"]

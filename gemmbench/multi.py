@@ -94,11 +94,9 @@ def run_on_gpus(opts, cpu: bool, cells: list, gpus: list[int], parts_dir: Path, 
 
 def merge_parts(parts: list[Path], out: Path) -> int:
     """The parts' rows into `out` (each cell exactly once, or a RunError), then the parts removed."""
-    frames = {p: store.load([p]) for p in parts}
-    report = shard.check_parts([(p, None) for p in parts], {p: list(store.cell_keys(df)) for p, df in frames.items()})
+    rows, report = shard.read_parts(parts)
     if report.duplicated:
         raise RunError(f"{len(report.duplicated)} cells ran on two GPUs; the parts are kept in {parts[0].parent}")
-    rows = [r for df in frames.values() for r in store.records(df)]
     store.write_rows(out, rows)
     shutil.rmtree(parts[0].parent, ignore_errors=True)
     return len(rows)

@@ -65,10 +65,10 @@ def target_command(problem: Problem, variant: str, opts: ProfileOptions, result:
 
 
 def _last_error(output: str, code: int) -> str:
-    lines = [ln.strip() for ln in output.splitlines() if ln.strip() and not ln.startswith("==PROF==")]
-    hint = next((ln for ln in reversed(lines) if "rror" in ln), lines[-1] if lines else "")
-    how = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
-    return f"the profiled process failed ({how}): {hint[:300]}"
+    from gemmbench.runner import exit_hint
+
+    how, _, hint = exit_hint(output, code).partition(": ")
+    return f"the profiled process failed ({how}): {hint}"
 
 
 class CellProfiler:

@@ -70,6 +70,15 @@ def cpu_too_large(problems: list) -> Optional[str]:
             f"limit {CPU_MAX_MACS:.2g}): run it on a GPU, choose smaller --m, or try --shapes smoke")
 
 
+def exit_hint(output: str, code: int) -> str:
+    """'exit code 1: RuntimeError: …' from a dead process's exit code and output: its last line naming an error,
+    else its last line (a profiler's ==PROF== lines skipped)."""
+    lines = [ln.strip() for ln in output.splitlines() if ln.strip() and not ln.startswith("==PROF==")]
+    hint = next((ln for ln in reversed(lines) if "rror" in ln), lines[-1] if lines else "")
+    how = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
+    return f"{how}: {hint[:300]}"
+
+
 class WorkerProcess:
     """One worker subprocess and the thread that reads its events."""
 
@@ -123,10 +132,7 @@ class WorkerProcess:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             code = self.proc.wait()
-        how = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
-        tail = Path(self.log.name).read_text(errors="replace").strip().splitlines()
-        hint = next((ln.strip() for ln in reversed(tail) if "rror" in ln), tail[-1].strip() if tail else "")
-        return f"worker died ({how}): {hint[:300]}"
+        return f"worker died ({exit_hint(Path(self.log.name).read_text(errors='replace'), code)})"
 
     def close(self, timeout: float = 10) -> None:
         if self.log.closed:

@@ -36,25 +36,18 @@ def parse(text: str) -> tuple[int, int]:
 
 
 def cell_key(problem, variant: str) -> str:
-    """The same string store.cell_keys makes for the cell's row."""
-    routing = problem.routing if problem.is_moe else ""
-    return "|".join(str(x) for x in (problem.shape_set, problem.gemm, problem.M, problem.N, problem.K, problem.E,
-                                      problem.topk, routing, problem.tp, problem.dtype, variant))
+    """store.cell_key of the row this cell will have."""
+    from gemmbench.store import cell_key as key
+
+    return key(dict(vars(problem), routing=problem.routing if problem.is_moe else None, variant=variant))
 
 
-def cell_key_of_row(row: dict) -> str:
-    """cell_key of a result row (a dict)."""
-    routing = row.get("routing") or ""
-    return "|".join(str(row[c]) if c != "routing" else routing for c in
-                    ("shape_set", "gemm", "M", "N", "K", "E", "topk", "routing", "tp", "dtype", "variant"))
-
-
-def describe(key: str) -> str:
+def describe(key: str, variant: bool = True) -> str:
     """A cell key as a person reads it: 'smoke smoke_tails fp16 M5 N80 K48 [E8 top2 uniform] [tp2] cublas_fp16'."""
-    shape_set, gemm, M, N, K, E, topk, routing, tp, dtype, variant = key.split("|")
+    shape_set, gemm, M, N, K, E, topk, routing, tp, dtype, name = key.split("|")
     moe = f" E{E} top{topk} {routing}" if E not in ("", "1") else ""
     par = f" tp{tp}" if tp not in ("", "1") else ""
-    return f"{shape_set} {gemm} {dtype} M{M} N{N} K{K}{moe}{par} {variant}"
+    return f"{shape_set} {gemm} {dtype} M{M} N{N} K{K}{moe}{par}" + (f" {name}" if variant else "")
 
 
 def cost(problem) -> float:
@@ -138,3 +131,12 @@ def check_parts(parts: list[tuple[Path, dict | None]], keys_by_part: dict) -> Me
         have = {m["shard"] for m in metas}
         shards_missing = [(i, metas[0]["shard_cells"][i]) for i in range(n) if i not in have]
     return MergeReport(sum(len(v) for v in keys_by_part.values()), missing, duplicated, shards_missing)
+
+
+def read_parts(files: list[Path]) -> tuple[list[dict], MergeReport]:
+    """The rows of part files (store.load checks each) and what check_parts finds in them."""
+    from gemmbench.store import cell_keys, load, records
+
+    frames = {f: load([f]) for f in files}
+    report = check_parts([(f, read_metadata(f)) for f in files], {f: list(cell_keys(df)) for f, df in frames.items()})
+    return [r for df in frames.values() for r in records(df)], report

@@ -74,6 +74,16 @@ def cell_columns(problem, variant) -> dict:
 CELL_KEY = ("shape_set", "gemm", "M", "N", "K", "E", "topk", "routing", "tp", "dtype", "variant")
 
 
+def cell_key(row) -> str:
+    """One cell's key from a mapping with the CELL_KEY columns (a result row, or a problem's fields and its
+    variant): the string cell_keys makes for the cell's row, missing values as ""."""
+    return "|".join("" if _missing(row.get(c)) else str(row[c]) for c in CELL_KEY)
+
+
+def _missing(v) -> bool:
+    return v is None or v is pd.NA or (isinstance(v, float) and v != v)
+
+
 def cell_keys(df: pd.DataFrame) -> pd.Series:
     """CELL_KEY as one string per row, the same for a run row and a profile row of one cell whatever the dtypes
     (int64 or nullable Int64, string or object, None or NA for a dense cell's routing)."""
@@ -264,7 +274,7 @@ def records(df: pd.DataFrame) -> list[dict]:
     def plain(v):
         if isinstance(v, np.ndarray):  # samples_us
             return v.tolist()
-        if v is None or v is pd.NA or (isinstance(v, float) and v != v):
+        if _missing(v):
             return None
         return v.item() if isinstance(v, np.generic) else v
 

@@ -187,5 +187,5 @@ def test_a_gpu_whose_worker_cannot_start_hands_its_cells_over(tmp_path):
     from conftest import PLUGINS
 
     cells, rows, parts = _multi(tmp_path, ["cublas_fp16"], [PLUGINS / "gpu1_broken_plugin.py"])
-    assert sorted(shard.cell_key_of_row(r) for r in rows) == sorted(flat(cells))
+    assert sorted(store.cell_key(r) for r in rows) == sorted(flat(cells))
     assert [p.name for p in parts] == ["r-gpu0.parquet"] and all(r["status"] == "ok" for r in rows)
