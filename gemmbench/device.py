@@ -13,7 +13,6 @@ import json
 import os
 import platform
 import subprocess
-import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Optional
@@ -114,12 +113,10 @@ def ceilings(timer_mode: str, remeasure: bool = False) -> Optional[Ceilings]:
         except (ValueError, TypeError):
             pass  # a damaged cache file is measured again
     result = _measure(mode)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # a temp name of its own: workers on several GPUs of one host may measure the same GPU model at once
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        f.write(json.dumps(asdict(result), indent=1))
-    os.replace(tmp, path)
+    from gemmbench.store import write_atomic
+
+    # workers on several GPUs of one host may measure the same GPU model at once: each write is whole
+    write_atomic(path, json.dumps(asdict(result), indent=1).encode())
     return result
 
 

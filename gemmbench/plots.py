@@ -9,8 +9,6 @@ Artists carry a gid that names what they are ("series:<label>", "baseline", "cei
 from __future__ import annotations
 
 import io
-import os
-import tempfile
 import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +20,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import NullLocator
 
 from gemmbench import metrics, plotdata
+from gemmbench.store import write_atomic
 
 KINDS = ("roofline", "speedup", "tflops", "latency", "schedules", "profile")
 FORMATS = ("png", "svg")
@@ -311,22 +310,6 @@ def render(fig: Figure, fmt: str = "png") -> bytes:
     meta = {"Software": None} if fmt == "png" else {"Date": None, "Creator": None}
     fig.savefig(buf, format=fmt, dpi=DPI, metadata=meta)
     return buf.getvalue()
-
-
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write to a temp name in the same folder, then rename: a reader never sees half a file."""
-    from gemmbench.store import usual_mode
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.chmod(tmp, usual_mode())  # mkstemp makes 0600; a figure is as readable as any file written
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def save(fig: Figure, out_dir: Path, stem: str, formats: Sequence[str] = ("png",)) -> list[Path]:

@@ -16,6 +16,7 @@ from typing import Optional, Sequence
 import pandas as pd
 
 from gemmbench import plotdata, plots
+from gemmbench.store import write_atomic
 from gemmbench.tables import short_config
 
 IMG_DIR = "img"
@@ -253,9 +254,9 @@ def write(rep: Report, out_dir: Path) -> list[Path]:
     paths = []
     for stem, png in rep.images.items():
         path = out_dir / IMG_DIR / f"{stem}.png"
-        plots.write_atomic(path, png)
+        write_atomic(path, png)
         paths.append(path)
     for name, text in (("report.md", to_markdown(rep)), ("report.html", to_html(rep))):
-        plots.write_atomic(out_dir / name, text.encode("utf-8"))
+        write_atomic(out_dir / name, text.encode("utf-8"))
         paths.append(out_dir / name)
     return paths

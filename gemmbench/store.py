@@ -147,13 +147,21 @@ def write_rows(path: str | Path, rows: list[dict], meta: dict | None = None) -> 
 
 def write_table(path: str | Path, table: pa.Table) -> None:
     """Any Arrow table as a Parquet file, atomically (see write_rows)."""
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink)
+    write_atomic(path, sink.getvalue().to_pybytes())
+
+
+def write_atomic(path: str | Path, data: bytes) -> None:
+    """`data` as the file `path`: a temp file of its own in the same folder, fsync, rename.  Readers see the old
+    file or the new one, never half; writers racing on one path (workers on several GPUs) each finish whole."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
-            os.fchmod(f.fileno(), usual_mode())
-            pq.write_table(table, f)
+            os.fchmod(f.fileno(), usual_mode())  # mkstemp makes 0600: give the file the usual mode
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)

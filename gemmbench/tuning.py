@@ -19,7 +19,6 @@ import json
 import math
 import os
 import re
-import tempfile
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -134,14 +133,9 @@ def save(variant: str, problem: Problem, gpu: str, config: dict, us: float, abou
         data.update(E=problem.E, topk=problem.topk)
     data["buckets"][str(m_bucket(problem.M, problem.is_moe))] = {"config": config, "time_us": round(us, 3), **about}
     data["buckets"] = dict(sorted(data["buckets"].items(), key=lambda kv: int(kv[0])))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        from gemmbench.store import usual_mode
+    from gemmbench.store import write_atomic
 
-        os.fchmod(f.fileno(), usual_mode())
-        f.write(json.dumps(data, indent=1) + "\n")
-    os.replace(tmp, path)
+    write_atomic(path, (json.dumps(data, indent=1) + "\n").encode())
     return path
 
 
