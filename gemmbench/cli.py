@@ -351,7 +351,7 @@ def shapes_from_config(
 
 
 # these commands live in their own modules (registered on `app` when imported)
-from gemmbench import cli_compare, cli_merge, cli_plot, cli_profile, cli_tune  # noqa: E402,F401
+from gemmbench import cli_compare, cli_layer, cli_merge, cli_plot, cli_profile, cli_tune  # noqa: E402,F401
 
 
 def main() -> None:

@@ -60,7 +60,13 @@ def _selected(results: list[Path], shapes, variants, dtype, tp, gpu, baseline):
                                  f"choose one with --gpu")
     except StoreError as exc:
         raise fail(str(exc)) from None
-    return runs, profiles, res.files
+    layers = res.layers
+    if layers is not None:
+        if f.dtypes:
+            layers = layers[layers["dtype"].isin(f.dtypes)]
+        if f.tps:
+            layers = layers[layers["tp"].isin(f.tps)]
+    return runs, profiles, res.files, layers
 
 
 def _warn(text: str) -> None:
@@ -70,7 +76,8 @@ def _warn(text: str) -> None:
 @app.command()
 def plot(
     results: Annotated[list[Path], typer.Argument(help=RESULTS_HELP, show_default=False)],
-    kind: Annotated[str, typer.Option(help="roofline, speedup, tflops, latency, schedules (MoE), profile (ncu tables); "
+    kind: Annotated[str, typer.Option(help="roofline, speedup, tflops, latency, schedules (MoE), profile (ncu tables), "
+                                           "layer (`gemmbench layer` tables); "
                                            "comma-separated for several.")],
     baseline: Baseline = None,
     shapes: Shapes = None,
@@ -88,12 +95,15 @@ def plot(
     formats = _choices("--format", fmt, plots.FORMATS)
     if out_path.is_file():
         raise fail(f"--out {out_path}: give a folder (one file per figure goes inside it)")
-    runs, profiles, _ = _selected(results, shapes, variants, dtype, tp, gpu, baseline)
+    runs, profiles, _, layers = _selected(results, shapes, variants, dtype, tp, gpu, baseline)
+    if layers is None and "layer" in kinds:
+        raise fail("--kind layer draws layer tables (`gemmbench layer` output); RESULTS hold none")
     if profiles is None and "profile" in kinds:
         raise fail("--kind profile draws profile tables (`gemmbench profile --ncu` output); RESULTS hold none")
-    if runs is None and set(kinds) - {"profile"}:
-        other = ", ".join(k for k in kinds if k != "profile")
-        raise fail(f"--kind {other} draws run files (`gemmbench run` output); RESULTS hold only profile tables")
+    if runs is None and set(kinds) - {"profile", "layer"}:
+        other = ", ".join(k for k in kinds if k not in ("profile", "layer"))
+        held = " and ".join(n for n, d in (("profile tables", profiles), ("layer tables", layers)) if d is not None)
+        raise fail(f"--kind {other} draws run files (`gemmbench run` output); RESULTS hold only {held}")
     if "schedules" in kinds and not (runs["E"] > 1).any():
         raise fail("--kind schedules draws MoE GEMMs (E > 1); the selected rows have none")
     from gemmbench.store import StoreError
@@ -101,7 +111,12 @@ def plot(
     drawn = []
     try:
         for k in kinds:
-            drawn += plots.figures(k, runs, profiles)
+            if k == "layer":
+                from gemmbench import plots_layer
+
+                drawn += plots_layer.figures(layers)
+            else:
+                drawn += plots.figures(k, runs, profiles)
     except StoreError as exc:
         raise fail(str(exc)) from None
     if not any(d.figure is not None for d in drawn):
@@ -138,7 +153,7 @@ def report(
 
     if out_path.is_file():
         raise fail(f"--out {out_path}: give a folder (report.md, report.html and img/ go inside it)")
-    runs, profiles, files = _selected(results, shapes, variants, dtype, tp, gpu, baseline)
+    runs, profiles, files, _ = _selected(results, shapes, variants, dtype, tp, gpu, baseline)
     try:
         rep = rep_mod.build(runs, profiles, files)
     except StoreError as exc:

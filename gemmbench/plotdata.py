@@ -29,6 +29,7 @@ class Results:
     runs: Optional[pd.DataFrame]  # store.load rows; None where RESULTS held no run file
     profiles: Optional[pd.DataFrame]  # profile.load_profiles rows; None where it held no profile table
     files: list[Path]
+    layers: Optional[pd.DataFrame] = None  # layer.load rows (`gemmbench layer` tables); None where it held none
 
 
 @dataclass
@@ -40,8 +41,9 @@ class Filters:
     gpu: Optional[str] = None  # the GPU name, or a case-insensitive part of it ("H100")
 
 
-def _is_profile_table(f: Path) -> bool:
-    """A profile table has a profile_schema column (gemmbench.profile.write); a run file does not."""
+def table_kind(f: Path) -> str:
+    """"profile" (a profile_schema column: gemmbench.profile.write), "layer" (layer_schema: gemmbench.layer.write)
+    or "run"."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -50,7 +52,7 @@ def _is_profile_table(f: Path) -> bool:
     except (pa.ArrowException, OSError) as e:
         first = (str(e).strip().splitlines() or [type(e).__name__])[0]
         raise StoreError(f"{f}: not a readable Parquet file, truncated or not Parquet ({first})") from None
-    return "profile_schema" in names
+    return "profile" if "profile_schema" in names else "layer" if "layer_schema" in names else "run"
 
 
 def read(paths: Sequence) -> Results:
@@ -65,8 +67,10 @@ def read(paths: Sequence) -> Results:
         for f in store.result_files(Path(p)):
             if f.resolve() not in {x.resolve() for x in files}:  # a folder and a file in it: its rows once
                 files.append(f)
-    run_files = [f for f in files if not _is_profile_table(f)]
-    profile_files = [f for f in files if f not in run_files]
+    kinds = {f: table_kind(f) for f in files}
+    run_files = [f for f in files if kinds[f] == "run"]
+    profile_files = [f for f in files if kinds[f] == "profile"]
+    layer_files = [f for f in files if kinds[f] == "layer"]
     runs = store.load(run_files) if run_files else None
     frames = []
     for f in profile_files:
@@ -81,7 +85,9 @@ def read(paths: Sequence) -> Results:
     profiles = pd.concat(frames, ignore_index=True) if frames else None
     if runs is not None:
         runs = _fill_timing_mode(runs)
-    return Results(runs, profiles, files)
+    from gemmbench import layer
+
+    return Results(runs, profiles, files, layer.load(layer_files) if layer_files else None)
 
 
 def _fill_timing_mode(df: pd.DataFrame) -> pd.DataFrame:

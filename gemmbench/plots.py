@@ -22,7 +22,7 @@ from matplotlib.ticker import NullLocator
 from gemmbench import metrics, plotdata
 from gemmbench.store import write_atomic
 
-KINDS = ("roofline", "speedup", "tflops", "latency", "schedules", "profile")
+KINDS = ("roofline", "speedup", "tflops", "latency", "schedules", "profile", "layer")
 FORMATS = ("png", "svg")
 DPI = 150
 FOOT_PT = 7.5  # footnote font size, points

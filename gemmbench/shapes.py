@@ -172,6 +172,11 @@ def load(name_or_path: str) -> ShapeSet:
                      "and no such file")
 
 
+def load_text(source: str, text: str) -> ShapeSet:
+    """A shape set from YAML text (e.g. from_hf_config's), its errors naming `source`."""
+    return _load_file(source, lambda: text, ())
+
+
 def _load_builtin(name: str, chain: tuple[str, ...]) -> ShapeSet:
     res = _builtin_dir() / f"{name}.yaml"
     return _load_file(str(res), lambda: res.read_text(encoding="utf-8"), chain + (name,))

@@ -1,0 +1,508 @@
+"""`gemmbench layer`: the GEMMs of one decoder layer, end to end, eager launches against one CUDA graph (seed 001 §5).
+
+A layer is its model's GEMMs in order (QKV, o, gate_up, down; for an MoE model the routing step before the expert
+GEMMs), one variant each, on persistent buffers as a model holds them.  Each GEMM is checked against the fp32
+reference first.  Then, per M:
+
+  kernels  each step timed alone, cold L2 (gemmbench.timing), summed: the GPU work of a layer;
+  eager    host wall time of the layer launched from Python, GPU idle and L2 emptied before, synchronised after;
+  graph    the same launches captured once in a CUDA graph and replayed, timed the same way;
+  gaps     (eager - kernels) / steps and (graph - kernels) / steps: what each launch costs beyond its kernel
+           (the seed measured 165 µs between TK-GEMM launches eager and 6.65 µs in a graph).
+
+Attention, norms and activations are not part of it: the seed's simulated layer is its GEMMs back to back, and
+these are what gemmbench measures.  `--layers N` builds N copies (distinct weights, as N layers of a model have)
+and launches them back to back: steady-state throughput, per layer.
+
+Rows go to a layer table (LAYER_SCHEMA), not a run file: one `part=layer` row per (model, TP, dtype, M) and one
+`part=step` row per step with its own kernel time; every row has family "layer".
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional, Sequence
+
+import numpy as np
+import pandas as pd
+
+from gemmbench import shapes
+from gemmbench.shapes import Problem, ShapeSet
+
+LAYER_SCHEMA = 1  # in every row (layer_schema), checked by load()
+# --model names -> built-in shape sets; the layer is every GEMM of the set but these
+MODELS = {"llama3-70b": "llama70b", "mixtral-8x7b": "mixtral-moe", "mixtral-8x22b": "mixtral-8x22b-moe"}
+NOT_IN_LAYER = ("lm_head",)  # runs once per token, after the last layer
+ROUTING = "routing"
+DEFAULT_VARIANTS = "cublas_*,triton_moe_col"  # cuBLAS for dense GEMMs, the seed's column-major fused MoE
+
+
+class LayerError(ValueError):
+    """One line for the user."""
+
+
+# ---------------------------------------------------------------- which GEMMs, which variants
+
+def resolve_model(spec: str) -> ShapeSet:
+    """A --model: a name of MODELS, a built-in shape set, a shape-set YAML or a Hugging Face config.json."""
+    if spec in MODELS:
+        return shapes.load(MODELS[spec])
+    path = Path(spec)
+    if path.suffix == ".json":
+        name, text = shapes.from_hf_config(path)
+        return shapes.load_text(str(path), text)
+    try:
+        return shapes.load(spec)
+    except shapes.ShapeError as exc:
+        if path.exists() or len(path.parts) > 1 or path.suffix:
+            raise
+        raise LayerError(f"--model {spec!r}: not one of {', '.join(MODELS)}, a built-in shape set, a YAML file or "
+                         f"a config.json") from exc
+
+
+@dataclass(frozen=True)
+class Step:
+    """One launch of the layer: a GEMM (problem, variant) or the MoE routing (problem None)."""
+
+    name: str
+    problem: Optional[Problem] = None
+    variant: Optional[str] = None
+
+    @property
+    def is_gemm(self) -> bool:
+        return self.problem is not None
+
+
+def layer_gemms(sset: ShapeSet) -> list[str]:
+    return [g.name for g in sset.gemms if g.name not in NOT_IN_LAYER]
+
+
+def layer_problems(sset: ShapeSet, M: int, dtype: str, tp: int) -> list[Problem]:
+    """The layer's GEMMs at one M, in the set's order, without the LM head."""
+    gemms = [g for g in sset.gemms if g.name not in NOT_IN_LAYER]
+    if not gemms:
+        raise LayerError(f"{sset.source}: no GEMM of a decoder layer (only {', '.join(NOT_IN_LAYER)})")
+    layer = ShapeSet(sset.name, sset.description, tuple(gemms), sset.m_values, sset.source)
+    return shapes.problems(layer, [dtype], [M], tp)
+
+
+def steps_for(problems: Sequence[Problem], choose: Callable[[Problem], str]) -> list[Step]:
+    """Steps in launch order, the routing step right before the first MoE GEMM (it feeds all of them)."""
+    steps: list[Step] = []
+    for p in problems:
+        if p.is_moe and not any(s.name == ROUTING for s in steps):
+            steps.append(Step(ROUTING))
+        steps.append(Step(p.gemm, p, choose(p)))
+    return steps
+
+
+def chooser(spec: str, device, gemms: Sequence[str] = ()) -> Callable[[Problem], str]:
+    """--variants: 'GEMM=VARIANT' entries pin a GEMM; globs are tried in order, the first variant (in registry
+    order) that runs the GEMM here wins.  gemms: the layer's GEMM ids, against which the pins are checked."""
+    from gemmbench import registry
+
+    entries = [x.strip() for x in spec.split(",") if x.strip()]
+    if not entries:
+        raise LayerError("--variants is empty")
+    pinned = {k.strip(): v.strip() for k, v in (x.split("=", 1) for x in entries if "=" in x)}
+    globs = [x for x in entries if "=" not in x]
+    for gemm, name in pinned.items():
+        if gemms and gemm not in gemms:
+            raise LayerError(f"--variants {gemm}={name}: the layer has no GEMM {gemm!r} ({', '.join(gemms)})")
+        if not registry.get(name).gemm:  # an unknown name fails here too, before anything runs
+            raise LayerError(f"--variants {gemm}={name}: {name} is not a GEMM variant")
+    candidates = [v for g in globs for v in registry.select(g) if v.gemm]
+
+    def choose(p: Problem) -> str:
+        if p.gemm in pinned:
+            v = registry.get(pinned[p.gemm])
+            why = v.unsupported_reason(p, device)
+            if why:
+                raise LayerError(f"{p.gemm}={v.name}: {why}")
+            return v.name
+        kind = [v for v in candidates if v.moe == p.is_moe]
+        for v in kind:
+            if not v.unsupported_reason(p, device):
+                return v.name
+        why = (f" ({kind[0].unsupported_reason(p, device)})" if kind else
+               f" (it has no {'MoE' if p.is_moe else 'dense'} GEMM variant)")
+        raise LayerError(f"{p.label}: no variant of --variants {spec!r} runs it here{why}; pin one with {p.gemm}=VARIANT")
+
+    return choose
+
+
+def best_chooser(runs: pd.DataFrame, device) -> tuple[Callable[[Problem], str], dict]:
+    """--best-from: per GEMM and M, the variant with the lowest median among the ok rows of RESULTS for the same
+    (N, K, E, topk, dtype) that runs here, uniform routing; cold-L2 rows where the GEMM has any (a layer's weights
+    are not in L2); the nearest M (in log2) where RESULTS lack this one.  Returns choose() and {gemm label: where the pick came from}."""
+    from gemmbench import registry
+
+    ok = runs[(runs["status"] == "ok") & runs["time_us_median"].notna()]
+    # the layer routes by softmax top-k: of the benchmark's routings, uniform is the one that resembles it
+    ok = ok[ok["routing"].isna() | (ok["routing"] == "uniform")]
+    if device.kind == "cuda" and (ok["gpu"] == device.name).any():
+        ok = ok[ok["gpu"] == device.name]
+    notes: dict = {}
+
+    def choose(p: Problem) -> str:
+        same = ok[(ok["N"] == p.N) & (ok["K"] == p.K) & (ok["E"] == p.E) & (ok["topk"] == p.topk)
+                  & (ok["dtype"] == p.dtype)]
+        if (same["timing_mode"] == "cold").any():
+            same = same[same["timing_mode"] == "cold"]
+        runnable = [n for n in same["variant"].unique() if _runs_here(registry, n, p, device)]
+        same = same[same["variant"].isin(runnable)]
+        if same.empty:
+            raise LayerError(f"--best-from: no ok row for {p.gemm} N={p.N} K={p.K} {p.dtype} of a variant that runs "
+                             f"here")
+        ms = sorted(set(int(m) for m in same["M"]))
+        m = min(ms, key=lambda x: (abs(math.log2(x) - math.log2(p.M)), x))
+        at = same[same["M"] == m].groupby("variant", observed=True)["time_us_median"].median()
+        name = str(at.idxmin())
+        notes[p.label] = f"{name} {at.min():.1f} µs at M={m}" + ("" if m == p.M else f" (nearest to M={p.M})")
+        return name
+
+    return choose, notes
+
+
+def run_files(paths: Sequence) -> list[Path]:
+    """--best-from's files: run files only (a layer or profile table says what it is instead of failing to load)."""
+    from gemmbench.plotdata import table_kind
+    from gemmbench.store import StoreError, result_files
+
+    files = [f for p in paths for f in result_files(Path(p))]
+    for f in files:
+        kind = table_kind(f)
+        if kind != "run":
+            raise StoreError(f"--best-from {f}: a {kind} table, not a run file (`gemmbench run` output)")
+    return files
+
+
+def _runs_here(registry, name: str, p: Problem, device) -> bool:
+    try:
+        v = registry.get(name)
+    except registry.RegistryError:  # a plugin's variant in RESULTS, not loaded now
+        return False
+    return v.gemm and not v.unsupported_reason(p, device)
+
+
+def plan_label(steps: Sequence[Step]) -> str:
+    """What the layer ran, as one short label: the one variant, or the variants in step order joined by '+'."""
+    names = list(dict.fromkeys(s.variant for s in steps if s.is_gemm))
+    return names[0] if len(names) == 1 else "+".join(names)
+
+
+# ---------------------------------------------------------------- buffers and launches
+
+@dataclass
+class Built:
+    """One step of one layer copy, ready to launch."""
+
+    step: Step
+    fn: Callable
+    graph_safe: bool = True
+    config: dict = field(default_factory=dict)
+    inputs: object = None
+    out: object = None
+
+
+class Routing:
+    """The MoE routing of a layer: router logits, softmax, top-k, weights renormalised (Mixtral), written into the
+    ids and weights every expert GEMM of the layer reads, then the block alignment for each BLOCK_M those GEMMs
+    use: what a model does on the GPU before its expert GEMMs, with no host sync."""
+
+    def __init__(self, p: Problem, seed: int, device: str):
+        import torch
+
+        gen = torch.Generator(device=device).manual_seed(seed)
+        dt = torch.float32 if device == "cpu" else torch.bfloat16  # routers stay 16-bit in fp8 deployments
+        self.x = (torch.randn((p.M, p.K), generator=gen, device=device) / math.sqrt(p.K)).to(dt)
+        self.w = torch.randn((p.E, p.K), generator=gen, device=device).to(dt)
+        self.E, self.topk = p.E, p.topk
+        self.ids = torch.zeros((p.M, p.topk), dtype=torch.int32, device=device)
+        self.weights = torch.zeros((p.M, p.topk), dtype=torch.float32, device=device)
+        self.block_ms: list[int] = []
+
+    def __call__(self):
+        import torch
+
+        from gemmbench.kernels.moe_align import moe_align
+
+        probs = torch.softmax((self.x @ self.w.t()).float(), dim=-1)
+        w, i = torch.topk(probs, self.topk, dim=-1)
+        self.weights.copy_(w / w.sum(dim=-1, keepdim=True))
+        self.ids.copy_(i)
+        for bm in self.block_ms:
+            moe_align(self.ids, self.E, bm)
+        return self.ids
+
+
+def build(steps: Sequence[Step], seed: int, device: str) -> list[Built]:
+    """One layer copy: inputs drawn on the device, the routing run once so that every expert GEMM is made (its
+    alignment computed) for the routing it will see, then each variant's launch."""
+    from gemmbench import registry
+    from gemmbench.inputs import make_inputs
+    from gemmbench.runner import cell_seed
+
+    routing = None
+    first_moe = next((s.problem for s in steps if s.is_gemm and s.problem.is_moe), None)
+    if first_moe is not None:
+        routing = Routing(first_moe, seed, device)
+        routing()
+    built = []
+    for s in steps:
+        if not s.is_gemm:
+            built.append(Built(s, routing))
+            continue
+        v = registry.get(s.variant)
+        inputs = make_inputs(s.problem, cell_seed(seed, s.problem), device, scaling=v.fp8_scaling)
+        if s.problem.is_moe:  # the layer's routing, not each GEMM's own
+            inputs.topk_ids, inputs.topk_weights = routing.ids, routing.weights
+        launch = v.make(s.problem, inputs)
+        built.append(Built(s, launch.fn, launch.graph_safe, dict(launch.config), inputs, launch.out))
+        if s.problem.is_moe and "BLOCK_M" in launch.config and launch.config["BLOCK_M"] not in routing.block_ms:
+            routing.block_ms.append(int(launch.config["BLOCK_M"]))
+    return built
+
+
+def check(built: Sequence[Built]) -> list[dict]:
+    """Each GEMM of the layer against its fp32 reference: [{step, ok, max_rel_err, detail}]."""
+    from gemmbench import check as check_mod
+
+    out = []
+    for b in built:
+        if not b.step.is_gemm:
+            continue
+        check_mod.poison(b.out)
+        got = b.fn()
+        res = check_mod.compare(b.step.problem, got, check_mod.reference(b.step.problem, b.inputs))
+        out.append(dict(step=b.step.name, ok=res.ok, max_rel_err=res.max_rel_err, detail=res.detail))
+    return out
+
+
+def graph_blockers(built: Sequence[Built]) -> list[str]:
+    """Why the layer cannot be captured in a CUDA graph, one entry per step that cannot be (named)."""
+    return [f"{b.step.variant} ({b.step.name}) syncs with the host and cannot be captured"
+            for b in built if not b.graph_safe]
+
+
+# ---------------------------------------------------------------- timing
+
+def _sync() -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def _host_wall(launch: Callable[[], None], layers: int, gpu: bool) -> float:
+    """One sample: GPU idle with L2 emptied, then the host clock around the launches and a synchronize."""
+    from gemmbench.timing import evict_l2
+
+    if gpu:
+        evict_l2()
+    _sync()
+    t0 = time.perf_counter()
+    launch()
+    _sync()
+    return (time.perf_counter() - t0) * 1e6 / layers
+
+
+@dataclass
+class Measured:
+    kernel_samples: list  # per step of the first copy: its samples (µs)
+    eager: list  # per-layer µs samples
+    graph: Optional[list] = None
+    graph_reason: Optional[str] = None  # why there is no graph time
+    graph_max_rel_err: Optional[float] = None
+    kernel_modes: list = field(default_factory=list)  # per step: the timing mode of its kernel time
+
+
+def _kernel_time(b: Built, gpu: bool, budget_s: float) -> tuple[list, str]:
+    """One step's GPU time alone, L2 emptied first: captured in a CUDA graph with its events (timing mode
+    "graph"), so that a step of several launches (the routing) counts its kernels and not its host launch costs;
+    a step that cannot be captured is timed eagerly ("cold"), its own host syncs included; on a CPU, "wall"."""
+    import torch
+
+    from gemmbench.timing import Timer, TimingError
+
+    if gpu and b.graph_safe:
+        try:
+            return Timer("graph", budget_s=budget_s, warmup_ms=10).measure([b.fn]), "graph"
+        except (TimingError, RuntimeError):  # not capturable after all: its eager time is the best there is
+            torch.cuda.synchronize()
+    mode = "cold" if gpu else "wall"
+    return Timer(mode, budget_s=budget_s, warmup_ms=10).measure([b.fn], b.graph_safe), mode
+
+
+def measure(copies: list[list[Built]], budget_s: float, label: str) -> Measured:
+    """Kernel times per step (first copy), then eager and graph samples taken in alternating batches (a clock
+    drift then favours neither) until both have >= 10 samples and the budget is spent or the medians are known."""
+    import torch
+
+    from gemmbench.nvtx_ranges import annotate
+
+    gpu = torch.cuda.is_available()
+    timed = [_kernel_time(b, gpu, budget_s / 4) for b in copies[0]]
+    fns = [b.fn for copy in copies for b in copy]
+    layers = len(copies)
+
+    def eager():
+        for fn in fns:
+            fn()
+
+    for _ in range(3):  # steady state: compiled, caches warm, clocks up
+        _host_wall(eager, layers, gpu)
+    m = Measured([t for t, _ in timed], [], kernel_modes=[mode for _, mode in timed])
+    replay = None
+    blockers = graph_blockers(copies[0])
+    if not gpu:
+        m.graph_reason = "no CUDA GPU: graph mode skipped"
+    elif blockers:
+        m.graph_reason = "; ".join(blockers)
+    else:
+        replay, m.graph_reason, m.graph_max_rel_err = _capture(copies, fns)
+        if replay is not None:
+            m.graph = []
+    t_end = time.perf_counter() + budget_s
+    while True:
+        with annotate(f"eager layer {label}"):
+            m.eager += [_host_wall(eager, layers, gpu) for _ in range(5)]
+        if replay is not None:
+            with annotate(f"graph layer {label}"):
+                m.graph += [_host_wall(replay, layers, gpu) for _ in range(5)]
+        settled = _settled(m.eager) and (m.graph is None or _settled(m.graph))
+        if len(m.eager) >= 10 and (time.perf_counter() >= t_end or settled):
+            return m
+
+
+def _settled(samples: list, target: float = 0.005) -> bool:
+    p20, med, p80 = np.percentile(samples, [20, 50, 80])
+    return med > 0 and (p80 - p20) / med / math.sqrt(len(samples)) <= target
+
+
+def _capture(copies: list[list[Built]], fns: list) -> tuple[Optional[Callable], Optional[str], Optional[float]]:
+    """The layer copies captured in one CUDA graph: (replay, None, max rel. difference graph vs eager) or
+    (None, why, None) when capture fails or the replay's outputs differ from the eager launches'."""
+    import torch
+
+    from gemmbench import check as check_mod
+
+    eager_out = [b.fn() for copy in copies for b in copy]
+    eager_out = [o.clone() if isinstance(o, torch.Tensor) else o for o in eager_out]
+    graph = torch.cuda.CUDAGraph()
+    try:
+        with torch.cuda.graph(graph):
+            graph_out = [fn() for fn in fns]
+    except Exception as exc:  # capture refused (a sync or host copy inside): name it, keep the eager time
+        torch.cuda.synchronize()
+        return None, f"capture failed: {type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}", None
+    graph.replay()
+    torch.cuda.synchronize()
+    worst = 0.0
+    steps = [b.step for copy in copies for b in copy]
+    for s, e, g in zip(steps, eager_out, graph_out):
+        if not s.is_gemm:
+            if not torch.equal(e, g):
+                return None, "graph replay routed tokens differently from the eager launches", None
+            continue
+        res = check_mod.compare(s.problem, g, e.float())
+        if not res.ok:
+            return None, f"graph replay output of {s.name} differs from eager: {res.detail}", res.max_rel_err
+        worst = max(worst, res.max_rel_err)
+    return graph.replay, None, worst
+
+
+# ---------------------------------------------------------------- rows
+
+def rows_for(meta: dict, steps: Sequence[Step], built: Sequence[Built], m: Optional[Measured],
+             status: str, reason: Optional[str], checks: Sequence[dict] = ()) -> list[dict]:
+    """The layer row and one row per step.  meta: run_id, model, shape_set, tp, dtype, M, layers, provenance."""
+    from gemmbench.metrics import summarize
+
+    base = dict(meta, family="layer", layer_schema=LAYER_SCHEMA)
+    errs = {c["step"]: c["max_rel_err"] for c in checks}
+    step_rows = []
+    for i, s in enumerate(steps):
+        b = built[i] if i < len(built) else None
+        row = dict(base, part="step", step=i, gemm=s.name, variant=s.variant or "torch",
+                   config=json.dumps(b.config, sort_keys=True) if b and b.config else None,
+                   status=status, max_rel_err=errs.get(s.name))
+        if s.is_gemm:
+            row.update(N=s.problem.N, K=s.problem.K, E=s.problem.E, topk=s.problem.topk)
+        if m is not None:
+            stats = summarize(m.kernel_samples[i])
+            row.update(kernel_us=stats["time_us_median"], kernel_us_p20=stats["time_us_p20"],
+                       kernel_us_p80=stats["time_us_p80"], samples_us=list(m.kernel_samples[i]),
+                       timing_mode=m.kernel_modes[i], l2_state="cold")
+        step_rows.append(row)
+    layer = dict(base, part="layer", step=None, gemm="layer", variant=plan_label(steps), status=status,
+                 reason=reason, steps=len(steps),
+                 plan=json.dumps({s.name: s.variant or "torch" for s in steps}),
+                 max_rel_err=max(errs.values()) if errs else None)
+    if m is not None:
+        kernels = float(sum(r["kernel_us"] for r in step_rows))
+        eager = float(np.median(m.eager))
+        layer.update(kernel_us=kernels, eager_us=eager, eager_samples=list(m.eager),
+                     gap_us=(eager - kernels) / len(steps), graph_reason=m.graph_reason,
+                     graph_max_rel_err=m.graph_max_rel_err)
+        if m.graph:
+            graph = float(np.median(m.graph))
+            layer.update(graph_us=graph, graph_samples=list(m.graph), graph_gap_us=(graph - kernels) / len(steps),
+                         graph_speedup=eager / graph)
+    return [layer] + step_rows
+
+
+# Every column, whether or not a row has it (a CPU run has no graph time: its graph columns are null, not absent).
+COLUMNS = (
+    "run_id", "timestamp", "family", "model", "shape_set", "tp", "dtype", "M", "layers", "part", "step", "gemm",
+    "N", "K", "E", "topk", "variant", "plan", "config", "steps", "status", "reason", "max_rel_err",
+    "timing_mode", "l2_state", "kernel_us", "kernel_us_p20", "kernel_us_p80", "samples_us",
+    "eager_us", "eager_samples", "gap_us", "graph_us", "graph_samples", "graph_gap_us", "graph_speedup",
+    "graph_reason", "graph_max_rel_err",
+    "device", "gpu", "gpu_uuid", "sm_count", "driver", "cuda", "torch", "triton", "gemmbench_version", "git_sha",
+    "host", "layer_schema",
+)
+
+
+def write(path: Path, rows: list[dict]) -> None:
+    import pyarrow as pa
+
+    from gemmbench.store import write_table
+
+    df = pd.DataFrame(rows).reindex(columns=list(COLUMNS))
+    for c in ("step", "N", "K", "E", "topk", "steps", "sm_count"):
+        df[c] = df[c].astype("Int64")
+    for c in ("kernel_us", "kernel_us_p20", "kernel_us_p80", "eager_us", "gap_us", "graph_us", "graph_gap_us",
+              "graph_speedup", "max_rel_err", "graph_max_rel_err"):
+        df[c] = df[c].astype("float64")
+    write_table(path, pa.Table.from_pandas(df, preserve_index=False))
+
+
+def load(paths: Sequence) -> pd.DataFrame:
+    """Layer tables (files, or folders of them) as one frame; a file of another kind or version is refused."""
+    import pyarrow.parquet as pq
+
+    from gemmbench.store import StoreError, result_files
+
+    if isinstance(paths, (str, Path)):
+        paths = [paths]
+    if not paths:
+        raise StoreError("no layer tables given")
+    frames = []
+    for p in paths:
+        for f in result_files(Path(p)):
+            try:
+                df = pq.read_table(f).to_pandas()
+            except Exception as exc:
+                raise StoreError(f"{f}: not a readable Parquet file ({str(exc).splitlines()[0]})") from None
+            if "layer_schema" not in df.columns:
+                raise StoreError(f"{f}: not a layer table (`gemmbench layer` output)")
+            if set(df["layer_schema"].dropna().astype(int)) != {LAYER_SCHEMA}:
+                raise StoreError(f"{f}: layer table of another gemmbench version (layer schema "
+                                 f"{sorted(set(df['layer_schema']))}, this one reads {LAYER_SCHEMA})")
+            frames.append(df)
+    return pd.concat(frames, ignore_index=True)
