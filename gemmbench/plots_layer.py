@@ -32,22 +32,11 @@ def figures(layers: pd.DataFrame) -> list[Drawn]:
     return out
 
 
-def _plans(g: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
-    """One bar group per plan; per (plan, run) where two runs measured a plan at the same M."""
-    out = []
-    for plan, s in g.groupby("variant", sort=True):
-        if s["run_id"].nunique() > 1 and s.duplicated(["M"]).any():
-            out += [(f"{plan} ({run})", r) for run, r in s.groupby("run_id", sort=True)]
-        else:
-            out.append((str(plan), s))
-    return out
-
-
 def figure(g: pd.DataFrame, key: dict) -> Optional[Figure]:
     ok = g[(g["status"] == "ok") & g["eager_us"].notna()]
     if ok.empty:
         return None
-    plans = _plans(ok)
+    plans = plotdata.series(ok)  # one bar group per plan (the layer row's variant), per run where two share an M
     ms = sorted({int(m) for m in ok["M"]})
     bars = len(plans) * len(MODES)
     width = 0.8 / bars

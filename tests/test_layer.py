@@ -717,3 +717,26 @@ def test_best_chooser_prefers_cold_rows_per_gemm_and_uniform_routing(dev, tiny):
     choose, _ = L.best_chooser(pd.DataFrame(rows), dev)
     got = {p.gemm: choose(p) for p in tiny_problems(tiny, M=1) if p.gemm != "moe_w2"}
     assert got == {"attn_qkv": "cublas_fp16", "attn_o": "cublas_fp16", "moe_w13": "torch_moe_loop"}
+
+
+# ---------------------------------------------------------------- 7. gemmbench plot --kind layer
+
+@cpu_only
+def test_plot_kind_layer_draws_kernels_and_gaps(main_layer, tmp_path):
+    """The stacked bars: per plan an eager bar of kernels plus gaps; on a CPU no graph bar, and the footnote says
+    why.  Drawn from the layer table the command wrote; a run-file kind on a layer table is refused."""
+    from gemmbench import plotdata, plots_layer
+
+    _, out = main_layer
+    res = invoke("plot", out, "--kind", "layer", "--out", tmp_path / "figs")
+    assert res.exit_code == 0, text(res.stderr)
+    assert (tmp_path / "figs" / "layer-tiny-layer-tp1-fp16.png").stat().st_size > 0
+    (drawn,) = plots_layer.figures(plotdata.read([out]).layers)
+    gids = {a.get_gid() for a in drawn.figure.findobj() if a.get_gid()}
+    plan = L.load(out).query("part == 'layer'")["variant"].iloc[0]
+    assert {f"kernels:{plan}:eager", f"gaps:{plan}:eager"} <= gids
+    assert not any(g.endswith(":graph") for g in gids)
+    foot = next(a for a in drawn.figure.findobj() if a.get_gid() == "footnote").get_text()
+    assert "no graph time" in foot and "graph mode skipped" in foot
+    line = bad(invoke("plot", out, "--kind", "speedup", "--out", tmp_path / "figs"))
+    assert "layer tables" in line
