@@ -32,6 +32,14 @@ def fail(message: str, code: int = 2) -> "typer.Exit":
     return typer.Exit(code)
 
 
+def progress_bar():
+    """The progress bar of every long command, on stderr: what runs now, done of total, time taken."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    console=err)
+
+
 def _choices(option: str, text: str, allowed) -> list[str]:
     """A comma-separated option whose every value must be one of `allowed`; duplicates dropped, order kept."""
     names = [x.strip() for x in text.split(",") if x.strip()]
@@ -210,12 +218,9 @@ def _output_path(out: Path, run_id: str) -> Path:
 
 def _sweep(opts, cells, cpu, writer, total, gpus=None) -> list:
     """The sweep with one progress bar: one worker, or (gpus) one per GPU writing part files merged at the end."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
     from gemmbench.runner import RunError, Runner
 
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=err, transient=False) as progress:
+    with progress_bar() as progress:
         bar = progress.add_task("starting worker" + ("s" if gpus else ""), total=total)
         done = []
 

@@ -11,7 +11,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from gemmbench.cli import _dtypes, _load_plugins, _tp_list, app, err, fail, out
+from gemmbench.cli import _dtypes, _load_plugins, _tp_list, app, err, fail, out, progress_bar
 
 
 @app.command()
@@ -82,7 +82,8 @@ def layer(
         err.print(escape(f"--best-from {label}: {note}"), highlight=False)
 
     rows: list = []
-    with _progress(len(plans)) as (progress, bar):
+    with progress_bar() as progress:
+        bar = progress.add_task("building", total=len(plans))
         for t, d, M, steps in plans:
             label = f"{sset.name} tp{t} {d} M{M}"
             progress.update(bar, description=label)
@@ -126,20 +127,6 @@ def _now() -> str:
     from datetime import datetime, timezone
 
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
-
-
-def _progress(total: int):
-    import contextlib
-
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    @contextlib.contextmanager
-    def bar():
-        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                      console=err) as progress:
-            yield progress, progress.add_task("building", total=total)
-
-    return bar()
 
 
 def _fmt(v, spec: str = ".1f") -> str:

@@ -9,7 +9,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from gemmbench.cli import app, err, fail, out, select_cells
+from gemmbench.cli import app, err, fail, out, progress_bar, select_cells
 
 
 def _fmt(value, spec: str) -> str:
@@ -67,10 +67,7 @@ def profile(
         raise fail(str(exc), 1) from None
     path = out_path / f"{run_id}-profile.parquet"
     rows = []
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=err) as progress:
+    with progress_bar() as progress:
         bar = progress.add_task("profiling", total=sum(len(n) for _, n in cells))
         try:
             for problem, names in cells:

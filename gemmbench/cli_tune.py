@@ -16,7 +16,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from gemmbench import tune_multi
-from gemmbench.cli import _dtypes, _load_plugins, _problems, _tp_list, app, err, fail, out
+from gemmbench.cli import _dtypes, _load_plugins, _problems, _tp_list, app, err, fail, out, progress_bar
 
 
 @app.command()
@@ -113,27 +113,15 @@ def _gpus_and_device(gpus: Optional[str]):
             raise fail(str(exc)) from None
     if not count:
         raise fail("gemmbench tune needs a CUDA GPU: configs are measured on, and stored for, one GPU")
-    if ids is None:
-        from gemmbench import device
+    from gemmbench.device import detect
 
-        return None, device.detect()
-    models = {i: _device_info(i) for i in ids}
+    if ids is None:
+        return None, detect()
+    models = {i: detect(i) for i in ids}
     if len({d.name for d in models.values()}) > 1:  # configs are stored per GPU model: one tune, one folder
         raise fail(f"--gpus {gpus!r} mixes GPU models ({', '.join(f'{i}: {d.name}' for i, d in models.items())}); "
                    "configs are stored per model, so tune one model at a time")
     return ids, models[ids[0]]
-
-
-def _device_info(index: int):
-    """device.detect() for GPU `index` instead of GPU 0."""
-    import torch
-
-    from gemmbench.device import DeviceInfo
-
-    p = torch.cuda.get_device_properties(index)
-    return DeviceInfo(kind="cuda", name=p.name, capability=(p.major, p.minor), sm_count=p.multi_processor_count,
-                      l2_bytes=getattr(p, "L2_cache_size", None), uuid=str(getattr(p, "uuid", "")) or None,
-                      memory_bytes=p.total_memory)
 
 
 def _jobs(problems: list, chosen: list, dev) -> list:
@@ -279,11 +267,8 @@ class _Report:
 
 def _tune(jobs: list, seed: int, gpu_ids: Optional[list], command: list[str]) -> tuple[_Report, Optional[str]]:
     """Every job, here or (gpu_ids) in one child per GPU, under one progress bar -> (report, what faulted here)."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
     fault = None
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=err) as progress:
+    with progress_bar() as progress:
         report = _Report(jobs, progress)
         try:
             if gpu_ids:

@@ -36,10 +36,11 @@ class DeviceInfo:
 
 
 @functools.lru_cache(maxsize=None)
-def detect() -> DeviceInfo:
+def detect(index: int = 0) -> DeviceInfo:
+    """This process's GPU `index` (reading its properties makes no CUDA context), or the CPU without CUDA."""
     if not torch.cuda.is_available():
         return DeviceInfo(kind="cpu", name=platform.processor() or platform.machine() or "cpu")
-    p = torch.cuda.get_device_properties(0)
+    p = torch.cuda.get_device_properties(index)
     return DeviceInfo(
         kind="cuda", name=p.name, capability=(p.major, p.minor), sm_count=p.multi_processor_count,
         l2_bytes=getattr(p, "L2_cache_size", None), uuid=str(getattr(p, "uuid", "")) or None,

@@ -291,23 +291,16 @@ def graph_blockers(built: Sequence[Built]) -> list[str]:
 
 # ---------------------------------------------------------------- timing
 
-def _sync() -> None:
-    import torch
-
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
-
-
 def _host_wall(launch: Callable[[], None], layers: int, gpu: bool) -> float:
     """One sample: GPU idle with L2 emptied, then the host clock around the launches and a synchronize."""
-    from gemmbench.timing import evict_l2
+    from gemmbench.timing import evict_l2, sync
 
     if gpu:
         evict_l2()
-    _sync()
+    sync()
     t0 = time.perf_counter()
     launch()
-    _sync()
+    sync()
     return (time.perf_counter() - t0) * 1e6 / layers
 
 
@@ -484,25 +477,13 @@ def write(path: Path, rows: list[dict]) -> None:
 
 def load(paths: Sequence) -> pd.DataFrame:
     """Layer tables (files, or folders of them) as one frame; a file of another kind or version is refused."""
-    import pyarrow.parquet as pq
+    from gemmbench.store import StoreError, load_side_tables
 
-    from gemmbench.store import StoreError, result_files
-
-    if isinstance(paths, (str, Path)):
-        paths = [paths]
-    if not paths:
+    if not isinstance(paths, (str, Path)) and not paths:
         raise StoreError("no layer tables given")
-    frames = []
-    for p in paths:
-        for f in result_files(Path(p)):
-            try:
-                df = pq.read_table(f).to_pandas()
-            except Exception as exc:
-                raise StoreError(f"{f}: not a readable Parquet file ({str(exc).splitlines()[0]})") from None
-            if "layer_schema" not in df.columns:
-                raise StoreError(f"{f}: not a layer table (`gemmbench layer` output)")
-            if set(df["layer_schema"].dropna().astype(int)) != {LAYER_SCHEMA}:
-                raise StoreError(f"{f}: layer table of another gemmbench version (layer schema "
-                                 f"{sorted(set(df['layer_schema']))}, this one reads {LAYER_SCHEMA})")
-            frames.append(df)
-    return pd.concat(frames, ignore_index=True)
+    tables = load_side_tables(paths, "layer_schema", "not a layer table (`gemmbench layer` output)")
+    for f, df in tables:
+        if set(df["layer_schema"].dropna().astype(int)) != {LAYER_SCHEMA}:
+            raise StoreError(f"{f}: layer table of another gemmbench version (layer schema "
+                             f"{sorted(set(df['layer_schema']))}, this one reads {LAYER_SCHEMA})")
+    return pd.concat([df for _, df in tables], ignore_index=True)

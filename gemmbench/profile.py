@@ -176,19 +176,10 @@ def write(path: Path, rows: list[dict]) -> None:
 
 def load_profiles(paths) -> pd.DataFrame:
     """Profile tables written by write(), one DataFrame; a file that is not one is a one-line error."""
-    from gemmbench.store import StoreError, result_files
+    from gemmbench.store import load_side_tables
 
-    frames = []
-    for p in [paths] if isinstance(paths, (str, Path)) else paths:
-        for f in result_files(Path(p)):
-            try:
-                df = pd.read_parquet(f)
-            except Exception as exc:  # noqa: BLE001 - any unreadable file is the same one-line error
-                raise StoreError(f"{f}: not a readable Parquet file ({str(exc).splitlines()[0][:200]})") from None
-            if "profile_schema" not in df.columns:
-                raise StoreError(f"{f}: not a gemmbench profile table (no profile_schema column)")
-            frames.append(df)
-    return pd.concat(frames, ignore_index=True)
+    tables = load_side_tables(paths, "profile_schema", "not a gemmbench profile table (no profile_schema column)")
+    return pd.concat([df for _, df in tables], ignore_index=True)
 
 
 def join(runs: pd.DataFrame, profiles: pd.DataFrame) -> pd.DataFrame:

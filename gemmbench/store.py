@@ -277,6 +277,22 @@ def _read(f: Path) -> pa.Table:
         raise StoreError(f"{f}: columns do not match schema {SCHEMA_VERSION} ({_one_line(e)})") from None
 
 
+def load_side_tables(paths, column: str, not_one: str) -> list[tuple[Path, pd.DataFrame]]:
+    """The files of a side table (profile, layer: not run files), each whole, with its path.  A file without the
+    table's schema `column` is the one-line error "<file>: not_one"."""
+    out = []
+    for p in [paths] if isinstance(paths, (str, Path)) else paths:
+        for f in result_files(Path(p)):
+            try:
+                df = pd.read_parquet(f)
+            except Exception as exc:  # noqa: BLE001 - any unreadable file is the same one-line error
+                raise StoreError(f"{f}: not a readable Parquet file ({str(exc).splitlines()[0][:200]})") from None
+            if column not in df.columns:
+                raise StoreError(f"{f}: {not_one}")
+            out.append((f, df))
+    return out
+
+
 def records(df: pd.DataFrame) -> list[dict]:
     """The rows of a loaded frame as write_rows takes them again (pandas' NA and NaN back to None)."""
     def plain(v):

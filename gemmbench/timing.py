@@ -54,7 +54,7 @@ def evict_l2() -> None:
     _evictor()()
 
 
-def _sync() -> None:
+def sync() -> None:
     if torch.cuda.is_available():
         torch.cuda.synchronize()
 
@@ -117,7 +117,7 @@ class Timer:
             while calls < 3 or time.perf_counter() < t_end:  # compile, autotune caches, clocks up
                 for f in fns:
                     f()
-                _sync()
+                sync()
                 calls += 1
         if self.mode == "cold":
             take = lambda n: self._cold(fn, n)  # noqa: E731
@@ -144,15 +144,15 @@ class Timer:
     def _wall(self, fn: Callable, n: int) -> list:
         t0 = time.perf_counter()
         fn()
-        _sync()
+        sync()
         reps = max(1, min(1000, int(1e-3 / max(time.perf_counter() - t0, 1e-7))))  # samples of >= ~1 ms
         out = []
         for _ in range(n):
-            _sync()
+            sync()
             t0 = time.perf_counter()
             for _ in range(reps):
                 fn()
-            _sync()
+            sync()
             out.append((time.perf_counter() - t0) / reps * 1e6)
         return out
 

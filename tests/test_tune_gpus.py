@@ -78,8 +78,7 @@ def two_fake_gpus(monkeypatch, tmp_path):
     build_jobs()  # the registry is loaded before torch is told there is CUDA
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
-    monkeypatch.setattr(cli_tune, "_device_info", lambda i: FAKE_GPU)
-    monkeypatch.setattr("gemmbench.device.detect", lambda: FAKE_GPU)
+    monkeypatch.setattr("gemmbench.device.detect", lambda i=0: FAKE_GPU)
     monkeypatch.setenv(tuning.CONFIG_DIR_ENV, str(tmp_path / "configs"))
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
 
@@ -91,7 +90,7 @@ def test_gpus_out_of_range_is_one_line(two_fake_gpus, spec, message):
 
 def test_gpus_of_two_models_are_refused(two_fake_gpus, monkeypatch):
     other = DeviceInfo(kind="cuda", name="NVIDIA Other GPU", capability=(8, 0))
-    monkeypatch.setattr(cli_tune, "_device_info", lambda i: FAKE_GPU if i == 0 else other)
+    monkeypatch.setattr("gemmbench.device.detect", lambda i=0: FAKE_GPU if i == 0 else other)
     assert "mixes GPU models" in bad(invoke("tune", "--shapes", "smoke", "--gpus", "all"))
 
 
