@@ -163,7 +163,7 @@ def run(
     cpu = not torch.cuda.is_available()
     gpu_ids = None
     if gpus is not None:
-        from gemmbench.multi import GpuError, parse_gpus
+        from gemmbench.multi import GpuError, parse_gpus, visible_device
 
         try:
             gpu_ids = parse_gpus(gpus, torch.cuda.device_count() if not cpu else 0)
@@ -187,7 +187,7 @@ def run(
         return
     opts = RunOptions(timing=timing, plugins=plugin or [], seed=seed, budget_s=budget, sanitize=sanitize,
                       run_id=run_id, retune=retune,
-                      worker_env={"CUDA_VISIBLE_DEVICES": str(gpu_ids[0])} if gpu_ids and len(gpu_ids) == 1 else {})
+                      worker_env={"CUDA_VISIBLE_DEVICES": visible_device(gpu_ids[0])} if gpu_ids and len(gpu_ids) == 1 else {})
     total = sum(len(n) for _, n in cells)
     rows = _sweep(opts, cells, cpu, writer, total, gpu_ids if gpu_ids and len(gpu_ids) > 1 else None)
     from gemmbench.tables import gemm_tables

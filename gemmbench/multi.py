@@ -9,6 +9,7 @@ A GPU whose worker cannot start at all hands its remaining cells to the others.
 
 from __future__ import annotations
 
+import os
 import shutil
 import threading
 from dataclasses import replace
@@ -41,6 +42,13 @@ def parse_gpus(text: str, count: int) -> list[int]:
     return list(dict.fromkeys(ids))
 
 
+def visible_device(gpu: int) -> str:
+    """CUDA_VISIBLE_DEVICES for the child on GPU `gpu`.  --gpus counts the GPUs this process sees, so under an
+    outer CUDA_VISIBLE_DEVICES (a Slurm allocation, say) index i means that list's i-th entry, not physical GPU i."""
+    outer = [x.strip() for x in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if x.strip()]
+    return outer[gpu] if gpu < len(outer) else str(gpu)
+
+
 def run_on_gpus(opts, cpu: bool, cells: list, gpus: list[int], parts_dir: Path, on_row: Callable[[dict], None],
                 on_begin: Callable = lambda p, v, ph: None) -> list[Path]:
     """Run `cells` with one Runner per GPU; rows are written to parts_dir/<run_id>-gpu<i>.parquet and passed to
@@ -59,7 +67,7 @@ def run_on_gpus(opts, cpu: bool, cells: list, gpus: list[int], parts_dir: Path, 
 
         runner = None
         try:
-            runner = Runner(replace(opts, worker_env={"CUDA_VISIBLE_DEVICES": str(gpus[slot])}), cpu, row, on_begin)
+            runner = Runner(replace(opts, worker_env={"CUDA_VISIBLE_DEVICES": visible_device(gpus[slot])}), cpu, row, on_begin)
             while True:
                 with lock:
                     if not todo and leftover:

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from gemmbench import shard
+from gemmbench.multi import visible_device
 
 MAX_DEATHS = 3
 
@@ -56,13 +57,6 @@ def split_jobs(jobs: list, n: int) -> list[list]:
 
 
 # ---------------------------------------------------------------- the children
-
-def visible_device(gpu: int) -> str:
-    """CUDA_VISIBLE_DEVICES for the child on GPU `gpu`.  --gpus counts the GPUs this process sees, so under an
-    outer CUDA_VISIBLE_DEVICES (a Slurm allocation, say) index i means that list's i-th entry, not physical GPU i."""
-    outer = [x.strip() for x in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if x.strip()]
-    return outer[gpu] if gpu < len(outer) else str(gpu)
-
 
 def spawner(command: list[str], folder: Path) -> Spawn:
     """spawn(gpu, keys): `command --worker-jobs FILE` pinned to that GPU, FILE (in `folder`) listing the keys."""

@@ -189,3 +189,14 @@ def test_a_gpu_whose_worker_cannot_start_hands_its_cells_over(tmp_path):
     cells, rows, parts = _multi(tmp_path, ["cublas_fp16"], [PLUGINS / "gpu1_broken_plugin.py"])
     assert sorted(store.cell_key(r) for r in rows) == sorted(flat(cells))
     assert [p.name for p in parts] == ["r-gpu0.parquet"] and all(r["status"] == "ok" for r in rows)
+
+
+def test_gpu_indices_are_positions_in_an_outer_cuda_visible_devices(tmp_path, monkeypatch):
+    """Under CUDA_VISIBLE_DEVICES=1,7 (a Slurm allocation, say) --gpus 0 means physical GPU 1: that worker gets the
+    broken 'GPU 1' of the plugin and hands its cells to --gpus 1 (physical 7)."""
+    from conftest import PLUGINS
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1,7")
+    cells, rows, parts = _multi(tmp_path, ["cublas_fp16"], [PLUGINS / "gpu1_broken_plugin.py"])
+    assert sorted(store.cell_key(r) for r in rows) == sorted(flat(cells))
+    assert [p.name for p in parts] == ["r-gpu1.parquet"]
