@@ -70,8 +70,10 @@ def check_comparable(base: pd.DataFrame, cand: pd.DataFrame) -> Optional[str]:
     for col in MUST_MATCH:
         a, b = sorted(set(base[col].dropna())), sorted(set(cand[col].dropna()))
         if a != b:
-            return f"the runs differ in {col}: baseline {', '.join(map(str, a)) or '-'}, candidate " \
-                   f"{', '.join(map(str, b)) or '-'} (compare like with like, or pass --force)"
+            return (
+                f"the runs differ in {col}: baseline {', '.join(map(str, a)) or '-'}, candidate "
+                f"{', '.join(map(str, b)) or '-'} (compare like with like, or pass --force)"
+            )
     return None
 
 
@@ -83,8 +85,12 @@ def compare(base: pd.DataFrame, cand: pd.DataFrame, threshold: float = 0.05) -> 
         rb = b.loc[key] if key in b.index else None
         rc = c.loc[key] if key in c.index else None
         r = rb if rb is not None else rc
-        row = Row(cell=describe(cell_key(r), variant=False), variant=r["variant"],
-                  base_status=rb["status"] if rb is not None else None, cand_status=rc["status"] if rc is not None else None)
+        row = Row(
+            cell=describe(cell_key(r), variant=False),
+            variant=r["variant"],
+            base_status=rb["status"] if rb is not None else None,
+            cand_status=rc["status"] if rc is not None else None,
+        )
         if rc is not None and rc["status"] != "ok":
             row.reason = rc["reason"]
         if rb is None:
@@ -145,8 +151,13 @@ def markdown(rows: list[Row], threshold: float, base_name: str, cand_name: str, 
     c = counts(rows)
     bad = sum(c.get(v, 0) for v in failed)
     head = "### gemmbench perf: " + ("❌ " + f"{bad} regression(s)" if bad else "✅ no regression")
-    lines = [head, "", f"`{cand_name}` against `{base_name}`, threshold {threshold:.1%}, Mann-Whitney U at "
-             f"p < {ALPHA}: " + ", ".join(f"{n} {v}" for v, n in c.items()), ""]
+    lines = [
+        head,
+        "",
+        f"`{cand_name}` against `{base_name}`, threshold {threshold:.1%}, Mann-Whitney U at "
+        f"p < {ALPHA}: " + ", ".join(f"{n} {v}" for v, n in c.items()),
+        "",
+    ]
     changed = [r for r in rows if r.verdict not in ("same", "skipped", "new", "missing")]
     lines += _md_table(changed)
     listed = [r for r in rows if r.verdict in ("new", "missing")]
@@ -159,14 +170,20 @@ def markdown(rows: list[Row], threshold: float, base_name: str, cand_name: str, 
 def _md_table(rows: list[Row]) -> list[str]:
     if not rows:
         return []
-    out = ["| verdict | cell | variant | baseline µs | candidate µs | change | p |", "|---|---|---|---:|---:|---:|---:|"]
+    out = [
+        "| verdict | cell | variant | baseline µs | candidate µs | change | p |",
+        "|---|---|---|---:|---:|---:|---:|",
+    ]
     for r in rows:
         change = f"{(r.ratio - 1):+.1%}" if r.ratio is not None else (r.reason or "")[:80].replace("|", "/")
-        out.append(f"| {r.verdict} | {r.cell} | {r.variant} | {_fmt(r.base_us, '.2f')} | {_fmt(r.cand_us, '.2f')} "
-                   f"| {change} | {_fmt(r.p_value, '.2g')} |")
+        out.append(
+            f"| {r.verdict} | {r.cell} | {r.variant} | {_fmt(r.base_us, '.2f')} | {_fmt(r.cand_us, '.2f')} "
+            f"| {change} | {_fmt(r.p_value, '.2g')} |"
+        )
     return out
 
 
 def to_json(rows: list[Row], threshold: float) -> str:
-    return json.dumps({"threshold": threshold, "alpha": ALPHA, "counts": counts(rows),
-                       "rows": [asdict(r) for r in rows]}, indent=1)
+    return json.dumps(
+        {"threshold": threshold, "alpha": ALPHA, "counts": counts(rows), "rows": [asdict(r) for r in rows]}, indent=1
+    )

@@ -74,13 +74,15 @@ def quantize_fp8(x: torch.Tensor, scaling: str) -> tuple[torch.Tensor, torch.Ten
     return q, scale
 
 
-def route(M: int, E: int, topk: int, gen: torch.Generator, routing: str = "uniform") -> tuple[torch.Tensor, torch.Tensor]:
+def route(
+    M: int, E: int, topk: int, gen: torch.Generator, routing: str = "uniform"
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Router logits -> top-k distinct experts per token and their softmax weights (seeded, on the CPU).
-      uniform:    logits ~ N(0, 1): every expert equally likely;
-      skewed:     logits + log(Zipf prior): expert 0 draws the most tokens, expert E-1 the fewest
-                  (with E = 8, top-2: about 40% of the slots go to expert 0 and 2% to expert 7);
-      one-expert: every token's first slot is expert 0 (the others are drawn as in uniform), so
-                  expert 0 carries all M tokens: the most unbalanced load a top-k router can give."""
+    uniform:    logits ~ N(0, 1): every expert equally likely;
+    skewed:     logits + log(Zipf prior): expert 0 draws the most tokens, expert E-1 the fewest
+                (with E = 8, top-2: about 40% of the slots go to expert 0 and 2% to expert 7);
+    one-expert: every token's first slot is expert 0 (the others are drawn as in uniform), so
+                expert 0 carries all M tokens: the most unbalanced load a top-k router can give."""
     if routing not in ROUTINGS:
         raise ValueError(f"unknown routing {routing!r} (known: {', '.join(ROUTINGS)})")
     logits = torch.randn((M, E), generator=gen, dtype=torch.float32)
@@ -103,8 +105,9 @@ def make_inputs(problem: Problem, seed: int, device: str, scaling: str = "tensor
     topk_ids = topk_weights = None
     if problem.is_moe:
         # its own stream of random numbers: on the CPU, sharing `gen` would make the routing a copy of `a`
-        topk_ids, topk_weights = route(M, problem.E, problem.topk, torch.Generator().manual_seed(seed + 7919),
-                                       problem.routing)
+        topk_ids, topk_weights = route(
+            M, problem.E, problem.topk, torch.Generator().manual_seed(seed + 7919), problem.routing
+        )
         topk_ids, topk_weights = topk_ids.to(device), topk_weights.to(device)
     if problem.dtype != "fp8":
         dt = TORCH_DTYPES[problem.dtype]

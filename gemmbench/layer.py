@@ -14,7 +14,7 @@ Attention, norms and activations are not part of it: the seed's simulated layer 
 these are what gemmbench measures.  `--layers N` builds N copies (distinct weights, as N layers of a model have)
 and launches them back to back: steady-state throughput, per layer.
 
-Rows go to a layer table (LAYER_SCHEMA), not a run file: one `part=layer` row per (model, TP, dtype, M) and one
+Rows go to a layer table (store.LAYER_SCHEMA), not a run file: one `part=layer` row per (model, TP, dtype, M) and one
 `part=step` row per step with its own kernel time; every row has family "layer".
 """
 
@@ -32,8 +32,8 @@ import pandas as pd
 
 from gemmbench import shapes
 from gemmbench.shapes import Problem, ShapeSet
+from gemmbench.store import LAYER_SCHEMA
 
-LAYER_SCHEMA = 1  # in every row (layer_schema), checked by load()
 # --model names -> built-in shape sets; the layer is every GEMM of the set but these
 MODELS = {"llama3-70b": "llama70b", "mixtral-8x7b": "mixtral-moe", "mixtral-8x22b": "mixtral-8x22b-moe"}
 NOT_IN_LAYER = ("lm_head",)  # runs once per token, after the last layer
@@ -46,6 +46,7 @@ class LayerError(ValueError):
 
 
 # ---------------------------------------------------------------- which GEMMs, which variants
+
 
 def resolve_model(spec: str) -> ShapeSet:
     """A --model: a name of MODELS, a built-in shape set, a shape-set YAML or a Hugging Face config.json."""
@@ -60,8 +61,9 @@ def resolve_model(spec: str) -> ShapeSet:
     except shapes.ShapeError as exc:
         if path.exists() or len(path.parts) > 1 or path.suffix:
             raise
-        raise LayerError(f"--model {spec!r}: not one of {', '.join(MODELS)}, a built-in shape set, a YAML file or "
-                         f"a config.json") from exc
+        raise LayerError(
+            f"--model {spec!r}: not one of {', '.join(MODELS)}, a built-in shape set, a YAML file or a config.json"
+        ) from exc
 
 
 @dataclass(frozen=True)
@@ -128,9 +130,14 @@ def chooser(spec: str, device, gemms: Sequence[str] = ()) -> Callable[[Problem],
         for v in kind:
             if not v.unsupported_reason(p, device):
                 return v.name
-        why = (f" ({kind[0].unsupported_reason(p, device)})" if kind else
-               f" (it has no {'MoE' if p.is_moe else 'dense'} GEMM variant)")
-        raise LayerError(f"{p.label}: no variant of --variants {spec!r} runs it here{why}; pin one with {p.gemm}=VARIANT")
+        why = (
+            f" ({kind[0].unsupported_reason(p, device)})"
+            if kind
+            else f" (it has no {'MoE' if p.is_moe else 'dense'} GEMM variant)"
+        )
+        raise LayerError(
+            f"{p.label}: no variant of --variants {spec!r} runs it here{why}; pin one with {p.gemm}=VARIANT"
+        )
 
     return choose
 
@@ -149,15 +156,17 @@ def best_chooser(runs: pd.DataFrame, device) -> tuple[Callable[[Problem], str], 
     notes: dict = {}
 
     def choose(p: Problem) -> str:
-        same = ok[(ok["N"] == p.N) & (ok["K"] == p.K) & (ok["E"] == p.E) & (ok["topk"] == p.topk)
-                  & (ok["dtype"] == p.dtype)]
+        same = ok[
+            (ok["N"] == p.N) & (ok["K"] == p.K) & (ok["E"] == p.E) & (ok["topk"] == p.topk) & (ok["dtype"] == p.dtype)
+        ]
         if (same["timing_mode"] == "cold").any():
             same = same[same["timing_mode"] == "cold"]
         runnable = [n for n in same["variant"].unique() if _runs_here(registry, n, p, device)]
         same = same[same["variant"].isin(runnable)]
         if same.empty:
-            raise LayerError(f"--best-from: no ok row for {p.gemm} N={p.N} K={p.K} {p.dtype} of a variant that runs "
-                             f"here")
+            raise LayerError(
+                f"--best-from: no ok row for {p.gemm} N={p.N} K={p.K} {p.dtype} of a variant that runs here"
+            )
         ms = sorted(set(int(m) for m in same["M"]))
         m = min(ms, key=lambda x: (abs(math.log2(x) - math.log2(p.M)), x))
         at = same[same["M"] == m].groupby("variant", observed=True)["time_us_median"].median()
@@ -170,8 +179,7 @@ def best_chooser(runs: pd.DataFrame, device) -> tuple[Callable[[Problem], str], 
 
 def run_files(paths: Sequence) -> list[Path]:
     """--best-from's files: run files only (a layer or profile table says what it is instead of failing to load)."""
-    from gemmbench.plotdata import table_kind
-    from gemmbench.store import StoreError, result_files
+    from gemmbench.store import StoreError, result_files, table_kind
 
     files = [f for p in paths for f in result_files(Path(p))]
     for f in files:
@@ -196,6 +204,7 @@ def plan_label(steps: Sequence[Step]) -> str:
 
 
 # ---------------------------------------------------------------- buffers and launches
+
 
 @dataclass
 class Built:
@@ -285,11 +294,15 @@ def check(built: Sequence[Built]) -> list[dict]:
 
 def graph_blockers(built: Sequence[Built]) -> list[str]:
     """Why the layer cannot be captured in a CUDA graph, one entry per step that cannot be (named)."""
-    return [f"{b.step.variant} ({b.step.name}) syncs with the host and cannot be captured"
-            for b in built if not b.graph_safe]
+    return [
+        f"{b.step.variant} ({b.step.name}) syncs with the host and cannot be captured"
+        for b in built
+        if not b.graph_safe
+    ]
 
 
 # ---------------------------------------------------------------- timing
+
 
 def _host_wall(launch: Callable[[], None], layers: int, gpu: bool) -> float:
     """One sample: GPU idle with L2 emptied, then the host clock around the launches and a synchronize."""
@@ -392,12 +405,16 @@ def _capture(copies: list[list[Built]], fns: list) -> tuple[Optional[Callable], 
             graph_out = [fn() for fn in fns]
     except Exception as exc:  # capture refused (a sync or host copy inside): name it, keep the eager time
         torch.cuda.synchronize()
-        return None, f"capture failed: {type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}", None
+        return (
+            None,
+            f"capture failed: {type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}",
+            None,
+        )
     graph.replay()
     torch.cuda.synchronize()
     worst = 0.0
     steps = [b.step for copy in copies for b in copy]
-    for s, e, g in zip(steps, eager_out, graph_out):
+    for s, e, g in zip(steps, eager_out, graph_out, strict=False):
         if not s.is_gemm:
             if not torch.equal(e, g):
                 return None, "graph replay routed tokens differently from the eager launches", None
@@ -411,8 +428,16 @@ def _capture(copies: list[list[Built]], fns: list) -> tuple[Optional[Callable], 
 
 # ---------------------------------------------------------------- rows
 
-def rows_for(meta: dict, steps: Sequence[Step], built: Sequence[Built], m: Optional[Measured],
-             status: str, reason: Optional[str], checks: Sequence[dict] = ()) -> list[dict]:
+
+def rows_for(
+    meta: dict,
+    steps: Sequence[Step],
+    built: Sequence[Built],
+    m: Optional[Measured],
+    status: str,
+    reason: Optional[str],
+    checks: Sequence[dict] = (),
+) -> list[dict]:
     """The layer row and one row per step.  meta: run_id, model, shape_set, tp, dtype, M, layers, provenance."""
     from gemmbench.metrics import summarize
 
@@ -421,69 +446,58 @@ def rows_for(meta: dict, steps: Sequence[Step], built: Sequence[Built], m: Optio
     step_rows = []
     for i, s in enumerate(steps):
         b = built[i] if i < len(built) else None
-        row = dict(base, part="step", step=i, gemm=s.name, variant=s.variant or "torch",
-                   config=json.dumps(b.config, sort_keys=True) if b and b.config else None,
-                   status=status, max_rel_err=errs.get(s.name))
+        row = dict(
+            base,
+            part="step",
+            step=i,
+            gemm=s.name,
+            variant=s.variant or "torch",
+            config=json.dumps(b.config, sort_keys=True) if b and b.config else None,
+            status=status,
+            max_rel_err=errs.get(s.name),
+        )
         if s.is_gemm:
             row.update(N=s.problem.N, K=s.problem.K, E=s.problem.E, topk=s.problem.topk)
         if m is not None:
             stats = summarize(m.kernel_samples[i])
-            row.update(kernel_us=stats["time_us_median"], kernel_us_p20=stats["time_us_p20"],
-                       kernel_us_p80=stats["time_us_p80"], samples_us=list(m.kernel_samples[i]),
-                       timing_mode=m.kernel_modes[i], l2_state="cold")
+            row.update(
+                kernel_us=stats["time_us_median"],
+                kernel_us_p20=stats["time_us_p20"],
+                kernel_us_p80=stats["time_us_p80"],
+                samples_us=list(m.kernel_samples[i]),
+                timing_mode=m.kernel_modes[i],
+                l2_state="cold",
+            )
         step_rows.append(row)
-    layer = dict(base, part="layer", step=None, gemm="layer", variant=plan_label(steps), status=status,
-                 reason=reason, steps=len(steps),
-                 plan=json.dumps({s.name: s.variant or "torch" for s in steps}),
-                 max_rel_err=max(errs.values()) if errs else None)
+    layer = dict(
+        base,
+        part="layer",
+        step=None,
+        gemm="layer",
+        variant=plan_label(steps),
+        status=status,
+        reason=reason,
+        steps=len(steps),
+        plan=json.dumps({s.name: s.variant or "torch" for s in steps}),
+        max_rel_err=max(errs.values()) if errs else None,
+    )
     if m is not None:
         kernels = float(sum(r["kernel_us"] for r in step_rows))
         eager = float(np.median(m.eager))
-        layer.update(kernel_us=kernels, eager_us=eager, eager_samples=list(m.eager),
-                     gap_us=(eager - kernels) / len(steps), graph_reason=m.graph_reason,
-                     graph_max_rel_err=m.graph_max_rel_err)
+        layer.update(
+            kernel_us=kernels,
+            eager_us=eager,
+            eager_samples=list(m.eager),
+            gap_us=(eager - kernels) / len(steps),
+            graph_reason=m.graph_reason,
+            graph_max_rel_err=m.graph_max_rel_err,
+        )
         if m.graph:
             graph = float(np.median(m.graph))
-            layer.update(graph_us=graph, graph_samples=list(m.graph), graph_gap_us=(graph - kernels) / len(steps),
-                         graph_speedup=eager / graph)
+            layer.update(
+                graph_us=graph,
+                graph_samples=list(m.graph),
+                graph_gap_us=(graph - kernels) / len(steps),
+                graph_speedup=eager / graph,
+            )
     return [layer] + step_rows
-
-
-# Every column, whether or not a row has it (a CPU run has no graph time: its graph columns are null, not absent).
-COLUMNS = (
-    "run_id", "timestamp", "family", "model", "shape_set", "tp", "dtype", "M", "layers", "part", "step", "gemm",
-    "N", "K", "E", "topk", "variant", "plan", "config", "steps", "status", "reason", "max_rel_err",
-    "timing_mode", "l2_state", "kernel_us", "kernel_us_p20", "kernel_us_p80", "samples_us",
-    "eager_us", "eager_samples", "gap_us", "graph_us", "graph_samples", "graph_gap_us", "graph_speedup",
-    "graph_reason", "graph_max_rel_err",
-    "device", "gpu", "gpu_uuid", "sm_count", "driver", "cuda", "torch", "triton", "gemmbench_version", "git_sha",
-    "host", "layer_schema",
-)
-
-
-def write(path: Path, rows: list[dict]) -> None:
-    import pyarrow as pa
-
-    from gemmbench.store import write_table
-
-    df = pd.DataFrame(rows).reindex(columns=list(COLUMNS))
-    for c in ("step", "N", "K", "E", "topk", "steps", "sm_count"):
-        df[c] = df[c].astype("Int64")
-    for c in ("kernel_us", "kernel_us_p20", "kernel_us_p80", "eager_us", "gap_us", "graph_us", "graph_gap_us",
-              "graph_speedup", "max_rel_err", "graph_max_rel_err"):
-        df[c] = df[c].astype("float64")
-    write_table(path, pa.Table.from_pandas(df, preserve_index=False))
-
-
-def load(paths: Sequence) -> pd.DataFrame:
-    """Layer tables (files, or folders of them) as one frame; a file of another kind or version is refused."""
-    from gemmbench.store import StoreError, load_side_tables
-
-    if not isinstance(paths, (str, Path)) and not paths:
-        raise StoreError("no layer tables given")
-    tables = load_side_tables(paths, "layer_schema", "not a layer table (`gemmbench layer` output)")
-    for f, df in tables:
-        if set(df["layer_schema"].dropna().astype(int)) != {LAYER_SCHEMA}:
-            raise StoreError(f"{f}: layer table of another gemmbench version (layer schema "
-                             f"{sorted(set(df['layer_schema']))}, this one reads {LAYER_SCHEMA})")
-    return pd.concat([df for _, df in tables], ignore_index=True)

@@ -49,8 +49,15 @@ def visible_device(gpu: int) -> str:
     return outer[gpu] if gpu < len(outer) else str(gpu)
 
 
-def run_on_gpus(opts, cpu: bool, cells: list, gpus: list[int], parts_dir: Path, on_row: Callable[[dict], None],
-                on_begin: Callable = lambda p, v, ph: None) -> list[Path]:
+def run_on_gpus(
+    opts,
+    cpu: bool,
+    cells: list,
+    gpus: list[int],
+    parts_dir: Path,
+    on_row: Callable[[dict], None],
+    on_begin: Callable = lambda p, v, ph: None,
+) -> list[Path]:
     """Run `cells` with one Runner per GPU; rows are written to parts_dir/<run_id>-gpu<i>.parquet and passed to
     on_row (under a lock: it may update one progress bar).  Returns the part files."""
     lock = threading.Lock()
@@ -67,7 +74,9 @@ def run_on_gpus(opts, cpu: bool, cells: list, gpus: list[int], parts_dir: Path, 
 
         runner = None
         try:
-            runner = Runner(replace(opts, worker_env={"CUDA_VISIBLE_DEVICES": visible_device(gpus[slot])}), cpu, row, on_begin)
+            runner = Runner(
+                replace(opts, worker_env={"CUDA_VISIBLE_DEVICES": visible_device(gpus[slot])}), cpu, row, on_begin
+            )
             while True:
                 with lock:
                     if not todo and leftover:
@@ -89,8 +98,9 @@ def run_on_gpus(opts, cpu: bool, cells: list, gpus: list[int], parts_dir: Path, 
         slots = [i for i in range(len(gpus)) if i not in failed]
         if not slots:
             raise RunError("no GPU could start a worker: " + "; ".join(failed.values()))
-        threads = [threading.Thread(target=drive, args=(i, list(plans[i]) if plans else []), daemon=True)
-                   for i in slots]
+        threads = [
+            threading.Thread(target=drive, args=(i, list(plans[i]) if plans else []), daemon=True) for i in slots
+        ]
         plans = None  # later rounds only share out what a failed GPU left
         for t in threads:
             t.start()

@@ -27,7 +27,9 @@ from gemmbench.shapes import Problem
 # (Triton variants have their own limit, tuning.INTERPRETER_MAX_MACS, for sets in between.)
 CPU_MAX_MACS = 1 << 26
 WORKER_START_TIMEOUT_S = 300
-SANITIZER_PADDING = 1 << 20  # bytes of guard after every allocation under --sanitize  # importing torch and measuring ceilings on a cold machine
+SANITIZER_PADDING = (
+    1 << 20
+)  # bytes of guard after every allocation under --sanitize  # importing torch and measuring ceilings on a cold machine
 
 
 class RunError(RuntimeError):
@@ -66,8 +68,10 @@ def cpu_too_large(problems: list) -> Optional[str]:
     macs = flops(worst) // 2
     if macs <= CPU_MAX_MACS:
         return None
-    return (f"{worst.shape_set} is too large for the CPU path ({worst.gemm} M={worst.M}: {macs:.2g} multiply-adds, "
-            f"limit {CPU_MAX_MACS:.2g}): run it on a GPU, choose smaller --m, or try --shapes smoke")
+    return (
+        f"{worst.shape_set} is too large for the CPU path ({worst.gemm} M={worst.M}: {macs:.2g} multiply-adds, "
+        f"limit {CPU_MAX_MACS:.2g}): run it on a GPU, choose smaller --m, or try --shapes smoke"
+    )
 
 
 def exit_hint(output: str, code: int) -> str:
@@ -90,8 +94,17 @@ class WorkerProcess:
             env["GEMMBENCH_RETUNE"] = "1"  # read by gemmbench.tuning.choose
         if cpu:
             env["TRITON_INTERPRET"] = "1"  # must be set before any @triton.jit runs: set at process start
-        cmd = [sys.executable, "-m", "gemmbench.worker", "--timing", opts.timing, "--budget", str(opts.budget_s),
-               "--min-samples", str(opts.min_samples)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "gemmbench.worker",
+            "--timing",
+            opts.timing,
+            "--budget",
+            str(opts.budget_s),
+            "--min-samples",
+            str(opts.min_samples),
+        ]
         for p in opts.plugins:
             cmd += ["--plugin", str(p)]
         self.sanitizer_log = None
@@ -101,10 +114,20 @@ class WorkerProcess:
             env["PYTORCH_NO_CUDA_MEMORY_CACHING"] = "1"  # every tensor its own allocation: overreads show
             # --padding: small allocations sit side by side, so an overread would land in a neighbour
             # (valid memory, no report); a guard region after each allocation makes it visible.
-            cmd = ["compute-sanitizer", "--tool", "memcheck", "--padding", str(SANITIZER_PADDING),
-                   "--log-file", self.sanitizer_log, "--print-limit", "20"] + cmd
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=self.log, stderr=self.log, env=env,
-                                     pass_fds=(write_fd,), text=True)
+            cmd = [
+                "compute-sanitizer",
+                "--tool",
+                "memcheck",
+                "--padding",
+                str(SANITIZER_PADDING),
+                "--log-file",
+                self.sanitizer_log,
+                "--print-limit",
+                "20",
+            ] + cmd
+        self.proc = subprocess.Popen(
+            cmd, stdin=subprocess.PIPE, stdout=self.log, stderr=self.log, env=env, pass_fds=(write_fd,), text=True
+        )
         os.close(write_fd)
         self.events: queue.Queue = queue.Queue()
         threading.Thread(target=self._pump, args=(read_fd,), daemon=True).start()
@@ -161,20 +184,27 @@ def first_sanitizer_error(text: str) -> str:
     starts = ("Invalid", "Program hit", "Uninitialized", "Misaligned", "Out-of-range")
     for i, ln in enumerate(lines):
         if ln.startswith(starts):
-            where = next((x for x in lines[i + 1:i + 4] if x.startswith("at ")), "")
+            where = next((x for x in lines[i + 1 : i + 4] if x.startswith("at ")), "")
             return f"{ln} {where}".strip()[:400]
     return ""
 
 
 class Runner:
-    def __init__(self, opts: RunOptions, cpu: bool, on_row: Callable[[dict], None],
-                 on_begin: Callable[[Problem, str, str], None] = lambda p, v, ph: None):
+    def __init__(
+        self,
+        opts: RunOptions,
+        cpu: bool,
+        on_row: Callable[[dict], None],
+        on_begin: Callable[[Problem, str, str], None] = lambda p, v, ph: None,
+    ):
         self.opts, self.cpu, self.on_row, self.on_begin = opts, cpu, on_row, on_begin
         self.worker: Optional[WorkerProcess] = None
         self.sanitizer: Optional[WorkerProcess] = None
         if opts.sanitize and not shutil.which("compute-sanitizer"):
-            raise RunError("--sanitize needs compute-sanitizer on the PATH (it ships with the CUDA toolkit, "
-                           "in <cuda>/bin or the Nsight Compute install)")
+            raise RunError(
+                "--sanitize needs compute-sanitizer on the PATH (it ships with the CUDA toolkit, "
+                "in <cuda>/bin or the Nsight Compute install)"
+            )
 
     def _start(self, check_only: bool = False) -> WorkerProcess:
         w = WorkerProcess(self.opts, self.cpu, check_only)
@@ -199,8 +229,14 @@ class Runner:
         from gemmbench.store import cell_columns
         from gemmbench.timing import L2_STATE
 
-        return dict(cell_columns(problem, registry.get(variant)), status="error", reason=reason,
-                    timing_mode=self.opts.timing, l2_state=L2_STATE[self.opts.timing], **device.provenance())
+        return dict(
+            cell_columns(problem, registry.get(variant)),
+            status="error",
+            reason=reason,
+            timing_mode=self.opts.timing,
+            l2_state=L2_STATE[self.opts.timing],
+            **device.provenance(),
+        )
 
     def _drive(self, kind: str, problem: Problem, names: list, check_only: bool, emit=None) -> list:
         """Run one task to completion across worker deaths; returns the names that passed (check-only)."""
@@ -211,8 +247,9 @@ class Runner:
             if w is None:
                 w = self._start(check_only)
                 setattr(self, kind, w)
-            task = dict(problem=asdict(problem), variants=left, seed=cell_seed(self.opts.seed, problem),
-                        check_only=check_only)
+            task = dict(
+                problem=asdict(problem), variants=left, seed=cell_seed(self.opts.seed, problem), check_only=check_only
+            )
             w.send(task)
             current, fatal = None, False
             while True:
@@ -254,8 +291,9 @@ class Runner:
         for name in names:
             w = self.sanitizer = self._start(check_only=True)
             rows = []
-            passed = self._drive("sanitizer", problem, [name], check_only=True,
-                                 emit=lambda p, row, rows=rows: rows.append(row))
+            passed = self._drive(
+                "sanitizer", problem, [name], check_only=True, emit=lambda p, row, rows=rows: rows.append(row)
+            )
             w.close(timeout=120)
             report = w.sanitizer_report()
             if report:  # the sanitizer's finding explains any crash that followed it: one row

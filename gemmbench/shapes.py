@@ -118,6 +118,7 @@ def _one_line(text: str) -> str:
 
 # ---------------------------------------------------------------- M lists
 
+
 def parse_m_list(text: str) -> tuple[int, ...]:
     """The --m option: "1,16,64", presets "decode"/"prefill"/"all", or a mix ("decode,128")."""
     return _parse_m(text, "--m")
@@ -133,9 +134,7 @@ def _parse_m(text: str, where: str) -> tuple[int, ...]:
         elif re.fullmatch(r"\d+", item) and int(item) > 0:  # not int(): it takes "+5", "1_0", " 7"
             values.add(int(item))
         else:
-            raise ShapeError(
-                f"{where}: M value {item!r} is not a positive integer or one of {', '.join(PRESETS)}"
-            )
+            raise ShapeError(f"{where}: M value {item!r} is not a positive integer or one of {', '.join(PRESETS)}")
     return tuple(sorted(values))
 
 
@@ -143,14 +142,16 @@ def _m_from_yaml(value: Any, where: str) -> tuple[int, ...]:
     if isinstance(value, str):
         return _parse_m(value, where)
     if not isinstance(value, list):
-        raise ShapeError(f"{where}: must be a preset ({', '.join(PRESETS)}) or a list of positive integers, "
-                         f"got {value!r}")
+        raise ShapeError(
+            f"{where}: must be a preset ({', '.join(PRESETS)}) or a list of positive integers, got {value!r}"
+        )
     if not value:
         raise ShapeError(f"{where}: empty M list")
     return tuple(sorted({_positive(v, "every M", where) for v in value}))
 
 
 # ---------------------------------------------------------------- loading
+
 
 def _builtin_dir():
     return importlib.resources.files("gemmbench.shapesets")
@@ -168,8 +169,7 @@ def load(name_or_path: str) -> ShapeSet:
     path = Path(name_or_path)
     if path.exists() or path.suffix in (".yaml", ".yml") or len(path.parts) > 1:
         return _load_file(str(path), lambda: path.read_text(encoding="utf-8"), ())
-    raise ShapeError(f"{name_or_path}: no such built-in shape set ({', '.join(builtin_names())}) "
-                     "and no such file")
+    raise ShapeError(f"{name_or_path}: no such built-in shape set ({', '.join(builtin_names())}) and no such file")
 
 
 def load_text(source: str, text: str) -> ShapeSet:
@@ -228,8 +228,7 @@ def _parse(data: Any, src: str, chain: tuple[str, ...]) -> ShapeSet:
             raise ShapeError(f"{src}: include cycle {' -> '.join(chain + (inc,))}")
         for g in _load_builtin(inc, chain).gemms:
             if g.name in origin:
-                raise ShapeError(f"{src}: gemm {g.name!r} from include {inc!r} is already defined "
-                                 f"by {origin[g.name]}")
+                raise ShapeError(f"{src}: gemm {g.name!r} from include {inc!r} is already defined by {origin[g.name]}")
             origin[g.name] = f"include {inc!r}"
             gemms.append(g)
 
@@ -282,6 +281,7 @@ def _parse_gemm(entry: Any, where: str, src: str) -> Gemm:
 
 # ---------------------------------------------------------------- problems
 
+
 def apply_tp(gemm: Gemm, tp: int) -> Gemm:
     """The per-GPU shard: column-parallel splits N, row-parallel splits K, "none" is replicated."""
     if not _is_int(tp) or tp < 1:
@@ -295,8 +295,13 @@ def apply_tp(gemm: Gemm, tp: int) -> Gemm:
     return replace(gemm, **{dim: size // tp})
 
 
-def problems(shape_set: ShapeSet, dtypes: Sequence[str], m_values: Sequence[int] | None = None,
-             tp: int = 1, routing: str = "uniform") -> list[Problem]:
+def problems(
+    shape_set: ShapeSet,
+    dtypes: Sequence[str],
+    m_values: Sequence[int] | None = None,
+    tp: int = 1,
+    routing: str = "uniform",
+) -> list[Problem]:
     """One Problem per (gemm, M, dtype): gemms in file order, M ascending, dtypes in the given order.
     `routing` applies to the MoE gemms (inputs.ROUTINGS)."""
     if isinstance(dtypes, str):  # a bare "fp16" would otherwise iterate as "f", "p", ...
@@ -315,13 +320,27 @@ def problems(shape_set: ShapeSet, dtypes: Sequence[str], m_values: Sequence[int]
             g = apply_tp(gemm, tp)
         except ShapeError as e:
             raise ShapeError(f"{shape_set.source}: {e}") from None
-        out += [Problem(shape_set=shape_set.name, gemm=g.name, M=m, N=g.N, K=g.K, dtype=d, tp=tp,
-                        E=g.E, topk=g.topk, routing=routing if g.E > 1 else "uniform")
-                for m in ms for d in dtypes]
+        out += [
+            Problem(
+                shape_set=shape_set.name,
+                gemm=g.name,
+                M=m,
+                N=g.N,
+                K=g.K,
+                dtype=d,
+                tp=tp,
+                E=g.E,
+                topk=g.topk,
+                routing=routing if g.E > 1 else "uniform",
+            )
+            for m in ms
+            for d in dtypes
+        ]
     return out
 
 
 # ---------------------------------------------------------------- Hugging Face configs
+
 
 def from_hf_config(path: str | Path, name: str | None = None) -> tuple[str, str]:
     """A Llama- or Mixtral-family config.json -> (set name, YAML text that load() accepts)."""
@@ -358,20 +377,26 @@ def from_hf_config(path: str | Path, name: str | None = None) -> tuple[str, str]
     def gemm(gid: str, N: int, K: int, parallel: str, **moe: int) -> dict:
         return {"id": gid, "N": N, "K": K, "parallel": parallel, **moe}
 
-    gemms = [gemm("attn_qkv", (heads + 2 * kv_heads) * head_dim, hidden, "column"),
-             gemm("attn_o", hidden, heads * head_dim, "row")]
+    gemms = [
+        gemm("attn_qkv", (heads + 2 * kv_heads) * head_dim, hidden, "column"),
+        gemm("attn_o", hidden, heads * head_dim, "row"),
+    ]
     if experts > 1:
         topk = get("num_experts_per_tok")
-        gemms += [gemm("moe_w13", 2 * inter, hidden, "column", E=experts, topk=topk),
-                  gemm("moe_w2", hidden, inter, "row", E=experts, topk=topk)]
+        gemms += [
+            gemm("moe_w13", 2 * inter, hidden, "column", E=experts, topk=topk),
+            gemm("moe_w2", hidden, inter, "row", E=experts, topk=topk),
+        ]
     else:
-        gemms += [gemm("mlp_gate_up", 2 * inter, hidden, "column"),
-                  gemm("mlp_down", hidden, inter, "row")]
+        gemms += [gemm("mlp_gate_up", 2 * inter, hidden, "column"), gemm("mlp_down", hidden, inter, "row")]
     gemms.append(gemm("lm_head", vocab, hidden, "column"))
     kind = f"{experts} experts top-{gemms[2]['topk']}" if experts > 1 else "dense"
-    doc = {"name": name,
-           "description": f"{name} ({kind}, hidden {hidden}, {heads} query heads, {kv_heads} KV heads, "
-                          f"head dim {head_dim}) from {src}",
-           "m": "all", "gemms": gemms}
+    doc = {
+        "name": name,
+        "description": f"{name} ({kind}, hidden {hidden}, {heads} query heads, {kv_heads} KV heads, "
+        f"head dim {head_dim}) from {src}",
+        "m": "all",
+        "gemms": gemms,
+    }
     header = f"# Generated by gemmbench from the Hugging Face config {src}\n"
     return name, header + yaml.safe_dump(doc, sort_keys=False, default_flow_style=None, width=10**6)

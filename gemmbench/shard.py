@@ -88,9 +88,13 @@ def digest(cells: list) -> str:
 def metadata(cells: list, index: int, n: int) -> dict:
     """What a part file records about itself (stored as JSON under META_KEY)."""
     shards = partition(cells, n)
-    return {"shard": index, "of": n, "sweep": digest(cells),
-            "shard_cells": [sum(len(v) for _, v in sh) for sh in shards],
-            "cells": [cell_key(p, v) for p, names in shards[index] for v in names]}
+    return {
+        "shard": index,
+        "of": n,
+        "sweep": digest(cells),
+        "shard_cells": [sum(len(v) for _, v in sh) for sh in shards],
+        "cells": [cell_key(p, v) for p, names in shards[index] for v in names],
+    }
 
 
 def read_metadata(path: Path) -> dict | None:
@@ -116,8 +120,10 @@ def check_parts(parts: list[tuple[Path, dict | None]], keys_by_part: dict) -> Me
     metas = [m for _, m in parts if m]
     sweeps = {(m["sweep"], m["of"]) for m in metas}
     if len(sweeps) > 1:
-        raise ShardError("the parts come from different sweeps or shard counts "
-                         f"({', '.join(f'{s} of {n}' for s, n in sorted(sweeps))}): merge the parts of one sweep")
+        raise ShardError(
+            "the parts come from different sweeps or shard counts "
+            f"({', '.join(f'{s} of {n}' for s, n in sorted(sweeps))}): merge the parts of one sweep"
+        )
     seen: dict = {}
     for f, _ in parts:
         for k in keys_by_part[f]:

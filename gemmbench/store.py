@@ -26,27 +26,70 @@ STATUSES = ("ok", "skipped", "wrong", "error")
 _S, _I, _F = pa.string(), pa.int64(), pa.float64()
 _COLUMNS = [
     # what was measured
-    ("run_id", _S), ("timestamp", _S),  # timestamp: ISO 8601 UTC
-    ("shape_set", _S), ("gemm", _S),
-    ("M", _I), ("N", _I), ("K", _I), ("E", _I), ("topk", _I), ("routing", _S), ("tp", _I), ("dtype", _S),
+    ("run_id", _S),
+    ("timestamp", _S),  # timestamp: ISO 8601 UTC
+    ("shape_set", _S),
+    ("gemm", _S),
+    ("M", _I),
+    ("N", _I),
+    ("K", _I),
+    ("E", _I),
+    ("topk", _I),
+    ("routing", _S),
+    ("tp", _I),
+    ("dtype", _S),
     # by which kernel
-    ("variant", _S), ("family", _S), ("variant_source", _S), ("config", _S),  # config: JSON text
+    ("variant", _S),
+    ("family", _S),
+    ("variant_source", _S),
+    ("config", _S),  # config: JSON text
     # outcome
-    ("status", _S), ("reason", _S), ("max_rel_err", _F),
-    ("time_us_median", _F), ("time_us_p20", _F), ("time_us_p80", _F), ("n_samples", _I),
+    ("status", _S),
+    ("reason", _S),
+    ("max_rel_err", _F),
+    ("time_us_median", _F),
+    ("time_us_p20", _F),
+    ("time_us_p80", _F),
+    ("n_samples", _I),
     ("samples_us", pa.list_(_F)),
-    ("timing_mode", _S), ("l2_state", _S),
+    ("timing_mode", _S),
+    ("l2_state", _S),
     # derived by gemmbench.metrics
-    ("flops", _I), ("bytes_min", _I), ("tflops", _F), ("gbps", _F),
-    ("roofline_bound_us", _F), ("pct_of_roofline", _F),
+    ("flops", _I),
+    ("bytes_min", _I),
+    ("tflops", _F),
+    ("gbps", _F),
+    ("roofline_bound_us", _F),
+    ("pct_of_roofline", _F),
     # where
-    ("device", _S), ("gpu", _S), ("gpu_uuid", _S), ("sm_count", _I), ("driver", _S), ("cuda", _S),
-    ("torch", _S), ("triton", _S), ("gemmbench_version", _S), ("git_sha", _S), ("host", _S),
-    ("ceiling_bw_gbps", _F), ("ceiling_tflops", _F),
+    ("device", _S),
+    ("gpu", _S),
+    ("gpu_uuid", _S),
+    ("sm_count", _I),
+    ("driver", _S),
+    ("cuda", _S),
+    ("torch", _S),
+    ("triton", _S),
+    ("gemmbench_version", _S),
+    ("git_sha", _S),
+    ("host", _S),
+    ("ceiling_bw_gbps", _F),
+    ("ceiling_tflops", _F),
     ("schema_version", _I),
 ]
 REQUIRED = (
-    "run_id", "shape_set", "gemm", "M", "N", "K", "E", "topk", "tp", "dtype", "variant", "status",
+    "run_id",
+    "shape_set",
+    "gemm",
+    "M",
+    "N",
+    "K",
+    "E",
+    "topk",
+    "tp",
+    "dtype",
+    "variant",
+    "status",
     "schema_version",
 )
 _META_KEY = b"gemmbench.schema_version"  # also in the file metadata, so an empty run is versioned
@@ -63,9 +106,19 @@ def cell_columns(problem, variant) -> dict:
     from gemmbench.metrics import flops
 
     return dict(
-        shape_set=problem.shape_set, gemm=problem.gemm, M=problem.M, N=problem.N, K=problem.K, E=problem.E,
-        topk=problem.topk, routing=problem.routing if problem.is_moe else None, tp=problem.tp, dtype=problem.dtype,
-        variant=variant.name, family=variant.family, variant_source=variant.source,
+        shape_set=problem.shape_set,
+        gemm=problem.gemm,
+        M=problem.M,
+        N=problem.N,
+        K=problem.K,
+        E=problem.E,
+        topk=problem.topk,
+        routing=problem.routing if problem.is_moe else None,
+        tp=problem.tp,
+        dtype=problem.dtype,
+        variant=variant.name,
+        family=variant.family,
+        variant_source=variant.source,
         flops=flops(problem) if variant.gemm else None,
     )
 
@@ -265,8 +318,7 @@ def _read(f: Path) -> pa.Table:
         )
     if v > SCHEMA_VERSION:
         raise StoreError(
-            f"{f}: written by a newer gemmbench (schema {v}, this one reads {SCHEMA_VERSION}); "
-            f"upgrade gemmbench"
+            f"{f}: written by a newer gemmbench (schema {v}, this one reads {SCHEMA_VERSION}); upgrade gemmbench"
         )
     missing = [c for c in COLUMNS if c not in table.column_names]
     if missing:
@@ -295,6 +347,7 @@ def load_side_tables(paths, column: str, not_one: str) -> list[tuple[Path, pd.Da
 
 def records(df: pd.DataFrame) -> list[dict]:
     """The rows of a loaded frame as write_rows takes them again (pandas' NA and NaN back to None)."""
+
     def plain(v):
         if isinstance(v, np.ndarray):  # samples_us
             return v.tolist()
@@ -326,3 +379,121 @@ def load(paths: Sequence[str | Path]) -> pd.DataFrame:
         if _TYPES[name] == pa.int64():
             df[name] = df[name].astype("int64")
     return df
+
+
+# ---------------------------------------------------------------- side tables: profile and layer
+
+PROFILE_SCHEMA = 1  # in every profile row (profile_schema)
+LAYER_SCHEMA = 1  # in every layer row (layer_schema)
+
+
+def table_kind(f: Path) -> str:
+    """ "profile" (a profile_schema column), "layer" (a layer_schema column)
+    or "run"."""
+    try:
+        names = pq.read_schema(f).names
+    except (pa.ArrowException, OSError) as e:
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise StoreError(f"{f}: not a readable Parquet file, truncated or not Parquet ({first})") from None
+    return "profile" if "profile_schema" in names else "layer" if "layer_schema" in names else "run"
+
+
+def write_profile_table(path: Path, rows: list[dict]) -> None:
+    """A `gemmbench profile` table, atomically: rewritten after every cell."""
+    write_table(path, pa.Table.from_pandas(pd.DataFrame(rows), preserve_index=False))
+
+
+def load_profile_tables(paths) -> pd.DataFrame:
+    """Profile tables (write_profile_table), one DataFrame; a file that is not one is a one-line error."""
+    tables = load_side_tables(paths, "profile_schema", "not a gemmbench profile table (no profile_schema column)")
+    return pd.concat([df for _, df in tables], ignore_index=True)
+
+
+# Every column, whether or not a row has it (a CPU run has no graph time: its graph columns are null, not absent).
+LAYER_COLUMNS = (
+    "run_id",
+    "timestamp",
+    "family",
+    "model",
+    "shape_set",
+    "tp",
+    "dtype",
+    "M",
+    "layers",
+    "part",
+    "step",
+    "gemm",
+    "N",
+    "K",
+    "E",
+    "topk",
+    "variant",
+    "plan",
+    "config",
+    "steps",
+    "status",
+    "reason",
+    "max_rel_err",
+    "timing_mode",
+    "l2_state",
+    "kernel_us",
+    "kernel_us_p20",
+    "kernel_us_p80",
+    "samples_us",
+    "eager_us",
+    "eager_samples",
+    "gap_us",
+    "graph_us",
+    "graph_samples",
+    "graph_gap_us",
+    "graph_speedup",
+    "graph_reason",
+    "graph_max_rel_err",
+    "device",
+    "gpu",
+    "gpu_uuid",
+    "sm_count",
+    "driver",
+    "cuda",
+    "torch",
+    "triton",
+    "gemmbench_version",
+    "git_sha",
+    "host",
+    "layer_schema",
+)
+
+
+def write_layer_table(path: Path, rows: list[dict]) -> None:
+    """A `gemmbench layer` table, atomically: rewritten after every layer."""
+    df = pd.DataFrame(rows).reindex(columns=list(LAYER_COLUMNS))
+    for c in ("step", "N", "K", "E", "topk", "steps", "sm_count"):
+        df[c] = df[c].astype("Int64")
+    for c in (
+        "kernel_us",
+        "kernel_us_p20",
+        "kernel_us_p80",
+        "eager_us",
+        "gap_us",
+        "graph_us",
+        "graph_gap_us",
+        "graph_speedup",
+        "max_rel_err",
+        "graph_max_rel_err",
+    ):
+        df[c] = df[c].astype("float64")
+    write_table(path, pa.Table.from_pandas(df, preserve_index=False))
+
+
+def load_layer_tables(paths) -> pd.DataFrame:
+    """Layer tables (files, or folders of them) as one frame; a file of another kind or version is refused."""
+    if not isinstance(paths, (str, Path)) and not paths:
+        raise StoreError("no layer tables given")
+    tables = load_side_tables(paths, "layer_schema", "not a layer table (`gemmbench layer` output)")
+    for f, df in tables:
+        if set(df["layer_schema"].dropna().astype(int)) != {LAYER_SCHEMA}:
+            raise StoreError(
+                f"{f}: layer table of another gemmbench version (layer schema "
+                f"{sorted(set(df['layer_schema']))}, this one reads {LAYER_SCHEMA})"
+            )
+    return pd.concat([df for _, df in tables], ignore_index=True)

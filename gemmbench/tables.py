@@ -85,25 +85,39 @@ def gemm_tables(rows: list[dict]) -> list[Table]:
         moe = (f", E={E} top{topk}" + (f", {routing} routing" if routing else "")) if E > 1 else ""
         title = f"{gemm}  N={N} K={K}{moe}" + (f"  tp={tp}" if tp > 1 else "")
         first = rs[0]
-        caption = f"timing: {first.get('timing_mode')} (L2 {first.get('l2_state')}); speedup vs " + (
-            MOE_BASELINE if E > 1 else "cublas_<dtype> (Triton *_rowwise: vs cublas_fp8_rowwise)") + (
-            "; * = fastest at that M and dtype; config: BLOCK_MxBLOCK_NxBLOCK_K, where it came from")
+        caption = (
+            f"timing: {first.get('timing_mode')} (L2 {first.get('l2_state')}); speedup vs "
+            + (MOE_BASELINE if E > 1 else "cublas_<dtype> (Triton *_rowwise: vs cublas_fp8_rowwise)")
+            + ("; * = fastest at that M and dtype; config: BLOCK_MxBLOCK_NxBLOCK_K, where it came from")
+        )
         t = Table(title=title, caption=caption, title_justify="left")
-        for col, just in (("M", "right"), ("dtype", "left"), ("variant", "left"), ("µs", "right"),
-                          ("TFLOPS", "right"), ("GB/s", "right"), ("% roofline", "right"),
-                          ("speedup", "right"), ("config", "left"), ("status", "left")):
+        for col, just in (
+            ("M", "right"),
+            ("dtype", "left"),
+            ("variant", "left"),
+            ("µs", "right"),
+            ("TFLOPS", "right"),
+            ("GB/s", "right"),
+            ("% roofline", "right"),
+            ("speedup", "right"),
+            ("config", "left"),
+            ("status", "left"),
+        ):
             t.add_column(col, justify=just)
         for r in sorted(rs, key=lambda r: (r["M"], r["dtype"], r["variant"])):
             ok = r["status"] == "ok"
             status = r["status"] if ok else f"{r['status']}: {r.get('reason') or ''}"
             t.add_row(
-                str(r["M"]), r["dtype"], ("* " if id(r) in best_ids else "") + r["variant"],
+                str(r["M"]),
+                r["dtype"],
+                ("* " if id(r) in best_ids else "") + r["variant"],
                 _fmt(r.get("time_us_median"), ".2f") if ok else "",
-                _fmt(r.get("tflops"), ".1f") if ok else "", _fmt(r.get("gbps"), ".0f") if ok else "",
+                _fmt(r.get("tflops"), ".1f") if ok else "",
+                _fmt(r.get("gbps"), ".0f") if ok else "",
                 _fmt(r.get("pct_of_roofline"), ".0f") if ok else "",
                 _fmt(sp.get(id(r)), ".2f") + ("x" if id(r) in sp else ""),
                 short_config(r.get("config")),
-                Text(status[:160], style=STATUS_STYLE[r["status"]]),  # Text: reasons may hold '[' 
+                Text(status[:160], style=STATUS_STYLE[r["status"]]),  # Text: reasons may hold '['
             )
         tables.append(t)
     return tables

@@ -75,8 +75,15 @@ class Prepared:
 
 class Timer:
     def __init__(
-        self, mode: str = "cold", *, warmup_ms: float = 25.0, min_samples: int = 10, max_samples: int = 2000,
-        budget_s: float = 0.5, target_noise: float = 0.005, batch: int = 10,
+        self,
+        mode: str = "cold",
+        *,
+        warmup_ms: float = 25.0,
+        min_samples: int = 10,
+        max_samples: int = 2000,
+        budget_s: float = 0.5,
+        target_noise: float = 0.005,
+        batch: int = 10,
     ):
         if mode not in MODES:
             raise TimingError(f"unknown timing mode {mode!r} (choose from {', '.join(MODES)})")
@@ -108,8 +115,10 @@ class Timer:
         """Warm up and build the sampler for one variant; `fns` are its launches over distinct copies.
         cell: the warm-up runs in the NVTX range "warmup <cell>", the samples in "time <cell>"."""
         if self.mode in ("stream", "graph") and not graph_safe:
-            raise TimingError(f"--timing {self.mode} captures a CUDA graph, and this launch cannot be captured "
-                              "(it syncs with or copies from the host)")
+            raise TimingError(
+                f"--timing {self.mode} captures a CUDA graph, and this launch cannot be captured "
+                "(it syncs with or copies from the host)"
+            )
         fn = fns[0]
         t_end = time.perf_counter() + self.warmup_ms / 1e3
         calls = 0

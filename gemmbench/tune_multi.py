@@ -38,6 +38,7 @@ OnEvent = Callable[[Optional[int], dict], None]  # gpu None: about no GPU in par
 
 # ---------------------------------------------------------------- the jobs
 
+
 def job_key(problem, variant: str) -> str:
     """One job's name, the same in the parent and its children (both rebuild the job list from the options)."""
     return shard.cell_key(problem, variant)
@@ -58,6 +59,7 @@ def split_jobs(jobs: list, n: int) -> list[list]:
 
 # ---------------------------------------------------------------- the children
 
+
 def spawner(command: list[str], folder: Path) -> Spawn:
     """spawn(gpu, keys): `command --worker-jobs FILE` pinned to that GPU, FILE (in `folder`) listing the keys."""
     serial = itertools.count()
@@ -66,8 +68,14 @@ def spawner(command: list[str], folder: Path) -> Spawn:
         jobs_file = folder / f"gpu{gpu}-{next(serial)}.json"
         jobs_file.write_text(json.dumps(keys))
         env = dict(os.environ, CUDA_VISIBLE_DEVICES=visible_device(gpu), PYTHONUNBUFFERED="1")
-        return subprocess.Popen([*command, "--worker-jobs", str(jobs_file)], stdin=subprocess.DEVNULL,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        return subprocess.Popen(
+            [*command, "--worker-jobs", str(jobs_file)],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
 
     return spawn
 
@@ -104,6 +112,7 @@ class _Tail(threading.Thread):
 
 
 # ---------------------------------------------------------------- the driver
+
 
 @dataclass
 class Outcome:
@@ -184,14 +193,20 @@ class _Driver:
                 proc.kill()
 
 
-def run_jobs(gpus: list[int], keys: list, spawn: Spawn, split: Split, on_event: OnEvent = lambda g, e: None,
-             max_deaths: int = MAX_DEATHS) -> Outcome:
+def run_jobs(
+    gpus: list[int],
+    keys: list,
+    spawn: Spawn,
+    split: Split,
+    on_event: OnEvent = lambda g, e: None,
+    max_deaths: int = MAX_DEATHS,
+) -> Outcome:
     """Every key run once on one of `gpus` (split(keys, n) -> n lists of keys), one child per GPU at a time.
     on_event(gpu, event) sees the children's events (under a lock) plus the driver's own: a "failed" for a job a
     dead child was on, {"died": why, "left": n} before a relaunch, {"lost": why, "left": n} for a GPU given up on.
     Jobs that no GPU is left to run end as failed."""
     driver = _Driver(spawn, on_event, max_deaths)
-    plans = dict(zip(gpus, split(list(keys), len(gpus))))
+    plans = dict(zip(gpus, split(list(keys), len(gpus)), strict=False))
     try:
         while plans:
             leftover = _round(driver, plans)
@@ -202,7 +217,7 @@ def run_jobs(gpus: list[int], keys: list, spawn: Spawn, split: Split, on_event: 
                     driver.emit(None, {"failed": key, "reason": f"no GPU left to tune it ({why})"})
                 break
             # a later round only shares out what the GPUs given up on left
-            plans = dict(zip(alive, split(leftover, len(alive)))) if leftover else {}
+            plans = dict(zip(alive, split(leftover, len(alive)), strict=False)) if leftover else {}
     except BaseException:  # Ctrl-C: no child may outlive the parent and keep a GPU busy
         driver.kill_children()
         raise

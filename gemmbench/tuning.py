@@ -72,6 +72,7 @@ def has_tma() -> bool:
 
 # ---------------------------------------------------------------- stored configs
 
+
 def m_bucket(M: int, moe: bool = False) -> int:
     """The bucket of M (tokens).  Dense: 1..16 share 16.  MoE: powers of two from 1, since the tokens decide
     how many experts (so blocks of rows) a call touches: 1 token hits topk experts, 16 tokens all of them."""
@@ -127,8 +128,14 @@ def stored(variant: str, problem: Problem, gpu: str) -> Optional[tuple[dict, dic
 def save(variant: str, problem: Problem, gpu: str, config: dict, us: float, about: dict) -> Path:
     """Store the winner of one M bucket (other buckets of the file are kept); atomic rewrite."""
     path = config_path(variant, problem, gpu)
-    data = _read(path) or {"variant": variant, "gpu": gpu, "N": problem.N, "K": problem.K, "dtype": problem.dtype,
-                           "buckets": {}}
+    data = _read(path) or {
+        "variant": variant,
+        "gpu": gpu,
+        "N": problem.N,
+        "K": problem.K,
+        "dtype": problem.dtype,
+        "buckets": {},
+    }
     if problem.is_moe:
         data.update(E=problem.E, topk=problem.topk)
     data["buckets"][str(m_bucket(problem.M, problem.is_moe))] = {"config": config, "time_us": round(us, 3), **about}
@@ -144,6 +151,7 @@ class TuningError(RuntimeError):
 
 
 # ---------------------------------------------------------------- tunable variants
+
 
 @dataclass(frozen=True)
 class Tunable:
@@ -194,8 +202,9 @@ class Trial:
     launch: Any = None  # kept between the two timing rounds, dropped before returning
 
 
-def search(t: Tunable, problem: Problem, inputs, candidates: list[dict], reference=None,
-           refine: int = 0) -> list[Trial]:
+def search(
+    t: Tunable, problem: Problem, inputs, candidates: list[dict], reference=None, refine: int = 0
+) -> list[Trial]:
     """Time every candidate (cold L2, short); with `reference`, first check each one's output against it
     (a wrong config is never chosen); then re-time the `refine` fastest side by side, longer.
     Returns the trials fastest first; failed ones last, with their error."""
@@ -251,8 +260,13 @@ def tune_and_store(t: Tunable, problem: Problem, inputs, reference) -> tuple[Tri
     candidates = t.space(problem, True, True)
     trials = search(t, problem, inputs, candidates, reference, refine=4)
     best = trials[0]
-    about = {"timing": "cold", "candidates": len(candidates), "failed": sum(1 for x in trials if x.error),
-             "date": datetime.now(timezone.utc).strftime("%Y-%m-%d"), **_tool_versions()}
+    about = {
+        "timing": "cold",
+        "candidates": len(candidates),
+        "failed": sum(1 for x in trials if x.error),
+        "date": datetime.now(timezone.utc).strftime("%Y-%m-%d"),
+        **_tool_versions(),
+    }
     path = save(t.name, problem, _gpu_name(inputs), best.config, best.time_us, about)
     _chosen.pop((t.name, problem.M, problem.N, problem.K, problem.E, problem.topk, problem.dtype), None)
     return best, path, len(candidates)

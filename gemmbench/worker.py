@@ -57,7 +57,7 @@ class Worker:
     def __init__(self, args, events: Events):
         import torch
 
-        from gemmbench import device, registry
+        from gemmbench import ceilings, device, registry
         from gemmbench.timing import Timer
 
         self.torch, self.registry, self.events = torch, registry, events
@@ -67,7 +67,7 @@ class Worker:
         self.devname = "cuda" if self.dev.kind == "cuda" else "cpu"
         self.timer = Timer(args.timing, budget_s=args.budget, min_samples=args.min_samples)
         # measured (or read from the cache) here, so that a failure is one startup error, not a cell's
-        self.ceilings = device.ceilings(args.timing) if self.dev.kind == "cuda" and not args.check_only else None
+        self.ceilings = ceilings.ceilings(args.timing) if self.dev.kind == "cuda" and not args.check_only else None
         self.provenance = device.provenance()
 
     # -- rows -------------------------------------------------------------------------------
@@ -75,8 +75,12 @@ class Worker:
         from gemmbench.store import cell_columns
 
         row = dict(
-            cell_columns(problem, variant), status=status, reason=reason or None, timing_mode=self.timer.mode,
-            l2_state=self.timer.l2_state, **self.provenance,
+            cell_columns(problem, variant),
+            status=status,
+            reason=reason or None,
+            timing_mode=self.timer.mode,
+            l2_state=self.timer.l2_state,
+            **self.provenance,
         )
         row.update(extra)
         return row
@@ -126,8 +130,12 @@ class Worker:
                 self._fail(problem, variant, "check", exc)
                 continue
             if not result.ok:
-                self.events.send(ev="row", row=self._row(
-                    problem, variant, "wrong", result.detail, max_rel_err=result.max_rel_err, config=config))
+                self.events.send(
+                    ev="row",
+                    row=self._row(
+                        problem, variant, "wrong", result.detail, max_rel_err=result.max_rel_err, config=config
+                    ),
+                )
                 continue
             if task.get("check_only"):
                 self.events.send(ev="passed", variant=name)
@@ -152,13 +160,15 @@ class Worker:
                     first = make_inputs(problem, seed, self.devname, scaling=scaling)
                     n = self.timer.copies_needed(first.nbytes())
                     copies[scaling] = [first] + [
-                        make_inputs(problem, seed + i, self.devname, scaling=scaling) for i in range(1, n)]
+                        make_inputs(problem, seed + i, self.devname, scaling=scaling) for i in range(1, n)
+                    ]
                 launches = [variant.make(problem, inp) for inp in copies[scaling]]
                 configs[name] = launches[0].config
                 # stream mode cycles through copies with different routings: the bytes of a call are the mean
                 hit[name] = [c.experts_hit() for c in copies[scaling]]
-                prepared[name] = self.timer.prepare([l.fn for l in launches], all(l.graph_safe for l in launches),
-                                                    cell=cell_name(name, problem))
+                prepared[name] = self.timer.prepare(
+                    [x.fn for x in launches], all(x.graph_safe for x in launches), cell=cell_name(name, problem)
+                )
             except TimingError as exc:
                 self.events.send(ev="row", row=self._row(problem, variant, "skipped", str(exc)))
             except Exception as exc:  # noqa: BLE001
@@ -176,22 +186,39 @@ class Worker:
             variant, err = passed[name]
             stats = metrics.summarize(p.samples)
             if not variant.gemm:  # a step beside the GEMMs (moe_align): its time, no FLOPs or roofline
-                self.events.send(ev="row", row=self._row(problem, variant, "ok", **stats, samples_us=p.samples,
-                                                         max_rel_err=err, config=configs[name]))
+                self.events.send(
+                    ev="row",
+                    row=self._row(
+                        problem, variant, "ok", **stats, samples_us=p.samples, max_rel_err=err, config=configs[name]
+                    ),
+                )
                 continue
             t = stats["time_us_median"]
             scaling = variant.fp8_scaling if problem.dtype == "fp8" else "tensor"
-            nbytes = round(sum(metrics.bytes_min(problem, h if problem.is_moe else None, scaling)
-                               for h in hit[name]) / len(hit[name]))
+            nbytes = round(
+                sum(metrics.bytes_min(problem, h if problem.is_moe else None, scaling) for h in hit[name])
+                / len(hit[name])
+            )
             flops = metrics.flops(problem)  # also in every row, via _row
-            extra = dict(stats, samples_us=p.samples, max_rel_err=err, config=configs[name], bytes_min=nbytes,
-                         tflops=metrics.tflops(flops, t), gbps=metrics.gbps(nbytes, t))
+            extra = dict(
+                stats,
+                samples_us=p.samples,
+                max_rel_err=err,
+                config=configs[name],
+                bytes_min=nbytes,
+                tflops=metrics.tflops(flops, t),
+                gbps=metrics.gbps(nbytes, t),
+            )
             if self.ceilings is not None:
                 bw = metrics.bandwidth_at(self.ceilings.bandwidth_ladder, nbytes)
                 peak = self.ceilings.peak_for(problem.dtype)
                 bound = metrics.roofline_bound_us(flops, nbytes, bw, peak)
-                extra.update(ceiling_bw_gbps=bw, ceiling_tflops=peak, roofline_bound_us=bound,
-                             pct_of_roofline=metrics.pct_of_roofline(t, bound))
+                extra.update(
+                    ceiling_bw_gbps=bw,
+                    ceiling_tflops=peak,
+                    roofline_bound_us=bound,
+                    pct_of_roofline=metrics.pct_of_roofline(t, bound),
+                )
             self.events.send(ev="row", row=self._row(problem, variant, "ok", **extra))
 
 

@@ -1,5 +1,11 @@
 """Built-in kernel variants, installed as gemmbench.kernels.  Importing this package registers them."""
 
-# registration side effects; the order is the listing order
-from gemmbench.kernels import cublas, dense_dp, moe_loop, splitk  # noqa: F401
-from gemmbench.kernels import grouped_mm, moe_align, fused_moe  # noqa: F401
+# isort: off
+# registration side effects, one module at a time: the import order is the listing order (and the colour order)
+from gemmbench.kernels import cublas  # noqa: F401
+from gemmbench.kernels import dense_dp  # noqa: F401
+from gemmbench.kernels import moe_loop  # noqa: F401
+from gemmbench.kernels import splitk  # noqa: F401
+from gemmbench.kernels import grouped_mm  # noqa: F401
+from gemmbench.kernels import moe_align  # noqa: F401
+from gemmbench.kernels import fused_moe  # noqa: F401

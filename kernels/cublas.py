@@ -59,11 +59,25 @@ def _fp8_supports(scaling: str):
 
 register(Variant("cublas_bf16", "cublas", ("bf16",), "torch.mm, bf16 (cuBLAS on a GPU)", _make_mm))
 register(Variant("cublas_fp16", "cublas", ("fp16",), "torch.mm, fp16 (cuBLAS on a GPU)", _make_mm))
-register(Variant(
-    "cublas_fp8", "cublas", ("fp8",), "torch._scaled_mm, fp8 e4m3, per-tensor scales, bf16 out",
-    _make_scaled_mm, supports=_fp8_supports("tensor"), fp8_scaling="tensor",
-))
-register(Variant(
-    "cublas_fp8_rowwise", "cublas", ("fp8",), "torch._scaled_mm, fp8 e4m3, row-wise scales, bf16 out",
-    _make_scaled_mm, supports=_fp8_supports("row"), fp8_scaling="row",
-))
+register(
+    Variant(
+        "cublas_fp8",
+        "cublas",
+        ("fp8",),
+        "torch._scaled_mm, fp8 e4m3, per-tensor scales, bf16 out",
+        _make_scaled_mm,
+        supports=_fp8_supports("tensor"),
+        fp8_scaling="tensor",
+    )
+)
+register(
+    Variant(
+        "cublas_fp8_rowwise",
+        "cublas",
+        ("fp8",),
+        "torch._scaled_mm, fp8 e4m3, row-wise scales, bf16 out",
+        _make_scaled_mm,
+        supports=_fp8_supports("row"),
+        fp8_scaling="row",
+    )
+)

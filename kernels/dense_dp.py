@@ -13,9 +13,9 @@ import torch
 import triton
 import triton.language as tl
 
+from gemmbench import tuning
 from gemmbench.kernels.schedules import tile_of
 from gemmbench.kernels.tile_loop import accumulate_tile, fp8_promote_every, tma_descriptors
-from gemmbench import tuning
 from gemmbench.registry import Launch, Variant, register
 
 
@@ -28,13 +28,24 @@ def dp_gemm_kernel(
     c_ptr,  # (M, N)
     a_scale_ptr,  # (1,) fp32, read only when HAS_SCALE
     b_scale_ptr,  # (1,) fp32, read only when HAS_SCALE
-    M, N, K,
-    stride_am, stride_ak,
-    stride_bn, stride_bk,
-    stride_cm, stride_cn,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    GROUP_M: tl.constexpr, SCHEDULE: tl.constexpr,
-    HAS_SCALE: tl.constexpr, EVEN_K: tl.constexpr, EVEN_N: tl.constexpr, PRECISE_ACC: tl.constexpr,
+    M,
+    N,
+    K,
+    stride_am,
+    stride_ak,
+    stride_bn,
+    stride_bk,
+    stride_cm,
+    stride_cn,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
+    SCHEDULE: tl.constexpr,
+    HAS_SCALE: tl.constexpr,
+    EVEN_K: tl.constexpr,
+    EVEN_N: tl.constexpr,
+    PRECISE_ACC: tl.constexpr,
     TMA: tl.constexpr,  # a_ptr, b_ptr are tensor descriptors (tile_loop.py)
 ):
     pid = tl.program_id(0)
@@ -43,8 +54,26 @@ def dp_gemm_kernel(
     pid_m, pid_n = tile_of(pid, grid_m, grid_n, SCHEDULE, GROUP_M)
 
     acc, offs_m, offs_n, _, _ = accumulate_tile(
-        a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bn, stride_bk, pid_m, pid_n, 0, tl.cdiv(K, BLOCK_K),
-        BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, EVEN_N, PRECISE_ACC, TMA,
+        a_ptr,
+        b_ptr,
+        M,
+        N,
+        K,
+        stride_am,
+        stride_ak,
+        stride_bn,
+        stride_bk,
+        pid_m,
+        pid_n,
+        0,
+        tl.cdiv(K, BLOCK_K),
+        BLOCK_M,
+        BLOCK_N,
+        BLOCK_K,
+        EVEN_K,
+        EVEN_N,
+        PRECISE_ACC,
+        TMA,
     )
 
     if HAS_SCALE:
@@ -63,15 +92,31 @@ def dp_gemm(a, b, out, a_scale, b_scale, config: dict, schedule: str, operands=N
     grid = (triton.cdiv(M, bm) * triton.cdiv(N, bn),)
     has_scale = a_scale is not None
     dp_gemm_kernel[grid](
-        *(operands or (a, b)), out,
-        a_scale if has_scale else a, b_scale if has_scale else b,
-        M, N, K,
-        a.stride(0), a.stride(1), b.stride(0), b.stride(1), out.stride(0), out.stride(1),
-        BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=config.get("GROUP_M", 8), SCHEDULE=schedule,
-        HAS_SCALE=has_scale, EVEN_K=(K % bk == 0), EVEN_N=(N % bn == 0),
+        *(operands or (a, b)),
+        out,
+        a_scale if has_scale else a,
+        b_scale if has_scale else b,
+        M,
+        N,
+        K,
+        a.stride(0),
+        a.stride(1),
+        b.stride(0),
+        b.stride(1),
+        out.stride(0),
+        out.stride(1),
+        BLOCK_M=bm,
+        BLOCK_N=bn,
+        BLOCK_K=bk,
+        GROUP_M=config.get("GROUP_M", 8),
+        SCHEDULE=schedule,
+        HAS_SCALE=has_scale,
+        EVEN_K=(K % bk == 0),
+        EVEN_N=(N % bn == 0),
         PRECISE_ACC=fp8_promote_every(a, config),
         TMA=operands is not None,
-        num_warps=config["num_warps"], num_stages=config["num_stages"],
+        num_warps=config["num_warps"],
+        num_stages=config["num_stages"],
     )
     return out
 
@@ -90,8 +135,12 @@ def search_space(problem, on_gpu: bool, full: bool = True) -> list[dict]:
     if problem.M <= 64:
         bm = 16 if problem.M <= 16 else (32 if problem.M <= 32 else 64)
         quick = [_cfg(bm, 64, 128, 4, 4), _cfg(bm, 128, 128, 4, 4), _cfg(bm, 64, 256, 4, 3)]
-        more = [_cfg(bm, bn, bk, 4, st) for bn in (32, 64, 128) for bk in ((128, 256) if fp8 else (64, 128))
-                for st in (3, 5)]
+        more = [
+            _cfg(bm, bn, bk, 4, st)
+            for bn in (32, 64, 128)
+            for bk in ((128, 256) if fp8 else (64, 128))
+            for st in (3, 5)
+        ]
     else:
         bk = 128 if fp8 else 64
         quick = [_cfg(128, 128, bk, 8, 4), _cfg(128, 256, 64, 8, 3)]
@@ -99,8 +148,13 @@ def search_space(problem, on_gpu: bool, full: bool = True) -> list[dict]:
             # the copy engine's K loop: measured on the H100 at M = 256..4096, fp8, as fast as the pointer
             # loop with 128x128 tiles and 2.4-2.7x faster with 128x256 (docs/BENCHMARKS.md)
             quick = [_cfg(128, 128, bk, 8, 4, tma=True), _cfg(128, 256, bk, 8, 3, tma=True)] + quick
-        more = [_cfg(bm, bn, bk, 4 if bm * bn <= 64 * 128 else 8, st) for bm in (64, 128) for bn in (128, 256)
-                for bk in ((64, 128) if fp8 else (64,)) for st in (3, 4)]
+        more = [
+            _cfg(bm, bn, bk, 4 if bm * bn <= 64 * 128 else 8, st)
+            for bm in (64, 128)
+            for bn in (128, 256)
+            for bk in ((64, 128) if fp8 else (64,))
+            for st in (3, 4)
+        ]
     if problem.M > 16 and tuning.has_tma():  # TMA lost everywhere at M = 16 (splitk.py search_space)
         more += [dict(c, TMA=True) for c in more]
     return quick + [c for c in more if c not in quick] if full else quick
@@ -125,8 +179,14 @@ _DESCRIPTIONS = {
 
 for _schedule, _text in _DESCRIPTIONS.items():
     _tunable = tuning.Tunable(f"triton_dp_{_schedule}", search_space, _build(_schedule))
-    register(Variant(
-        name=f"triton_dp_{_schedule}", family="triton_dp", dtypes=("fp16", "bf16", "fp8"),
-        description=_text + "; fp8: per-tensor scales, bf16 out",
-        make=_tunable.make, supports=tuning.needs_triton_device, tunable=_tunable,
-    ))
+    register(
+        Variant(
+            name=f"triton_dp_{_schedule}",
+            family="triton_dp",
+            dtypes=("fp16", "bf16", "fp8"),
+            description=_text + "; fp8: per-tensor scales, bf16 out",
+            make=_tunable.make,
+            supports=tuning.needs_triton_device,
+            tunable=_tunable,
+        )
+    )

@@ -23,7 +23,7 @@ import triton.language as tl
 from gemmbench import tuning
 from gemmbench.kernels.moe_align import block_m_for, moe_align
 from gemmbench.kernels.schedules import SCHEDULES, tile_of
-from gemmbench.kernels.splitk import split_candidates, reduce_splits, split_range
+from gemmbench.kernels.splitk import reduce_splits, split_candidates, split_range
 from gemmbench.kernels.tile_loop import fp8_promote_every
 from gemmbench.registry import Launch, Variant, register
 
@@ -33,16 +33,37 @@ def fused_moe_kernel(
     a_ptr,  # (M, K) activations
     b_ptr,  # (E, N, K) expert weights
     c_ptr,  # (M * topk, N)
-    a_scale_ptr, b_scale_ptr,  # fp8: (1,) and (E,) fp32; read only when HAS_SCALE
+    a_scale_ptr,
+    b_scale_ptr,  # fp8: (1,) and (E,) fp32; read only when HAS_SCALE
     weight_ptr,  # (M * topk,) fp32 router weights; read only when MUL_WEIGHT
-    sorted_ids_ptr, block_expert_ptr, num_padded_ptr,  # from moe_align
+    sorted_ids_ptr,
+    block_expert_ptr,
+    num_padded_ptr,  # from moe_align
     buf_ptr,  # (M * topk, N) fp32 partial sums, zero between calls; touched only when SPLIT
     count_ptr,  # (grid_m * grid_n,) int32 splits finished per tile, zero between calls; only when SPLIT
-    N, K, num_slots, topk, grid_m, SPLIT_K,
-    stride_am, stride_ak, stride_be, stride_bn, stride_bk, stride_cm, stride_cn,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    SCHEDULE: tl.constexpr, HAS_SCALE: tl.constexpr, MUL_WEIGHT: tl.constexpr, EVEN_K: tl.constexpr,
-    PRECISE_ACC: tl.constexpr, SPLIT: tl.constexpr,
+    N,
+    K,
+    num_slots,
+    topk,
+    grid_m,
+    SPLIT_K,
+    stride_am,
+    stride_ak,
+    stride_be,
+    stride_bn,
+    stride_bk,
+    stride_cm,
+    stride_cn,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
+    SCHEDULE: tl.constexpr,
+    HAS_SCALE: tl.constexpr,
+    MUL_WEIGHT: tl.constexpr,
+    EVEN_K: tl.constexpr,
+    PRECISE_ACC: tl.constexpr,
+    SPLIT: tl.constexpr,
 ):
     grid_n = tl.cdiv(N, BLOCK_N)
     pid_m, pid_n = tile_of(tl.program_id(0), grid_m, grid_n, SCHEDULE, GROUP_M)
@@ -79,16 +100,27 @@ def fused_moe_kernel(
     else:
         # the slot ids are unique, so the (slot, n) rows of the buffer are this tile's alone
         mn = slots[:, None] * N + offs_n[None, :]
-        last, total = reduce_splits(acc, buf_ptr, count_ptr, pid_m * grid_n + pid_n, mn, mask, 0, 0,
-                                    SPLIT_K, "atomic")
+        last, total = reduce_splits(acc, buf_ptr, count_ptr, pid_m * grid_n + pid_n, mn, mask, 0, 0, SPLIT_K, "atomic")
         if last:
-            _finish(total, c_ptrs, mask, a_scale_ptr, b_scale_ptr, expert, weight_ptr, slots, valid, HAS_SCALE,
-                    MUL_WEIGHT)
+            _finish(
+                total, c_ptrs, mask, a_scale_ptr, b_scale_ptr, expert, weight_ptr, slots, valid, HAS_SCALE, MUL_WEIGHT
+            )
 
 
 @triton.jit
-def _finish(acc, c_ptrs, mask, a_scale_ptr, b_scale_ptr, expert, weight_ptr, slots, valid,
-            HAS_SCALE: tl.constexpr, MUL_WEIGHT: tl.constexpr):
+def _finish(
+    acc,
+    c_ptrs,
+    mask,
+    a_scale_ptr,
+    b_scale_ptr,
+    expert,
+    weight_ptr,
+    slots,
+    valid,
+    HAS_SCALE: tl.constexpr,
+    MUL_WEIGHT: tl.constexpr,
+):
     """Scale (fp8: activation scale times the expert's weight scale), multiply by the router weight,
     store in the output dtype: once per tile, on the whole K sum."""
     if HAS_SCALE:
@@ -124,16 +156,42 @@ class FusedMoe:
         a, b, out, cfg, inp = self.a, self.b, self.out, self.config, self.inputs
         has_scale = inp.a_scale is not None
         fused_moe_kernel[self.grid](
-            a, b, out,
-            inp.a_scale if has_scale else a, inp.b_scale if has_scale else b, self.weights,
-            self.align.sorted_ids, self.align.block_expert, self.align.num_padded, self.buf, self.count,
-            self.N, a.shape[1], out.shape[0], self.topk, self.grid_m, self.split_k,
-            a.stride(0), a.stride(1), b.stride(0), b.stride(1), b.stride(2), out.stride(0), out.stride(1),
-            BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], GROUP_M=cfg.get("GROUP_M", 8),
-            SCHEDULE=self.schedule, HAS_SCALE=has_scale, MUL_WEIGHT=self.mul_weight,
-            EVEN_K=(a.shape[1] % cfg["BLOCK_K"] == 0), PRECISE_ACC=fp8_promote_every(a, cfg),
+            a,
+            b,
+            out,
+            inp.a_scale if has_scale else a,
+            inp.b_scale if has_scale else b,
+            self.weights,
+            self.align.sorted_ids,
+            self.align.block_expert,
+            self.align.num_padded,
+            self.buf,
+            self.count,
+            self.N,
+            a.shape[1],
+            out.shape[0],
+            self.topk,
+            self.grid_m,
+            self.split_k,
+            a.stride(0),
+            a.stride(1),
+            b.stride(0),
+            b.stride(1),
+            b.stride(2),
+            out.stride(0),
+            out.stride(1),
+            BLOCK_M=cfg["BLOCK_M"],
+            BLOCK_N=cfg["BLOCK_N"],
+            BLOCK_K=cfg["BLOCK_K"],
+            GROUP_M=cfg.get("GROUP_M", 8),
+            SCHEDULE=self.schedule,
+            HAS_SCALE=has_scale,
+            MUL_WEIGHT=self.mul_weight,
+            EVEN_K=(a.shape[1] % cfg["BLOCK_K"] == 0),
+            PRECISE_ACC=fp8_promote_every(a, cfg),
             SPLIT=self.split_k > 1,
-            num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
+            num_warps=cfg["num_warps"],
+            num_stages=cfg["num_stages"],
         )
         return out
 
@@ -151,12 +209,22 @@ def search_space(problem, on_gpu: bool, full: bool = True) -> list[dict]:
     fp8 = problem.dtype == "fp8"
     if problem.M * problem.topk <= 64 * problem.E:  # decode: stream the experts' weights
         quick = [_cfg(bm0, 64, 256 if fp8 else 128, 4, 4), _cfg(bm0, 128, 128, 4, 4)]
-        more = [_cfg(bm, bn, bk, 4, st) for bm in sorted({16, bm0}) for bn in (32, 64, 128)
-                for bk in ((128, 256) if fp8 else (64, 128)) for st in (3, 4, 5)]
+        more = [
+            _cfg(bm, bn, bk, 4, st)
+            for bm in sorted({16, bm0})
+            for bn in (32, 64, 128)
+            for bk in ((128, 256) if fp8 else (64, 128))
+            for st in (3, 4, 5)
+        ]
     else:
         quick = [_cfg(64, 128, 64, 4, 4), _cfg(128, 128, 64, 8, 3)]
-        more = [_cfg(bm, bn, bk, 4 if bm * bn <= 64 * 128 else 8, st) for bm in (64, 128) for bn in (64, 128, 256)
-                for bk in ((64, 128) if fp8 else (64,)) for st in (3, 4)]
+        more = [
+            _cfg(bm, bn, bk, 4 if bm * bn <= 64 * 128 else 8, st)
+            for bm in (64, 128)
+            for bn in (64, 128, 256)
+            for bk in ((64, 128) if fp8 else (64,))
+            for st in (3, 4)
+        ]
     return quick + [c for c in more if c not in quick] if full else quick
 
 
@@ -183,13 +251,14 @@ def splitk_space(problem, on_gpu: bool, full: bool = True) -> list[dict]:
     for bn in bns:
         for bk in bks:
             splits = split_candidates(blocks * triton.cdiv(problem.N, bn), triton.cdiv(problem.K, bk), sms)
-            for sk in (splits if full else [max(splits)]):
+            for sk in splits if full else [max(splits)]:
                 out.append(dict(_cfg(bm, bn, bk, 4 if decode else 8, 4 if decode else 3), SPLIT_K=sk, schedule="col"))
     return out
 
 
 def _build(schedule=None, mul_weight: bool = False):
     """schedule None: the config's (the SplitK form searches it as a config key)."""
+
     def build(problem, inputs, config: dict) -> Launch:
         sched = schedule or config.get("schedule", "col")
         gemm = FusedMoe(inputs, problem.E, problem.topk, config, sched, mul_weight)
@@ -199,30 +268,46 @@ def _build(schedule=None, mul_weight: bool = False):
     return build
 
 
-_DESCRIPTION = ("rows gathered through slots sorted by expert (alignment not timed: see moe_align); fp8: per-expert "
-                "weight scales, bf16 out")
+_DESCRIPTION = (
+    "rows gathered through slots sorted by expert (alignment not timed: see moe_align); fp8: per-expert "
+    "weight scales, bf16 out"
+)
 _ORDER = {
     "row": "row-major tile order (consecutive programs walk N within one block of rows)",
     "col": "column-major tile order (consecutive programs walk the blocks of rows under one N tile: "
-           "the seed's ordering, B tile shared)",
+    "the seed's ordering, B tile shared)",
     "grouped": "grouped tile order (GROUP_M blocks of rows swept together)",
 }
 
 for _schedule, _text in _ORDER.items():
     _tunable = tuning.Tunable(f"triton_moe_{_schedule}", search_space, _build(_schedule))
-    register(Variant(
-        name=f"triton_moe_{_schedule}", family="triton_moe", dtypes=("fp16", "bf16", "fp8"),
-        description=f"Fused MoE Triton GEMM, {_text}; {_DESCRIPTION}",
-        make=_tunable.make, supports=tuning.needs_triton_device, moe=True, tunable=_tunable,
-    ))
+    register(
+        Variant(
+            name=f"triton_moe_{_schedule}",
+            family="triton_moe",
+            dtypes=("fp16", "bf16", "fp8"),
+            description=f"Fused MoE Triton GEMM, {_text}; {_DESCRIPTION}",
+            make=_tunable.make,
+            supports=tuning.needs_triton_device,
+            moe=True,
+            tunable=_tunable,
+        )
+    )
 
 assert set(_ORDER) == set(SCHEDULES)
 
 _tunable = tuning.Tunable("triton_moe_splitk", splitk_space, _build())
-register(Variant(
-    name="triton_moe_splitk", family="triton_moe", dtypes=("fp16", "bf16", "fp8"),
-    description="Fused MoE Triton GEMM, SplitK: each (block of rows, N tile)'s K loop split over SPLIT_K programs, "
-                "partials atomically added in fp32, the last split scales, writes and clears (one launch); "
-                f"column-major tile order; {_DESCRIPTION}",
-    make=_tunable.make, supports=tuning.needs_triton_device, moe=True, tunable=_tunable,
-))
+register(
+    Variant(
+        name="triton_moe_splitk",
+        family="triton_moe",
+        dtypes=("fp16", "bf16", "fp8"),
+        description="Fused MoE Triton GEMM, SplitK: each (block of rows, N tile)'s K loop split over SPLIT_K programs, "
+        "partials atomically added in fp32, the last split scales, writes and clears (one launch); "
+        f"column-major tile order; {_DESCRIPTION}",
+        make=_tunable.make,
+        supports=tuning.needs_triton_device,
+        moe=True,
+        tunable=_tunable,
+    )
+)

@@ -60,8 +60,14 @@ def _make(problem, inputs) -> Launch:
     return Launch(fn=run, out=out, graph_safe=False)
 
 
-register(Variant(
-    "torch_grouped_mm", "moe_ref", ("fp16", "bf16"),
-    "MoE baseline: rows sorted by expert and gathered, torch._grouped_mm (one grouped GEMM), scattered back",
-    _make, supports=_supports, moe=True,
-))
+register(
+    Variant(
+        "torch_grouped_mm",
+        "moe_ref",
+        ("fp16", "bf16"),
+        "MoE baseline: rows sorted by expert and gathered, torch._grouped_mm (one grouped GEMM), scattered back",
+        _make,
+        supports=_supports,
+        moe=True,
+    )
+)

@@ -69,7 +69,7 @@ def check_alignment(topk_ids: torch.Tensor, E: int, a: Alignment) -> CheckResult
         problems.append(f"padded count {n}, expected {len(want)}")
     elif got[:n] != want or got_experts[: n // bm] != want_experts:
         problems.append("sorted ids or block experts differ from the per-expert loop")
-    if any(x != T for x in got[n:]) or any(x != -1 for x in got_experts[n // bm:]):
+    if any(x != T for x in got[n:]) or any(x != -1 for x in got_experts[n // bm :]):
         problems.append("entries past the padded count are not the sentinel")
     return CheckResult(not problems, 0.0 if not problems else float("inf"), "; ".join(problems))
 
@@ -89,9 +89,16 @@ def _check(problem, inputs, result: Alignment) -> CheckResult:
     return check_alignment(inputs.topk_ids, problem.E, result)
 
 
-register(Variant(
-    "moe_align", "moe_align", ("fp16", "bf16", "fp8"),
-    "MoE block alignment alone (torch ops, no host sync): slots sorted by expert, each expert padded to "
-    "BLOCK_M, one expert per block; the fused MoE rows do not include it (one alignment serves a layer's GEMMs)",
-    _make, moe=True, check=_check, gemm=False,
-))
+register(
+    Variant(
+        "moe_align",
+        "moe_align",
+        ("fp16", "bf16", "fp8"),
+        "MoE block alignment alone (torch ops, no host sync): slots sorted by expert, each expert padded to "
+        "BLOCK_M, one expert per block; the fused MoE rows do not include it (one alignment serves a layer's GEMMs)",
+        _make,
+        moe=True,
+        check=_check,
+        gemm=False,
+    )
+)

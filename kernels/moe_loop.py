@@ -27,8 +27,13 @@ def _make(problem, inputs) -> Launch:
     return Launch(fn=run, out=out, graph_safe=False)
 
 
-register(Variant(
-    "torch_moe_loop", "moe_ref", ("fp16", "bf16"),
-    "MoE reference: per-expert gather + torch matmul (cuBLAS) + scatter; syncs with the host",
-    _make, moe=True,
-))
+register(
+    Variant(
+        "torch_moe_loop",
+        "moe_ref",
+        ("fp16", "bf16"),
+        "MoE reference: per-expert gather + torch matmul (cuBLAS) + scatter; syncs with the host",
+        _make,
+        moe=True,
+    )
+)

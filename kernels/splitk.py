@@ -39,13 +39,27 @@ def splitk_gemm_kernel(
     b_scale_ptr,  # fp32: (1,) per tensor or (N,) per row
     buf_ptr,  # fp32 partial sums: (M, N) for atomic, (SPLIT_K, M, N) for ordered; zero between calls
     count_ptr,  # int32 per output tile: splits finished so far; zero between calls
-    M, N, K, SPLIT_K,
-    stride_am, stride_ak,
-    stride_bn, stride_bk,
-    stride_cm, stride_cn,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    GROUP_M: tl.constexpr, SCHEDULE: tl.constexpr, REDUCE: tl.constexpr, SPLIT: tl.constexpr,
-    SCALE: tl.constexpr, EVEN_K: tl.constexpr, EVEN_N: tl.constexpr, PRECISE_ACC: tl.constexpr,
+    M,
+    N,
+    K,
+    SPLIT_K,
+    stride_am,
+    stride_ak,
+    stride_bn,
+    stride_bk,
+    stride_cm,
+    stride_cn,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
+    SCHEDULE: tl.constexpr,
+    REDUCE: tl.constexpr,
+    SPLIT: tl.constexpr,
+    SCALE: tl.constexpr,
+    EVEN_K: tl.constexpr,
+    EVEN_N: tl.constexpr,
+    PRECISE_ACC: tl.constexpr,
     TMA: tl.constexpr,  # a_ptr, b_ptr are tensor descriptors (tile_loop.py)
 ):
     grid_m = tl.cdiv(M, BLOCK_M)
@@ -56,8 +70,26 @@ def splitk_gemm_kernel(
     kb_start, kb_end = split_range(K, BLOCK_K, SPLIT_K, pid_k)
 
     acc, offs_m, offs_n, rows_a, rows_b = accumulate_tile(
-        a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bn, stride_bk, pid_m, pid_n, kb_start, kb_end,
-        BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, EVEN_N, PRECISE_ACC, TMA,
+        a_ptr,
+        b_ptr,
+        M,
+        N,
+        K,
+        stride_am,
+        stride_ak,
+        stride_bn,
+        stride_bk,
+        pid_m,
+        pid_n,
+        kb_start,
+        kb_end,
+        BLOCK_M,
+        BLOCK_N,
+        BLOCK_K,
+        EVEN_K,
+        EVEN_N,
+        PRECISE_ACC,
+        TMA,
     )
 
     mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
@@ -66,8 +98,9 @@ def splitk_gemm_kernel(
         _finish(acc, c_ptrs, mask, a_scale_ptr, b_scale_ptr, rows_a, rows_b, SCALE)
     else:
         mn = offs_m[:, None] * N + offs_n[None, :]  # the buffer is contiguous (M, N) fp32
-        last, total = reduce_splits(acc, buf_ptr, count_ptr, pid_m * grid_n + pid_n, mn, mask, pid_k, M * N,
-                                    SPLIT_K, REDUCE)
+        last, total = reduce_splits(
+            acc, buf_ptr, count_ptr, pid_m * grid_n + pid_n, mn, mask, pid_k, M * N, SPLIT_K, REDUCE
+        )
         if last:
             _finish(total, c_ptrs, mask, a_scale_ptr, b_scale_ptr, rows_a, rows_b, SCALE)
 
@@ -153,27 +186,55 @@ class SplitKGemm:
         M, K = a.shape
         N = b.shape[0]
         splitk_gemm_kernel[self.grid](
-            *self.operands, out,
-            self.a_scale if self.a_scale is not None else a, self.b_scale if self.b_scale is not None else b,
-            self.buf, self.count,
-            M, N, K, self.split_k,
-            a.stride(0), a.stride(1), b.stride(0), b.stride(1), out.stride(0), out.stride(1),
-            BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"],
-            GROUP_M=cfg.get("GROUP_M", 8), SCHEDULE=cfg.get("schedule", "row"),
-            REDUCE=self.reduce, SPLIT=self.split_k > 1, SCALE=self.scale,
-            EVEN_K=(K % cfg["BLOCK_K"] == 0), EVEN_N=(N % cfg["BLOCK_N"] == 0),
+            *self.operands,
+            out,
+            self.a_scale if self.a_scale is not None else a,
+            self.b_scale if self.b_scale is not None else b,
+            self.buf,
+            self.count,
+            M,
+            N,
+            K,
+            self.split_k,
+            a.stride(0),
+            a.stride(1),
+            b.stride(0),
+            b.stride(1),
+            out.stride(0),
+            out.stride(1),
+            BLOCK_M=cfg["BLOCK_M"],
+            BLOCK_N=cfg["BLOCK_N"],
+            BLOCK_K=cfg["BLOCK_K"],
+            GROUP_M=cfg.get("GROUP_M", 8),
+            SCHEDULE=cfg.get("schedule", "row"),
+            REDUCE=self.reduce,
+            SPLIT=self.split_k > 1,
+            SCALE=self.scale,
+            EVEN_K=(K % cfg["BLOCK_K"] == 0),
+            EVEN_N=(N % cfg["BLOCK_N"] == 0),
             PRECISE_ACC=fp8_promote_every(a, cfg),
             TMA=self.tma,
-            num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
+            num_warps=cfg["num_warps"],
+            num_stages=cfg["num_stages"],
         )
         return out
 
 
 # ---------------------------------------------------------------- configs
 
+
 def _cfg(bm, bn, bk, split_k, warps, stages, schedule="row", group_m=8, tma=False):
-    return dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=split_k, GROUP_M=group_m, schedule=schedule,
-                num_warps=warps, num_stages=stages, TMA=tma)
+    return dict(
+        BLOCK_M=bm,
+        BLOCK_N=bn,
+        BLOCK_K=bk,
+        SPLIT_K=split_k,
+        GROUP_M=group_m,
+        schedule=schedule,
+        num_warps=warps,
+        num_stages=stages,
+        TMA=tma,
+    )
 
 
 def split_candidates(tiles: int, k_blocks: int, sms: int) -> list[int]:
@@ -245,8 +306,7 @@ def _build(reduce: str):
         if inputs.scaling == "row":
             scales = (inputs.a_scale.reshape(-1), inputs.b_scale.reshape(-1))
         gemm = SplitKGemm(inputs.a, inputs.b, out, *scales, inputs.scaling, config, reduce)
-        return Launch(fn=gemm, config=dict(config, SPLIT_K=gemm.split_k, TMA=gemm.tma),
-                      out=out)
+        return Launch(fn=gemm, config=dict(config, SPLIT_K=gemm.split_k, TMA=gemm.tma), out=out)
 
     return build
 
@@ -255,8 +315,10 @@ _REDUCE_TEXT = {
     "atomic": "partials atomically added into an fp32 buffer",
     "ordered": "partials in an fp32 workspace, summed in split order (bitwise reproducible)",
 }
-_COMMON = ("; one launch: the last split of each tile scales, casts, writes and clears the buffer "
-           "(no zeroing or reduction launch); SPLIT_K=1 is the data-parallel fallback")
+_COMMON = (
+    "; one launch: the last split of each tile scales, casts, writes and clears the buffer "
+    "(no zeroing or reduction launch); SPLIT_K=1 is the data-parallel fallback"
+)
 
 for _name, _reduce in (("triton_splitk_atomic", "atomic"), ("triton_splitk_reduce", "ordered")):
     for _scaling, _suffix, _dtypes, _what in (
@@ -264,8 +326,15 @@ for _name, _reduce in (("triton_splitk_atomic", "atomic"), ("triton_splitk_reduc
         ("row", "_rowwise", ("fp8",), "fp8 row-wise scales ((M,1), (N,1)), bf16 out"),
     ):
         _tunable = tuning.Tunable(_name + _suffix, search_space, _build(_reduce))
-        register(Variant(
-            name=_name + _suffix, family="triton_splitk", dtypes=_dtypes,
-            description=f"Triton SplitK GEMM, {_REDUCE_TEXT[_reduce]}{_COMMON}; {_what}",
-            make=_tunable.make, supports=tuning.needs_triton_device, fp8_scaling=_scaling, tunable=_tunable,
-        ))
+        register(
+            Variant(
+                name=_name + _suffix,
+                family="triton_splitk",
+                dtypes=_dtypes,
+                description=f"Triton SplitK GEMM, {_REDUCE_TEXT[_reduce]}{_COMMON}; {_what}",
+                make=_tunable.make,
+                supports=tuning.needs_triton_device,
+                fp8_scaling=_scaling,
+                tunable=_tunable,
+            )
+        )

@@ -17,9 +17,26 @@ import triton.language as tl
 
 @triton.jit
 def accumulate_tile(
-    a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bn, stride_bk, pid_m, pid_n, kb_start, kb_end,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    EVEN_K: tl.constexpr, EVEN_N: tl.constexpr, PRECISE_ACC: tl.constexpr, TMA: tl.constexpr = False,
+    a_ptr,
+    b_ptr,
+    M,
+    N,
+    K,
+    stride_am,
+    stride_ak,
+    stride_bn,
+    stride_bk,
+    pid_m,
+    pid_n,
+    kb_start,
+    kb_end,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    EVEN_K: tl.constexpr,
+    EVEN_N: tl.constexpr,
+    PRECISE_ACC: tl.constexpr,
+    TMA: tl.constexpr = False,
 ):
     """sum over K blocks [kb_start, kb_end) of A tile @ B tile^T, fp32 (a, b as in out = a @ b^T).
     Returns it with the tile's row and column indices and their in-bounds copies (rows_a, rows_b:
@@ -68,7 +85,6 @@ def tma_descriptors(a: torch.Tensor, b: torch.Tensor, config: dict):
 
     bm, bn, bk = config["BLOCK_M"], config["BLOCK_N"], config["BLOCK_K"]
     return TensorDescriptor.from_tensor(a, [bm, bk]), TensorDescriptor.from_tensor(b, [bn, bk])
-
 
 
 def fp8_promote_every(a: torch.Tensor, config: dict):

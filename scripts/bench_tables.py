@@ -12,8 +12,8 @@ where it ran, then for each group (default: one per non-cuBLAS family) its faste
 from __future__ import annotations
 
 import argparse
-import json
 import fnmatch
+import json
 from collections import Counter
 
 from gemmbench import store
@@ -33,7 +33,10 @@ def render(path: str, specs: list[str] | None = None) -> str:
     head = f"`{path}`: {len(rows)} cells, " + ", ".join(f"{n} {s}" for s, n in counts.most_common())
     ok = [r for r in rows if r["status"] == "ok"]
     groups = _groups(ok, specs)
-    key = lambda r: (r["gemm"], r["N"], r["K"], r["tp"], r["dtype"], r["M"])
+
+    def key(r):
+        return (r["gemm"], r["N"], r["K"], r["tp"], r["dtype"], r["M"])
+
     cells: dict = {}
     for r in ok:
         cells.setdefault(key(r), {})[r["variant"]] = r
@@ -41,7 +44,12 @@ def render(path: str, specs: list[str] | None = None) -> str:
     cols = ["GEMM (N, K)", "TP", "dtype", "M", "cuBLAS µs", "% roof"] + (["fp8 row-wise µs"] if rowwise else [])
     for name, _ in groups:
         cols += [f"best {name}", "µs", "% roof", "vs cuBLAS"]
-    lines = [head, "", "| " + " | ".join(cols) + " |", "|" + "|".join("---" if i < 3 else "---:" for i in range(len(cols))) + "|"]
+    lines = [
+        head,
+        "",
+        "| " + " | ".join(cols) + " |",
+        "|" + "|".join("---" if i < 3 else "---:" for i in range(len(cols))) + "|",
+    ]
     first_seen = {g: i for i, g in reversed(list(enumerate(r["gemm"] for r in rows)))}
     order = sorted(cells, key=lambda k: (first_seen[k[0]], k[3], k[4] != "fp8", k[5]))
     for k in order:
@@ -69,9 +77,15 @@ def render(path: str, specs: list[str] | None = None) -> str:
     return "\n".join(lines)
 
 
-MOE_COLUMNS = [("moe_align", "moe_align"), ("loop", "torch_moe_loop"), ("grouped_mm", "torch_grouped_mm"),
-               ("row", "triton_moe_row"), ("col", "triton_moe_col"), ("grouped", "triton_moe_grouped"),
-               ("splitk", "triton_moe_splitk")]
+MOE_COLUMNS = [
+    ("moe_align", "moe_align"),
+    ("loop", "torch_moe_loop"),
+    ("grouped_mm", "torch_grouped_mm"),
+    ("row", "triton_moe_row"),
+    ("col", "triton_moe_col"),
+    ("grouped", "triton_moe_grouped"),
+    ("splitk", "triton_moe_splitk"),
+]
 
 
 def render_moe(path: str) -> str:
@@ -86,7 +100,12 @@ def render_moe(path: str) -> str:
             cells.setdefault((r["gemm"], r["N"], r["K"], r["tp"], r["dtype"], r["M"]), {})[r["variant"]] = r
     cols = ["GEMM (N, K)", "TP", "dtype", "tokens"] + [f"{c} µs" for c, _ in MOE_COLUMNS]
     cols += ["best fused", "% roof", "vs loop", "vs grouped_mm"]
-    lines = [head, "", "| " + " | ".join(cols) + " |", "|" + "|".join("---" if i < 3 else "---:" for i in range(len(cols))) + "|"]
+    lines = [
+        head,
+        "",
+        "| " + " | ".join(cols) + " |",
+        "|" + "|".join("---" if i < 3 else "---:" for i in range(len(cols))) + "|",
+    ]
     t = lambda r: r["time_us_median"] if r else None  # noqa: E731
     for k in sorted(cells):
         by = cells[k]
@@ -98,9 +117,12 @@ def render_moe(path: str) -> str:
         fused = [r for v, r in by.items() if v.startswith("triton_moe_")]
         best = min(fused, key=t) if fused else None
         loop, gmm = by.get("torch_moe_loop"), by.get("torch_grouped_mm")
-        out += [best["variant"].removeprefix("triton_moe_") if best else "",
-                f"{best['pct_of_roofline']:.0f}" if best else "",
-                f"{t(loop) / t(best):.2f}x" if best and loop else "", f"{t(gmm) / t(best):.2f}x" if best and gmm else ""]
+        out += [
+            best["variant"].removeprefix("triton_moe_") if best else "",
+            f"{best['pct_of_roofline']:.0f}" if best else "",
+            f"{t(loop) / t(best):.2f}x" if best and loop else "",
+            f"{t(gmm) / t(best):.2f}x" if best and gmm else "",
+        ]
         lines.append("| " + " | ".join(out) + " |")
     return "\n".join(lines)
 

@@ -31,6 +31,7 @@ def ref_with_max_one(M=8, N=16, seed=0):
 
 # ---------------------------------------------------------------- compare()
 
+
 @pytest.mark.parametrize("dtype", ["fp16", "bf16", "fp8"])
 def test_exact_result_passes_with_zero_error(dtype):
     ref = ref_with_max_one()
@@ -167,6 +168,7 @@ def test_error_is_relative_to_max_ref_not_elementwise():
 
 # ---------------------------------------------------------------- reference()
 
+
 @pytest.mark.parametrize("dtype", ["fp16", "bf16"])
 def test_dense_reference_matches_float64(dtype):
     p = dense(M=13, N=24, K=40, dtype=dtype)
@@ -243,14 +245,17 @@ def test_fp8_moe_reference_uses_per_expert_scales():
     want = _moe_loop_by_hand(inputs, 5, 2)
     # by hand once more, scales applied explicitly rather than through dequantized()
     a = inputs.a.double() * inputs.a_scale.double()
-    rows = [a[t] @ (inputs.b[int(inputs.topk_ids[t, s])].double()
-                    * inputs.b_scale[int(inputs.topk_ids[t, s])].double()).t()
-            for t in range(5) for s in range(2)]
+    rows = [
+        a[t] @ (inputs.b[int(inputs.topk_ids[t, s])].double() * inputs.b_scale[int(inputs.topk_ids[t, s])].double()).t()
+        for t in range(5)
+        for s in range(2)
+    ]
     torch.testing.assert_close(ref.double(), want, rtol=1e-6, atol=1e-6)
     torch.testing.assert_close(ref.double(), torch.stack(rows), rtol=1e-6, atol=1e-6)
 
 
 # ---------------------------------------------------------------- make_inputs()
+
 
 def _originals(M, N, K, seed, E=1):
     """The unquantised values make_inputs draws: (randn + 1) / sqrt(K), a then b, from one generator."""
@@ -271,8 +276,11 @@ def _same(x, y):
 FIELDS = ("a", "b", "a_scale", "b_scale", "topk_ids", "topk_weights")
 
 
-@pytest.mark.parametrize("p", [dense(dtype="fp16"), dense(dtype="bf16"), dense(dtype="fp8"),
-                               moe(dtype="fp16"), moe(dtype="fp8")], ids=lambda p: p.label)
+@pytest.mark.parametrize(
+    "p",
+    [dense(dtype="fp16"), dense(dtype="bf16"), dense(dtype="fp8"), moe(dtype="fp16"), moe(dtype="fp8")],
+    ids=lambda p: p.label,
+)
 def test_inputs_are_seeded(p):
     x, y, z = make_inputs(p, 7, "cpu"), make_inputs(p, 7, "cpu"), make_inputs(p, 8, "cpu")
     for f in FIELDS:
@@ -333,13 +341,22 @@ def test_unknown_fp8_scaling_is_refused():
         make_inputs(dense(dtype="fp8"), 1, "cpu", scaling="block")
 
 
-@pytest.mark.parametrize("p", [dense(dtype="fp16"), dense(dtype="bf16"), dense(dtype="fp8"),
-                               dense(M=1, N=16, K=16, dtype="fp8"), moe(dtype="fp16"), moe(dtype="fp8")],
-                         ids=lambda p: p.label)
+@pytest.mark.parametrize(
+    "p",
+    [
+        dense(dtype="fp16"),
+        dense(dtype="bf16"),
+        dense(dtype="fp8"),
+        dense(M=1, N=16, K=16, dtype="fp8"),
+        moe(dtype="fp16"),
+        moe(dtype="fp8"),
+    ],
+    ids=lambda p: p.label,
+)
 @pytest.mark.parametrize("scaling", ["tensor", "row"])
 def test_no_input_is_zero(p, scaling):
     inputs = make_inputs(p, 1, "cpu", scaling=scaling)
-    for name, x in zip(("a", "b"), inputs.dequantized()):
+    for name, x in zip(("a", "b"), inputs.dequantized(), strict=False):
         assert (x != 0).any(dim=-1).all(), f"{name} has an all-zero row"
         zeros = float((x == 0).float().mean())
         assert zeros < 0.02, f"{name}: {zeros:.3f} of it is zero"

@@ -21,9 +21,9 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
+from conftest import HAS_CUDA, PLUGINS
 from typer.testing import CliRunner
 
-from conftest import HAS_CUDA, PLUGINS
 from gemmbench import registry, shapes, store
 from gemmbench.check import TOLERANCE
 from gemmbench.cli import app
@@ -31,21 +31,40 @@ from gemmbench.shapes import DECODE_M, PREFILL_M
 
 cpu_only = pytest.mark.skipif(HAS_CUDA, reason="tests the CPU path (no CUDA GPU)")
 
-BUILTIN_SETS = ["llama70b", "llama70b-attn", "llama70b-mlp", "mixtral-8x22b-moe", "mixtral-moe", "seed001-tkgemm", "smoke"]
+BUILTIN_SETS = [
+    "llama70b",
+    "llama70b-attn",
+    "llama70b-mlp",
+    "mixtral-8x22b-moe",
+    "mixtral-moe",
+    "seed001-tkgemm",
+    "smoke",
+]
 BUILTIN_FAMILIES = {
-    "cublas_bf16": "cublas", "cublas_fp16": "cublas", "cublas_fp8": "cublas", "cublas_fp8_rowwise": "cublas",
-    "triton_dp_row": "triton_dp", "triton_dp_col": "triton_dp", "triton_dp_grouped": "triton_dp",
+    "cublas_bf16": "cublas",
+    "cublas_fp16": "cublas",
+    "cublas_fp8": "cublas",
+    "cublas_fp8_rowwise": "cublas",
+    "triton_dp_row": "triton_dp",
+    "triton_dp_col": "triton_dp",
+    "triton_dp_grouped": "triton_dp",
     "torch_moe_loop": "moe_ref",
-    "triton_splitk_atomic": "triton_splitk", "triton_splitk_atomic_rowwise": "triton_splitk",
-    "triton_splitk_reduce": "triton_splitk", "triton_splitk_reduce_rowwise": "triton_splitk",
-    "torch_grouped_mm": "moe_ref", "moe_align": "moe_align",
-    "triton_moe_row": "triton_moe", "triton_moe_col": "triton_moe", "triton_moe_grouped": "triton_moe",
+    "triton_splitk_atomic": "triton_splitk",
+    "triton_splitk_atomic_rowwise": "triton_splitk",
+    "triton_splitk_reduce": "triton_splitk",
+    "triton_splitk_reduce_rowwise": "triton_splitk",
+    "torch_grouped_mm": "moe_ref",
+    "moe_align": "moe_align",
+    "triton_moe_row": "triton_moe",
+    "triton_moe_col": "triton_moe",
+    "triton_moe_grouped": "triton_moe",
     "triton_moe_splitk": "triton_moe",
 }
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 
 # ---------------------------------------------------------------- helpers
+
 
 def invoke(*args):
     return CliRunner().invoke(app, [str(a) for a in args])
@@ -57,8 +76,9 @@ def text(s: str) -> str:
 
 def gemmbench_proc(*args, timeout=300):
     """`python -m gemmbench ...` as a real separate process."""
-    return subprocess.run([sys.executable, "-m", "gemmbench", *map(str, args)], capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "gemmbench", *map(str, args)], capture_output=True, text=True, timeout=timeout
+    )
 
 
 def one_error_line(exit_code, stderr, stdout, exception=None) -> str:
@@ -80,8 +100,9 @@ def bad(result) -> str:
 
 def table_rows(out: str) -> list[list[str]]:
     """Cells of the body rows of rich tables in `out` (continuation lines included)."""
-    return [[c.strip() for c in ln.strip().strip("│").split("│")] for ln in text(out).splitlines()
-            if ln.startswith("│")]
+    return [
+        [c.strip() for c in ln.strip().strip("│").split("│")] for ln in text(out).splitlines() if ln.startswith("│")
+    ]
 
 
 def load_rows(path) -> pd.DataFrame:
@@ -101,8 +122,22 @@ MAIN_M = (1, 5)
 def main_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("main") / "r.parquet"
     # no --timing: the default (cold) must become wall on a CPU; --strict with every cell fine exits 0
-    res = invoke("run", "--shapes", "smoke", "--m", ",".join(map(str, MAIN_M)), "--dtype", ",".join(MAIN_DTYPES),
-                 "--variants", MAIN_VARIANTS, "--budget", "0.01", "--strict", "--out", out)
+    res = invoke(
+        "run",
+        "--shapes",
+        "smoke",
+        "--m",
+        ",".join(map(str, MAIN_M)),
+        "--dtype",
+        ",".join(MAIN_DTYPES),
+        "--variants",
+        MAIN_VARIANTS,
+        "--budget",
+        "0.01",
+        "--strict",
+        "--out",
+        out,
+    )
     return res, out
 
 
@@ -110,8 +145,10 @@ def expected_main_cells() -> set:
     """(gemm, M, dtype, variant) of every cell: dense variants on dense GEMMs, MoE ones on MoE GEMMs,
     each only in the dtypes it lists."""
     sset = shapes.load("smoke")
-    chosen = [registry.get(n) for n in ("cublas_bf16", "cublas_fp16", "cublas_fp8", "cublas_fp8_rowwise",
-                                        "triton_dp_row", "torch_moe_loop")]
+    chosen = [
+        registry.get(n)
+        for n in ("cublas_bf16", "cublas_fp16", "cublas_fp8", "cublas_fp8_rowwise", "triton_dp_row", "torch_moe_loop")
+    ]
     cells = set()
     for g in sset.gemms:
         for M in MAIN_M:
@@ -137,8 +174,13 @@ def test_run_smoke_exit_code_and_streams(main_run):
     # a table per GEMM on stdout, titled with its dims
     stdout = text(res.stdout)
     titles = [ln.strip() for ln in stdout.splitlines() if ln.startswith("smoke_")]
-    assert titles == ["smoke_square  N=64 K=64", "smoke_tails  N=80 K=48", "smoke_deep  N=32 K=160",
-                      "smoke_moe  N=64 K=32, E=4 top2, uniform routing", "smoke_moe_odd  N=48 K=64, E=3 top2, uniform routing"]
+    assert titles == [
+        "smoke_square  N=64 K=64",
+        "smoke_tails  N=80 K=48",
+        "smoke_deep  N=32 K=160",
+        "smoke_moe  N=64 K=32, E=4 top2, uniform routing",
+        "smoke_moe_odd  N=48 K=64, E=3 top2, uniform routing",
+    ]
     assert stdout.count("timing: wall (L2 warm)") == 5
 
 
@@ -147,7 +189,7 @@ def test_run_smoke_one_row_per_cell(main_run):
     _, out = main_run
     df = load_rows(out)
     expected = expected_main_cells()
-    got = list(zip(df.gemm, df.M, df.dtype, df.variant))
+    got = list(zip(df.gemm, df.M, df.dtype, df.variant, strict=False))
     assert len(got) == len(set(got)), "a cell was written twice"
     assert set(got) == expected
     # 3 dense GEMMs x 2 M x (fp16: cublas_fp16, triton_dp_row; fp8: cublas_fp8, cublas_fp8_rowwise, triton_dp_row)
@@ -193,6 +235,7 @@ def test_run_smoke_ok_rows_are_timed_and_checked(main_run):
 
 # ---------------------------------------------------------------- bad inputs: exit 2, one line
 
+
 @pytest.fixture(scope="module")
 def bad_files(tmp_path_factory):
     d = tmp_path_factory.mktemp("bad")
@@ -215,11 +258,15 @@ BAD_INPUTS = {
     "m-0": ({"--m": "0"}, ["--m", "'0'", "not a positive integer"]),
     "m-abc": ({"--m": "abc"}, ["--m", "'abc'", "not a positive integer"]),
     "plugin-missing": ({"--plugin": "{d}/no_such_plugin.py"}, ["plugin file not found", "no_such_plugin.py"]),
-    "plugin-raises": ({"--plugin": "{d}/raises_plugin.py"},
-                      ["raises_plugin.py", "failed to import", "RuntimeError", "boom from the plugin"]),
+    "plugin-raises": (
+        {"--plugin": "{d}/raises_plugin.py"},
+        ["raises_plugin.py", "failed to import", "RuntimeError", "boom from the plugin"],
+    ),
     # the README's main command on a machine without a GPU: refused, pointing to the CPU set
-    "cpu-too-large": ({"--shapes": "llama70b-attn", "--m": None, "--dtype": None, "--variants": None},
-                      ["llama70b-attn", "too large for the CPU path", "--shapes smoke"]),
+    "cpu-too-large": (
+        {"--shapes": "llama70b-attn", "--m": None, "--dtype": None, "--variants": None},
+        ["llama70b-attn", "too large for the CPU path", "--shapes smoke"],
+    ),
     "m-empty": ({"--m": ""}, ["--m"]),
 }
 
@@ -250,8 +297,21 @@ def test_bad_input_is_one_error_line_and_exit_2(case, bad_files, tmp_path):
 @pytest.mark.parametrize("glob", ["cublas_[xyz]*", "[/x]*"])
 def test_bad_input_message_is_not_rich_markup(glob, tmp_path):
     """fnmatch globs hold brackets; the error line must quote the user's glob verbatim (and never crash)."""
-    line = bad(invoke("run", "--shapes", "smoke", "--m", "1", "--dtype", "fp16", "--variants", glob,
-                      "--out", tmp_path / "never.parquet"))
+    line = bad(
+        invoke(
+            "run",
+            "--shapes",
+            "smoke",
+            "--m",
+            "1",
+            "--dtype",
+            "fp16",
+            "--variants",
+            glob,
+            "--out",
+            tmp_path / "never.parquet",
+        )
+    )
     assert f"--variants {glob!r} matches no variant" in line
 
 
@@ -265,11 +325,27 @@ def test_bad_input_in_a_real_process(tmp_path):
 
 # ---------------------------------------------------------------- crash isolation
 
+
 @pytest.fixture(scope="module")
 def crash_run(tmp_path_factory):
     out_dir = tmp_path_factory.mktemp("crash") / "results"  # a folder: the file is named after the run id
-    res = invoke("run", "--shapes", "smoke", "--m", "1,5", "--dtype", "fp16", "--variants", "test_crash,cublas_fp16",
-                 "--plugin", PLUGINS / "crash_plugin.py", "--budget", "0.01", "--out", out_dir)
+    res = invoke(
+        "run",
+        "--shapes",
+        "smoke",
+        "--m",
+        "1,5",
+        "--dtype",
+        "fp16",
+        "--variants",
+        "test_crash,cublas_fp16",
+        "--plugin",
+        PLUGINS / "crash_plugin.py",
+        "--budget",
+        "0.01",
+        "--out",
+        out_dir,
+    )
     return res, out_dir
 
 
@@ -284,8 +360,9 @@ def test_crash_costs_only_its_cell(crash_run):
     crash, good = df[df.variant == "test_crash"], df[df.variant == "cublas_fp16"]
     # 3 dense smoke GEMMs x M in {1, 5}, fp16; test_crash is dense-only
     assert len(crash) == 6 and len(good) == 6 and len(df) == 12
-    assert set(zip(crash.gemm, crash.M)) == {(g, m) for g in ("smoke_square", "smoke_tails", "smoke_deep")
-                                             for m in (1, 5)}
+    assert set(zip(crash.gemm, crash.M, strict=False)) == {
+        (g, m) for g in ("smoke_square", "smoke_tails", "smoke_deep") for m in (1, 5)
+    }
     assert (crash.status == "error").all(), crash[["status", "reason"]].to_string()
     for reason in crash.reason:
         assert "worker died" in reason and reason.startswith("check: "), reason
@@ -302,7 +379,7 @@ def test_crash_costs_only_its_cell(crash_run):
 
 # ---------------------------------------------------------------- the check gates timing
 
-WRONG_PLUGIN = '''
+WRONG_PLUGIN = """
 import torch
 
 from gemmbench.registry import Launch, Variant, register
@@ -353,7 +430,7 @@ def _make_right(problem, inputs):
 
 for _name, _make in (("test_wrong", _make_wrong), ("test_unwritten", _make_unwritten), ("test_right", _make_right)):
     register(Variant(_name, "test", ("fp16",), "CLI test variant", _make, source=__file__))
-'''
+"""
 
 
 @pytest.fixture(scope="module")
@@ -364,9 +441,24 @@ def wrong_run(tmp_path_factory):
     plugin.write_text(WRONG_PLUGIN.format(log=str(log)))
     out = d / "w.parquet"
     # M=5: test_unwritten writes row 0 only, so at M=1 it would be (rightly) correct
-    res = invoke("run", "--shapes", "smoke", "--m", "5", "--dtype", "fp16",
-                 "--variants", "test_wrong,test_unwritten,test_right,cublas_fp16", "--plugin", plugin,
-                 "--budget", "0.01", "--strict", "--out", out)
+    res = invoke(
+        "run",
+        "--shapes",
+        "smoke",
+        "--m",
+        "5",
+        "--dtype",
+        "fp16",
+        "--variants",
+        "test_wrong,test_unwritten,test_right,cublas_fp16",
+        "--plugin",
+        plugin,
+        "--budget",
+        "0.01",
+        "--strict",
+        "--out",
+        out,
+    )
     launches = {}
     for ln in log.read_text().splitlines():
         name, what, gemm, M = ln.split()
@@ -425,6 +517,7 @@ def test_strict_exits_1_when_a_cell_is_wrong(wrong_run):
 
 # ---------------------------------------------------------------- listings
 
+
 def test_list_shapes_lists_every_builtin_set_with_its_gemms():
     res = invoke("list", "shapes")
     assert res.exit_code == 0, res.stderr
@@ -479,13 +572,24 @@ def test_list_variants_bad_plugin_is_one_error_line(tmp_path):
 # ---------------------------------------------------------------- shapes from-config
 
 LLAMA_CONFIG = {
-    "_name_or_path": "meta-llama/Llama-3.1-8B", "model_type": "llama", "architectures": ["LlamaForCausalLM"],
-    "hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32, "num_key_value_heads": 8,
-    "num_hidden_layers": 32, "vocab_size": 128256, "head_dim": None,
+    "_name_or_path": "meta-llama/Llama-3.1-8B",
+    "model_type": "llama",
+    "architectures": ["LlamaForCausalLM"],
+    "hidden_size": 4096,
+    "intermediate_size": 14336,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "num_hidden_layers": 32,
+    "vocab_size": 128256,
+    "head_dim": None,
 }
-LLAMA_GEMMS = [("attn_qkv", 6144, 4096, "column"), ("attn_o", 4096, 4096, "row"),
-               ("mlp_gate_up", 28672, 4096, "column"), ("mlp_down", 4096, 14336, "row"),
-               ("lm_head", 128256, 4096, "column")]
+LLAMA_GEMMS = [
+    ("attn_qkv", 6144, 4096, "column"),
+    ("attn_o", 4096, 4096, "row"),
+    ("mlp_gate_up", 28672, 4096, "column"),
+    ("mlp_down", 4096, 14336, "row"),
+    ("lm_head", 128256, 4096, "column"),
+]
 
 
 @cpu_only
@@ -532,6 +636,7 @@ def test_shapes_from_config_bad_files(tmp_path):
 
 # ---------------------------------------------------------------- an interrupted run
 
+
 def _children(pid: int) -> list[int]:
     kids = []
     for d in os.listdir("/proc"):
@@ -563,9 +668,28 @@ def _alive(pid: int) -> bool:
 def test_interrupted_run_keeps_its_rows(tmp_path):
     out = tmp_path / "i.parquet"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "gemmbench", "run", "--shapes", "smoke", "--dtype", "fp16", "--m", "1,5,16,33",
-         "--variants", "cublas_fp16,triton_dp_row", "--budget", "0.01", "--out", str(out)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-m",
+            "gemmbench",
+            "run",
+            "--shapes",
+            "smoke",
+            "--dtype",
+            "fp16",
+            "--m",
+            "1,5,16,33",
+            "--variants",
+            "cublas_fp16,triton_dp_row",
+            "--budget",
+            "0.01",
+            "--out",
+            str(out),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 180
         rows = 0

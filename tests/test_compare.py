@@ -7,10 +7,10 @@ import json
 
 import numpy as np
 import pytest
+from test_cli import bad, invoke, text
 
 from gemmbench import compare as cmp
 from gemmbench import store
-from test_cli import bad, invoke, text
 
 RNG = np.random.default_rng(1234)
 
@@ -20,12 +20,31 @@ def samples(median: float, noise: float, n: int = 30) -> list[float]:
     return list(np.clip(RNG.normal(median, noise * median, n), 0.1 * median, None))
 
 
-def row(variant="v", M=16, status="ok", s=None, gpu="NVIDIA H100 80GB HBM3", mode="cold", ts="2026-11-23T00:00:00",
-        **extra) -> dict:
+def row(
+    variant="v", M=16, status="ok", s=None, gpu="NVIDIA H100 80GB HBM3", mode="cold", ts="2026-11-23T00:00:00", **extra
+) -> dict:
     s = samples(100.0, 0.01) if s is None and status == "ok" else s
-    return dict(run_id="r", timestamp=ts, shape_set="set", gemm="g", M=M, N=64, K=64, E=1, topk=1, tp=1, dtype="bf16",
-                variant=variant, status=status, samples_us=s, time_us_median=float(np.median(s)) if s else None,
-                gpu=gpu, timing_mode=mode, l2_state="cold" if mode == "cold" else "streaming", **extra)
+    return dict(
+        run_id="r",
+        timestamp=ts,
+        shape_set="set",
+        gemm="g",
+        M=M,
+        N=64,
+        K=64,
+        E=1,
+        topk=1,
+        tp=1,
+        dtype="bf16",
+        variant=variant,
+        status=status,
+        samples_us=s,
+        time_us_median=float(np.median(s)) if s else None,
+        gpu=gpu,
+        timing_mode=mode,
+        l2_state="cold" if mode == "cold" else "streaming",
+        **extra,
+    )
 
 
 def write(tmp_path, name, rows) -> str:
@@ -36,13 +55,17 @@ def write(tmp_path, name, rows) -> str:
 
 # ---------------------------------------------------------------- the statistics
 
-@pytest.mark.parametrize("change,noise,want", [
-    (1.00, 0.01, "same"),     # same distribution
-    (1.03, 0.01, "same"),     # a real 3% change, under the 5% threshold
-    (1.10, 0.01, "slower"),   # 10% slower with 1% noise: beyond the threshold and significant
-    (0.90, 0.01, "faster"),
-    (1.10, 0.30, "noisy"),    # 10% with 30% noise: the samples cannot support it
-])
+
+@pytest.mark.parametrize(
+    "change,noise,want",
+    [
+        (1.00, 0.01, "same"),  # same distribution
+        (1.03, 0.01, "same"),  # a real 3% change, under the 5% threshold
+        (1.10, 0.01, "slower"),  # 10% slower with 1% noise: beyond the threshold and significant
+        (0.90, 0.01, "faster"),
+        (1.10, 0.30, "noisy"),  # 10% with 30% noise: the samples cannot support it
+    ],
+)
 def test_verdict_from_samples(change, noise, want):
     base = np.array(samples(100.0, 0.01 if noise < 0.1 else noise))
     cand = np.array(samples(100.0 * change, noise))
@@ -53,14 +76,33 @@ def test_verdict_from_samples(change, noise, want):
 
 
 def test_verdicts_for_status_changes_and_missing_cells(tmp_path):
-    base = [row("a"), row("b"), row("c", status="wrong", s=None), row("d", status="error", s=None), row("e"),
-            row("f", status="skipped", s=None)]
-    cand = [row("a", s=samples(120, 0.01)), row("b", status="wrong", s=None, reason="rows 0-3 wrong"), row("c"),
-            row("d", status="error", s=None), row("g"), row("f")]
+    base = [
+        row("a"),
+        row("b"),
+        row("c", status="wrong", s=None),
+        row("d", status="error", s=None),
+        row("e"),
+        row("f", status="skipped", s=None),
+    ]
+    cand = [
+        row("a", s=samples(120, 0.01)),
+        row("b", status="wrong", s=None, reason="rows 0-3 wrong"),
+        row("c"),
+        row("d", status="error", s=None),
+        row("g"),
+        row("f"),
+    ]
     rows = cmp.compare(store.load(write(tmp_path, "b", base)), store.load(write(tmp_path, "c", cand)), 0.05)
     got = {r.variant: r.verdict for r in rows}
-    assert got == {"a": "slower", "b": "now-failing", "c": "fixed", "d": "still-failing", "e": "missing", "g": "new",
-                   "f": "skipped"}
+    assert got == {
+        "a": "slower",
+        "b": "now-failing",
+        "c": "fixed",
+        "d": "still-failing",
+        "e": "missing",
+        "g": "new",
+        "f": "skipped",
+    }
     assert rows[0].verdict == "slower" and rows[0].ratio == pytest.approx(1.2, rel=0.02)
     assert next(r for r in rows if r.variant == "b").reason == "rows 0-3 wrong"
 
@@ -84,6 +126,7 @@ def test_bad_threshold(text_):
 
 
 # ---------------------------------------------------------------- the command
+
 
 def test_exit_codes_and_formats(tmp_path):
     base = write(tmp_path, "base", [row("a"), row("b")])
@@ -175,22 +218,52 @@ def test_ci_perf_script_confirms_a_regression_by_rerunning(tmp_path):
     from pathlib import Path
 
     script = Path(__file__).parent.parent / "scripts" / "ci-perf.sh"
-    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}", SHAPES="smoke",
-               RUN_ARGS="--variants cublas_fp16 --dtype fp16 --m 1,2 --budget 0.01", THRESHOLD="50%")
-    first = invoke("run", "--shapes", "smoke", "--variants", "cublas_fp16", "--dtype", "fp16", "--m", "1,2",
-                   "--budget", "0.01", "--out", tmp_path / "base.parquet")
+    env = dict(
+        os.environ,
+        PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+        SHAPES="smoke",
+        RUN_ARGS="--variants cublas_fp16 --dtype fp16 --m 1,2 --budget 0.01",
+        THRESHOLD="50%",
+    )
+    first = invoke(
+        "run",
+        "--shapes",
+        "smoke",
+        "--variants",
+        "cublas_fp16",
+        "--dtype",
+        "fp16",
+        "--m",
+        "1,2",
+        "--budget",
+        "0.01",
+        "--out",
+        tmp_path / "base.parquet",
+    )
     assert first.exit_code == 0, first.stderr
     clean = store.records(store.load(tmp_path / "base.parquet"))
     store.write_rows(tmp_path / "slow.parquet", [dict(r, samples_us=[x * 1e6 for x in r["samples_us"]]) for r in clean])
     store.write_rows(tmp_path / "fast.parquet", [dict(r, samples_us=[x / 1e6 for x in r["samples_us"]]) for r in clean])
 
-    ok = subprocess.run(["bash", str(script)], cwd=tmp_path, env=dict(env, BASELINE=str(tmp_path / "slow.parquet"),
-                        ARTIFACTS="a1"), capture_output=True, text=True, timeout=300)
+    ok = subprocess.run(
+        ["bash", str(script)],
+        cwd=tmp_path,
+        env=dict(env, BASELINE=str(tmp_path / "slow.parquet"), ARTIFACTS="a1"),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert ok.returncode == 0, ok.stdout + ok.stderr
     assert not (tmp_path / "a1" / "retry").exists() and (tmp_path / "a1" / "compare.json").exists()
 
-    bad_ = subprocess.run(["bash", str(script)], cwd=tmp_path, env=dict(env, BASELINE=str(tmp_path / "fast.parquet"),
-                          ARTIFACTS="a2"), capture_output=True, text=True, timeout=300)
+    bad_ = subprocess.run(
+        ["bash", str(script)],
+        cwd=tmp_path,
+        env=dict(env, BASELINE=str(tmp_path / "fast.parquet"), ARTIFACTS="a2"),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert bad_.returncode == 1, bad_.stdout + bad_.stderr
     art = tmp_path / "a2"
     assert (art / "retry.txt").read_text().split() == ["smoke", "cublas_fp16"]

@@ -12,9 +12,29 @@ from gemmbench.store import load
 def _run(tmp_path, variants):
     out = tmp_path / "r.parquet"
     proc = subprocess.run(
-        [sys.executable, "-m", "gemmbench", "run", "--shapes", "smoke", "--m", "1,5", "--dtype", "fp16",
-         "--variants", variants, "--plugin", str(PLUGINS / "fatal_plugin.py"), "--budget", "0.01", "--out", str(out)],
-        capture_output=True, text=True, timeout=600,
+        [
+            sys.executable,
+            "-m",
+            "gemmbench",
+            "run",
+            "--shapes",
+            "smoke",
+            "--m",
+            "1,5",
+            "--dtype",
+            "fp16",
+            "--variants",
+            variants,
+            "--plugin",
+            str(PLUGINS / "fatal_plugin.py"),
+            "--budget",
+            "0.01",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr

@@ -6,7 +6,6 @@ import sys
 
 import pytest
 import torch
-
 from conftest import PLUGINS
 
 pytestmark = pytest.mark.gpu
@@ -89,9 +88,11 @@ def test_splitk_atomic_within_tolerance_over_runs(dtype):
     _splitk_outputs("triton_splitk_atomic", dtype, split_k=16, calls=30)  # each call checked inside: a race shows
 
 
-TMA_KERNELS = [(name, split_k, dtype) for name, split_k in (("triton_splitk_atomic", 4), ("triton_splitk_reduce", 4),
-                                                            ("triton_dp_row", 1))
-               for dtype in ("bf16", "fp8", "fp16")] + [("triton_splitk_atomic_rowwise", 3, "fp8")]
+TMA_KERNELS = [
+    (name, split_k, dtype)
+    for name, split_k in (("triton_splitk_atomic", 4), ("triton_splitk_reduce", 4), ("triton_dp_row", 1))
+    for dtype in ("bf16", "fp8", "fp16")
+] + [("triton_splitk_atomic_rowwise", 3, "fp8")]
 
 
 @pytest.mark.parametrize("name,split_k,dtype", TMA_KERNELS)
@@ -118,10 +119,17 @@ def test_tma_descriptors_on_gpu(name, split_k, dtype, M, N, K):
 
 
 MOE_CASES = [  # (tokens, N, K, E, topk, routing): Mixtral 8x7B w13 and w2 at TP=2, and small edge cases
-    (1, 14336, 4096, 8, 2, "uniform"), (64, 4096, 7168, 8, 2, "skewed"), (33, 100, 72, 3, 2, "one-expert"),
-    (300, 256, 128, 5, 2, "uniform"), (1024, 512, 256, 8, 2, "skewed"),
+    (1, 14336, 4096, 8, 2, "uniform"),
+    (64, 4096, 7168, 8, 2, "skewed"),
+    (33, 100, 72, 3, 2, "one-expert"),
+    (300, 256, 128, 5, 2, "uniform"),
+    (1024, 512, 256, 8, 2, "skewed"),
 ]
-MOE_VARIANTS = [(n, d) for n in ("triton_moe_row", "triton_moe_col", "triton_moe_grouped", "triton_moe_splitk") for d in ("bf16", "fp16", "fp8")]
+MOE_VARIANTS = [
+    (n, d)
+    for n in ("triton_moe_row", "triton_moe_col", "triton_moe_grouped", "triton_moe_splitk")
+    for d in ("bf16", "fp16", "fp8")
+]
 MOE_VARIANTS += [("torch_grouped_mm", "bf16"), ("torch_grouped_mm", "fp16"), ("torch_moe_loop", "bf16")]
 
 
@@ -160,8 +168,10 @@ def test_moe_align_on_gpu(M, E, routing):
         assert result.ok, result.detail
 
 
-@pytest.mark.parametrize("name,dtype", [("cublas_bf16", "bf16"), ("cublas_fp16", "fp16"), ("cublas_fp8", "fp8"),
-                                        ("cublas_fp8_rowwise", "fp8")])
+@pytest.mark.parametrize(
+    "name,dtype",
+    [("cublas_bf16", "bf16"), ("cublas_fp16", "fp16"), ("cublas_fp8", "fp8"), ("cublas_fp8_rowwise", "fp8")],
+)
 def test_cublas_on_gpu(name, dtype):
     assert _check(name, 16, 1280, 8192, dtype) is None
 
@@ -181,8 +191,12 @@ def test_every_timing_mode_samples(mode):
 
 def _run(*args, tmp_path):
     out = tmp_path / "run.parquet"
-    proc = subprocess.run([sys.executable, "-m", "gemmbench", "run", *args, "--out", str(out)],
-                          capture_output=True, text=True, timeout=900)
+    proc = subprocess.run(
+        [sys.executable, "-m", "gemmbench", "run", *args, "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     from gemmbench.store import load
 
@@ -190,8 +204,19 @@ def _run(*args, tmp_path):
 
 
 def test_faulting_kernel_costs_one_cell(tmp_path):
-    df = _run("--shapes", "smoke", "--m", "1,5", "--dtype", "fp16", "--variants", "test_oob_write,cublas_fp16",
-              "--plugin", str(PLUGINS / "oob_plugin.py"), tmp_path=tmp_path)
+    df = _run(
+        "--shapes",
+        "smoke",
+        "--m",
+        "1,5",
+        "--dtype",
+        "fp16",
+        "--variants",
+        "test_oob_write,cublas_fp16",
+        "--plugin",
+        str(PLUGINS / "oob_plugin.py"),
+        tmp_path=tmp_path,
+    )
     oob = df[df.variant == "test_oob_write"]
     good = df[df.variant == "cublas_fp16"]
     assert len(oob) == 6 and (oob.status == "error").all()
@@ -200,8 +225,22 @@ def test_faulting_kernel_costs_one_cell(tmp_path):
 
 
 def test_sanitize_reports_an_overread(tmp_path):
-    df = _run("--shapes", "smoke", "--m", "1", "--dtype", "fp16", "--variants", "test_overread,cublas_fp16",
-              "--plugin", str(PLUGINS / "oob_plugin.py"), "--sanitize", "--budget", "0.05", tmp_path=tmp_path)
+    df = _run(
+        "--shapes",
+        "smoke",
+        "--m",
+        "1",
+        "--dtype",
+        "fp16",
+        "--variants",
+        "test_overread,cublas_fp16",
+        "--plugin",
+        str(PLUGINS / "oob_plugin.py"),
+        "--sanitize",
+        "--budget",
+        "0.05",
+        tmp_path=tmp_path,
+    )
     bad = df[df.variant == "test_overread"]
     print(df[["variant", "status", "reason"]].to_string())
     assert (bad.status == "error").all() and bad.reason.str.contains("sanitizer").all(), bad.reason.tolist()

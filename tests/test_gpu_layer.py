@@ -16,11 +16,14 @@ def _steps(model, M, dtype, tp, variants):
     return layer.steps_for(layer.layer_problems(sset, M, dtype, tp), layer.chooser(variants, detect()))
 
 
-@pytest.mark.parametrize("model,variants,dtype", [
-    ("llama3-70b", "triton_splitk_atomic", "fp8"),  # atomics: equal within the check's tolerance, not bitwise
-    ("llama3-70b", "cublas_*", "bf16"),
-    ("mixtral-8x7b", "triton_dp_col,triton_moe_splitk", "bf16"),  # the routing step inside the graph
-])
+@pytest.mark.parametrize(
+    "model,variants,dtype",
+    [
+        ("llama3-70b", "triton_splitk_atomic", "fp8"),  # atomics: equal within the check's tolerance, not bitwise
+        ("llama3-70b", "cublas_*", "bf16"),
+        ("mixtral-8x7b", "triton_dp_col,triton_moe_splitk", "bf16"),  # the routing step inside the graph
+    ],
+)
 def test_graph_replay_equals_eager(model, variants, dtype):
     from gemmbench import layer
 
@@ -50,14 +53,32 @@ def test_uncapturable_variant_is_named_and_eager_still_timed():
 def test_layer_command_on_gpu(tmp_path):
     from typer.testing import CliRunner
 
-    from gemmbench import layer
+    from gemmbench import store
     from gemmbench.cli import app
 
     out = tmp_path / "l.parquet"
-    res = CliRunner().invoke(app, ["layer", "--model", "llama3-70b", "--tp", "8", "--m", "1,16", "--dtype", "fp8",
-                                   "--variants", "triton_splitk_atomic", "--budget", "0.1", "--out", str(out)])
+    res = CliRunner().invoke(
+        app,
+        [
+            "layer",
+            "--model",
+            "llama3-70b",
+            "--tp",
+            "8",
+            "--m",
+            "1,16",
+            "--dtype",
+            "fp8",
+            "--variants",
+            "triton_splitk_atomic",
+            "--budget",
+            "0.1",
+            "--out",
+            str(out),
+        ],
+    )
     assert res.exit_code == 0, res.output
-    df = layer.load([out])
+    df = store.load_layer_tables([out])
     top = df[df["part"] == "layer"]
     assert list(top["M"]) == [1, 16] and (top["status"] == "ok").all()
     assert top["graph_us"].notna().all() and top["graph_speedup"].notna().all()

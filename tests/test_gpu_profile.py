@@ -8,8 +8,9 @@ pytestmark = pytest.mark.gpu
 
 @pytest.mark.parametrize("variant", ["cublas_bf16", "triton_splitk_atomic"])
 def test_ncu_dram_bytes_match_the_weight(variant, tmp_path):
-    from gemmbench import ncu, registry
-    from gemmbench.profile import CellProfiler, ProfileOptions
+    from gemmbench import registry
+    from gemmbench.profile import ncu
+    from gemmbench.profile.sweep import CellProfiler, ProfileOptions
     from gemmbench.shapes import Problem
 
     p = Problem("llama70b-attn", "attn_o", 16, 8192, 8192, "bf16")

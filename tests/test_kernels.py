@@ -14,10 +14,9 @@ import torch
 import triton
 import triton.language as tl
 
-from gemmbench.shapes import Problem
-
 # At module level: a jitted function finds the functions it calls among its module's globals.
 from gemmbench.kernels.schedules import tile_of
+from gemmbench.shapes import Problem
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -50,6 +49,7 @@ def _check(name: str, problem: Problem, seed: int = 1, inputs=None):
 
 
 # ---------------------------------------------------------------- Triton data-parallel GEMM
+
 
 def test_cpu_config_is_the_one_the_edge_shapes_are_built_around():
     """The edge shapes assume BLOCK_M=16, BLOCK_N=32, BLOCK_K=32 on the CPU: keep them honest."""
@@ -149,6 +149,7 @@ def test_dp_gemm_rejects_mismatched_shapes():
 
 # ---------------------------------------------------------------- tile schedules
 
+
 @triton.jit
 def count_tiles(counts_ptr, outside_ptr, grid_m, grid_n, SCHEDULE: tl.constexpr, GROUP_M: tl.constexpr):
     pid = tl.program_id(0)
@@ -180,7 +181,16 @@ def tile_counts(schedule: str, grid_m: int, grid_n: int, group_m: int) -> tuple[
 
 
 GRIDS = [  # (grid_m, grid_n, GROUP_M)
-    (1, 1, 1), (1, 7, 4), (7, 1, 4), (4, 4, 2), (5, 3, 2), (7, 5, 3), (8, 3, 8), (3, 6, 8), (6, 4, 4), (9, 2, 1),
+    (1, 1, 1),
+    (1, 7, 4),
+    (7, 1, 4),
+    (4, 4, 2),
+    (5, 3, 2),
+    (7, 5, 3),
+    (8, 3, 8),
+    (3, 6, 8),
+    (6, 4, 4),
+    (9, 2, 1),
 ]
 
 
@@ -229,6 +239,7 @@ def test_tile_count_check_catches_a_broken_mapping():
 
 # ---------------------------------------------------------------- cuBLAS baselines (torch on the CPU)
 
+
 @pytest.mark.parametrize("M,N,K", [(1, 64, 64), (33, 80, 50), (7, 16, 160), (128, 128, 128)])
 @pytest.mark.parametrize("name,dtype", [("cublas_fp16", "fp16"), ("cublas_bf16", "bf16")])
 def test_cublas_16bit_matches_reference(name, dtype, M, N, K):
@@ -271,12 +282,14 @@ def test_cublas_fp8_refuses_dims_not_divisible_by_16(name):
 def test_cublas_variants_refuse_moe():
     from gemmbench import registry
 
-    reason = registry.get("cublas_fp16").unsupported_reason(Problem("t", "g", 4, 32, 32, "fp16", E=4, topk=2),
-                                                            _device())
+    reason = registry.get("cublas_fp16").unsupported_reason(
+        Problem("t", "g", 4, 32, 32, "fp16", E=4, topk=2), _device()
+    )
     assert reason is not None and "MoE" in reason
 
 
 # ---------------------------------------------------------------- torch_moe_loop
+
 
 def _moe(M, N, K, E, topk, dtype):
     return Problem("test", "experts", M, N, K, dtype, E=E, topk=topk)

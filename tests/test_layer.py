@@ -16,9 +16,9 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from conftest import HAS_CUDA
 from typer.testing import CliRunner
 
-from conftest import HAS_CUDA
 from gemmbench import layer as L
 from gemmbench import registry, shapes, store
 from gemmbench.check import TOLERANCE
@@ -40,12 +40,12 @@ gemms:
   - {id: lm_head, N: 200, K: 64, parallel: column}
 """
 TINY_STEPS = ["attn_qkv", "attn_o", "routing", "moe_w13", "moe_w2"]
-TINY_DIMS = {"attn_qkv": (96, 64, 1, 1), "attn_o": (64, 64, 1, 1), "moe_w13": (64, 64, 4, 2),
-             "moe_w2": (64, 32, 4, 2)}
+TINY_DIMS = {"attn_qkv": (96, 64, 1, 1), "attn_o": (64, 64, 1, 1), "moe_w13": (64, 64, 4, 2), "moe_w2": (64, 32, 4, 2)}
 CPU_VARIANTS = "cublas_*,torch_moe_loop"
 
 
 # ---------------------------------------------------------------- helpers
+
 
 def invoke(*args):
     return CliRunner().invoke(app, [str(a) for a in args])
@@ -95,21 +95,34 @@ def dev():
 
 # ---------------------------------------------------------------- 1. the layer's steps per model and TP
 
+
 @pytest.mark.parametrize("tp", [1, 8])
 def test_llama3_70b_steps(tp):
     steps = sequence("llama3-70b", tp)
     assert names(steps) == ["attn_qkv", "attn_o", "mlp_gate_up", "mlp_down"]  # no routing, no lm_head
     assert all(s.is_gemm and s.variant == "dummy" for s in steps)
-    assert dims(steps) == {"attn_qkv": (10240 // tp, 8192, 1, 1), "attn_o": (8192, 8192 // tp, 1, 1),
-                           "mlp_gate_up": (57344 // tp, 8192, 1, 1), "mlp_down": (8192, 28672 // tp, 1, 1)}
+    assert dims(steps) == {
+        "attn_qkv": (10240 // tp, 8192, 1, 1),
+        "attn_o": (8192, 8192 // tp, 1, 1),
+        "mlp_gate_up": (57344 // tp, 8192, 1, 1),
+        "mlp_down": (8192, 28672 // tp, 1, 1),
+    }
     assert {(s.problem.tp, s.problem.M, s.problem.dtype) for s in steps} == {(tp, 1, "bf16")}
 
 
 MIXTRAL = {
-    "mixtral-8x7b": {"attn_qkv": (6144, 4096), "attn_o": (4096, 4096), "moe_w13": (28672, 4096),
-                     "moe_w2": (4096, 14336)},
-    "mixtral-8x22b": {"attn_qkv": (8192, 6144), "attn_o": (6144, 6144), "moe_w13": (32768, 6144),
-                      "moe_w2": (6144, 16384)},
+    "mixtral-8x7b": {
+        "attn_qkv": (6144, 4096),
+        "attn_o": (4096, 4096),
+        "moe_w13": (28672, 4096),
+        "moe_w2": (4096, 14336),
+    },
+    "mixtral-8x22b": {
+        "attn_qkv": (8192, 6144),
+        "attn_o": (6144, 6144),
+        "moe_w13": (32768, 6144),
+        "moe_w2": (6144, 16384),
+    },
 }
 
 
@@ -129,10 +142,13 @@ def test_mixtral_steps(model, tp):
 
 
 def test_routing_comes_right_before_the_first_moe_gemm_only():
-    sset = shapes.load_text("x.yaml", "name: x\ngemms:\n"
-                            "  - {id: moe_a, N: 64, K: 64, parallel: none, E: 4, topk: 2}\n"
-                            "  - {id: dense, N: 64, K: 64, parallel: none}\n"
-                            "  - {id: moe_b, N: 64, K: 64, parallel: none, E: 4, topk: 2}\n")
+    sset = shapes.load_text(
+        "x.yaml",
+        "name: x\ngemms:\n"
+        "  - {id: moe_a, N: 64, K: 64, parallel: none, E: 4, topk: 2}\n"
+        "  - {id: dense, N: 64, K: 64, parallel: none}\n"
+        "  - {id: moe_b, N: 64, K: 64, parallel: none, E: 4, topk: 2}\n",
+    )
     steps = L.steps_for(L.layer_problems(sset, 1, "fp16", 1), lambda p: "v")
     assert names(steps) == ["routing", "moe_a", "dense", "moe_b"]
 
@@ -140,8 +156,7 @@ def test_routing_comes_right_before_the_first_moe_gemm_only():
 def test_layer_problems_drop_lm_head_and_refuse_a_set_of_only_lm_head():
     sset = L.resolve_model("llama70b")  # a built-in shape set name works as --model too
     assert "lm_head" in [g.name for g in sset.gemms]
-    assert [p.gemm for p in L.layer_problems(sset, 4, "fp16", 1)] == ["attn_qkv", "attn_o", "mlp_gate_up",
-                                                                       "mlp_down"]
+    assert [p.gemm for p in L.layer_problems(sset, 4, "fp16", 1)] == ["attn_qkv", "attn_o", "mlp_gate_up", "mlp_down"]
     only = shapes.load_text("head.yaml", "name: head\ngemms:\n  - {id: lm_head, N: 64, K: 64, parallel: column}\n")
     with pytest.raises(L.LayerError, match="lm_head"):
         L.layer_problems(only, 1, "fp16", 1)
@@ -153,11 +168,19 @@ def test_tiny_model_steps_from_yaml(tiny):
     assert dims(steps) == TINY_DIMS
 
 
-HF_LLAMA = {"_name_or_path": "someorg/Tiny-Llama", "model_type": "llama", "hidden_size": 64,
-            "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 100,
-            "head_dim": None}
-HF_MIXTRAL = dict(HF_LLAMA, _name_or_path="someorg/Tiny-Mixtral", model_type="mixtral", num_local_experts=4,
-                  num_experts_per_tok=2)
+HF_LLAMA = {
+    "_name_or_path": "someorg/Tiny-Llama",
+    "model_type": "llama",
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "vocab_size": 100,
+    "head_dim": None,
+}
+HF_MIXTRAL = dict(
+    HF_LLAMA, _name_or_path="someorg/Tiny-Mixtral", model_type="mixtral", num_local_experts=4, num_experts_per_tok=2
+)
 
 
 @pytest.mark.parametrize("tp", [1, 2])
@@ -169,8 +192,12 @@ def test_hf_config_json_dense(tmp_path, tp):
     steps = L.steps_for(L.layer_problems(sset, 1, "bf16", tp), lambda p: "v")
     assert names(steps) == ["attn_qkv", "attn_o", "mlp_gate_up", "mlp_down"]
     # head dim 64 / 4 = 16; qkv (4 + 2 * 2) * 16 = 128; gate_up 2 * 128
-    assert dims(steps) == {"attn_qkv": (128 // tp, 64, 1, 1), "attn_o": (64, 64 // tp, 1, 1),
-                           "mlp_gate_up": (256 // tp, 64, 1, 1), "mlp_down": (64, 128 // tp, 1, 1)}
+    assert dims(steps) == {
+        "attn_qkv": (128 // tp, 64, 1, 1),
+        "attn_o": (64, 64 // tp, 1, 1),
+        "mlp_gate_up": (256 // tp, 64, 1, 1),
+        "mlp_down": (64, 128 // tp, 1, 1),
+    }
 
 
 def test_hf_config_json_moe(tmp_path):
@@ -204,6 +231,7 @@ def test_tp_that_does_not_divide_is_one_line():
 
 # ---------------------------------------------------------------- 2. --variants: globs and pins
 
+
 def tiny_problems(tiny, M=1, dtype="fp16", tp=1):
     return L.layer_problems(L.resolve_model(str(tiny)), M, dtype, tp)
 
@@ -214,8 +242,12 @@ def plan(tiny, spec, dev, **kw) -> dict:
 
 def test_chooser_glob_picks_the_dtype_that_runs(tiny, dev):
     assert plan(tiny, "cublas_*,torch_moe_loop", dev, dtype="bf16") == {
-        "attn_qkv": "cublas_bf16", "attn_o": "cublas_bf16", "routing": None, "moe_w13": "torch_moe_loop",
-        "moe_w2": "torch_moe_loop"}
+        "attn_qkv": "cublas_bf16",
+        "attn_o": "cublas_bf16",
+        "routing": None,
+        "moe_w13": "torch_moe_loop",
+        "moe_w2": "torch_moe_loop",
+    }
     assert plan(tiny, "cublas_*,torch_moe_loop", dev, dtype="fp16")["attn_qkv"] == "cublas_fp16"
 
 
@@ -226,13 +258,23 @@ def test_chooser_tries_globs_in_order(tiny, dev):
 
 def test_chooser_pin_overrides_globs(tiny, dev):
     got = plan(tiny, "cublas_*,attn_o=triton_dp_row,torch_moe_loop,moe_w2=torch_grouped_mm", dev)
-    assert got == {"attn_qkv": "cublas_fp16", "attn_o": "triton_dp_row", "routing": None,
-                   "moe_w13": "torch_moe_loop", "moe_w2": "torch_grouped_mm"}
+    assert got == {
+        "attn_qkv": "cublas_fp16",
+        "attn_o": "triton_dp_row",
+        "routing": None,
+        "moe_w13": "torch_moe_loop",
+        "moe_w2": "torch_grouped_mm",
+    }
 
 
-@pytest.mark.parametrize("model, dtype, spec", [("mixtral-8x7b", "bf16", "cublas_*,torch_moe_loop"),
-                                                 ("mixtral-8x22b", "fp16", "cublas_*,torch_moe_loop"),
-                                                 ("tiny", "fp16", L.DEFAULT_VARIANTS)])
+@pytest.mark.parametrize(
+    "model, dtype, spec",
+    [
+        ("mixtral-8x7b", "bf16", "cublas_*,torch_moe_loop"),
+        ("mixtral-8x22b", "fp16", "cublas_*,torch_moe_loop"),
+        ("tiny", "fp16", L.DEFAULT_VARIANTS),
+    ],
+)
 def test_moe_gemms_get_an_moe_variant(dev, tiny, model, dtype, spec):
     sset = L.resolve_model(str(tiny) if model == "tiny" else model)
     steps = L.steps_for(L.layer_problems(sset, 16, dtype, 8 if model != "tiny" else 1), L.chooser(spec, dev))
@@ -302,10 +344,25 @@ def test_chooser_pin_of_a_non_gemm_variant_is_refused(tiny, dev):
 
 # ---------------------------------------------------------------- 3. --best-from
 
+
 def run_row(gemm, M, variant, t, *, N=96, K=64, E=1, topk=1, dtype="fp16", status="ok", mode="cold"):
-    return dict(run_id="r1", shape_set="tiny-layer", gemm=gemm, M=M, N=N, K=K, E=E, topk=topk, tp=1, dtype=dtype,
-                variant=variant, status=status, time_us_median=t if status != "skipped" else None,
-                timing_mode=mode, routing="uniform" if E > 1 else None)
+    return dict(
+        run_id="r1",
+        shape_set="tiny-layer",
+        gemm=gemm,
+        M=M,
+        N=N,
+        K=K,
+        E=E,
+        topk=topk,
+        tp=1,
+        dtype=dtype,
+        variant=variant,
+        status=status,
+        time_us_median=t if status != "skipped" else None,
+        timing_mode=mode,
+        routing="uniform" if E > 1 else None,
+    )
 
 
 def best_rows() -> list[dict]:
@@ -313,9 +370,11 @@ def best_rows() -> list[dict]:
     w13 = dict(N=64, K=64, E=4, topk=2)
     return [
         # attn_qkv: M=1 triton_dp_row fastest cold; M=16 cublas_fp16 fastest cold
-        run_row("attn_qkv", 1, "cublas_fp16", 10.0, **q), run_row("attn_qkv", 1, "cublas_fp16", 12.0, **q),
+        run_row("attn_qkv", 1, "cublas_fp16", 10.0, **q),
+        run_row("attn_qkv", 1, "cublas_fp16", 12.0, **q),
         run_row("attn_qkv", 1, "triton_dp_row", 8.0, **q),
-        run_row("attn_qkv", 16, "cublas_fp16", 20.0, **q), run_row("attn_qkv", 16, "triton_dp_row", 30.0, **q),
+        run_row("attn_qkv", 16, "cublas_fp16", 20.0, **q),
+        run_row("attn_qkv", 16, "triton_dp_row", 30.0, **q),
         # faster but to be ignored: a stream row (cold rows exist), a wrong row, a skipped row, a variant that is not
         # registered (a plugin not loaded now), an fp8 row, rows of another N, E or topk
         run_row("attn_qkv", 1, "cublas_fp16", 1.0, mode="stream", **q),
@@ -329,9 +388,11 @@ def best_rows() -> list[dict]:
         run_row("attn_qkv", 1, "triton_dp_col", 0.1, N=96, K=64, E=4, topk=1),
         run_row("moe_w13", 1, "triton_moe_row", 0.1, N=64, K=64, E=4, topk=1),
         # MoE: moe_align is no GEMM (faster, ignored)
-        run_row("moe_w13", 1, "torch_moe_loop", 50.0, **w13), run_row("moe_w13", 1, "torch_grouped_mm", 60.0, **w13),
+        run_row("moe_w13", 1, "torch_moe_loop", 50.0, **w13),
+        run_row("moe_w13", 1, "torch_grouped_mm", 60.0, **w13),
         run_row("moe_w13", 1, "moe_align", 1.0, **w13),
-        run_row("moe_w13", 16, "torch_moe_loop", 90.0, **w13), run_row("moe_w13", 16, "torch_grouped_mm", 70.0, **w13),
+        run_row("moe_w13", 16, "torch_moe_loop", 90.0, **w13),
+        run_row("moe_w13", 16, "torch_grouped_mm", 70.0, **w13),
     ]
 
 
@@ -366,10 +427,15 @@ def test_best_chooser_median_of_repeated_rows(dev, tiny):
     assert name == "cublas_fp16" and note.startswith("cublas_fp16 6.0 µs")
 
 
-@pytest.mark.parametrize("M, want_m, want", [(4, 1, "triton_dp_row"),  # log2 distance 2 to both: the smaller M
-                                             (2, 1, "triton_dp_row"),
-                                             (8, 16, "cublas_fp16"),
-                                             (64, 16, "cublas_fp16")])
+@pytest.mark.parametrize(
+    "M, want_m, want",
+    [
+        (4, 1, "triton_dp_row"),  # log2 distance 2 to both: the smaller M
+        (2, 1, "triton_dp_row"),
+        (8, 16, "cublas_fp16"),
+        (64, 16, "cublas_fp16"),
+    ],
+)
 def test_best_chooser_nearest_m_in_log2(best_runs, dev, tiny, M, want_m, want):
     name, note = pick(best_runs, dev, tiny, "attn_qkv", M)
     assert name == want
@@ -395,14 +461,17 @@ def test_best_chooser_gemm_absent_is_a_layer_error(best_runs, dev, tiny):
 
 
 def test_best_chooser_only_unusable_rows_is_a_layer_error(dev, tiny):
-    rows = [run_row("attn_qkv", 1, "gone_plugin_variant", 1.0), run_row("attn_qkv", 1, "cublas_fp16", 1.0,
-                                                                         status="wrong")]
+    rows = [
+        run_row("attn_qkv", 1, "gone_plugin_variant", 1.0),
+        run_row("attn_qkv", 1, "cublas_fp16", 1.0, status="wrong"),
+    ]
     choose, _ = L.best_chooser(pd.DataFrame(rows), dev)
     with pytest.raises(L.LayerError, match="attn_qkv"):
         choose(tiny_problems(tiny)[0])
 
 
 # ---------------------------------------------------------------- buffers, check, graph blockers, timing
+
 
 @pytest.fixture(scope="module")
 def tiny_steps(tiny, dev):
@@ -442,8 +511,7 @@ def test_graph_blockers_name_the_host_syncing_variant(built, tiny, dev):
     assert len(blockers) == 2, blockers
     assert "torch_moe_loop" in blockers[0] and "moe_w13" in blockers[0]
     assert "torch_moe_loop" in blockers[1] and "moe_w2" in blockers[1]
-    dense = L.build(L.steps_for([p for p in tiny_problems(tiny) if not p.is_moe], L.chooser("cublas_*", dev)),
-                    0, "cpu")
+    dense = L.build(L.steps_for([p for p in tiny_problems(tiny) if not p.is_moe], L.chooser("cublas_*", dev)), 0, "cpu")
     assert L.graph_blockers(dense) == []
 
 
@@ -461,8 +529,9 @@ def test_rows_for_a_failed_layer(tiny_steps):
     meta = dict(run_id="x", model="tiny", shape_set="tiny-layer", tp=1, dtype="fp16", M=5, layers=1)
     rows = L.rows_for(meta, tiny_steps, [], None, "error", "RuntimeError: boom")
     assert [r["part"] for r in rows] == ["layer"] + ["step"] * 5
-    assert all(r["family"] == "layer" and r["layer_schema"] == L.LAYER_SCHEMA and r["status"] == "error"
-               for r in rows)
+    assert all(
+        r["family"] == "layer" and r["layer_schema"] == store.LAYER_SCHEMA and r["status"] == "error" for r in rows
+    )
     assert rows[0]["reason"] == "RuntimeError: boom" and rows[0]["steps"] == 5
     assert "kernel_us" not in rows[0] and "eager_us" not in rows[0]
     assert [r["gemm"] for r in rows[1:]] == TINY_STEPS and [r["step"] for r in rows[1:]] == list(range(5))
@@ -470,11 +539,25 @@ def test_rows_for_a_failed_layer(tiny_steps):
 
 # ---------------------------------------------------------------- 4. the command end to end (CPU)
 
+
 @pytest.fixture(scope="module")
 def main_layer(tiny, tmp_path_factory):
     out = tmp_path_factory.mktemp("layer") / "sub" / "x.parquet"  # the folder does not exist yet
-    res = invoke("layer", "--model", tiny, "--dtype", "fp16", "--m", "1,5", "--variants", CPU_VARIANTS,
-                 "--budget", "0.05", "--out", out)
+    res = invoke(
+        "layer",
+        "--model",
+        tiny,
+        "--dtype",
+        "fp16",
+        "--m",
+        "1,5",
+        "--variants",
+        CPU_VARIANTS,
+        "--budget",
+        "0.05",
+        "--out",
+        out,
+    )
     return res, out
 
 
@@ -496,8 +579,8 @@ def test_layer_cli_exit_and_streams(main_layer):
 @cpu_only
 def test_layer_cli_rows(main_layer, tiny):
     _, out = main_layer
-    df = L.load([out])
-    assert (df["family"] == "layer").all() and (df["layer_schema"] == L.LAYER_SCHEMA).all()
+    df = store.load_layer_tables([out])
+    assert (df["family"] == "layer").all() and (df["layer_schema"] == store.LAYER_SCHEMA).all()
     assert df["run_id"].nunique() == 1 and "tiny-layer" in df["run_id"].iloc[0]
     assert (df["shape_set"] == "tiny-layer").all() and (df["model"] == str(tiny)).all()
     assert (df["tp"] == 1).all() and (df["dtype"] == "fp16").all() and (df["layers"] == 1).all()
@@ -508,7 +591,7 @@ def test_layer_cli_rows(main_layer, tiny):
     assert sorted(layer_rows["M"]) == [1, 5]
     assert len(step_rows) == 2 * 5 and len(df) == 2 * 6
     assert "lm_head" not in set(df["gemm"])
-    for M, g in step_rows.groupby("M"):
+    for _M, g in step_rows.groupby("M"):
         g = g.sort_values("step")
         assert list(g["gemm"]) == TINY_STEPS
         assert list(g["step"].astype(int)) == list(range(5))
@@ -526,12 +609,17 @@ def test_layer_cli_rows(main_layer, tiny):
 @cpu_only
 def test_layer_cli_layer_row(main_layer):
     _, out = main_layer
-    df = L.load([out])
+    df = store.load_layer_tables([out])
     steps = df[df["part"] == "step"]
     for r in df[df["part"] == "layer"].itertuples():
         assert r.gemm == "layer" and r.variant == "cublas_fp16+torch_moe_loop" and int(r.steps) == 5
-        assert json.loads(r.plan) == {"attn_qkv": "cublas_fp16", "attn_o": "cublas_fp16", "routing": "torch",
-                                      "moe_w13": "torch_moe_loop", "moe_w2": "torch_moe_loop"}
+        assert json.loads(r.plan) == {
+            "attn_qkv": "cublas_fp16",
+            "attn_o": "cublas_fp16",
+            "routing": "torch",
+            "moe_w13": "torch_moe_loop",
+            "moe_w2": "torch_moe_loop",
+        }
         assert r.eager_us > 0 and r.kernel_us > 0
         assert len(r.eager_samples) >= 10 and r.eager_us == pytest.approx(float(np.median(r.eager_samples)))
         # the sum and the gap are definitions, not timing relations
@@ -546,6 +634,7 @@ def test_layer_cli_layer_row(main_layer):
 
 
 # ---------------------------------------------------------------- 5. bad inputs: exit 2, one line
+
 
 def layer_args(tiny, out, **over):
     opts = {"--model": str(tiny), "--dtype": "fp16", "--m": "1", "--variants": CPU_VARIANTS, "--budget": "0.02"}
@@ -613,40 +702,65 @@ def test_best_from_end_to_end(tiny, tmp_path):
     q, o = dict(N=96, K=64), dict(N=64, K=64)
     w13, w2 = dict(N=64, K=64, E=4, topk=2), dict(N=64, K=32, E=4, topk=2)
     rows = [
-        run_row("attn_qkv", 1, "cublas_fp16", 5.0, **q), run_row("attn_qkv", 1, "triton_dp_row", 9.0, **q),
+        run_row("attn_qkv", 1, "cublas_fp16", 5.0, **q),
+        run_row("attn_qkv", 1, "triton_dp_row", 9.0, **q),
         run_row("attn_qkv", 1, "triton_dp_row", 1.0, status="wrong", **q),
-        run_row("attn_o", 16, "cublas_fp16", 5.0, **o), run_row("attn_o", 16, "triton_dp_row", 9.0, **o),
-        run_row("moe_w13", 1, "torch_moe_loop", 5.0, **w13), run_row("moe_w13", 1, "torch_grouped_mm", 9.0, **w13),
+        run_row("attn_o", 16, "cublas_fp16", 5.0, **o),
+        run_row("attn_o", 16, "triton_dp_row", 9.0, **o),
+        run_row("moe_w13", 1, "torch_moe_loop", 5.0, **w13),
+        run_row("moe_w13", 1, "torch_grouped_mm", 9.0, **w13),
         run_row("moe_w13", 1, "torch_grouped_mm", 1.0, mode="stream", **w13),
-        run_row("moe_w2", 1, "torch_moe_loop", 5.0, **w2), run_row("moe_w2", 1, "moe_align", 1.0, **w2),
+        run_row("moe_w2", 1, "torch_moe_loop", 5.0, **w2),
+        run_row("moe_w2", 1, "moe_align", 1.0, **w2),
     ]
     run_file = tmp_path / "run.parquet"
     store.write_rows(run_file, rows)
     out = tmp_path / "layer.parquet"
-    res = invoke("layer", "--model", tiny, "--dtype", "fp16", "--m", "2", "--best-from", run_file, "--budget", "0.02",
-                 "--out", out)
+    res = invoke(
+        "layer",
+        "--model",
+        tiny,
+        "--dtype",
+        "fp16",
+        "--m",
+        "2",
+        "--best-from",
+        run_file,
+        "--budget",
+        "0.02",
+        "--out",
+        out,
+    )
     err = text(res.stderr).replace("\n", " ")
     assert res.exit_code == 0, err
     assert "Traceback" not in err
     assert re.search(r"--best-from attn_qkv fp16 M2 N96 K64: cublas_fp16 5\.0 µs at M=1 \(nearest to M=2\)", err), err
     assert re.search(r"--best-from attn_o fp16 M2 N64 K64: cublas_fp16 5\.0 µs at M=16 \(nearest to M=2\)", err), err
-    df = L.load([out])
+    df = store.load_layer_tables([out])
     lay = df[df["part"] == "layer"]
     assert len(lay) == 1 and lay["status"].iloc[0] == "ok"
-    assert json.loads(lay["plan"].iloc[0]) == {"attn_qkv": "cublas_fp16", "attn_o": "cublas_fp16", "routing": "torch",
-                                               "moe_w13": "torch_moe_loop", "moe_w2": "torch_moe_loop"}
+    assert json.loads(lay["plan"].iloc[0]) == {
+        "attn_qkv": "cublas_fp16",
+        "attn_o": "cublas_fp16",
+        "routing": "torch",
+        "moe_w13": "torch_moe_loop",
+        "moe_w2": "torch_moe_loop",
+    }
     assert lay["eager_us"].iloc[0] > 0
 
 
 # ---------------------------------------------------------------- 6. the layer table
 
+
 def test_write_load_round_trip_and_folder(tmp_path, tiny_steps):
     meta = dict(run_id="a", model="tiny", shape_set="tiny-layer", tp=1, dtype="fp16", M=1, layers=1)
-    L.write(tmp_path / "a.parquet", L.rows_for(meta, tiny_steps, [], None, "error", "x"))
-    L.write(tmp_path / "b.parquet", L.rows_for(dict(meta, run_id="b"), tiny_steps, [], None, "error", "y"))
-    one = L.load([tmp_path / "a.parquet"])
+    store.write_layer_table(tmp_path / "a.parquet", L.rows_for(meta, tiny_steps, [], None, "error", "x"))
+    store.write_layer_table(
+        tmp_path / "b.parquet", L.rows_for(dict(meta, run_id="b"), tiny_steps, [], None, "error", "y")
+    )
+    one = store.load_layer_tables([tmp_path / "a.parquet"])
     assert len(one) == 6 and set(one["run_id"]) == {"a"}
-    both = L.load([tmp_path])  # a folder: its .parquet files
+    both = store.load_layer_tables([tmp_path])  # a folder: its .parquet files
     assert len(both) == 12 and set(both["run_id"]) == {"a", "b"}
 
 
@@ -654,30 +768,33 @@ def test_load_refuses_a_run_file(tmp_path):
     path = tmp_path / "run.parquet"
     store.write_rows(path, [run_row("attn_qkv", 1, "cublas_fp16", 5.0)])
     with pytest.raises(StoreError) as exc:
-        L.load([path])
+        store.load_layer_tables([path])
     msg = str(exc.value)
     assert str(path) in msg and "not a layer table" in msg and "\n" not in msg
 
 
 def test_load_refuses_junk_and_other_versions(tmp_path, not_a_run, tiny_steps):
     with pytest.raises(StoreError, match="not a readable Parquet file"):
-        L.load([not_a_run])
+        store.load_layer_tables([not_a_run])
     with pytest.raises(StoreError, match="no such file"):
-        L.load([tmp_path / "gone.parquet"])
+        store.load_layer_tables([tmp_path / "gone.parquet"])
     rows = L.rows_for(dict(run_id="a", M=1), tiny_steps, [], None, "error", "x")
     for r in rows:
-        r["layer_schema"] = L.LAYER_SCHEMA + 1
-    L.write(tmp_path / "new.parquet", rows)
+        r["layer_schema"] = store.LAYER_SCHEMA + 1
+    store.write_layer_table(tmp_path / "new.parquet", rows)
     with pytest.raises(StoreError, match="another gemmbench version"):
-        L.load([tmp_path / "new.parquet"])
+        store.load_layer_tables([tmp_path / "new.parquet"])
 
 
 def test_load_takes_one_path(tmp_path, tiny_steps):
-    L.write(tmp_path / "a.parquet", L.rows_for(dict(run_id="a", M=1), tiny_steps, [], None, "error", "x"))
-    assert len(L.load(str(tmp_path / "a.parquet"))) == 6
+    store.write_layer_table(
+        tmp_path / "a.parquet", L.rows_for(dict(run_id="a", M=1), tiny_steps, [], None, "error", "x")
+    )
+    assert len(store.load_layer_tables(str(tmp_path / "a.parquet"))) == 6
 
 
 # ---------------------------------------------------------------- measure() stops once its medians are known
+
 
 class _SteadyTimer:
     """Stands in for gemmbench.timing.Timer: steady kernel samples at once."""
@@ -710,10 +827,13 @@ def test_best_chooser_prefers_cold_rows_per_gemm_and_uniform_routing(dev, tiny):
     """Cold rows win where a GEMM has them; a GEMM measured only in stream mode still gets its pick; rows of
     another routing (skewed, one-expert) never decide the layer's, which routes by softmax top-k."""
     w13 = dict(N=64, K=64, E=4, topk=2)
-    rows = [run_row("attn_qkv", 1, "cublas_fp16", 10.0), run_row("attn_qkv", 1, "triton_dp_row", 5.0, mode="stream"),
-            run_row("attn_o", 1, "cublas_fp16", 7.0, N=64, mode="stream"),
-            run_row("moe_w13", 1, "torch_moe_loop", 50.0, **w13),
-            dict(run_row("moe_w13", 1, "torch_grouped_mm", 1.0, **w13), routing="one-expert")]
+    rows = [
+        run_row("attn_qkv", 1, "cublas_fp16", 10.0),
+        run_row("attn_qkv", 1, "triton_dp_row", 5.0, mode="stream"),
+        run_row("attn_o", 1, "cublas_fp16", 7.0, N=64, mode="stream"),
+        run_row("moe_w13", 1, "torch_moe_loop", 50.0, **w13),
+        dict(run_row("moe_w13", 1, "torch_grouped_mm", 1.0, **w13), routing="one-expert"),
+    ]
     choose, _ = L.best_chooser(pd.DataFrame(rows), dev)
     got = {p.gemm: choose(p) for p in tiny_problems(tiny, M=1) if p.gemm != "moe_w2"}
     assert got == {"attn_qkv": "cublas_fp16", "attn_o": "cublas_fp16", "moe_w13": "torch_moe_loop"}
@@ -721,11 +841,13 @@ def test_best_chooser_prefers_cold_rows_per_gemm_and_uniform_routing(dev, tiny):
 
 # ---------------------------------------------------------------- 7. gemmbench plot --kind layer
 
+
 @cpu_only
 def test_plot_kind_layer_draws_kernels_and_gaps(main_layer, tmp_path):
     """The stacked bars: per plan an eager bar of kernels plus gaps; on a CPU no graph bar, and the footnote says
     why.  Drawn from the layer table the command wrote; a run-file kind on a layer table is refused."""
-    from gemmbench import plotdata, plots_layer
+    from gemmbench.plot import data as plotdata
+    from gemmbench.plot import layer as plots_layer
 
     _, out = main_layer
     res = invoke("plot", out, "--kind", "layer", "--out", tmp_path / "figs")
@@ -733,7 +855,7 @@ def test_plot_kind_layer_draws_kernels_and_gaps(main_layer, tmp_path):
     assert (tmp_path / "figs" / "layer-tiny-layer-tp1-fp16.png").stat().st_size > 0
     (drawn,) = plots_layer.figures(plotdata.read([out]).layers)
     gids = {a.get_gid() for a in drawn.figure.findobj() if a.get_gid()}
-    plan = L.load(out).query("part == 'layer'")["variant"].iloc[0]
+    plan = store.load_layer_tables(out).query("part == 'layer'")["variant"].iloc[0]
     assert {f"kernels:{plan}:eager", f"gaps:{plan}:eager"} <= gids
     assert not any(g.endswith(":graph") for g in gids)
     foot = next(a for a in drawn.figure.findobj() if a.get_gid() == "footnote").get_text()

@@ -21,11 +21,11 @@ FUSED = ["triton_moe_row", "triton_moe_col", "triton_moe_grouped", "triton_moe_s
 
 # (M tokens, N, K, E, topk, routing)
 CASES = [
-    (1, 48, 64, 8, 2, "uniform"),       # a single token: 6 of 8 experts get none
-    (33, 80, 48, 3, 2, "uniform"),      # E = 3; 66 slots, not a multiple of BLOCK_M; N and K tails
-    (20, 64, 96, 4, 1, "one-expert"),   # top-1: every token on expert 0, experts 1..3 empty
-    (21, 40, 64, 5, 2, "one-expert"),   # top-2: expert 0 has all 21 tokens
-    (40, 32, 64, 6, 2, "skewed"),       # Zipf-like load, E = 6
+    (1, 48, 64, 8, 2, "uniform"),  # a single token: 6 of 8 experts get none
+    (33, 80, 48, 3, 2, "uniform"),  # E = 3; 66 slots, not a multiple of BLOCK_M; N and K tails
+    (20, 64, 96, 4, 1, "one-expert"),  # top-1: every token on expert 0, experts 1..3 empty
+    (21, 40, 64, 5, 2, "one-expert"),  # top-2: expert 0 has all 21 tokens
+    (40, 32, 64, 6, 2, "skewed"),  # Zipf-like load, E = 6
 ]
 
 
@@ -73,7 +73,9 @@ def test_alignment_check_catches_a_wrong_alignment():
 
 
 @pytest.mark.parametrize("M,N,K,E,topk,routing", CASES)
-@pytest.mark.parametrize("name,dtype", [(n, d) for n in FUSED for d in ("fp16", "fp8")] + [("torch_grouped_mm", "fp16")])
+@pytest.mark.parametrize(
+    "name,dtype", [(n, d) for n in FUSED for d in ("fp16", "fp8")] + [("torch_grouped_mm", "fp16")]
+)
 def test_moe_variants_match_the_loop_reference(name, dtype, M, N, K, E, topk, routing):
     v = registry.get(name)
     p = moe(M, N, K, E, topk, routing, dtype)
@@ -110,8 +112,8 @@ def test_router_weight_multiply(split_k):
 
 # (tokens, N, K, E, topk, routing, BLOCK_K, SPLIT_K) of the SplitK form
 SPLITK_CASES = [
-    (1, 48, 160, 8, 2, "uniform", 32, 4),    # 5 K blocks over 4 splits: 2, 2, 1 and an empty fourth
-    (33, 80, 48, 3, 2, "uniform", 32, 2),    # K tail inside the second split; N tail
+    (1, 48, 160, 8, 2, "uniform", 32, 4),  # 5 K blocks over 4 splits: 2, 2, 1 and an empty fourth
+    (33, 80, 48, 3, 2, "uniform", 32, 2),  # K tail inside the second split; N tail
     (21, 40, 96, 5, 2, "one-expert", 32, 8),  # SPLIT_K above the 3 K blocks: capped at 3
     (20, 64, 16, 4, 1, "one-expert", 32, 4),  # one K block: the data-parallel path
 ]
@@ -152,13 +154,28 @@ def test_moe_splitk_space_splits_the_few_tile_case():
 def test_moe_sweep_with_routings_on_the_cpu(tmp_path):
     """`gemmbench run` on the smoke set's two MoE GEMMs: every MoE variant checked and timed under two
     routings; moe_align is its own row, with no FLOPs or roofline (it is not a GEMM)."""
-    from gemmbench.store import load
     from test_cli import invoke
 
+    from gemmbench.store import load
+
     out = tmp_path / "moe.parquet"
-    res = invoke("run", "--shapes", "smoke", "--m", "1,5", "--dtype", "fp16", "--routing", "uniform,one-expert",
-                 "--variants", "moe_align,triton_moe_*,torch_moe_loop,torch_grouped_mm", "--budget", "0.01",
-                 "--out", out)
+    res = invoke(
+        "run",
+        "--shapes",
+        "smoke",
+        "--m",
+        "1,5",
+        "--dtype",
+        "fp16",
+        "--routing",
+        "uniform,one-expert",
+        "--variants",
+        "moe_align,triton_moe_*,torch_moe_loop,torch_grouped_mm",
+        "--budget",
+        "0.01",
+        "--out",
+        out,
+    )
     assert res.exit_code == 0, res.stderr
     df = load([out])
     assert len(df) == 2 * 2 * 2 * 7 and (df.status == "ok").all(), df[df.status != "ok"].reason.tolist()

@@ -27,10 +27,19 @@ def wheel(tmp_path_factory) -> zipfile.ZipFile:
 
 def test_wheel_ships_kernels_and_shapes_inside_the_gemmbench_namespace(wheel):
     names = set(wheel.namelist())
-    for f in ("gemmbench/kernels/__init__.py", "gemmbench/kernels/dense_dp.py", "gemmbench/kernels/schedules.py",
-              "gemmbench/kernels/cublas.py", "gemmbench/shapesets/llama70b-attn.yaml",
-              "gemmbench/shapesets/smoke.yaml",
-              "gemmbench/kernels/configs/NVIDIA_H100_80GB_HBM3/triton_splitk_atomic/N=1280,K=8192,dtype=fp8.json", "gemmbench/cli.py", "gemmbench/__main__.py"):
+    for f in (
+        "gemmbench/kernels/__init__.py",
+        "gemmbench/kernels/dense_dp.py",
+        "gemmbench/kernels/schedules.py",
+        "gemmbench/kernels/cublas.py",
+        "gemmbench/shapesets/llama70b-attn.yaml",
+        "gemmbench/shapesets/smoke.yaml",
+        "gemmbench/kernels/configs/NVIDIA_H100_80GB_HBM3/triton_splitk_atomic/N=1280,K=8192,dtype=fp8.json",
+        "gemmbench/cli/__init__.py",
+        "gemmbench/plot/style.py",
+        "gemmbench/profile/ncu.py",
+        "gemmbench/__main__.py",
+    ):
         assert f in names, f
     assert not [n for n in names if n.startswith(("kernels/", "shapes/", "tests/"))]
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
@@ -50,17 +59,27 @@ def _site_with_plugin(tmp_path: Path, body: str) -> Path:
 def _variants_in_subprocess(site: Path) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]))
     return subprocess.run(
-        [sys.executable, "-c", "from gemmbench import registry; print(sorted(v.name for v in registry.all_variants()))"],
-        capture_output=True, text=True, env=env, timeout=120,
+        [
+            sys.executable,
+            "-c",
+            "from gemmbench import registry; print(sorted(v.name for v in registry.all_variants()))",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
     )
 
 
 def test_entry_point_plugin_registers_its_variants(tmp_path):
-    site = _site_with_plugin(tmp_path, (
-        "from gemmbench.registry import Launch, Variant, register\n"
-        "register(Variant('fake_mm', 'fake', ('fp16',), 'an installed plugin', lambda p, i: Launch(fn=lambda: None),"
-        " source='fakeplug'))\n"
-    ))
+    site = _site_with_plugin(
+        tmp_path,
+        (
+            "from gemmbench.registry import Launch, Variant, register\n"
+            "register(Variant('fake_mm', 'fake', ('fp16',), 'an installed plugin', lambda p, i: Launch(fn=lambda: None),"
+            " source='fakeplug'))\n"
+        ),
+    )
     proc = _variants_in_subprocess(site)
     assert proc.returncode == 0, proc.stderr
     assert "'fake_mm'" in proc.stdout and "'cublas_fp8'" in proc.stdout

@@ -16,9 +16,13 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-
-from gemmbench import plotdata, plots, plots_roofline, report, store
 from test_cli import bad, invoke, text
+
+from gemmbench import store
+from gemmbench.plot import data as plotdata
+from gemmbench.plot import figures as plots
+from gemmbench.plot import report
+from gemmbench.plot import roofline as plots_roofline
 
 ROOT = Path(__file__).resolve().parent.parent
 TP8 = ROOT / "results/h100-2026-11-22/llama70b-attn-tp8-cold.parquet"  # attn at TP=8, fp8 + bf16, 6 variants
@@ -45,7 +49,7 @@ def one(drawn, stem):
 
 
 def lines(ax, prefix="series:") -> dict:
-    return {ln.get_gid()[len(prefix):]: ln for ln in ax.get_lines() if (ln.get_gid() or "").startswith(prefix)}
+    return {ln.get_gid()[len(prefix) :]: ln for ln in ax.get_lines() if (ln.get_gid() or "").startswith(prefix)}
 
 
 def gid(ax, name):
@@ -77,6 +81,7 @@ def tp8():
 
 
 # ------------------------------------------------------------------ speedup
+
 
 def test_speedup_series_match_the_data(tp8):
     drawn = plots.figures("speedup", prepared([TP8], dtypes=["fp8"]))
@@ -120,8 +125,9 @@ def test_speedup_never_from_a_wrong_or_skipped_row(tp8):
 
 
 def test_baseline_option_replaces_the_default(tp8):
-    fig = one(plots.figures("speedup", prepared([TP8], baseline="triton_dp_row", dtypes=["bf16"])),
-              "speedup-attn_o-tp8-bf16")
+    fig = one(
+        plots.figures("speedup", prepared([TP8], baseline="triton_dp_row", dtypes=["bf16"])), "speedup-attn_o-tp8-bf16"
+    )
     series = lines(fig.axes[0])
     assert "triton_dp_row" not in series and "cublas_bf16" in series
     want = speedups_by_hand(tp8, "attn_o", "bf16", "triton_dp_row")
@@ -137,13 +143,14 @@ def test_two_runs_of_one_cell_are_two_series_each_against_its_own_baseline():
     runs = sorted(store.load([ATTN_OLD, ATTN_TMA])["run_id"].unique())
     assert {f"triton_dp_row ({r})" for r in runs} <= set(series)
     assert "triton_splitk_atomic" in series  # in one run only: plain name
-    for run, path in zip(runs, [ATTN_OLD, ATTN_TMA]):
+    for run, path in zip(runs, [ATTN_OLD, ATTN_TMA], strict=False):
         want = speedups_by_hand(store.load([path]).query("tp == 1"), "attn_o", "fp8", "cublas_fp8")
         w = want[want["variant"] == "triton_dp_row"].sort_values("M")
         np.testing.assert_allclose(series[f"triton_dp_row ({run})"].get_ydata(), w["expected"], rtol=1e-12)
 
 
 # ------------------------------------------------------------------ roofline
+
 
 def test_roofline_ceilings_points_and_m_labels(tp8):
     drawn = plots.figures("roofline", prepared([TP8], dtypes=["fp8"]))
@@ -202,6 +209,7 @@ def test_unknown_gpu_has_no_datasheet_lines_and_says_so(tp8):
 
 # ------------------------------------------------------------------ tflops, latency, schedules, profile
 
+
 def test_tflops_and_latency_lines_with_p20_p80_bands(tp8):
     df = prepared([TP8], dtypes=["bf16"], shapes=["attn_o"])
     rows = tp8[(tp8["gemm"] == "attn_o") & (tp8["dtype"] == "bf16")]
@@ -213,7 +221,9 @@ def test_tflops_and_latency_lines_with_p20_p80_bands(tp8):
         np.testing.assert_allclose(lines(tf.axes[0])[variant].get_ydata(), s["flops"] / (s["time_us_median"] * 1e6))
         np.testing.assert_allclose(lines(lat.axes[0])[variant].get_ydata(), s["time_us_median"])
         band = gid(lat.axes[0], f"band:{variant}").get_paths()[0].vertices[:, 1]
-        assert band.min() == pytest.approx(s["time_us_p20"].min()) and band.max() == pytest.approx(s["time_us_p80"].max())
+        assert band.min() == pytest.approx(s["time_us_p20"].min()) and band.max() == pytest.approx(
+            s["time_us_p80"].max()
+        )
         band = gid(tf.axes[0], f"band:{variant}").get_paths()[0].vertices[:, 1]
         assert band.max() == pytest.approx((s["flops"] / (s["time_us_p20"] * 1e6)).max())
     assert "TFLOP/s" in tf.axes[0].get_ylabel() and "(µs)" in lat.axes[0].get_ylabel()
@@ -231,7 +241,7 @@ def test_schedules_by_tokens():
     assert set(rel) == fused
     ys = np.array([ln.get_ydata() for ln in rel.values()])
     np.testing.assert_allclose(ys.max(axis=0), 1.0)  # at each token count one schedule is the fastest
-    assert list(rel["triton_moe_col"].get_xdata()) == [2 ** i for i in range(13)]
+    assert list(rel["triton_moe_col"].get_xdata()) == [2**i for i in range(13)]
     assert bottom.get_xlabel().startswith("tokens") and "E=8 top-2" in title(fig)
 
 
@@ -239,8 +249,9 @@ def test_skipped_cells_are_absent_and_counted():
     df = prepared([MOE_STREAM], dtypes=["bf16"], shapes=["moe_w2"])
     fig = plots.figures("latency", df)[0].figure
     assert not {"torch_moe_loop", "torch_grouped_mm"} & set(lines(fig.axes[0]))
-    assert "Not drawn: 14 skipped (torch_grouped_mm, torch_moe_loop: --timing stream captures a CUDA graph" \
-        in footnote(fig)
+    assert "Not drawn: 14 skipped (torch_grouped_mm, torch_moe_loop: --timing stream captures a CUDA graph" in footnote(
+        fig
+    )
     # speedup over torch_moe_loop: its every row is skipped, so there is nothing to draw, and the note says why
     d = plots.figures("speedup", df)[0]
     assert d.figure is None and "no ok torch_moe_loop rows" in d.note
@@ -249,8 +260,12 @@ def test_skipped_cells_are_absent_and_counted():
 def test_profile_dram_against_peak_and_hit_rates():
     prof = plotdata.read([PROFILE]).profiles
     drawn = plots.figures("profile", profiles=plotdata.select(prof, plotdata.Filters()))
-    assert sorted(d.stem for d in drawn) == ["profile-attn_o-bf16", "profile-attn_o-fp8", "profile-attn_qkv-bf16",
-                                             "profile-attn_qkv-fp8"]
+    assert sorted(d.stem for d in drawn) == [
+        "profile-attn_o-bf16",
+        "profile-attn_o-fp8",
+        "profile-attn_qkv-bf16",
+        "profile-attn_qkv-fp8",
+    ]
     fig = one(drawn, "profile-attn_qkv-fp8")
     dram, l1, l2 = fig.axes
     summed = prof[(prof["ncu_kernel"] == "(all kernels)") & (prof["gemm"] == "attn_qkv") & (prof["dtype"] == "fp8")]
@@ -266,18 +281,23 @@ def test_profile_dram_against_peak_and_hit_rates():
 
 # ------------------------------------------------------------------ file names
 
+
 def test_file_names_add_the_timing_mode_only_when_needed():
-    keys = [{"gemm": "attn_qkv", "tp": 1, "dtype": "fp8", "timing_mode": m, "shape_set": "s", "N": 1, "K": 2}
-            for m in ("cold", "stream")]
+    keys = [
+        {"gemm": "attn_qkv", "tp": 1, "dtype": "fp8", "timing_mode": m, "shape_set": "s", "N": 1, "K": 2}
+        for m in ("cold", "stream")
+    ]
     assert plotdata.stems("speedup", keys) == ["speedup-attn_qkv-fp8-cold", "speedup-attn_qkv-fp8-stream"]
     assert plotdata.stems("speedup", keys[:1]) == ["speedup-attn_qkv-fp8"]
 
 
 # ------------------------------------------------------------------ the commands
 
+
 def test_plot_command_writes_each_file_and_prints_its_path(tmp_path):
-    result = invoke("plot", TP8, "--kind", "roofline,speedup", "--dtype", "fp8", "--format", "png,svg",
-                    "--out", tmp_path / "figs")
+    result = invoke(
+        "plot", TP8, "--kind", "roofline,speedup", "--dtype", "fp8", "--format", "png,svg", "--out", tmp_path / "figs"
+    )
     assert result.exit_code == 0, result.stderr
     printed = result.stdout.split()
     names = ["roofline-fp8", "speedup-attn_qkv-tp8-fp8", "speedup-attn_o-tp8-fp8"]
@@ -344,6 +364,7 @@ def test_bad_input_is_one_error_line_and_exit_2(command, case, tmp_path):
 
 # ------------------------------------------------------------------ the report
 
+
 def _md_tables(md: str, header_start: str) -> list[list[list[str]]]:
     tables, cur = [], None
     for ln in md.splitlines():
@@ -365,12 +386,12 @@ def test_report_tables_match_the_data(tmp_path, tp8):
     assert sections == [("attn_qkv", "fp8"), ("attn_qkv", "bf16"), ("attn_o", "fp8"), ("attn_o", "bf16")]
     winner_tables = _md_tables(md, "| M | winner |")
     assert len(winner_tables) == 4
-    for (gemm, dtype), table in zip(sections, winner_tables):
+    for (gemm, dtype), table in zip(sections, winner_tables, strict=False):
         g = tp8[(tp8["gemm"] == gemm) & (tp8["dtype"] == dtype)]
         base = g[g["variant"] == f"cublas_{dtype}"].set_index("M")["time_us_median"]
         want = g.loc[g.groupby("M")["time_us_median"].idxmin()].sort_values("M")
         assert [row[0] for row in table] == [str(m) for m in want["M"]]
-        for row, (_, w) in zip(table, want.iterrows()):
+        for row, (_, w) in zip(table, want.iterrows(), strict=False):
             assert row[1] == w["variant"]
             assert row[2] == f"{w['time_us_median']:.1f}"
             assert row[3] == f"{base[w['M']] / w['time_us_median']:.2f}×" and row[4] == f"cublas_{dtype}"
@@ -380,7 +401,7 @@ def test_report_tables_match_the_data(tmp_path, tp8):
     assert sum(len(t) for t in full) == len(tp8)
     m16 = {r[1]: r[2] for r in full[0] if r[0] == "16"}
     q = tp8[(tp8["gemm"] == "attn_qkv") & (tp8["dtype"] == "fp8") & (tp8["M"] == 16)]
-    assert m16 == {v: f"{t:.2f}" for v, t in zip(q["variant"], q["time_us_median"])}
+    assert m16 == {v: f"{t:.2f}" for v, t in zip(q["variant"], q["time_us_median"], strict=False)}
     # the profile tables: DRAM GB/s of each summed row
     prof = _md_tables(md, "| M | variant | ncu µs |")
     assert len(prof) == 4 and sum(len(t) for t in prof) == 12

@@ -14,11 +14,13 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from conftest import HAS_CUDA
 from typer.testing import CliRunner
 
-from conftest import HAS_CUDA
-from gemmbench import metrics, ncu, nsys, nvtx_ranges, profile, registry, store
+from gemmbench import metrics, nvtx_ranges, registry, store
 from gemmbench.cli import app
+from gemmbench.profile import ncu, nsys
+from gemmbench.profile import sweep as profile
 from gemmbench.shapes import Problem
 
 FIXTURE = Path(__file__).parent / "fixtures" / "ncu-raw-h100-autounits.csv"
@@ -39,6 +41,7 @@ def fixture_kernels() -> list[dict]:
 
 
 # ---------------------------------------------------------------- nvtx_ranges
+
 
 def test_range_names_have_no_slash_or_at():
     p = Problem("s", "attn/qkv@x", 16, 64, 64, "bf16")
@@ -119,7 +122,7 @@ def test_annotate_pushes_and_pops_once(monkeypatch, kind):
 
 # ---------------------------------------------------------------- ncu command lines
 
-TARGET = ["/usr/bin/python3", "-m", "gemmbench.profile_target", "--problem", '{"M": 16}', "--result", "/tmp/r x.json"]
+TARGET = ["/usr/bin/python3", "-m", "gemmbench.profile.target", "--problem", '{"M": 16}', "--result", "/tmp/r x.json"]
 
 
 def _after(cmd, flag):
@@ -131,8 +134,8 @@ def test_ncu_profile_command(domain, expected):
     report = Path("/out/run 1/cell.ncu-rep")
     cmd = ncu.profile_command("/opt/ncu", report, "profile v p", domain, TARGET)
     assert cmd[0] == "/opt/ncu"
-    assert cmd[-len(TARGET):] == TARGET
-    head = cmd[:-len(TARGET)]
+    assert cmd[-len(TARGET) :] == TARGET
+    head = cmd[: -len(TARGET)]
     assert _after(head, "--clock-control") == "none"
     assert _after(head, "--cache-control") == "all"
     assert "--nvtx" in head and _after(head, "--nvtx-include") == expected
@@ -153,12 +156,12 @@ def test_ncu_profile_command_extra_metrics_and_full_set():
     cmd = ncu.profile_command("ncu", Path("r.ncu-rep"), "profile v p", "gemmbench", TARGET, extra, full_set=True)
     metrics_ = _after(cmd, "--metrics").split(",")
     base = [*ncu.METRICS.values(), *ncu.FLOP_METRICS]
-    assert metrics_[:len(base)] == base
-    assert metrics_[len(base):] == ["lts__t_bytes.sum", "l1tex__data_pipe_lsu_wavefronts.sum"]  # appended, once
+    assert metrics_[: len(base)] == base
+    assert metrics_[len(base) :] == ["lts__t_bytes.sum", "l1tex__data_pipe_lsu_wavefronts.sum"]  # appended, once
     assert metrics_.count("dram__bytes_read.sum") == 1
     assert _after(cmd, "--set") == "full"
     assert cmd.index("--set") < len(cmd) - len(TARGET)
-    assert cmd[-len(TARGET):] == TARGET
+    assert cmd[-len(TARGET) :] == TARGET
     assert _after(cmd, "--clock-control") == "none"
 
 
@@ -169,6 +172,7 @@ def test_ncu_import_command():
 
 
 # ---------------------------------------------------------------- ncu CSV
+
 
 def test_parse_fixture_kernels_and_units():
     ks = fixture_kernels()
@@ -210,27 +214,43 @@ def test_parse_base_units_after_prof_lines():
     assert ks[1]["launch__grid_size"] is None and ks[1]["sm__throughput.avg.pct_of_peak_sustained_elapsed"] is None
 
 
-@pytest.mark.parametrize("unit, value, expected", [
-    ("msecond", "1.5", 1.5e6), ("ms", "2", 2e6), ("usecond", "3", 3e3), ("second", "1", 1e9),
-    ("Gbyte", "1.5", 1.5e9), ("Tbyte/s", "2", 2e12), ("Kinst", "4", 4e3), ("Msector", "1", 1e6),
-    ("cycle", "1,000", 1000.0), ("%", "12.5", 12.5), ("", "7", 7.0),
-])
+@pytest.mark.parametrize(
+    "unit, value, expected",
+    [
+        ("msecond", "1.5", 1.5e6),
+        ("ms", "2", 2e6),
+        ("usecond", "3", 3e3),
+        ("second", "1", 1e9),
+        ("Gbyte", "1.5", 1.5e9),
+        ("Tbyte/s", "2", 2e12),
+        ("Kinst", "4", 4e3),
+        ("Msector", "1", 1e6),
+        ("cycle", "1,000", 1000.0),
+        ("%", "12.5", 12.5),
+        ("", "7", 7.0),
+    ],
+)
 def test_units_to_base(unit, value, expected):
     text = f'"ID","Kernel Name","x__y.sum"\n"","","{unit}"\n"0","k","{value}"\n'
     assert ncu.parse_raw_csv(text)[0]["x__y.sum"] == pytest.approx(expected, rel=1e-12)
 
 
-@pytest.mark.parametrize("text", [
-    "", "==PROF== Connected to process 1\n==WARNING== No kernels were profiled.\n",
-    '"Kernel Name","gpu__time_duration.sum"\n"","ns"\n"k","1"\n',
-    '"ID","Kernel Name"\n',  # a header and nothing else
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "==PROF== Connected to process 1\n==WARNING== No kernels were profiled.\n",
+        '"Kernel Name","gpu__time_duration.sum"\n"","ns"\n"k","1"\n',
+        '"ID","Kernel Name"\n',  # a header and nothing else
+    ],
+)
 def test_csv_without_kernel_table_is_an_error(text):
     with pytest.raises(ncu.NcuError, match="no 'ID' header"):
         ncu.parse_raw_csv(text)
 
 
 # ---------------------------------------------------------------- ncu columns
+
 
 def _dense_model() -> ncu.Model:
     return ncu.Model(metrics.flops(DENSE), metrics.bytes_min(DENSE))
@@ -300,9 +320,12 @@ def test_cell_rows_without_model_or_counters():
 
 # ---------------------------------------------------------------- ncu failures and tools
 
+
 def test_explain_failure():
-    perm = ("==PROF== Connected to process 1\n==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to "
-            "access NVIDIA GPU Performance Counters on the target device 0.\n")
+    perm = (
+        "==PROF== Connected to process 1\n==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to "
+        "access NVIDIA GPU Performance Counters on the target device 0.\n"
+    )
     why = ncu.explain_failure(perm, "profile v p")
     assert "NVreg_RestrictProfilingToAdminUsers" in why and "\n" not in why
     why = ncu.explain_failure("==PROF== Disconnected\n==WARNING== No kernels were profiled.\n", "profile v p")
@@ -343,11 +366,21 @@ def test_find_tools_on_the_path(monkeypatch, tmp_path):
 
 # ---------------------------------------------------------------- CellProfiler with a fake run
 
+
 class FakeTools:
     """Stands in for subprocess.run: plays ncu/nsys and the child, from what each test asks for."""
 
-    def __init__(self, outcome=None, ncu_output="==PROF== Connected to process 1\n", code=0, write_report=True,
-                 import_text=None, import_code=0, timeout=False, nsys_range=True):
+    def __init__(
+        self,
+        outcome=None,
+        ncu_output="==PROF== Connected to process 1\n",
+        code=0,
+        write_report=True,
+        import_text=None,
+        import_code=0,
+        timeout=False,
+        nsys_range=True,
+    ):
         self.outcome, self.ncu_output, self.code = outcome, ncu_output, code
         self.write_report, self.import_text, self.import_code = write_report, import_text, import_code
         self.timeout, self.nsys_range = timeout, nsys_range
@@ -378,8 +411,15 @@ class FakeTools:
 
 
 def ok_outcome(experts_hit=None, config=None):
-    return {"status": "ok", "reason": None, "max_rel_err": 0.001, "config": config or {"algo": "cublas"},
-            "experts_hit": experts_hit, "range": "r", "domain": "gemmbench"}
+    return {
+        "status": "ok",
+        "reason": None,
+        "max_rel_err": 0.001,
+        "config": config or {"algo": "cublas"},
+        "experts_hit": experts_hit,
+        "range": "r",
+        "domain": "gemmbench",
+    }
 
 
 @pytest.fixture
@@ -409,7 +449,7 @@ def test_profiler_success(profiler, tmp_path):
     assert {r["ncu_report"] for r in rows} == {str(report)}
     assert total["gemm"] == "attn_o" and total["M"] == 16 and total["variant"] == "cublas_bf16"
     assert total["routing"] is None and total["run_id"] == "run 1"
-    assert total["profile_schema"] == profile.PROFILE_SCHEMA
+    assert total["profile_schema"] == store.PROFILE_SCHEMA
     assert total["config"] == json.dumps({"algo": "cublas"}) and total["max_rel_err"] == 0.001
     assert total["bytes_min"] == metrics.bytes_min(DENSE) and total["flops"] == metrics.flops(DENSE)
     assert total["ncu_tensor_flops_ratio"] == pytest.approx(1.0)
@@ -423,7 +463,7 @@ def test_profiler_success(profiler, tmp_path):
     assert _after(prof_cmd, "--nvtx-include") == f"gemmbench@{name}/"
     assert _after(prof_cmd, "--clock-control") == "none"
     assert "lts__t_bytes.sum" in _after(prof_cmd, "--metrics").split(",")
-    assert _after(prof_cmd, "-m") == "gemmbench.profile_target"
+    assert _after(prof_cmd, "-m") == "gemmbench.profile.target"
     assert Problem(**json.loads(_after(prof_cmd, "--problem"))) == DENSE
     assert _after(prof_cmd, "--variant") == "cublas_bf16"
     assert import_cmd == ncu.import_command("/fake/bin/ncu", report)
@@ -438,7 +478,7 @@ def test_profiler_moe_bytes_use_experts_hit(profiler):
     assert expected != metrics.bytes_min(MOE, 8)
     assert total["bytes_min"] == expected
     assert total["ncu_dram_traffic_ratio"] == pytest.approx((134_840_832 + 2_363_904) / expected)
-    assert total["ncu_tensor_flops_ratio"] == pytest.approx(2 ** 31 / (2 * 16 * 2 * 1024 * 512))
+    assert total["ncu_tensor_flops_ratio"] == pytest.approx(2**31 / (2 * 16 * 2 * 1024 * 512))
     assert "E8 top2" in total["nvtx_range"] and total["config"] == '{"BLOCK_M": 16}'
 
 
@@ -451,7 +491,7 @@ def test_profiler_dotted_gemm_ids_get_their_own_reports(profiler):
         assert rows[-1]["status"] == "ok", rows[-1]["reason"]
         reports.append(Path(rows[-1]["ncu_report"]))
     assert reports[0] != reports[1]
-    assert all(r.name.endswith(f"M{m}_N64_K64.ncu-rep") for r, m in zip(reports, (16, 32)))
+    assert all(r.name.endswith(f"M{m}_N64_K64.ncu-rep") for r, m in zip(reports, (16, 32), strict=False))
 
 
 def test_profiler_wrong_cell_is_not_profiled(profiler):
@@ -476,8 +516,9 @@ def test_profiler_crash_without_result(profiler):
 
 
 def test_profiler_no_kernels_in_range(profiler):
-    fake = FakeTools(outcome=ok_outcome(), ncu_output="==PROF== x\n==WARNING== No kernels were profiled.\n",
-                     write_report=False)
+    fake = FakeTools(
+        outcome=ok_outcome(), ncu_output="==PROF== x\n==WARNING== No kernels were profiled.\n", write_report=False
+    )
     rows = profiler(fake).cell(DENSE, registry.get("cublas_bf16"))
     assert len(rows) == 1 and rows[0]["status"] == "error"
     assert "'profile cublas_bf16 attn_o bf16 M16 N8192 K8192'" in rows[0]["reason"]
@@ -515,7 +556,7 @@ def test_profiler_nsys_only(profiler, problem):
     assert r["nsys_kernels"] == 2 and r["nsys_range_us"] == pytest.approx(10.0)
     assert r["nsys_report"].endswith(".nsys-rep") and Path(r["nsys_report"]).exists()
     assert "ncu_kernel" not in r and [c[1] for c in fake.calls] == ["profile", "export"]
-    assert fake.calls[0][0] == "/fake/bin/nsys" and _after(fake.calls[0], "-m") == "gemmbench.profile_target"
+    assert fake.calls[0][0] == "/fake/bin/nsys" and _after(fake.calls[0], "-m") == "gemmbench.profile.target"
 
 
 def test_profiler_nsys_without_the_range(profiler):
@@ -526,10 +567,27 @@ def test_profiler_nsys_without_the_range(profiler):
 
 # ---------------------------------------------------------------- profile tables
 
+
 def _profile_rows():
-    fake_base = dict(run_id="p1", profile_schema=profile.PROFILE_SCHEMA, timestamp="2025-01-01T00:00:00+00:00",
-                     shape_set="llama70b-attn", gemm="attn_o", M=16, N=8192, K=8192, E=1, topk=1, routing=None,
-                     tp=1, dtype="bf16", variant="cublas_bf16", status="ok", reason=None, ncu_report="r.ncu-rep")
+    fake_base = dict(
+        run_id="p1",
+        profile_schema=store.PROFILE_SCHEMA,
+        timestamp="2025-01-01T00:00:00+00:00",
+        shape_set="llama70b-attn",
+        gemm="attn_o",
+        M=16,
+        N=8192,
+        K=8192,
+        E=1,
+        topk=1,
+        routing=None,
+        tp=1,
+        dtype="bf16",
+        variant="cublas_bf16",
+        status="ok",
+        reason=None,
+        ncu_report="r.ncu-rep",
+    )
     rows = [dict(fake_base, **k) for k in ncu.cell_rows(fixture_kernels(), _dense_model())]
     rows.append(dict(fake_base, M=32, status="error", reason="boom"))
     return rows
@@ -538,59 +596,92 @@ def _profile_rows():
 def test_write_and_load_profiles(tmp_path):
     rows = _profile_rows()
     path = tmp_path / "p" / "p1-profile.parquet"
-    profile.write(path, rows)
-    df = profile.load_profiles(path)
+    store.write_profile_table(path, rows)
+    df = store.load_profile_tables(path)
     assert len(df) == 4
     assert df["ncu_kernel"].tolist()[:3] == [GEMM_KERNEL, rows[1]["ncu_kernel"], ncu.SUM_KERNEL]
     assert df["status"].tolist() == ["ok", "ok", "ok", "error"] and df["reason"].iloc[3] == "boom"
     assert df["ncu_duration_ns"].iloc[2] == pytest.approx(57_056)
     assert pd.isna(df["ncu_duration_ns"].iloc[3])
-    assert (df["profile_schema"] == profile.PROFILE_SCHEMA).all()
+    assert (df["profile_schema"] == store.PROFILE_SCHEMA).all()
     assert df["M"].tolist() == [16, 16, 16, 32]
     # a folder of profile tables reads too
-    profile.write(tmp_path / "p" / "p2-profile.parquet", rows[:1])
-    assert len(profile.load_profiles([tmp_path / "p"])) == 5
+    store.write_profile_table(tmp_path / "p" / "p2-profile.parquet", rows[:1])
+    assert len(store.load_profile_tables([tmp_path / "p"])) == 5
 
 
 def test_load_profiles_refuses_a_run_file(tmp_path):
     path = tmp_path / "run.parquet"
     store.write_rows(path, [_run_row()])
     with pytest.raises(store.StoreError, match="not a gemmbench profile table"):
-        profile.load_profiles([path])
+        store.load_profile_tables([path])
     bad = tmp_path / "junk.parquet"
     bad.write_text("not parquet")
     with pytest.raises(store.StoreError, match="not a readable Parquet file"):
-        profile.load_profiles(bad)
+        store.load_profile_tables(bad)
 
 
 def _run_row(**over):
-    r = dict(run_id="run1", shape_set="llama70b-attn", gemm="attn_o", M=16, N=8192, K=8192, E=1, topk=1, tp=1,
-             dtype="bf16", variant="cublas_bf16", status="ok", time_us_median=60.0)
+    r = dict(
+        run_id="run1",
+        shape_set="llama70b-attn",
+        gemm="attn_o",
+        M=16,
+        N=8192,
+        K=8192,
+        E=1,
+        topk=1,
+        tp=1,
+        dtype="bf16",
+        variant="cublas_bf16",
+        status="ok",
+        time_us_median=60.0,
+    )
     r.update(over)
     return r
 
 
 def _cell_profile(ts: str, duration: float, status="ok", **cell) -> list[dict]:
     """A cell's profile rows as CellProfiler makes them: two kernels and their sum."""
-    base = dict(run_id=f"p{ts}", profile_schema=1, timestamp=ts, shape_set="llama70b-attn", gemm="attn_o", M=16,
-                N=8192, K=8192, E=1, topk=1, routing=None, tp=1, dtype="bf16", variant="cublas_bf16",
-                status=status, reason=None if status == "ok" else "x")
+    base = dict(
+        run_id=f"p{ts}",
+        profile_schema=1,
+        timestamp=ts,
+        shape_set="llama70b-attn",
+        gemm="attn_o",
+        M=16,
+        N=8192,
+        K=8192,
+        E=1,
+        topk=1,
+        routing=None,
+        tp=1,
+        dtype="bf16",
+        variant="cublas_bf16",
+        status=status,
+        reason=None if status == "ok" else "x",
+    )
     base.update(cell)
     if status != "ok":
         return [base]
-    return [dict(base, ncu_kernel="gemm", ncu_kernels=1, ncu_duration_ns=duration - 1, ncu_l2_hit_pct=1.0),
-            dict(base, ncu_kernel="reduce", ncu_kernels=1, ncu_duration_ns=1.0, ncu_l2_hit_pct=2.0),
-            dict(base, ncu_kernel=ncu.SUM_KERNEL, ncu_kernels=2, ncu_duration_ns=duration, ncu_l2_hit_pct=3.0)]
+    return [
+        dict(base, ncu_kernel="gemm", ncu_kernels=1, ncu_duration_ns=duration - 1, ncu_l2_hit_pct=1.0),
+        dict(base, ncu_kernel="reduce", ncu_kernels=1, ncu_duration_ns=1.0, ncu_l2_hit_pct=2.0),
+        dict(base, ncu_kernel=ncu.SUM_KERNEL, ncu_kernels=2, ncu_duration_ns=duration, ncu_l2_hit_pct=3.0),
+    ]
 
 
 @pytest.fixture
 def runs(tmp_path):
     path = tmp_path / "run.parquet"
-    store.write_rows(path, [
-        _run_row(),  # dense, profiled twice
-        _run_row(M=32),  # dense, never profiled
-        _run_row(gemm="moe_w13", N=1024, K=512, E=8, topk=2, routing="uniform", variant="triton_moe_row"),
-    ])
+    store.write_rows(
+        path,
+        [
+            _run_row(),  # dense, profiled twice
+            _run_row(M=32),  # dense, never profiled
+            _run_row(gemm="moe_w13", N=1024, K=512, E=8, topk=2, routing="uniform", variant="triton_moe_row"),
+        ],
+    )
     df = store.load([path])
     assert pd.isna(df["routing"].iloc[0]) and df["routing"].iloc[2] == "uniform"
     return df
@@ -598,29 +689,33 @@ def runs(tmp_path):
 
 def test_join_takes_the_latest_summed_row(runs, tmp_path):
     moe = dict(gemm="moe_w13", N=1024, K=512, E=8, topk=2, routing="uniform", variant="triton_moe_row")
-    rows = (_cell_profile("2025-01-02T00:00:00+00:00", 200.0)  # newer
-            + _cell_profile("2025-01-01T00:00:00+00:00", 100.0)  # older, written after
-            + _cell_profile("2025-01-03T00:00:00+00:00", 0.0, status="error")  # newest, but failed
-            + _cell_profile("2025-01-01T00:00:00+00:00", 500.0, **moe)
-            + _cell_profile("2025-01-01T00:00:00+00:00", 700.0, **dict(moe, routing="skewed")))  # another cell
+    rows = (
+        _cell_profile("2025-01-02T00:00:00+00:00", 200.0)  # newer
+        + _cell_profile("2025-01-01T00:00:00+00:00", 100.0)  # older, written after
+        + _cell_profile("2025-01-03T00:00:00+00:00", 0.0, status="error")  # newest, but failed
+        + _cell_profile("2025-01-01T00:00:00+00:00", 500.0, **moe)
+        + _cell_profile("2025-01-01T00:00:00+00:00", 700.0, **dict(moe, routing="skewed"))
+    )  # another cell
     path = tmp_path / "prof.parquet"
-    profile.write(path, rows)
-    joined = profile.join(runs, profile.load_profiles(path))
+    store.write_profile_table(path, rows)
+    joined = profile.join(runs, store.load_profile_tables(path))
     assert len(joined) == len(runs) == 3
     assert joined["M"].tolist() == [16, 32, 16] and joined["gemm"].tolist() == runs["gemm"].tolist()
     d = joined["ncu_duration_ns"].tolist()
     assert d[0] == 200.0 and math.isnan(d[1]) and d[2] == 500.0
     assert joined["ncu_kernel"].tolist()[0] == ncu.SUM_KERNEL and joined["ncu_kernels"].tolist()[2] == 2
     assert joined["ncu_l2_hit_pct"].iloc[0] == 3.0
-    assert list(joined.columns[:len(runs.columns)]) == list(runs.columns)
+    assert list(joined.columns[: len(runs.columns)]) == list(runs.columns)
     assert "_key" not in joined.columns and "timestamp" not in set(joined.columns) - set(runs.columns)
     assert joined["time_us_median"].tolist() == [60.0, 60.0, 60.0]
 
 
 def test_join_with_no_successful_profile(runs, tmp_path):
     path = tmp_path / "prof.parquet"
-    profile.write(path, _cell_profile("2025-01-01T00:00:00+00:00", 0.0, status="error", ncu_report="r.ncu-rep"))
-    joined = profile.join(runs, profile.load_profiles(path))
+    store.write_profile_table(
+        path, _cell_profile("2025-01-01T00:00:00+00:00", 0.0, status="error", ncu_report="r.ncu-rep")
+    )
+    joined = profile.join(runs, store.load_profile_tables(path))
     assert len(joined) == 3 and joined["ncu_report"].isna().all()
 
 
@@ -641,21 +736,34 @@ def make_nsys_db(path: Path, range_name: str) -> None:
         CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INTEGER NOT NULL, end INTEGER NOT NULL, correlationId INTEGER);
     """)
     con.executemany("INSERT INTO StringIds VALUES (?, ?)", [(1, range_name), (2, "warmup x")])
-    con.executemany("INSERT INTO NVTX_EVENTS VALUES (?, ?, ?, ?, ?, ?, ?)", [
-        (500, 600, 34, range_name, None, 7, 0),  # a mark with the same text: not a push/pop range
-        (1000, 11000, 59, None, 1, 7, 0),  # the range, its text registered
-        (20000, 30000, 59, None, 2, 7, 0),  # another range
-    ])
-    con.executemany("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?, ?, ?, ?)", [
-        (2000, 2100, 7, 1),  # inside
-        (5000, 5200, 7, 2),  # inside
-        (12000, 12100, 7, 3),  # after the range
-        (3000, 3100, 8, 4),  # inside the window, another thread
-        (21000, 21100, 7, 5),  # in the other range
-    ])
-    con.executemany("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (?, ?, ?)", [
-        (3000, 4000, 1), (6000, 8500, 2), (12500, 13000, 3), (3500, 3700, 4), (22000, 29000, 5),
-    ])
+    con.executemany(
+        "INSERT INTO NVTX_EVENTS VALUES (?, ?, ?, ?, ?, ?, ?)",
+        [
+            (500, 600, 34, range_name, None, 7, 0),  # a mark with the same text: not a push/pop range
+            (1000, 11000, 59, None, 1, 7, 0),  # the range, its text registered
+            (20000, 30000, 59, None, 2, 7, 0),  # another range
+        ],
+    )
+    con.executemany(
+        "INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?, ?, ?, ?)",
+        [
+            (2000, 2100, 7, 1),  # inside
+            (5000, 5200, 7, 2),  # inside
+            (12000, 12100, 7, 3),  # after the range
+            (3000, 3100, 8, 4),  # inside the window, another thread
+            (21000, 21100, 7, 5),  # in the other range
+        ],
+    )
+    con.executemany(
+        "INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (?, ?, ?)",
+        [
+            (3000, 4000, 1),
+            (6000, 8500, 2),
+            (12500, 13000, 3),
+            (3500, 3700, 4),
+            (22000, 29000, 5),
+        ],
+    )
     con.commit()
     con.close()
 
@@ -676,8 +784,10 @@ def test_nsys_range_columns(tmp_path):
 def test_nsys_range_text_inline_and_no_kernels(tmp_path):
     db = tmp_path / "inline.sqlite"
     con = sqlite3.connect(db)
-    con.execute("CREATE TABLE NVTX_EVENTS (start INTEGER, end INTEGER, eventType INTEGER, text TEXT, textId INTEGER,"
-                " globalTid INTEGER, domainId INTEGER)")
+    con.execute(
+        "CREATE TABLE NVTX_EVENTS (start INTEGER, end INTEGER, eventType INTEGER, text TEXT, textId INTEGER,"
+        " globalTid INTEGER, domainId INTEGER)"
+    )
     con.execute("INSERT INTO NVTX_EVENTS VALUES (100, 2100, 59, ?, NULL, 1, 0)", (RANGE,))
     con.commit()
     con.close()
@@ -689,7 +799,7 @@ def test_nsys_range_text_inline_and_no_kernels(tmp_path):
 def test_nsys_commands():
     cmd = nsys.profile_command("/opt/nsys", Path("/o/cell"), TARGET)
     assert cmd[:2] == ["/opt/nsys", "profile"] and _after(cmd, "--trace") == "cuda,nvtx"
-    assert _after(cmd, "--output") == "/o/cell" and cmd[-len(TARGET):] == TARGET
+    assert _after(cmd, "--output") == "/o/cell" and cmd[-len(TARGET) :] == TARGET
     assert _after(cmd, "--sample") == "none"
     exp = nsys.export_command("nsys", Path("/o/cell.nsys-rep"), Path("/o/cell.sqlite"))
     assert exp[:2] == ["nsys", "export"] and _after(exp, "--type") == "sqlite"
@@ -697,6 +807,7 @@ def test_nsys_commands():
 
 
 # ---------------------------------------------------------------- the command
+
 
 def invoke(*args):
     return CliRunner().invoke(app, ["profile", *map(str, args)])
@@ -714,16 +825,19 @@ def one_error(result, code=2) -> str:
     return lines[0]
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--shapes", "smoke"], "say which profiler: --ncu"),
-    (["--ncu", "--shapes", "nosuchset"], "nosuchset: no such built-in shape set"),
-    (["--ncu", "--shapes", "smoke", "--timeout", "0"], "--timeout must be a positive number"),
-    (["--nsys", "--shapes", "smoke", "--timeout", "-5"], "--timeout must be a positive number"),
-    (["--ncu", "--shapes", "smoke", "--timeout", "inf"], "--timeout must be a positive number"),
-    (["--ncu", "--shapes", "smoke", "--out", "x.parquet"], "--out x.parquet: give a folder"),
-    (["--ncu", "--shapes", "smoke", "--dtype", "fp4"], "--dtype 'fp4'"),
-    (["--ncu", "--shapes", "smoke", "--variants", "nosuch_*"], "nosuch_*"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--shapes", "smoke"], "say which profiler: --ncu"),
+        (["--ncu", "--shapes", "nosuchset"], "nosuchset: no such built-in shape set"),
+        (["--ncu", "--shapes", "smoke", "--timeout", "0"], "--timeout must be a positive number"),
+        (["--nsys", "--shapes", "smoke", "--timeout", "-5"], "--timeout must be a positive number"),
+        (["--ncu", "--shapes", "smoke", "--timeout", "inf"], "--timeout must be a positive number"),
+        (["--ncu", "--shapes", "smoke", "--out", "x.parquet"], "--out x.parquet: give a folder"),
+        (["--ncu", "--shapes", "smoke", "--dtype", "fp4"], "--dtype 'fp4'"),
+        (["--ncu", "--shapes", "smoke", "--variants", "nosuch_*"], "nosuch_*"),
+    ],
+)
 def test_cli_bad_inputs(args, message, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert message in one_error(invoke(*args))
@@ -777,10 +891,28 @@ def test_cli_profiles_and_joins(tmp_path, monkeypatch):
     fake = FakeTools(outcome=ok_outcome(), import_text=fixture_text())
     _fake_profiler(monkeypatch, fake)
     run_file = tmp_path / "run.parquet"
-    store.write_rows(run_file, [_run_row(shape_set="smoke", gemm="smoke_square", M=16, N=64, K=64),
-                                _run_row(shape_set="smoke", gemm="smoke_square", M=1, N=64, K=64)])
-    r = invoke("--ncu", "--shapes", "smoke", "--variants", "cublas_bf16", "--dtype", "bf16", "--m", "16",
-               "--out", tmp_path / "out", "--join", run_file)
+    store.write_rows(
+        run_file,
+        [
+            _run_row(shape_set="smoke", gemm="smoke_square", M=16, N=64, K=64),
+            _run_row(shape_set="smoke", gemm="smoke_square", M=1, N=64, K=64),
+        ],
+    )
+    r = invoke(
+        "--ncu",
+        "--shapes",
+        "smoke",
+        "--variants",
+        "cublas_bf16",
+        "--dtype",
+        "bf16",
+        "--m",
+        "16",
+        "--out",
+        tmp_path / "out",
+        "--join",
+        run_file,
+    )
     err = ANSI.sub("", r.stderr)
     assert r.exit_code == 0, (r.exit_code, err, r.exception)
     assert "Traceback" not in err
@@ -788,7 +920,7 @@ def test_cli_profiles_and_joins(tmp_path, monkeypatch):
     assert len(fake.calls) == 6  # ncu and its import, per cell
     profiles = list((tmp_path / "out").glob("*-profile.parquet"))
     assert len(profiles) == 1
-    df = profile.load_profiles(profiles)
+    df = store.load_profile_tables(profiles)
     assert len(df) == 9 and (df["ncu_kernel"] == ncu.SUM_KERNEL).sum() == 3
     assert sorted(df["gemm"].unique()) == ["smoke_deep", "smoke_square", "smoke_tails"]
     reports = {Path(p) for p in df["ncu_report"]}
@@ -827,8 +959,10 @@ def test_real_base_units_export_of_a_two_kernel_cell():
     kernel: two kernel rows and a summed row whose DRAM reads are the weight's bytes (within 1%)."""
     text = (Path(__file__).parent / "fixtures" / "ncu-raw-h100-baseunits.csv").read_text()
     ks = ncu.parse_raw_csv(text)
-    assert [k["kernel"].split("<")[0] for k in ks] == ["nvjet_sm90_tst_256x16_64x6_4x1_v_bz_splitK_TNT",
-                                                        "void cublasLt::splitKreduce_kernel"]
+    assert [k["kernel"].split("<")[0] for k in ks] == [
+        "nvjet_sm90_tst_256x16_64x6_4x1_v_bz_splitK_TNT",
+        "void cublasLt::splitKreduce_kernel",
+    ]
     assert ks[0]["gpu__time_duration.sum"] == 65_184 and ks[1]["gpu__time_duration.sum"] == 4_448  # "65,184" ns
     assert ks[0]["dram__bytes_read.sum"] == 168_060_928 and ks[0]["dram__bytes.sum.peak_sustained"] == 1280
     assert ks[0]["dram__cycles_elapsed.avg.per_second"] == pytest.approx(2_617_623_956.80)  # hz
@@ -845,7 +979,7 @@ def test_real_base_units_export_of_a_two_kernel_cell():
 def test_profiled_child_draws_the_run_s_inputs():
     """The child's seed is the one `gemmbench run` gives the same problem's check (runner.cell_seed), so a
     profiled cell is checked on the inputs its run row was checked on; different problems draw differently."""
-    from gemmbench.profile import target_command
+    from gemmbench.profile.sweep import target_command
     from gemmbench.runner import cell_seed
 
     opts = profile.ProfileOptions(out_dir=Path("p"), run_id="r", seed=5)
@@ -860,7 +994,13 @@ def test_extra_metrics_become_columns():
     ks = fixture_kernels()
     extra = ["smsp__inst_executed_op_global_ld.sum", "lts__t_sector_hit_rate.pct", "no_such__metric.sum"]
     rows = ncu.cell_rows(ks, _dense_model(), extra)
-    assert rows[0]["smsp__inst_executed_op_global_ld.sum"] == 512 and rows[1]["smsp__inst_executed_op_global_ld.sum"] == 513
+    assert (
+        rows[0]["smsp__inst_executed_op_global_ld.sum"] == 512
+        and rows[1]["smsp__inst_executed_op_global_ld.sum"] == 513
+    )
     assert rows[-1]["smsp__inst_executed_op_global_ld.sum"] == 1025
-    assert rows[0]["lts__t_sector_hit_rate.pct"] == pytest.approx(8.443056) and rows[-1]["lts__t_sector_hit_rate.pct"] is None
+    assert (
+        rows[0]["lts__t_sector_hit_rate.pct"] == pytest.approx(8.443056)
+        and rows[-1]["lts__t_sector_hit_rate.pct"] is None
+    )
     assert rows[0]["no_such__metric.sum"] is None and rows[-1]["no_such__metric.sum"] is None

@@ -9,9 +9,9 @@ import sys
 import uuid
 
 import pytest
+from conftest import HAS_CUDA, PLUGINS
 from rich.console import Console
 
-from conftest import HAS_CUDA, PLUGINS
 from gemmbench import registry
 from gemmbench.device import DeviceInfo, detect
 from gemmbench.registry import Launch, RegistryError, Variant
@@ -30,8 +30,16 @@ def uniq(prefix: str = "regtest") -> str:
 
 
 def variant(name=None, dtypes=("fp16",), moe=False, supports=None, source="test_registry.py") -> Variant:
-    return Variant(name or uniq(), "test", dtypes, "a test variant", lambda p, i: Launch(fn=lambda: None),
-                   supports=supports, moe=moe, source=source)
+    return Variant(
+        name or uniq(),
+        "test",
+        dtypes,
+        "a test variant",
+        lambda p, i: Launch(fn=lambda: None),
+        supports=supports,
+        moe=moe,
+        source=source,
+    )
 
 
 def names(vs) -> list[str]:
@@ -39,6 +47,7 @@ def names(vs) -> list[str]:
 
 
 # ---------------------------------------------------------------- select / get
+
 
 def test_builtins_are_registered_in_order():
     assert names(registry.all_variants())[:8] == BUILTINS
@@ -54,7 +63,11 @@ def test_select_glob():
 def test_select_comma_list_keeps_registration_order_and_drops_duplicates():
     assert names(registry.select("torch_moe_loop,cublas_fp16")) == ["cublas_fp16", "torch_moe_loop"]
     assert names(registry.select("triton_dp_grouped,triton_dp_*,cublas_fp16,cublas_fp16")) == [
-        "cublas_fp16", "triton_dp_row", "triton_dp_col", "triton_dp_grouped"]
+        "cublas_fp16",
+        "triton_dp_row",
+        "triton_dp_col",
+        "triton_dp_grouped",
+    ]
     assert names(registry.select(" cublas_fp8 , triton_dp_row ,")) == ["cublas_fp8", "triton_dp_row"]
 
 
@@ -94,6 +107,7 @@ def test_get():
 
 # ---------------------------------------------------------------- register
 
+
 def test_register_duplicate_names_both_sources():
     name = uniq()
     first = registry.register(variant(name, source="first_plugin.py"))
@@ -112,6 +126,7 @@ def test_register_cannot_shadow_a_builtin():
 
 
 # ---------------------------------------------------------------- unsupported_reason
+
 
 def test_unsupported_reason_wrong_dtype():
     v = variant(dtypes=("fp16", "fp8"))
@@ -158,11 +173,14 @@ def test_builtin_supports_reason_on_the_cpu():
 
 # ---------------------------------------------------------------- load_plugin
 
+
 def plugin_source(*variant_names: str, tail: str = "") -> str:
     lines = ["from gemmbench.registry import Launch, Variant, register", ""]
     for n in variant_names:
-        lines.append(f"register(Variant({n!r}, 'plugintest', ('fp16',), 'from a test plugin', "
-                     f"lambda p, i: Launch(fn=lambda: None), source=__file__))")
+        lines.append(
+            f"register(Variant({n!r}, 'plugintest', ('fp16',), 'from a test plugin', "
+            f"lambda p, i: Launch(fn=lambda: None), source=__file__))"
+        )
     return "\n".join(lines + [tail, ""])
 
 
@@ -177,12 +195,15 @@ def test_load_plugin_missing_file(tmp_path):
         registry.load_plugin(tmp_path)  # a folder is not a plugin file
 
 
-@pytest.mark.parametrize("body,error", [
-    ("import gemmbench_no_such_module_xyz\n", "ModuleNotFoundError"),
-    ("raise ImportError('needs cutlass')\n", "ImportError: needs cutlass"),
-    ("undefined_name_in_plugin + 1\n", "NameError"),
-    ("def broken(:\n", "SyntaxError"),
-])
+@pytest.mark.parametrize(
+    "body,error",
+    [
+        ("import gemmbench_no_such_module_xyz\n", "ModuleNotFoundError"),
+        ("raise ImportError('needs cutlass')\n", "ImportError: needs cutlass"),
+        ("undefined_name_in_plugin + 1\n", "NameError"),
+        ("def broken(:\n", "SyntaxError"),
+    ],
+)
 def test_load_plugin_that_fails_to_import(tmp_path, body, error):
     stem = uniq("badplugin")
     path = tmp_path / f"{stem}.py"
@@ -241,10 +262,28 @@ def test_crash_plugin_loads():
 
 # ---------------------------------------------------------------- tables
 
+
 def row(variant, status="ok", time=None, M=16, dtype="fp16", gemm="g", E=1, reason=None, **extra):
-    r = dict(gemm=gemm, M=M, N=64, K=32, E=E, topk=2 if E > 1 else 1, tp=1, dtype=dtype, variant=variant,
-             status=status, time_us_median=time, reason=reason, tflops=None, gbps=None, pct_of_roofline=None,
-             timing_mode="wall", l2_state="warm", flops=2 * M * 64 * 32)
+    r = dict(
+        gemm=gemm,
+        M=M,
+        N=64,
+        K=32,
+        E=E,
+        topk=2 if E > 1 else 1,
+        tp=1,
+        dtype=dtype,
+        variant=variant,
+        status=status,
+        time_us_median=time,
+        reason=reason,
+        tflops=None,
+        gbps=None,
+        pct_of_roofline=None,
+        timing_mode="wall",
+        l2_state="warm",
+        flops=2 * M * 64 * 32,
+    )
     r.update(extra)
     return r
 
@@ -268,8 +307,23 @@ def test_speedups_only_from_ok_rows_against_an_ok_baseline():
     moe = row("fused_moe", time=10.0, gemm="moe", E=4)
     other_gemm = row("triton_dp_row", time=5.0, gemm="other")
     align = row("moe_align", time=3.0, gemm="moe", E=4, flops=None)  # not a GEMM: never a speedup
-    rows = [base, fast, wrong, wrong_timed, skipped, error, bad_base, orphan, fp8_base, fp8, fp8_alone, moe_base,
-            moe, other_gemm, align]
+    rows = [
+        base,
+        fast,
+        wrong,
+        wrong_timed,
+        skipped,
+        error,
+        bad_base,
+        orphan,
+        fp8_base,
+        fp8,
+        fp8_alone,
+        moe_base,
+        moe,
+        other_gemm,
+        align,
+    ]
     sp = speedups(rows)
     assert sp == {id(base): 1.0, id(fast): 2.0, id(fp8_base): 1.0, id(fp8): 4.0, id(moe_base): 1.0, id(moe): 3.0}
 

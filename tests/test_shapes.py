@@ -8,8 +8,19 @@ from pathlib import Path
 
 import pytest
 
-from gemmbench.shapes import (DECODE_M, PREFILL_M, Gemm, Problem, ShapeError, apply_tp, builtin_names,
-                              from_hf_config, load, parse_m_list, problems)
+from gemmbench.shapes import (
+    DECODE_M,
+    PREFILL_M,
+    Gemm,
+    Problem,
+    ShapeError,
+    apply_tp,
+    builtin_names,
+    from_hf_config,
+    load,
+    parse_m_list,
+    problems,
+)
 
 ALL_M = DECODE_M + PREFILL_M
 
@@ -20,11 +31,22 @@ def dims(shape_set):
 
 # ---------------------------------------------------------------- built-ins
 
+
 def test_builtin_names_sorted_and_complete():
-    assert builtin_names() == ["llama70b", "llama70b-attn", "llama70b-mlp", "mixtral-8x22b-moe", "mixtral-moe", "seed001-tkgemm", "smoke"]
+    assert builtin_names() == [
+        "llama70b",
+        "llama70b-attn",
+        "llama70b-mlp",
+        "mixtral-8x22b-moe",
+        "mixtral-moe",
+        "seed001-tkgemm",
+        "smoke",
+    ]
 
 
-@pytest.mark.parametrize("name", ["llama70b", "llama70b-attn", "llama70b-mlp", "mixtral-8x22b-moe", "mixtral-moe", "seed001-tkgemm", "smoke"])
+@pytest.mark.parametrize(
+    "name", ["llama70b", "llama70b-attn", "llama70b-mlp", "mixtral-8x22b-moe", "mixtral-moe", "seed001-tkgemm", "smoke"]
+)
 def test_builtin_name_matches_file_and_has_description(name):
     s = load(name)
     assert s.name == name
@@ -88,26 +110,40 @@ def test_unknown_builtin_name_lists_builtins():
 
 # ---------------------------------------------------------------- M lists
 
-@pytest.mark.parametrize("text, expected", [
-    ("1,16,64", (1, 16, 64)),
-    ("64, 1 ,16", (1, 16, 64)),
-    ("8,8,1", (1, 8)),
-    ("decode", DECODE_M),
-    ("prefill", PREFILL_M),
-    ("all", ALL_M),
-    ("ALL", ALL_M),
-    ("decode,128", DECODE_M + (128,)),
-    ("prefill,5,decode", (1, 2, 4, 5, 8, 16, 32, 64) + PREFILL_M),
-    ("decode,prefill", ALL_M),
-])
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("1,16,64", (1, 16, 64)),
+        ("64, 1 ,16", (1, 16, 64)),
+        ("8,8,1", (1, 8)),
+        ("decode", DECODE_M),
+        ("prefill", PREFILL_M),
+        ("all", ALL_M),
+        ("ALL", ALL_M),
+        ("decode,128", DECODE_M + (128,)),
+        ("prefill,5,decode", (1, 2, 4, 5, 8, 16, 32, 64) + PREFILL_M),
+        ("decode,prefill", ALL_M),
+    ],
+)
 def test_parse_m_list(text, expected):
     assert parse_m_list(text) == expected
 
 
-@pytest.mark.parametrize("text, bad", [
-    ("0", "0"), ("-4", "-4"), ("abc", "abc"), ("1,,2", ""), ("1.5", "1.5"), ("+5", "+5"),
-    ("16,", ""), ("1_0", "1_0"), ("decode;128", "decode;128"),
-])
+@pytest.mark.parametrize(
+    "text, bad",
+    [
+        ("0", "0"),
+        ("-4", "-4"),
+        ("abc", "abc"),
+        ("1,,2", ""),
+        ("1.5", "1.5"),
+        ("+5", "+5"),
+        ("16,", ""),
+        ("1_0", "1_0"),
+        ("decode;128", "decode;128"),
+    ],
+)
 def test_parse_m_list_rejects(text, bad):
     with pytest.raises(ShapeError) as e:
         parse_m_list(text)
@@ -121,6 +157,7 @@ def test_parse_m_list_empty(text):
 
 
 # ---------------------------------------------------------------- tensor parallelism
+
 
 @pytest.mark.parametrize("tp", [2, 4, 8])
 def test_apply_tp_llama70b(tp):
@@ -164,19 +201,23 @@ def test_apply_tp_bad_degree(tp):
 
 # ---------------------------------------------------------------- problems()
 
+
 def test_problems_order_and_count():
     s = load("smoke")
     ps = problems(s, ["bf16", "fp16"])
     assert len(ps) == 5 * 4 * 2
     assert [(p.gemm, p.M, p.dtype) for p in ps[:9]] == [
-        ("smoke_square", 1, "bf16"), ("smoke_square", 1, "fp16"),
-        ("smoke_square", 5, "bf16"), ("smoke_square", 5, "fp16"),
-        ("smoke_square", 16, "bf16"), ("smoke_square", 16, "fp16"),
-        ("smoke_square", 33, "bf16"), ("smoke_square", 33, "fp16"),
+        ("smoke_square", 1, "bf16"),
+        ("smoke_square", 1, "fp16"),
+        ("smoke_square", 5, "bf16"),
+        ("smoke_square", 5, "fp16"),
+        ("smoke_square", 16, "bf16"),
+        ("smoke_square", 16, "fp16"),
+        ("smoke_square", 33, "bf16"),
+        ("smoke_square", 33, "fp16"),
         ("smoke_tails", 1, "bf16"),
     ]
-    assert ps[-1] == Problem(shape_set="smoke", gemm="smoke_moe_odd", M=33, N=48, K=64, dtype="fp16",
-                             tp=1, E=3, topk=2)
+    assert ps[-1] == Problem(shape_set="smoke", gemm="smoke_moe_odd", M=33, N=48, K=64, dtype="fp16", tp=1, E=3, topk=2)
     assert all(p.shape_set == "smoke" for p in ps)
 
 
@@ -238,8 +279,12 @@ def test_user_file_loads(tmp_path):
     path = write(tmp_path, GOOD)
     s = load(path)
     assert (s.name, s.description, s.m_values, s.source) == ("mine", "my model", (1, 3), path)
-    assert dims(s) == [("attn_qkv", 10240, 8192, "column", 1, 1), ("attn_o", 8192, 8192, "row", 1, 1),
-                       ("up", 96, 32, "column", 1, 1), ("experts", 64, 96, "row", 4, 1)]
+    assert dims(s) == [
+        ("attn_qkv", 10240, 8192, "column", 1, 1),
+        ("attn_o", 8192, 8192, "row", 1, 1),
+        ("up", 96, 32, "column", 1, 1),
+        ("experts", 64, 96, "row", 4, 1),
+    ]
 
 
 def test_user_file_defaults(tmp_path):
@@ -306,51 +351,75 @@ MALFORMED = [
     (f"name: x\nm: [1, 0]\ngemms: [{GEMM}]\n", "m: every M must be a positive integer, got 0"),
     (f"name: x\nm: [1, true]\ngemms: [{GEMM}]\n", "m: every M must be a positive integer, got True"),
     (f"name: x\nm: [2.5]\ngemms: [{GEMM}]\n", "m: every M must be a positive integer, got 2.5"),
-    (f"name: x\nm: sometimes\ngemms: [{GEMM}]\n",
-     "m: M value 'sometimes' is not a positive integer or one of decode, prefill, all"),
-    (f"name: x\nm: 16\ngemms: [{GEMM}]\n",
-     "m: must be a preset (decode, prefill, all) or a list of positive integers, got 16"),
-    (f"name: x\ninclude: [nope]\ngemms: [{GEMM}]\n",
-     "include 'nope' is not a built-in set (llama70b, llama70b-attn, llama70b-mlp, mixtral-8x22b-moe, mixtral-moe, seed001-tkgemm, smoke)"),
-    (f"name: x\ninclude: llama70b\ngemms: [{GEMM}]\n",
-     "include must be a list of built-in set names, got 'llama70b'"),
+    (
+        f"name: x\nm: sometimes\ngemms: [{GEMM}]\n",
+        "m: M value 'sometimes' is not a positive integer or one of decode, prefill, all",
+    ),
+    (
+        f"name: x\nm: 16\ngemms: [{GEMM}]\n",
+        "m: must be a preset (decode, prefill, all) or a list of positive integers, got 16",
+    ),
+    (
+        f"name: x\ninclude: [nope]\ngemms: [{GEMM}]\n",
+        "include 'nope' is not a built-in set (llama70b, llama70b-attn, llama70b-mlp, mixtral-8x22b-moe, mixtral-moe, seed001-tkgemm, smoke)",
+    ),
+    (f"name: x\ninclude: llama70b\ngemms: [{GEMM}]\n", "include must be a list of built-in set names, got 'llama70b'"),
     ("name: x\ngemms: [{N: 8, K: 8, parallel: row}]\n", "gemm #1: missing field 'id'"),
     ("name: x\ngemms: [{id: 3, N: 8, K: 8, parallel: row}]\n", "gemm #1: id must be a non-empty string, got 3"),
     ("name: x\ngemms: [{id: g, K: 8, parallel: row}]\n", "gemm 'g': missing field 'N'"),
     ("name: x\ngemms: [{id: g, N: 8, parallel: row}]\n", "gemm 'g': missing field 'K'"),
     ("name: x\ngemms: [{id: g, N: 8, K: 8}]\n", "gemm 'g': missing field 'parallel'"),
-    ("name: x\ngemms: [{id: g, N: 8, K: 8, parallel: row, bias: 1}]\n",
-     "gemm 'g': unknown key 'bias' (allowed: id, N, K, parallel, E, topk)"),
+    (
+        "name: x\ngemms: [{id: g, N: 8, K: 8, parallel: row, bias: 1}]\n",
+        "gemm 'g': unknown key 'bias' (allowed: id, N, K, parallel, E, topk)",
+    ),
     ("name: x\ngemms: [{id: g, N: -3, K: 8, parallel: row}]\n", "gemm 'g': N must be a positive integer, got -3"),
     ("name: x\ngemms: [{id: g, N: 0, K: 8, parallel: row}]\n", "gemm 'g': N must be a positive integer, got 0"),
     ("name: x\ngemms: [{id: g, N: 8, K: 8.5, parallel: row}]\n", "gemm 'g': K must be a positive integer, got 8.5"),
     ("name: x\ngemms: [{id: g, N: '8', K: 8, parallel: row}]\n", "gemm 'g': N must be a positive integer, got '8'"),
-    ("name: x\ngemms: [{id: g, N: true, K: 8, parallel: row}]\n",
-     "gemm 'g': N must be a positive integer, got True"),
-    ("name: x\ngemms: [{id: g, N: 8, K: yes, parallel: row}]\n",
-     "gemm 'g': K must be a positive integer, got True"),
-    ("name: x\ngemms: [{id: g, N: 8, K: 8, parallel: diagonal}]\n",
-     "gemm 'g': parallel must be one of column, row, none, got 'diagonal'"),
-    ("name: x\ngemms: [{id: g, N: 8, K: 8, parallel: row, E: 0, topk: 1}]\n",
-     "gemm 'g': E must be a positive integer, got 0"),
-    ("name: x\ngemms: [{id: g, N: 8, K: 8, parallel: row, E: true, topk: 1}]\n",
-     "gemm 'g': E must be a positive integer, got True"),
-    ("name: x\ngemms: [{id: g, N: 8, K: 8, parallel: row, E: 4}]\n",
-     "gemm 'g': topk is required when E > 1 (E is 4)"),
-    ("name: x\ngemms: [{id: g, N: 8, K: 8, parallel: row, topk: 2}]\n",
-     "gemm 'g': topk is only for MoE gemms (E > 1), but E is 1"),
-    ("name: x\ngemms: [{id: g, N: 8, K: 8, parallel: row, E: 1, topk: 1}]\n",
-     "gemm 'g': topk is only for MoE gemms (E > 1), but E is 1"),
-    ("name: x\ngemms: [{id: g, N: 8, K: 8, parallel: row, E: 4, topk: 5}]\n",
-     "gemm 'g': topk (5) must not exceed E (4)"),
-    ("name: x\ngemms: [{id: g, N: 8, K: 8, parallel: row, E: 4, topk: 0}]\n",
-     "gemm 'g': topk must be a positive integer, got 0"),
-    ("name: x\ngemms: [{id: g, N: 8, K: 8, parallel: row}, {id: g, N: 4, K: 4, parallel: none}]\n",
-     "gemm 'g': duplicate id (already defined by gemm #1)"),
-    ("name: x\ninclude: [llama70b-attn]\ngemms: [{id: attn_o, N: 4, K: 4, parallel: none}]\n",
-     "gemm 'attn_o': duplicate id (already defined by include 'llama70b-attn')"),
-    (f"name: x\ninclude: [llama70b, llama70b-mlp]\ngemms: [{GEMM}]\n",
-     "gemm 'mlp_gate_up' from include 'llama70b-mlp' is already defined by include 'llama70b'"),
+    ("name: x\ngemms: [{id: g, N: true, K: 8, parallel: row}]\n", "gemm 'g': N must be a positive integer, got True"),
+    ("name: x\ngemms: [{id: g, N: 8, K: yes, parallel: row}]\n", "gemm 'g': K must be a positive integer, got True"),
+    (
+        "name: x\ngemms: [{id: g, N: 8, K: 8, parallel: diagonal}]\n",
+        "gemm 'g': parallel must be one of column, row, none, got 'diagonal'",
+    ),
+    (
+        "name: x\ngemms: [{id: g, N: 8, K: 8, parallel: row, E: 0, topk: 1}]\n",
+        "gemm 'g': E must be a positive integer, got 0",
+    ),
+    (
+        "name: x\ngemms: [{id: g, N: 8, K: 8, parallel: row, E: true, topk: 1}]\n",
+        "gemm 'g': E must be a positive integer, got True",
+    ),
+    ("name: x\ngemms: [{id: g, N: 8, K: 8, parallel: row, E: 4}]\n", "gemm 'g': topk is required when E > 1 (E is 4)"),
+    (
+        "name: x\ngemms: [{id: g, N: 8, K: 8, parallel: row, topk: 2}]\n",
+        "gemm 'g': topk is only for MoE gemms (E > 1), but E is 1",
+    ),
+    (
+        "name: x\ngemms: [{id: g, N: 8, K: 8, parallel: row, E: 1, topk: 1}]\n",
+        "gemm 'g': topk is only for MoE gemms (E > 1), but E is 1",
+    ),
+    (
+        "name: x\ngemms: [{id: g, N: 8, K: 8, parallel: row, E: 4, topk: 5}]\n",
+        "gemm 'g': topk (5) must not exceed E (4)",
+    ),
+    (
+        "name: x\ngemms: [{id: g, N: 8, K: 8, parallel: row, E: 4, topk: 0}]\n",
+        "gemm 'g': topk must be a positive integer, got 0",
+    ),
+    (
+        "name: x\ngemms: [{id: g, N: 8, K: 8, parallel: row}, {id: g, N: 4, K: 4, parallel: none}]\n",
+        "gemm 'g': duplicate id (already defined by gemm #1)",
+    ),
+    (
+        "name: x\ninclude: [llama70b-attn]\ngemms: [{id: attn_o, N: 4, K: 4, parallel: none}]\n",
+        "gemm 'attn_o': duplicate id (already defined by include 'llama70b-attn')",
+    ),
+    (
+        f"name: x\ninclude: [llama70b, llama70b-mlp]\ngemms: [{GEMM}]\n",
+        "gemm 'mlp_gate_up' from include 'llama70b-mlp' is already defined by include 'llama70b'",
+    ),
 ]
 
 
@@ -384,15 +453,29 @@ def test_nested_includes_and_cycles(tmp_path, monkeypatch):
 # ---------------------------------------------------------------- Hugging Face configs
 
 LLAMA3_70B = {
-    "_name_or_path": "meta-llama/Meta-Llama-3-70B", "architectures": ["LlamaForCausalLM"],
-    "model_type": "llama", "hidden_size": 8192, "intermediate_size": 28672, "num_attention_heads": 64,
-    "num_key_value_heads": 8, "num_hidden_layers": 80, "vocab_size": 128256, "rope_theta": 500000.0,
+    "_name_or_path": "meta-llama/Meta-Llama-3-70B",
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 8192,
+    "intermediate_size": 28672,
+    "num_attention_heads": 64,
+    "num_key_value_heads": 8,
+    "num_hidden_layers": 80,
+    "vocab_size": 128256,
+    "rope_theta": 500000.0,
     "torch_dtype": "bfloat16",
 }
 MIXTRAL = {
-    "architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "hidden_size": 4096,
-    "intermediate_size": 14336, "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 32000,
-    "num_local_experts": 8, "num_experts_per_tok": 2, "num_hidden_layers": 32,
+    "architectures": ["MixtralForCausalLM"],
+    "model_type": "mixtral",
+    "hidden_size": 4096,
+    "intermediate_size": 14336,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "vocab_size": 32000,
+    "num_local_experts": 8,
+    "num_experts_per_tok": 2,
+    "num_hidden_layers": 32,
 }
 
 
@@ -427,13 +510,18 @@ def test_hf_mixtral_matches_builtin(tmp_path):
 
 def test_hf_name_argument_and_head_dim(tmp_path):
     # explicit head_dim that differs from hidden // heads (as in Mistral-Nemo); kv heads default to heads
-    cfg = {"hidden_size": 5120, "intermediate_size": 14336, "num_attention_heads": 32, "head_dim": 128,
-           "vocab_size": 131072, "model_type": "mistral"}
+    cfg = {
+        "hidden_size": 5120,
+        "intermediate_size": 14336,
+        "num_attention_heads": 32,
+        "head_dim": 128,
+        "vocab_size": 131072,
+        "model_type": "mistral",
+    }
     name, text = from_hf_config(hf(tmp_path, cfg), name="nemo")
     s = roundtrip(tmp_path, text)
     assert (name, s.name) == ("nemo", "nemo")
-    assert dims(s)[:2] == [("attn_qkv", (32 + 64) * 128, 5120, "column", 1, 1),
-                           ("attn_o", 5120, 4096, "row", 1, 1)]
+    assert dims(s)[:2] == [("attn_qkv", (32 + 64) * 128, 5120, "column", 1, 1), ("attn_o", 5120, 4096, "row", 1, 1)]
 
 
 def test_hf_null_head_dim_means_default(tmp_path):

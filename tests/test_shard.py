@@ -6,10 +6,11 @@ from __future__ import annotations
 import shutil
 
 import pytest
+from test_cli import bad, invoke, text
 
 from gemmbench import shard, store
-from gemmbench.shapes import load as load_set, problems
-from test_cli import bad, invoke, text
+from gemmbench.shapes import load as load_set
+from gemmbench.shapes import problems
 
 
 def cells_of(set_name="llama70b", dtypes=("fp8", "bf16"), tp=1, variants=("cublas_x", "triton_a", "triton_b")):
@@ -56,8 +57,23 @@ def test_bad_shard_is_one_line(spec, tmp_path):
 
 
 def _run_shard(tmp_path, spec, folder="parts"):
-    res = invoke("run", "--shapes", "smoke", "--m", "1,5", "--dtype", "fp16", "--variants", "cublas_fp16,torch_moe_loop",
-                 "--budget", "0.01", "--shard", spec, "--out", tmp_path / folder)
+    res = invoke(
+        "run",
+        "--shapes",
+        "smoke",
+        "--m",
+        "1,5",
+        "--dtype",
+        "fp16",
+        "--variants",
+        "cublas_fp16,torch_moe_loop",
+        "--budget",
+        "0.01",
+        "--shard",
+        spec,
+        "--out",
+        tmp_path / folder,
+    )
     assert res.exit_code == 0, res.stderr
     return res
 
@@ -72,8 +88,12 @@ def test_sharded_run_and_merge_equal_the_sweep(tmp_path):
     res = invoke("merge", tmp_path / "parts", "--out", tmp_path / "all.parquet")
     assert res.exit_code == 0, res.stderr
     merged = store.load(tmp_path / "all.parquet")
-    want = flat([(p, ["cublas_fp16"] if not p.is_moe else ["torch_moe_loop"])
-                 for p in problems(load_set("smoke"), ["fp16"], [1, 5], 1)])
+    want = flat(
+        [
+            (p, ["cublas_fp16"] if not p.is_moe else ["torch_moe_loop"])
+            for p in problems(load_set("smoke"), ["fp16"], [1, 5], 1)
+        ]
+    )
     assert sorted(store.cell_keys(merged)) == sorted(want) and (merged.status == "ok").all()
 
 
@@ -111,16 +131,46 @@ def store_meta(path) -> bytes:
 
 def test_parts_of_different_sweeps_are_refused(tmp_path):
     _run_shard(tmp_path, "0/2", "a")
-    res = invoke("run", "--shapes", "smoke", "--m", "1", "--dtype", "fp16", "--variants", "cublas_fp16", "--budget",
-                 "0.01", "--shard", "1/2", "--out", tmp_path / "b")
+    res = invoke(
+        "run",
+        "--shapes",
+        "smoke",
+        "--m",
+        "1",
+        "--dtype",
+        "fp16",
+        "--variants",
+        "cublas_fp16",
+        "--budget",
+        "0.01",
+        "--shard",
+        "1/2",
+        "--out",
+        tmp_path / "b",
+    )
     assert res.exit_code == 0, res.stderr
     line = bad(invoke("merge", tmp_path / "a", tmp_path / "b", "--out", tmp_path / "m.parquet"))
     assert "different sweeps" in line
 
 
 def test_more_shards_than_cells_leaves_an_empty_part(tmp_path):
-    res = invoke("run", "--shapes", "smoke", "--m", "1", "--dtype", "fp16", "--variants", "cublas_fp16", "--budget",
-                 "0.01", "--shard", "7/9", "--out", tmp_path / "p")
+    res = invoke(
+        "run",
+        "--shapes",
+        "smoke",
+        "--m",
+        "1",
+        "--dtype",
+        "fp16",
+        "--variants",
+        "cublas_fp16",
+        "--budget",
+        "0.01",
+        "--shard",
+        "7/9",
+        "--out",
+        tmp_path / "p",
+    )
     assert res.exit_code == 0 and "no cells" in text(res.stderr)
     (part,) = (tmp_path / "p").glob("*.parquet")
     assert len(store.load(part)) == 0 and shard.read_metadata(part)["shard"] == 7
@@ -133,12 +183,17 @@ def test_merge_misuse(tmp_path):
 
 # ---------------------------------------------------------------- one worker per GPU (simulated on the CPU)
 
+
 def test_parse_gpus():
     from gemmbench.multi import GpuError, parse_gpus
 
     assert parse_gpus("all", 4) == [0, 1, 2, 3] and parse_gpus("2, 0,2", 4) == [2, 0]
-    for spec, count, msg in [("0", 0, "has none"), ("4", 4, "no GPU 4"), ("x", 2, "'all' or GPU indices"),
-                             ("-1", 2, "no GPU -1")]:
+    for spec, count, msg in [
+        ("0", 0, "has none"),
+        ("4", 4, "no GPU 4"),
+        ("x", 2, "'all' or GPU indices"),
+        ("-1", 2, "no GPU -1"),
+    ]:
         with pytest.raises(GpuError, match=msg):
             parse_gpus(spec, count)
 
@@ -168,11 +223,13 @@ def _multi(tmp_path, variants, plugins=()):
 
 
 def test_two_workers_run_every_cell_once_and_merge(tmp_path):
-    from gemmbench import multi
     from conftest import PLUGINS
 
-    cells, rows, parts = _multi(tmp_path, ["cublas_fp16", "torch_moe_loop", "test_crash"],
-                                [PLUGINS / "crash_plugin.py"])
+    from gemmbench import multi
+
+    cells, rows, parts = _multi(
+        tmp_path, ["cublas_fp16", "torch_moe_loop", "test_crash"], [PLUGINS / "crash_plugin.py"]
+    )
     assert len(parts) == 2 and len(rows) == sum(len(n) for _, n in cells)
     crashed = [r for r in rows if r["variant"] == "test_crash"]
     assert crashed and all(r["status"] == "error" and "worker died" in r["reason"] for r in crashed)

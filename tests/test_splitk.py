@@ -20,13 +20,13 @@ VARIANTS = ["triton_splitk_atomic", "triton_splitk_reduce"]
 
 # (M, N, K, BLOCK_K, SPLIT_K) with BLOCK_M=16, BLOCK_N=32:
 CASES = [
-    (1, 64, 64, 32, 2),     # M = 1, two K blocks split two ways
-    (33, 80, 48, 32, 2),    # M and N tails; K = 48: a full block and a masked half block
-    (17, 40, 160, 32, 4),   # 5 K blocks over 4 splits: 2, 2, 1 and an empty fourth split
-    (5, 48, 16, 32, 4),     # K < BLOCK_K: one K block, SPLIT_K capped to 1 (the data-parallel path)
-    (3, 32, 96, 16, 8),     # 6 K blocks, SPLIT_K = 8 > 6: capped at 6 splits of one block each
-    (7, 48, 112, 32, 3),    # K = 112 = 3.5 blocks: not a multiple of BLOCK_K * SPLIT_K
-    (16, 32, 64, 32, 1),    # SPLIT_K = 1: stored directly, no buffer
+    (1, 64, 64, 32, 2),  # M = 1, two K blocks split two ways
+    (33, 80, 48, 32, 2),  # M and N tails; K = 48: a full block and a masked half block
+    (17, 40, 160, 32, 4),  # 5 K blocks over 4 splits: 2, 2, 1 and an empty fourth split
+    (5, 48, 16, 32, 4),  # K < BLOCK_K: one K block, SPLIT_K capped to 1 (the data-parallel path)
+    (3, 32, 96, 16, 8),  # 6 K blocks, SPLIT_K = 8 > 6: capped at 6 splits of one block each
+    (7, 48, 112, 32, 3),  # K = 112 = 3.5 blocks: not a multiple of BLOCK_K * SPLIT_K
+    (16, 32, 64, 32, 1),  # SPLIT_K = 1: stored directly, no buffer
 ]
 
 

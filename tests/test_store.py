@@ -16,8 +16,20 @@ from gemmbench.store import COLUMNS, SCHEMA, SCHEMA_VERSION, RunWriter, StoreErr
 
 
 def row(**over):
-    r = dict(run_id="run1", shape_set="llama3-8b", gemm="attn_qkv", M=16, N=6144, K=4096, E=1, topk=1,
-             tp=1, dtype="fp8", variant="torch_scaled_mm", status="ok")
+    r = dict(
+        run_id="run1",
+        shape_set="llama3-8b",
+        gemm="attn_qkv",
+        M=16,
+        N=6144,
+        K=4096,
+        E=1,
+        topk=1,
+        tp=1,
+        dtype="fp8",
+        variant="torch_scaled_mm",
+        status="ok",
+    )
     r.update(over)
     return r
 
@@ -35,10 +47,22 @@ def test_round_trip_through_runwriter(tmp_path):
     path = tmp_path / "sub" / "run1.parquet"
     w = RunWriter(path)
     assert not path.exists()  # nothing written before the first row
-    w.append(row(timestamp="2024-06-01T12:00:00Z", config={"BLOCK_M": 64, "num_warps": 4},
-                 time_us_median=6.5, time_us_p20=6.25, time_us_p80=7.0, n_samples=3,
-                 samples_us=np.array([6.25, 6.5, 7.0]), flops=805306368, sm_count=132,
-                 timing_mode="graph", l2_state="cold", device="cuda"))
+    w.append(
+        row(
+            timestamp="2024-06-01T12:00:00Z",
+            config={"BLOCK_M": 64, "num_warps": 4},
+            time_us_median=6.5,
+            time_us_p20=6.25,
+            time_us_p80=7.0,
+            n_samples=3,
+            samples_us=np.array([6.25, 6.5, 7.0]),
+            flops=805306368,
+            sm_count=132,
+            timing_mode="graph",
+            l2_state="cold",
+            device="cuda",
+        )
+    )
     w.append(row(gemm="mlp_down", status="skipped", reason="K not a multiple of 16"))
     assert len(w.rows) == 2 and w.rows[1]["schema_version"] == SCHEMA_VERSION
 
@@ -65,13 +89,16 @@ def test_normalize_fills_and_sets_version():
     assert r["schema_version"] == SCHEMA_VERSION and r["gpu"] is None and r["samples_us"] is None
 
 
-@pytest.mark.parametrize("bad, message", [
-    (row(colour="red"), "unknown column 'colour'"),
-    (row(status="fast"), "bad status 'fast'"),
-    (row(variant=None), "missing required column 'variant'"),
-    ({k: v for k, v in row().items() if k != "M"}, "missing required column 'M'"),
-    (row(N="big"), "column 'N': bad value 'big'"),
-])
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        (row(colour="red"), "unknown column 'colour'"),
+        (row(status="fast"), "bad status 'fast'"),
+        (row(variant=None), "missing required column 'variant'"),
+        ({k: v for k, v in row().items() if k != "M"}, "missing required column 'M'"),
+        (row(N="big"), "column 'N': bad value 'big'"),
+    ],
+)
 def test_normalize_errors(bad, message):
     with pytest.raises(StoreError, match=message):
         normalize_row(bad)

@@ -16,6 +16,7 @@ cpu_only = pytest.mark.skipif(torch.cuda.is_available(), reason="checks what a m
 
 # ---------------------------------------------------------------- construction
 
+
 @cpu_only
 @pytest.mark.parametrize("mode", ["cold", "stream", "graph"])
 def test_gpu_modes_refused_without_a_gpu(mode):
@@ -46,6 +47,7 @@ def test_wall_timer_reports_warm_l2_and_one_copy():
 
 
 # ---------------------------------------------------------------- wall sampling
+
 
 def test_wall_measure_samples_a_function():
     calls = []
@@ -92,8 +94,7 @@ def test_prepare_warms_up_every_copy_and_keeps_the_launches():
 
 def test_wall_sampling_stops_on_budget():
     # target_noise 0 and a huge max_samples: only the budget can stop it
-    timer = Timer("wall", warmup_ms=0, min_samples=10, max_samples=10**6, budget_s=0.02, target_noise=0.0,
-                  batch=10)
+    timer = Timer("wall", warmup_ms=0, min_samples=10, max_samples=10**6, budget_s=0.02, target_noise=0.0, batch=10)
     p = timer.prepare([lambda: sum(range(50))])
     out = timer.run({"x": p})
     assert out["x"] is p.samples and len(p.samples) >= 10 and len(p.samples) % 10 == 0
@@ -101,6 +102,7 @@ def test_wall_sampling_stops_on_budget():
 
 
 # ---------------------------------------------------------------- the stopping rule
+
 
 def noisy(n):
     """Samples whose (p80 - p20) / median is about 1: never "known to the target"."""
@@ -150,6 +152,7 @@ def test_enough_stops_on_low_noise():
 
 
 # ---------------------------------------------------------------- rounds()
+
 
 def sampler(kind, log=None, name=None):
     def take(n):
@@ -291,4 +294,8 @@ def test_the_check_call_runs_alone_inside_its_nvtx_range(monkeypatch):
     finally:
         object.__setattr__(variant, "make", real_make)
     assert result.ok
-    assert events == [("enter", "check cublas_fp16 g fp16 M3 N32 K16"), "call", ("exit", "check cublas_fp16 g fp16 M3 N32 K16")]
+    assert events == [
+        ("enter", "check cublas_fp16 g fp16 M3 N32 K16"),
+        "call",
+        ("exit", "check cublas_fp16 g fp16 M3 N32 K16"),
+    ]

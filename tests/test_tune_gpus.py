@@ -14,11 +14,12 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from conftest import HAS_CUDA
-from gemmbench import cli_tune, tune_multi, tuning
-from gemmbench.device import DeviceInfo
 from test_cli import bad, invoke, text
+
+from gemmbench import tune_multi, tuning
+from gemmbench.cli import tune as cli_tune
+from gemmbench.device import DeviceInfo
 
 FAKE_GPU = DeviceInfo(kind="cuda", name="NVIDIA Fake GPU 80GB", capability=(9, 0), sm_count=132)
 
@@ -33,6 +34,7 @@ def keys(jobs) -> list[str]:
 
 
 # ---------------------------------------------------------------- the split
+
 
 @pytest.mark.parametrize("n", [1, 2, 3, 4, 5])
 def test_split_covers_every_job_once_and_is_the_same_on_every_host(n):
@@ -59,6 +61,7 @@ def test_jobs_take_each_m_bucket_once():
 
 
 # ---------------------------------------------------------------- input errors
+
 
 @pytest.mark.parametrize("spec", ["3/3", "-1/2", "1", "a/b", "0/0", ""])
 def test_bad_shard_is_one_line(spec):
@@ -140,8 +143,12 @@ class Fakes:
 
     def spawn(self, gpu, keys_):
         self.spawned.append((gpu, list(keys_)))
-        return subprocess.Popen([sys.executable, "-c", FAKE_CHILD, json.dumps(keys_), json.dumps(self.plans.get(gpu, {}))],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        return subprocess.Popen(
+            [sys.executable, "-c", FAKE_CHILD, json.dumps(keys_), json.dumps(self.plans.get(gpu, {}))],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
 
     def on_event(self, gpu, event):
         self.events.append((gpu, event))
@@ -230,6 +237,7 @@ def test_a_child_that_cannot_start_counts_as_a_death():
 
 # ---------------------------------------------------------------- the child's side
 
+
 @pytest.fixture
 def fake_tuning(monkeypatch):
     """_tune_job replaced: 'triton_dp_col' has no runnable config, 'triton_dp_grouped' faults, the rest tune."""
@@ -255,13 +263,24 @@ def test_a_child_tunes_the_listed_jobs_in_their_order(two_fake_gpus, fake_tuning
     jobs = build_jobs(variants="triton_dp_row,triton_dp_col", dtype="fp16", m="1", tp="1")
     listed = [keys(jobs)[i] for i in (2, 0, 3)] + ["smoke|nosuch|1|1|1|1|1||1|fp16|triton_dp_row"]
     (tmp_path / "jobs.json").write_text(json.dumps(listed))
-    r = invoke("tune", "--shapes", "smoke", "--variants", "triton_dp_row,triton_dp_col", "--dtype", "fp16",
-               "--m", "1", "--worker-jobs", tmp_path / "jobs.json")
+    r = invoke(
+        "tune",
+        "--shapes",
+        "smoke",
+        "--variants",
+        "triton_dp_row,triton_dp_col",
+        "--dtype",
+        "fp16",
+        "--m",
+        "1",
+        "--worker-jobs",
+        tmp_path / "jobs.json",
+    )
     assert r.exit_code == 0, r.stderr
     events = worker_events(r)
     assert events[0] == {"failed": listed[3], "reason": events[0]["reason"]}
     assert [e.get("begin") for e in events[1::2]] == listed[:3] and fake_tuning == listed[:3]
-    for key, e in zip(listed[:3], events[2::2]):
+    for key, e in zip(listed[:3], events[2::2], strict=False):
         if key.endswith("triton_dp_col"):
             assert e == {"failed": key, "reason": e["reason"]} and "no config of triton_dp_col" in e["reason"]
         else:
@@ -271,8 +290,19 @@ def test_a_child_tunes_the_listed_jobs_in_their_order(two_fake_gpus, fake_tuning
 def test_a_child_stops_after_a_fault_with_exit_code_1(two_fake_gpus, fake_tuning, tmp_path):
     jobs = build_jobs(variants="triton_dp_row,triton_dp_grouped", dtype="fp16", m="1", tp="1")
     (tmp_path / "jobs.json").write_text(json.dumps(keys(jobs)))
-    r = invoke("tune", "--shapes", "smoke", "--variants", "triton_dp_row,triton_dp_grouped", "--dtype", "fp16",
-               "--m", "1", "--worker-jobs", tmp_path / "jobs.json")
+    r = invoke(
+        "tune",
+        "--shapes",
+        "smoke",
+        "--variants",
+        "triton_dp_row,triton_dp_grouped",
+        "--dtype",
+        "fp16",
+        "--m",
+        "1",
+        "--worker-jobs",
+        tmp_path / "jobs.json",
+    )
     events = worker_events(r)
     assert r.exit_code == 1
     assert events[-1] == {"failed": keys(jobs)[1], "reason": "CUDA error: an illegal memory access was encountered"}
@@ -280,10 +310,23 @@ def test_a_child_stops_after_a_fault_with_exit_code_1(two_fake_gpus, fake_tuning
 
 
 def test_in_process_tune_reports_failures_and_exits_1(two_fake_gpus, fake_tuning):
-    shards = tune_multi.split_jobs(build_jobs(variants="triton_dp_row,triton_dp_col", dtype="fp16", m="1,32", tp="1"), 3)
+    shards = tune_multi.split_jobs(
+        build_jobs(variants="triton_dp_row,triton_dp_col", dtype="fp16", m="1,32", tp="1"), 3
+    )
     i = next(i for i, jobs in enumerate(shards) if any(v.name == "triton_dp_col" for _, v in jobs))
-    r = invoke("tune", "--shapes", "smoke", "--variants", "triton_dp_row,triton_dp_col", "--dtype", "fp16",
-               "--m", "1,32", "--shard", f"{i}/3")
+    r = invoke(
+        "tune",
+        "--shapes",
+        "smoke",
+        "--variants",
+        "triton_dp_row,triton_dp_col",
+        "--dtype",
+        "fp16",
+        "--m",
+        "1,32",
+        "--shard",
+        f"{i}/3",
+    )
     err = text(r.stderr)
     assert r.exit_code == 1, err
     assert f"shard {i}/3: {len(shards[i])} of 12 jobs" in err
@@ -363,7 +406,14 @@ def test_tune_gpus_with_shard_splits_the_shard(fake_workers):
 def test_child_command_rebuilds_the_same_selection():
     cmd = cli_tune._child_command("smoke", "triton_*", "fp16", "1,32", "1,2", [Path("p.py")], 7)
     assert cmd[:4] == [sys.executable, "-m", "gemmbench", "tune"]
-    opts = dict(zip(cmd[4::2], cmd[5::2]))
-    assert opts == {"--shapes": "smoke", "--variants": "triton_*", "--dtype": "fp16", "--tp": "1,2", "--seed": "7",
-                    "--m": "1,32", "--plugin": str(Path("p.py").resolve())}
+    opts = dict(zip(cmd[4::2], cmd[5::2], strict=False))
+    assert opts == {
+        "--shapes": "smoke",
+        "--variants": "triton_*",
+        "--dtype": "fp16",
+        "--tp": "1,2",
+        "--seed": "7",
+        "--m": "1,32",
+        "--plugin": str(Path("p.py").resolve()),
+    }
     assert "--gpus" not in cmd and "--shard" not in cmd and os.path.isabs(opts["--plugin"])

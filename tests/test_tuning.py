@@ -8,9 +8,9 @@ import json
 
 import pytest
 import torch
+from conftest import HAS_CUDA
 from typer.testing import CliRunner
 
-from conftest import HAS_CUDA
 from gemmbench import registry, tuning
 from gemmbench.check import reference
 from gemmbench.cli import app
@@ -31,7 +31,17 @@ def config_dir(tmp_path, monkeypatch):
 
 
 def test_m_buckets():
-    assert [tuning.m_bucket(m) for m in (1, 2, 16, 17, 32, 33, 64, 100, 4096)] == [16, 16, 16, 32, 32, 64, 64, 128, 4096]
+    assert [tuning.m_bucket(m) for m in (1, 2, 16, 17, 32, 33, 64, 100, 4096)] == [
+        16,
+        16,
+        16,
+        32,
+        32,
+        64,
+        64,
+        128,
+        4096,
+    ]
     # MoE: the tokens decide how many experts a call touches, so decode buckets are finer
     assert [tuning.m_bucket(m, moe=True) for m in (1, 2, 3, 5, 16, 17, 4096)] == [1, 2, 4, 8, 16, 32, 4096]
 
@@ -45,7 +55,11 @@ def test_store_and_nearest_bucket(config_dir):
     assert list(data["buckets"]) == ["16", "64"] and data["buckets"]["64"]["time_us"] == 69.0
     assert tuning.stored("triton_x", p.with_(M=1), GPU)[0] == {"BLOCK_N": 32}
     cfg, where = tuning.stored("triton_x", p.with_(M=40), GPU)  # bucket 64 is nearest to 64
-    assert cfg == {"BLOCK_N": 128} and where == {"source": "stored", "bucket": 64, "file": str(path.relative_to(config_dir))}
+    assert cfg == {"BLOCK_N": 128} and where == {
+        "source": "stored",
+        "bucket": 64,
+        "file": str(path.relative_to(config_dir)),
+    }
     assert tuning.stored("triton_x", p.with_(M=32), GPU)[1]["bucket"] == 64  # a tie goes to the larger bucket
     assert tuning.stored("triton_x", p.with_(N=2560), GPU) is None  # another shape
     assert tuning.stored("triton_x", p, "Other GPU") is None  # another GPU
@@ -115,12 +129,15 @@ def test_config_files_in_the_repository_are_valid():
 runner = CliRunner()
 
 
-@pytest.mark.parametrize("args,message", [
-    (["--shapes", "smoke", "--tp", "0"], "--tp"),
-    (["--shapes", "smoke", "--tp", "two"], "--tp"),
-    (["--shapes", "smoke", "--variants", "cublas_*"], "no tunable variant"),
-    (["--shapes", "nosuchset"], "nosuchset"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--shapes", "smoke", "--tp", "0"], "--tp"),
+        (["--shapes", "smoke", "--tp", "two"], "--tp"),
+        (["--shapes", "smoke", "--variants", "cublas_*"], "no tunable variant"),
+        (["--shapes", "nosuchset"], "nosuchset"),
+    ],
+)
 def test_tune_bad_input_is_one_line(args, message):
     r = runner.invoke(app, ["tune", *args])
     assert r.exit_code == 2 and message in r.output and "Traceback" not in r.output
@@ -135,14 +152,29 @@ def test_tune_needs_a_gpu():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.gpu
 def test_tune_writes_configs_run_reads_them(config_dir, tmp_path):
-    r = runner.invoke(app, ["tune", "--shapes", "smoke", "--m", "1,32", "--dtype", "fp16", "--variants",
-                            "triton_splitk_atomic"])
+    r = runner.invoke(
+        app, ["tune", "--shapes", "smoke", "--m", "1,32", "--dtype", "fp16", "--variants", "triton_splitk_atomic"]
+    )
     assert r.exit_code == 0, r.output
     files = list(config_dir.glob("*/triton_splitk_atomic/*.json"))
     assert files and all(set(json.loads(f.read_text())["buckets"]) == {"16", "32"} for f in files)
     out = tmp_path / "r.parquet"
-    r = runner.invoke(app, ["run", "--shapes", "smoke", "--m", "1,32", "--dtype", "fp16", "--variants",
-                            "triton_splitk_atomic", "--out", str(out)])
+    r = runner.invoke(
+        app,
+        [
+            "run",
+            "--shapes",
+            "smoke",
+            "--m",
+            "1,32",
+            "--dtype",
+            "fp16",
+            "--variants",
+            "triton_splitk_atomic",
+            "--out",
+            str(out),
+        ],
+    )
     assert r.exit_code == 0, r.output
     from gemmbench.store import load
 

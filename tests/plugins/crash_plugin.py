@@ -11,5 +11,8 @@ def _make(problem, inputs):
     return Launch(fn=lambda: os.kill(os.getpid(), signal.SIGKILL))
 
 
-register(Variant("test_crash", "test", ("fp16", "fp8", "bf16"), "kills its worker process when launched", _make,
-                 source=__file__))
+register(
+    Variant(
+        "test_crash", "test", ("fp16", "fp8", "bf16"), "kills its worker process when launched", _make, source=__file__
+    )
+)

@@ -42,7 +42,18 @@ def _make_overread(problem, inputs):
     return Launch(fn=fn)
 
 
-register(Variant("test_oob_write", "test", ("fp16", "bf16"), "writes far out of bounds (crash test)", _make_oob,
-                 source=__file__))
-register(Variant("test_overread", "test", ("fp16", "bf16"), "reads past its input (sanitizer test)", _make_overread,
-                 source=__file__))
+register(
+    Variant(
+        "test_oob_write", "test", ("fp16", "bf16"), "writes far out of bounds (crash test)", _make_oob, source=__file__
+    )
+)
+register(
+    Variant(
+        "test_overread",
+        "test",
+        ("fp16", "bf16"),
+        "reads past its input (sanitizer test)",
+        _make_overread,
+        source=__file__,
+    )
+)

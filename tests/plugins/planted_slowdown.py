@@ -44,6 +44,13 @@ def _make(problem, inputs):
     return Launch(fn=slowed, out=out, config={"planted_slowdown": fraction, "sleep_cycles": cycles})
 
 
-register(Variant("planted_slow_bf16", "test", ("bf16", "fp16"),
-                 f"cublas mm, then a GPU spin of ${ENV} x its cold time (the perf gate's planted regression)", _make,
-                 source=__file__))
+register(
+    Variant(
+        "planted_slow_bf16",
+        "test",
+        ("bf16", "fp16"),
+        f"cublas mm, then a GPU spin of ${ENV} x its cold time (the perf gate's planted regression)",
+        _make,
+        source=__file__,
+    )
+)

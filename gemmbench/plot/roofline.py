@@ -1,5 +1,5 @@
 """The hardware-limit figures: the roofline of a run (measured and datasheet ceilings) and the Nsight Compute
-profile plot (DRAM throughput against the peak, L1 and L2 hit rates).  Same conventions as gemmbench.plots."""
+profile plot (DRAM throughput against the peak, L1 and L2 hit rates).  Same conventions as gemmbench.plot.figures."""
 
 from __future__ import annotations
 
@@ -13,8 +13,9 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
-from gemmbench import metrics, plotdata
-from gemmbench.plots import color, finish, gemm_title, legend, new_figure, subtitle
+from gemmbench import metrics
+from gemmbench.plot import data as plotdata
+from gemmbench.plot.style import color, finish, gemm_title, legend, new_figure, subtitle
 
 
 @dataclass(frozen=True)
@@ -63,13 +64,17 @@ def ceiling_warnings(g: pd.DataFrame) -> list[str]:
     over = above_ceiling(g)
     if over.empty:
         return []
-    cells = [f"{_label(r)} {r['dtype']} M={r['M']} {r['variant']} {r['pct_of_roofline']:.1f}% of its "
-             f"{'memory' if _memory_bound(r) else 'compute'} ceiling"
-             for _, r in over.sort_values("pct_of_roofline", ascending=False).iterrows()]
+    cells = [
+        f"{_label(r)} {r['dtype']} M={r['M']} {r['variant']} {r['pct_of_roofline']:.1f}% of its "
+        f"{'memory' if _memory_bound(r) else 'compute'} ceiling"
+        for _, r in over.sort_values("pct_of_roofline", ascending=False).iterrows()
+    ]
     more = f", and {len(cells) - 8} more" if len(cells) > 8 else ""
-    return [f"{len(cells)} point(s) above their measured ceiling, never a win (above the memory ceiling: data served "
-            f"from cache or a wrong byte count; above the compute ceiling: the measured peak, one cuBLAS 8192³ GEMM, "
-            f"is below what this shape reaches): " + "; ".join(cells[:8]) + more]
+    return [
+        f"{len(cells)} point(s) above their measured ceiling, never a win (above the memory ceiling: data served "
+        f"from cache or a wrong byte count; above the compute ceiling: the measured peak, one cuBLAS 8192³ GEMM, "
+        f"is below what this shape reaches): " + "; ".join(cells[:8]) + more
+    ]
 
 
 def roofline(g: pd.DataFrame) -> Optional[Figure]:
@@ -79,9 +84,11 @@ def roofline(g: pd.DataFrame) -> Optional[Figure]:
     ok = g[(g["status"] == "ok") & g["flops"].notna() & g["bytes_min"].notna() & g["time_us_median"].notna()]
     if ok.empty:
         return None
-    ok = ok.assign(ai=[metrics.intensity(f, b) for f, b in zip(ok["flops"], ok["bytes_min"])],
-                   tf=[metrics.tflops(f, t) for f, t in zip(ok["flops"], ok["time_us_median"])],
-                   glabel=[_label(r) for _, r in ok.iterrows()])
+    ok = ok.assign(
+        ai=[metrics.intensity(f, b) for f, b in zip(ok["flops"], ok["bytes_min"], strict=False)],
+        tf=[metrics.tflops(f, t) for f, t in zip(ok["flops"], ok["time_us_median"], strict=False)],
+        glabel=[_label(r) for _, r in ok.iterrows()],
+    )
     dtype = str(ok["dtype"].iloc[0])
     gpu = str(plotdata.gpu_names(ok).iloc[0])
     sheet = datasheet(gpu)
@@ -105,21 +112,41 @@ def roofline(g: pd.DataFrame) -> Optional[Figure]:
         mem = x <= ridge
         ax.plot(x[mem], x[mem] * bw_hi / 1e3, color="black", lw=1.6, gid="ceiling:measured:memory")
         ax.plot(x[~mem], np.full((~mem).sum(), pk), color="black", lw=1.6, gid="ceiling:measured:compute")
-        ax.fill_between(x, np.minimum(x * bw_lo / 1e3, pk), np.minimum(x * bw_hi / 1e3, pk), color="black",
-                        alpha=0.07, lw=0, gid="ceiling:measured:band")
+        ax.fill_between(
+            x,
+            np.minimum(x * bw_lo / 1e3, pk),
+            np.minimum(x * bw_hi / 1e3, pk),
+            color="black",
+            alpha=0.07,
+            lw=0,
+            gid="ceiling:measured:band",
+        )
         ax.plot([ridge], [pk], marker="o", ms=7, mfc="white", mec="black", mew=1.5, ls="none", gid="ridge:measured")
         # the ridge's intensity on a dotted drop line, written at the bottom where no point sits
         ax.axvline(ridge, color="black", lw=0.8, ls=":", gid="ridge:measured:line")
-        ax.annotate(f"ridge {ridge:.0f} FLOP/B", (ridge, 0.02), xycoords=("data", "axes fraction"),
-                    xytext=(4, 0), textcoords="offset points", fontsize=8, rotation=90, va="bottom")
-        handles.append((Line2D([], [], color="black", lw=1.6),
-                        f"measured: {bw_hi / 1e3:.2f} TB/s, {pk:.0f} TFLOP/s"))
-        handles.append((Patch(facecolor="black", alpha=0.12, lw=0),
-                        f"bandwidth at the problems' sizes: {bw_lo / 1e3:.2f}–{bw_hi / 1e3:.2f} TB/s"))
-        notes.append(f"Solid: ceilings measured in this run: {bw_hi:.0f} GB/s, the streaming-read bandwidth at the "
-                     f"largest problem's size (shaded down to {bw_lo:.0f} GB/s, the bandwidth at the smallest: each "
-                     f"point's own bound uses the bandwidth at its size), and {pk:.0f} TFLOP/s, a cuBLAS 8192³ "
-                     f"{dtype} GEMM.")
+        ax.annotate(
+            f"ridge {ridge:.0f} FLOP/B",
+            (ridge, 0.02),
+            xycoords=("data", "axes fraction"),
+            xytext=(4, 0),
+            textcoords="offset points",
+            fontsize=8,
+            rotation=90,
+            va="bottom",
+        )
+        handles.append((Line2D([], [], color="black", lw=1.6), f"measured: {bw_hi / 1e3:.2f} TB/s, {pk:.0f} TFLOP/s"))
+        handles.append(
+            (
+                Patch(facecolor="black", alpha=0.12, lw=0),
+                f"bandwidth at the problems' sizes: {bw_lo / 1e3:.2f}–{bw_hi / 1e3:.2f} TB/s",
+            )
+        )
+        notes.append(
+            f"Solid: ceilings measured in this run: {bw_hi:.0f} GB/s, the streaming-read bandwidth at the "
+            f"largest problem's size (shaded down to {bw_lo:.0f} GB/s, the bandwidth at the smallest: each "
+            f"point's own bound uses the bandwidth at its size), and {pk:.0f} TFLOP/s, a cuBLAS 8192³ "
+            f"{dtype} GEMM."
+        )
     else:
         notes.append("No measured ceilings in these rows (a CPU run, or no ceiling measurement).")
     if sheet and dtype in sheet.tflops:
@@ -127,8 +154,12 @@ def roofline(g: pd.DataFrame) -> Optional[Figure]:
         sridge = sp * 1e3 / sb
         ax.plot(x, np.minimum(x * sb / 1e3, sp), color="#555555", lw=1.2, ls="--", gid="ceiling:datasheet")
         ax.plot([sridge], [sp], marker="o", ms=5, mfc="white", mec="#555555", ls="none", gid="ridge:datasheet")
-        handles.append((Line2D([], [], color="#555555", lw=1.2, ls="--"),
-                        f"datasheet {sheet.product}: {sb / 1e3:.2f} TB/s, {sp:.0f} TFLOP/s"))
+        handles.append(
+            (
+                Line2D([], [], color="#555555", lw=1.2, ls="--"),
+                f"datasheet {sheet.product}: {sb / 1e3:.2f} TB/s, {sp:.0f} TFLOP/s",
+            )
+        )
     else:
         notes.append(_unknown_gpu_note(gpu))
 
@@ -138,12 +169,20 @@ def roofline(g: pd.DataFrame) -> Optional[Figure]:
     variants = sorted(ok["variant"].astype(str).unique())
     # variants within a few % of each other sit on one spot: each later variant's marker is smaller, so every
     # colour stays visible as a ring around the next
-    size = dict(zip(variants, np.linspace(64, 16, len(variants)) if len(variants) > 1 else [36]))
+    size = dict(zip(variants, np.linspace(64, 16, len(variants)) if len(variants) > 1 else [36], strict=False))
     for (gl, variant), s in sorted(ok.groupby(["glabel", "variant"], sort=False), key=lambda x: -size[x[0][1]]):
         c = color(str(variant))
-        ax.scatter(s["ai"], s["tf"], marker=marker[gl], s=size[variant], facecolors="none" if hollow[gl] else c,
-                   edgecolors=c if hollow[gl] else "white", linewidths=1.2 if hollow[gl] else 0.4, zorder=3,
-                   gid=f"points:{gl}:{variant}")
+        ax.scatter(
+            s["ai"],
+            s["tf"],
+            marker=marker[gl],
+            s=size[variant],
+            facecolors="none" if hollow[gl] else c,
+            edgecolors=c if hollow[gl] else "white",
+            linewidths=1.2 if hollow[gl] else 0.4,
+            zorder=3,
+            gid=f"points:{gl}:{variant}",
+        )
     placed = []  # (M, log10 x, log10 y) of the labels so far
     for (gl, m), s in ok.groupby(["glabel", "M"], sort=False):  # M once per GEMM, beside its fastest point
         top = s.loc[s["tf"].idxmax()]
@@ -154,37 +193,73 @@ def roofline(g: pd.DataFrame) -> Optional[Figure]:
         placed.append((m, lx, ly))
         # left of the point under the slanted roof; above it under the flat one, where M steps along the roof
         flat = bool(ridges) and top["ai"] > ridges[0]
-        ax.annotate(str(m), (top["ai"], top["tf"]), xytext=(0, 10) if flat else (-3, 5), textcoords="offset points",
-                    fontsize=7, ha="center" if flat else "right", color="#333333", gid=f"m-label:{gl}:{m}",
-                    bbox=dict(boxstyle="square,pad=0.1", fc="white", ec="none", alpha=0.75))
+        ax.annotate(
+            str(m),
+            (top["ai"], top["tf"]),
+            xytext=(0, 10) if flat else (-3, 5),
+            textcoords="offset points",
+            fontsize=7,
+            ha="center" if flat else "right",
+            color="#333333",
+            gid=f"m-label:{gl}:{m}",
+            bbox=dict(boxstyle="square,pad=0.1", fc="white", ec="none", alpha=0.75),
+        )
     over = above_ceiling(ok)
     if len(over):
         over = ok.loc[over.index]
-        ax.scatter(over["ai"], over["tf"], s=140, facecolors="none", edgecolors="red", linewidths=1.4, zorder=4,
-                   gid="above-ceiling")
-        handles.append((Line2D([], [], ls="none", marker="o", ms=10, mfc="none", mec="red", mew=1.4),
-                        "above its measured ceiling"))
+        ax.scatter(
+            over["ai"],
+            over["tf"],
+            s=140,
+            facecolors="none",
+            edgecolors="red",
+            linewidths=1.4,
+            zorder=4,
+            gid="above-ceiling",
+        )
+        handles.append(
+            (Line2D([], [], ls="none", marker="o", ms=10, mfc="none", mec="red", mew=1.4), "above its measured ceiling")
+        )
         mem = sum(_memory_bound(r) for _, r in over.iterrows())
         why = ([f"{mem} above the memory ceiling (data from cache, or a wrong byte count)"] if mem else []) + (
-            [f"{len(over) - mem} above the compute ceiling (the measured peak, one 8192³ GEMM, is below what this "
-             f"shape reaches)"] if len(over) > mem else [])
-        notes.append(f"Red rings: {len(over)} point(s) faster than their own measured roofline "
-                     f"({over['pct_of_roofline'].max():.1f}% at most), never a win: {'; '.join(why)}.")
-    ymax = max([ok["tf"].max()] + ([float(peak.max())] if has_measured else [])
-               + ([sheet.tflops[dtype]] if sheet and dtype in sheet.tflops else []))
+            [
+                f"{len(over) - mem} above the compute ceiling (the measured peak, one 8192³ GEMM, is below what this "
+                f"shape reaches)"
+            ]
+            if len(over) > mem
+            else []
+        )
+        notes.append(
+            f"Red rings: {len(over)} point(s) faster than their own measured roofline "
+            f"({over['pct_of_roofline'].max():.1f}% at most), never a win: {'; '.join(why)}."
+        )
+    ymax = max(
+        [ok["tf"].max()]
+        + ([float(peak.max())] if has_measured else [])
+        + ([sheet.tflops[dtype]] if sheet and dtype in sheet.tflops else [])
+    )
     ax.set_ylim(ok["tf"].min() / 2, ymax * 1.6)
     ax.set_xlim(x[0], x[-1])
     ax.set_xlabel("arithmetic intensity (FLOP per byte of minimum DRAM traffic)")
     ax.set_ylabel("TFLOP/s")
     ax.grid(True, which="major", alpha=0.3)
     handles += [(Line2D([], [], ls="none", marker="o", ms=6, color=color(v)), v) for v in variants]
-    handles += [(Line2D([], [], ls="none", marker=marker[gl], ms=6, color="#666666",
-                        mfc="none" if hollow[gl] else "#666666"), gl) for gl in gemms]
+    handles += [
+        (
+            Line2D(
+                [], [], ls="none", marker=marker[gl], ms=6, color="#666666", mfc="none" if hollow[gl] else "#666666"
+            ),
+            gl,
+        )
+        for gl in gemms
+    ]
     if len(gemms) > 2 * len(MARKERS):
         notes.append(f"{len(gemms)} GEMMs share {2 * len(MARKERS)} marker shapes: narrow with --shapes or --tp.")
     legend(ax, [h for h, _ in handles], [lab for _, lab in handles])
-    notes.append("Numbers beside the points: M. Minimum bytes: A and B read once, C written once"
-                 + (" (MoE: the weights of the experts hit)." if (ok["E"] > 1).any() else "."))
+    notes.append(
+        "Numbers beside the points: M. Minimum bytes: A and B read once, C written once"
+        + (" (MoE: the weights of the experts hit)." if (ok["E"] > 1).any() else ".")
+    )
     notes.append(plotdata.not_drawn(g))
     sets = ", ".join(sorted(ok["shape_set"].astype(str).unique()))
     tps = sorted(ok["tp"].unique())
@@ -194,10 +269,11 @@ def roofline(g: pd.DataFrame) -> Optional[Figure]:
 
 # ------------------------------------------------------------------ Nsight Compute profiles
 
+
 def summed_profiles(profiles: pd.DataFrame) -> pd.DataFrame:
     """One row per profiled cell: its summed ncu row (ncu_kernel == ncu.SUM_KERNEL; a failed cell's row has no
     kernel), the latest where a cell was profiled twice."""
-    from gemmbench.ncu import SUM_KERNEL
+    from gemmbench.profile.ncu import SUM_KERNEL
     from gemmbench.store import CELL_KEY, StoreError
 
     need = ("ncu_kernel", "ncu_dram_gbps", "ncu_dram_peak_gbps", "ncu_l1_hit_pct", "ncu_l2_hit_pct")
@@ -221,24 +297,30 @@ def profile(g: pd.DataFrame) -> Optional[Figure]:
     sheet = datasheet(gpu)
     fig, axes = new_figure(11.0, 4.0, ncols=3, width_ratios=[1.4, 1, 1])
     width = 0.8 / len(variants)
-    panels = (("ncu_dram_gbps", "DRAM throughput (GB/s)"), ("ncu_l1_hit_pct", "L1 hit rate (%)"),
-              ("ncu_l2_hit_pct", "L2 hit rate (%)"))
-    for ax, (col, ylabel) in zip(axes[0], panels):
+    panels = (
+        ("ncu_dram_gbps", "DRAM throughput (GB/s)"),
+        ("ncu_l1_hit_pct", "L1 hit rate (%)"),
+        ("ncu_l2_hit_pct", "L2 hit rate (%)"),
+    )
+    for ax, (col, ylabel) in zip(axes[0], panels, strict=False):
         for i, v in enumerate(variants):
             s = ok[ok["variant"] == v].set_index("M")
             xs = [j + (i - (len(variants) - 1) / 2) * width for j, m in enumerate(ms) if m in s.index]
             ys = [float(s.loc[m, col]) for m in ms if m in s.index]
             bars = ax.bar(xs, ys, width * 0.95, color=color(v), label=v, gid=f"bars:{col}:{v}")
             if col == "ncu_dram_gbps":
-                pct = [float(s.loc[m, "ncu_dram_gbps"] / s.loc[m, "ncu_dram_peak_gbps"] * 100) for m in ms
-                       if m in s.index]
+                pct = [
+                    float(s.loc[m, "ncu_dram_gbps"] / s.loc[m, "ncu_dram_peak_gbps"] * 100) for m in ms if m in s.index
+                ]
                 ax.bar_label(bars, [f"{p:.0f}%" for p in pct], fontsize=6.5, padding=1)
             else:  # labels of rates under 1% would run into each other at the axis: one note says so instead
-                ax.bar_label(bars, ["" if y < 1 else f"{y:.1f}" if y < 10 else f"{y:.0f}" for y in ys], fontsize=6.5,
-                             padding=1)
+                ax.bar_label(
+                    bars, ["" if y < 1 else f"{y:.1f}" if y < 10 else f"{y:.0f}" for y in ys], fontsize=6.5, padding=1
+                )
                 if any(y < 1 for y in ys) and not any(t.get_gid() == "under1" for t in ax.texts):
-                    ax.text(0.02, 0.97, "unlabelled bars: < 1%", transform=ax.transAxes, fontsize=7, va="top",
-                            gid="under1")
+                    ax.text(
+                        0.02, 0.97, "unlabelled bars: < 1%", transform=ax.transAxes, fontsize=7, va="top", gid="under1"
+                    )
         ax.set_xticks(range(len(ms)), [str(m) for m in ms])
         ax.set_xlabel("tokens (M)" if (k.get("E") or 1) > 1 else "M")
         ax.set_ylabel(ylabel)
@@ -249,8 +331,10 @@ def profile(g: pd.DataFrame) -> Optional[Figure]:
     peak = float(ok["ncu_dram_peak_gbps"].median())
     dram.axhline(peak, color="black", lw=1.2, gid="peak:ncu")
     dram.text(-0.45, peak, f"peak (ncu) {peak / 1e3:.2f} TB/s", fontsize=7.5, va="bottom")
-    notes = ["Nsight Compute, one eager launch per cell, caches flushed, clocks not locked; the sum over a cell's "
-             "kernels. Labels on the bars: DRAM throughput as % of the peak ncu reports (bytes/cycle × DRAM clock)."]
+    notes = [
+        "Nsight Compute, one eager launch per cell, caches flushed, clocks not locked; the sum over a cell's "
+        "kernels. Labels on the bars: DRAM throughput as % of the peak ncu reports (bytes/cycle × DRAM clock)."
+    ]
     if sheet:
         dram.axhline(sheet.bw_gbps, color="#555555", lw=1.0, ls="--", gid="peak:datasheet")
         notes.append(f"Dashed: datasheet {sheet.product} {sheet.bw_gbps / 1e3:.2f} TB/s.")
@@ -259,9 +343,9 @@ def profile(g: pd.DataFrame) -> Optional[Figure]:
     dram.set_ylim(0, max(peak, sheet.bw_gbps if sheet else 0, ok["ncu_dram_gbps"].max()) * 1.15)
     notes.append("L1 hit rate is 0 for loads through TMA (they bypass L1).")
     notes.append(plotdata.not_drawn(g))
-    notes.append(("Profile run: " if ok["run_id"].nunique() == 1 else "Profile runs: ")
-                 + ", ".join(sorted(ok["run_id"].astype(str).unique())))
+    notes.append(
+        ("Profile run: " if ok["run_id"].nunique() == 1 else "Profile runs: ")
+        + ", ".join(sorted(ok["run_id"].astype(str).unique()))
+    )
     legend(axes[0, -1], *axes[0, 0].get_legend_handles_labels())
-    return finish(fig, f"DRAM throughput and cache hit rates: {gemm_title(k)}",
-                  subtitle(g, "Nsight Compute"), notes)
-
+    return finish(fig, f"DRAM throughput and cache hit rates: {gemm_title(k)}", subtitle(g, "Nsight Compute"), notes)

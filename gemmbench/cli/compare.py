@@ -10,14 +10,23 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from gemmbench.cli import app, err, fail, out
+from gemmbench.cli.common import err, fail, out
 
 BASELINE_DIR = Path("results") / "baselines"
 baseline_app = typer.Typer(no_args_is_help=True, help="Save runs as named baselines for `gemmbench compare`.")
-app.add_typer(baseline_app, name="baseline")
 FORMATS = ("table", "markdown", "json")
-STYLE = {"slower": "bold red", "now-failing": "bold red", "noisy": "yellow", "faster": "green", "fixed": "green",
-         "missing": "yellow", "new": "cyan", "still-failing": "red", "same": "dim", "skipped": "dim"}
+STYLE = {
+    "slower": "bold red",
+    "now-failing": "bold red",
+    "noisy": "yellow",
+    "faster": "green",
+    "fixed": "green",
+    "missing": "yellow",
+    "new": "cyan",
+    "still-failing": "red",
+    "same": "dim",
+    "skipped": "dim",
+}
 
 
 def resolve(spec: str) -> Path:
@@ -28,8 +37,9 @@ def resolve(spec: str) -> Path:
     return BASELINE_DIR / f"{spec}.parquet"
 
 
-def compare_runs(baseline: list[Path], candidate: list[Path], threshold: str, fmt: str, fail_on: str,
-                 force: bool) -> int:
+def compare_runs(
+    baseline: list[Path], candidate: list[Path], threshold: str, fmt: str, fail_on: str, force: bool
+) -> int:
     """Load, check comparability, print the verdicts; returns the exit code (1 on a --fail-on verdict)."""
     from gemmbench import compare as cmp
     from gemmbench.store import StoreError, load
@@ -57,8 +67,10 @@ def compare_runs(baseline: list[Path], candidate: list[Path], threshold: str, fm
         _table(rows, thr)
     hits = [r for r in rows if r.verdict in failed]
     summary = ", ".join(f"{n} {v}" for v, n in cmp.counts(rows).items())
-    err.print(escape(f"{len(rows)} cells: {summary}") + (f"; [bold red]{len(hits)} hit --fail-on[/]" if hits else ""),
-              highlight=False)
+    err.print(
+        escape(f"{len(rows)} cells: {summary}") + (f"; [bold red]{len(hits)} hit --fail-on[/]" if hits else ""),
+        highlight=False,
+    )
     return 1 if hits else 0
 
 
@@ -70,20 +82,31 @@ def _table(rows, thr: float) -> None:
         if r.verdict in ("same", "skipped"):
             continue
         change = f"{r.ratio - 1:+.1%}" if r.ratio is not None else escape((r.reason or "")[:60])
-        t.add_row(f"[{STYLE[r.verdict]}]{r.verdict}[/]", escape(r.cell), r.variant,
-                  "" if r.base_us is None else f"{r.base_us:.2f}", "" if r.cand_us is None else f"{r.cand_us:.2f}",
-                  change, "" if r.p_value is None else f"{r.p_value:.2g}")
+        t.add_row(
+            f"[{STYLE[r.verdict]}]{r.verdict}[/]",
+            escape(r.cell),
+            r.variant,
+            "" if r.base_us is None else f"{r.base_us:.2f}",
+            "" if r.cand_us is None else f"{r.cand_us:.2f}",
+            change,
+            "" if r.p_value is None else f"{r.p_value:.2g}",
+        )
     out.print(t)
 
 
-@app.command()
 def compare(
-    baseline: Annotated[str, typer.Argument(help="Baseline: a name in results/baselines/, a Parquet file or a folder.")],
+    baseline: Annotated[
+        str, typer.Argument(help="Baseline: a name in results/baselines/, a Parquet file or a folder.")
+    ],
     candidate: Annotated[list[Path], typer.Argument(help="Candidate run file(s) or folder(s).")],
     threshold: Annotated[str, typer.Option(help="Smallest change of the median that counts, e.g. 5%.")] = "5%",
     format_: Annotated[str, typer.Option("--format", help="table, markdown (a PR comment) or json.")] = "table",
-    fail_on: Annotated[str, typer.Option(help="Exit 1 on these verdicts: slower, failing, noisy, missing.")] = "slower,failing",
-    force: Annotated[bool, typer.Option(help="Compare runs of different GPU models, timing modes or L2 states.")] = False,
+    fail_on: Annotated[
+        str, typer.Option(help="Exit 1 on these verdicts: slower, failing, noisy, missing.")
+    ] = "slower,failing",
+    force: Annotated[
+        bool, typer.Option(help="Compare runs of different GPU models, timing modes or L2 states.")
+    ] = False,
 ) -> None:
     """Verdict per cell (slower, faster, same, noisy, now-failing, fixed, new, missing) from the raw samples of two
     runs; exit 1 when a verdict named by --fail-on occurs, 0 otherwise, 2 on misuse."""

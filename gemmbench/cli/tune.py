@@ -16,25 +16,47 @@ from rich.markup import escape
 from rich.table import Table
 
 from gemmbench import tune_multi
-from gemmbench.cli import _dtypes, _load_plugins, _problems, _tp_list, app, err, fail, out, progress_bar
+from gemmbench.cli.common import _dtypes, _load_plugins, _problems, _tp_list, err, fail, out, progress_bar
 
 
-@app.command()
 def tune(
     shapes: Annotated[str, typer.Option(help="Built-in shape set or a YAML path.")],
     variants: Annotated[str, typer.Option(help="Comma-separated globs of tunable (Triton) variants.")] = "triton_*",
     dtype: Annotated[str, typer.Option(help="Comma-separated: fp16, bf16, fp8.")] = "fp8,bf16",
-    m: Annotated[Optional[str], typer.Option(help="M values; each is tuned at its bucket (1..16 -> 16, then powers of 2).")] = None,
+    m: Annotated[
+        Optional[str], typer.Option(help="M values; each is tuned at its bucket (1..16 -> 16, then powers of 2).")
+    ] = None,
     tp: Annotated[str, typer.Option(help="Tensor-parallel degrees, comma-separated, e.g. '1,2,4,8'.")] = "1",
-    plugin: Annotated[Optional[list[Path]], typer.Option(help="Python file registering extra variants (repeatable).")] = None,
+    plugin: Annotated[
+        Optional[list[Path]], typer.Option(help="Python file registering extra variants (repeatable).")
+    ] = None,
     seed: Annotated[int, typer.Option(help="Seed of the random inputs.")] = 0,
-    skip_stored: Annotated[bool, typer.Option(help="Leave (variant, shape, M bucket)s that already have a stored config.")] = False,
-    shard: Annotated[Optional[str], typer.Option(help="Tune only shard I of N (0 <= I < N) of the jobs, e.g. $SLURM_ARRAY_TASK_ID/8; every host computes the same split, and configs are files, so there is nothing to merge.")] = None,
-    gpus: Annotated[Optional[str], typer.Option(help="Tune on these GPUs of this host at once, one child process each: 'all' or 0,1,... A faulting config costs only its job. With --shard, the shard's jobs are split across them.")] = None,
-    worker_jobs: Annotated[Optional[Path], typer.Option(hidden=True, help="(a child of --gpus) JSON list of the job keys to tune; events go to stdout as JSON lines.")] = None,
+    skip_stored: Annotated[
+        bool, typer.Option(help="Leave (variant, shape, M bucket)s that already have a stored config.")
+    ] = False,
+    shard: Annotated[
+        Optional[str],
+        typer.Option(
+            help="Tune only shard I of N (0 <= I < N) of the jobs, e.g. $SLURM_ARRAY_TASK_ID/8; every host computes the same split, and configs are files, so there is nothing to merge."
+        ),
+    ] = None,
+    gpus: Annotated[
+        Optional[str],
+        typer.Option(
+            help="Tune on these GPUs of this host at once, one child process each: 'all' or 0,1,... A faulting config costs only its job. With --shard, the shard's jobs are split across them."
+        ),
+    ] = None,
+    worker_jobs: Annotated[
+        Optional[Path],
+        typer.Option(
+            hidden=True,
+            help="(a child of --gpus) JSON list of the job keys to tune; events go to stdout as JSON lines.",
+        ),
+    ] = None,
 ) -> None:
     """Search each Triton variant's config space per (GPU, N, K, dtype, M bucket); store the winners as JSON."""
-    from gemmbench import shard as shard_mod, tuning
+    from gemmbench import shard as shard_mod
+    from gemmbench import tuning
 
     try:
         shard_at = shard_mod.parse(shard) if shard is not None else None
@@ -55,8 +77,9 @@ def tune(
             err.print("nothing to tune in this shard (the tune has fewer jobs than shards)")
             return
     if skip_stored:
-        jobs = [(p, v) for p, v in jobs
-                if not ((found := tuning.stored(v.name, p, dev.name)) and found[1]["bucket"] == p.M)]
+        jobs = [
+            (p, v) for p, v in jobs if not ((found := tuning.stored(v.name, p, dev.name)) and found[1]["bucket"] == p.M)
+        ]
         if not jobs:
             err.print("every selected (variant, shape, M bucket) already has a stored config")
             return
@@ -70,17 +93,22 @@ def tune(
     for line in report.failure_lines():
         err.print(escape(line), highlight=False, soft_wrap=True)
     if fault:
-        raise fail(f"stopped after {fault}: a faulting kernel ends this process's CUDA context "
-                   "(configs stored so far are kept; with --gpus a fresh child would carry on)", 1)
+        raise fail(
+            f"stopped after {fault}: a faulting kernel ends this process's CUDA context "
+            "(configs stored so far are kept; with --gpus a fresh child would carry on)",
+            1,
+        )
     if report.failed:
         raise typer.Exit(1)
 
 
 # ---------------------------------------------------------------- what to tune
 
+
 def _select(shapes, variants, dtype, m, tp, plugin) -> tuple[list, list]:
     """(problems, tunable variants) of the options, or a one-line error."""
-    from gemmbench import registry, shapes as shapes_mod
+    from gemmbench import registry
+    from gemmbench import shapes as shapes_mod
 
     tps = _tp_list(tp)
     try:
@@ -119,8 +147,10 @@ def _gpus_and_device(gpus: Optional[str]):
         return None, detect()
     models = {i: detect(i) for i in ids}
     if len({d.name for d in models.values()}) > 1:  # configs are stored per GPU model: one tune, one folder
-        raise fail(f"--gpus {gpus!r} mixes GPU models ({', '.join(f'{i}: {d.name}' for i, d in models.items())}); "
-                   "configs are stored per model, so tune one model at a time")
+        raise fail(
+            f"--gpus {gpus!r} mixes GPU models ({', '.join(f'{i}: {d.name}' for i, d in models.items())}); "
+            "configs are stored per model, so tune one model at a time"
+        )
     return ids, models[ids[0]]
 
 
@@ -143,8 +173,22 @@ def _jobs(problems: list, chosen: list, dev) -> list:
 
 def _child_command(shapes, variants, dtype, m, tp, plugin, seed) -> list[str]:
     """The command that rebuilds this job list in a child (it gets --worker-jobs on top)."""
-    cmd = [sys.executable, "-m", "gemmbench", "tune", "--shapes", shapes, "--variants", variants, "--dtype", dtype,
-           "--tp", tp, "--seed", str(seed)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "gemmbench",
+        "tune",
+        "--shapes",
+        shapes,
+        "--variants",
+        variants,
+        "--dtype",
+        dtype,
+        "--tp",
+        tp,
+        "--seed",
+        str(seed),
+    ]
     if m is not None:
         cmd += ["--m", m]
     for p in plugin or []:
@@ -153,6 +197,7 @@ def _child_command(shapes, variants, dtype, m, tp, plugin, seed) -> list[str]:
 
 
 # ---------------------------------------------------------------- tuning them
+
 
 def _tune_job(p, v, seed: int, cache: dict):
     """tuning.tune_and_store for one job -> (best trial, file, candidates tried).  The inputs and reference are
@@ -238,8 +283,10 @@ class _Report:
         elif "died" in event:
             self.note(f"{where}a child died ({event['died']}); a fresh one takes its {event['left']} remaining jobs")
         elif "lost" in event:
-            self.note(f"{where}given up after {tune_multi.MAX_DEATHS} child deaths in a row ({event['lost']}); "
-                      f"its {event['left']} remaining jobs go to the GPUs still working, if any")
+            self.note(
+                f"{where}given up after {tune_multi.MAX_DEATHS} child deaths in a row ({event['lost']}); "
+                f"its {event['left']} remaining jobs go to the GPUs still working, if any"
+            )
 
     def note(self, line: str) -> None:
         self.progress.console.print(escape(line), highlight=False, soft_wrap=True)
@@ -252,8 +299,9 @@ class _Report:
             if key in self.done:
                 (p, v), e = self.jobs[key], self.done[key]
                 short = " ".join(f"{k}={val}" for k, val in e["config"].items() if k not in ("GROUP_M",))
-                results.add_row(v.name, p.gemm, str(p.N), str(p.K), p.dtype, str(p.M), f"{e['us']:.2f}", short,
-                                str(e["tried"]))
+                results.add_row(
+                    v.name, p.gemm, str(p.N), str(p.K), p.dtype, str(p.M), f"{e['us']:.2f}", short, str(e["tried"])
+                )
         return results
 
     def failure_lines(self) -> list[str]:
@@ -286,9 +334,10 @@ def _tune_on_gpus(gpu_ids: list, command: list[str], report: _Report) -> None:
     import tempfile
 
     def split(keys: list, n: int) -> list:
-        return [[tune_multi.job_key(p, v.name) for p, v in part]
-                for part in tune_multi.split_jobs([report.jobs[k] for k in keys], n)]
+        return [
+            [tune_multi.job_key(p, v.name) for p, v in part]
+            for part in tune_multi.split_jobs([report.jobs[k] for k in keys], n)
+        ]
 
     with tempfile.TemporaryDirectory(prefix="gemmbench-tune-") as folder:
-        tune_multi.run_jobs(gpu_ids, list(report.jobs), tune_multi.spawner(command, Path(folder)), split,
-                            report.event)
+        tune_multi.run_jobs(gpu_ids, list(report.jobs), tune_multi.spawner(command, Path(folder)), split, report.event)

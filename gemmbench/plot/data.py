@@ -1,6 +1,6 @@
 """What `gemmbench plot` and `gemmbench report` draw: RESULTS files sorted into runs and profile tables, the filters
 (--shapes, --variants, --dtype, --tp, --gpu), speedups against a baseline (gemmbench.tables' rules), and the groups
-that become one figure each, with their file names.  pandas only: the drawing is gemmbench.plots."""
+that become one figure each, with their file names.  pandas only: the drawing is gemmbench.plot.figures."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from typing import Optional, Sequence
 import pandas as pd
 
 from gemmbench import tables
-from gemmbench.store import StoreError
+from gemmbench.store import PROFILE_SCHEMA, StoreError, load_layer_tables, load_profile_tables, table_kind
 
 # One figure of the per-GEMM kinds: one GEMM (at its TP degree and MoE routing) in one dtype and timing mode.
 # Timing modes are never mixed in one figure: cold and stream times of one cell answer different questions.
@@ -27,9 +27,11 @@ PROFILE_COLS = GEMM_COLS + ("dtype",)  # ncu profiles one eager launch, caches f
 @dataclass
 class Results:
     runs: Optional[pd.DataFrame]  # store.load rows; None where RESULTS held no run file
-    profiles: Optional[pd.DataFrame]  # profile.load_profiles rows; None where it held no profile table
+    profiles: Optional[pd.DataFrame]  # store.load_profile_tables rows; None where it held no profile table
     files: list[Path]
-    layers: Optional[pd.DataFrame] = None  # layer.load rows (`gemmbench layer` tables); None where it held none
+    layers: Optional[pd.DataFrame] = (
+        None  # store.load_layer_tables rows (`gemmbench layer` tables); None where it held none
+    )
 
 
 @dataclass
@@ -41,24 +43,9 @@ class Filters:
     gpu: Optional[str] = None  # the GPU name, or a case-insensitive part of it ("H100")
 
 
-def table_kind(f: Path) -> str:
-    """"profile" (a profile_schema column: gemmbench.profile.write), "layer" (layer_schema: gemmbench.layer.write)
-    or "run"."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    try:
-        names = pq.read_schema(f).names
-    except (pa.ArrowException, OSError) as e:
-        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-        raise StoreError(f"{f}: not a readable Parquet file, truncated or not Parquet ({first})") from None
-    return "profile" if "profile_schema" in names else "layer" if "layer_schema" in names else "run"
-
-
 def read(paths: Sequence) -> Results:
     """Every file under `paths` (files, or folders of *.parquet), each read as a run or as a profile table."""
     from gemmbench import store
-    from gemmbench.profile import PROFILE_SCHEMA, load_profiles
 
     if not paths:
         raise StoreError("no result files given")
@@ -74,20 +61,20 @@ def read(paths: Sequence) -> Results:
     runs = store.load(run_files) if run_files else None
     frames = []
     for f in profile_files:
-        df = load_profiles([f])
+        df = load_profile_tables([f])
         versions = set(pd.to_numeric(df["profile_schema"], errors="coerce").dropna().astype(int))
         if versions != {PROFILE_SCHEMA}:
             v = min(versions) if versions else "none"
             age = "newer" if versions and min(versions) > PROFILE_SCHEMA else "older"
-            raise StoreError(f"{f}: profile table written by an {age} gemmbench (profile schema {v}, this one reads "
-                             f"{PROFILE_SCHEMA}); profile again or read it with the gemmbench version that wrote it")
+            raise StoreError(
+                f"{f}: profile table written by an {age} gemmbench (profile schema {v}, this one reads "
+                f"{PROFILE_SCHEMA}); profile again or read it with the gemmbench version that wrote it"
+            )
         frames.append(df)
     profiles = pd.concat(frames, ignore_index=True) if frames else None
     if runs is not None:
         runs = _fill_timing_mode(runs)
-    from gemmbench import layer
-
-    return Results(runs, profiles, files, layer.load(layer_files) if layer_files else None)
+    return Results(runs, profiles, files, load_layer_tables(layer_files) if layer_files else None)
 
 
 def _fill_timing_mode(df: pd.DataFrame) -> pd.DataFrame:
@@ -131,26 +118,37 @@ def select(df: pd.DataFrame, f: Filters, what: str = "rows") -> pd.DataFrame:
     models = sorted(names.unique())
     if len(models) > 1:
         said = f", all matching --gpu {f.gpu!r}" if f.gpu else ""
-        raise StoreError(f"the {what} come from {len(models)} GPU models ({'; '.join(models)}{said}): "
-                         f"choose one with --gpu")
+        raise StoreError(
+            f"the {what} come from {len(models)} GPU models ({'; '.join(models)}{said}): choose one with --gpu"
+        )
     if f.shapes:
         keep = _matches(df["gemm"], f.shapes) | _matches(df["shape_set"], f.shapes)
-        df = _narrow(df, keep, f"--shapes {','.join(f.shapes)!r}", what,
-                     f"GEMMs {_held(df['gemm'])}; shape sets {_held(df['shape_set'])}")
+        df = _narrow(
+            df,
+            keep,
+            f"--shapes {','.join(f.shapes)!r}",
+            what,
+            f"GEMMs {_held(df['gemm'])}; shape sets {_held(df['shape_set'])}",
+        )
     if f.dtypes:
-        df = _narrow(df, df["dtype"].isin(f.dtypes), f"--dtype {','.join(f.dtypes)!r}", what,
-                     f"dtypes {_held(df['dtype'])}")
+        df = _narrow(
+            df, df["dtype"].isin(f.dtypes), f"--dtype {','.join(f.dtypes)!r}", what, f"dtypes {_held(df['dtype'])}"
+        )
     if f.tps:
-        df = _narrow(df, df["tp"].isin(f.tps), f"--tp {','.join(map(str, f.tps))!r}", what,
-                     f"tp {_held(df['tp'])}")
+        df = _narrow(df, df["tp"].isin(f.tps), f"--tp {','.join(map(str, f.tps))!r}", what, f"tp {_held(df['tp'])}")
     return df
 
 
 def keep_variants(df: pd.DataFrame, f: Filters, what: str = "rows") -> pd.DataFrame:
     if not f.variants:
         return df
-    return _narrow(df, _matches(df["variant"], f.variants), f"--variants {','.join(f.variants)!r}", what,
-                   f"variants {_held(df['variant'])}")
+    return _narrow(
+        df,
+        _matches(df["variant"], f.variants),
+        f"--variants {','.join(f.variants)!r}",
+        what,
+        f"variants {_held(df['variant'])}",
+    )
 
 
 def _records(df: pd.DataFrame) -> list[dict]:
@@ -173,10 +171,14 @@ def with_speedups(df: pd.DataFrame, baseline: Optional[str] = None) -> pd.DataFr
             sp = tables.speedups(rows)
             against.loc[g.index] = [tables.baseline_for(r) for r in rows]
         else:
-            base = {tables._cell(r): r["time_us_median"] for r in rows
-                    if r["variant"] == baseline and r["status"] == "ok"}
-            sp = {id(r): base[tables._cell(r)] / r["time_us_median"] for r in rows
-                  if r["status"] == "ok" and tables._is_gemm(r) and base.get(tables._cell(r))}
+            base = {
+                tables._cell(r): r["time_us_median"] for r in rows if r["variant"] == baseline and r["status"] == "ok"
+            }
+            sp = {
+                id(r): base[tables._cell(r)] / r["time_us_median"]
+                for r in rows
+                if r["status"] == "ok" and tables._is_gemm(r) and base.get(tables._cell(r))
+            }
         speedup.loc[g.index] = [sp.get(id(r), math.nan) for r in rows]
     return df.assign(speedup=speedup, baseline=against)
 
@@ -187,7 +189,7 @@ def groups(df: pd.DataFrame, cols: Sequence[str]) -> list[tuple[dict, pd.DataFra
     out = []
     for key, g in df.groupby(cols, sort=False, dropna=False):
         values = key if isinstance(key, tuple) else (key,)
-        out.append(({c: (None if pd.isna(v) else v) for c, v in zip(cols, values)}, g))
+        out.append(({c: (None if pd.isna(v) else v) for c, v in zip(cols, values, strict=False)}, g))
     return out
 
 

@@ -13,8 +13,8 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
-from gemmbench import plotdata
-from gemmbench.plots import Drawn, color, finish, legend, new_figure, subtitle
+from gemmbench.plot import data as plotdata
+from gemmbench.plot.style import Drawn, color, finish, legend, new_figure, subtitle
 
 FIGURE_COLS = ("shape_set", "tp", "dtype", "layers")
 MODES = ("eager", "graph")
@@ -63,22 +63,36 @@ def figure(g: pd.DataFrame, key: dict) -> Optional[Figure]:
                 continue
             alpha = 1.0 if mode == "eager" else 0.55
             ax.bar(x, kern, width * 0.92, color=c, alpha=alpha, gid=f"kernels:{plan}:{mode}")
-            ax.bar(x, gap, width * 0.92, bottom=kern, color="white", edgecolor=c, hatch="///", alpha=alpha,
-                   gid=f"gaps:{plan}:{mode}")
-            for xi, k_, g_, t in zip(x, kern, gap, totals):
+            ax.bar(
+                x,
+                gap,
+                width * 0.92,
+                bottom=kern,
+                color="white",
+                edgecolor=c,
+                hatch="///",
+                alpha=alpha,
+                gid=f"gaps:{plan}:{mode}",
+            )
+            for xi, k_, g_, t in zip(x, kern, gap, totals, strict=False):
                 ax.text(xi, k_ + g_, f" {t:.0f}", ha="center", va="bottom", fontsize=6.5, rotation=90)
     ax.set_xticks(np.arange(len(ms)), [str(m) for m in ms])
     ax.set_xlabel("M (tokens)")
     ax.set_ylabel("µs per layer")
     ax.grid(True, axis="y", alpha=0.3)
     handles = [Patch(color=color(p.split("+")[0]), label=p) for p, _ in plans]
-    handles += [Patch(facecolor="#777777", label="kernel time (sum, each alone)"),
-                Patch(facecolor="white", edgecolor="#777777", hatch="///", label="launch gaps (time - kernels)")]
+    handles += [
+        Patch(facecolor="#777777", label="kernel time (sum, each alone)"),
+        Patch(facecolor="white", edgecolor="#777777", hatch="///", label="launch gaps (time - kernels)"),
+    ]
     legend(ax, handles, [h.get_label() for h in handles], title="each M: eager bar, then graph bar (lighter)")
     steps = int(ok["steps"].iloc[0])
     layers = int(key.get("layers") or 1)
-    title = (f"{key['shape_set']} layer ({steps} steps), TP={key['tp']}, {key['dtype']}: eager vs CUDA graph"
-             + (f", {layers} layers per sample" if layers > 1 else ""))
-    notes.append("Host wall time per layer (GPU idle and L2 emptied before, synchronised after); kernels: each step "
-                 "timed alone with cold L2, summed. Runs: " + ", ".join(sorted(ok["run_id"].astype(str).unique())))
+    title = f"{key['shape_set']} layer ({steps} steps), TP={key['tp']}, {key['dtype']}: eager vs CUDA graph" + (
+        f", {layers} layers per sample" if layers > 1 else ""
+    )
+    notes.append(
+        "Host wall time per layer (GPU idle and L2 emptied before, synchronised after); kernels: each step "
+        "timed alone with cold L2, summed. Runs: " + ", ".join(sorted(ok["run_id"].astype(str).unique()))
+    )
     return finish(fig, title, subtitle(ok, how="gemmbench layer"), notes)

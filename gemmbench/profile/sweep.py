@@ -21,13 +21,10 @@ from pathlib import Path
 from typing import Callable, Optional
 
 import pandas as pd
-import pyarrow as pa
 
-from gemmbench import ncu, nsys
+from gemmbench.profile import ncu, nsys
 from gemmbench.shapes import Problem
-from gemmbench.store import CELL_KEY, cell_keys
-
-PROFILE_SCHEMA = 1  # in every row (profile_schema) and read back by load_profiles()
+from gemmbench.store import CELL_KEY, PROFILE_SCHEMA, cell_keys
 
 
 class ProfileError(RuntimeError):
@@ -57,8 +54,19 @@ def report_stem(variant: str, problem: Problem) -> str:
 def target_command(problem: Problem, variant: str, opts: ProfileOptions, result: Path) -> list[str]:
     from gemmbench.runner import cell_seed
 
-    cmd = [sys.executable, "-m", "gemmbench.profile_target", "--problem", json.dumps(asdict(problem)),
-           "--variant", variant, "--seed", str(cell_seed(opts.seed, problem)), "--result", str(result)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "gemmbench.profile.target",
+        "--problem",
+        json.dumps(asdict(problem)),
+        "--variant",
+        variant,
+        "--seed",
+        str(cell_seed(opts.seed, problem)),
+        "--result",
+        str(result),
+    ]
     for p in opts.plugins:
         cmd += ["--plugin", str(p)]
     return cmd
@@ -96,9 +104,14 @@ class CellProfiler:
         from gemmbench.store import cell_columns
 
         name = range_name("profile", cell_name(variant.name, problem))
-        base = dict(cell_columns(problem, variant), run_id=self.opts.run_id, profile_schema=PROFILE_SCHEMA,
-                    timestamp=datetime.now(timezone.utc).isoformat(timespec="seconds"), nvtx_range=name,
-                    **device.provenance())
+        base = dict(
+            cell_columns(problem, variant),
+            run_id=self.opts.run_id,
+            profile_schema=PROFILE_SCHEMA,
+            timestamp=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            nvtx_range=name,
+            **device.provenance(),
+        )
         self.reports.mkdir(parents=True, exist_ok=True)
         # reports are stem + suffix, never stem.with_suffix(): a GEMM id may contain '.' (two cells, one report)
         stem = self.reports / report_stem(variant.name, problem)
@@ -115,39 +128,62 @@ class CellProfiler:
                     return [dict(base, status="error", reason=extra)]
             if self.ncu:
                 report = stem.with_name(stem.name + ".ncu-rep")
-                cmd = ncu.profile_command(self.ncu, report, name, domain_in_use(), target, self.opts.extra_metrics,
-                                          self.opts.ncu_set)
+                cmd = ncu.profile_command(
+                    self.ncu, report, name, domain_in_use(), target, self.opts.extra_metrics, self.opts.ncu_set
+                )
                 outcome, output, code = self._child(cmd, result)
                 if outcome is None or outcome["status"] != "ok":
                     return [self._failed(base, outcome, output, code, name)]
                 why = ncu.explain_failure(output, name)
                 if not report.exists():
                     return [self._failed(base, None, output, code, name, why)]
-                proc = self.run(ncu.import_command(self.ncu, report), capture_output=True, text=True,
-                                timeout=self.opts.timeout_s)
+                proc = self.run(
+                    ncu.import_command(self.ncu, report), capture_output=True, text=True, timeout=self.opts.timeout_s
+                )
                 try:
                     kernels = ncu.parse_raw_csv(proc.stdout) if proc.returncode == 0 else []
                 except ncu.NcuError:  # an export with no kernel table: this cell's error row, not the sweep's end
                     kernels = []
                 if not kernels:
-                    return [dict(base, status="error", reason=why or f"no kernel was captured inside the NVTX range "
-                                                                    f"{name!r}", ncu_report=str(report))]
+                    return [
+                        dict(
+                            base,
+                            status="error",
+                            reason=why or f"no kernel was captured inside the NVTX range {name!r}",
+                            ncu_report=str(report),
+                        )
+                    ]
             scaling = variant.fp8_scaling if problem.dtype == "fp8" else "tensor"
-            model = ncu.Model(metrics.flops(problem) if variant.gemm else None,
-                              metrics.bytes_min(problem, outcome["experts_hit"] if problem.is_moe else None, scaling)
-                              if variant.gemm else None)
-            cell = dict(base, status="ok", reason=None, config=json.dumps(outcome["config"], sort_keys=True),
-                        max_rel_err=outcome["max_rel_err"], bytes_min=model.bytes_min, **extra)
+            model = ncu.Model(
+                metrics.flops(problem) if variant.gemm else None,
+                metrics.bytes_min(problem, outcome["experts_hit"] if problem.is_moe else None, scaling)
+                if variant.gemm
+                else None,
+            )
+            cell = dict(
+                base,
+                status="ok",
+                reason=None,
+                config=json.dumps(outcome["config"], sort_keys=True),
+                max_rel_err=outcome["max_rel_err"],
+                bytes_min=model.bytes_min,
+                **extra,
+            )
             if not self.ncu:
                 return [cell]
-            return [dict(cell, ncu_report=str(report), **k)
-                    for k in ncu.cell_rows(kernels, model, self.opts.extra_metrics)]
+            return [
+                dict(cell, ncu_report=str(report), **k) for k in ncu.cell_rows(kernels, model, self.opts.extra_metrics)
+            ]
 
     def _nsys_columns(self, stem: Path, name: str):
         sqlite_path = stem.with_name(stem.name + ".sqlite")
         rep = stem.with_name(stem.name + ".nsys-rep")
-        proc = self.run(nsys.export_command(self.nsys, rep, sqlite_path), capture_output=True, text=True,
-                        timeout=self.opts.timeout_s)
+        proc = self.run(
+            nsys.export_command(self.nsys, rep, sqlite_path),
+            capture_output=True,
+            text=True,
+            timeout=self.opts.timeout_s,
+        )
         if proc.returncode != 0 or not sqlite_path.exists():
             return f"nsys could not export {rep}: {_last_error(proc.stdout + proc.stderr, proc.returncode)}"
         cols = nsys.range_columns(sqlite_path, name)
@@ -155,31 +191,22 @@ class CellProfiler:
             return f"nsys recorded no NVTX range {name!r}"
         return dict(cols, nsys_report=str(rep))
 
-    def _failed(self, base: dict, outcome: Optional[dict], output: str, code: int, name: str,
-                why: Optional[str] = None) -> dict:
+    def _failed(
+        self, base: dict, outcome: Optional[dict], output: str, code: int, name: str, why: Optional[str] = None
+    ) -> dict:
         """The row of a cell that produced no profile; stops the sweep where no cell could succeed."""
         why = why or ncu.explain_failure(output, name)
         if why and "ERR_NVGPUCTRPERM" in why:
             raise ProfileError(why)
         if outcome is not None:  # the child ran and said why it did not profile (wrong, skipped)
-            return dict(base, status=outcome["status"], reason=outcome["reason"], max_rel_err=outcome["max_rel_err"],
-                        config=json.dumps(outcome["config"], sort_keys=True) if outcome["config"] else None)
+            return dict(
+                base,
+                status=outcome["status"],
+                reason=outcome["reason"],
+                max_rel_err=outcome["max_rel_err"],
+                config=json.dumps(outcome["config"], sort_keys=True) if outcome["config"] else None,
+            )
         return dict(base, status="error", reason=why or _last_error(output, code))
-
-
-def write(path: Path, rows: list[dict]) -> None:
-    """The profile table, atomically (store.write_table): rewritten after every cell."""
-    from gemmbench.store import write_table
-
-    write_table(path, pa.Table.from_pandas(pd.DataFrame(rows), preserve_index=False))
-
-
-def load_profiles(paths) -> pd.DataFrame:
-    """Profile tables written by write(), one DataFrame; a file that is not one is a one-line error."""
-    from gemmbench.store import load_side_tables
-
-    tables = load_side_tables(paths, "profile_schema", "not a gemmbench profile table (no profile_schema column)")
-    return pd.concat([df for _, df in tables], ignore_index=True)
 
 
 def join(runs: pd.DataFrame, profiles: pd.DataFrame) -> pd.DataFrame:

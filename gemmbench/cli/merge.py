@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from gemmbench.cli import app, err, fail
+from gemmbench.cli.common import err, fail
 
 SHOWN = 10  # cells named in a message; the rest are counted
 
@@ -20,11 +20,12 @@ def _named(keys: list) -> str:
     return shown + (f"; and {len(keys) - SHOWN} more" if len(keys) > SHOWN else "")
 
 
-@app.command()
 def merge(
     parts: Annotated[list[Path], typer.Argument(help="Part files (or folders of them) of one sharded sweep.")],
     out_path: Annotated[Path, typer.Option("--out", help="The merged run file (.parquet).")],
-    allow_missing: Annotated[bool, typer.Option(help="Write the merged file even when cells or shards are missing.")] = False,
+    allow_missing: Annotated[
+        bool, typer.Option(help="Write the merged file even when cells or shards are missing.")
+    ] = False,
 ) -> None:
     """Join the parts of a sweep run with `--shard I/N` into one file, after checking that every cell of the sweep is
     there exactly once; names the missing and duplicated cells (exit 1), writes nothing then unless --allow-missing
@@ -51,8 +52,12 @@ def merge(
     for line in problems:
         err.print(escape(f"merge: {line}"), highlight=False, soft_wrap=True)
     if report.duplicated or (problems and not allow_missing):
-        err.print(escape(f"nothing written to {out_path}" + ("" if report.duplicated else
-                                                             " (--allow-missing writes what is there)")))
+        err.print(
+            escape(
+                f"nothing written to {out_path}"
+                + ("" if report.duplicated else " (--allow-missing writes what is there)")
+            )
+        )
         raise typer.Exit(1)
     try:
         write_rows(out_path, rows)

@@ -1,6 +1,6 @@
 """`gemmbench report`: one Markdown file and one self-contained HTML file (its PNGs embedded as base64) from result
 rows: per GEMM, dtype and timing mode the winning variant by M with its speedup over the baseline and % of roofline,
-the full tables, and the figures of gemmbench.plots.  The report is built as a list of blocks rendered twice, so
+the full tables, and the figures of gemmbench.plot.figures.  The report is built as a list of blocks rendered twice, so
 the two files cannot say different things."""
 
 from __future__ import annotations
@@ -15,7 +15,9 @@ from typing import Optional, Sequence
 
 import pandas as pd
 
-from gemmbench import plotdata, plots
+from gemmbench.plot import data as plotdata
+from gemmbench.plot import figures as plots
+from gemmbench.plot import style
 from gemmbench.store import write_atomic
 from gemmbench.tables import short_config
 
@@ -32,11 +34,11 @@ class Report:
     def add(self, *block) -> None:
         self.blocks.append(block)
 
-    def figure(self, drawn: plots.Drawn, alt: str) -> None:
+    def figure(self, drawn: style.Drawn, alt: str) -> None:
         if drawn.figure is None:
             self.add("p", f"*{drawn.note}*")
             return
-        self.images[drawn.stem] = plots.render(drawn.figure, "png")
+        self.images[drawn.stem] = style.render(drawn.figure, "png")
         self.add("img", drawn.stem, alt)
 
 
@@ -46,11 +48,11 @@ def _num(x, spec: str, suffix: str = "") -> str:
     return format(float(x), spec) + suffix
 
 
-def _fig_index(drawn: Sequence[plots.Drawn]) -> dict:
+def _fig_index(drawn: Sequence[style.Drawn]) -> dict:
     return {tuple(sorted((k, str(v)) for k, v in d.key.items())): d for d in drawn}
 
 
-def _lookup(index: dict, key: dict) -> Optional[plots.Drawn]:
+def _lookup(index: dict, key: dict) -> Optional[style.Drawn]:
     return index.get(tuple(sorted((k, str(v)) for k, v in key.items())))
 
 
@@ -65,7 +67,7 @@ def winners(g: pd.DataFrame) -> pd.DataFrame:
 def _ranges(w: pd.DataFrame) -> str:
     """'1-8: triton_splitk_atomic; 16-64: cublas_fp8' (M values in order, runs of one winner joined)."""
     spans = []
-    for m, v in zip(w["M"], w["variant"]):
+    for m, v in zip(w["M"], w["variant"], strict=False):
         if spans and spans[-1][2] == v:
             spans[-1][1] = m
         else:
@@ -81,7 +83,7 @@ def _span(values: pd.Series, spec: str, suffix: str = "") -> str:
 
 
 def _heading(k: dict) -> str:
-    return f"{plots.gemm_title(k)} · {k.get('timing_mode') or 'timing unknown'}"
+    return f"{style.gemm_title(k)} · {k.get('timing_mode') or 'timing unknown'}"
 
 
 def _summary(rep: Report, keyed: list) -> None:
@@ -92,62 +94,107 @@ def _summary(rep: Report, keyed: list) -> None:
             continue
         sp = w["speedup"].dropna()
         pct = w["pct_of_roofline"].dropna()
-        rows.append([plots.gemm_title(k), k.get("timing_mode") or "", _ranges(w),
-                     _span(sp, ".2f", "×"), _span(pct, ".0f")])
+        rows.append(
+            [style.gemm_title(k), k.get("timing_mode") or "", _ranges(w), _span(sp, ".2f", "×"), _span(pct, ".0f")]
+        )
     if rows:
         rep.add("h", 2, "Summary")
-        rep.add("p", "Fastest variant at each M (only cells whose result passed the check), its speedup over the "
-                     "baseline in the same run and its % of the measured roofline (ranges over M).")
-        rep.add("table", ["GEMM", "timing", "winner by M", "winner's speedup", "winner's % of roofline"], rows,
-                "llllr")
+        rep.add(
+            "p",
+            "Fastest variant at each M (only cells whose result passed the check), its speedup over the "
+            "baseline in the same run and its % of the measured roofline (ranges over M).",
+        )
+        rep.add("table", ["GEMM", "timing", "winner by M", "winner's speedup", "winner's % of roofline"], rows, "llllr")
 
 
 def _gemm_section(rep: Report, k: dict, g: pd.DataFrame, figs: dict) -> None:
     rep.add("h", 2, _heading(k))
     w = winners(g)
     if not w.empty:
-        rep.add("table", ["M", "winner", "µs", "speedup", "over", "% of roofline"],
-                [[str(r["M"]), r["variant"], _num(r["time_us_median"], ".1f"), _num(r["speedup"], ".2f", "×"),
-                  str(r["baseline"]), _num(r["pct_of_roofline"], ".0f")] for _, r in w.iterrows()], "rlrrlr")
+        rep.add(
+            "table",
+            ["M", "winner", "µs", "speedup", "over", "% of roofline"],
+            [
+                [
+                    str(r["M"]),
+                    r["variant"],
+                    _num(r["time_us_median"], ".1f"),
+                    _num(r["speedup"], ".2f", "×"),
+                    str(r["baseline"]),
+                    _num(r["pct_of_roofline"], ".0f"),
+                ]
+                for _, r in w.iterrows()
+            ],
+            "rlrrlr",
+        )
     for kind, what in (("speedup", "speedup by M"), ("tflops", "TFLOP/s by M")):
         d = _lookup(figs[kind], k)
         if d is not None:
-            rep.figure(d, f"{what}: {plots.gemm_title(k)}")
+            rep.figure(d, f"{what}: {style.gemm_title(k)}")
     table = []
     for _, r in g.sort_values(["M", "variant"]).iterrows():
         ok = r["status"] == "ok"
         status = "ok" if ok else f"{r['status']}: {plotdata._short(str(r['reason'] or ''), 120)}"
-        table.append([str(r["M"]), r["variant"], _num(r["time_us_median"], ".2f") if ok else "",
-                      f"{_num(r['time_us_p20'], '.1f')}–{_num(r['time_us_p80'], '.1f')}" if ok else "",
-                      _num(r["tflops"], ".1f") if ok else "", _num(r["gbps"], ".0f") if ok else "",
-                      _num(r["pct_of_roofline"], ".0f") if ok else "", _num(r["speedup"], ".2f", "×") if ok else "",
-                      short_config(r["config"] if isinstance(r["config"], str) else None), status])
-    rep.add("table", ["M", "variant", "µs", "p20–p80 µs", "TFLOP/s", "GB/s", "% roofline", "speedup", "config",
-                      "status"], table, "rlrrrrrrll")
+        table.append(
+            [
+                str(r["M"]),
+                r["variant"],
+                _num(r["time_us_median"], ".2f") if ok else "",
+                f"{_num(r['time_us_p20'], '.1f')}–{_num(r['time_us_p80'], '.1f')}" if ok else "",
+                _num(r["tflops"], ".1f") if ok else "",
+                _num(r["gbps"], ".0f") if ok else "",
+                _num(r["pct_of_roofline"], ".0f") if ok else "",
+                _num(r["speedup"], ".2f", "×") if ok else "",
+                short_config(r["config"] if isinstance(r["config"], str) else None),
+                status,
+            ]
+        )
+    rep.add(
+        "table",
+        ["M", "variant", "µs", "p20–p80 µs", "TFLOP/s", "GB/s", "% roofline", "speedup", "config", "status"],
+        table,
+        "rlrrrrrrll",
+    )
 
 
 def _profile_section(rep: Report, profiles: pd.DataFrame) -> None:
-    from gemmbench import plots_roofline
+    from gemmbench.plot import roofline as plots_roofline
 
     drawn = plots.figures("profile", profiles=profiles)
     rows = plots_roofline.summed_profiles(profiles)
     rep.add("h", 2, "Nsight Compute profiles")
-    rep.add("p", "One eager launch per cell under ncu (caches flushed, clocks not locked), summed over the cell's "
-                 "kernels. DRAM/model = DRAM bytes read + written ÷ the modeled minimum bytes.")
-    for d, (k, g) in zip(drawn, plotdata.groups(rows, plotdata.PROFILE_COLS)):
-        rep.add("h", 3, plots.gemm_title(k))
-        rep.figure(d, f"DRAM throughput and cache hit rates: {plots.gemm_title(k)}")
+    rep.add(
+        "p",
+        "One eager launch per cell under ncu (caches flushed, clocks not locked), summed over the cell's "
+        "kernels. DRAM/model = DRAM bytes read + written ÷ the modeled minimum bytes.",
+    )
+    for d, (k, g) in zip(drawn, plotdata.groups(rows, plotdata.PROFILE_COLS), strict=False):
+        rep.add("h", 3, style.gemm_title(k))
+        rep.figure(d, f"DRAM throughput and cache hit rates: {style.gemm_title(k)}")
         table = []
         for _, r in g.sort_values(["M", "variant"]).iterrows():
             if r["status"] != "ok":
                 table.append([str(r["M"]), r["variant"], "", "", "", "", "", "", f"{r['status']}: {r['reason']}"])
                 continue
-            table.append([str(r["M"]), r["variant"], _num(r.get("ncu_duration_us"), ".1f"),
-                          _num(r["ncu_dram_gbps"], ".0f"), _num(r["ncu_dram_gbps"] / r["ncu_dram_peak_gbps"] * 100, ".0f"),
-                          _num(r["ncu_l1_hit_pct"], ".1f"), _num(r["ncu_l2_hit_pct"], ".1f"),
-                          _num(r.get("ncu_dram_traffic_ratio"), ".2f"), "ok"])
-        rep.add("table", ["M", "variant", "ncu µs", "DRAM GB/s", "% of peak", "L1 hit %", "L2 hit %", "DRAM/model",
-                          "status"], table, "rlrrrrrrl")
+            table.append(
+                [
+                    str(r["M"]),
+                    r["variant"],
+                    _num(r.get("ncu_duration_us"), ".1f"),
+                    _num(r["ncu_dram_gbps"], ".0f"),
+                    _num(r["ncu_dram_gbps"] / r["ncu_dram_peak_gbps"] * 100, ".0f"),
+                    _num(r["ncu_l1_hit_pct"], ".1f"),
+                    _num(r["ncu_l2_hit_pct"], ".1f"),
+                    _num(r.get("ncu_dram_traffic_ratio"), ".2f"),
+                    "ok",
+                ]
+            )
+        rep.add(
+            "table",
+            ["M", "variant", "ncu µs", "DRAM GB/s", "% of peak", "L1 hit %", "L2 hit %", "DRAM/model", "status"],
+            table,
+            "rlrrrrrrl",
+        )
 
 
 def build(runs: Optional[pd.DataFrame], profiles: Optional[pd.DataFrame], files: Sequence[Path]) -> Report:
@@ -155,17 +202,28 @@ def build(runs: Optional[pd.DataFrame], profiles: Optional[pd.DataFrame], files:
     rep = Report()
     rep.add("h", 1, "gemmbench report")
     both = pd.concat([d for d in (runs, profiles) if d is not None], ignore_index=True)
-    rep.add("p", f"**{', '.join(sorted(plotdata.gpu_names(both).unique()))}**, {plotdata.dates(both)}. Files: "
-                 + ", ".join(f"`{f}`" for f in files) + ".")
+    rep.add(
+        "p",
+        f"**{', '.join(sorted(plotdata.gpu_names(both).unique()))}**, {plotdata.dates(both)}. Files: "
+        + ", ".join(f"`{f}`" for f in files)
+        + ".",
+    )
     if runs is not None:
         info = []
         for run, g in runs.groupby("run_id", sort=True):
             counts = g["status"].value_counts()
             first = g.iloc[0]
-            info.append([str(run), str(first["shape_set"]), str(first["timing_mode"]), str(len(g)),
-                         ", ".join(f"{counts[s]} {s}" for s in ("ok", "wrong", "error", "skipped") if s in counts),
-                         f"{first['gemmbench_version']} ({str(first['git_sha'] or '')[:12]})",
-                         f"torch {first['torch']}, triton {first['triton']}, CUDA {first['cuda']}, driver {first['driver']}"])
+            info.append(
+                [
+                    str(run),
+                    str(first["shape_set"]),
+                    str(first["timing_mode"]),
+                    str(len(g)),
+                    ", ".join(f"{counts[s]} {s}" for s in ("ok", "wrong", "error", "skipped") if s in counts),
+                    f"{first['gemmbench_version']} ({str(first['git_sha'] or '')[:12]})",
+                    f"torch {first['torch']}, triton {first['triton']}, CUDA {first['cuda']}, driver {first['driver']}",
+                ]
+            )
         rep.add("table", ["run", "shape set", "timing", "rows", "status", "gemmbench", "stack"], info, "lllrlll")
         keyed = plotdata.groups(runs, plotdata.FIGURE_COLS)
         figs = {kind: _fig_index(plots.figures(kind, runs)) for kind in ("speedup", "tflops")}
@@ -184,13 +242,14 @@ def build(runs: Optional[pd.DataFrame], profiles: Optional[pd.DataFrame], files:
             rep.add("h", 2, "MoE schedules")
             for d in plots.figures("schedules", runs):
                 rep.add("h", 3, _heading(d.key))
-                rep.figure(d, f"MoE schedules: {plots.gemm_title(d.key)}")
+                rep.figure(d, f"MoE schedules: {style.gemm_title(d.key)}")
     if profiles is not None:
         _profile_section(rep, profiles)
     return rep
 
 
 # ------------------------------------------------------------------ rendering
+
 
 def _md_cell(text: str) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
@@ -207,9 +266,15 @@ def to_markdown(rep: Report) -> str:
             out.append(f"![{b[2]}]({IMG_DIR}/{b[1]}.png)")
         elif b[0] == "table":
             head, rows, align = b[1], b[2], b[3]
-            out.append("\n".join(["| " + " | ".join(_md_cell(h) for h in head) + " |",
-                                  "|" + "|".join("---:" if a == "r" else "---" for a in align) + "|"]
-                                 + ["| " + " | ".join(_md_cell(c) for c in r) + " |" for r in rows]))
+            out.append(
+                "\n".join(
+                    [
+                        "| " + " | ".join(_md_cell(h) for h in head) + " |",
+                        "|" + "|".join("---:" if a == "r" else "---" for a in align) + "|",
+                    ]
+                    + ["| " + " | ".join(_md_cell(c) for c in r) + " |" for r in rows]
+                )
+            )
     return "\n\n".join(out) + "\n"
 
 
@@ -228,8 +293,11 @@ display:block;margin:1em 0}code{background:#f3f3f3;padding:0 3px}"""
 
 
 def to_html(rep: Report) -> str:
-    out = ["<!doctype html>", '<html lang="en"><head><meta charset="utf-8"><title>gemmbench report</title>',
-           f"<style>{_CSS}</style></head><body>"]
+    out = [
+        "<!doctype html>",
+        '<html lang="en"><head><meta charset="utf-8"><title>gemmbench report</title>',
+        f"<style>{_CSS}</style></head><body>",
+    ]
     for b in rep.blocks:
         if b[0] == "h":
             out.append(f"<h{b[1]}>{_inline(b[2])}</h{b[1]}>")
@@ -240,10 +308,19 @@ def to_html(rep: Report) -> str:
             out.append(f'<img alt="{html.escape(b[2])}" src="data:image/png;base64,{data}">')
         elif b[0] == "table":
             head, rows, align = b[1], b[2], b[3]
-            cls = ['' if a != "r" else ' class="r"' for a in align]
-            out.append("<table><tr>" + "".join(f"<th>{_inline(h)}</th>" for h in head) + "</tr>"
-                       + "".join("<tr>" + "".join(f"<td{c}>{html.escape(str(v))}</td>" for c, v in zip(cls, r))
-                                 + "</tr>" for r in rows) + "</table>")
+            cls = ["" if a != "r" else ' class="r"' for a in align]
+            out.append(
+                "<table><tr>"
+                + "".join(f"<th>{_inline(h)}</th>" for h in head)
+                + "</tr>"
+                + "".join(
+                    "<tr>"
+                    + "".join(f"<td{c}>{html.escape(str(v))}</td>" for c, v in zip(cls, r, strict=False))
+                    + "</tr>"
+                    for r in rows
+                )
+                + "</table>"
+            )
     out.append("</body></html>")
     return "\n".join(out) + "\n"
 

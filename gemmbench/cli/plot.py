@@ -1,5 +1,5 @@
 """`gemmbench plot` and `gemmbench report`: the commands (registered on cli.app); the rows are chosen by
-gemmbench.plotdata, drawn by gemmbench.plots and written up by gemmbench.report."""
+gemmbench.plot.data, drawn by gemmbench.plot.figures and written up by gemmbench.plot.report."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 import typer
 from rich.markup import escape
 
-from gemmbench.cli import _choices, _dtypes, _tp_list, app, err, fail
+from gemmbench.cli.common import _choices, _dtypes, _tp_list, err, fail
 
 RESULTS_HELP = "Run files or profile tables (.parquet), or folders of them."
 _SHAPES = "Comma-separated globs on the GEMM id (attn_qkv) or the shape set (llama70b-attn)."
@@ -36,28 +36,36 @@ def _globs(option: str, text: Optional[str]) -> Optional[list[str]]:
 
 def _selected(results: list[Path], shapes, variants, dtype, tp, gpu, baseline):
     """(runs, profiles, files) after the filters, speedups against the baseline; a bad input is one line, exit 2."""
-    from gemmbench import plotdata
+    from gemmbench.plot import data as plotdata
     from gemmbench.store import StoreError
 
-    f = plotdata.Filters(shapes=_globs("--shapes", shapes), variants=_globs("--variants", variants),
-                         dtypes=_dtypes(dtype) if dtype is not None else None,
-                         tps=_tp_list(tp) if tp is not None else None, gpu=gpu)
+    f = plotdata.Filters(
+        shapes=_globs("--shapes", shapes),
+        variants=_globs("--variants", variants),
+        dtypes=_dtypes(dtype) if dtype is not None else None,
+        tps=_tp_list(tp) if tp is not None else None,
+        gpu=gpu,
+    )
     try:
         res = plotdata.read(results)
         runs = profiles = None
         if res.runs is not None:
             runs = plotdata.select(res.runs, f, "run rows")
             if baseline is not None and not (runs["variant"] == baseline).any():
-                raise StoreError(f"--baseline {baseline!r}: no such variant in the selected rows (they hold "
-                                 f"{', '.join(sorted(runs['variant'].astype(str).unique()))})")
+                raise StoreError(
+                    f"--baseline {baseline!r}: no such variant in the selected rows (they hold "
+                    f"{', '.join(sorted(runs['variant'].astype(str).unique()))})"
+                )
             runs = plotdata.keep_variants(plotdata.with_speedups(runs, baseline), f, "run rows")
         if res.profiles is not None:
             profiles = plotdata.keep_variants(plotdata.select(res.profiles, f, "profile rows"), f, "profile rows")
         if runs is not None and profiles is not None:
             gpus = set(plotdata.gpu_names(runs)) | set(plotdata.gpu_names(profiles))
             if len(gpus) > 1:
-                raise StoreError(f"the runs and the profile tables come from different GPUs ({'; '.join(sorted(gpus))}): "
-                                 f"choose one with --gpu")
+                raise StoreError(
+                    f"the runs and the profile tables come from different GPUs ({'; '.join(sorted(gpus))}): "
+                    f"choose one with --gpu"
+                )
     except StoreError as exc:
         raise fail(str(exc)) from None
     layers = res.layers
@@ -73,23 +81,29 @@ def _warn(text: str) -> None:
     err.print(escape(f"warning: {text}"), highlight=False, soft_wrap=True)
 
 
-@app.command()
 def plot(
     results: Annotated[list[Path], typer.Argument(help=RESULTS_HELP, show_default=False)],
-    kind: Annotated[str, typer.Option(help="roofline, speedup, tflops, latency, schedules (MoE), profile (ncu tables), "
-                                           "layer (`gemmbench layer` tables); "
-                                           "comma-separated for several.")],
+    kind: Annotated[
+        str,
+        typer.Option(
+            help="roofline, speedup, tflops, latency, schedules (MoE), profile (ncu tables), "
+            "layer (`gemmbench layer` tables); "
+            "comma-separated for several."
+        ),
+    ],
     baseline: Baseline = None,
     shapes: Shapes = None,
     variants: Variants = None,
     dtype: Dtype = None,
     tp: Tp = None,
     gpu: Gpu = None,
-    out_path: Annotated[Path, typer.Option("--out", help="Folder for the figures: <kind>-<GEMM>-<dtype>.png.")] = Path("plots"),
+    out_path: Annotated[Path, typer.Option("--out", help="Folder for the figures: <kind>-<GEMM>-<dtype>.png.")] = Path(
+        "plots"
+    ),
     fmt: Annotated[str, typer.Option("--format", help="Comma-separated: png, svg.")] = "png",
 ) -> None:
     """Draw figures from result files: one per GEMM and dtype (a roofline: one per dtype); prints each path written."""
-    from gemmbench import plots
+    from gemmbench.plot import figures as plots
 
     kinds = _choices("--kind", kind, plots.KINDS)
     formats = _choices("--format", fmt, plots.FORMATS)
@@ -112,7 +126,7 @@ def plot(
     try:
         for k in kinds:
             if k == "layer":
-                from gemmbench import plots_layer
+                from gemmbench.plot import layer as plots_layer
 
                 drawn += plots_layer.figures(layers)
             else:
@@ -135,10 +149,11 @@ def plot(
             typer.echo(str(p))
 
 
-@app.command()
 def report(
     results: Annotated[list[Path], typer.Argument(help=RESULTS_HELP, show_default=False)],
-    out_path: Annotated[Path, typer.Option("--out", help="Folder for report.md, report.html and img/.")] = Path("report"),
+    out_path: Annotated[Path, typer.Option("--out", help="Folder for report.md, report.html and img/.")] = Path(
+        "report"
+    ),
     baseline: Baseline = None,
     shapes: Shapes = None,
     variants: Variants = None,
@@ -148,7 +163,7 @@ def report(
 ) -> None:
     """Write a Markdown report and a self-contained HTML one: per GEMM and dtype the winner by M, its speedup and %
     of roofline, the tables and the figures; prints each path written."""
-    from gemmbench import report as rep_mod
+    from gemmbench.plot import report as rep_mod
     from gemmbench.store import StoreError
 
     if out_path.is_file():

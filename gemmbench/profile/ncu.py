@@ -56,8 +56,18 @@ FLOP_METRICS = (
 )
 # Summed over a cell's kernels; the percentages are weighted (hit rates by their sectors, the rest by
 # duration); sizes take the largest kernel's.
-_ADDITIVE = ("ncu_duration_ns", "ncu_dram_read_bytes", "ncu_dram_write_bytes", "ncu_l1_sectors", "ncu_l2_sectors",
-             "ncu_global_load_inst", "ncu_lsu_load_requests", "ncu_tma_load_inst", "ncu_ldgsts_inst", "ncu_tensor_flops")
+_ADDITIVE = (
+    "ncu_duration_ns",
+    "ncu_dram_read_bytes",
+    "ncu_dram_write_bytes",
+    "ncu_l1_sectors",
+    "ncu_l2_sectors",
+    "ncu_global_load_inst",
+    "ncu_lsu_load_requests",
+    "ncu_tma_load_inst",
+    "ncu_ldgsts_inst",
+    "ncu_tensor_flops",
+)
 _BY_SECTORS = {"ncu_l1_hit_pct": "ncu_l1_sectors", "ncu_l2_hit_pct": "ncu_l2_sectors"}
 _BY_DURATION = ("ncu_occupancy_pct", "ncu_tensor_pipe_pct", "ncu_sm_pct")
 _LARGEST = ("ncu_registers", "ncu_smem_bytes", "ncu_dram_peak_gbps")
@@ -81,8 +91,10 @@ def find_tool(exe: str) -> Optional[str]:
 
 
 def missing_tool(exe: str, product: str) -> str:
-    return (f"{exe} ({product}) is not installed or not on the PATH: it ships with the CUDA toolkit (<cuda>/bin/{exe}) "
-            f"and as NVIDIA's standalone {product} package; add its folder to PATH")
+    return (
+        f"{exe} ({product}) is not installed or not on the PATH: it ships with the CUDA toolkit (<cuda>/bin/{exe}) "
+        f"and as NVIDIA's standalone {product} package; add its folder to PATH"
+    )
 
 
 def find_ncu() -> str:
@@ -92,14 +104,31 @@ def find_ncu() -> str:
     return found
 
 
-def profile_command(ncu: str, report: Path, range_name: str, domain: Optional[str], target: Sequence[str],
-                    extra_metrics: Sequence[str] = (), full_set: bool = False) -> list[str]:
+def profile_command(
+    ncu: str,
+    report: Path,
+    range_name: str,
+    domain: Optional[str],
+    target: Sequence[str],
+    extra_metrics: Sequence[str] = (),
+    full_set: bool = False,
+) -> list[str]:
     """ncu over `target` (a command line), profiling only the kernels inside the push/pop range.
     Clocks are left alone (--clock-control none: never lock them) and every kernel starts with flushed
     caches (--cache-control all), as in gemmbench's cold timing."""
     metrics = list(dict.fromkeys([*METRICS.values(), *FLOP_METRICS, *extra_metrics]))
-    cmd = [ncu, "--target-processes", "all", "--clock-control", "none", "--cache-control", "all",
-           "--nvtx", "--nvtx-include", ncu_include(range_name, domain)]
+    cmd = [
+        ncu,
+        "--target-processes",
+        "all",
+        "--clock-control",
+        "none",
+        "--cache-control",
+        "all",
+        "--nvtx",
+        "--nvtx-include",
+        ncu_include(range_name, domain),
+    ]
     if full_set:
         cmd += ["--set", "full"]
     return cmd + ["--metrics", ",".join(metrics), "--export", str(report), "--force-overwrite", *target]
@@ -112,9 +141,11 @@ def import_command(ncu: str, report: Path) -> list[str]:
 def explain_failure(output: str, range_name: str) -> Optional[str]:
     """The one-line reason in ncu's output for a profile that produced nothing, if it names one."""
     if "ERR_NVGPUCTRPERM" in output:
-        return ("no permission to read the GPU's performance counters (ERR_NVGPUCTRPERM): run as root, or have an "
-                "administrator load the nvidia driver with NVreg_RestrictProfilingToAdminUsers=0 "
-                "(e.g. `options nvidia NVreg_RestrictProfilingToAdminUsers=0` in /etc/modprobe.d, then reload it)")
+        return (
+            "no permission to read the GPU's performance counters (ERR_NVGPUCTRPERM): run as root, or have an "
+            "administrator load the nvidia driver with NVreg_RestrictProfilingToAdminUsers=0 "
+            "(e.g. `options nvidia NVreg_RestrictProfilingToAdminUsers=0` in /etc/modprobe.d, then reload it)"
+        )
     if "No kernels were profiled" in output:
         return f"no kernel was captured inside the NVTX range {range_name!r} (ncu saw no kernel launch in it)"
     for line in output.splitlines():
@@ -147,13 +178,15 @@ def parse_raw_csv(text: str) -> list[dict]:
         raise NcuError("the ncu report has no kernel table (no 'ID' header row)")
     header, units = rows[start], rows[start + 1]
     kernels = []
-    for r in rows[start + 2:]:
+    for r in rows[start + 2 :]:
         if len(r) != len(header):
             continue
-        cells = dict(zip(header, r))
-        entry = {"id": int(cells["ID"]) if cells["ID"].isdigit() else cells["ID"],
-                 "kernel": cells.get("Kernel Name") or cells.get("Function Name") or ""}
-        for name, value, unit in zip(header, r, units):
+        cells = dict(zip(header, r, strict=False))
+        entry = {
+            "id": int(cells["ID"]) if cells["ID"].isdigit() else cells["ID"],
+            "kernel": cells.get("Kernel Name") or cells.get("Function Name") or "",
+        }
+        for name, value, unit in zip(header, r, units, strict=False):
             if "__" in name:  # metric columns are the ones named like unit__counter
                 entry[name] = _number(value, unit)
         kernels.append(entry)
@@ -195,7 +228,7 @@ def _derive(cols: dict, model: Model) -> dict:
 
 
 def _weighted(values, weights) -> Optional[float]:
-    pairs = [(v, w) for v, w in zip(values, weights) if v is not None and w]
+    pairs = [(v, w) for v, w in zip(values, weights, strict=False) if v is not None and w]
     total = sum(w for _, w in pairs)
     return sum(v * w for v, w in pairs) / total if total else None
 
@@ -213,8 +246,11 @@ def cell_rows(kernels: list[dict], model: Model, extra_metrics: Sequence[str] = 
         total[col] = sum(vals) if vals else None
     for col, weight in _BY_SECTORS.items():  # by duration where the sector counts were not collected
         by_sectors = _weighted([r[col] for r in per], [r[weight] for r in per])
-        total[col] = by_sectors if by_sectors is not None else _weighted([r[col] for r in per],
-                                                                         [r["ncu_duration_ns"] for r in per])
+        total[col] = (
+            by_sectors
+            if by_sectors is not None
+            else _weighted([r[col] for r in per], [r["ncu_duration_ns"] for r in per])
+        )
     for col in _BY_DURATION:
         total[col] = _weighted([r[col] for r in per], [r["ncu_duration_ns"] for r in per])
     for col in _LARGEST:
@@ -227,4 +263,3 @@ def cell_rows(kernels: list[dict], model: Model, extra_metrics: Sequence[str] = 
     for r in per:
         r["ncu_kernels"] = 1
     return per + [total]
-

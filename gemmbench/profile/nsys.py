@@ -24,7 +24,7 @@ class NsysError(RuntimeError):
 
 
 def find_nsys() -> str:
-    from gemmbench.ncu import find_tool, missing_tool
+    from gemmbench.profile.ncu import find_tool, missing_tool
 
     found = find_tool("nsys")
     if not found:
@@ -34,8 +34,21 @@ def find_nsys() -> str:
 
 def profile_command(nsys: str, report_stem: Path, target: Sequence[str]) -> list[str]:
     """CUDA and NVTX traces only: no CPU sampling or context-switch tracing to perturb the launch path."""
-    return [nsys, "profile", "--trace", "cuda,nvtx", "--sample", "none", "--cpuctxsw", "none",
-            "--force-overwrite", "true", "--output", str(report_stem), *target]
+    return [
+        nsys,
+        "profile",
+        "--trace",
+        "cuda,nvtx",
+        "--sample",
+        "none",
+        "--cpuctxsw",
+        "none",
+        "--force-overwrite",
+        "true",
+        "--output",
+        str(report_stem),
+        *target,
+    ]
 
 
 def export_command(nsys: str, report: Path, sqlite_path: Path) -> list[str]:
@@ -51,7 +64,9 @@ def range_columns(sqlite_path: Path, range_name: str) -> Optional[dict]:
         join = "LEFT JOIN StringIds s ON s.id = e.textId" if "StringIds" in tables else ""
         found = con.execute(
             f"SELECT e.start, e.end, e.globalTid FROM NVTX_EVENTS e {join} "
-            f"WHERE e.eventType = ? AND {text} = ? ORDER BY e.start LIMIT 1", (NVTX_PUSH_POP, range_name)).fetchone()
+            f"WHERE e.eventType = ? AND {text} = ? ORDER BY e.start LIMIT 1",
+            (NVTX_PUSH_POP, range_name),
+        ).fetchone()
         if found is None:
             return None
         start, end, tid = found
@@ -60,7 +75,9 @@ def range_columns(sqlite_path: Path, range_name: str) -> Optional[dict]:
             kernels = con.execute(
                 "SELECT k.start, k.end FROM CUPTI_ACTIVITY_KIND_RUNTIME r "
                 "JOIN CUPTI_ACTIVITY_KIND_KERNEL k ON k.correlationId = r.correlationId "
-                "WHERE r.globalTid = ? AND r.start >= ? AND r.start <= ?", (tid, start, end)).fetchall()
+                "WHERE r.globalTid = ? AND r.start >= ? AND r.start <= ?",
+                (tid, start, end),
+            ).fetchall()
     finally:
         con.close()
     kernel_ns = sum(e - s for s, e in kernels)

@@ -1,0 +1,22 @@
+"""The command line (Typer): one module per command, each an adapter (parse, validate, call, print) over the
+engine; common.py holds the app, the consoles, the one-line errors and the option parsers they share.  The commands
+are registered here, in the order `gemmbench --help` lists them."""
+
+from gemmbench.cli import compare, layer, list, merge, plot, profile, run, shapes, tune
+from gemmbench.cli.common import app
+
+app.command()(run.run)
+app.command()(tune.tune)
+app.command()(profile.profile)
+app.command()(layer.layer)
+app.command()(plot.plot)
+app.command()(plot.report)
+app.command()(compare.compare)
+app.add_typer(compare.baseline_app, name="baseline")
+app.command()(merge.merge)
+app.add_typer(list.list_app, name="list")
+app.add_typer(shapes.shapes_app, name="shapes")
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,124 @@
+"""The command line (Typer).  Parses, validates, calls one function; measures nothing itself.
+Tables go to stdout; progress, banners and warnings to stderr; a bad input is one line on stderr
+and exit code 2, never a traceback."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="Benchmark and profile the GEMM kernels of LLM inference on NVIDIA Hopper GPUs.",
+)
+
+# Piped output (CI logs, files) gets a wide fixed width instead of rich's 80-column default.
+out = Console(width=None if sys.stdout.isatty() else 160)
+err = Console(stderr=True)
+
+
+def fail(message: str, code: int = 2) -> "typer.Exit":
+    # escape: messages quote user input (globs like 'cublas_[ab]*'), which rich would read as markup
+    err.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
+    return typer.Exit(code)
+
+
+def progress_bar():
+    """The progress bar of every long command, on stderr: what runs now, done of total, time taken."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    return Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err
+    )
+
+
+def _choices(option: str, text: str, allowed) -> list[str]:
+    """A comma-separated option whose every value must be one of `allowed`; duplicates dropped, order kept."""
+    names = [x.strip() for x in text.split(",") if x.strip()]
+    if not names or any(x not in allowed for x in names):
+        raise fail(f"{option} {text!r}: choose from {', '.join(allowed)} (comma-separated)")
+    return list(dict.fromkeys(names))
+
+
+def _dtypes(text: str) -> list[str]:
+    from gemmbench.shapes import DTYPES
+
+    return _choices("--dtype", text, DTYPES)
+
+
+def _tp_list(text: str) -> list[int]:
+    try:
+        tps = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        tps = []
+    if not tps or min(tps) < 1:
+        raise fail(f"--tp {text!r}: give positive integers, comma-separated (e.g. 8 or 1,2,4,8)")
+    return list(dict.fromkeys(tps))
+
+
+def _problems(sset, dtypes, m_values, tps: list[int], routings: list[str]) -> list:
+    """Every (TP, routing) expansion of the set; dense GEMMs once per TP (routing does not apply to them)."""
+    from gemmbench.shapes import problems
+
+    out = []
+    for t in tps:
+        for i, r in enumerate(routings):
+            out += [p for p in problems(sset, dtypes, m_values, t, r) if p.is_moe or i == 0]
+    return out
+
+
+def _load_plugins(plugins: list[Path]) -> None:
+    from gemmbench import registry
+
+    for p in plugins:
+        registry.load_plugin(p)
+
+
+def select_cells(
+    shapes: str,
+    variants: Optional[str],
+    dtype: str,
+    m: Optional[str],
+    tp: str,
+    routing: str,
+    seed: int,
+    plugin: Optional[list[Path]],
+) -> tuple:
+    """The selection options `run` and `profile` share -> (shape set, [(problem, [variant names])]).
+    A cell is a problem and a variant made for its kind (dense/MoE) and dtype."""
+    from gemmbench import registry
+    from gemmbench import shapes as shapes_mod
+    from gemmbench.inputs import ROUTINGS
+
+    tps = _tp_list(tp)
+    routings = _choices("--routing", routing, ROUTINGS)
+    if not 0 <= seed < 2**31:
+        raise fail(f"--seed must be in 0 .. 2**31 - 1, got {seed}")
+    if variants is not None and not variants.strip(" ,"):
+        raise fail("--variants is empty (give globs such as 'triton_*,cublas_fp8')")
+    try:
+        sset = shapes_mod.load(shapes)
+        m_values = shapes_mod.parse_m_list(m) if m is not None else None
+        problems = _problems(sset, _dtypes(dtype), m_values, tps, routings)
+        _load_plugins(plugin or [])
+        chosen = registry.select(variants)
+    except (shapes_mod.ShapeError, registry.RegistryError) as exc:
+        raise fail(str(exc)) from None
+    cells = [(p, [v.name for v in chosen if p.dtype in v.dtypes and v.moe == p.is_moe]) for p in problems]
+    uncovered = sorted({f"{p.gemm} {p.dtype}" for p, names in cells if not names})
+    cells = [(p, names) for p, names in cells if names]
+    if not cells:
+        raise fail(f"no selected variant runs {sset.name} in {dtype} (see `gemmbench list variants`)")
+    if uncovered:  # nothing may disappear silently: these problems have no cell at all
+        err.print(
+            escape(f"warning: no selected variant runs {', '.join(uncovered)}; those problems are left out"),
+            highlight=False,
+        )
+    return sset, cells

@@ -1,0 +1,69 @@
+"""`gemmbench list shapes` and `gemmbench list variants`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from gemmbench.cli.common import _load_plugins, fail, out
+
+list_app = typer.Typer(no_args_is_help=True, help="List shape sets or variants.")
+
+
+def _m_label(m_values: tuple) -> str:
+    from gemmbench.shapes import PRESETS
+
+    for name, values in PRESETS.items():
+        if tuple(m_values) == tuple(values):
+            return f"{name} ({values[0]}..{values[-1]})"
+    return ",".join(map(str, m_values))
+
+
+@list_app.command("shapes")
+def list_shapes() -> None:
+    """Built-in shape sets with their GEMMs and default M lists."""
+    from gemmbench import shapes as shapes_mod
+
+    t = Table(title="shape sets (gemmbench run --shapes NAME; --m and --tp override)")
+    for col in ("set", "GEMM", "N", "K", "E", "topk", "TP splits", "default M"):
+        t.add_column(col)
+    for name in shapes_mod.builtin_names():
+        s = shapes_mod.load(name)
+        for i, g in enumerate(s.gemms):
+            t.add_row(
+                name if i == 0 else "",
+                g.name,
+                str(g.N),
+                str(g.K),
+                str(g.E) if g.is_moe else "",
+                str(g.topk) if g.is_moe else "",
+                {"column": "N", "row": "K"}.get(g.parallel, "-"),
+                _m_label(s.m_values) if i == 0 else "",
+            )
+        t.add_section()
+    out.print(t)
+
+
+@list_app.command("variants")
+def list_variants(
+    plugin: Annotated[Optional[list[Path]], typer.Option(help="Python file registering extra variants.")] = None,
+) -> None:
+    """Registered kernel variants: name, family, dtypes and what each does."""
+    from gemmbench import registry
+
+    try:
+        _load_plugins(plugin or [])
+        variants = registry.all_variants()
+    except registry.RegistryError as exc:
+        raise fail(str(exc)) from None
+    t = Table(title="variants (gemmbench run --variants GLOB,...)")
+    for col in ("variant", "family", "dtypes", "runs", "description"):
+        t.add_column(col)
+    for v in variants:
+        src = "" if v.source == "builtin" else escape(f" [plugin {v.source}]")
+        t.add_row(v.name, v.family, ",".join(v.dtypes), "MoE" if v.moe else "dense", escape(v.description) + src)
+    out.print(t)
