@@ -1,10 +1,11 @@
-"""Correctness before timing: an fp32 reference on the dequantised inputs, one tolerance table,
-and a report that says where and by how much a result is wrong."""
+"""Correctness before timing: `check_cell()`, the one check every path runs (run, tune, profile, layer and the tests):
+make the launch, poison its output, launch it once, compare with an fp32 reference on the dequantised inputs; one
+tolerance table, and a report that says where and by how much a result is wrong."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Callable, Optional
 
 import torch
 
@@ -75,3 +76,53 @@ def poison(out: Optional[torch.Tensor]) -> None:
     """Fill an output buffer with NaN so that any tile a kernel forgets to write fails the check."""
     if out is not None:
         out.fill_(float("nan"))
+
+
+class CellError(RuntimeError):
+    """A cell failed before it could be compared: `phase` is where ("make": setup, "check": the launch)."""
+
+    def __init__(self, phase: str, exc: BaseException):
+        super().__init__(f"{phase}: {exc}")
+        self.phase, self.exc = phase, exc
+
+
+@dataclass
+class CellCheck:
+    result: CheckResult
+    launch: Any  # registry.Launch: what make() returned, ready to be timed
+    out: Any  # the checked output
+
+
+def check_cell(
+    problem: Problem,
+    variant: Any,
+    inputs: GemmInputs,
+    *,
+    launch: Any = None,
+    ref: Optional[torch.Tensor] = None,
+    on_phase: Callable[[str], None] = lambda phase: None,
+) -> CellCheck:
+    """The one check: `variant.make` (unless `launch` is given), its output filled with NaN, exactly one launch inside
+    the NVTX range "check <cell>", then the variant's own check or the comparison with the fp32 reference (`ref` when
+    the caller shares one across candidates, as tuning does).  Raises CellError naming the phase that failed."""
+    from gemmbench.nvtx_ranges import annotate, cell_name, range_name
+
+    name = getattr(variant, "name", None) or "config"
+    try:
+        on_phase("make")
+        launch = launch if launch is not None else variant.make(problem, inputs)
+    except Exception as exc:
+        raise CellError("make", exc) from exc
+    try:
+        on_phase("check")
+        poison(launch.out)
+        with annotate(range_name("check", cell_name(name, problem))):  # exactly one call inside
+            out = launch.fn()
+            if inputs.a.is_cuda:
+                torch.cuda.synchronize()
+    except Exception as exc:
+        raise CellError("check", exc) from exc
+    own = getattr(variant, "check", None)
+    if own is not None:  # not a GEMM output (moe_align): the variant's own check
+        return CellCheck(own(problem, inputs, out), launch, out)
+    return CellCheck(compare(problem, out, ref if ref is not None else reference(problem, inputs)), launch, out)

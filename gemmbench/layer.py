@@ -22,8 +22,7 @@ from __future__ import annotations
 
 import json
 import math
-import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
@@ -77,6 +76,15 @@ class Step:
     @property
     def is_gemm(self) -> bool:
         return self.problem is not None
+
+
+def steps_to_wire(steps: Sequence[Step]) -> list[dict]:
+    """Steps as JSON, for the engine's `layer` task (steps_from_wire reads them back)."""
+    return [{"name": s.name, "problem": asdict(s.problem) if s.problem else None, "variant": s.variant} for s in steps]
+
+
+def steps_from_wire(wire: Sequence[dict]) -> list[Step]:
+    return [Step(s["name"], Problem(**s["problem"]) if s["problem"] else None, s["variant"]) for s in wire]
 
 
 def layer_gemms(sset: ShapeSet) -> list[str]:
@@ -253,8 +261,7 @@ def build(steps: Sequence[Step], seed: int, device: str) -> list[Built]:
     """One layer copy: inputs drawn on the device, the routing run once so that every expert GEMM is made (its
     alignment computed) for the routing it will see, then each variant's launch."""
     from gemmbench import registry
-    from gemmbench.inputs import make_inputs
-    from gemmbench.runner import cell_seed
+    from gemmbench.inputs import cell_seed, make_inputs
 
     routing = None
     first_moe = next((s.problem for s in steps if s.is_gemm and s.problem.is_moe), None)
@@ -278,16 +285,16 @@ def build(steps: Sequence[Step], seed: int, device: str) -> list[Built]:
 
 
 def check(built: Sequence[Built]) -> list[dict]:
-    """Each GEMM of the layer against its fp32 reference: [{step, ok, max_rel_err, detail}]."""
-    from gemmbench import check as check_mod
+    """Each GEMM of the layer through the one check (check.check_cell, on the launch the layer built, so that its
+    routing is the layer's): [{step, ok, max_rel_err, detail}]."""
+    from gemmbench import registry
+    from gemmbench.check import check_cell
 
     out = []
     for b in built:
         if not b.step.is_gemm:
             continue
-        check_mod.poison(b.out)
-        got = b.fn()
-        res = check_mod.compare(b.step.problem, got, check_mod.reference(b.step.problem, b.inputs))
+        res = check_cell(b.step.problem, registry.get(b.step.variant), b.inputs, launch=b).result
         out.append(dict(step=b.step.name, ok=res.ok, max_rel_err=res.max_rel_err, detail=res.detail))
     return out
 
@@ -302,19 +309,6 @@ def graph_blockers(built: Sequence[Built]) -> list[str]:
 
 
 # ---------------------------------------------------------------- timing
-
-
-def _host_wall(launch: Callable[[], None], layers: int, gpu: bool) -> float:
-    """One sample: GPU idle with L2 emptied, then the host clock around the launches and a synchronize."""
-    from gemmbench.timing import evict_l2, sync
-
-    if gpu:
-        evict_l2()
-    sync()
-    t0 = time.perf_counter()
-    launch()
-    sync()
-    return (time.perf_counter() - t0) * 1e6 / layers
 
 
 @dataclass
@@ -345,25 +339,24 @@ def _kernel_time(b: Built, gpu: bool, budget_s: float) -> tuple[list, str]:
 
 
 def measure(copies: list[list[Built]], budget_s: float, label: str) -> Measured:
-    """Kernel times per step (first copy), then eager and graph samples taken in alternating batches (a clock
-    drift then favours neither) until both have >= 10 samples and the budget is spent or the medians are known."""
+    """Kernel times per step (first copy), then eager and graph samples of the whole layer through the one timing
+    primitive (timing.Timer's host-wall sampler: GPU idle with L2 emptied, host clock around the launches and a
+    synchronize), in interleaved batches so that a clock drift favours neither, under Timer's one stopping rule."""
     import torch
 
-    from gemmbench.nvtx_ranges import annotate
+    from gemmbench.timing import Timer
 
     gpu = torch.cuda.is_available()
     timed = [_kernel_time(b, gpu, budget_s / 4) for b in copies[0]]
     fns = [b.fn for copy in copies for b in copy]
-    layers = len(copies)
 
     def eager():
         for fn in fns:
             fn()
 
-    for _ in range(3):  # steady state: compiled, caches warm, clocks up
-        _host_wall(eager, layers, gpu)
     m = Measured([t for t, _ in timed], [], kernel_modes=[mode for _, mode in timed])
-    replay = None
+    timer = Timer("wall", budget_s=budget_s / 2, batch=5)  # the budget covers eager and graph together
+    prepared = {"eager": timer.prepare_host(eager, evict=gpu, per_sample=len(copies), cell=f"eager layer {label}")}
     blockers = graph_blockers(copies[0])
     if not gpu:
         m.graph_reason = "no CUDA GPU: graph mode skipped"
@@ -372,22 +365,11 @@ def measure(copies: list[list[Built]], budget_s: float, label: str) -> Measured:
     else:
         replay, m.graph_reason, m.graph_max_rel_err = _capture(copies, fns)
         if replay is not None:
-            m.graph = []
-    t_end = time.perf_counter() + budget_s
-    while True:
-        with annotate(f"eager layer {label}"):
-            m.eager += [_host_wall(eager, layers, gpu) for _ in range(5)]
-        if replay is not None:
-            with annotate(f"graph layer {label}"):
-                m.graph += [_host_wall(replay, layers, gpu) for _ in range(5)]
-        settled = _settled(m.eager) and (m.graph is None or _settled(m.graph))
-        if len(m.eager) >= 10 and (time.perf_counter() >= t_end or settled):
-            return m
-
-
-def _settled(samples: list, target: float = 0.005) -> bool:
-    p20, med, p80 = np.percentile(samples, [20, 50, 80])
-    return med > 0 and (p80 - p20) / med / math.sqrt(len(samples)) <= target
+            prepared["graph"] = timer.prepare_host(replay, evict=gpu, per_sample=len(copies),
+                                                   cell=f"graph layer {label}")  # fmt: skip
+    samples = timer.run(prepared)
+    m.eager, m.graph = samples["eager"], samples.get("graph")
+    return m
 
 
 def _capture(copies: list[list[Built]], fns: list) -> tuple[Optional[Callable], Optional[str], Optional[float]]:

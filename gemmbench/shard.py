@@ -146,3 +146,17 @@ def read_parts(files: list[Path]) -> tuple[list[dict], MergeReport]:
     frames = {f: load([f]) for f in files}
     report = check_parts([(f, read_metadata(f)) for f in files], {f: list(cell_keys(df)) for f, df in frames.items()})
     return [r for df in frames.values() for r in records(df)], report
+
+
+def split_jobs(jobs: list, n: int) -> list[list]:
+    """Tune jobs [(problem, variant)] -> n lists of them, through partition (deterministic, cost-balanced), so every
+    host of a --shard array computes the same split.  Each list keeps the jobs' order; a problem's variants stay
+    together (they share its inputs one after another)."""
+    cells, names_of = [], {}
+    variants = {v.name: v for _, v in jobs}
+    for p, v in jobs:
+        if p.label not in names_of:
+            names_of[p.label] = []
+            cells.append((p, names_of[p.label]))
+        names_of[p.label].append(v.name)
+    return [[(p, variants[name]) for p, names in part for name in names] for part in partition(cells, n)]

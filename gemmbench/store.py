@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
+import uuid
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Sequence
 
@@ -99,6 +102,12 @@ SCHEMA = pa.schema(
 )
 COLUMNS = [name for name, _ in _COLUMNS]
 _TYPES = dict(_COLUMNS)
+
+
+def new_run_id(shape_set: str) -> str:
+    """<UTC time>-<set>-<4 hex>: sorts by time, names its set, never collides within a second."""
+    safe = re.sub(r"[^A-Za-z0-9._-]", "_", shape_set).strip(".") or "run"  # a set's name becomes a file name
+    return f"{datetime.now(timezone.utc):%Y%m%d-%H%M%S}-{safe}-{uuid.uuid4().hex[:4]}"
 
 
 def cell_columns(problem, variant) -> dict:

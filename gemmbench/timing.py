@@ -138,6 +138,25 @@ class Timer:
             take = self._graph_sampler(fn)
         return Prepared(take=take, keep=list(fns), cell=cell)
 
+    def prepare_host(self, fn: Callable, *, evict: bool, per_sample: int = 1, cell: Optional[str] = None) -> Prepared:
+        """Wall samples of a closure that launches many kernels (a model layer, eager or as a graph replay): each
+        sample starts with the GPU idle and, with `evict`, L2 emptied; it is the host clock around fn() and a
+        synchronize, divided by `per_sample` (layer copies per launch).  Warm-up: 3 calls (compiled, caches warm)."""
+
+        def one() -> float:
+            if evict:
+                self._evict()
+            sync()
+            t0 = time.perf_counter()
+            fn()
+            sync()
+            return (time.perf_counter() - t0) * 1e6 / per_sample
+
+        with annotate(cell and range_name("warmup", cell)):
+            for _ in range(3):
+                one()
+        return Prepared(take=lambda n: [one() for _ in range(n)], keep=[fn], cell=cell)
+
     def _cold(self, fn: Callable, n: int) -> list:
         events = []
         for _ in range(n):

@@ -15,7 +15,7 @@ SHAPES = [(1, 1280, 8192), (16, 8192, 1024), (33, 100, 72), (64, 80, 48), (200, 
 
 def _check(name, M, N, K, dtype, seed=1):
     from gemmbench import registry
-    from gemmbench.check import compare, poison, reference
+    from gemmbench.check import check_cell
     from gemmbench.device import detect
     from gemmbench.inputs import make_inputs
     from gemmbench.shapes import Problem
@@ -25,10 +25,7 @@ def _check(name, M, N, K, dtype, seed=1):
     reason = v.unsupported_reason(p, detect())
     if reason:
         return reason
-    inputs = make_inputs(p, seed, "cuda", scaling=v.fp8_scaling)
-    launch = v.make(p, inputs)
-    poison(launch.out)
-    result = compare(p, launch.fn(), reference(p, inputs))
+    result = check_cell(p, v, make_inputs(p, seed, "cuda", scaling=v.fp8_scaling)).result
     assert result.ok, f"{name} {dtype} {M}x{N}x{K}: {result.detail}"
     return None
 
@@ -59,7 +56,7 @@ def test_triton_splitk_rowwise_on_gpu(name, M, N, K):
 
 def _splitk_outputs(name, dtype, split_k, calls=3):
     from gemmbench import registry
-    from gemmbench.check import compare, poison, reference
+    from gemmbench.check import check_cell, reference
     from gemmbench.inputs import make_inputs
     from gemmbench.kernels.splitk import _cfg
     from gemmbench.shapes import Problem
@@ -71,9 +68,9 @@ def _splitk_outputs(name, dtype, split_k, calls=3):
     ref = reference(p, inputs)
     outs = []
     for _ in range(calls):
-        poison(launch.out)
-        outs.append(launch.fn().clone())
-        assert compare(p, outs[-1], ref).ok, f"call {len(outs)}"
+        checked = check_cell(p, None, inputs, launch=launch, ref=ref)
+        outs.append(checked.out.clone())
+        assert checked.result.ok, f"call {len(outs)}"
     return outs
 
 
@@ -100,7 +97,7 @@ TMA_KERNELS = [
 def test_tma_descriptors_on_gpu(name, split_k, dtype, M, N, K):
     """The copy-engine K loop (TMA): its zero fill past M, N and K replaces the masks."""
     from gemmbench import registry
-    from gemmbench.check import compare, poison, reference
+    from gemmbench.check import check_cell, reference
     from gemmbench.inputs import make_inputs
     from gemmbench.kernels.splitk import _cfg
     from gemmbench.shapes import Problem
@@ -113,8 +110,7 @@ def test_tma_descriptors_on_gpu(name, split_k, dtype, M, N, K):
     assert launch.config["TMA"], "the copy engine path was not taken"
     ref = reference(p, inputs)
     for call in range(3):  # the buffers the last split clears are right for the next call too
-        poison(launch.out)
-        result = compare(p, launch.fn(), ref)
+        result = check_cell(p, None, inputs, launch=launch, ref=ref).result
         assert result.ok, f"call {call}: {result.detail}"
 
 
@@ -138,7 +134,7 @@ MOE_VARIANTS += [("torch_grouped_mm", "bf16"), ("torch_grouped_mm", "fp16"), ("t
 def test_moe_on_gpu(name, dtype, M, N, K, E, topk, routing):
     """Against the per-expert loop reference; a variant this torch cannot run says why (never silently)."""
     from gemmbench import registry
-    from gemmbench.check import compare, poison, reference
+    from gemmbench.check import check_cell
     from gemmbench.device import detect
     from gemmbench.inputs import make_inputs
     from gemmbench.shapes import Problem
@@ -149,10 +145,7 @@ def test_moe_on_gpu(name, dtype, M, N, K, E, topk, routing):
     if reason:
         assert name == "torch_grouped_mm" and "torch._grouped_mm" in reason, reason
         return
-    inputs = make_inputs(p, 3, "cuda")
-    launch = v.make(p, inputs)
-    poison(launch.out)
-    result = compare(p, launch.fn(), reference(p, inputs))
+    result = check_cell(p, v, make_inputs(p, 3, "cuda")).result
     assert result.ok, f"{name} {dtype} {p.label}: {result.detail}"
 
 
@@ -251,7 +244,7 @@ def test_sanitize_reports_an_overread(tmp_path):
 def test_moe_splitk_many_splits_over_many_calls(dtype):
     """The SplitK MoE form with real splits on a Mixtral 8x7B TP=8 w13 shape: 30 calls in a row, each right
     (a race in the last-split reduction would show as a wrong tile now and then)."""
-    from gemmbench.check import compare, poison, reference
+    from gemmbench.check import check_cell, reference
     from gemmbench.inputs import make_inputs
     from gemmbench.kernels.fused_moe import _build, _cfg
     from gemmbench.shapes import Problem
@@ -262,6 +255,5 @@ def test_moe_splitk_many_splits_over_many_calls(dtype):
     assert launch.config["SPLIT_K"] == 8
     ref = reference(p, inputs)
     for call in range(30):
-        poison(launch.out)
-        result = compare(p, launch.fn(), ref)
+        result = check_cell(p, None, inputs, launch=launch, ref=ref).result
         assert result.ok, f"call {call}: {result.detail}"

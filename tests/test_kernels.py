@@ -34,18 +34,16 @@ def _device():
 
 
 def _check(name: str, problem: Problem, seed: int = 1, inputs=None):
-    """What worker.Worker.check does: fresh inputs, make, NaN-poison the output, compare."""
+    """The one check (check.check_cell) on fresh inputs: make, NaN-poison the output, one launch, compare."""
     from gemmbench import registry
-    from gemmbench.check import compare, poison, reference
+    from gemmbench.check import check_cell
     from gemmbench.inputs import make_inputs
 
     v = registry.get(name)
     if inputs is None:
         inputs = make_inputs(problem, seed, DEV, scaling=v.fp8_scaling)
-    launch = v.make(problem, inputs)
-    poison(launch.out)
-    out = launch.fn()
-    return compare(problem, out, reference(problem, inputs)), launch, inputs
+    checked = check_cell(problem, v, inputs)
+    return checked.result, checked.launch, inputs
 
 
 # ---------------------------------------------------------------- Triton data-parallel GEMM

@@ -11,6 +11,7 @@ import re
 import sqlite3
 import subprocess
 from pathlib import Path
+from types import SimpleNamespace
 
 import pandas as pd
 import pytest
@@ -19,6 +20,7 @@ from typer.testing import CliRunner
 
 from gemmbench import metrics, nvtx_ranges, registry, store
 from gemmbench.cli import app
+from gemmbench.inputs import cell_seed
 from gemmbench.profile import ncu, nsys
 from gemmbench.profile import sweep as profile
 from gemmbench.shapes import Problem
@@ -122,7 +124,7 @@ def test_annotate_pushes_and_pops_once(monkeypatch, kind):
 
 # ---------------------------------------------------------------- ncu command lines
 
-TARGET = ["/usr/bin/python3", "-m", "gemmbench.profile.target", "--problem", '{"M": 16}', "--result", "/tmp/r x.json"]
+TARGET = ["/usr/bin/python3", "-m", "gemmbench.worker", "--timing", "cold"]
 
 
 def _after(cmd, flag):
@@ -368,7 +370,8 @@ def test_find_tools_on_the_path(monkeypatch, tmp_path):
 
 
 class FakeTools:
-    """Stands in for subprocess.run: plays ncu/nsys and the child, from what each test asks for."""
+    """Stands in for the profilers: subprocess.run for ncu's import and nsys's export, and the engine's worker start
+    (`start`) for a worker under ncu or nsys, from what each test asks for."""
 
     def __init__(
         self,
@@ -384,30 +387,67 @@ class FakeTools:
         self.outcome, self.ncu_output, self.code = outcome, ncu_output, code
         self.write_report, self.import_text, self.import_code = write_report, import_text, import_code
         self.timeout, self.nsys_range = timeout, nsys_range
-        self.calls = []
+        self.calls, self.tasks = [], []
 
     def __call__(self, cmd, capture_output=None, text=None, timeout=None):
         assert capture_output and text and timeout and timeout > 0
         self.calls.append(list(cmd))
         if "--import" in cmd:
             return subprocess.CompletedProcess(cmd, self.import_code, self.import_text or "", "")
-        if cmd[1:2] == ["export"]:  # nsys export: the report must be where nsys wrote it
-            rep, out = Path(cmd[-1]), Path(_after(cmd, "--output"))
-            if not rep.exists():
-                return subprocess.CompletedProcess(cmd, 1, "", f"ERROR: {rep} does not exist")
-            make_nsys_db(out, self.range_name if self.nsys_range else "other")
-            return subprocess.CompletedProcess(cmd, 0, "", "")
-        if self.timeout:
-            raise subprocess.TimeoutExpired(cmd, timeout)
-        problem = Problem(**json.loads(_after(cmd, "--problem")))
-        self.range_name = nvtx_ranges.range_name("profile", nvtx_ranges.cell_name(_after(cmd, "--variant"), problem))
-        if self.outcome is not None:
-            Path(_after(cmd, "--result")).write_text(json.dumps(self.outcome))
-        if "--export" in cmd and self.write_report:
-            Path(_after(cmd, "--export")).write_bytes(b"NCU report")
-        if cmd[1:2] == ["profile"]:  # nsys adds .nsys-rep to --output
-            Path(_after(cmd, "--output") + ".nsys-rep").write_bytes(b"nsys report")
-        return subprocess.CompletedProcess(cmd, self.code, self.ncu_output, "")
+        assert cmd[1:2] == ["export"], cmd  # nsys export: the report must be where nsys wrote it
+        rep, out = Path(cmd[-1]), Path(_after(cmd, "--output"))
+        if not rep.exists():
+            return subprocess.CompletedProcess(cmd, 1, "", f"ERROR: {rep} does not exist")
+        make_nsys_db(out, self.range_name if self.nsys_range else "other")
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    def start(self, opts, gpu, prefix=()):
+        self.calls.append(list(prefix))
+        return _FakeWorker(self, list(prefix))
+
+
+class _FakeWorker:
+    """A worker under a profiler: writes the report the profiler would, answers the profile task."""
+
+    def __init__(self, tools: FakeTools, prefix: list):
+        self.tools, self.prefix, self.events = tools, prefix, []
+        self.proc = SimpleNamespace(stdin=SimpleNamespace(close=lambda: None))
+
+    def send(self, task):
+        t = self.tools
+        t.tasks.append(task)
+        problem = Problem(**task["problem"])
+        [variant] = task["items"]
+        t.range_name = nvtx_ranges.range_name("profile", nvtx_ranges.cell_name(variant, problem))
+        self.events = [{"ev": "begin", "item": variant, "phase": "check"}]
+        self.events += [{"ev": "result", "item": variant, "rows": [t.outcome]}, {"ev": "done"}] if t.outcome else [None]
+        if "--export" in self.prefix and t.write_report:
+            Path(_after(self.prefix, "--export")).write_bytes(b"NCU report")
+        if self.prefix[1:2] == ["profile"]:  # nsys adds .nsys-rep to --output
+            Path(_after(self.prefix, "--output") + ".nsys-rep").write_bytes(b"nsys report")
+
+    def next_event(self, timeout=None):
+        assert timeout and timeout > 0
+        if self.tools.timeout:
+            raise TimeoutError
+        return self.events.pop(0)
+
+    def output(self):
+        return self.tools.ncu_output
+
+    def wait(self):
+        return self.tools.code
+
+    def death_reason(self):
+        from gemmbench.pool import exit_hint
+
+        return f"worker died ({exit_hint(self.output(), self.wait())})"
+
+    def close(self):
+        pass
+
+    def kill(self):
+        pass
 
 
 def ok_outcome(experts_hit=None, config=None):
@@ -429,7 +469,7 @@ def profiler(monkeypatch, tmp_path):
 
     def make(fake, **opts):
         o = profile.ProfileOptions(out_dir=tmp_path / "profiles", run_id="run 1", **opts)
-        return profile.CellProfiler(o, run=fake)
+        return profile.CellProfiler(o, run=fake, start=fake.start)
 
     return make
 
@@ -456,16 +496,16 @@ def test_profiler_success(profiler, tmp_path):
     assert total["ncu_dram_traffic_ratio"] == pytest.approx((134_840_832 + 2_363_904) / metrics.bytes_min(DENSE))
     name = "profile cublas_bf16 attn_o bf16 M16 N8192 K8192"
     assert total["nvtx_range"] == name
-    # two commands: ncu over the child, then the import of its report
+    # two commands: ncu around a worker of the engine, then the import of its report
     assert len(fake.calls) == 2
     prof_cmd, import_cmd = fake.calls
     assert prof_cmd[0] == "/fake/bin/ncu" and _after(prof_cmd, "--export") == str(report)
     assert _after(prof_cmd, "--nvtx-include") == f"gemmbench@{name}/"
     assert _after(prof_cmd, "--clock-control") == "none"
     assert "lts__t_bytes.sum" in _after(prof_cmd, "--metrics").split(",")
-    assert _after(prof_cmd, "-m") == "gemmbench.profile.target"
-    assert Problem(**json.loads(_after(prof_cmd, "--problem"))) == DENSE
-    assert _after(prof_cmd, "--variant") == "cublas_bf16"
+    [task] = fake.tasks  # the worker's profile task: the cell, its inputs drawn as `run` draws them
+    assert task["task"] == "profile" and task["items"] == ["cublas_bf16"]
+    assert Problem(**task["problem"]) == DENSE and task["seed"] == cell_seed(0, DENSE)
     assert import_cmd == ncu.import_command("/fake/bin/ncu", report)
 
 
@@ -511,7 +551,7 @@ def test_profiler_crash_without_result(profiler):
     fake = FakeTools(outcome=None, ncu_output=out, code=1, write_report=False)
     rows = profiler(fake).cell(DENSE, registry.get("cublas_bf16"))
     assert len(rows) == 1 and rows[0]["status"] == "error"
-    assert "exit code 1" in rows[0]["reason"] and "RuntimeError: boom" in rows[0]["reason"]
+    assert "exit code 1" in rows[0]["reason"] and "RuntimeError: boom" in rows[0]["reason"], rows[0]["reason"]
     assert len(fake.calls) == 1
 
 
@@ -556,7 +596,7 @@ def test_profiler_nsys_only(profiler, problem):
     assert r["nsys_kernels"] == 2 and r["nsys_range_us"] == pytest.approx(10.0)
     assert r["nsys_report"].endswith(".nsys-rep") and Path(r["nsys_report"]).exists()
     assert "ncu_kernel" not in r and [c[1] for c in fake.calls] == ["profile", "export"]
-    assert fake.calls[0][0] == "/fake/bin/nsys" and _after(fake.calls[0], "-m") == "gemmbench.profile.target"
+    assert fake.calls[0][0] == "/fake/bin/nsys" and fake.tasks[0]["task"] == "profile"
 
 
 def test_profiler_nsys_without_the_range(profiler):
@@ -882,7 +922,7 @@ def test_cli_without_ncu(tmp_path, monkeypatch):
 def _fake_profiler(monkeypatch, fake):
     real = profile.CellProfiler
     monkeypatch.setattr(ncu, "find_ncu", lambda: "/fake/bin/ncu")
-    monkeypatch.setattr(profile, "CellProfiler", lambda opts: real(opts, run=fake))
+    monkeypatch.setattr(profile, "CellProfiler", lambda opts: real(opts, run=fake, start=fake.start))
 
 
 def test_cli_profiles_and_joins(tmp_path, monkeypatch):
@@ -974,18 +1014,6 @@ def test_real_base_units_export_of_a_two_kernel_cell():
     assert abs(total["ncu_dram_read_bytes"] / weight - 1) < 0.01
     assert total["ncu_tensor_flops_ratio"] == pytest.approx(1.0)  # no padding: the 16-row tile fits M = 16
     assert total["ncu_grid_size"] is None and rows[0]["ncu_grid_size"] == 80 and rows[1]["ncu_grid_size"] == 320
-
-
-def test_profiled_child_draws_the_run_s_inputs():
-    """The child's seed is the one `gemmbench run` gives the same problem's check (runner.cell_seed), so a
-    profiled cell is checked on the inputs its run row was checked on; different problems draw differently."""
-    from gemmbench.profile.sweep import target_command
-    from gemmbench.runner import cell_seed
-
-    opts = profile.ProfileOptions(out_dir=Path("p"), run_id="r", seed=5)
-    a = Problem("s", "g", 16, 64, 64, "fp16")
-    seeds = [int(_after(target_command(p, "v", opts, Path("r.json")), "--seed")) for p in (a, a.with_(M=32))]
-    assert seeds[0] == cell_seed(5, a) and seeds[0] != seeds[1]
 
 
 def test_extra_metrics_become_columns():

@@ -207,45 +207,40 @@ def test_gpus_on_a_machine_without_one_is_one_line(tmp_path, monkeypatch):
 
 
 def _multi(tmp_path, variants, plugins=()):
-    """run_on_gpus over two 'GPUs' on the CPU path (the workers ignore CUDA_VISIBLE_DEVICES there)."""
-    from gemmbench import multi, registry
-    from gemmbench.runner import RunOptions
+    """sweep.run over two 'GPUs' on the CPU path (the workers ignore CUDA_VISIBLE_DEVICES there): one row writer."""
+    from gemmbench import registry, sweep
+    from gemmbench.pool import WorkerOptions
 
     for p in plugins:
         registry.load_plugin(p)
     probs = problems(load_set("smoke"), ["fp16"], [1, 5], 1)
     cells = [(p, [v for v in variants if registry.get(v).moe == p.is_moe]) for p in probs]
     cells = [(p, n) for p, n in cells if n]
-    opts = RunOptions(timing="wall", plugins=list(plugins), budget_s=0.01, run_id="r")
-    rows = []
-    parts = multi.run_on_gpus(opts, True, cells, [0, 1], tmp_path / "parts", rows.append)
-    return cells, rows, parts
+    worker = WorkerOptions(timing="wall", budget_s=0.01, min_samples=3, plugins=list(plugins), cpu=True)
+    notes = []
+    writer = store.RunWriter(tmp_path / "run.parquet")
+    sweep.run(cells, sweep.SweepOptions("r", worker, gpus=[0, 1]), writer, sweep.Progress(note=notes.append))
+    return cells, writer.rows, notes
 
 
-def test_two_workers_run_every_cell_once_and_merge(tmp_path):
+def test_two_workers_run_every_cell_once_into_one_file(tmp_path):
     from conftest import PLUGINS
 
-    from gemmbench import multi
-
-    cells, rows, parts = _multi(
-        tmp_path, ["cublas_fp16", "torch_moe_loop", "test_crash"], [PLUGINS / "crash_plugin.py"]
-    )
-    assert len(parts) == 2 and len(rows) == sum(len(n) for _, n in cells)
+    cells, rows, _ = _multi(tmp_path, ["cublas_fp16", "torch_moe_loop", "test_crash"], [PLUGINS / "crash_plugin.py"])
+    assert len(rows) == sum(len(n) for _, n in cells)
     crashed = [r for r in rows if r["variant"] == "test_crash"]
     assert crashed and all(r["status"] == "error" and "worker died" in r["reason"] for r in crashed)
     assert all(r["status"] == "ok" for r in rows if r["variant"] != "test_crash")  # a crash costs its cell only
-    n = multi.merge_parts(parts, tmp_path / "run.parquet")
     merged = store.load(tmp_path / "run.parquet")
-    assert n == len(merged) == len(rows) and not (tmp_path / "parts").exists()
-    assert sorted(store.cell_keys(merged)) == sorted(flat(cells))
+    assert len(merged) == len(rows) and sorted(store.cell_keys(merged)) == sorted(flat(cells))
 
 
 def test_a_gpu_whose_worker_cannot_start_hands_its_cells_over(tmp_path):
     from conftest import PLUGINS
 
-    cells, rows, parts = _multi(tmp_path, ["cublas_fp16"], [PLUGINS / "gpu1_broken_plugin.py"])
-    assert sorted(store.cell_key(r) for r in rows) == sorted(flat(cells))
-    assert [p.name for p in parts] == ["r-gpu0.parquet"] and all(r["status"] == "ok" for r in rows)
+    cells, rows, notes = _multi(tmp_path, ["cublas_fp16"], [PLUGINS / "gpu1_broken_plugin.py"])
+    assert sorted(store.cell_key(r) for r in rows) == sorted(flat(cells)) and all(r["status"] == "ok" for r in rows)
+    assert any(n.startswith("GPU 1 given up (the benchmark worker could not start") for n in notes), notes
 
 
 def test_gpu_indices_are_positions_in_an_outer_cuda_visible_devices(tmp_path, monkeypatch):
@@ -254,6 +249,6 @@ def test_gpu_indices_are_positions_in_an_outer_cuda_visible_devices(tmp_path, mo
     from conftest import PLUGINS
 
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1,7")
-    cells, rows, parts = _multi(tmp_path, ["cublas_fp16"], [PLUGINS / "gpu1_broken_plugin.py"])
+    cells, rows, notes = _multi(tmp_path, ["cublas_fp16"], [PLUGINS / "gpu1_broken_plugin.py"])
     assert sorted(store.cell_key(r) for r in rows) == sorted(flat(cells))
-    assert [p.name for p in parts] == ["r-gpu1.parquet"]
+    assert any(n.startswith("GPU 0 given up") for n in notes) and not any("GPU 1 given up" in n for n in notes)

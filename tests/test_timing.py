@@ -258,15 +258,15 @@ def test_warmup_and_samples_run_inside_their_nvtx_ranges(monkeypatch):
 
 
 def test_the_check_call_runs_alone_inside_its_nvtx_range(monkeypatch):
-    """worker.check: exactly the variant's one call (not the input draw or the reference) sits in
+    """check.check_cell: exactly the variant's one call (not the input draw or the reference) sits in
     "check <variant> <problem>", the range `ncu --nvtx-include` can select from a `gemmbench run`."""
     import contextlib
-    from types import SimpleNamespace
 
     import gemmbench.nvtx_ranges as nvtx_ranges
     from gemmbench import registry
+    from gemmbench.check import check_cell
+    from gemmbench.inputs import make_inputs
     from gemmbench.shapes import Problem
-    from gemmbench.worker import Worker
 
     events = []
 
@@ -286,11 +286,10 @@ def test_the_check_call_runs_alone_inside_its_nvtx_range(monkeypatch):
         launch.fn = lambda: (events.append("call"), fn())[1]
         return launch
 
-    stub = SimpleNamespace(dev=SimpleNamespace(kind="cpu"), devname="cpu", torch=torch)
     p = Problem("s", "g", 3, 32, 16, "fp16")
     object.__setattr__(variant, "make", make)  # Variant is frozen; restored below
     try:
-        result, _ = Worker.check(stub, p, variant, 1)
+        result = check_cell(p, variant, make_inputs(p, 1, "cpu")).result
     finally:
         object.__setattr__(variant, "make", real_make)
     assert result.ok

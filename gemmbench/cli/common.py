@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
@@ -122,3 +122,86 @@ def select_cells(
             highlight=False,
         )
     return sset, cells
+
+
+# ---------------------------------------------------------------- options several commands share
+
+Shapes = Annotated[str, typer.Option(help="Built-in shape set (see `gemmbench list shapes`) or a YAML path.")]
+Variants = Annotated[Optional[str], typer.Option(help="Comma-separated globs, e.g. 'triton_*,cublas_fp8'.")]
+Dtype = Annotated[str, typer.Option(help="Comma-separated: fp16, bf16, fp8.")]
+Ms = Annotated[Optional[str], typer.Option(help="M values (tokens): '1,16,64', 'decode', 'prefill', 'all'.")]
+Tp = Annotated[
+    str, typer.Option(help="Tensor parallelism, e.g. 8 or 1,2,4,8: column-parallel GEMMs divide N, row-parallel K.")
+]
+Routing = Annotated[str, typer.Option(help="MoE token routing, comma-separated: uniform, skewed, one-expert.")]
+Plugins = Annotated[Optional[list[Path]], typer.Option(help="Python file registering extra variants (repeatable).")]
+Seed = Annotated[int, typer.Option(help="Seed of the random inputs.")]
+Shard = Annotated[
+    Optional[str],
+    typer.Option(
+        help="Only shard I of N (0 <= I < N) of the work, e.g. $SLURM_ARRAY_TASK_ID/8 (the same split on every host)."
+    ),  # fmt: skip
+]
+
+# Measured on a 2-core CPU machine: llama70b-attn took 8 min 51 s on the CPU path (torch's bf16/fp8 CPU matmul,
+# 0.4-0.9 s per call at M=64, >= 10 samples a cell), so Llama-sized sets are refused there.  (Triton variants have
+# their own limit, tuning.INTERPRETER_MAX_MACS, for sets in between.)
+CPU_MAX_MACS = 1 << 26
+
+
+def cpu_too_large(problems: list) -> Optional[str]:
+    """The reason a set is refused on the CPU path, or None."""
+    from gemmbench.metrics import flops
+
+    worst = max(problems, key=flops)
+    macs = flops(worst) // 2
+    if macs <= CPU_MAX_MACS:
+        return None
+    return (f"{worst.shape_set} is too large for the CPU path ({worst.gemm} M={worst.M}: {macs:.2g} multiply-adds, "
+            f"limit {CPU_MAX_MACS:.2g}): run it on a GPU, choose smaller --m, or try --shapes smoke")  # fmt: skip
+
+
+def positive_budget(budget: float) -> float:
+    if not budget > 0 or budget == float("inf"):
+        raise fail(f"--budget must be a positive number of seconds, got {budget}")
+    return budget
+
+
+def shard_option(shard: Optional[str]) -> Optional[tuple[int, int]]:
+    from gemmbench import shard as shard_mod
+
+    try:
+        return shard_mod.parse(shard) if shard is not None else None
+    except shard_mod.ShardError as exc:
+        raise fail(str(exc)) from None
+
+
+def gpus_option(gpus: Optional[str]) -> Optional[list[int]]:
+    """--gpus as GPU indices (None when not given); one line when this machine has none or not those."""
+    import torch
+
+    from gemmbench.pool import PoolError, parse_gpus
+
+    if gpus is None:
+        return None
+    try:
+        return parse_gpus(gpus, torch.cuda.device_count() if torch.cuda.is_available() else 0)
+    except PoolError as exc:
+        raise fail(str(exc)) from None
+
+
+def output_path(out: Path, run_id: str) -> Path:
+    """A run's Parquet path (`out` itself when it ends in .parquet), its folder made and writable, before any
+    cell runs."""
+    import os
+
+    path = out if out.suffix == ".parquet" else out / f"{run_id}.parquet"
+    if path.is_dir():
+        raise fail(f"--out {out}: is a folder; give a folder without the .parquet suffix, or a file path")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise fail(f"--out {out}: cannot create the folder ({exc.strerror})") from None
+    if not os.access(path.parent, os.W_OK):
+        raise fail(f"--out {out}: folder {path.parent} is not writable")
+    return path

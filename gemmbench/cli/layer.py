@@ -11,64 +11,89 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from gemmbench.cli.common import _dtypes, _load_plugins, _tp_list, err, fail, out, progress_bar
+from gemmbench.cli.common import (
+    Dtype,
+    Plugins,
+    Seed,
+    _dtypes,
+    _load_plugins,
+    _tp_list,
+    cpu_too_large,
+    err,
+    fail,
+    out,
+    output_path,
+    positive_budget,
+    progress_bar,
+)  # fmt: skip
+from gemmbench.pool import WorkerOptions
+
+LayerModel = Annotated[
+    str,
+    typer.Option(
+        help="llama3-70b, mixtral-8x7b, mixtral-8x22b, a built-in shape set, a shape-set YAML or a Hugging "
+        "Face config.json: its GEMMs but lm_head form the layer."
+    ),  # fmt: skip
+]
+LayerTp = Annotated[str, typer.Option(help="Tensor-parallel degrees, comma-separated.")]
+LayerMs = Annotated[str, typer.Option(help="M values (tokens): '1,16,64', 'decode', 'prefill'.")]
+LayerVariants = Annotated[
+    Optional[str],
+    typer.Option(
+        help="Comma-separated globs tried in order per GEMM (the first that runs it wins), or GEMM=VARIANT "
+        "to pin one, e.g. 'triton_splitk_atomic,moe_w13=triton_moe_splitk'. Default: cuBLAS, and "
+        "triton_moe_col for MoE GEMMs."
+    ),  # fmt: skip
+]
+BestFrom = Annotated[
+    Optional[list[Path]],
+    typer.Option(
+        help="Run files: per GEMM and M the fastest variant there (cold rows; nearest M if absent). Repeatable."
+    ),  # fmt: skip
+]
+Layers = Annotated[int, typer.Option(help="Layer copies (distinct weights) launched back to back per sample.")]
+LayerBudget = Annotated[
+    float, typer.Option(help="Seconds of eager + graph sampling per layer at most (after >= 10 samples each).")
+]
+LayerOut = Annotated[Path, typer.Option("--out", help="Folder for <run_id>.parquet, or a .parquet file path.")]
 
 
 def layer(
-    model: Annotated[
-        str,
-        typer.Option(
-            help="llama3-70b, mixtral-8x7b, mixtral-8x22b, a built-in shape set, a shape-set "
-            "YAML or a Hugging Face config.json: its GEMMs but lm_head form the layer."
-        ),
-    ],
-    tp: Annotated[str, typer.Option(help="Tensor-parallel degrees, comma-separated.")] = "1",
-    dtype: Annotated[str, typer.Option(help="Comma-separated: fp16, bf16, fp8.")] = "bf16",
-    m: Annotated[str, typer.Option(help="M values (tokens): '1,16,64', 'decode', 'prefill'.")] = "decode",
-    variants: Annotated[
-        Optional[str],
-        typer.Option(
-            help="Comma-separated globs tried in order per GEMM (the first that "
-            "runs it wins), or GEMM=VARIANT to pin one, e.g. "
-            "'triton_splitk_atomic,moe_w13=triton_moe_splitk'. Default: "
-            "cuBLAS, and triton_moe_col for MoE GEMMs."
-        ),
-    ] = None,
-    best_from: Annotated[
-        Optional[list[Path]],
-        typer.Option(
-            help="Run files: per GEMM and M the fastest variant there (cold rows; nearest M if absent). Repeatable."
-        ),
-    ] = None,
-    layers: Annotated[int, typer.Option(help="Layer copies (distinct weights) launched back to back per sample.")] = 1,
-    budget: Annotated[
-        float, typer.Option(help="Seconds of eager + graph sampling per layer at most (after >= 10 samples each).")
-    ] = 1.0,
-    seed: Annotated[int, typer.Option(help="Seed of the random inputs.")] = 0,
-    out_path: Annotated[
-        Path, typer.Option("--out", help="Folder for <run_id>.parquet, or a .parquet file path.")
-    ] = Path("results/layers"),
-    plugin: Annotated[
-        Optional[list[Path]], typer.Option(help="Python file registering extra variants (repeatable).")
-    ] = None,
-) -> None:
+    model: LayerModel, tp: LayerTp = "1", dtype: Dtype = "bf16", m: LayerMs = "decode", variants: LayerVariants = None,
+    best_from: BestFrom = None, layers: Layers = 1, budget: LayerBudget = 1.0, seed: Seed = 0,
+    out_path: LayerOut = Path("results/layers"), plugin: Plugins = None,
+) -> None:  # fmt: skip
     """Time one decoder layer's GEMMs end to end: eager Python launches vs one CUDA graph, and the kernel sum."""
     import torch
 
+    from gemmbench import store
+
     if not torch.cuda.is_available():  # read when a kernel module is imported: before the registry loads them
         os.environ.setdefault("TRITON_INTERPRET", "1")
-    from gemmbench import layer as L
-    from gemmbench import registry, shapes, store
-    from gemmbench.device import detect, provenance
-    from gemmbench.runner import cpu_too_large, new_run_id
-    from gemmbench.store import StoreError, load
-
     if variants is not None and best_from:
         raise fail("give --variants or --best-from, not both")
     if layers < 1:
         raise fail(f"--layers must be at least 1, got {layers}")
-    if not budget > 0 or budget == float("inf"):
-        raise fail(f"--budget must be a positive number of seconds, got {budget}")
+    budget = positive_budget(budget)
+    sset, plans, notes = _plans(model, tp, dtype, m, variants, best_from, plugin)
+    gpu = _device_path(plans)
+    run_id = store.new_run_id(f"layer-{sset.name}")
+    path = output_path(out_path, run_id)
+    for label, note in notes.items():
+        err.print(escape(f"--best-from {label}: {note}"), highlight=False)
+    cells = [_cell(sset, model, run_id, t, d, M, steps, seed, layers, budget) for t, d, M, steps in plans]
+    rows = _sweep(cells, path, WorkerOptions("cold" if gpu else "wall", plugins=plugin or [], cpu=not gpu))
+    _print(rows)
+    err.print(escape(f"Results: {path}"), highlight=False)
+
+
+def _plans(model, tp, dtype, m, variants, best_from, plugin) -> tuple:
+    """(shape set, [(tp, dtype, M, steps)], --best-from notes) of the options, or a one-line error."""
+    from gemmbench import layer as L
+    from gemmbench import registry, shapes
+    from gemmbench.device import detect
+    from gemmbench.store import StoreError, load
+
     dev = detect()
     try:
         sset = L.resolve_model(model)
@@ -87,75 +112,85 @@ def layer(
         ]
     except (shapes.ShapeError, registry.RegistryError, L.LayerError, StoreError) as exc:
         raise fail(str(exc)) from None
-    gpu = dev.kind == "cuda"
-    if not gpu:
-        reason = cpu_too_large([s.problem for *_, steps in plans for s in steps if s.is_gemm])
-        if reason:
-            raise fail(f"no CUDA GPU here, so this would be the CPU path, and {reason}")
-        err.print(
-            "[bold yellow]No CUDA GPU: CPU path.[/] Host wall times of CPU launches; no kernel events and no "
-            "CUDA graph (graph mode skipped).",
-            highlight=False,
-        )
-    run_id = new_run_id(f"layer-{sset.name}")
-    path = out_path if out_path.suffix == ".parquet" else out_path / f"{run_id}.parquet"
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise fail(f"--out {out_path}: cannot create the folder ({exc.strerror})") from None
-    for label, note in notes.items():
-        err.print(escape(f"--best-from {label}: {note}"), highlight=False)
-
-    rows: list = []
-    with progress_bar() as progress:
-        bar = progress.add_task("building", total=len(plans))
-        for t, d, M, steps in plans:
-            label = f"{sset.name} tp{t} {d} M{M}"
-            progress.update(bar, description=label)
-            meta = dict(
-                provenance(),
-                run_id=run_id,
-                timestamp=_now(),
-                model=model,
-                shape_set=sset.name,
-                tp=t,
-                dtype=d,
-                M=M,
-                layers=layers,
-                l2_state="cold at layer start",
-                timing_mode="wall",
-            )
-            rows += _one_layer(L, meta, steps, seed, "cuda" if gpu else "cpu", layers, budget, label)
-            try:
-                store.write_layer_table(path, rows)  # after every layer: an interrupted sweep keeps what it measured
-            except OSError as exc:
-                raise fail(f"cannot write {path}: {exc}") from None
-            progress.advance(bar)
-    _print(rows)
-    err.print(escape(f"Results: {path}"), highlight=False)
+    return sset, plans, notes
 
 
-def _one_layer(L, meta: dict, steps, seed: int, device: str, layers: int, budget: float, label: str) -> list:
-    """Build, check and time one layer; a failure is recorded in its rows with the reason and the sweep goes on."""
+def _device_path(plans: list) -> bool:
+    """True on a GPU; on the CPU, refuses a layer too large for it and says what the CPU path measures."""
     import torch
 
-    built, checks = [], []
-    try:
-        copies = [L.build(steps, seed + 7919 * i, device) for i in range(layers)]
-        built = copies[0]
-        checks = L.check(built)
-        wrong = [c for c in checks if not c["ok"]]
-        if wrong:
-            reason = "; ".join(f"{c['step']}: {c['detail']}" for c in wrong)
-            return L.rows_for(meta, steps, built, None, "wrong", reason, checks)
-        return L.rows_for(meta, steps, built, L.measure(copies, budget, label), "ok", None, checks)
-    except Exception as exc:  # a fault, a failed launch, a variant's bug: this layer only, the sweep goes on
-        text = str(exc).strip().splitlines()
-        return L.rows_for(meta, steps, built, None, "error", f"{type(exc).__name__}: {text[0] if text else ''}", checks)
-    finally:
-        built = copies = None  # noqa: F841  the next layer needs the memory
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
+    if torch.cuda.is_available():
+        return True
+    reason = cpu_too_large([s.problem for *_, steps in plans for s in steps if s.is_gemm])
+    if reason:
+        raise fail(f"no CUDA GPU here, so this would be the CPU path, and {reason}")
+    err.print(
+        "[bold yellow]No CUDA GPU: CPU path.[/] Host wall times of CPU launches; no kernel events and no "
+        "CUDA graph (graph mode skipped).",
+        highlight=False,
+    )
+    return False
+
+
+def _cell(sset, model, run_id, t, d, M, steps, seed, layers, budget):
+    """One layer plan as an engine cell: the worker's `layer` task builds, checks and times it."""
+    from gemmbench import layer as L
+    from gemmbench.device import provenance
+    from gemmbench.pool import Cell
+
+    label = f"{sset.name} tp{t} {d} M{M}"
+    meta = dict(provenance(), run_id=run_id, timestamp=_now(), model=model, shape_set=sset.name, tp=t, dtype=d, M=M,
+                layers=layers, l2_state="cold at layer start", timing_mode="wall")  # fmt: skip
+    payload = dict(steps=L.steps_to_wire(steps), meta=meta, seed=seed, layers=layers, budget=budget)
+    return Cell("layer", payload, (label,), label)
+
+
+class _LayerSink:
+    """Every plan's rows into the layer table, rewritten after each (an interrupted sweep keeps what it measured)."""
+
+    def __init__(self, path: Path, progress, bar):
+        self.path, self.progress, self.bar, self.rows = path, progress, bar, []
+
+    def begin(self, cell, item, phase, gpu) -> None:
+        self.progress.update(self.bar, description=escape(f"{item} ({phase})"))
+
+    def result(self, cell, item, rows, passed, gpu) -> None:
+        from gemmbench import store
+
+        self.rows += rows
+        try:
+            store.write_layer_table(self.path, self.rows)
+        except OSError as exc:
+            raise fail(f"cannot write {self.path}: {exc}") from None
+        self.progress.advance(self.bar)
+
+    def lost(self, cell, item, reason, gpu) -> None:
+        from gemmbench import layer as L
+
+        steps = L.steps_from_wire(cell.payload["steps"])
+        self.result(cell, item, L.rows_for(cell.payload["meta"], steps, [], None, "error", reason), False, gpu)
+
+    def note(self, text: str) -> None:
+        self.progress.console.print(escape(text), highlight=False)
+
+    def closed(self, cell, log, code) -> None:
+        pass
+
+
+def _sweep(cells: list, path: Path, worker) -> list:
+    from gemmbench.pool import Pool, PoolError
+
+    with progress_bar() as progress:
+        sink = _LayerSink(path, progress, progress.add_task("building", total=len(cells)))
+        try:
+            with Pool(worker, sink) as pool:
+                pool.run(cells)
+        except PoolError as exc:
+            raise fail(f"{exc} ({len(sink.rows)} rows saved to {path})") from None
+        except KeyboardInterrupt:
+            progress.stop()
+            raise fail(f"interrupted: {len(sink.rows)} finished rows are in {path}", 130) from None
+    return sink.rows
 
 
 def _now() -> str:

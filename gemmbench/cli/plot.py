@@ -110,29 +110,8 @@ def plot(
     if out_path.is_file():
         raise fail(f"--out {out_path}: give a folder (one file per figure goes inside it)")
     runs, profiles, _, layers = _selected(results, shapes, variants, dtype, tp, gpu, baseline)
-    if layers is None and "layer" in kinds:
-        raise fail("--kind layer draws layer tables (`gemmbench layer` output); RESULTS hold none")
-    if profiles is None and "profile" in kinds:
-        raise fail("--kind profile draws profile tables (`gemmbench profile --ncu` output); RESULTS hold none")
-    if runs is None and set(kinds) - {"profile", "layer"}:
-        other = ", ".join(k for k in kinds if k not in ("profile", "layer"))
-        held = " and ".join(n for n, d in (("profile tables", profiles), ("layer tables", layers)) if d is not None)
-        raise fail(f"--kind {other} draws run files (`gemmbench run` output); RESULTS hold only {held}")
-    if "schedules" in kinds and not (runs["E"] > 1).any():
-        raise fail("--kind schedules draws MoE GEMMs (E > 1); the selected rows have none")
-    from gemmbench.store import StoreError
-
-    drawn = []
-    try:
-        for k in kinds:
-            if k == "layer":
-                from gemmbench.plot import layer as plots_layer
-
-                drawn += plots_layer.figures(layers)
-            else:
-                drawn += plots.figures(k, runs, profiles)
-    except StoreError as exc:
-        raise fail(str(exc)) from None
+    _kinds_have_rows(kinds, runs, profiles, layers)
+    drawn = _draw(kinds, runs, profiles, layers)
     if not any(d.figure is not None for d in drawn):
         raise fail("nothing to draw: " + ("; ".join(d.note for d in drawn) or f"no rows that --kind {kind} draws"))
     for d in drawn:
@@ -147,6 +126,32 @@ def plot(
             raise fail(f"--out {out_path}: cannot write ({exc.strerror or exc})") from None
         for p in paths:
             typer.echo(str(p))
+
+
+def _kinds_have_rows(kinds: list, runs, profiles, layers) -> None:
+    """One line when a --kind has no table of its sort among RESULTS."""
+    if layers is None and "layer" in kinds:
+        raise fail("--kind layer draws layer tables (`gemmbench layer` output); RESULTS hold none")
+    if profiles is None and "profile" in kinds:
+        raise fail("--kind profile draws profile tables (`gemmbench profile --ncu` output); RESULTS hold none")
+    if runs is None and set(kinds) - {"profile", "layer"}:
+        other = ", ".join(k for k in kinds if k not in ("profile", "layer"))
+        held = " and ".join(n for n, d in (("profile tables", profiles), ("layer tables", layers)) if d is not None)
+        raise fail(f"--kind {other} draws run files (`gemmbench run` output); RESULTS hold only {held}")
+    if "schedules" in kinds and not (runs["E"] > 1).any():
+        raise fail("--kind schedules draws MoE GEMMs (E > 1); the selected rows have none")
+
+
+def _draw(kinds: list, runs, profiles, layers) -> list:
+    from gemmbench.plot import figures as plots
+    from gemmbench.plot import layer as plots_layer
+    from gemmbench.store import StoreError
+
+    try:
+        return [d for k in kinds for d in (plots_layer.figures(layers) if k == "layer" else
+                                           plots.figures(k, runs, profiles))]  # fmt: skip
+    except StoreError as exc:
+        raise fail(str(exc)) from None
 
 
 def report(

@@ -9,49 +9,48 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from gemmbench.cli.common import err, fail, out, progress_bar, select_cells
+from gemmbench.cli.common import (
+    Dtype,
+    Ms,
+    Plugins,
+    Routing,
+    Seed,
+    Shapes,
+    Tp,
+    Variants,
+    err,
+    fail,
+    out,
+    progress_bar,
+    select_cells,
+)  # fmt: skip
+from gemmbench.profile.ncu import SUM_KERNEL
 
 
 def _fmt(value, spec: str) -> str:
     return "" if value is None or value != value else format(value, spec)
 
 
+Ncu = Annotated[bool, typer.Option("--ncu", help="Profile under Nsight Compute (hardware counters).")]
+Nsys = Annotated[bool, typer.Option("--nsys", help="Profile under Nsight Systems (launch path, kernel times).")]
+Metrics = Annotated[Optional[str], typer.Option(help="Extra raw ncu metric names, comma-separated.")]
+NcuSet = Annotated[Optional[str], typer.Option("--set", help="ncu section set to collect too, e.g. full.")]
+ProfileOut = Annotated[Path, typer.Option("--out", help="Folder for <run_id>-profile.parquet and the reports.")]
+Join = Annotated[
+    Optional[list[Path]], typer.Option(help="A run's Parquet file(s): also write its rows with the profile's columns.")
+]
+Timeout = Annotated[float, typer.Option(help="Seconds one cell's profile may take.")]
+
+
 def profile(
-    shapes: Annotated[str, typer.Option(help="Built-in shape set (see `gemmbench list shapes`) or a YAML path.")],
-    ncu_: Annotated[bool, typer.Option("--ncu", help="Profile under Nsight Compute (hardware counters).")] = False,
-    nsys_: Annotated[
-        bool, typer.Option("--nsys", help="Profile under Nsight Systems (launch path, kernel times).")
-    ] = False,
-    variants: Annotated[
-        Optional[str], typer.Option(help="Comma-separated globs, e.g. 'triton_splitk_*,cublas_fp8'.")
-    ] = None,
-    dtype: Annotated[str, typer.Option(help="Comma-separated: fp16, bf16, fp8.")] = "fp8,bf16",
-    m: Annotated[Optional[str], typer.Option(help="M values (tokens): '1,16,64', 'decode', 'prefill', 'all'.")] = None,
-    tp: Annotated[str, typer.Option(help="Tensor parallelism, e.g. 8 or 1,2,4,8.")] = "1",
-    routing: Annotated[
-        str, typer.Option(help="MoE token routing, comma-separated: uniform, skewed, one-expert.")
-    ] = "uniform",
-    plugin: Annotated[
-        Optional[list[Path]], typer.Option(help="Python file registering extra variants (repeatable).")
-    ] = None,
-    metrics: Annotated[Optional[str], typer.Option(help="Extra raw ncu metric names, comma-separated.")] = None,
-    ncu_set: Annotated[Optional[str], typer.Option("--set", help="ncu section set to collect too, e.g. full.")] = None,
-    out_path: Annotated[
-        Path, typer.Option("--out", help="Folder for <run_id>-profile.parquet and the reports.")
-    ] = Path("profiles"),
-    join: Annotated[
-        Optional[list[Path]],
-        typer.Option(help="A run's Parquet file(s): also write its rows with the profile's columns."),
-    ] = None,
-    seed: Annotated[int, typer.Option(help="Seed of the random inputs.")] = 0,
-    timeout: Annotated[float, typer.Option(help="Seconds one cell's profile may take.")] = 600.0,
-) -> None:
+    shapes: Shapes, ncu_: Ncu = False, nsys_: Nsys = False, variants: Variants = None, dtype: Dtype = "fp8,bf16",
+    m: Ms = None, tp: Tp = "1", routing: Routing = "uniform", plugin: Plugins = None, metrics: Metrics = None,
+    ncu_set: NcuSet = None, out_path: ProfileOut = Path("profiles"), join: Join = None, seed: Seed = 0,
+    timeout: Timeout = 600.0,
+) -> None:  # fmt: skip
     """Profile each selected cell once, in a child process: warm-up and tuning outside its NVTX range, one eager
     launch inside it.  Writes one row per kernel (and a summed row) with ncu_* / nsys_* columns."""
-    from gemmbench import registry, store
-    from gemmbench.profile import ncu, nsys
-    from gemmbench.profile import sweep as prof
-    from gemmbench.runner import new_run_id
+    from gemmbench import store
 
     if not (ncu_ or nsys_):
         raise fail("say which profiler: --ncu (Nsight Compute counters), --nsys (Nsight Systems), or both")
@@ -59,36 +58,55 @@ def profile(
         raise fail(f"--timeout must be a positive number of seconds, got {timeout}")
     if out_path.suffix == ".parquet" or out_path.is_file():
         raise fail(f"--out {out_path}: give a folder (the profile table and the reports go inside it)")
-    runs = None
-    if join:
-        try:
-            runs = store.load(join)
-        except store.StoreError as exc:
-            raise fail(f"--join: {exc}") from None
+    runs = _runs_to_join(join)
     sset, cells = select_cells(shapes, variants, dtype, m, tp, routing, seed, plugin)
+    run_id = store.new_run_id(sset.name)
+    profiler = _profiler(out_path, run_id, ncu_, nsys_, seed, plugin, ncu_set, timeout, metrics)
+    path = out_path / f"{run_id}-profile.parquet"
+    rows = _sweep(profiler, cells, path)
+    _print(rows)
+    done = [r for r in rows if r["status"] == "ok" and r.get("ncu_kernel") in (None, SUM_KERNEL)]
+    total = sum(len(n) for _, n in cells)
+    err.print(escape(f"{len(done)} of {total} cells profiled. Profile: {path}; reports: {out_path / run_id}"),
+              highlight=False)  # fmt: skip
+    if runs is not None:
+        _join(runs, path, out_path / f"{run_id}-joined.parquet")
+    if not done:
+        raise typer.Exit(1)  # nothing could be profiled: every row above says why
 
+
+def _runs_to_join(join: Optional[list[Path]]):
+    from gemmbench import store
+
+    try:
+        return store.load(join) if join else None
+    except store.StoreError as exc:
+        raise fail(f"--join: {exc}") from None
+
+
+def _profiler(out_path, run_id, use_ncu, use_nsys, seed, plugin, ncu_set, timeout, metrics):
     import torch
+
+    from gemmbench.profile import ncu, nsys
+    from gemmbench.profile import sweep as prof
 
     if not torch.cuda.is_available():
         raise fail("gemmbench profile needs a CUDA GPU (the profilers read its counters and trace its kernels)", 1)
-    run_id = new_run_id(sset.name)
-    opts = prof.ProfileOptions(
-        out_dir=out_path,
-        run_id=run_id,
-        use_ncu=ncu_,
-        use_nsys=nsys_,
-        seed=seed,
-        plugins=plugin or [],
-        ncu_set=ncu_set,
-        timeout_s=timeout,
-        extra_metrics=[x.strip() for x in (metrics or "").split(",") if x.strip()],
-    )
+    extra = [x.strip() for x in (metrics or "").split(",") if x.strip()]
+    opts = prof.ProfileOptions(out_dir=out_path, run_id=run_id, use_ncu=use_ncu, use_nsys=use_nsys, seed=seed,
+                               plugins=plugin or [], ncu_set=ncu_set, timeout_s=timeout, extra_metrics=extra)  # fmt: skip
     try:
-        profiler = prof.CellProfiler(opts)
+        return prof.CellProfiler(opts)
     except (ncu.NcuError, nsys.NsysError) as exc:
         raise fail(str(exc), 1) from None
-    path = out_path / f"{run_id}-profile.parquet"
-    rows = []
+
+
+def _sweep(profiler, cells: list, path: Path) -> list:
+    """Every cell through the profiler, the table rewritten after each; a sweep that cannot go on keeps its rows."""
+    from gemmbench import registry, store
+    from gemmbench.profile.sweep import ProfileError
+
+    rows: list = []
     with progress_bar() as progress:
         bar = progress.add_task("profiling", total=sum(len(n) for _, n in cells))
         try:
@@ -98,36 +116,27 @@ def profile(
                     rows += profiler.cell(problem, registry.get(name))
                     store.write_profile_table(path, rows)
                     progress.advance(bar)
-        except prof.ProfileError as exc:
+        except ProfileError as exc:
             progress.stop()
             raise fail(f"{exc} ({len(rows)} rows saved to {path})" if rows else str(exc), 1) from None
         except KeyboardInterrupt:
             progress.stop()
             raise fail(f"interrupted: {len(rows)} finished rows are in {path}", 130) from None
-    _print(rows)
-    cells_done = [r for r in rows if r["status"] == "ok" and r.get("ncu_kernel") in (None, ncu.SUM_KERNEL)]
-    err.print(
-        escape(
-            f"{len(cells_done)} of {sum(len(n) for _, n in cells)} cells profiled. Profile: {path}; "
-            f"reports: {out_path / run_id}"
-        ),
-        highlight=False,
-    )
-    if runs is not None:
-        joined = out_path / f"{run_id}-joined.parquet"
-        import pyarrow as pa
+    return rows
 
-        store.write_table(
-            joined, pa.Table.from_pandas(prof.join(runs, store.load_profile_tables([path])), preserve_index=False)
-        )
-        err.print(escape(f"the run's rows with the profile's columns: {joined}"), highlight=False)
-    if not cells_done:
-        raise typer.Exit(1)  # nothing could be profiled: every row above says why
+
+def _join(runs, path: Path, joined: Path) -> None:
+    import pyarrow as pa
+
+    from gemmbench import store
+    from gemmbench.profile.sweep import join
+
+    table = pa.Table.from_pandas(join(runs, store.load_profile_tables([path])), preserve_index=False)
+    store.write_table(joined, table)
+    err.print(escape(f"the run's rows with the profile's columns: {joined}"), highlight=False)
 
 
 def _print(rows: list[dict]) -> None:
-    from gemmbench.profile.ncu import SUM_KERNEL
-
     t = Table(title="profile (ncu: one eager launch, caches flushed, clocks not locked)")
     for col in (
         "GEMM",

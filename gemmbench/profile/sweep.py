@@ -1,5 +1,6 @@
-"""`gemmbench profile`: each selected cell in a child process (profile_target.py) under Nsight Compute and/or
-Nsight Systems, its report parsed into ncu_* / nsys_* columns, one Parquet table of profile rows.
+"""`gemmbench profile`: each selected cell in a worker of the engine (its `profile` task: check, warm-up, one launch
+inside the cell's NVTX range) started under Nsight Compute and/or Nsight Systems, its report parsed into ncu_* /
+nsys_* columns, one Parquet table of profile rows.
 
 A profile row is a cell (the run's naming columns, its check outcome and config, gemmbench's FLOP and
 byte model) plus one kernel's counters; a cell of several kernels has one row per kernel and a row
@@ -13,8 +14,6 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import sys
-import tempfile
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -22,6 +21,8 @@ from typing import Callable, Optional
 
 import pandas as pd
 
+from gemmbench.inputs import cell_seed
+from gemmbench.pool import Cell, Pool, WorkerOptions, exit_hint
 from gemmbench.profile import ncu, nsys
 from gemmbench.shapes import Problem
 from gemmbench.store import CELL_KEY, PROFILE_SCHEMA, cell_keys
@@ -51,52 +52,55 @@ def report_stem(variant: str, problem: Problem) -> str:
     return re.sub(r"[^A-Za-z0-9._=+-]+", "_", cell_name(variant, problem)).strip("_")
 
 
-def target_command(problem: Problem, variant: str, opts: ProfileOptions, result: Path) -> list[str]:
-    from gemmbench.runner import cell_seed
-
-    cmd = [
-        sys.executable,
-        "-m",
-        "gemmbench.profile.target",
-        "--problem",
-        json.dumps(asdict(problem)),
-        "--variant",
-        variant,
-        "--seed",
-        str(cell_seed(opts.seed, problem)),
-        "--result",
-        str(result),
-    ]
-    for p in opts.plugins:
-        cmd += ["--plugin", str(p)]
-    return cmd
-
-
 def _last_error(output: str, code: int) -> str:
-    from gemmbench.runner import exit_hint
-
     how, _, hint = exit_hint(output, code).partition(": ")
     return f"the profiled process failed ({how}): {hint}"
 
 
-class CellProfiler:
-    """Profiles cells one at a time; each returns its rows (never raises for one cell's failure)."""
+class _Outcome:
+    """A Sink of gemmbench.pool for one profiled cell: the worker's outcome (or why it has none), the tool's output."""
 
-    def __init__(self, opts: ProfileOptions, run: Callable = subprocess.run):
-        self.opts, self.run = opts, run
+    def __init__(self):
+        self.outcome: Optional[dict] = None
+        self.why_lost: Optional[str] = None
+        self.output, self.code = "", 0
+
+    def begin(self, cell, item, phase, gpu) -> None:
+        pass
+
+    def result(self, cell, item, rows, passed, gpu) -> None:
+        self.outcome = rows[0]
+
+    def lost(self, cell, item, reason, gpu) -> None:
+        self.why_lost = reason
+
+    def note(self, text: str) -> None:
+        pass
+
+    def closed(self, cell, log, code) -> None:
+        self.output, self.code = log, code
+
+
+class CellProfiler:
+    """Profiles cells one at a time, each in a worker of the engine's pool started under the profiler (the `profile`
+    task); each returns its rows (never raises for one cell's failure)."""
+
+    def __init__(self, opts: ProfileOptions, run: Callable = subprocess.run, start: Optional[Callable] = None):
+        self.opts, self.run, self.start = opts, run, start
         self.ncu = ncu.find_ncu() if opts.use_ncu else None
         self.nsys = nsys.find_nsys() if opts.use_nsys else None
         self.reports = opts.out_dir / opts.run_id
 
-    def _child(self, cmd: list[str], result: Path) -> tuple[Optional[dict], str, int]:
-        """Run one tool over the child: (the child's outcome or None, the tool's output, its exit code)."""
-        result.unlink(missing_ok=True)
-        try:
-            proc = self.run(cmd, capture_output=True, text=True, timeout=self.opts.timeout_s)
-        except subprocess.TimeoutExpired:
-            return None, f"the profiled process ran past {self.opts.timeout_s:.0f} s and was stopped", -9
-        outcome = json.loads(result.read_text()) if result.exists() else None
-        return outcome, (proc.stdout or "") + (proc.stderr or ""), proc.returncode
+    def _child(self, prefix: list, problem: Problem, variant) -> tuple[Optional[dict], str, int]:
+        """One worker under the tool `prefix` over the cell: (its outcome or None, the tool's output, exit code)."""
+        payload = {"problem": asdict(problem), "seed": cell_seed(self.opts.seed, problem)}
+        cell = Cell("profile", payload, (variant.name,), problem.label, prefix=tuple(prefix),
+                    timeout_s=self.opts.timeout_s)  # fmt: skip
+        sink = _Outcome()
+        with Pool(WorkerOptions("cold", plugins=list(self.opts.plugins)), sink, start=self.start) as pool:
+            pool.run([cell])
+        output = sink.output + (f"\n{sink.why_lost}" if sink.why_lost else "")
+        return sink.outcome, output, sink.code
 
     def cell(self, problem: Problem, variant) -> list[dict]:
         from gemmbench import device, metrics
@@ -104,76 +108,51 @@ class CellProfiler:
         from gemmbench.store import cell_columns
 
         name = range_name("profile", cell_name(variant.name, problem))
-        base = dict(
-            cell_columns(problem, variant),
-            run_id=self.opts.run_id,
-            profile_schema=PROFILE_SCHEMA,
-            timestamp=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            nvtx_range=name,
-            **device.provenance(),
-        )
+        base = dict(cell_columns(problem, variant), run_id=self.opts.run_id, profile_schema=PROFILE_SCHEMA,
+                    timestamp=datetime.now(timezone.utc).isoformat(timespec="seconds"), nvtx_range=name,
+                    **device.provenance())  # fmt: skip
         self.reports.mkdir(parents=True, exist_ok=True)
         # reports are stem + suffix, never stem.with_suffix(): a GEMM id may contain '.' (two cells, one report)
         stem = self.reports / report_stem(variant.name, problem)
-        with tempfile.TemporaryDirectory() as tmp:
-            result = Path(tmp) / "result.json"
-            target = target_command(problem, variant.name, self.opts, result)
-            extra = {}
-            if self.nsys:
-                outcome, output, code = self._child(nsys.profile_command(self.nsys, stem, target), result)
-                if outcome is None or outcome["status"] != "ok":
-                    return [self._failed(base, outcome, output, code, name)]
-                extra = self._nsys_columns(stem, name)
-                if isinstance(extra, str):
-                    return [dict(base, status="error", reason=extra)]
-            if self.ncu:
-                report = stem.with_name(stem.name + ".ncu-rep")
-                cmd = ncu.profile_command(
-                    self.ncu, report, name, domain_in_use(), target, self.opts.extra_metrics, self.opts.ncu_set
-                )
-                outcome, output, code = self._child(cmd, result)
-                if outcome is None or outcome["status"] != "ok":
-                    return [self._failed(base, outcome, output, code, name)]
-                why = ncu.explain_failure(output, name)
-                if not report.exists():
-                    return [self._failed(base, None, output, code, name, why)]
-                proc = self.run(
-                    ncu.import_command(self.ncu, report), capture_output=True, text=True, timeout=self.opts.timeout_s
-                )
-                try:
-                    kernels = ncu.parse_raw_csv(proc.stdout) if proc.returncode == 0 else []
-                except ncu.NcuError:  # an export with no kernel table: this cell's error row, not the sweep's end
-                    kernels = []
-                if not kernels:
-                    return [
-                        dict(
-                            base,
-                            status="error",
-                            reason=why or f"no kernel was captured inside the NVTX range {name!r}",
-                            ncu_report=str(report),
-                        )
-                    ]
-            scaling = variant.fp8_scaling if problem.dtype == "fp8" else "tensor"
-            model = ncu.Model(
-                metrics.flops(problem) if variant.gemm else None,
-                metrics.bytes_min(problem, outcome["experts_hit"] if problem.is_moe else None, scaling)
-                if variant.gemm
-                else None,
-            )
-            cell = dict(
-                base,
-                status="ok",
-                reason=None,
-                config=json.dumps(outcome["config"], sort_keys=True),
-                max_rel_err=outcome["max_rel_err"],
-                bytes_min=model.bytes_min,
-                **extra,
-            )
-            if not self.ncu:
-                return [cell]
-            return [
-                dict(cell, ncu_report=str(report), **k) for k in ncu.cell_rows(kernels, model, self.opts.extra_metrics)
-            ]
+        extra: dict = {}
+        outcome = None
+        if self.nsys:
+            outcome, output, code = self._child(nsys.profile_command(self.nsys, stem, []), problem, variant)
+            if outcome is None or outcome["status"] != "ok":
+                return [self._failed(base, outcome, output, code, name)]
+            columns = self._nsys_columns(stem, name)
+            if isinstance(columns, str):
+                return [dict(base, status="error", reason=columns)]
+            extra = columns
+        if self.ncu:
+            report = stem.with_name(stem.name + ".ncu-rep")
+            prefix = ncu.profile_command(self.ncu, report, name, domain_in_use(), [], self.opts.extra_metrics,
+                                         self.opts.ncu_set)  # fmt: skip
+            outcome, output, code = self._child(prefix, problem, variant)
+            if outcome is None or outcome["status"] != "ok":
+                return [self._failed(base, outcome, output, code, name)]
+            why = ncu.explain_failure(output, name)
+            if not report.exists():
+                return [self._failed(base, None, output, code, name, why)]
+            proc = self.run(ncu.import_command(self.ncu, report), capture_output=True, text=True,
+                            timeout=self.opts.timeout_s)  # fmt: skip
+            try:
+                kernels = ncu.parse_raw_csv(proc.stdout) if proc.returncode == 0 else []
+            except ncu.NcuError:  # an export with no kernel table: this cell's error row, not the sweep's end
+                kernels = []
+            if not kernels:
+                reason = why or f"no kernel was captured inside the NVTX range {name!r}"
+                return [dict(base, status="error", reason=reason, ncu_report=str(report))]
+        assert outcome is not None
+        scaling = variant.fp8_scaling if problem.dtype == "fp8" else "tensor"
+        hit = outcome["experts_hit"] if problem.is_moe else None
+        model = ncu.Model(metrics.flops(problem) if variant.gemm else None,
+                          metrics.bytes_min(problem, hit, scaling) if variant.gemm else None)  # fmt: skip
+        cell = dict(base, status="ok", reason=None, config=json.dumps(outcome["config"], sort_keys=True),
+                    max_rel_err=outcome["max_rel_err"], bytes_min=model.bytes_min, **extra)  # fmt: skip
+        if not self.ncu:
+            return [cell]
+        return [dict(cell, ncu_report=str(report), **k) for k in ncu.cell_rows(kernels, model, self.opts.extra_metrics)]
 
     def _nsys_columns(self, stem: Path, name: str):
         sqlite_path = stem.with_name(stem.name + ".sqlite")

@@ -1,0 +1,210 @@
+"""The engine's GPU pool with fake workers (no process, no CUDA): every item ends as exactly one outcome; a worker that
+dies costs only the item in flight, blamed by name; a fresh worker carries on; a GPU whose workers die MAX_DEATHS
+times in a row without finishing anything, or cannot start one, hands its cells to the other GPUs."""
+
+from __future__ import annotations
+
+import collections
+
+import pytest
+
+from gemmbench import pool as pool_mod
+from gemmbench.pool import Cell, Pool, PoolError, WorkerOptions, exit_hint, split
+
+KEYS = [f"job{i}" for i in range(10)]
+
+
+class FakeWorker:
+    """Answers a task item by item as plan says: `crash_on` (dies on that item, killed by SIGSEGV), `fail` (its own
+    error outcome), else a done outcome naming the GPU."""
+
+    def __init__(self, plan: dict, gpu):
+        self.plan, self.gpu, self.events = plan, gpu, collections.deque()
+        self.code, self.out = 0, ""
+
+    def send(self, task: dict) -> None:
+        for item in task["items"]:
+            self.events.append({"ev": "begin", "item": item, "phase": "tune"})
+            if item in self.plan.get("crash_on", ()):
+                self.events.append(None)
+                self.code, self.out = -11, "compiling...\ntriton: an illegal memory access was encountered\n"
+                return
+            if item in self.plan.get("fail", ()):
+                row = {"failed": item, "reason": "no config runs it"}
+            else:
+                row = {"done": item, "gpu": self.gpu}
+            self.events.append({"ev": "result", "item": item, "rows": [row]})
+        self.events.append({"ev": "done"})
+
+    def next_event(self, timeout=None):
+        return self.events.popleft()
+
+    def death_reason(self) -> str:
+        return f"worker died ({exit_hint(self.out, self.code)})"
+
+    def output(self) -> str:
+        return self.out
+
+    def wait(self) -> int:
+        return self.code
+
+    def close(self) -> None:
+        pass
+
+    def kill(self) -> None:
+        pass
+
+
+class Fakes:
+    """start(opts, gpu, prefix) for Pool; plans[gpu] says what that GPU's workers do; records what ran where."""
+
+    def __init__(self, plans: dict):
+        self.plans, self.started = plans, []
+        self.results, self.lost_, self.notes = {}, {}, []
+
+    def start(self, opts, gpu, prefix=()):
+        self.started.append(gpu)
+        if self.plans.get(gpu, {}).get("die_at_start"):
+            raise PoolError("the benchmark worker could not start: exit code 3: RuntimeError: CUDA error: "
+                            "uncorrectable ECC error encountered")  # fmt: skip
+        return FakeWorker(self.plans.get(gpu, {}), gpu)
+
+    # the Sink
+    def begin(self, cell, item, phase, gpu):
+        pass
+
+    def result(self, cell, item, rows, passed, gpu):
+        assert item not in self.results and item not in self.lost_
+        self.results[item] = (gpu, rows)
+
+    def lost(self, cell, item, reason, gpu):
+        assert item not in self.results
+        self.lost_[item] = reason
+
+    def note(self, text):
+        self.notes.append(text)
+
+    def closed(self, cell, log, code):
+        pass
+
+    def run(self, gpus=(0, 1), keys=KEYS, **kw):
+        cells = [Cell("tune", {}, (k,), k) for k in keys]
+        with Pool(WorkerOptions(), self, list(gpus) if gpus else None, start=self.start, **kw) as pool:
+            pool.run(cells)
+        return self
+
+    def done_on(self, gpu):
+        return sorted(k for k, (g, rows) in self.results.items() if g == gpu and "done" in rows[0])
+
+
+def test_split_is_balanced_by_cost_and_keeps_order():
+    cells = [Cell("x", {}, (str(i),), str(i), cost=c) for i, c in enumerate([5, 1, 1, 1, 1, 1])]
+    parts = split(cells, 2)
+    assert [[c.label for c in p] for p in parts] == [["0"], ["1", "2", "3", "4", "5"]]
+    assert sorted(c.label for p in split(cells, 3) for c in p) == [str(i) for i in range(6)]
+
+
+def test_all_workers_succeed_one_per_gpu():
+    f = Fakes({}).run()
+    assert sorted(f.results) == sorted(KEYS) and not f.lost_
+    assert sorted(f.started) == [0, 1]  # one worker per GPU, kept for all its cells
+    assert f.done_on(0) and f.done_on(1)
+
+
+def test_a_worker_killed_mid_way_costs_only_its_item():
+    f = Fakes({0: {"crash_on": ["job4"]}}).run(gpus=[0])
+    assert list(f.lost_) == ["job4"]
+    assert f.lost_["job4"].startswith("tune: worker died (killed by signal 11: ")
+    assert "illegal memory access" in f.lost_["job4"]
+    assert sorted(f.results) == sorted(set(KEYS) - {"job4"})
+    assert f.started == [0, 0]  # a fresh worker for the rest
+
+
+def test_an_item_the_worker_reports_failed_is_not_retried():
+    f = Fakes({1: {"fail": ["job3"]}}).run()
+    assert f.results["job3"][1] == [{"failed": "job3", "reason": "no config runs it"}] and len(f.started) == 2
+
+
+def test_a_gpu_whose_worker_cannot_start_hands_its_cells_to_the_other():
+    f = Fakes({1: {"die_at_start": True}}).run()
+    assert sorted(f.results) == sorted(KEYS) and not f.lost_  # nothing was in flight: nothing lost
+    assert f.done_on(0) == sorted(KEYS)
+    assert any("GPU 1 given up" in n and "ECC error" in n for n in f.notes)
+
+
+def test_a_gpu_that_faults_on_every_item_loses_max_deaths_items_then_hands_over():
+    f = Fakes({1: {"crash_on": KEYS}}).run()
+    assert len(f.lost_) == pool_mod.MAX_DEATHS  # three deaths in a row, one item each
+    assert sorted(f.results) == sorted(set(KEYS) - set(f.lost_))
+    assert f.done_on(1) == [] and any("GPU 1 given up" in n and "3 worker deaths in a row" in n for n in f.notes)
+
+
+def test_deaths_in_a_row_are_counted_between_finished_items():
+    # each worker finishes items, then dies on one: never two deaths in a row without progress
+    f = Fakes({0: {"crash_on": ["job2", "job6"]}}).run(gpus=[0], max_deaths=2)
+    assert sorted(f.lost_) == ["job2", "job6"] and len(f.results) == 8
+
+
+def test_when_no_gpu_can_start_a_worker_the_sweep_stops_with_the_reasons():
+    with pytest.raises(PoolError, match=r"no GPU could start a worker: GPU 0: .*ECC.*GPU 1: "):
+        Fakes({0: {"die_at_start": True}, 1: {"die_at_start": True}}).run()
+    with pytest.raises(PoolError, match=r"^the benchmark worker could not start: exit code 3"):
+        Fakes({None: {"die_at_start": True}}).run(gpus=None)
+
+
+def test_when_every_gpu_is_given_up_after_deaths_the_rest_are_lost_with_the_reasons():
+    f = Fakes({0: {"crash_on": KEYS}, 1: {"crash_on": KEYS}}).run()
+    assert not f.results and sorted(f.lost_) == sorted(KEYS)
+    rest = [r for r in f.lost_.values() if r.startswith("no GPU left to run it (GPU ")]
+    assert len(rest) == len(KEYS) - 2 * pool_mod.MAX_DEATHS
+
+
+def test_a_task_that_answers_no_outcome_for_an_item_loses_it_by_name():
+    class Silent(FakeWorker):
+        def send(self, task):
+            self.events.append({"ev": "done"})
+
+    f = Fakes({})
+    with Pool(WorkerOptions(), f, start=lambda o, g, p=(): Silent({}, g)) as pool:
+        pool.run([Cell("tune", {}, ("a", "b"), "ab")])
+    assert f.lost_ == {k: "the worker finished its task without an outcome for it" for k in ("a", "b")}
+
+
+def test_a_gpu_index_is_a_position_in_an_outer_cuda_visible_devices(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,6")
+    assert [pool_mod.visible_device(g) for g in (0, 1)] == ["4", "6"]
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    assert pool_mod.visible_device(1) == "1"
+
+
+@pytest.mark.parametrize(
+    "text,count,message",
+    [
+        ("all", 0, "--gpus needs CUDA GPUs, and this machine has none"),
+        ("2", 2, "no GPU 2 here (this machine has 2: 0..1)"),
+        ("0,x", 2, "give 'all' or GPU indices"),
+    ],
+)
+def test_parse_gpus_errors(text, count, message):
+    with pytest.raises(PoolError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        pool_mod.parse_gpus(text, count)
+    assert pool_mod.parse_gpus("all", 3) == [0, 1, 2] and pool_mod.parse_gpus("1,1,0", 3) == [1, 0]
+
+
+def test_a_real_worker_process_runs_a_task_and_a_crash_costs_its_item(tmp_path):
+    """The real protocol end to end on the CPU: a `time` cell of two variants, the plugin's one kills its worker in
+    its check; the other is timed by a fresh worker."""
+    from dataclasses import asdict
+
+    from conftest import PLUGINS
+
+    from gemmbench.shapes import Problem
+
+    p = Problem("t", "g", 2, 16, 16, "fp16")
+    f = Fakes({})
+    opts = WorkerOptions(timing="wall", budget_s=0.01, min_samples=3, plugins=[PLUGINS / "crash_plugin.py"], cpu=True)
+    with Pool(opts, f) as pool:
+        pool.run([Cell("time", {"problem": asdict(p), "seed": 0}, ("test_crash", "cublas_fp16"), p.label)])
+    assert list(f.lost_) == ["test_crash"] and f.lost_["test_crash"].startswith("check: worker died (killed by signal")
+    [row] = f.results["cublas_fp16"][1]
+    assert row["status"] == "ok" and row["n_samples"] >= 3 and row["variant"] == "cublas_fp16"
