@@ -13,7 +13,7 @@ from typing import Optional
 
 import torch
 
-from gemmbench import metrics
+from gemmbench import dtypes, metrics
 from gemmbench.device import detect
 from gemmbench.store import write_atomic
 from gemmbench.streamread import StreamReader
@@ -30,10 +30,10 @@ def cache_dir() -> Path:
 class Ceilings:
     mode: str
     bandwidth_ladder: list  # [[bytes, GB/s], ...] of the streaming-read kernel in this timing mode
-    peak_tflops: dict  # dtype -> TFLOP/s of a large cuBLAS GEMM (8192^3; fp16 shares bf16's)
+    peak_tflops: dict  # "bf16" | "fp8" -> TFLOP/s of a large cuBLAS GEMM (8192^3); DType.peak names the one it uses
 
     def peak_for(self, dtype: str) -> float:
-        return self.peak_tflops["fp8" if dtype == "fp8" else "bf16"]
+        return self.peak_tflops[dtypes.get(dtype).peak]
 
 
 def ceilings(timer_mode: str, remeasure: bool = False) -> Optional[Ceilings]:

@@ -9,14 +9,9 @@ from typing import Any, Callable, Optional
 
 import torch
 
+from gemmbench import dtypes
 from gemmbench.inputs import GemmInputs
 from gemmbench.shapes import Problem
-
-# Error measure: max |out - ref| / max |ref| (a normwise max error: immune to the near-zero
-# elements that make elementwise relative error meaningless).  With O(1) outputs the budget is the
-# output rounding (bf16 2^-8 = 3.9e-3, fp16 2^-11 = 4.9e-4) plus fp32 accumulation-order noise;
-# fp8 is compared against its own dequantised inputs, so only accumulation and bf16 output count.
-TOLERANCE = {"fp16": 2e-3, "bf16": 1.6e-2, "fp8": 1.6e-2}
 
 
 @dataclass
@@ -46,7 +41,7 @@ def reference(problem: Problem, inputs: GemmInputs) -> torch.Tensor:
 
 
 def compare(problem: Problem, out: torch.Tensor, ref: torch.Tensor) -> CheckResult:
-    tol = TOLERANCE[problem.dtype]
+    tol = dtypes.get(problem.dtype).tolerance  # the error measure and its budgets: gemmbench/dtypes.py
     if tuple(out.shape) != tuple(ref.shape):
         return CheckResult(False, float("inf"), f"output shape {tuple(out.shape)}, expected {tuple(ref.shape)}")
     out = out.float()

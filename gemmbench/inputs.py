@@ -15,10 +15,11 @@ from typing import Optional
 
 import torch
 
+from gemmbench import dtypes
 from gemmbench.shapes import Problem
 
-TORCH_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp8": torch.float8_e4m3fn}
-FP8_MAX = 448.0  # largest finite float8 e4m3fn value
+# name -> torch.dtype, read from the dtype table, for kernels/grouped_mm.py's probe
+TORCH_DTYPES = {d.name: d.torch for d in dtypes.ALL.values()}
 ROUTINGS = ("uniform", "skewed", "one-expert")
 ZIPF_S = 1.2  # "skewed": expert e's prior load is proportional to 1 / (e + 1) ** ZIPF_S
 
@@ -69,9 +70,10 @@ def quantize_fp8(x: torch.Tensor, scaling: str) -> tuple[torch.Tensor, torch.Ten
         amax = x.abs().amax(dim=(1, 2))
     else:
         raise ValueError(f"unknown fp8 scaling {scaling!r}")
-    scale = (amax.float() / FP8_MAX).clamp(min=1e-12)
+    fp8 = dtypes.FP8
+    scale = (amax.float() / fp8.max_value).clamp(min=1e-12)
     view = scale.view(-1, 1, 1) if scaling == "expert" else scale
-    q = (x / view).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn)
+    q = (x / view).clamp(-fp8.max_value, fp8.max_value).to(fp8.torch)
     return q, scale
 
 
@@ -110,13 +112,14 @@ def make_inputs(problem: Problem, seed: int, device: str, scaling: str = "tensor
             M, problem.E, problem.topk, torch.Generator().manual_seed(seed + 7919), problem.routing
         )
         topk_ids, topk_weights = topk_ids.to(device), topk_weights.to(device)
-    if problem.dtype != "fp8":
-        dt = TORCH_DTYPES[problem.dtype]
-        return GemmInputs(a.to(dt), b.to(dt), dt, topk_ids=topk_ids, topk_weights=topk_weights)
+    dt = dtypes.get(problem.dtype)
+    out_dtype = dtypes.get(dt.out).torch
+    if not dt.scaled:
+        return GemmInputs(a.to(dt.torch), b.to(dt.torch), out_dtype, topk_ids=topk_ids, topk_weights=topk_weights)
     qa, sa = quantize_fp8(a, scaling)
     # MoE weights: one scale per expert, the layout fused MoE kernels consume
     qb, sb = quantize_fp8(b, "expert" if problem.is_moe else scaling)
-    return GemmInputs(qa, qb, torch.bfloat16, sa, sb, scaling, topk_ids, topk_weights)
+    return GemmInputs(qa, qb, out_dtype, sa, sb, scaling, topk_ids, topk_weights)
 
 
 def cell_seed(seed: int, problem: Problem) -> int:

@@ -14,21 +14,8 @@ from typing import Sequence
 
 import numpy as np
 
+from gemmbench import dtypes
 from gemmbench.shapes import Problem
-
-# Bytes per element of the activation (A) and weight (B) operands.
-ACT_BYTES = {"fp16": 2, "bf16": 2, "fp8": 1}
-# Bytes per element of the output: fp8 GEMMs write bf16 here (torch._scaled_mm with out_dtype=bf16).
-OUT_BYTES = {"fp16": 2, "bf16": 2, "fp8": 2}
-# fp8 scales are fp32.
-SCALE_BYTES = 4
-FP8_SCALINGS = ("tensor", "row")
-
-
-def _dtype_bytes(dtype: str) -> tuple[int, int]:
-    if dtype not in ACT_BYTES:
-        raise ValueError(f"unknown dtype {dtype!r} (expected one of {', '.join(ACT_BYTES)})")
-    return ACT_BYTES[dtype], OUT_BYTES[dtype]
 
 
 def flops(p: Problem) -> int:
@@ -44,20 +31,19 @@ def flops(p: Problem) -> int:
 def bytes_min(p: Problem, experts_hit: int | None = None, fp8_scaling: str = "tensor") -> int:
     """Minimum DRAM traffic of one call in bytes: every input read once, the output written once.
 
-    Dense: A (M, K) + B (N, K) in the input dtype + C (M, N) in the output dtype.
+    Dense: A (M, K) + B (N, K) in the input dtype + C (M, N) in the output dtype (dtypes.DType.bytes, out_bytes).
     MoE: the weights of the experts actually hit (experts_hit * N * K; a decode step with few
     tokens touches few experts, so counting all E would flatter the kernel), the activations
     M * K once, and the outputs M * topk * N (one row per routed token, before the top-k sum).
     experts_hit is required for MoE (ValueError if None or outside 1..E); for a dense problem it
     may be None or 1.
 
-    fp8 adds its fp32 scales.  fp8_scaling "tensor": dense 2 scalars; "row": dense M + N.  MoE weights
-    always carry one scale per expert (inputs.make_inputs), so MoE adds experts_hit scales plus the
-    activations' 1 ("tensor") or M ("row").
+    A scaled dtype (fp8) adds its scales, as many as dtypes.SCALINGS[fp8_scaling] lays out: "tensor": dense
+    2 scalars; "row": dense M + N.  MoE weights always carry one scale per expert (inputs.make_inputs), so
+    MoE adds experts_hit scales plus the activations' 1 ("tensor") or M ("row").
     """
-    act, out = _dtype_bytes(p.dtype)
-    if fp8_scaling not in FP8_SCALINGS:
-        raise ValueError(f"unknown fp8_scaling {fp8_scaling!r} (expected tensor or row)")
+    dt, scaling = dtypes.get(p.dtype), dtypes.scaling(fp8_scaling)
+    act, out = dt.bytes, dt.out_bytes
     if p.is_moe:
         if experts_hit is None:
             raise ValueError(f"{p.label}: experts_hit is required for an MoE problem")
@@ -68,14 +54,13 @@ def bytes_min(p: Problem, experts_hit: int | None = None, fp8_scaling: str = "te
 
     if p.is_moe:
         n = act * (experts_hit * p.N * p.K + p.M * p.K) + out * p.M * p.topk * p.N
-        if p.dtype == "fp8":
-            n_scales = experts_hit + (1 if fp8_scaling == "tensor" else p.M)
-            n += SCALE_BYTES * n_scales
+        if dt.scaled:
+            n += scaling.scale_bytes * (experts_hit + scaling.act_scales(p.M, p.K))
         return n
 
     n = act * (p.M * p.K + p.N * p.K) + out * p.M * p.N
-    if p.dtype == "fp8":
-        n += SCALE_BYTES * (2 if fp8_scaling == "tensor" else p.M + p.N)
+    if dt.scaled:
+        n += scaling.scale_bytes * (scaling.act_scales(p.M, p.K) + scaling.weight_scales(p.N, p.K))
     return n
 
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from gemmbench import dtypes
 from gemmbench.shapes import Problem
 
 ENTRY_POINT_GROUP = "gemmbench.variants"
@@ -44,13 +45,17 @@ class Variant:
     make: Callable[[Problem, Any], Launch]
     supports: Optional[Callable[[Problem, Any], Optional[str]]] = None
     moe: bool = False  # True: runs MoE problems (E > 1); False: dense problems only
-    fp8_scaling: str = "tensor"  # how its fp8 inputs are scaled: "tensor" | "row"
+    fp8_scaling: str = "tensor"  # how its fp8 inputs are scaled: a name in dtypes.SCALINGS
     source: str = "builtin"  # "builtin" or the plugin it came from
     tunable: Any = None  # a tuning.Tunable: its configs are searched by `gemmbench tune` and stored
     # check(problem, inputs, output) -> check.CheckResult, for a variant whose output is not the GEMM's
     # (moe_align): replaces the comparison with the fp32 reference
     check: Optional[Callable[[Problem, Any, Any], Any]] = None
     gemm: bool = True  # False: not a GEMM (moe_align); its rows carry no FLOPs, bytes or roofline
+    # The dtypes whose rows of its kind (dense or MoE) and, for fp8, of its fp8_scaling measure their speedup
+    # against it (baseline_for; one variant per dtype, kind and scaling).  It may name a dtype it does not run:
+    # torch_moe_loop is the MoE reference of fp8 too, whose rows then show no speedup.
+    baseline: tuple[str, ...] = ()
 
     def unsupported_reason(self, problem: Problem, device: Any) -> Optional[str]:
         """None if this variant can run the problem here, else a one-line reason."""
@@ -71,12 +76,46 @@ _builtins_loaded = False
 
 
 def register(variant: Variant) -> Variant:
-    """Add a variant; a second registration under the same name is an error."""
+    """Add a variant; a second registration under the same name, or a second baseline of one dtype, kind and
+    fp8 scaling, is an error."""
     if variant.name in _VARIANTS:
         old = _VARIANTS[variant.name]
         raise RegistryError(f"variant {variant.name!r} from {variant.source} is already registered by {old.source}")
+    try:
+        keys = _baseline_keys(variant)
+    except ValueError as exc:
+        raise RegistryError(f"variant {variant.name!r} from {variant.source}: baseline: {exc}") from None
+    for old in _VARIANTS.values():
+        for dtype, moe, scaling in keys & _baseline_keys(old):
+            what = f"{dtype}{f' {scaling}-scaled' if scaling else ''} {'MoE' if moe else 'dense'} rows"
+            raise RegistryError(
+                f"variant {variant.name!r} from {variant.source}: {old.name} ({old.source}) is already the baseline "
+                f"of {what}"
+            )
     _VARIANTS[variant.name] = variant
     return variant
+
+
+def _baseline_key(dtype: str, moe: bool, fp8_scaling: str) -> tuple[str, bool, Optional[str]]:
+    """Rows of one dtype and kind share a baseline; those of a scaled dtype (fp8), one per scaling."""
+    return dtype, moe, (fp8_scaling if dtypes.get(dtype).scaled else None)
+
+
+def _baseline_keys(variant: Variant) -> set[tuple[str, bool, Optional[str]]]:
+    return {_baseline_key(d, variant.moe, variant.fp8_scaling) for d in variant.baseline}
+
+
+def baseline_for(dtype: str, moe: bool, fp8_scaling: str = dtypes.REFERENCE_SCALING) -> Optional[str]:
+    """The name of the variant that rows of this dtype, kind and fp8 scaling measure their speedup against (its
+    Variant.baseline); a scaling that no variant declares falls back to dtypes.REFERENCE_SCALING's.  None where
+    no variant declares either."""
+    variants = all_variants()
+    for scaling in dict.fromkeys((fp8_scaling, dtypes.REFERENCE_SCALING)):
+        key = _baseline_key(dtype, moe, scaling)
+        for v in variants:
+            if key in _baseline_keys(v):
+                return v.name
+    return None
 
 
 def _load_builtins() -> None:

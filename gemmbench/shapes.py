@@ -29,7 +29,9 @@ from typing import Any, Sequence
 
 import yaml
 
-DTYPES = ("fp16", "bf16", "fp8")  # the dtypes a Problem may have (fp8: e4m3 operands, bf16 out)
+from gemmbench import dtypes
+
+DTYPES = dtypes.NAMES  # the dtypes a Problem may have: --dtype's choices (cli.common)
 DECODE_M = (1, 2, 4, 8, 16, 32, 64)
 PREFILL_M = (128, 256, 512, 1024, 2048, 4096)
 
@@ -72,7 +74,7 @@ class Problem:
     M: int
     N: int
     K: int
-    dtype: str  # "fp16" | "bf16" | "fp8"
+    dtype: str  # a name in dtypes.ALL: "fp16" | "bf16" | "fp8"
     tp: int = 1
     E: int = 1
     topk: int = 1

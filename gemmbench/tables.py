@@ -1,27 +1,34 @@
-"""The end-of-run tables: one per GEMM, every cell with its status, speedups against that dtype's
-cuBLAS baseline (never from a wrong or failed result)."""
+"""The end-of-run tables: one per GEMM, every cell with its status, speedups against the baseline that the
+registry declares for its dtype and kind (never from a wrong or failed result)."""
 
 from __future__ import annotations
 
 from collections import defaultdict
+from typing import Optional
 
 from rich.table import Table
 from rich.text import Text
 
-BASELINE = {"fp8": "cublas_fp8", "bf16": "cublas_bf16", "fp16": "cublas_fp16"}
-MOE_BASELINE = "torch_moe_loop"
+from gemmbench import dtypes, registry
+
 STATUS_STYLE = {"ok": "green", "wrong": "bold red", "error": "bold red", "skipped": "dim"}
 
 
-def baseline_for(row: dict) -> str:
-    """The cuBLAS row a row's speedup is measured against: a Triton variant with row-wise fp8 scales
-    against cuBLAS row-wise (same scales, same work); everything else against the dtype's baseline
-    (so cublas_fp8_rowwise itself shows what row-wise scaling costs in cuBLAS)."""
-    if row["E"] > 1:
-        return MOE_BASELINE
-    if row["dtype"] == "fp8" and row["variant"].endswith("_rowwise") and row["variant"] != "cublas_fp8_rowwise":
-        return "cublas_fp8_rowwise"
-    return BASELINE[row["dtype"]]
+def baseline_for(row: dict) -> Optional[str]:
+    """The variant a row's speedup is measured against: registry.baseline_for the row's dtype, kind (dense or MoE)
+    and its variant's fp8 scaling, so that a Triton variant with row-wise fp8 scales is measured against cuBLAS
+    row-wise (same scales, same work).  A baseline's own rows are measured against the reference scaling's
+    baseline (so cublas_fp8_rowwise shows what row-wise scaling costs in cuBLAS).  A variant this process has not
+    registered (a plugin's, read from a results file) counts as per-tensor scaled."""
+    try:
+        variant = registry.get(row["variant"])
+    except registry.RegistryError:
+        variant = None
+    if variant is None or row["dtype"] in variant.baseline:
+        scaling = dtypes.REFERENCE_SCALING
+    else:
+        scaling = variant.fp8_scaling
+    return registry.baseline_for(row["dtype"], row["E"] > 1, scaling)
 
 
 def _cell(r: dict) -> tuple:
@@ -35,10 +42,7 @@ def _is_gemm(r: dict) -> bool:
 
 def speedups(rows: list[dict]) -> dict[int, float]:
     """id(row) -> baseline time / row time, for ok rows whose baseline is ok in the same run."""
-    base = {}
-    for r in rows:
-        if r["status"] == "ok" and r["variant"] in (BASELINE.get(r["dtype"]), "cublas_fp8_rowwise", MOE_BASELINE):
-            base[_cell(r) + (r["variant"],)] = r["time_us_median"]
+    base = {_cell(r) + (r["variant"],): r["time_us_median"] for r in rows if r["status"] == "ok"}
     out = {}
     for r in rows:
         b = base.get(_cell(r) + (baseline_for(r),))
@@ -85,9 +89,14 @@ def gemm_tables(rows: list[dict]) -> list[Table]:
         moe = (f", E={E} top{topk}" + (f", {routing} routing" if routing else "")) if E > 1 else ""
         title = f"{gemm}  N={N} K={K}{moe}" + (f"  tp={tp}" if tp > 1 else "")
         first = rs[0]
+        vs = (
+            registry.baseline_for(first["dtype"], moe=True)
+            if E > 1
+            else f"cublas_<dtype> (Triton *_rowwise: vs {registry.baseline_for('fp8', moe=False, fp8_scaling='row')})"
+        )
         caption = (
             f"timing: {first.get('timing_mode')} (L2 {first.get('l2_state')}); speedup vs "
-            + (MOE_BASELINE if E > 1 else "cublas_<dtype> (Triton *_rowwise: vs cublas_fp8_rowwise)")
+            + vs
             + ("; * = fastest at that M and dtype; config: BLOCK_MxBLOCK_NxBLOCK_K, where it came from")
         )
         t = Table(title=title, caption=caption, title_justify="left")

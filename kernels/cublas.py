@@ -2,7 +2,8 @@
 
 cublas_bf16 / cublas_fp16: torch.mm(a, b.T) with the weight stored (N, K), as nn.Linear does.
 cublas_fp8: torch._scaled_mm with per-tensor fp32 scales, bf16 out; cublas_fp8_rowwise: one scale
-per activation row and per weight row (what fp8 serving stacks use).
+per activation row and per weight row (what fp8 serving stacks use).  Each is the speedup baseline of its
+dtype's dense rows (Variant.baseline); cublas_fp8_rowwise that of fp8 variants with row-wise scales.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import Optional
 
 import torch
 
+from gemmbench import dtypes
 from gemmbench.registry import Launch, Variant, register
 
 
@@ -26,21 +28,23 @@ def _make_scaled_mm(problem, inputs) -> Launch:
     a, bt = inputs.a, inputs.b.t()  # _scaled_mm wants B column-major: the (N, K) weight's transpose
     sa = inputs.a_scale
     sb = inputs.b_scale.reshape(1, -1) if inputs.scaling == "row" else inputs.b_scale
-    return Launch(fn=lambda: torch._scaled_mm(a, bt, scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16))
+    out_dtype = inputs.out_dtype
+    return Launch(fn=lambda: torch._scaled_mm(a, bt, scale_a=sa, scale_b=sb, out_dtype=out_dtype))
 
 
 @functools.lru_cache(maxsize=None)
 def _scaled_mm_error(device_kind: str, scaling: str) -> Optional[str]:
     """Run a tiny _scaled_mm once: the only reliable way to know whether this torch/GPU has the path."""
     dev = "cuda" if device_kind == "cuda" else "cpu"
+    fp8 = dtypes.FP8
     try:
-        a = torch.ones((16, 32), device=dev).to(torch.float8_e4m3fn)
-        b = torch.ones((16, 32), device=dev).to(torch.float8_e4m3fn)
+        a = torch.ones((16, 32), device=dev).to(fp8.torch)
+        b = torch.ones((16, 32), device=dev).to(fp8.torch)
         if scaling == "row":
             sa, sb = torch.ones((16, 1), device=dev), torch.ones((1, 16), device=dev)
         else:
             sa, sb = torch.ones((), device=dev), torch.ones((), device=dev)
-        torch._scaled_mm(a, b.t(), scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16)
+        torch._scaled_mm(a, b.t(), scale_a=sa, scale_b=sb, out_dtype=dtypes.get(fp8.out).torch)
         return None
     except Exception as exc:  # noqa: BLE001 - any failure means "cannot run here"
         return f"torch._scaled_mm ({scaling}-wise) is not available here: {str(exc).splitlines()[0][:160]}"
@@ -57,8 +61,8 @@ def _fp8_supports(scaling: str):
     return supports
 
 
-register(Variant("cublas_bf16", "cublas", ("bf16",), "torch.mm, bf16 (cuBLAS on a GPU)", _make_mm))
-register(Variant("cublas_fp16", "cublas", ("fp16",), "torch.mm, fp16 (cuBLAS on a GPU)", _make_mm))
+register(Variant("cublas_bf16", "cublas", ("bf16",), "torch.mm, bf16 (cuBLAS on a GPU)", _make_mm, baseline=("bf16",)))
+register(Variant("cublas_fp16", "cublas", ("fp16",), "torch.mm, fp16 (cuBLAS on a GPU)", _make_mm, baseline=("fp16",)))
 register(
     Variant(
         "cublas_fp8",
@@ -68,6 +72,7 @@ register(
         _make_scaled_mm,
         supports=_fp8_supports("tensor"),
         fp8_scaling="tensor",
+        baseline=("fp8",),
     )
 )
 register(
@@ -79,5 +84,6 @@ register(
         _make_scaled_mm,
         supports=_fp8_supports("row"),
         fp8_scaling="row",
+        baseline=("fp8",),
     )
 )

@@ -8,9 +8,12 @@ import math
 import pytest
 import torch
 
-from gemmbench.check import TOLERANCE, CheckResult, compare, poison, reference
-from gemmbench.inputs import FP8_MAX, make_inputs
+from gemmbench import dtypes
+from gemmbench.check import CheckResult, compare, poison, reference
+from gemmbench.inputs import make_inputs
 from gemmbench.shapes import Problem
+
+FP8_MAX = dtypes.FP8.max_value  # 448: the largest finite e4m3 value
 
 
 def dense(M=8, N=16, K=32, dtype="fp16"):
@@ -133,16 +136,16 @@ def test_shape_mismatch_fails(shape):
 
 
 def test_tolerance_table():
-    assert set(TOLERANCE) == {"fp16", "bf16", "fp8"}
+    assert dtypes.NAMES == ("fp16", "bf16", "fp8")
     # fp16 output rounding is 2^-11, bf16's 2^-8: each budget is above its output rounding
-    assert 2.0**-11 < TOLERANCE["fp16"] < TOLERANCE["bf16"]
-    assert 2.0**-8 < TOLERANCE["bf16"]
+    assert 2.0**-11 < dtypes.FP16.tolerance < dtypes.BF16.tolerance
+    assert 2.0**-8 < dtypes.BF16.tolerance
 
 
 @pytest.mark.parametrize("dtype", ["fp16", "bf16", "fp8"])
 @pytest.mark.parametrize("sign", [1.0, -1.0])
 def test_perturbation_just_under_tolerance_passes_just_over_fails(dtype, sign):
-    tol = TOLERANCE[dtype]
+    tol = dtypes.get(dtype).tolerance
     ref = ref_with_max_one()
     under, over = ref.clone(), ref.clone()
     under[4, 4] += sign * 0.99 * tol
@@ -161,9 +164,9 @@ def test_error_is_relative_to_max_ref_not_elementwise():
     ref = ref_with_max_one() * 1000.0
     ref[2, 2] = 1e-3
     out = ref.clone()
-    out[2, 2] += 0.5 * TOLERANCE["fp16"] * 1000.0
+    out[2, 2] += 0.5 * dtypes.FP16.tolerance * 1000.0
     result = compare(dense(), out, ref)
-    assert result.ok and result.max_rel_err == pytest.approx(0.5 * TOLERANCE["fp16"], rel=1e-4)
+    assert result.ok and result.max_rel_err == pytest.approx(0.5 * dtypes.FP16.tolerance, rel=1e-4)
 
 
 # ---------------------------------------------------------------- reference()

@@ -24,8 +24,7 @@ import yaml
 from conftest import HAS_CUDA, PLUGINS
 from typer.testing import CliRunner
 
-from gemmbench import registry, shapes, store
-from gemmbench.check import TOLERANCE
+from gemmbench import dtypes, registry, shapes, store
 from gemmbench.cli import app
 from gemmbench.shapes import DECODE_M, PREFILL_M
 
@@ -225,7 +224,7 @@ def test_run_smoke_ok_rows_are_timed_and_checked(main_run):
         assert r.flops == 2 * rows * r.N * r.K
         if r.E == 1:
             assert r.flops == 2 * r.M * r.N * r.K
-        assert 0 <= r.max_rel_err < TOLERANCE[r.dtype], (r.variant, r.dtype, r.max_rel_err)
+        assert 0 <= r.max_rel_err < dtypes.get(r.dtype).tolerance, (r.variant, r.dtype, r.max_rel_err)
         assert r.tflops == pytest.approx(r.flops / (r.time_us_median * 1e6))
         assert r.bytes_min > 0 and r.gbps > 0
         assert r.variant_source == "builtin"
@@ -482,7 +481,7 @@ def test_wrong_results_are_never_timed(wrong_run):
         assert rows.n_samples.isna().all()
         assert rows.samples_us.isna().all()
         assert rows.tflops.isna().all() and rows.gbps.isna().all()
-        assert (rows.max_rel_err > TOLERANCE["fp16"]).all()
+        assert (rows.max_rel_err > dtypes.FP16.tolerance).all()
         assert rows.reason.str.contains("off by more than").all()
         # checked exactly once per cell (one make, one launch) and never again: no warm-up, no samples
         for g in DENSE:

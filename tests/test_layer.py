@@ -19,9 +19,8 @@ import torch
 from conftest import HAS_CUDA
 from typer.testing import CliRunner
 
+from gemmbench import dtypes, registry, shapes, store
 from gemmbench import layer as L
-from gemmbench import registry, shapes, store
-from gemmbench.check import TOLERANCE
 from gemmbench.cli import app
 from gemmbench.device import detect
 from gemmbench.store import StoreError
@@ -495,7 +494,7 @@ def test_build_and_check_on_cpu(tiny_steps, built):
     assert [c["step"] for c in checks] == ["attn_qkv", "attn_o", "moe_w13", "moe_w2"]
     for c in checks:
         assert c["ok"], c
-        assert 0 <= c["max_rel_err"] < TOLERANCE["fp16"]
+        assert 0 <= c["max_rel_err"] < dtypes.FP16.tolerance
     out = built[0].fn()
     assert tuple(out.shape) == (5, 96) and out.dtype == torch.float16
 
@@ -603,7 +602,7 @@ def test_layer_cli_rows(main_layer, tiny):
                 assert pd.isna(r.N) and pd.isna(r.max_rel_err)
             else:
                 assert (int(r.N), int(r.K), int(r.E), int(r.topk)) == TINY_DIMS[r.gemm]
-                assert 0 <= r.max_rel_err < TOLERANCE["fp16"]
+                assert 0 <= r.max_rel_err < dtypes.FP16.tolerance
 
 
 @cpu_only
@@ -627,7 +626,7 @@ def test_layer_cli_layer_row(main_layer):
         assert r.gap_us == pytest.approx((r.eager_us - r.kernel_us) / 5)
         assert r.graph_reason == "no CUDA GPU: graph mode skipped"
         assert pd.isna(r.graph_max_rel_err)
-        assert 0 <= r.max_rel_err < TOLERANCE["fp16"]
+        assert 0 <= r.max_rel_err < dtypes.FP16.tolerance
         assert r.l2_state == "cold at layer start"
     for col in ("graph_us", "graph_samples", "graph_gap_us", "graph_speedup"):
         assert col in df.columns and df[col].isna().all(), col  # every column always there, null on a CPU

@@ -162,7 +162,8 @@ def _records(df: pd.DataFrame) -> list[dict]:
 def with_speedups(df: pd.DataFrame, baseline: Optional[str] = None) -> pd.DataFrame:
     """`df` plus `speedup` (baseline time / this row's time; NaN unless both rows are ok, in the same run and at the
     same cell) and `baseline` (the variant each row is measured against).  The default baseline is tables.baseline_for
-    (cuBLAS of the row's dtype; torch_moe_loop for MoE); `baseline` puts one variant in its place for every row."""
+    (the one the registry declares for the row's dtype, kind and fp8 scaling: cuBLAS of the row's dtype, cuBLAS
+    row-wise for row-wise fp8, torch_moe_loop for MoE); `baseline` puts one variant in its place for every row."""
     speedup = pd.Series(math.nan, index=df.index, dtype="float64")
     against = pd.Series(baseline, index=df.index, dtype=object)
     for _, g in df.groupby("run_id", sort=False):  # tables.speedups pairs rows of one run only

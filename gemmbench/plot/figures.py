@@ -14,7 +14,7 @@ from typing import Optional, Sequence
 import pandas as pd
 from matplotlib.figure import Figure
 
-from gemmbench import metrics
+from gemmbench import metrics, registry
 from gemmbench.plot import data as plotdata
 from gemmbench.plot import roofline as plots_roofline
 from gemmbench.plot.style import Drawn, color, finish, gemm_title, legend, m_axis, new_figure, render, subtitle
@@ -56,6 +56,7 @@ def speedup(g: pd.DataFrame) -> Optional[Figure]:
     if pts.empty:
         return None
     bases = sorted(ok["baseline"].dropna().unique())
+    rowwise = registry.baseline_for("fp8", moe=False, fp8_scaling="row")
     fig, axes = new_figure(8.0, 4.6)
     ax = axes[0, 0]
     for label, s in plotdata.series(pts):
@@ -74,9 +75,7 @@ def speedup(g: pd.DataFrame) -> Optional[Figure]:
         "Speedup = the baseline's median time ÷ the variant's (same cell, same run), only from cells that passed "
         "the check."
         + (
-            " Triton *_rowwise variants are measured against cublas_fp8_rowwise."
-            if "cublas_fp8_rowwise" in bases and len(bases) > 1
-            else ""
+            f" Triton *_rowwise variants are measured against {rowwise}." if rowwise in bases and len(bases) > 1 else ""
         ),
         (
             f"No speedup for {len(missing)} ok cells: their baseline has no ok row at that M in their run "

@@ -13,23 +13,29 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
-from gemmbench import metrics
+from gemmbench import dtypes, metrics
 from gemmbench.plot import data as plotdata
 from gemmbench.plot.style import color, finish, gemm_title, legend, new_figure, subtitle
 
 
 @dataclass(frozen=True)
 class Datasheet:
-    product: str
+    product: str  # the key of its peaks in dtypes.DType.datasheet_tflops
     bw_gbps: float  # HBM bandwidth, GB/s
-    tflops: dict  # dtype -> dense (no sparsity) tensor-core TFLOP/s
+
+    @property
+    def tflops(self) -> dict:
+        """dtype -> dense (no sparsity) tensor-core TFLOP/s, from the dtype table."""
+        return {
+            d.name: d.datasheet_tflops[self.product] for d in dtypes.ALL.values() if self.product in d.datasheet_tflops
+        }
 
 
-# NVIDIA's datasheet numbers, keyed by the name the driver reports (the rows' `gpu` column).  Dense rates: the
-# datasheets' headline figures (1979 / 3958) count 2:4 sparsity, which no kernel here uses.
+# NVIDIA's datasheet numbers, keyed by the name the driver reports (the rows' `gpu` column); the peaks are the
+# dtypes' (gemmbench/dtypes.py).
 DATASHEET = {
-    "NVIDIA H100 80GB HBM3": Datasheet("H100 SXM", 3350.0, {"bf16": 989.0, "fp16": 989.0, "fp8": 1979.0}),
-    "NVIDIA H200": Datasheet("H200 SXM", 4800.0, {"bf16": 989.0, "fp16": 989.0, "fp8": 1979.0}),
+    "NVIDIA H100 80GB HBM3": Datasheet("H100 SXM", 3350.0),
+    "NVIDIA H200": Datasheet("H200 SXM", 4800.0),
 }
 MARKERS = ["o", "s", "^", "D", "v", "P", "X", "<", ">", "h", "p", "*", "d", "8"]
 

@@ -17,7 +17,13 @@ def _build(problem, inputs, config):
 _tunable = tuning.Tunable("test_crash_tune", _base.tunable.space, _build)
 register(
     Variant(
-        "test_crash_tune", "test", _base.dtypes, "kills its worker when a config is built", _tunable.make,
-        supports=_base.supports, tunable=_tunable, source=__file__,
+        "test_crash_tune",
+        "test",
+        _base.dtypes,
+        "kills its worker when a config is built",
+        _tunable.make,
+        supports=_base.supports,
+        tunable=_tunable,
+        source=__file__,
     )  # fmt: skip
 )
