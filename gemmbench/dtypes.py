@@ -111,3 +111,8 @@ def scaling(name: str) -> Scaling:
         return SCALINGS[name]
     except KeyError:
         raise ValueError(f"unknown fp8_scaling {name!r} (expected {' or '.join(SCALINGS)})") from None
+
+
+def row_scaling(dtype: str, fp8_scaling: str) -> str:
+    """The scaling a row's bytes are counted with: the variant's own for a scaled (fp8) dtype, else none to count."""
+    return fp8_scaling if get(dtype).scaled else REFERENCE_SCALING

@@ -19,7 +19,6 @@ from gemmbench import dtypes
 from gemmbench.shapes import Problem
 
 # name -> torch.dtype, read from the dtype table, for kernels/grouped_mm.py's probe
-TORCH_DTYPES = {d.name: d.torch for d in dtypes.ALL.values()}
 ROUTINGS = ("uniform", "skewed", "one-expert")
 ZIPF_S = 1.2  # "skewed": expert e's prior load is proportional to 1 / (e + 1) ** ZIPF_S
 

@@ -29,9 +29,6 @@ from typing import Any, Sequence
 
 import yaml
 
-from gemmbench import dtypes
-
-DTYPES = dtypes.NAMES  # the dtypes a Problem may have: --dtype's choices (cli.common)
 DECODE_M = (1, 2, 4, 8, 16, 32, 64)
 PREFILL_M = (128, 256, 512, 1024, 2048, 4096)
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from gemmbench import metrics, registry
+from gemmbench import dtypes, metrics, registry
 from gemmbench.check import check_cell
 from gemmbench.inputs import make_inputs
 from gemmbench.nvtx_ranges import annotate, cell_name, domain_in_use, range_name
@@ -117,7 +117,7 @@ def _time(ctx, problem: Problem, passed: dict, seed: int) -> None:
 
 
 def _throughput(ctx, problem: Problem, variant, hits: list, t: float) -> dict:
-    scaling = variant.fp8_scaling if problem.dtype == "fp8" else "tensor"
+    scaling = dtypes.row_scaling(problem.dtype, variant.fp8_scaling)
     nbytes = round(sum(metrics.bytes_min(problem, h if problem.is_moe else None, scaling) for h in hits) / len(hits))
     flops = metrics.flops(problem)  # also in every row, via cell_columns
     out = dict(bytes_min=nbytes, tflops=metrics.tflops(flops, t), gbps=metrics.gbps(nbytes, t))

@@ -16,7 +16,7 @@ from typing import Optional
 
 import torch
 
-from gemmbench.inputs import TORCH_DTYPES
+from gemmbench import dtypes
 from gemmbench.registry import Launch, Variant, register
 
 
@@ -25,7 +25,7 @@ def _unsupported(device_kind: str, dtype: str) -> Optional[str]:
     if not hasattr(torch, "_grouped_mm"):
         return f"torch {torch.__version__} has no torch._grouped_mm"
     dev = "cuda" if device_kind == "cuda" else "cpu"
-    dt = TORCH_DTYPES[dtype]
+    dt = dtypes.get(dtype).torch
     try:
         a = torch.ones((32, 64), dtype=dt, device=dev)
         b = torch.ones((2, 32, 64), dtype=dt, device=dev).transpose(1, 2)  # as _make passes the weight

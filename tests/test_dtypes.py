@@ -16,7 +16,7 @@ import torch
 
 from gemmbench import dtypes, registry, shapes, tables
 from gemmbench.ceilings import Ceilings
-from gemmbench.inputs import TORCH_DTYPES, make_inputs
+from gemmbench.inputs import make_inputs
 from gemmbench.plot import roofline
 from gemmbench.registry import Launch, RegistryError, Variant
 
@@ -43,11 +43,11 @@ def test_dtype_table_holds_the_old_values(name, torch_dtype, nbytes, out, out_by
         peak,
         scaled,
     )
-    assert TORCH_DTYPES[name] is torch_dtype
+    assert dtypes.get(name).torch is torch_dtype
 
 
 def test_dtype_names_and_order_are_the_dtype_choices():
-    assert dtypes.NAMES == shapes.DTYPES == ("fp16", "bf16", "fp8")
+    assert dtypes.NAMES == ("fp16", "bf16", "fp8")
     assert dtypes.FP8.max_value == 448.0 == float(torch.finfo(torch.float8_e4m3fn).max)
     assert dtypes.FP16.max_value is None and dtypes.BF16.max_value is None
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 
 import numpy as np
 import pandas as pd
@@ -796,30 +795,35 @@ def test_load_takes_one_path(tmp_path, tiny_steps):
 
 
 class _SteadyTimer:
-    """Stands in for gemmbench.timing.Timer: steady kernel samples at once."""
+    """Stands in for gemmbench.timing.Timer: steady samples at once, and what measure() asked of it."""
 
-    def __init__(self, *args, **kwargs):
-        pass
+    asked: list = []
+
+    def __init__(self, mode, **kwargs):
+        self.mode, self.kwargs = mode, kwargs
 
     def measure(self, fns, graph_safe=True):
         return [2.0] * 10
 
+    def prepare_host(self, fn, *, evict, per_sample=1, cell=None):
+        _SteadyTimer.asked.append((self.mode, evict, per_sample, cell))
+        return cell
 
-def test_settled_helper():
-    assert L._settled([5.0] * 20)
-    assert not L._settled([1.0, 100.0] * 10)
+    def run(self, prepared):
+        return {k: [5.0] * 10 for k in prepared}
 
 
-def test_measure_stops_when_eager_samples_are_settled(monkeypatch, built):
+def test_measure_samples_the_layer_through_the_one_timer(monkeypatch, built):
+    """Eager (and graph) layer samples come from timing.Timer's host sampler under its stopping rule; layer.py has
+    no sampling loop of its own."""
     import gemmbench.timing
 
     monkeypatch.setattr(gemmbench.timing, "Timer", _SteadyTimer)
-    monkeypatch.setattr(L, "_host_wall", lambda launch, layers, gpu: 5.0)  # perfectly steady host times
-    t0 = time.perf_counter()
-    m = L.measure([built], 0.3, "steady")
+    _SteadyTimer.asked = []
+    m = L.measure([built, built], 0.3, "steady")
     assert m.graph is None  # torch_moe_loop blocks the graph (and there is no GPU here)
-    assert len(m.eager) == 10, len(m.eager)
-    assert time.perf_counter() - t0 < 0.3
+    assert m.eager == [5.0] * 10 and all(s == [2.0] * 10 for s in m.kernel_samples)
+    assert _SteadyTimer.asked == [("wall", False, 2, "eager layer steady")]  # per layer: two copies per launch
 
 
 def test_best_chooser_prefers_cold_rows_per_gemm_and_uniform_routing(dev, tiny):

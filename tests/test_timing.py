@@ -298,3 +298,17 @@ def test_the_check_call_runs_alone_inside_its_nvtx_range(monkeypatch):
         "call",
         ("exit", "check cublas_fp16 g fp16 M3 N32 K16"),
     ]
+
+
+def test_prepare_host_times_a_closure_per_layer_under_the_one_stopping_rule():
+    """The host-wall sampler (a layer's eager launches, or its graph replay): at least min_samples samples, each the
+    closure's wall time divided by the copies it launches, and no more once the median is known."""
+    import time as _time
+
+    from gemmbench.timing import Timer
+
+    timer = Timer("wall", budget_s=5.0, min_samples=10, target_noise=0.5)
+    p = timer.prepare_host(lambda: _time.sleep(0.002), evict=False, per_sample=2)
+    samples = timer.run({"layer": p})["layer"]
+    assert 10 <= len(samples) <= 30
+    assert 800 < float(np.median(samples)) < 3000  # ~1000 µs: 2 ms over two layer copies

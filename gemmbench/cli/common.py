@@ -48,9 +48,9 @@ def _choices(option: str, text: str, allowed) -> list[str]:
 
 
 def _dtypes(text: str) -> list[str]:
-    from gemmbench.shapes import DTYPES
+    from gemmbench import dtypes
 
-    return _choices("--dtype", text, DTYPES)
+    return _choices("--dtype", text, dtypes.NAMES)
 
 
 def _tp_list(text: str) -> list[int]:

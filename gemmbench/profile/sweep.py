@@ -21,6 +21,7 @@ from typing import Callable, Optional
 
 import pandas as pd
 
+from gemmbench import dtypes
 from gemmbench.inputs import cell_seed
 from gemmbench.pool import Cell, Pool, WorkerOptions, exit_hint
 from gemmbench.profile import ncu, nsys
@@ -144,7 +145,7 @@ class CellProfiler:
                 reason = why or f"no kernel was captured inside the NVTX range {name!r}"
                 return [dict(base, status="error", reason=reason, ncu_report=str(report))]
         assert outcome is not None
-        scaling = variant.fp8_scaling if problem.dtype == "fp8" else "tensor"
+        scaling = dtypes.row_scaling(problem.dtype, variant.fp8_scaling)
         hit = outcome["experts_hit"] if problem.is_moe else None
         model = ncu.Model(metrics.flops(problem) if variant.gemm else None,
                           metrics.bytes_min(problem, hit, scaling) if variant.gemm else None)  # fmt: skip
