@@ -1,4 +1,4 @@
-"""`gemmbench profile`: each selected cell in a child process (profile_target.py) under Nsight Compute and/or
+"""`gemmbench profile`: each selected cell in a child process (profile/target.py) under Nsight Compute and/or
 Nsight Systems, its report parsed into ncu_* / nsys_* columns, one Parquet table of profile rows.
 
 A profile row is a cell (the run's naming columns, its check outcome and config, gemmbench's FLOP and
