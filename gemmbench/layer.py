@@ -1,4 +1,6 @@
-"""`gemmbench layer`: the GEMMs of one decoder layer, end to end, eager launches against one CUDA graph (seed 001 §5).
+"""`gemmbench layer`: the GEMMs of one decoder layer, end to end, eager launches against one CUDA graph.
+
+The question is the seed's (docs/SEEDS.md, TK-GEMM §5).
 
 A layer is its model's GEMMs in order (QKV, o, gate_up, down; for an MoE model the routing step before the expert
 GEMMs), one variant each, on persistent buffers as a model holds them.  Each GEMM is checked against the fp32
@@ -37,7 +39,8 @@ from gemmbench.store import LAYER_SCHEMA
 MODELS = {"llama3-70b": "llama70b", "mixtral-8x7b": "mixtral-moe", "mixtral-8x22b": "mixtral-8x22b-moe"}
 NOT_IN_LAYER = ("lm_head",)  # runs once per token, after the last layer
 ROUTING = "routing"
-DEFAULT_VARIANTS = "cublas_*,triton_moe_col"  # cuBLAS for dense GEMMs, the seed's column-major fused MoE
+# cuBLAS for dense GEMMs, the seed's column-major fused MoE (docs/SEEDS.md, MoE §4)
+DEFAULT_VARIANTS = "cublas_*,triton_moe_col"
 
 
 class LayerError(ValueError):

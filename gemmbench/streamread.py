@@ -1,6 +1,6 @@
 """The pure streaming-read kernel: it empties L2 before a cold sample (reading, never writing, so no
-dirty lines are left to be written back inside the timed kernel: GPU-FACTS.md §1) and measures the
-read bandwidth a kernel of a given size can reach (GPU-FACTS.md §2).  Harness infrastructure, not a
+dirty lines are left to be written back inside the timed kernel: docs/GPU-FACTS.md §1) and measures the
+read bandwidth a kernel of a given size can reach (docs/GPU-FACTS.md §2).  Harness infrastructure, not a
 benchmarked variant."""
 
 from __future__ import annotations

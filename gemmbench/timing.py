@@ -1,4 +1,4 @@
-"""The only timing primitive.  Modes (GPU-FACTS.md §1 explains why the first matters so much):
+"""The only timing primitive.  Modes (docs/GPU-FACTS.md §1 explains why the first matters so much):
 
   cold   (default) before every sample L2 is emptied by *reading* a buffer (>= 2x L2, >= 256 MiB) -
          zero-filling it would leave dirty lines whose write-back lands inside the timed kernel.
@@ -29,7 +29,7 @@ from gemmbench.nvtx_ranges import annotate, range_name
 
 MODES = ("cold", "stream", "graph", "wall")
 L2_STATE = {"cold": "cold", "graph": "cold", "stream": "streaming", "wall": "warm"}
-STREAM_MIN_BYTES = 512 << 20  # GPU-FACTS §1 "D": >= 512 MiB of distinct copies per graph
+STREAM_MIN_BYTES = 512 << 20  # docs/GPU-FACTS.md §1 "D": >= 512 MiB of distinct copies per graph
 # A graph of more launches only costs capture time; below STREAM_MIN_BYTES / MAX_COPIES (0.5 MiB) per
 # copy the total falls short of the floor, and the row's l2_state says "streaming" all the same.
 MAX_COPIES = 1024

@@ -1,5 +1,7 @@
 """Data-parallel Triton GEMM (the seeds' "base Triton"): one program per output tile, full K loop.
 
+The kernel the seed's SplitK is measured against (docs/SEEDS.md, TK-GEMM §4).
+
 out (M, N) = a (M, K) @ b (N, K)^T, b stored as nn.Linear stores its weight (K contiguous, which is
 also the K-major B operand Hopper's fp8 tensor-core path wants).  fp8 e4m3 takes per-tensor scales
 read from device memory (no host sync) and writes bf16, as torch._scaled_mm does; fp16/bf16 write

@@ -4,11 +4,11 @@ The order in which consecutive program ids walk the output grid decides which op
 shared in L2 by programs running at the same time:
   row     - consecutive pids walk along N inside one row of tiles (A tile reused, B streamed);
   col     - consecutive pids walk along M inside one column of tiles (B tile reused: the seeds'
-            "column-major", good for skinny A where B dominates the bytes);
+            "column-major", docs/SEEDS.md MoE §4; good for skinny A where B dominates the bytes);
   grouped - GROUP_M rows of tiles are swept column by column (Triton tutorial 03's L2 swizzle).
-Each is a bijection from [0, grid_m * grid_n) onto the tiles; tests/test_schedules.py runs the
-jitted code and checks that every tile is produced exactly once (the seed's MoE "column-major"
-mapping was not a bijection and skipped tiles: GPU-FACTS.md §5).
+Each is a bijection from [0, grid_m * grid_n) onto the tiles; tests/test_kernels.py
+(test_every_schedule_covers_each_tile_exactly_once) runs the jitted code and checks that every tile is produced
+exactly once (the seed's MoE "column-major" mapping was not a bijection and skipped tiles: docs/GPU-FACTS.md §5).
 """
 
 import triton

@@ -1,6 +1,6 @@
 """SplitK Triton GEMM: K is split across SPLIT_K programs per output tile, so that a GEMM with few
 output tiles over a deep K (the QKV projection under tensor parallelism: N = 1280, K = 8192 gives
-10-20 tiles for 132 SMs) still has every SM streaming the weight (GPU-FACTS.md §3).
+10-20 tiles for 132 SMs) still has every SM streaming the weight (docs/GPU-FACTS.md §3).
 
 out (M, N) = a (M, K) @ b (N, K)^T, the same operands, scale semantics and output dtypes as the
 data-parallel kernel (dense_dp.py); fp8 also takes row-wise scales ((M, 1) and (N, 1)).

@@ -6,8 +6,9 @@ B's rows past N only when N is not a multiple of BLOCK_N (EVEN_N: the mask is th
 H100 made fp8 at M = 1 up to 50% slower than at M = 16: 16 rows loading one address.)
 
 TMA=True: a_ptr and b_ptr are host-made tensor descriptors (Hopper's bulk tensor copy engine, which
-the seed could not use); the copy engine fills what lies past M, N and K with zeros, so there are no
-masks and no address arithmetic in the loop.  tma_descriptors() says when a problem allows them.
+the seed could not use: docs/SEEDS.md, TK-GEMM §3); the copy engine fills what lies past M, N and K with
+zeros, so there are no masks and no address arithmetic in the loop.  tma_descriptors() says when a problem
+allows them.
 """
 
 import torch

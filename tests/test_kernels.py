@@ -151,7 +151,7 @@ def test_dp_gemm_rejects_mismatched_shapes():
 @triton.jit
 def count_tiles(counts_ptr, outside_ptr, grid_m, grid_n, SCHEDULE: tl.constexpr, GROUP_M: tl.constexpr):
     pid = tl.program_id(0)
-    if SCHEDULE == "broken":  # the seed's MoE "column-major" mapping: not a bijection
+    if SCHEDULE == "broken":  # the seed's MoE "column-major" mapping: not a bijection (docs/GPU-FACTS.md §5)
         pid_m = pid % grid_n
         pid_n = pid // grid_m
     else:
@@ -221,7 +221,8 @@ def test_schedule_orders_differ_where_they_should():
 
 
 def test_tile_count_check_catches_a_broken_mapping():
-    """The seed's mapping (pid_m = pid % grid_n, pid_n = pid // grid_m) double-counts some tiles and skips others."""
+    """The seed's mapping (pid_m = pid % grid_n, pid_n = pid // grid_m) double-counts some tiles and skips others
+    (docs/GPU-FACTS.md §5; the schedules it was meant for: docs/SEEDS.md, MoE §4)."""
     counts, outside = tile_counts("broken", 3, 2, 1)
     # pids 0..5 -> (0,0) (1,0) (0,0) (1,1) (0,1) (1,1): rows 0-1 get doubles, row 2 is never computed
     assert counts.tolist() == [[2, 1], [1, 2], [0, 0]]

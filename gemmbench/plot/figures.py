@@ -1,5 +1,5 @@
 """Figures from result rows: speedup, TFLOP/s and latency by M, MoE schedules by tokens (this module) and the
-roofline and Nsight Compute profile plots (plots_roofline).  matplotlib from a DataFrame only: every function returns
+roofline and Nsight Compute profile plots (gemmbench.plot.roofline).  matplotlib from a DataFrame only: every function returns
 a Figure drawn with the Agg canvas (pyplot is never imported, so no GUI backend and no global figure state); the
 only I/O is save().
 

@@ -1,7 +1,7 @@
 """`gemmbench plot --kind layer`: a layer table (gemmbench.layer) as stacked bars per M, one pair of bars (eager,
 graph) per plan (the variants the layer ran): the lower part is the kernel-time sum, the hatched part what the
-launches add on top of it.  The question the figure answers is the seed's §5: how much of a layer is launch gaps,
-and how much of that a CUDA graph removes."""
+launches add on top of it.  The question the figure answers is the seed's (docs/SEEDS.md, TK-GEMM §5): how much
+of a layer is launch gaps, and how much of that a CUDA graph removes."""
 
 from __future__ import annotations
 

@@ -43,7 +43,7 @@ def color(label: str) -> str:
     return PALETTE[sum(map(ord, variant)) % len(PALETTE)]  # stable across runs (hash() is salted per process)
 
 
-# ------------------------------------------------------------------ figure scaffolding shared with plots_roofline
+# ------------------------------------------------------------------ figure scaffolding shared with plot.roofline
 
 
 def new_figure(width: float, height: float, nrows: int = 1, ncols: int = 1, **kw):

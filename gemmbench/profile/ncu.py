@@ -1,6 +1,6 @@
 """Nsight Compute: the command line that profiles one cell, and its report read back as columns.
 
-The metric names were checked on an H100 with ncu 2025.3.1 (GPU-FACTS.md §6).  Reports are read with
+The metric names were checked on an H100 with ncu 2025.3.1 (docs/GPU-FACTS.md §6).  Reports are read with
 `ncu --import R.ncu-rep --csv --page raw --print-units base`: a header row, a units row, then one row per
 profiled kernel, numbers with thousands separators ("178,528").  A cell that launches several kernels
 (a zeroing or reduction kernel, a grouped GEMM's setup) gets one row per kernel and a summed row.
