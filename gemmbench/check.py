@@ -29,6 +29,7 @@ def reference(problem: Problem, inputs: GemmInputs) -> torch.Tensor:
     try:
         if not problem.is_moe:
             return a @ b.t()
+        assert inputs.topk_ids is not None  # an MoE problem's inputs are routed
         ids = inputs.topk_ids.long().reshape(-1)  # (M*topk,)
         rows = a.repeat_interleave(problem.topk, dim=0)  # token t feeds slots t*topk .. t*topk+topk-1
         out = torch.empty((rows.shape[0], problem.N), dtype=torch.float32, device=a.device)

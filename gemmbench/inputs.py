@@ -70,9 +70,11 @@ def quantize_fp8(x: torch.Tensor, scaling: str) -> tuple[torch.Tensor, torch.Ten
     else:
         raise ValueError(f"unknown fp8 scaling {scaling!r}")
     fp8 = dtypes.FP8
-    scale = (amax.float() / fp8.max_value).clamp(min=1e-12)
+    top = fp8.max_value
+    assert top is not None  # a scaled dtype has a largest finite value
+    scale = (amax.float() / top).clamp(min=1e-12)
     view = scale.view(-1, 1, 1) if scaling == "expert" else scale
-    q = (x / view).clamp(-fp8.max_value, fp8.max_value).to(fp8.torch)
+    q = (x / view).clamp(-top, top).to(fp8.torch)
     return q, scale
 
 

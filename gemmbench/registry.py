@@ -141,6 +141,8 @@ def load_plugin(path: str | Path) -> None:
     if module_name in sys.modules:
         return
     spec = importlib.util.spec_from_file_location(module_name, path)
+    if spec is None or spec.loader is None:  # not a file Python can import (no .py suffix, say)
+        raise RegistryError(f"plugin {path} is not an importable Python file")
     module = importlib.util.module_from_spec(spec)
     sys.modules[module_name] = module
     before = set(_VARIANTS)

@@ -111,7 +111,7 @@ def _positive(value: Any, what: str, where: str) -> int:
     return value
 
 
-def _one_line(text: str) -> str:
+def _one_line(text: object) -> str:
     return " ".join(str(text).split())
 
 
@@ -275,6 +275,8 @@ def _parse_gemm(entry: Any, where: str, src: str) -> Gemm:
         raise ShapeError(f"{where}: topk is required when E > 1 (E is {E})")
     else:
         topk = 1
+    if not isinstance(gid, str):  # the required keys were checked above; this narrows the type
+        raise ShapeError(f"{where}: missing key 'id'")
     return Gemm(name=gid, N=N, K=K, parallel=parallel, E=E, topk=topk)
 
 
