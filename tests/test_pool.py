@@ -183,12 +183,13 @@ def test_a_gpu_index_is_a_position_in_an_outer_cuda_visible_devices(monkeypatch)
         ("all", 0, "--gpus needs CUDA GPUs, and this machine has none"),
         ("2", 2, "no GPU 2 here (this machine has 2: 0..1)"),
         ("0,x", 2, "give 'all' or GPU indices"),
+        ("-1", 2, "no GPU -1 here"),
     ],
 )
 def test_parse_gpus_errors(text, count, message):
     with pytest.raises(PoolError, match=message.replace("(", r"\(").replace(")", r"\)")):
         pool_mod.parse_gpus(text, count)
-    assert pool_mod.parse_gpus("all", 3) == [0, 1, 2] and pool_mod.parse_gpus("1,1,0", 3) == [1, 0]
+    assert pool_mod.parse_gpus("all", 3) == [0, 1, 2] and pool_mod.parse_gpus("2, 0,2", 3) == [2, 0]
 
 
 def test_a_real_worker_process_runs_a_task_and_a_crash_costs_its_item(tmp_path):

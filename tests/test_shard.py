@@ -184,20 +184,6 @@ def test_merge_misuse(tmp_path):
 # ---------------------------------------------------------------- one worker per GPU (simulated on the CPU)
 
 
-def test_parse_gpus():
-    from gemmbench.multi import GpuError, parse_gpus
-
-    assert parse_gpus("all", 4) == [0, 1, 2, 3] and parse_gpus("2, 0,2", 4) == [2, 0]
-    for spec, count, msg in [
-        ("0", 0, "has none"),
-        ("4", 4, "no GPU 4"),
-        ("x", 2, "'all' or GPU indices"),
-        ("-1", 2, "no GPU -1"),
-    ]:
-        with pytest.raises(GpuError, match=msg):
-            parse_gpus(spec, count)
-
-
 def test_gpus_on_a_machine_without_one_is_one_line(tmp_path, monkeypatch):
     import torch
 
