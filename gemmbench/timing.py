@@ -84,6 +84,7 @@ class Timer:
         budget_s: float = 0.5,
         target_noise: float = 0.005,
         batch: int = 10,
+        warmup_calls: int = 3,
     ):
         if mode not in MODES:
             raise TimingError(f"unknown timing mode {mode!r} (choose from {', '.join(MODES)})")
@@ -92,6 +93,7 @@ class Timer:
         self.mode = mode
         self.warmup_ms, self.min_samples, self.max_samples = warmup_ms, min_samples, max_samples
         self.budget_s, self.target_noise, self.batch = budget_s, target_noise, batch
+        self.warmup_calls = warmup_calls
 
     @property
     def l2_state(self) -> str:
@@ -123,7 +125,7 @@ class Timer:
         t_end = time.perf_counter() + self.warmup_ms / 1e3
         calls = 0
         with annotate(cell and range_name("warmup", cell)):
-            while calls < 3 or time.perf_counter() < t_end:  # compile, autotune caches, clocks up
+            while calls < self.warmup_calls or time.perf_counter() < t_end:  # compile, autotune caches, clocks up
                 for f in fns:
                     f()
                 sync()
