@@ -75,6 +75,7 @@ class Step:
     name: str
     problem: Optional[Problem] = None
     variant: Optional[str] = None
+    routes: Optional[tuple[int, int]] = None  # a routing step: the (E, topk) of the expert GEMMs it feeds
 
     @property
     def is_gemm(self) -> bool:
@@ -83,11 +84,13 @@ class Step:
 
 def steps_to_wire(steps: Sequence[Step]) -> list[dict]:
     """Steps as JSON, for the engine's `layer` task (steps_from_wire reads them back)."""
-    return [{"name": s.name, "problem": asdict(s.problem) if s.problem else None, "variant": s.variant} for s in steps]
+    return [{"name": s.name, "problem": asdict(s.problem) if s.problem else None, "variant": s.variant,
+             "routes": s.routes} for s in steps]  # fmt: skip
 
 
 def steps_from_wire(wire: Sequence[dict]) -> list[Step]:
-    return [Step(s["name"], Problem(**s["problem"]) if s["problem"] else None, s["variant"]) for s in wire]
+    return [Step(s["name"], Problem(**s["problem"]) if s["problem"] else None, s["variant"],
+                 tuple(s["routes"]) if s.get("routes") else None) for s in wire]  # fmt: skip
 
 
 def layer_gemms(sset: ShapeSet) -> list[str]:
@@ -104,11 +107,15 @@ def layer_problems(sset: ShapeSet, M: int, dtype: str, tp: int) -> list[Problem]
 
 
 def steps_for(problems: Sequence[Problem], choose: Callable[[Problem], str]) -> list[Step]:
-    """Steps in launch order, the routing step right before the first MoE GEMM (it feeds all of them)."""
+    """Steps in launch order, a routing step right before the first MoE GEMM of each (E, topk): it feeds every expert
+    GEMM routed over those experts (w13 and w2 of one MoE block; a set whose MoE GEMMs differ in E or top-k gets
+    one routing each, named by them)."""
     steps: list[Step] = []
     for p in problems:
-        if p.is_moe and not any(s.name == ROUTING for s in steps):
-            steps.append(Step(ROUTING))
+        routed = [s.routes for s in steps if s.routes]
+        if p.is_moe and (p.E, p.topk) not in routed:
+            name = ROUTING if not routed else f"{ROUTING}_E{p.E}_top{p.topk}"
+            steps.append(Step(name, routes=(p.E, p.topk)))
         steps.append(Step(p.gemm, p, choose(p)))
     return steps
 
@@ -266,19 +273,20 @@ def build(steps: Sequence[Step], seed: int, device: str) -> list[Built]:
     from gemmbench import registry
     from gemmbench.inputs import cell_seed, make_inputs
 
-    routing = None
-    first_moe = next((s.problem for s in steps if s.is_gemm and s.problem.is_moe), None)
-    if first_moe is not None:
-        routing = Routing(first_moe, seed, device)
-        routing()
+    routings: dict = {}  # (E, topk) -> its Routing, made for the first expert GEMM it feeds (the router reads its K)
+    for s in steps:
+        if s.is_gemm and s.problem.is_moe and (s.problem.E, s.problem.topk) not in routings:
+            routings[(s.problem.E, s.problem.topk)] = r = Routing(s.problem, seed, device)
+            r()
     built = []
     for s in steps:
         if not s.is_gemm:
-            built.append(Built(s, routing))
+            built.append(Built(s, routings[s.routes]))
             continue
         v = registry.get(s.variant)
         inputs = make_inputs(s.problem, cell_seed(seed, s.problem), device, scaling=v.fp8_scaling)
-        if s.problem.is_moe:  # the layer's routing, not each GEMM's own
+        routing = routings.get((s.problem.E, s.problem.topk))
+        if routing is not None:  # the layer's routing, not each GEMM's own
             inputs.topk_ids, inputs.topk_weights = routing.ids, routing.weights
         launch = v.make(s.problem, inputs)
         built.append(Built(s, launch.fn, launch.graph_safe, dict(launch.config), inputs, launch.out))

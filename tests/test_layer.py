@@ -865,3 +865,32 @@ def test_plot_kind_layer_draws_kernels_and_gaps(main_layer, tmp_path):
     assert "no graph time" in foot and "graph mode skipped" in foot
     line = bad(invoke("plot", out, "--kind", "speedup", "--out", tmp_path / "figs"))
     assert "layer tables" in line
+
+
+@cpu_only
+@pytest.mark.parametrize("moe", ["torch_grouped_mm", "torch_moe_loop"])
+def test_a_set_whose_moe_gemms_differ_in_experts_gets_one_routing_each(tmp_path, moe):
+    """The smoke set's MoE GEMMs have E 4 and E 3: each is routed over its own experts (a routing step each), so
+    no expert index runs past the other's weights and every GEMM checks right."""
+    out = tmp_path / "l.parquet"
+    res = invoke("layer", "--model", "smoke", "--m", "1,5", "--variants", f"cublas_*,{moe}", "--budget", "0.01",
+                 "--out", out)  # fmt: skip
+    assert res.exit_code == 0, text(res.stderr)
+    df = store.load_layer_tables([out])
+    assert (df["status"] == "ok").all(), df[df["status"] != "ok"][["gemm", "reason"]].to_string()
+    steps = list(df[(df["part"] == "step") & (df["M"] == 1)]["gemm"])
+    assert (
+        steps.index("routing")
+        < steps.index("smoke_moe")
+        < steps.index("routing_E3_top2")
+        < steps.index("smoke_moe_odd")
+    )
+
+
+@cpu_only
+def test_layer_smoke_runs_on_the_cpu_with_its_defaults(tmp_path):
+    out = tmp_path / "l.parquet"
+    res = invoke("layer", "--model", "smoke", "--m", "1", "--budget", "0.01", "--out", out)
+    assert res.exit_code == 0, text(res.stderr)
+    top = store.load_layer_tables([out]).query("part == 'layer'")
+    assert list(top["dtype"]) == ["fp16"] and (top["status"] == "ok").all()

@@ -12,7 +12,6 @@ from rich.markup import escape
 from rich.table import Table
 
 from gemmbench.cli.common import (
-    Dtype,
     Plugins,
     Seed,
     _dtypes,
@@ -37,6 +36,9 @@ LayerModel = Annotated[
 ]
 LayerTp = Annotated[str, typer.Option(help="Tensor-parallel degrees, comma-separated.")]
 LayerMs = Annotated[str, typer.Option(help="M values (tokens): '1,16,64', 'decode', 'prefill'.")]
+LayerDtype = Annotated[
+    Optional[str], typer.Option(help="Comma-separated: fp16, bf16, fp8. Default: bf16 (fp16 on the CPU path).")
+]
 LayerVariants = Annotated[
     Optional[str],
     typer.Option(
@@ -59,7 +61,7 @@ LayerOut = Annotated[Path, typer.Option("--out", help="Folder for <run_id>.parqu
 
 
 def layer(
-    model: LayerModel, tp: LayerTp = "1", dtype: Dtype = "bf16", m: LayerMs = "decode", variants: LayerVariants = None,
+    model: LayerModel, tp: LayerTp = "1", dtype: LayerDtype = None, m: LayerMs = "decode", variants: LayerVariants = None,
     best_from: BestFrom = None, layers: Layers = 1, budget: LayerBudget = 1.0, seed: Seed = 0,
     out_path: LayerOut = Path("results/layers"), plugin: Plugins = None,
 ) -> None:  # fmt: skip
@@ -70,6 +72,8 @@ def layer(
 
     if not torch.cuda.is_available():  # read when a kernel module is imported: before the registry loads them
         os.environ.setdefault("TRITON_INTERPRET", "1")
+    # the CPU path's Triton interpreter computes bf16 tl.dot wrongly: there the default layer is fp16
+    dtype = dtype or ("bf16" if torch.cuda.is_available() else "fp16")
     if variants is not None and best_from:
         raise fail("give --variants or --best-from, not both")
     if layers < 1:
