@@ -16,7 +16,7 @@ import importlib
 import importlib.metadata
 import importlib.util
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -26,14 +26,43 @@ from gemmbench.shapes import Problem
 ENTRY_POINT_GROUP = "gemmbench.variants"
 
 
-@dataclass
 class Launch:
-    """What make() returns: a closure that launches the kernel(s) and returns the output tensor."""
+    """What make() returns: a closure that launches the kernel(s) and returns the output tensor.
 
-    fn: Callable[[], Any]
-    config: dict = field(default_factory=dict)  # the chosen config, stored as JSON in the row
-    graph_safe: bool = True  # False if fn syncs with the host (cannot be captured in a CUDA graph)
-    out: Any = None  # the preallocated output fn writes, if any: filled with NaN before the check
+    fn: what is timed.  graph_safe: False if fn syncs with the host (cannot be captured in a CUDA graph).
+    out: the preallocated output fn writes, if any: filled with NaN before the check.
+    params: the typed config it was built with (a tuning.KernelConfig: the Triton variants), else None;
+    provenance: where params came from (a tuning.Provenance), kept beside it.  A variant without a typed
+    config (cuBLAS has none; a plugin's) may give `config`, a plain dict, instead.
+    """
+
+    def __init__(
+        self,
+        fn: Callable[[], Any],
+        config: Optional[dict] = None,
+        graph_safe: bool = True,
+        out: Any = None,
+        *,
+        params: Any = None,
+        provenance: Any = None,
+    ):
+        if config and params is not None:
+            raise TypeError("Launch takes a typed config (params) or a plain dict (config), not both")
+        self.fn, self.graph_safe, self.out = fn, graph_safe, out
+        self.params, self.provenance = params, provenance
+        self._plain = dict(config or {})
+
+    @property
+    def config(self) -> dict:
+        """The chosen config as the row stores it (JSON): its keys, then where it came from (source, file,
+        bucket).  A fresh dict: to change a launch's config, change params or provenance."""
+        config = self.params.to_dict() if self.params is not None else dict(self._plain)
+        if self.provenance is not None:
+            config.update(self.provenance.to_dict())
+        return config
+
+    def __repr__(self) -> str:
+        return f"Launch(fn={self.fn!r}, config={self.config!r}, graph_safe={self.graph_safe!r})"
 
 
 @dataclass(frozen=True)

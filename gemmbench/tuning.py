@@ -4,8 +4,12 @@ A tunable variant (Tunable) has a search space and a build(problem, inputs, conf
 make() takes, in order: the config already chosen for this problem in this process; the stored one
 for the nearest M bucket (kernels/configs/<gpu>/<variant>/N=..,K=..,dtype=...json); otherwise it
 times a few candidates right there (quick, not stored).  `gemmbench run --retune` skips the stored
-files.  The row's `config` says which: "source" is "stored" (with "file" and "bucket"), "tuned" or
-"only" (nothing to choose: one candidate, or Triton's CPU interpreter).
+files.  Where the config came from is a Provenance, kept beside the config (Launch.provenance); the row's
+`config` says it: "source" is "stored" (with "file" and "bucket"), "tuned" or "only" (nothing to choose:
+one candidate, or Triton's CPU interpreter).
+
+A config is a frozen dataclass of its kernel family (kernels/*.py), a KernelConfig: one field per key of
+its JSON (stored files, the row's `config`), so that the JSON stays what it was when configs were dicts.
 
 M buckets: decode M = 1..16 share one (BLOCK_M = 16 covers them all: the rows past M are masked, so the
 kernel streams the same weight bytes), then powers of two: 32, 64, 128, ... 4096.  MoE problems use powers
@@ -14,16 +18,19 @@ of two from 1: there the token count decides how many experts' weights a call st
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import math
 import os
 import re
+import typing
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Literal, Mapping, Optional, TypeVar
 
+from gemmbench import registry
 from gemmbench.shapes import Problem
 
 CONFIG_DIR_ENV = "GEMMBENCH_CONFIG_DIR"  # stored configs are read from (and tune writes to) here instead
@@ -31,7 +38,7 @@ RETUNE_ENV = "GEMMBENCH_RETUNE"  # set by `gemmbench run --retune` for its worke
 # Triton's interpreter runs a 33x80x48 GEMM in well under a second; a Llama decode GEMM would take minutes.
 INTERPRETER_MAX_MACS = 1 << 24
 
-_chosen: dict[tuple, tuple[dict, dict]] = {}
+_chosen: dict[tuple, tuple[KernelConfig, Provenance]] = {}
 
 
 def interpreter_on() -> bool:
@@ -68,6 +75,125 @@ def has_tma() -> bool:
     from gemmbench.device import detect
 
     return detect().capability >= (9, 0)
+
+
+# ---------------------------------------------------------------- typed configs and their provenance
+
+
+class ConfigError(ValueError):
+    """A kernel config that cannot be: an unknown or missing key, a wrong type or value.  The message names the key."""
+
+
+def _power_of_two(x: int) -> bool:
+    return x > 0 and x & (x - 1) == 0
+
+
+# Cheap checks of the values, by key: what Triton would otherwise reject at compile time, deep in a sweep, or
+# launch wrongly.  tl.arange needs powers of two, and tl.dot at least 16 in every dimension.
+_VALUE_CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    **dict.fromkeys(
+        ("BLOCK_M", "BLOCK_N", "BLOCK_K"), (lambda v: _power_of_two(v) and v >= 16, "a power of two >= 16")
+    ),
+    "GROUP_M": (lambda v: v >= 1, ">= 1"),
+    "SPLIT_K": (lambda v: v >= 1, ">= 1"),
+    "num_warps": (_power_of_two, "a power of two"),
+    "num_stages": (lambda v: v >= 1, ">= 1"),
+    "FP8_PROMOTE": (lambda v: v >= 1, ">= 1"),
+}
+
+
+@functools.cache
+def _field_types(cls: type) -> dict[str, Any]:
+    """The fields' types, resolved once per class (the kernels' modules write them as strings)."""
+    hints = typing.get_type_hints(cls)
+    return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
+
+
+_TYPE_NAMES = {int: "an int", bool: "true or false", str: "a string", type(None): "None (not set)"}
+
+
+def _unmet(f: dataclasses.Field, value: Any, hint: Any) -> Optional[str]:
+    """What field f's value must be, where it is not that; else None.  The type is exact (int, bool, str, or an
+    Optional of one): JSON's true is not an int here, nor 16.0."""
+    types = typing.get_args(hint) if typing.get_origin(hint) is typing.Union else (hint,)
+    if type(value) not in types:
+        return " or ".join(_TYPE_NAMES[t] for t in types)
+    choices = f.metadata.get("choices")
+    if value is not None and choices is not None and value not in choices:
+        return "one of " + ", ".join(map(repr, choices))
+    check, what = _VALUE_CHECKS.get(f.name, (None, ""))
+    return what if value is not None and check is not None and not check(value) else None
+
+
+C = TypeVar("C", bound="KernelConfig")
+
+
+class KernelConfig:
+    """Base of the kernel families' configs: frozen, keyword-only dataclasses (kernels/*.py) with one field per
+    key of the config's JSON, declared in the order the keys are written, so the JSON (stored files, the row's
+    `config`) keeps the keys and order it had when configs were dicts.  A field that is None is not set: its
+    key is left out, and the kernel's default applies.  A key that a dict lacks takes the field's default (a
+    SplitK file tuned before TMA existed loads with TMA=False).  A field whose metadata has "choices" takes
+    only those values."""
+
+    def __post_init__(self) -> None:
+        types = _field_types(type(self))
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            want = _unmet(f, value, types[f.name])
+            if want:
+                raise ConfigError(f"{type(self).__name__}: {f.name} must be {want}, not {value!r}")
+
+    @classmethod
+    def from_dict(cls: type[C], data: Mapping[str, Any]) -> C:
+        """The config of a JSON dict (a stored file's); an unknown or missing key, a wrong type or value is a
+        ConfigError that names the key."""
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        for key in data:
+            if key not in fields:
+                raise ConfigError(f"{cls.__name__}: unknown key {key!r} (known: {', '.join(fields)})")
+        for name, f in fields.items():
+            if name not in data and f.default is dataclasses.MISSING:
+                raise ConfigError(f"{cls.__name__}: missing key {name!r}")
+        return cls(**data)
+
+    @classmethod
+    def tile(cls: type[C], bm: int, bn: int, bk: int, warps: int, stages: int, **knobs: Any) -> C:
+        """The shorthand of the search spaces: tile sizes, warps and stages by position, the rest by name."""
+        return cls(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=warps, num_stages=stages, **knobs)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Its JSON dict: the fields that are set, in their declared order."""
+        return {f.name: v for f in dataclasses.fields(self) if (v := getattr(self, f.name)) is not None}
+
+
+Source = Literal["stored", "tuned", "only"]
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """Where a config came from, kept beside it (choose(), Launch.provenance), never inside it; in the row's
+    `config` JSON its keys come after the config's.  "stored": from `file` (relative to configs_root()), the
+    winner of M bucket `bucket`; "tuned": the fastest of a few candidates timed right here (not stored); "only":
+    nothing to choose (one candidate, or Triton's CPU interpreter)."""
+
+    source: Source
+    file: Optional[str] = None
+    bucket: Optional[int] = None
+
+    def __post_init__(self) -> None:
+        stored = self.source == "stored"
+        placed = (self.file is not None, self.bucket is not None)
+        if self.source not in typing.get_args(Source) or placed != (stored, stored):
+            raise ValueError(f"not a provenance (a stored config, and only that, has a file and a bucket): {self!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """Its keys in the row's `config` JSON: source, and where stored, file and bucket."""
+        return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
+
+    def __getitem__(self, key: str) -> Any:
+        # Read by key where the dict it replaces was: `gemmbench tune --skip-stored` takes stored(...)[1]["bucket"].
+        return self.to_dict()[key]
 
 
 # ---------------------------------------------------------------- stored configs
@@ -109,8 +235,11 @@ def _read(path: Path) -> dict:
     return data
 
 
-def stored(variant: str, problem: Problem, gpu: str) -> Optional[tuple[dict, dict]]:
-    """(config, where) for the nearest stored M bucket, or None."""
+def stored(
+    variant: str, problem: Problem, gpu: str, config_type: Optional[type[KernelConfig]] = None
+) -> Optional[tuple[KernelConfig, Provenance]]:
+    """(config, where it came from) for the nearest stored M bucket, or None.  config_type: what the file's
+    configs load into (default: the registered variant's)."""
     path = config_path(variant, problem, gpu)
     buckets = _read(path).get("buckets", {})
     if not buckets:
@@ -122,10 +251,15 @@ def stored(variant: str, problem: Problem, gpu: str) -> Optional[tuple[dict, dic
         rel = str(path.relative_to(configs_root()))
     except ValueError:
         rel = str(path)
-    return dict(buckets[key]["config"]), {"source": "stored", "file": rel, "bucket": int(key)}
+    config_type = config_type or registry.get(variant).tunable.config_type
+    try:
+        config = config_type.from_dict(buckets[key]["config"])
+    except (ConfigError, KeyError, TypeError) as exc:
+        raise TuningError(f"stored config file {path}, bucket {key}: {exc}") from None
+    return config, Provenance("stored", rel, int(key))
 
 
-def save(variant: str, problem: Problem, gpu: str, config: dict, us: float, about: dict) -> Path:
+def save(variant: str, problem: Problem, gpu: str, config: KernelConfig, us: float, about: dict) -> Path:
     """Store the winner of one M bucket (other buckets of the file are kept); atomic rewrite."""
     path = config_path(variant, problem, gpu)
     data = _read(path) or {
@@ -138,7 +272,8 @@ def save(variant: str, problem: Problem, gpu: str, config: dict, us: float, abou
     }
     if problem.is_moe:
         data.update(E=problem.E, topk=problem.topk)
-    data["buckets"][str(m_bucket(problem.M, problem.is_moe))] = {"config": config, "time_us": round(us, 3), **about}
+    bucket = str(m_bucket(problem.M, problem.is_moe))
+    data["buckets"][bucket] = {"config": config.to_dict(), "time_us": round(us, 3), **about}
     data["buckets"] = dict(sorted(data["buckets"].items(), key=lambda kv: int(kv[0])))
     from gemmbench.store import write_atomic
 
@@ -159,13 +294,14 @@ class Tunable:
     `gemmbench tune` tries (full) or the few a run tries when nothing is stored (not full)."""
 
     name: str
-    space: Callable[[Problem, bool, bool], list[dict]]
-    build: Callable[[Problem, Any, dict], Any]  # -> registry.Launch
+    space: Callable[[Problem, bool, bool], list[KernelConfig]]
+    build: Callable[[Problem, Any, KernelConfig], registry.Launch]
+    config_type: type[KernelConfig]  # what the variant's stored configs load into
 
-    def make(self, problem: Problem, inputs) -> Any:
-        config, where = choose(self, problem, inputs)
+    def make(self, problem: Problem, inputs) -> registry.Launch:
+        config, provenance = choose(self, problem, inputs)
         launch = self.build(problem, inputs, config)
-        launch.config = dict(launch.config, **where)
+        launch.provenance = provenance
         return launch
 
 
@@ -177,38 +313,43 @@ def _gpu_name(inputs) -> Optional[str]:
     return detect().name
 
 
-def choose(t: Tunable, problem: Problem, inputs) -> tuple[dict, dict]:
+def choose(t: Tunable, problem: Problem, inputs) -> tuple[KernelConfig, Provenance]:
     key = (t.name, problem.M, problem.N, problem.K, problem.E, problem.topk, problem.dtype)
     if key in _chosen:
         return _chosen[key]
     gpu = _gpu_name(inputs)
-    found = stored(t.name, problem, gpu) if gpu and os.environ.get(RETUNE_ENV) != "1" else None
+    found = stored(t.name, problem, gpu, t.config_type) if gpu and os.environ.get(RETUNE_ENV) != "1" else None
     if found is None:
         candidates = t.space(problem, gpu is not None, False)
         if len(candidates) == 1 or gpu is None:
-            found = candidates[0], {"source": "only"}
+            found = candidates[0], Provenance("only")
         else:
-            best = search(t, problem, inputs, candidates)[0]
-            found = best.config, {"source": "tuned"}
+            found = search(t, problem, inputs, candidates)[0].params, Provenance("tuned")
     _chosen[key] = found
     return found
 
 
 @dataclass
 class Trial:
-    config: dict
+    params: KernelConfig
     time_us: float = math.inf
     error: str = ""
     launch: Any = None  # kept between the two timing rounds, dropped before returning
 
+    @property
+    def config(self) -> dict[str, Any]:
+        """The config's JSON dict, as `gemmbench tune` reports and stores it."""
+        return self.params.to_dict()
+
 
 def search(
-    t: Tunable, problem: Problem, inputs, candidates: list[dict], reference=None, refine: int = 0
+    t: Tunable, problem: Problem, inputs, candidates: list[KernelConfig], reference=None, refine: int = 0
 ) -> list[Trial]:
-    """Time every candidate (cold L2, short); with `reference`, first check each one's output against it
-    (a wrong config is never chosen); then re-time the `refine` fastest side by side, longer.
-    Returns the trials fastest first; failed ones last, with their error."""
-    from gemmbench.check import compare, poison
+    """Time every candidate (cold L2, short); with `reference`, first check each one through the one check
+    (check.check_cell, against that shared reference: a wrong config is never chosen); then re-time the `refine`
+    fastest side by side, longer.  Returns the trials fastest first; failed ones last, with their error.  Without a
+    reference (a run's quick choice) the chosen config is checked by the run's own check of the cell."""
+    from gemmbench.check import check_cell
     from gemmbench.timing import Timer, quick_median_us
 
     trials = []
@@ -216,10 +357,11 @@ def search(
         trial = Trial(config)
         try:
             launch = t.build(problem, inputs, config)
-            poison(launch.out)
-            out = launch.fn()  # compiles; a config needing more shared memory than the GPU has fails here
-            if reference is not None:
-                result = compare(problem, out, reference)
+            # the first call compiles: a config needing more shared memory than the GPU has fails here
+            if reference is None:
+                launch.fn()
+            else:
+                result = check_cell(problem, None, inputs, launch=launch, ref=reference).result
                 if not result.ok:
                     raise TuningError(f"wrong result: {result.detail}")
             # a first pass over many candidates only has to rank them; the finalists are re-timed
@@ -267,6 +409,6 @@ def tune_and_store(t: Tunable, problem: Problem, inputs, reference) -> tuple[Tri
         "date": datetime.now(timezone.utc).strftime("%Y-%m-%d"),
         **_tool_versions(),
     }
-    path = save(t.name, problem, _gpu_name(inputs), best.config, best.time_us, about)
+    path = save(t.name, problem, _gpu_name(inputs), best.params, best.time_us, about)
     _chosen.pop((t.name, problem.M, problem.N, problem.K, problem.E, problem.topk, problem.dtype), None)
     return best, path, len(candidates)

@@ -11,12 +11,15 @@ as three variants.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field, replace
+from typing import Optional
+
 import torch
 import triton
 import triton.language as tl
 
 from gemmbench import tuning
-from gemmbench.kernels.schedules import tile_of
+from gemmbench.kernels.schedules import SCHEDULES, tile_of
 from gemmbench.kernels.tile_loop import accumulate_tile, fp8_promote_every, tma_descriptors
 from gemmbench.registry import Launch, Variant, register
 
@@ -84,13 +87,29 @@ def dp_gemm_kernel(
     tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
 
 
-def dp_gemm(a, b, out, a_scale, b_scale, config: dict, schedule: str, operands=None) -> torch.Tensor:
+@dataclass(frozen=True, kw_only=True)
+class DenseConfig(tuning.KernelConfig):
+    """A config of the data-parallel kernel; its fields are its JSON keys, in the order they are written."""
+
+    BLOCK_M: int
+    BLOCK_N: int
+    BLOCK_K: int
+    GROUP_M: int = 8  # rows of tiles the grouped schedule sweeps together
+    num_warps: int
+    num_stages: int
+    TMA: bool = False  # the K loop reads through tensor descriptors (tile_loop.py); built: whether it did
+    # the tile order: the variant's, set when it builds (stored and searched configs leave it out)
+    schedule: Optional[str] = field(default=None, metadata={"choices": SCHEDULES})
+    FP8_PROMOTE: Optional[int] = None  # fp8: K summed before fp32 promotion; None: tile_loop.FP8_PROMOTE
+
+
+def dp_gemm(a, b, out, a_scale, b_scale, config: DenseConfig, schedule: str, operands=None) -> torch.Tensor:
     """Launch into `out`.  Checks shapes; allocates nothing.  operands: (a, b) as tensor descriptors
     (tile_loop.tma_descriptors), made once by the caller."""
     M, K = a.shape
     N, K2 = b.shape
     assert K == K2 and out.shape == (M, N), (a.shape, b.shape, out.shape)
-    bm, bn, bk = config["BLOCK_M"], config["BLOCK_N"], config["BLOCK_K"]
+    bm, bn, bk = config.BLOCK_M, config.BLOCK_N, config.BLOCK_K
     grid = (triton.cdiv(M, bm) * triton.cdiv(N, bn),)
     has_scale = a_scale is not None
     dp_gemm_kernel[grid](
@@ -110,65 +129,62 @@ def dp_gemm(a, b, out, a_scale, b_scale, config: dict, schedule: str, operands=N
         BLOCK_M=bm,
         BLOCK_N=bn,
         BLOCK_K=bk,
-        GROUP_M=config.get("GROUP_M", 8),
+        GROUP_M=config.GROUP_M,
         SCHEDULE=schedule,
         HAS_SCALE=has_scale,
         EVEN_K=(K % bk == 0),
         EVEN_N=(N % bn == 0),
         PRECISE_ACC=fp8_promote_every(a, config),
         TMA=operands is not None,
-        num_warps=config["num_warps"],
-        num_stages=config["num_stages"],
+        num_warps=config.num_warps,
+        num_stages=config.num_stages,
     )
     return out
 
 
-def _cfg(bm, bn, bk, warps, stages, group_m=8, tma=False):
-    return dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=group_m, num_warps=warps, num_stages=stages, TMA=tma)
-
-
-def search_space(problem, on_gpu: bool, full: bool = True) -> list[dict]:
+def search_space(problem, on_gpu: bool, full: bool = True) -> list[DenseConfig]:
     """Candidates for `gemmbench tune` (full) or for a run that finds no stored config (the first few).
     Decode shapes stream the weight: wide K tiles, few warps."""
+    tile = DenseConfig.tile
     if not on_gpu:
         # Triton's CPU interpreter: one small config; its cost grows with the tile size.
-        return [_cfg(16, 32, 32, 4, 1, group_m=2)]
+        return [tile(16, 32, 32, 4, 1, GROUP_M=2)]
     fp8 = problem.dtype == "fp8"
     if problem.M <= 64:
         bm = 16 if problem.M <= 16 else (32 if problem.M <= 32 else 64)
-        quick = [_cfg(bm, 64, 128, 4, 4), _cfg(bm, 128, 128, 4, 4), _cfg(bm, 64, 256, 4, 3)]
+        quick = [tile(bm, 64, 128, 4, 4), tile(bm, 128, 128, 4, 4), tile(bm, 64, 256, 4, 3)]
         more = [
-            _cfg(bm, bn, bk, 4, st)
+            tile(bm, bn, bk, 4, st)
             for bn in (32, 64, 128)
             for bk in ((128, 256) if fp8 else (64, 128))
             for st in (3, 5)
         ]
     else:
         bk = 128 if fp8 else 64
-        quick = [_cfg(128, 128, bk, 8, 4), _cfg(128, 256, 64, 8, 3)]
+        quick = [tile(128, 128, bk, 8, 4), tile(128, 256, 64, 8, 3)]
         if tuning.has_tma():
             # the copy engine's K loop: measured on the H100 at M = 256..4096, fp8, as fast as the pointer
             # loop with 128x128 tiles and 2.4-2.7x faster with 128x256 (docs/BENCHMARKS.md)
-            quick = [_cfg(128, 128, bk, 8, 4, tma=True), _cfg(128, 256, bk, 8, 3, tma=True)] + quick
+            quick = [tile(128, 128, bk, 8, 4, TMA=True), tile(128, 256, bk, 8, 3, TMA=True)] + quick
         more = [
-            _cfg(bm, bn, bk, 4 if bm * bn <= 64 * 128 else 8, st)
+            tile(bm, bn, bk, 4 if bm * bn <= 64 * 128 else 8, st)
             for bm in (64, 128)
             for bn in (128, 256)
             for bk in ((64, 128) if fp8 else (64,))
             for st in (3, 4)
         ]
     if problem.M > 16 and tuning.has_tma():  # TMA lost everywhere at M = 16 (splitk.py search_space)
-        more += [dict(c, TMA=True) for c in more]
+        more += [replace(c, TMA=True) for c in more]
     return quick + [c for c in more if c not in quick] if full else quick
 
 
 def _build(schedule: str):
-    def build(problem, inputs, config: dict) -> Launch:
+    def build(problem, inputs, config: DenseConfig) -> Launch:
         a, b = inputs.a, inputs.b
         out = torch.empty((problem.M, problem.N), dtype=inputs.out_dtype, device=a.device)
         descriptors = tma_descriptors(a, b, config)
         fn = lambda: dp_gemm(a, b, out, inputs.a_scale, inputs.b_scale, config, schedule, descriptors)  # noqa: E731
-        return Launch(fn=fn, config=dict(config, schedule=schedule, TMA=descriptors is not None), out=out)
+        return Launch(fn=fn, params=replace(config, schedule=schedule, TMA=descriptors is not None), out=out)
 
     return build
 
@@ -180,7 +196,7 @@ _DESCRIPTIONS = {
 }
 
 for _schedule, _text in _DESCRIPTIONS.items():
-    _tunable = tuning.Tunable(f"triton_dp_{_schedule}", search_space, _build(_schedule))
+    _tunable = tuning.Tunable(f"triton_dp_{_schedule}", search_space, _build(_schedule), DenseConfig)
     register(
         Variant(
             name=f"triton_dp_{_schedule}",

@@ -16,6 +16,9 @@ timed launch (one alignment serves all the GEMMs of a layer); its own cost is th
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field, replace
+from typing import Optional
+
 import torch
 import triton
 import triton.language as tl
@@ -130,21 +133,39 @@ def _finish(
     tl.store(c_ptrs, acc.to(c_ptrs.dtype.element_ty), mask=mask)
 
 
+@dataclass(frozen=True, kw_only=True)
+class MoeConfig(tuning.KernelConfig):
+    """A config of the fused MoE kernel, both forms; its fields are its JSON keys, in the order they are written."""
+
+    BLOCK_M: int  # also the block of rows the alignment pads each expert to (moe_align)
+    BLOCK_N: int
+    BLOCK_K: int
+    GROUP_M: int = 8  # blocks of rows the grouped schedule sweeps together
+    num_warps: int
+    num_stages: int
+    # the SplitK form (triton_moe_splitk): programs per (block, N tile) along K, built: the split launched
+    # (<= K blocks); None: the data-parallel variants, which have no such key
+    SPLIT_K: Optional[int] = None
+    # the tile order: the SplitK form searches it ("col"); the other variants set their own when they build
+    schedule: Optional[str] = field(default=None, metadata={"choices": SCHEDULES})
+    FP8_PROMOTE: Optional[int] = None  # fp8: K summed before fp32 promotion; None: tile_loop.FP8_PROMOTE
+
+
 class FusedMoe:
     """One problem's alignment, output and (SplitK) buffers, and the closure that launches the kernel once."""
 
-    def __init__(self, inputs, E: int, topk: int, config: dict, schedule: str, mul_weight: bool):
+    def __init__(self, inputs, E: int, topk: int, config: MoeConfig, schedule: str, mul_weight: bool):
         a, b = inputs.a, inputs.b
         M, K = a.shape
         self.N = b.shape[1]
         self.a, self.b, self.inputs, self.topk = a, b, inputs, topk
         self.config, self.schedule, self.mul_weight = config, schedule, mul_weight
-        self.align = moe_align(inputs.topk_ids, E, config["BLOCK_M"])
+        self.align = moe_align(inputs.topk_ids, E, config.BLOCK_M)
         self.weights = inputs.topk_weights.reshape(-1).float().contiguous()
         self.out = torch.empty((M * topk, self.N), dtype=inputs.out_dtype, device=a.device)
         self.grid_m = self.align.block_expert.numel()
-        tiles = self.grid_m * triton.cdiv(self.N, config["BLOCK_N"])
-        self.split_k = max(1, min(config.get("SPLIT_K", 1), triton.cdiv(K, config["BLOCK_K"])))
+        tiles = self.grid_m * triton.cdiv(self.N, config.BLOCK_N)
+        self.split_k = max(1, min(config.SPLIT_K or 1, triton.cdiv(K, config.BLOCK_K)))
         self.grid = (tiles, self.split_k)
         if self.split_k > 1:  # zeroed once here; the last split of each tile leaves them zero again
             self.buf = torch.zeros((M * topk, self.N), dtype=torch.float32, device=a.device)
@@ -180,46 +201,43 @@ class FusedMoe:
             b.stride(2),
             out.stride(0),
             out.stride(1),
-            BLOCK_M=cfg["BLOCK_M"],
-            BLOCK_N=cfg["BLOCK_N"],
-            BLOCK_K=cfg["BLOCK_K"],
-            GROUP_M=cfg.get("GROUP_M", 8),
+            BLOCK_M=cfg.BLOCK_M,
+            BLOCK_N=cfg.BLOCK_N,
+            BLOCK_K=cfg.BLOCK_K,
+            GROUP_M=cfg.GROUP_M,
             SCHEDULE=self.schedule,
             HAS_SCALE=has_scale,
             MUL_WEIGHT=self.mul_weight,
-            EVEN_K=(a.shape[1] % cfg["BLOCK_K"] == 0),
+            EVEN_K=(a.shape[1] % cfg.BLOCK_K == 0),
             PRECISE_ACC=fp8_promote_every(a, cfg),
             SPLIT=self.split_k > 1,
-            num_warps=cfg["num_warps"],
-            num_stages=cfg["num_stages"],
+            num_warps=cfg.num_warps,
+            num_stages=cfg.num_stages,
         )
         return out
 
 
-def _cfg(bm, bn, bk, warps, stages, group_m=8):
-    return dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=group_m, num_warps=warps, num_stages=stages)
-
-
-def search_space(problem, on_gpu: bool, full: bool = True) -> list[dict]:
+def search_space(problem, on_gpu: bool, full: bool = True) -> list[MoeConfig]:
     """Candidates: BLOCK_M around the rows per expert (moe_align.block_m_for), wide K tiles for the
     weight-streaming small-token case."""
+    tile = MoeConfig.tile
     if not on_gpu:
-        return [_cfg(16, 32, 32, 4, 1, group_m=2)]  # Triton's CPU interpreter: one small tile
+        return [tile(16, 32, 32, 4, 1, GROUP_M=2)]  # Triton's CPU interpreter: one small tile
     bm0 = block_m_for(problem.M, problem.topk, problem.E)
     fp8 = problem.dtype == "fp8"
     if problem.M * problem.topk <= 64 * problem.E:  # decode: stream the experts' weights
-        quick = [_cfg(bm0, 64, 256 if fp8 else 128, 4, 4), _cfg(bm0, 128, 128, 4, 4)]
+        quick = [tile(bm0, 64, 256 if fp8 else 128, 4, 4), tile(bm0, 128, 128, 4, 4)]
         more = [
-            _cfg(bm, bn, bk, 4, st)
+            tile(bm, bn, bk, 4, st)
             for bm in sorted({16, bm0})
             for bn in (32, 64, 128)
             for bk in ((128, 256) if fp8 else (64, 128))
             for st in (3, 4, 5)
         ]
     else:
-        quick = [_cfg(64, 128, 64, 4, 4), _cfg(128, 128, 64, 8, 3)]
+        quick = [tile(64, 128, 64, 4, 4), tile(128, 128, 64, 8, 3)]
         more = [
-            _cfg(bm, bn, bk, 4 if bm * bn <= 64 * 128 else 8, st)
+            tile(bm, bn, bk, 4 if bm * bn <= 64 * 128 else 8, st)
             for bm in (64, 128)
             for bn in (64, 128, 256)
             for bk in ((64, 128) if fp8 else (64,))
@@ -228,12 +246,12 @@ def search_space(problem, on_gpu: bool, full: bool = True) -> list[dict]:
     return quick + [c for c in more if c not in quick] if full else quick
 
 
-def splitk_space(problem, on_gpu: bool, full: bool = True) -> list[dict]:
+def splitk_space(problem, on_gpu: bool, full: bool = True) -> list[MoeConfig]:
     """Candidates of the SplitK form: the K loop of each (block, N tile) split over SPLIT_K programs, for
     the few-tile case (few tokens over few experts, narrow N under tensor parallelism), with the SPLIT_K
     values splitk.py would try for a grid of about that many tiles."""
     if not on_gpu:  # Triton's CPU interpreter: one small tile, split two ways (capped to the K blocks)
-        return [dict(_cfg(16, 32, 32, 4, 1, group_m=2), SPLIT_K=2, schedule="col")]
+        return [MoeConfig.tile(16, 32, 32, 4, 1, GROUP_M=2, SPLIT_K=2, schedule="col")]
     sms = tuning.sm_count()
     fp8 = problem.dtype == "fp8"
     rows = problem.M * problem.topk
@@ -252,18 +270,19 @@ def splitk_space(problem, on_gpu: bool, full: bool = True) -> list[dict]:
         for bk in bks:
             splits = split_candidates(blocks * triton.cdiv(problem.N, bn), triton.cdiv(problem.K, bk), sms)
             for sk in splits if full else [max(splits)]:
-                out.append(dict(_cfg(bm, bn, bk, 4 if decode else 8, 4 if decode else 3), SPLIT_K=sk, schedule="col"))
+                warps, stages = (4, 4) if decode else (8, 3)
+                out.append(MoeConfig.tile(bm, bn, bk, warps, stages, SPLIT_K=sk, schedule="col"))
     return out
 
 
 def _build(schedule=None, mul_weight: bool = False):
-    """schedule None: the config's (the SplitK form searches it as a config key)."""
+    """schedule None: the config's (the SplitK form searches it), else column-major."""
 
-    def build(problem, inputs, config: dict) -> Launch:
-        sched = schedule or config.get("schedule", "col")
+    def build(problem, inputs, config: MoeConfig) -> Launch:
+        sched = schedule or config.schedule or "col"
         gemm = FusedMoe(inputs, problem.E, problem.topk, config, sched, mul_weight)
-        extra = {"SPLIT_K": gemm.split_k} if "SPLIT_K" in config else {}
-        return Launch(fn=gemm, config=dict(config, schedule=sched, **extra), out=gemm.out)
+        split_k = None if config.SPLIT_K is None else gemm.split_k  # a data-parallel config stays without one
+        return Launch(fn=gemm, params=replace(config, schedule=sched, SPLIT_K=split_k), out=gemm.out)
 
     return build
 
@@ -280,7 +299,7 @@ _ORDER = {
 }
 
 for _schedule, _text in _ORDER.items():
-    _tunable = tuning.Tunable(f"triton_moe_{_schedule}", search_space, _build(_schedule))
+    _tunable = tuning.Tunable(f"triton_moe_{_schedule}", search_space, _build(_schedule), MoeConfig)
     register(
         Variant(
             name=f"triton_moe_{_schedule}",
@@ -296,7 +315,7 @@ for _schedule, _text in _ORDER.items():
 
 assert set(_ORDER) == set(SCHEDULES)
 
-_tunable = tuning.Tunable("triton_moe_splitk", splitk_space, _build())
+_tunable = tuning.Tunable("triton_moe_splitk", splitk_space, _build(), MoeConfig)
 register(
     Variant(
         name="triton_moe_splitk",

@@ -20,6 +20,9 @@ The tile schedule (row / col / grouped, kernels/schedules.py) is a compile-time 
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field, replace
+from typing import Optional
+
 import torch
 import triton
 import triton.language as tl
@@ -156,10 +159,26 @@ def _finish(acc, c_ptrs, mask, a_scale_ptr, b_scale_ptr, rows_a, rows_b, SCALE: 
     tl.store(c_ptrs, acc.to(c_ptrs.dtype.element_ty), mask=mask)
 
 
+@dataclass(frozen=True, kw_only=True)
+class SplitKConfig(tuning.KernelConfig):
+    """A config of the SplitK kernel; its fields are its JSON keys, in the order they are written."""
+
+    BLOCK_M: int
+    BLOCK_N: int
+    BLOCK_K: int
+    SPLIT_K: int  # programs per output tile along K; 1: data-parallel.  Built: the split launched (<= K blocks)
+    GROUP_M: int = 8  # rows of tiles the grouped schedule sweeps together
+    schedule: str = field(default="row", metadata={"choices": SCHEDULES})
+    num_warps: int
+    num_stages: int
+    TMA: bool = False  # the K loop reads through tensor descriptors (tile_loop.py); built: whether it did
+    FP8_PROMOTE: Optional[int] = None  # fp8: K summed before fp32 promotion; None: tile_loop.FP8_PROMOTE
+
+
 class SplitKGemm:
     """The buffers of one (problem, inputs, config) and a closure that launches the kernel once."""
 
-    def __init__(self, a, b, out, a_scale, b_scale, scaling: str, config: dict, reduce: str):
+    def __init__(self, a, b, out, a_scale, b_scale, scaling: str, config: SplitKConfig, reduce: str):
         M, K = a.shape
         N, K2 = b.shape
         assert K == K2 and out.shape == (M, N), (a.shape, b.shape, out.shape)
@@ -169,8 +188,8 @@ class SplitKGemm:
         descriptors = tma_descriptors(a, b, config)
         self.tma = descriptors is not None
         self.operands = descriptors or (a, b)
-        bm, bn, bk = config["BLOCK_M"], config["BLOCK_N"], config["BLOCK_K"]
-        self.split_k = max(1, min(config["SPLIT_K"], triton.cdiv(K, bk)))
+        bm, bn, bk = config.BLOCK_M, config.BLOCK_N, config.BLOCK_K
+        self.split_k = max(1, min(config.SPLIT_K, triton.cdiv(K, bk)))
         self.grid = (triton.cdiv(M, bm) * triton.cdiv(N, bn), self.split_k)
         dev = a.device
         if self.split_k > 1:
@@ -202,39 +221,25 @@ class SplitKGemm:
             b.stride(1),
             out.stride(0),
             out.stride(1),
-            BLOCK_M=cfg["BLOCK_M"],
-            BLOCK_N=cfg["BLOCK_N"],
-            BLOCK_K=cfg["BLOCK_K"],
-            GROUP_M=cfg.get("GROUP_M", 8),
-            SCHEDULE=cfg.get("schedule", "row"),
+            BLOCK_M=cfg.BLOCK_M,
+            BLOCK_N=cfg.BLOCK_N,
+            BLOCK_K=cfg.BLOCK_K,
+            GROUP_M=cfg.GROUP_M,
+            SCHEDULE=cfg.schedule,
             REDUCE=self.reduce,
             SPLIT=self.split_k > 1,
             SCALE=self.scale,
-            EVEN_K=(K % cfg["BLOCK_K"] == 0),
-            EVEN_N=(N % cfg["BLOCK_N"] == 0),
+            EVEN_K=(K % cfg.BLOCK_K == 0),
+            EVEN_N=(N % cfg.BLOCK_N == 0),
             PRECISE_ACC=fp8_promote_every(a, cfg),
             TMA=self.tma,
-            num_warps=cfg["num_warps"],
-            num_stages=cfg["num_stages"],
+            num_warps=cfg.num_warps,
+            num_stages=cfg.num_stages,
         )
         return out
 
 
 # ---------------------------------------------------------------- configs
-
-
-def _cfg(bm, bn, bk, split_k, warps, stages, schedule="row", group_m=8, tma=False):
-    return dict(
-        BLOCK_M=bm,
-        BLOCK_N=bn,
-        BLOCK_K=bk,
-        SPLIT_K=split_k,
-        GROUP_M=group_m,
-        schedule=schedule,
-        num_warps=warps,
-        num_stages=stages,
-        TMA=tma,
-    )
 
 
 def split_candidates(tiles: int, k_blocks: int, sms: int) -> list[int]:
@@ -257,12 +262,12 @@ def split_candidates(tiles: int, k_blocks: int, sms: int) -> list[int]:
     return sorted(out)
 
 
-def search_space(problem, on_gpu: bool, full: bool = True) -> list[dict]:
+def search_space(problem, on_gpu: bool, full: bool = True) -> list[SplitKConfig]:
     """Candidates for `gemmbench tune` (full) or for a run that finds no stored config (not full)."""
     if not on_gpu:
         # Triton's CPU interpreter: one small tile, split 2 ways (so the reduction runs), or 1 if K is one block
         k_blocks = triton.cdiv(problem.K, 32)
-        return [_cfg(16, 32, 32, 2 if k_blocks > 1 else 1, 4, 1)]
+        return [SplitKConfig.tile(16, 32, 32, 4, 1, SPLIT_K=2 if k_blocks > 1 else 1)]
     M, N, K = problem.M, problem.N, problem.K
     fp8 = problem.dtype == "fp8"
     sms = tuning.sm_count()
@@ -295,18 +300,18 @@ def search_space(problem, on_gpu: bool, full: bool = True) -> list[dict]:
                     for sch in schedules:
                         for tma in tmas:
                             warps = 4 if bm * bn <= 64 * 64 else 8
-                            out.append(_cfg(bm, bn, bk, sk, warps, st, sch, tma=tma))
+                            out.append(SplitKConfig.tile(bm, bn, bk, warps, st, SPLIT_K=sk, schedule=sch, TMA=tma))
     return out
 
 
 def _build(reduce: str):
-    def build(problem, inputs, config: dict) -> Launch:
+    def build(problem, inputs, config: SplitKConfig) -> Launch:
         out = torch.empty((problem.M, problem.N), dtype=inputs.out_dtype, device=inputs.a.device)
         scales = (inputs.a_scale, inputs.b_scale)
         if inputs.scaling == "row":
             scales = (inputs.a_scale.reshape(-1), inputs.b_scale.reshape(-1))
         gemm = SplitKGemm(inputs.a, inputs.b, out, *scales, inputs.scaling, config, reduce)
-        return Launch(fn=gemm, config=dict(config, SPLIT_K=gemm.split_k, TMA=gemm.tma), out=out)
+        return Launch(fn=gemm, params=replace(config, SPLIT_K=gemm.split_k, TMA=gemm.tma), out=out)
 
     return build
 
@@ -325,7 +330,7 @@ for _name, _reduce in (("triton_splitk_atomic", "atomic"), ("triton_splitk_reduc
         ("tensor", "", ("fp16", "bf16", "fp8"), "fp8: per-tensor scales, bf16 out"),
         ("row", "_rowwise", ("fp8",), "fp8 row-wise scales ((M,1), (N,1)), bf16 out"),
     ):
-        _tunable = tuning.Tunable(_name + _suffix, search_space, _build(_reduce))
+        _tunable = tuning.Tunable(_name + _suffix, search_space, _build(_reduce), SplitKConfig)
         register(
             Variant(
                 name=_name + _suffix,

@@ -58,13 +58,13 @@ def _splitk_outputs(name, dtype, split_k, calls=3):
     from gemmbench import registry
     from gemmbench.check import check_cell, reference
     from gemmbench.inputs import make_inputs
-    from gemmbench.kernels.splitk import _cfg
+    from gemmbench.kernels.splitk import SplitKConfig
     from gemmbench.shapes import Problem
 
     p = Problem("test", "g", 16, 1280, 8192, dtype)
     inputs = make_inputs(p, 5, "cuda")
     bk = 256 if dtype == "fp8" else 128
-    launch = registry.get(name).tunable.build(p, inputs, _cfg(16, 64, bk, split_k, 4, 4))
+    launch = registry.get(name).tunable.build(p, inputs, SplitKConfig.tile(16, 64, bk, 4, 4, SPLIT_K=split_k))
     ref = reference(p, inputs)
     outs = []
     for _ in range(calls):
@@ -99,14 +99,20 @@ def test_tma_descriptors_on_gpu(name, split_k, dtype, M, N, K):
     from gemmbench import registry
     from gemmbench.check import check_cell, reference
     from gemmbench.inputs import make_inputs
-    from gemmbench.kernels.splitk import _cfg
+    from gemmbench.kernels.dense_dp import DenseConfig
+    from gemmbench.kernels.splitk import SplitKConfig
     from gemmbench.shapes import Problem
 
     v = registry.get(name)
     p = Problem("test", "g", M, N, K, dtype)
     inputs = make_inputs(p, 2, "cuda", scaling=v.fp8_scaling)
     bk = 128 if dtype == "fp8" else 64
-    launch = v.tunable.build(p, inputs, _cfg(16 if M <= 16 else 64, 64, bk, split_k, 4, 4, tma=True))
+    tile = (16 if M <= 16 else 64, 64, bk, 4, 4)
+    if v.family == "triton_dp":
+        config = DenseConfig.tile(*tile, TMA=True)
+    else:
+        config = SplitKConfig.tile(*tile, SPLIT_K=split_k, TMA=True)
+    launch = v.tunable.build(p, inputs, config)
     assert launch.config["TMA"], "the copy engine path was not taken"
     ref = reference(p, inputs)
     for call in range(3):  # the buffers the last split clears are right for the next call too
@@ -246,12 +252,12 @@ def test_moe_splitk_many_splits_over_many_calls(dtype):
     (a race in the last-split reduction would show as a wrong tile now and then)."""
     from gemmbench.check import check_cell, reference
     from gemmbench.inputs import make_inputs
-    from gemmbench.kernels.fused_moe import _build, _cfg
+    from gemmbench.kernels.fused_moe import MoeConfig, _build
     from gemmbench.shapes import Problem
 
     p = Problem("test", "moe", 3, 3584, 4096, dtype, E=8, topk=2, routing="uniform")
     inputs = make_inputs(p, 4, "cuda")
-    launch = _build()(p, inputs, dict(_cfg(16, 64, 128, 4, 4), SPLIT_K=8))
+    launch = _build()(p, inputs, MoeConfig.tile(16, 64, 128, 4, 4, SPLIT_K=8))
     assert launch.config["SPLIT_K"] == 8
     ref = reference(p, inputs)
     for call in range(30):

@@ -57,7 +57,7 @@ def test_cpu_config_is_the_one_the_edge_shapes_are_built_around():
         pytest.skip("the CPU config only")
     for space in (dense_dp.search_space, splitk.search_space):
         (cfg,) = space(Problem("test", "g", 33, 80, 48, "fp16"), False, True)
-        assert (cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]) == (16, 32, 32)
+        assert (cfg.BLOCK_M, cfg.BLOCK_N, cfg.BLOCK_K) == (16, 32, 32)
 
 
 @pytest.mark.parametrize("M,N,K", EDGE_SHAPES)
@@ -121,13 +121,13 @@ CONFIGS = [
 def test_dp_gemm_explicit_configs(bm, bn, bk, group_m, schedule):
     from gemmbench.check import compare, poison, reference
     from gemmbench.inputs import make_inputs
-    from gemmbench.kernels.dense_dp import dp_gemm
+    from gemmbench.kernels.dense_dp import DenseConfig, dp_gemm
 
     p = Problem("test", "g", 37, 70, 50, "fp16")
     inputs = make_inputs(p, 3, DEV)
     out = torch.empty((37, 70), dtype=torch.float16, device=DEV)
     poison(out)
-    cfg = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=group_m, num_warps=4, num_stages=1)
+    cfg = DenseConfig.tile(bm, bn, bk, 4, 1, GROUP_M=group_m)
     ret = dp_gemm(inputs.a, inputs.b, out, None, None, cfg, schedule)
     assert ret is out
     result = compare(p, out, reference(p, inputs))
@@ -135,12 +135,12 @@ def test_dp_gemm_explicit_configs(bm, bn, bk, group_m, schedule):
 
 
 def test_dp_gemm_rejects_mismatched_shapes():
-    from gemmbench.kernels.dense_dp import dp_gemm
+    from gemmbench.kernels.dense_dp import DenseConfig, dp_gemm
 
     a = torch.ones((4, 32), dtype=torch.float16)
     b = torch.ones((16, 48), dtype=torch.float16)
     out = torch.empty((4, 16), dtype=torch.float16)
-    cfg = dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=16, GROUP_M=1, num_warps=4, num_stages=1)
+    cfg = DenseConfig.tile(16, 16, 16, 4, 1, GROUP_M=1)
     with pytest.raises(AssertionError):
         dp_gemm(a, b, out, None, None, cfg, "row")
 

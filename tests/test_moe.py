@@ -12,7 +12,7 @@ import torch
 from gemmbench import registry
 from gemmbench.check import compare, poison, reference
 from gemmbench.inputs import make_inputs, route
-from gemmbench.kernels.fused_moe import _build, _cfg, splitk_space
+from gemmbench.kernels.fused_moe import MoeConfig, _build, splitk_space
 from gemmbench.kernels.moe_align import check_alignment, moe_align
 from gemmbench.shapes import Problem
 
@@ -91,7 +91,7 @@ def test_a_schedule_that_skipped_tiles_would_be_caught(schedule):
     """Every tile is written: the NaN poison stays wherever a (block, N tile) was skipped."""
     p = moe(33, 96, 64, 3, 2)
     inputs = make_inputs(p, 1, DEV)
-    launch = _build(schedule)(p, inputs, _cfg(16, 32, 32, 4, 1, group_m=2))
+    launch = _build(schedule)(p, inputs, MoeConfig.tile(16, 32, 32, 4, 1, GROUP_M=2))
     poison(launch.out)
     out = launch.fn()
     assert torch.isfinite(out).all()
@@ -103,7 +103,7 @@ def test_a_schedule_that_skipped_tiles_would_be_caught(schedule):
 def test_router_weight_multiply(split_k):
     p = moe(17, 48, 64, 4, 2)
     inputs = make_inputs(p, 3, DEV)
-    launch = _build("grouped", mul_weight=True)(p, inputs, dict(_cfg(16, 32, 32, 4, 1), SPLIT_K=split_k))
+    launch = _build("grouped", mul_weight=True)(p, inputs, MoeConfig.tile(16, 32, 32, 4, 1, SPLIT_K=split_k))
     poison(launch.out)
     want = reference(p, inputs) * inputs.topk_weights.reshape(-1, 1).float()
     result = compare(p, launch.fn(), want)
@@ -126,7 +126,7 @@ def test_moe_splitk_against_the_loop_and_buffers_left_clean(M, N, K, E, topk, ro
     the next call), the split actually launched recorded, and the buffers zero afterwards."""
     p = moe(M, N, K, E, topk, routing, dtype)
     inputs = make_inputs(p, 11, DEV)
-    launch = _build()(p, inputs, dict(_cfg(16, 32, bk, 4, 1, group_m=2), SPLIT_K=split_k))
+    launch = _build()(p, inputs, MoeConfig.tile(16, 32, bk, 4, 1, GROUP_M=2, SPLIT_K=split_k))
     assert launch.config["SPLIT_K"] == min(split_k, -(-K // bk)) and launch.config["schedule"] == "col"
     ref = reference(p, inputs)
     for call in range(3):
@@ -146,9 +146,9 @@ def test_moe_splitk_space_splits_the_few_tile_case():
         decode = splitk_space(moe(1, 1792, 4096, 8, 2, dtype="bf16"), on_gpu=True)
         prefill = splitk_space(moe(4096, 14336, 4096, 8, 2, dtype="bf16"), on_gpu=True)
         quick = splitk_space(moe(1, 1792, 4096, 8, 2, dtype="bf16"), on_gpu=True, full=False)
-    assert max(c["SPLIT_K"] for c in decode) >= 4 and all(c["schedule"] == "col" for c in decode)
-    assert {c["SPLIT_K"] for c in prefill} == {1}
-    assert len(quick) == 1 and quick[0]["SPLIT_K"] > 1
+    assert max(c.SPLIT_K for c in decode) >= 4 and all(c.schedule == "col" for c in decode)
+    assert {c.SPLIT_K for c in prefill} == {1}
+    assert len(quick) == 1 and quick[0].SPLIT_K > 1
 
 
 def test_moe_sweep_with_routings_on_the_cpu(tmp_path):

@@ -12,7 +12,8 @@ import torch
 from gemmbench import registry
 from gemmbench.check import compare, poison, reference
 from gemmbench.inputs import make_inputs
-from gemmbench.kernels.splitk import _cfg, split_candidates
+from gemmbench.kernels.dense_dp import DenseConfig
+from gemmbench.kernels.splitk import SplitKConfig, split_candidates
 from gemmbench.shapes import Problem
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
@@ -34,7 +35,7 @@ def _run(name, M, N, K, bk, split_k, dtype, calls=1, seed=3):
     v = registry.get(name)
     p = Problem("test", "g", M, N, K, dtype)
     inputs = make_inputs(p, seed, DEV, scaling=v.fp8_scaling)
-    launch = v.tunable.build(p, inputs, _cfg(16, 32, bk, split_k, 4, 1))
+    launch = v.tunable.build(p, inputs, SplitKConfig.tile(16, 32, bk, 4, 1, SPLIT_K=split_k))
     ref = reference(p, inputs)
     outs = []
     for _ in range(calls):
@@ -107,8 +108,8 @@ def test_search_space_is_valid():
         p = Problem("t", "g", M, 1280, 8192, "fp8")
         for full in (True, False):
             space = splitk.search_space(p, True, full)
-            assert space and all(c["SPLIT_K"] >= 1 and c["BLOCK_M"] >= min(M, 16) for c in space)
-            assert len({tuple(sorted(c.items())) for c in space}) == len(space)  # no duplicates
+            assert space and all(c.SPLIT_K >= 1 and c.BLOCK_M >= min(M, 16) for c in space)
+            assert len(set(space)) == len(space)  # no duplicates
 
 
 @pytest.mark.parametrize("M,N,K,bk,split_k", [CASES[0], CASES[1], CASES[2], CASES[5]])
@@ -118,7 +119,11 @@ def test_tma_descriptors(name, M, N, K, bk, split_k):
     v = registry.get(name)
     p = Problem("test", "g", M, N, K, "fp8")
     inputs = make_inputs(p, 4, DEV, scaling=v.fp8_scaling)
-    launch = v.tunable.build(p, inputs, _cfg(16, 32, bk, split_k, 4, 1, tma=True))
+    if v.family == "triton_dp":
+        config = DenseConfig.tile(16, 32, bk, 4, 1, TMA=True)
+    else:
+        config = SplitKConfig.tile(16, 32, bk, 4, 1, SPLIT_K=split_k, TMA=True)
+    launch = v.tunable.build(p, inputs, config)
     assert launch.config["TMA"]
     poison(launch.out)
     result = compare(p, launch.fn(), reference(p, inputs))
@@ -128,7 +133,8 @@ def test_tma_descriptors(name, M, N, K, bk, split_k):
 def test_tma_falls_back_to_pointers_when_rows_are_not_16_byte_aligned():
     p = Problem("test", "g", 3, 40, 100, "fp16")  # a row of A and B is 200 bytes: no tensor descriptor
     inputs = make_inputs(p, 4, DEV)
-    launch = registry.get("triton_splitk_atomic").tunable.build(p, inputs, _cfg(16, 32, 32, 2, 4, 1, tma=True))
+    config = SplitKConfig.tile(16, 32, 32, 4, 1, SPLIT_K=2, TMA=True)
+    launch = registry.get("triton_splitk_atomic").tunable.build(p, inputs, config)
     assert launch.config["TMA"] is False
     poison(launch.out)
     assert compare(p, launch.fn(), reference(p, inputs)).ok

@@ -17,6 +17,7 @@ from test_cli import bad, invoke, text
 from gemmbench import shard, tasks, tuning
 from gemmbench.cli import tune as cli_tune
 from gemmbench.device import DeviceInfo
+from gemmbench.kernels.dense_dp import DenseConfig
 
 FAKE_GPU = DeviceInfo(kind="cuda", name="NVIDIA Fake GPU 80GB", capability=(9, 0), sm_count=132)
 
@@ -124,7 +125,7 @@ def fake_tuning(monkeypatch):
             raise tuning.TuningError(f"no config of {t.name} runs {p.label}")
         if t.name == "triton_dp_grouped":
             raise RuntimeError("CUDA error: an illegal memory access was encountered")
-        return tuning.Trial({"BLOCK_M": 16, "BLOCK_N": 64, "GROUP_M": 8}, 2.5), Path("x.json"), 7
+        return tuning.Trial(DenseConfig.tile(16, 64, 128, 4, 3), 2.5), Path("x.json"), 7
 
     monkeypatch.setattr(tuning, "tune_and_store", tune_and_store)
     return calls

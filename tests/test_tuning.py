@@ -15,7 +15,9 @@ from gemmbench import registry, tuning
 from gemmbench.check import reference
 from gemmbench.cli import app
 from gemmbench.inputs import make_inputs
-from gemmbench.kernels.splitk import _cfg
+from gemmbench.kernels.dense_dp import DenseConfig
+from gemmbench.kernels.fused_moe import MoeConfig
+from gemmbench.kernels.splitk import SplitKConfig
 from gemmbench.shapes import Problem
 
 DEV = "cuda" if HAS_CUDA else "cpu"
@@ -48,30 +50,62 @@ def test_m_buckets():
 
 def test_store_and_nearest_bucket(config_dir):
     p = Problem("s", "qkv", 16, 1280, 8192, "fp8", tp=8)
+    name = "triton_splitk_atomic"
     for M, bn in ((16, 32), (64, 128)):
-        tuning.save("triton_x", p.with_(M=M), GPU, {"BLOCK_N": bn}, 5.0 + M, {"date": "2026-11-22"})
-    path = config_dir / "NVIDIA_Test_GPU_80GB" / "triton_x" / "N=1280,K=8192,dtype=fp8.json"
+        config = SplitKConfig.tile(16, bn, 128, 4, 3, SPLIT_K=2)
+        tuning.save(name, p.with_(M=M), GPU, config, 5.0 + M, {"date": "2026-11-22"})
+    path = config_dir / "NVIDIA_Test_GPU_80GB" / name / "N=1280,K=8192,dtype=fp8.json"
     data = json.loads(path.read_text())
     assert list(data["buckets"]) == ["16", "64"] and data["buckets"]["64"]["time_us"] == 69.0
-    assert tuning.stored("triton_x", p.with_(M=1), GPU)[0] == {"BLOCK_N": 32}
-    cfg, where = tuning.stored("triton_x", p.with_(M=40), GPU)  # bucket 64 is nearest to 64
-    assert cfg == {"BLOCK_N": 128} and where == {
-        "source": "stored",
-        "bucket": 64,
-        "file": str(path.relative_to(config_dir)),
-    }
-    assert tuning.stored("triton_x", p.with_(M=32), GPU)[1]["bucket"] == 64  # a tie goes to the larger bucket
-    assert tuning.stored("triton_x", p.with_(N=2560), GPU) is None  # another shape
-    assert tuning.stored("triton_x", p, "Other GPU") is None  # another GPU
+    # the file holds the config's JSON: the keys (and their order) the dict configs had
+    assert list(data["buckets"]["16"]["config"].items()) == [
+        ("BLOCK_M", 16),
+        ("BLOCK_N", 32),
+        ("BLOCK_K", 128),
+        ("SPLIT_K", 2),
+        ("GROUP_M", 8),
+        ("schedule", "row"),
+        ("num_warps", 4),
+        ("num_stages", 3),
+        ("TMA", False),
+    ]
+    assert tuning.stored(name, p.with_(M=1), GPU)[0].BLOCK_N == 32
+    cfg, where = tuning.stored(name, p.with_(M=40), GPU)  # bucket 64 is nearest to 64
+    assert cfg == SplitKConfig.tile(16, 128, 128, 4, 3, SPLIT_K=2)
+    assert where == tuning.Provenance("stored", str(path.relative_to(config_dir)), 64)
+    assert where.to_dict() == {"source": "stored", "file": str(path.relative_to(config_dir)), "bucket": 64}
+    assert tuning.stored(name, p.with_(M=32), GPU)[1]["bucket"] == 64  # a tie goes to the larger bucket
+    assert tuning.stored(name, p.with_(N=2560), GPU) is None  # another shape
+    assert tuning.stored(name, p, "Other GPU") is None  # another GPU
 
 
 def test_unreadable_config_file_is_one_clear_error(config_dir):
     p = Problem("s", "qkv", 16, 1280, 8192, "fp8")
-    path = tuning.config_path("triton_x", p, GPU)
+    path = tuning.config_path("triton_dp_row", p, GPU)
     path.parent.mkdir(parents=True)
     path.write_text("{not json")
     with pytest.raises(tuning.TuningError, match="unreadable"):
-        tuning.stored("triton_x", p, GPU)
+        tuning.stored("triton_dp_row", p, GPU)
+
+
+@pytest.mark.parametrize(
+    "change,message",
+    [
+        ({"BLOCK_Q": 16}, "unknown key 'BLOCK_Q'"),
+        ({"BLOCK_N": "64"}, "BLOCK_N must be an int, not '64'"),
+        ({"TMA": 1}, "TMA must be true or false, not 1"),
+        ({"BLOCK_K": 48}, "BLOCK_K must be a power of two >= 16"),
+    ],
+)
+def test_a_stored_config_that_is_not_one_names_the_file_and_the_key(config_dir, change, message):
+    p = Problem("s", "qkv", 16, 1280, 8192, "fp8")
+    tuning.save("triton_dp_row", p, GPU, DenseConfig.tile(16, 64, 128, 4, 3), 1.0, {})
+    path = tuning.config_path("triton_dp_row", p, GPU)
+    data = json.loads(path.read_text())
+    data["buckets"]["16"]["config"].update(change)
+    path.write_text(json.dumps(data))
+    with pytest.raises(tuning.TuningError, match=f"{path}, bucket 16: DenseConfig: {message}"):
+        tuning.stored("triton_dp_row", p, GPU)
 
 
 def test_search_never_picks_a_wrong_config():
@@ -81,15 +115,15 @@ def test_search_never_picks_a_wrong_config():
 
     def build(problem, inp, config):
         launch = v.tunable.build(problem, inp, config)
-        if config["BLOCK_N"] == 16:  # a "fast" config that drops half of K
+        if config.BLOCK_N == 16:  # a "fast" config that drops half of K
             fn = launch.fn
             launch.fn = lambda: fn().mul_(0.5)
         return launch
 
-    fake = tuning.Tunable("fake", v.tunable.space, build)
-    configs = [_cfg(16, 16, 32, 1, 4, 1), _cfg(16, 32, 32, 2, 4, 1)]
+    fake = tuning.Tunable("fake", v.tunable.space, build, SplitKConfig)
+    configs = [SplitKConfig.tile(16, 16, 32, 4, 1, SPLIT_K=1), SplitKConfig.tile(16, 32, 32, 4, 1, SPLIT_K=2)]
     trials = tuning.search(fake, p, inputs, configs, reference(p, inputs))
-    assert trials[0].config["BLOCK_N"] == 32 and not trials[0].error
+    assert trials[0].params is configs[1] and trials[0].config == configs[1].to_dict() and not trials[0].error
     assert "wrong result" in trials[1].error and trials[1].time_us == float("inf")
 
 
@@ -97,10 +131,11 @@ def test_run_uses_the_stored_config_and_retune_ignores_it(config_dir, monkeypatc
     monkeypatch.setattr(tuning, "_gpu_name", lambda inputs: GPU)  # the CPU poses as a GPU with stored configs
     v = registry.get("triton_splitk_reduce")
     p = Problem("t", "g", 3, 48, 96, "fp16")
-    stored_cfg = _cfg(16, 32, 32, 3, 4, 1)
+    stored_cfg = SplitKConfig.tile(16, 32, 32, 4, 1, SPLIT_K=3)
     tuning.save(v.name, p, GPU, stored_cfg, 1.0, {})
     inputs = make_inputs(p, 1, DEV)
     launch = v.make(p, inputs)
+    assert launch.params == stored_cfg and launch.provenance.source == "stored"
     assert launch.config["source"] == "stored" and launch.config["SPLIT_K"] == 3
     assert launch.config["file"].endswith("N=48,K=96,dtype=fp16.json")
     tuning._chosen.clear()
@@ -124,6 +159,31 @@ def test_config_files_in_the_repository_are_valid():
             cfg = entry["config"]
             assert {"BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps", "num_stages"} <= set(cfg)
             assert cfg["BLOCK_M"] >= min(int(bucket), 16) and v.tunable is not None
+
+
+# each variant's family: the dataclass its stored configs must load into
+CONFIG_TYPES = {"triton_dp": DenseConfig, "triton_splitk": SplitKConfig, "triton_moe": MoeConfig}
+
+
+def test_every_committed_config_loads_into_its_family_dataclass():
+    """Every committed config goes through from_dict into its variant's dataclass, and back to the same JSON: the
+    keys it has, in their order (a SplitK file from before TMA existed gets only TMA=false added)."""
+    files = sorted(tuning.configs_root().glob("*/*/*.json"))
+    assert files
+    for f in files:
+        data = json.loads(f.read_text())
+        v = registry.get(data["variant"])
+        assert v.tunable.config_type is CONFIG_TYPES[v.family]
+        for bucket, entry in data["buckets"].items():
+            config = v.tunable.config_type.from_dict(entry["config"])
+            assert type(config) is CONFIG_TYPES[v.family]
+            back = config.to_dict()
+            if "TMA" not in entry["config"] and v.family == "triton_splitk":
+                assert back.pop("TMA") is False
+            assert list(back.items()) == list(entry["config"].items()), f"{f} bucket {bucket}"
+            E, topk = data.get("E", 1), data.get("topk", 1)
+            problem = Problem("s", "g", int(bucket), data["N"], data["K"], data["dtype"], E=E, topk=topk)
+            assert tuning.stored(v.name, problem, data["gpu"])[0] == config
 
 
 runner = CliRunner()

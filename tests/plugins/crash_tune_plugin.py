@@ -14,7 +14,7 @@ def _build(problem, inputs, config):
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-_tunable = tuning.Tunable("test_crash_tune", _base.tunable.space, _build)
+_tunable = tuning.Tunable("test_crash_tune", _base.tunable.space, _build, _base.tunable.config_type)
 register(
     Variant(
         "test_crash_tune",
