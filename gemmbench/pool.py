@@ -132,9 +132,11 @@ class WorkerProcess:
         cmd += ["--ceilings"] if opts.ceilings else []
         for p in opts.plugins:
             cmd += ["--plugin", str(p)]
+        # a session of its own: a terminal's Ctrl-C reaches only the sweep's process, which stops the workers itself
+        # (had the worker got it too, its death would be blamed on the cell in flight as a fault)
         self.proc = subprocess.Popen(
             [*prefix, *cmd], stdin=subprocess.PIPE, stdout=self.log, stderr=self.log, env=env,
-            pass_fds=(write_fd,), text=True,
+            pass_fds=(write_fd,), text=True, start_new_session=True,
         )  # fmt: skip
         os.close(write_fd)
         self.events: queue.Queue = queue.Queue()

@@ -136,6 +136,12 @@ def cell_columns(problem, variant) -> dict:
 CELL_KEY = ("shape_set", "gemm", "M", "N", "K", "E", "topk", "routing", "tp", "dtype", "variant")
 
 
+def resume_key(row) -> str:
+    """What makes a finished cell count as done for `run --resume`: the cell, its timing mode and the build."""
+    return "|".join([cell_key(row), str(row.get("timing_mode")), str(row.get("gemmbench_version")),
+                     str(row.get("git_sha"))])  # fmt: skip
+
+
 def cell_key(row) -> str:
     """One cell's key from a mapping with the CELL_KEY columns (a result row, or a problem's fields and its
     variant): the string cell_keys makes for the cell's row, missing values as ""."""
@@ -257,14 +263,20 @@ class RunWriter:
     """Accumulates the rows of one run and keeps `path` a complete Parquet file after each append.
 
     The whole file is rewritten per row: runs have hundreds of rows at most, and rewriting is far
-    simpler than appending to Parquet (which has no append).  An existing file at `path` is
-    replaced at the first append, not merged.
+    simpler than appending to Parquet (which has no append).  `rows`: the file's rows so far (run --append or
+    --resume: they are kept, the new ones added); without them an existing file at `path` is replaced at the first
+    append (the command refuses that without --force).
     """
 
-    def __init__(self, path: str | Path, meta: dict | None = None):
+    def __init__(self, path: str | Path, meta: dict | None = None, rows: Sequence[dict] = ()):
         self.path = Path(path)
         self.meta = meta  # extra file metadata, written with every rewrite (write_rows)
-        self._rows: list[dict] = []  # nothing is written until the first row
+        self._rows: list[dict] = [normalize_row(r) for r in rows]  # nothing is written until the first new row
+        self.kept = len(self._rows)
+
+    @property
+    def added(self) -> int:
+        return len(self._rows) - self.kept
 
     @property
     def rows(self) -> list[dict]:
@@ -280,10 +292,11 @@ class RunWriter:
 
 
 def result_files(p: Path) -> list[Path]:
+    """A file as given, or every .parquet file under a folder, its subfolders included (results/h100-*/…)."""
     if p.is_dir():
-        files = sorted(f for f in p.glob("*.parquet") if f.is_file() and not f.name.endswith(".tmp"))
+        files = sorted(f for f in p.rglob("*.parquet") if f.is_file() and not f.name.endswith(".tmp"))
         if not files:
-            raise StoreError(f"{p}: folder has no .parquet files")
+            raise StoreError(f"{p}: no .parquet file in the folder or its subfolders")
         return files
     if p.exists():
         return [p]

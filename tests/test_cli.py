@@ -359,7 +359,9 @@ def test_crash_costs_only_its_cell(crash_run):
     crash, good = df[df.variant == "test_crash"], df[df.variant == "cublas_fp16"]
     # 3 dense smoke GEMMs at M = 1, fp16; test_crash is dense-only
     assert len(crash) == 3 and len(good) == 3 and len(df) == 6
-    assert set(zip(crash.gemm, crash.M, strict=False)) == {(g, 1) for g in ("smoke_square", "smoke_tails", "smoke_deep")}
+    assert set(zip(crash.gemm, crash.M, strict=False)) == {
+        (g, 1) for g in ("smoke_square", "smoke_tails", "smoke_deep")
+    }
     assert (crash.status == "error").all(), crash[["status", "reason"]].to_string()
     for reason in crash.reason:
         assert "worker died" in reason and reason.startswith("check: "), reason
@@ -712,12 +714,13 @@ def test_interrupted_run_keeps_its_rows(tmp_path):
     err = text(stderr)
     assert proc.returncode == 130, err
     assert "Traceback" not in err
-    m = re.search(r"error: interrupted: (\d+) finished rows are in (\S+)", err)
+    m = re.search(r"error: interrupted: (\d+) finished rows in (\S+)", err)
     assert m, err
     assert Path(m.group(2)) == out
     df = store.load(out)
     assert len(df) >= 1 and len(df) == int(m.group(1))
     assert len(df) < 4 * 3 * 2  # it really stopped early (24 cells in all)
+    assert "smoke_square  N=64 K=64" in text(stdout)  # the finished rows' tables come before the line
     assert df.status.notna().all() and set(df.status) <= {"ok", "skipped"}
     assert df.variant.notna().all() and df.gemm.notna().all() and (df.dtype == "fp16").all()
     ok = df[df.status == "ok"]
@@ -730,3 +733,57 @@ def test_interrupted_run_keeps_its_rows(tmp_path):
     while _alive(workers[0]) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not _alive(workers[0])
+
+
+def test_resume_runs_only_the_cells_a_run_file_lacks(tmp_path):
+    """An interrupted run's file (here: the first two GEMMs of the sweep) is finished by --resume: the missing cells
+    run, the kept rows stay as they were, every cell ends once, under the file's own run id."""
+    out = tmp_path / "r.parquet"
+    args = ("run", "--shapes", "smoke", "--dtype", "fp16", "--m", "1", "--variants", "cublas_fp16", "--budget", "0.01")
+    first = invoke(*args, "--out", out)
+    assert first.exit_code == 0, text(first.stderr)
+    full = store.load(out)
+    partial = full[full.gemm != "smoke_deep"]
+    store.write_rows(out, store.records(partial))
+    res = invoke(*args, "--resume", out)
+    assert res.exit_code == 0, text(res.stderr)
+    assert "--resume: 2 rows kept, 1 cells to run" in text(res.stderr)
+    df = store.load(out)
+    assert sorted(df.gemm) == sorted(full.gemm) and df.run_id.nunique() == 1
+    assert df[df.gemm != "smoke_deep"].timestamp.tolist() == partial.timestamp.tolist()
+    again = invoke(*args, "--resume", out)
+    assert again.exit_code == 0 and "every cell is already in" in text(again.stderr)
+
+
+def test_an_existing_out_file_is_never_replaced_silently(tmp_path):
+    out = tmp_path / "r.parquet"
+    args = ("run", "--shapes", "smoke", "--dtype", "fp16", "--m", "1", "--variants", "cublas_fp16", "--budget", "0.01")
+    assert invoke(*args, "--out", out).exit_code == 0
+    before = out.read_bytes()
+    line = bad(invoke(*args, "--out", out))
+    assert "exists; --append adds this sweep's rows to it, --force replaces it" in line
+    assert out.read_bytes() == before
+    assert "--append or --force, not both" in bad(invoke(*args, "--out", out, "--append", "--force"))
+    assert invoke(*args, "--out", out, "--append").exit_code == 0
+    appended = store.load(out)
+    assert len(appended) == 6 and appended.run_id.nunique() == 2
+    assert invoke(*args, "--out", out, "--force").exit_code == 0
+    assert len(store.load(out)) == 3
+
+
+def test_baseline_save_over_an_existing_name_needs_force(tmp_path):
+    run = tmp_path / "run.parquet"
+    assert invoke("run", "--shapes", "smoke", "--dtype", "fp16", "--m", "1", "--variants", "cublas_fp16",
+                  "--budget", "0.01", "--out", run).exit_code == 0  # fmt: skip
+    save = ("baseline", "save", run, "--name", "b", "--dir", tmp_path / "bl")
+    assert invoke(*save).exit_code == 0
+    before = (tmp_path / "bl" / "b.parquet").read_bytes()
+    assert "exists" in bad(invoke(*save)) and (tmp_path / "bl" / "b.parquet").read_bytes() == before
+    assert invoke(*save, "--force").exit_code == 0
+    # a folder of runs is read with its subfolders; two runs with no cell in common compare nothing: exit 2
+    (tmp_path / "deep" / "er").mkdir(parents=True)
+    other = tmp_path / "deep" / "er" / "other.parquet"
+    assert invoke("run", "--shapes", "smoke", "--dtype", "fp8", "--m", "1", "--variants", "cublas_fp8",
+                  "--budget", "0.01", "--out", other).exit_code == 0  # fmt: skip
+    assert "nothing compared" in bad(invoke("compare", run, tmp_path / "deep"))
+    assert invoke("compare", run, tmp_path / "deep", "--allow-empty").exit_code == 0

@@ -38,7 +38,13 @@ def resolve(spec: str) -> Path:
 
 
 def compare_runs(
-    baseline: list[Path], candidate: list[Path], threshold: str, fmt: str, fail_on: str, force: bool
+    baseline: list[Path],
+    candidate: list[Path],
+    threshold: str,
+    fmt: str,
+    fail_on: str,
+    force: bool,
+    allow_empty: bool = False,
 ) -> int:
     """Load, check comparability, print the verdicts; returns the exit code (1 on a --fail-on verdict)."""
     from gemmbench import compare as cmp
@@ -58,6 +64,10 @@ def compare_runs(
     if why:
         err.print(escape(f"warning (--force): {why}"), highlight=False)
     rows = cmp.compare(base, cand, thr)
+    if not allow_empty and all(r.verdict in ("new", "missing") for r in rows):
+        # a gate that compared nothing must not pass: the candidate ran other shapes, variants or dtypes
+        summary = ", ".join(f"{n} {v}" for v, n in cmp.counts(rows).items())
+        raise fail(f"nothing compared: the runs have no cell in common ({summary}); --allow-empty accepts that")
     names = " + ".join(map(str, baseline)), " + ".join(map(str, candidate))
     if fmt == "markdown":
         out.print(cmp.markdown(rows, thr, *names, failed), markup=False, highlight=False, soft_wrap=True)
@@ -107,10 +117,14 @@ def compare(
     force: Annotated[
         bool, typer.Option(help="Compare runs of different GPU models, timing modes or L2 states.")
     ] = False,
+    allow_empty: Annotated[
+        bool, typer.Option(help="Exit 0 even when the two sides have no cell in common (nothing was compared).")
+    ] = False,
 ) -> None:
     """Verdict per cell (slower, faster, same, noisy, now-failing, fixed, new, missing) from the raw samples of two
-    runs; exit 1 when a verdict named by --fail-on occurs, 0 otherwise, 2 on misuse."""
-    code = compare_runs([resolve(baseline)], candidate, threshold, format_, fail_on, force)
+    runs; exit 1 when a verdict named by --fail-on occurs, 0 otherwise, 2 on misuse or when nothing was compared.
+    Folders are read with their subfolders."""
+    code = compare_runs([resolve(baseline)], candidate, threshold, format_, fail_on, force, allow_empty)
     raise typer.Exit(code)
 
 
@@ -120,6 +134,7 @@ def baseline_save(
     name: Annotated[str, typer.Option(help="The baseline's name: results/baselines/NAME.parquet.")],
     out_dir: Annotated[Path, typer.Option("--dir", help="Folder of the baselines.")] = BASELINE_DIR,
     variants: Annotated[Optional[str], typer.Option(help="Keep only these variants (comma-separated globs).")] = None,
+    force: Annotated[bool, typer.Option(help="Replace an existing baseline of that name.")] = False,
 ) -> None:
     """Copy the rows of one or more runs into one baseline file (checked, written atomically)."""
     import fnmatch
@@ -128,6 +143,8 @@ def baseline_save(
 
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name):
         raise fail(f"--name {name!r}: use letters, digits, '.', '_' and '-' (it becomes a file name)")
+    if (out_dir / f"{name}.parquet").exists() and not force:
+        raise fail(f"baseline {name!r} exists ({out_dir / f'{name}.parquet'}); --force replaces it")
     try:
         df = load(results)
     except StoreError as exc:

@@ -48,6 +48,15 @@ CompareTo = Annotated[
 Gpus = Annotated[
     Optional[str], typer.Option(help="Run on these GPUs of this host at once, one worker each: 'all' or 0,1,...")
 ]
+Append = Annotated[bool, typer.Option(help="Add this sweep's rows to an existing --out file (a gemmbench run file).")]
+Force = Annotated[bool, typer.Option(help="Replace an existing --out file.")]
+Resume = Annotated[
+    Optional[Path],
+    typer.Option(
+        help="Finish an interrupted run: skip the cells this run file already has (same problem, variant, "
+        "timing mode and gemmbench build) and add the rest to it."
+    ),  # fmt: skip
+]
 RunShard = Annotated[
     Optional[str],
     typer.Option(
@@ -61,7 +70,8 @@ def run(
     shapes: Shapes, variants: Variants = None, dtype: Dtype = "fp8,bf16", m: Ms = None, tp: Tp = "1",
     timing: Timing = "cold", out_path: Out = Path("results"), plugin: Plugins = None, sanitize: Sanitize = False,
     seed: Seed = 0, budget: Budget = 0.5, strict: Strict = False, retune: Retune = False, routing: Routing = "uniform",
-    compare_to: CompareTo = None, shard: RunShard = None, gpus: Gpus = None,
+    compare_to: CompareTo = None, shard: RunShard = None, gpus: Gpus = None, append: Append = False,
+    force: Force = False, resume: Resume = None,
 ) -> None:  # fmt: skip
     """Check, then time, every variant on every problem of a shape set; write Parquet and print tables."""
     from gemmbench import store, sweep
@@ -72,24 +82,73 @@ def run(
     if compare_to and not cli_compare.resolve(compare_to).exists():
         raise fail(f"--compare-to {compare_to!r}: no such baseline ({cli_compare.resolve(compare_to)})")
     shard_at, gpu_ids = shard_option(shard), gpus_option(gpus)
+    _refuse_replacing(out_path, append, force, resume)
     sset, cells = select_cells(shapes, variants, dtype, m, tp, routing, seed, plugin)
     meta, cells = _shard(cells, shard_at)
     cpu = _cpu_path(cells, sanitize)
     timing = "wall" if cpu else timing  # no CUDA events on a CPU
     run_id = store.new_run_id(sset.name) + (f"-shard{shard_at[0]}of{shard_at[1]}" if shard_at else "")
-    writer = store.RunWriter(output_path(out_path, run_id), meta)
+    writer, run_id, cells = _writer(out_path, run_id, meta, cells, timing, append, force, resume)
+    if not cells and resume is not None:
+        err.print(escape(f"--resume: every cell is already in {writer.path}; nothing to run"), highlight=False)
+        return
     if not cells:  # more shards than cells: an empty part still tells merge this shard ran
         store.write_rows(writer.path, [], meta)
         err.print(escape(f"shard {shard}: no cells (the sweep has fewer cells than shards). Results: {writer.path}"))
         return
     worker = WorkerOptions(timing, budget, plugins=plugin or [], cpu=cpu, retune=retune, ceilings=not cpu)
-    rows = _sweep(sweep.SweepOptions(run_id, worker, seed, sanitize, gpu_ids), cells, writer)
+    rows, stopped = _sweep(sweep.SweepOptions(run_id, worker, seed, sanitize, gpu_ids), cells, writer)
     for table in gemm_tables(rows):
         out.print(table)
+    if stopped:  # Ctrl-C or SIGINT: the finished rows are on disk, and their tables above
+        done = f"{writer.added} finished rows in {writer.path}" if writer.added else "no cell finished; nothing written"
+        raise fail(f"interrupted: {done}", 130)
     code = cli_compare.compare_after_run(compare_to, writer.path)
     _summary(rows, writer.path, strict)
     if code:
         raise typer.Exit(code)
+
+
+def _writer(out_path, run_id, meta, cells, timing, append, force, resume) -> tuple:
+    """(the run's writer, its run id, the cells still to run): a new file; an existing --out only with --append
+    (its rows kept) or --force; --resume: the file's own run, less the cells it has finished."""
+    from gemmbench import store
+
+    path = resume if resume is not None else output_path(out_path, run_id)
+    kept: list = []
+    if resume is not None or (append and path.exists()):
+        option = "--resume" if resume is not None else "--append"
+        try:
+            kept = store.records(store.load(path))
+        except store.StoreError as exc:
+            raise fail(f"{option}: {exc}") from None
+    if resume is None:
+        return store.RunWriter(path, meta, kept), run_id, cells
+    return store.RunWriter(path, meta, kept), kept[0]["run_id"] if kept else run_id, _not_done(cells, kept, timing)
+
+
+def _refuse_replacing(out_path: Path, append: bool, force: bool, resume: Optional[Path]) -> None:
+    """Before any work: results already written are never replaced without --force."""
+    if append and force:
+        raise fail("give --append or --force, not both")
+    if resume is not None and not resume.is_file():
+        raise fail(f"--resume {resume}: no such run file")
+    if resume is None and out_path.suffix == ".parquet" and out_path.exists() and not (append or force):
+        raise fail(f"--out {out_path} exists; --append adds this sweep's rows to it, --force replaces it")
+
+
+def _not_done(cells: list, kept: list, timing: str) -> list:
+    """The cells a resumed run still has to run (a row of the same cell, timing mode and build is done)."""
+    import gemmbench
+    from gemmbench import device, store
+    from gemmbench.shard import cell_key
+
+    done = {store.resume_key(r) for r in kept}
+    build = [timing, gemmbench.__version__, str(device.git_sha())]
+    left = [(p, [n for n in names if "|".join([cell_key(p, n), *build]) not in done]) for p, names in cells]
+    left = [(p, names) for p, names in left if names]
+    err.print(escape(f"--resume: {len(kept)} rows kept, {sum(len(n) for _, n in left)} cells to run"), highlight=False)
+    return left
 
 
 def _timing(timing: str) -> str:
@@ -129,8 +188,9 @@ def _cpu_path(cells: list, sanitize: bool) -> bool:
     return True
 
 
-def _sweep(opts, cells: list, writer) -> list:
-    """gemmbench.sweep.run under one progress bar; a sweep that cannot go on is one line, its rows kept."""
+def _sweep(opts, cells: list, writer) -> tuple[list, bool]:
+    """gemmbench.sweep.run under one progress bar -> (the file's rows, whether Ctrl-C stopped it); a sweep that
+    cannot go on is one line, its rows kept."""
     from gemmbench import sweep
     from gemmbench.pool import PoolError
 
@@ -151,9 +211,9 @@ def _sweep(opts, cells: list, writer) -> list:
             raise fail(f"cannot write {writer.path}: {exc}") from None
         except KeyboardInterrupt:
             progress.stop()
-            raise fail(f"interrupted: {len(writer.rows)} finished rows are in {writer.path}", 130) from None
+            return writer.rows, True
         progress.update(bar, description="done")
-    return writer.rows
+    return writer.rows, False
 
 
 def _summary(rows, path, strict: bool) -> None:
