@@ -123,8 +123,19 @@ def pct_of_roofline(time_us: float, bound_us: float) -> float:
     return 100.0 * bound_us / time_us
 
 
+# A cell whose 80th-percentile sample is more than 1.5x its 20th is too noisy to rank: cold GPU timing on the H100
+# spreads by a few % (docs/BENCHMARKS.md), while a loaded CPU machine was seen at 250x.  Such a row is marked
+# `noisy`, shown so in the table and never starred fastest.
+NOISY_SPREAD = 1.5
+
+
+def noisy(p20: float, p80: float) -> bool:
+    return bool(p20 > 0 and p80 / p20 > NOISY_SPREAD)
+
+
 def summarize(samples_us: Sequence[float]) -> dict:
-    """Median, 20th and 80th percentile (numpy, linear) of timing samples in µs, and their count.
+    """Median, 20th and 80th percentile (numpy, linear) of timing samples in µs, their count, and whether the spread
+    passes NOISY_SPREAD.
 
     p20/p80 rather than min/max: one preempted or lucky sample should not move the spread.
     """
@@ -137,4 +148,5 @@ def summarize(samples_us: Sequence[float]) -> dict:
         "time_us_p20": float(p20),
         "time_us_p80": float(p80),
         "n_samples": int(a.size),
+        "noisy": noisy(float(p20), float(p80)),
     }

@@ -20,9 +20,13 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from gemmbench.metrics import noisy
+
 # Bump when a column is added, removed or changes meaning; load() refuses other versions
 # rather than silently mixing numbers that mean different things.
-SCHEMA_VERSION = 2  # 2: + routing (MoE token routing); schema 1 files are read as routing "uniform"
+# 2: + routing (MoE token routing; schema 1 files are read as routing "uniform"); 3: + noisy (schema 2 files get it
+# from their p20/p80)
+SCHEMA_VERSION = 3
 STATUSES = ("ok", "skipped", "wrong", "error")
 # timing_mode, l2_state: see gemmbench.timing (MODES, L2_STATE); device: "cuda" | "cpu".
 
@@ -54,6 +58,7 @@ _COLUMNS = [
     ("time_us_p20", _F),
     ("time_us_p80", _F),
     ("n_samples", _I),
+    ("noisy", pa.bool_()),  # p80/p20 above metrics.NOISY_SPREAD: never ranked fastest
     ("samples_us", pa.list_(_F)),
     ("timing_mode", _S),
     ("l2_state", _S),
@@ -333,6 +338,11 @@ def _read(f: Path) -> pa.Table:
         moe = [e is not None and e > 1 for e in table.column("E").to_pylist()]
         table = table.append_column("routing", pa.array(["uniform" if x else None for x in moe], _S))
         v = 2
+    if v == 2 and "noisy" not in table.column_names:  # the noisy mark, from the percentiles every timed row has
+        p20, p80 = table.column("time_us_p20").to_pylist(), table.column("time_us_p80").to_pylist()
+        marks = [None if a is None or b is None else noisy(a, b) for a, b in zip(p20, p80, strict=True)]
+        table = table.append_column("noisy", pa.array(marks, pa.bool_()))
+    v = max(v, 3) if v == 2 else v
     if v < SCHEMA_VERSION:
         raise StoreError(
             f"{f}: written by an older gemmbench (schema {v}, this one reads {SCHEMA_VERSION}); "

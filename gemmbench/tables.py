@@ -10,6 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gemmbench import dtypes, registry
+from gemmbench.metrics import NOISY_SPREAD
 
 STATUS_STYLE = {"ok": "green", "wrong": "bold red", "error": "bold red", "skipped": "dim"}
 
@@ -79,7 +80,7 @@ def gemm_tables(rows: list[dict]) -> list[Table]:
     # the fastest ok variant of each (gemm, M, dtype) is starred
     best = {}
     for r in rows:
-        if r["status"] == "ok" and _is_gemm(r):
+        if r["status"] == "ok" and _is_gemm(r) and not r.get("noisy"):  # a noisy cell is never ranked
             k = _cell(r)
             if k not in best or r["time_us_median"] < best[k]["time_us_median"]:
                 best[k] = r
@@ -116,6 +117,8 @@ def gemm_tables(rows: list[dict]) -> list[Table]:
         for r in sorted(rs, key=lambda r: (r["M"], r["dtype"], r["variant"])):
             ok = r["status"] == "ok"
             status = r["status"] if ok else f"{r['status']}: {r.get('reason') or ''}"
+            if ok and r.get("noisy"):
+                status = f"ok, noisy (p80/p20 {r['time_us_p80'] / r['time_us_p20']:.1f}x > {NOISY_SPREAD}x)"
             t.add_row(
                 str(r["M"]),
                 r["dtype"],

@@ -123,9 +123,13 @@ def test_summarize():
         "time_us_p20": pytest.approx(2.8),
         "time_us_p80": pytest.approx(8.2),
         "n_samples": 10,
+        "noisy": True,  # p80/p20 = 2.9 > NOISY_SPREAD
     }
     assert type(s["n_samples"]) is int and type(s["time_us_median"]) is float
-    assert m.summarize([3.0]) == {"time_us_median": 3.0, "time_us_p20": 3.0, "time_us_p80": 3.0, "n_samples": 1}
+    assert m.summarize([3.0]) == {
+        "time_us_median": 3.0, "time_us_p20": 3.0, "time_us_p80": 3.0, "n_samples": 1, "noisy": False,
+    }  # fmt: skip
+    assert not m.noisy(10.0, 15.0) and m.noisy(10.0, 15.1) and not m.noisy(0.0, 1.0)
     with pytest.raises(ValueError, match="no timing samples"):
         m.summarize([])
 

@@ -36,7 +36,7 @@ def row(**over):
 
 def test_schema_columns_and_nullability():
     assert COLUMNS[:4] == ["run_id", "timestamp", "shape_set", "gemm"]
-    assert COLUMNS[-1] == "schema_version" and len(COLUMNS) == 46
+    assert COLUMNS[-1] == "schema_version" and len(COLUMNS) == 47
     assert SCHEMA.names == COLUMNS
     assert SCHEMA.field("samples_us").type == pa.list_(pa.float64())
     assert not SCHEMA.field("M").nullable and not SCHEMA.field("status").nullable
@@ -138,7 +138,7 @@ def test_load_missing_path(tmp_path):
 
 def test_load_folder_without_parquet(tmp_path):
     (tmp_path / "x.parquet.tmp").write_bytes(b"partial")
-    with pytest.raises(StoreError, match="folder has no .parquet files"):
+    with pytest.raises(StoreError, match="no .parquet file in the folder or its subfolders"):
         load([tmp_path])
 
 
@@ -239,3 +239,38 @@ def test_written_files_get_the_usual_mode_not_mkstemps_0600(tmp_path):
     mask = os.umask(0)
     os.umask(mask)
     assert (path.stat().st_mode & 0o777) == 0o666 & ~mask
+
+
+def test_schema_2_files_get_the_noisy_mark_from_their_percentiles(tmp_path):
+    """Schema 3 added `noisy` (p80/p20 above metrics.NOISY_SPREAD); a schema 2 file gets it from its own p20/p80."""
+    rows = [
+        normalize_row(row(time_us_median=10.0, time_us_p20=9.9, time_us_p80=10.2)),
+        normalize_row(row(gemm="g2", time_us_median=10.0, time_us_p20=5.0, time_us_p80=40.0)),
+        normalize_row(row(gemm="g3", status="error")),
+    ]
+    table = pa.Table.from_pylist(rows, schema=SCHEMA).drop_columns(["noisy"])
+    table = table.set_column(
+        table.column_names.index("schema_version"), "schema_version", pa.array([2] * 3, pa.int64())
+    )
+    path = tmp_path / "v2.parquet"
+    pq.write_table(table, path)
+    df = load([path])
+    assert df["noisy"].tolist()[:2] == [False, True] and pd.isna(df["noisy"].iloc[2])
+
+
+def test_a_noisy_cell_is_marked_and_never_starred_fastest():
+    from rich.console import Console
+
+    from gemmbench.tables import gemm_tables
+
+    base = dict(
+        row(), status="ok", dtype="fp16", flops=1, bytes_min=1, tflops=1.0, gbps=1.0, config=None, E=1, topk=1, tp=1
+    )
+    steady = dict(base, variant="cublas_fp16", time_us_median=10.0, time_us_p20=9.9, time_us_p80=10.1, noisy=False)
+    jumpy = dict(base, variant="triton_dp_row", time_us_median=5.0, time_us_p20=1.0, time_us_p80=40.0, noisy=True)
+    console = Console(width=250, record=True)
+    for t in gemm_tables([steady, jumpy]):
+        console.print(t)
+    text = console.export_text()
+    assert "* cublas_fp16" in text and "* triton_dp_row" not in text
+    assert "ok, noisy (p80/p20 40.0x > 1.5x)" in text

@@ -11,8 +11,36 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 from rich.markup import escape
+from typer.core import TyperGroup
+
+try:  # Typer >= 0.29 carries its own copy of click
+    from typer._click.exceptions import ClickException, NoArgsIsHelpError
+except ImportError:  # pragma: no cover - older Typer on click
+    from click.exceptions import ClickException, NoArgsIsHelpError
+
+
+class OneLineErrors(TyperGroup):
+    """Usage errors (an unknown option, a value of the wrong type, a missing option) as one line on stderr and exit
+    code 2, like every other bad input: Typer draws them as 5-6 line boxes."""
+
+    def main(self, *args, standalone_mode: bool = True, **kwargs):
+        if not standalone_mode:
+            return super().main(*args, standalone_mode=False, **kwargs)
+        try:
+            code = super().main(*args, standalone_mode=False, **kwargs)  # an Exit comes back as its code
+        except NoArgsIsHelpError as exc:  # `gemmbench` or `gemmbench list` alone: the help, as before
+            exc.show()
+            sys.exit(exc.exit_code)
+        except ClickException as exc:
+            where = exc.ctx.command_path if getattr(exc, "ctx", None) else "gemmbench"
+            err.print(f"[bold red]error:[/] {escape(exc.format_message())} (see `{escape(where)} --help`)",
+                      highlight=False, soft_wrap=True)  # fmt: skip
+            sys.exit(exc.exit_code)
+        sys.exit(code if isinstance(code, int) else 0)
+
 
 app = typer.Typer(
+    cls=OneLineErrors,
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
