@@ -72,7 +72,7 @@ def check_comparable(base: pd.DataFrame, cand: pd.DataFrame) -> Optional[str]:
         if a != b:
             return (
                 f"the runs differ in {col}: baseline {', '.join(map(str, a)) or '-'}, candidate "
-                f"{', '.join(map(str, b)) or '-'} (compare like with like, or pass --force)"
+                f"{', '.join(map(str, b)) or '-'}"
             )
     return None
 

@@ -319,6 +319,9 @@ def _schema_version(f: Path, table: pa.Table) -> int:
     meta = (table.schema.metadata or {}).get(_META_KEY)
     if meta is not None and meta.isdigit():
         return int(meta)
+    if not {"variant", "status", "run_id"} <= set(table.column_names):  # not a run file at all
+        raise StoreError(f"{f}: not a gemmbench run file (no variant, status and run_id columns: gemmbench did not "
+                         f"write it)")  # fmt: skip
     raise StoreError(
         f"{f}: has no schema_version, written by an older gemmbench; re-run it or load it with "
         f"the gemmbench version that wrote it"

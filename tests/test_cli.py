@@ -787,3 +787,38 @@ def test_baseline_save_over_an_existing_name_needs_force(tmp_path):
                   "--budget", "0.01", "--out", other).exit_code == 0  # fmt: skip
     assert "nothing compared" in bad(invoke("compare", run, tmp_path / "deep"))
     assert invoke("compare", run, tmp_path / "deep", "--allow-empty").exit_code == 0
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (("run", "--shapes", "smoke", "--budget", "abc"), "Invalid value for '--budget'"),
+        (("run",), "Missing option '--shapes'"),
+        (("run", "--shapes", "smoke", "--no-such-option"), "No such option: --no-such-option"),
+        (("layer", "--model", "llama3-70b"), "or try --model smoke"),
+    ],
+)
+def test_usage_errors_are_one_line(args, message):
+    line = bad(invoke(*args))
+    assert message in line, line
+    if args[0] == "run" and len(args) < 4:
+        assert "(see `gemmbench run --help`)" in line
+
+
+@cpu_only
+def test_options_are_refused_before_any_work(tmp_path):
+    """A baseline this run could not be compared with, and an --out that cannot be written, are refused before a
+    cell runs (one line, nothing written)."""
+    baseline = Path(__file__).parent.parent / "results" / "baselines" / "h100.parquet"
+    line = bad(invoke("run", "--shapes", "smoke", "--compare-to", baseline, "--out", tmp_path / "r.parquet"))
+    assert "this run is on the CPU path" in line and not (tmp_path / "r.parquet").exists()
+    assert "cannot write in /proc" in bad(invoke("run", "--shapes", "smoke", "--out", "/proc/x.parquet"))
+
+
+def test_a_parquet_file_gemmbench_did_not_write_says_so(tmp_path):
+    import pandas as pd
+
+    foreign = tmp_path / "foreign.parquet"
+    pd.DataFrame({"a": [1, 2]}).to_parquet(foreign)
+    with pytest.raises(store.StoreError, match="not a gemmbench run file"):
+        store.load([foreign])

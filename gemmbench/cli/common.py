@@ -32,7 +32,8 @@ class OneLineErrors(TyperGroup):
             exc.show()
             sys.exit(exc.exit_code)
         except ClickException as exc:
-            where = exc.ctx.command_path if getattr(exc, "ctx", None) else "gemmbench"
+            ctx = getattr(exc, "ctx", None)  # the command as typed, under its installed name
+            where = " ".join(["gemmbench", *ctx.command_path.split()[1:]]) if ctx else "gemmbench"
             err.print(f"[bold red]error:[/] {escape(exc.format_message())} (see `{escape(where)} --help`)",
                       highlight=False, soft_wrap=True)  # fmt: skip
             sys.exit(exc.exit_code)
@@ -177,16 +178,19 @@ Shard = Annotated[
 CPU_MAX_MACS = 1 << 26
 
 
-def cpu_too_large(problems: list) -> Optional[str]:
-    """The reason a set is refused on the CPU path, or None."""
+def cpu_too_large(problems: list, set_option: str = "--shapes") -> Optional[str]:
+    """The reason a set is refused on the CPU path, or None.  Advises a smaller --m only where one would fit, and
+    the smoke set under the option the command has (--shapes, or layer's --model)."""
     from gemmbench.metrics import flops
 
     worst = max(problems, key=flops)
     macs = flops(worst) // 2
     if macs <= CPU_MAX_MACS:
         return None
+    smaller = flops(worst.with_(M=1)) // 2 <= CPU_MAX_MACS
     return (f"{worst.shape_set} is too large for the CPU path ({worst.gemm} M={worst.M}: {macs:.2g} multiply-adds, "
-            f"limit {CPU_MAX_MACS:.2g}): run it on a GPU, choose smaller --m, or try --shapes smoke")  # fmt: skip
+            f"limit {CPU_MAX_MACS:.2g}): run it on a GPU{', choose smaller --m' if smaller else ''}, or try "
+            f"{set_option} smoke")  # fmt: skip
 
 
 def positive_budget(budget: float) -> float:
@@ -221,7 +225,7 @@ def gpus_option(gpus: Optional[str]) -> Optional[list[int]]:
 def output_path(out: Path, run_id: str) -> Path:
     """A run's Parquet path (`out` itself when it ends in .parquet), its folder made and writable, before any
     cell runs."""
-    import os
+    import tempfile
 
     path = out if out.suffix == ".parquet" else out / f"{run_id}.parquet"
     if path.is_dir():
@@ -230,6 +234,9 @@ def output_path(out: Path, run_id: str) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise fail(f"--out {out}: cannot create the folder ({exc.strerror})") from None
-    if not os.access(path.parent, os.W_OK):
-        raise fail(f"--out {out}: folder {path.parent} is not writable")
+    try:  # a file made and removed: the only sure test (os.access says yes to root, and /proc refuses anyway)
+        with tempfile.NamedTemporaryFile(dir=path.parent, prefix=".gemmbench-probe-"):
+            pass
+    except OSError as exc:
+        raise fail(f"--out {out}: cannot write in {path.parent} ({exc.strerror or exc})") from None
     return path

@@ -60,7 +60,7 @@ def compare_runs(
         raise fail(str(exc)) from None
     why = cmp.check_comparable(base, cand)
     if why and not force:
-        raise fail(f"refusing to compare: {why}")
+        raise fail(f"refusing to compare: {why} (compare like with like, or pass --force)")
     if why:
         err.print(escape(f"warning (--force): {why}"), highlight=False)
     rows = cmp.compare(base, cand, thr)

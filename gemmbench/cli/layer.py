@@ -125,7 +125,7 @@ def _device_path(plans: list) -> bool:
 
     if torch.cuda.is_available():
         return True
-    reason = cpu_too_large([s.problem for *_, steps in plans for s in steps if s.is_gemm])
+    reason = cpu_too_large([s.problem for *_, steps in plans for s in steps if s.is_gemm], "--model")
     if reason:
         raise fail(f"no CUDA GPU here, so this would be the CPU path, and {reason}")
     err.print(

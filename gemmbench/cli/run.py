@@ -79,16 +79,15 @@ def run(
     from gemmbench.tables import gemm_tables
 
     timing, budget = _timing(timing), positive_budget(budget)
-    if compare_to and not cli_compare.resolve(compare_to).exists():
-        raise fail(f"--compare-to {compare_to!r}: no such baseline ({cli_compare.resolve(compare_to)})")
     shard_at, gpu_ids = shard_option(shard), gpus_option(gpus)
     _refuse_replacing(out_path, append, force, resume)
     sset, cells = select_cells(shapes, variants, dtype, m, tp, routing, seed, plugin)
     meta, cells = _shard(cells, shard_at)
-    cpu = _cpu_path(cells, sanitize)
-    timing = "wall" if cpu else timing  # no CUDA events on a CPU
+    timing = timing if _on_gpu() else "wall"  # no CUDA events on a CPU
+    _comparable_baseline(compare_to, timing)
     run_id = store.new_run_id(sset.name) + (f"-shard{shard_at[0]}of{shard_at[1]}" if shard_at else "")
     writer, run_id, cells = _writer(out_path, run_id, meta, cells, timing, append, force, resume)
+    cpu = _cpu_path(cells, sanitize)
     if not cells and resume is not None:
         err.print(escape(f"--resume: every cell is already in {writer.path}; nothing to run"), highlight=False)
         return
@@ -149,6 +148,39 @@ def _not_done(cells: list, kept: list, timing: str) -> list:
     left = [(p, names) for p, names in left if names]
     err.print(escape(f"--resume: {len(kept)} rows kept, {sum(len(n) for _, n in left)} cells to run"), highlight=False)
     return left
+
+
+def _comparable_baseline(spec: Optional[str], timing: str) -> None:
+    """--compare-to, checked before any cell runs: the baseline exists, and this run (this GPU, or the CPU; this
+    timing mode) could be compared with it."""
+    import pandas as pd
+
+    from gemmbench import compare, device, store
+    from gemmbench.timing import L2_STATE
+
+    if not spec:
+        return
+    path = cli_compare.resolve(spec)
+    try:
+        base = store.load([path])
+    except store.StoreError as exc:
+        raise fail(f"--compare-to {spec!r}: {exc}") from None
+    dev = device.detect()
+    gpus = ", ".join(sorted(set(base["gpu"].dropna())))
+    if dev.kind != "cuda" and gpus:
+        raise fail(f"--compare-to {spec!r}: the baseline was measured on {gpus}; this run is on the CPU path (no "
+                   "CUDA GPU here), so the two could not be compared")  # fmt: skip
+    this = pd.DataFrame([{"gpu": dev.name if dev.kind == "cuda" else None, "timing_mode": timing,
+                          "l2_state": L2_STATE[timing]}])  # fmt: skip
+    why = compare.check_comparable(base, this.reindex(columns=list(compare.MUST_MATCH)))
+    if why:
+        raise fail(f"--compare-to {spec!r}: this run could not be compared with it: {why}")
+
+
+def _on_gpu() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
 
 
 def _timing(timing: str) -> str:
