@@ -4,6 +4,7 @@ and exit code 2, never a traceback."""
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -11,6 +12,8 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 from rich.markup import escape
+
+from gemmbench.pool import PoolError, parse_gpus
 
 app = typer.Typer(
     add_completion=False,
@@ -32,7 +35,7 @@ def fail(message: str, code: int = 2) -> "typer.Exit":
 
 def progress_bar():
     """The progress bar of every long command, on stderr: what runs now, done of total, time taken."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn  # not at --help
 
     return Progress(
         TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err
@@ -48,7 +51,7 @@ def _choices(option: str, text: str, allowed) -> list[str]:
 
 
 def _dtypes(text: str) -> list[str]:
-    from gemmbench import dtypes
+    from gemmbench import dtypes  # not at --help
 
     return _choices("--dtype", text, dtypes.NAMES)
 
@@ -65,7 +68,7 @@ def _tp_list(text: str) -> list[int]:
 
 def _problems(sset, dtypes, m_values, tps: list[int], routings: list[str]) -> list:
     """Every (TP, routing) expansion of the set; dense GEMMs once per TP (routing does not apply to them)."""
-    from gemmbench.shapes import problems
+    from gemmbench.shapes import problems  # not at --help (yaml)
 
     out = []
     for t in tps:
@@ -75,7 +78,7 @@ def _problems(sset, dtypes, m_values, tps: list[int], routings: list[str]) -> li
 
 
 def _load_plugins(plugins: list[Path]) -> None:
-    from gemmbench import registry
+    from gemmbench import registry  # not at --help (yaml, importlib.metadata)
 
     for p in plugins:
         registry.load_plugin(p)
@@ -93,7 +96,7 @@ def select_cells(
 ) -> tuple:
     """The selection options `run` and `profile` share -> (shape set, [(problem, [variant names])]).
     A cell is a problem and a variant made for its kind (dense/MoE) and dtype."""
-    from gemmbench import registry
+    from gemmbench import registry  # not at --help; inputs imports torch
     from gemmbench import shapes as shapes_mod
     from gemmbench.inputs import ROUTINGS
 
@@ -151,7 +154,7 @@ CPU_MAX_MACS = 1 << 26
 
 def cpu_too_large(problems: list) -> Optional[str]:
     """The reason a set is refused on the CPU path, or None."""
-    from gemmbench.metrics import flops
+    from gemmbench.metrics import flops  # heavy (numpy)
 
     worst = max(problems, key=flops)
     macs = flops(worst) // 2
@@ -168,7 +171,7 @@ def positive_budget(budget: float) -> float:
 
 
 def shard_option(shard: Optional[str]) -> Optional[tuple[int, int]]:
-    from gemmbench import shard as shard_mod
+    from gemmbench import shard as shard_mod  # not at --help (hashlib)
 
     try:
         return shard_mod.parse(shard) if shard is not None else None
@@ -178,9 +181,7 @@ def shard_option(shard: Optional[str]) -> Optional[tuple[int, int]]:
 
 def gpus_option(gpus: Optional[str]) -> Optional[list[int]]:
     """--gpus as GPU indices (None when not given); one line when this machine has none or not those."""
-    import torch
-
-    from gemmbench.pool import PoolError, parse_gpus
+    import torch  # heavy
 
     if gpus is None:
         return None
@@ -193,8 +194,6 @@ def gpus_option(gpus: Optional[str]) -> Optional[list[int]]:
 def output_path(out: Path, run_id: str) -> Path:
     """A run's Parquet path (`out` itself when it ends in .parquet), its folder made and writable, before any
     cell runs."""
-    import os
-
     path = out if out.suffix == ".parquet" else out / f"{run_id}.parquet"
     if path.is_dir():
         raise fail(f"--out {out}: is a folder; give a folder without the .parquet suffix, or a file path")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 import re
 from pathlib import Path
 from typing import Annotated, Optional
@@ -41,7 +42,7 @@ def compare_runs(
     baseline: list[Path], candidate: list[Path], threshold: str, fmt: str, fail_on: str, force: bool
 ) -> int:
     """Load, check comparability, print the verdicts; returns the exit code (1 on a --fail-on verdict)."""
-    from gemmbench import compare as cmp
+    from gemmbench import compare as cmp  # heavy (pandas), as store is
     from gemmbench.store import StoreError, load
 
     if fmt not in FORMATS:
@@ -122,9 +123,7 @@ def baseline_save(
     variants: Annotated[Optional[str], typer.Option(help="Keep only these variants (comma-separated globs).")] = None,
 ) -> None:
     """Copy the rows of one or more runs into one baseline file (checked, written atomically)."""
-    import fnmatch
-
-    from gemmbench.store import StoreError, load, records, write_rows
+    from gemmbench.store import StoreError, load, records, write_rows  # heavy (pandas, pyarrow)
 
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name):
         raise fail(f"--name {name!r}: use letters, digits, '.', '_' and '-' (it becomes a file name)")
