@@ -9,7 +9,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from gemmbench import dtypes
+from gemmbench import dtypes, nvtx_ranges
 from gemmbench.inputs import GemmInputs
 from gemmbench.shapes import Problem
 
@@ -101,8 +101,6 @@ def check_cell(
     """The one check: `variant.make` (unless `launch` is given), its output filled with NaN, exactly one launch inside
     the NVTX range "check <cell>", then the variant's own check or the comparison with the fp32 reference (`ref` when
     the caller shares one across candidates, as tuning does).  Raises CellError naming the phase that failed."""
-    from gemmbench.nvtx_ranges import annotate, cell_name, range_name
-
     name = getattr(variant, "name", None) or "config"
     try:
         on_phase("make")
@@ -112,7 +110,8 @@ def check_cell(
     try:
         on_phase("check")
         poison(launch.out)
-        with annotate(range_name("check", cell_name(name, problem))):  # exactly one call inside
+        rng = nvtx_ranges.range_name("check", nvtx_ranges.cell_name(name, problem))
+        with nvtx_ranges.annotate(rng):  # exactly one call inside
             out = launch.fn()
             if inputs.a.is_cuda:
                 torch.cuda.synchronize()

@@ -67,7 +67,7 @@ def git_sha() -> Optional[str]:
 @functools.lru_cache(maxsize=None)
 def provenance() -> dict:
     """The provenance columns of every row."""
-    import triton
+    import triton  # heavy: only provenance needs it; run's option checks import this module (sweep, timing)
 
     dev = detect()
     driver = None

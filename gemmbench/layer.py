@@ -30,10 +30,14 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 import pandas as pd
+import torch
 
-from gemmbench import shapes
+from gemmbench import check as check_mod
+from gemmbench import registry, shapes, timing
+from gemmbench.inputs import cell_seed, make_inputs
+from gemmbench.metrics import summarize
 from gemmbench.shapes import Problem, ShapeSet
-from gemmbench.store import LAYER_SCHEMA
+from gemmbench.store import LAYER_SCHEMA, StoreError, result_files, table_kind
 
 # --model names -> built-in shape sets; the layer is every GEMM of the set but these
 MODELS = {"llama3-70b": "llama70b", "mixtral-8x7b": "mixtral-moe", "mixtral-8x22b": "mixtral-8x22b-moe"}
@@ -123,8 +127,6 @@ def steps_for(problems: Sequence[Problem], choose: Callable[[Problem], str]) -> 
 def chooser(spec: str, device, gemms: Sequence[str] = ()) -> Callable[[Problem], str]:
     """--variants: 'GEMM=VARIANT' entries pin a GEMM; globs are tried in order, the first variant (in registry
     order) that runs the GEMM here wins.  gemms: the layer's GEMM ids, against which the pins are checked."""
-    from gemmbench import registry
-
     entries = [x.strip() for x in spec.split(",") if x.strip()]
     if not entries:
         raise LayerError("--variants is empty")
@@ -164,8 +166,6 @@ def best_chooser(runs: pd.DataFrame, device) -> tuple[Callable[[Problem], str], 
     """--best-from: per GEMM and M, the variant with the lowest median among the ok rows of RESULTS for the same
     (N, K, E, topk, dtype) that runs here, uniform routing; cold-L2 rows where the GEMM has any (a layer's weights
     are not in L2); the nearest M (in log2) where RESULTS lack this one.  Returns choose() and {gemm label: where the pick came from}."""
-    from gemmbench import registry
-
     ok = runs[(runs["status"] == "ok") & runs["time_us_median"].notna()]
     # the layer routes by softmax top-k: of the benchmark's routings, uniform is the one that resembles it
     ok = ok[ok["routing"].isna() | (ok["routing"] == "uniform")]
@@ -197,8 +197,6 @@ def best_chooser(runs: pd.DataFrame, device) -> tuple[Callable[[Problem], str], 
 
 def run_files(paths: Sequence) -> list[Path]:
     """--best-from's files: run files only (a layer or profile table says what it is instead of failing to load)."""
-    from gemmbench.store import StoreError, result_files, table_kind
-
     files = [f for p in paths for f in result_files(Path(p))]
     for f in files:
         kind = table_kind(f)
@@ -242,8 +240,6 @@ class Routing:
     use: what a model does on the GPU before its expert GEMMs, with no host sync."""
 
     def __init__(self, p: Problem, seed: int, device: str):
-        import torch
-
         gen = torch.Generator(device=device).manual_seed(seed)
         dt = torch.float32 if device == "cpu" else torch.bfloat16  # routers stay 16-bit in fp8 deployments
         self.x = (torch.randn((p.M, p.K), generator=gen, device=device) / math.sqrt(p.K)).to(dt)
@@ -254,9 +250,7 @@ class Routing:
         self.block_ms: list[int] = []
 
     def __call__(self):
-        import torch
-
-        from gemmbench.kernels.moe_align import moe_align
+        from gemmbench.kernels.moe_align import moe_align  # gemmbench.kernels: after TRITON_INTERPRET is set
 
         probs = torch.softmax((self.x @ self.w.t()).float(), dim=-1)
         w, i = torch.topk(probs, self.topk, dim=-1)
@@ -270,9 +264,6 @@ class Routing:
 def build(steps: Sequence[Step], seed: int, device: str) -> list[Built]:
     """One layer copy: inputs drawn on the device, the routing run once so that every expert GEMM is made (its
     alignment computed) for the routing it will see, then each variant's launch."""
-    from gemmbench import registry
-    from gemmbench.inputs import cell_seed, make_inputs
-
     routings: dict = {}  # (E, topk) -> its Routing, made for the first expert GEMM it feeds (the router reads its K)
     for s in steps:
         if s.is_gemm and s.problem.is_moe and (s.problem.E, s.problem.topk) not in routings:
@@ -298,14 +289,11 @@ def build(steps: Sequence[Step], seed: int, device: str) -> list[Built]:
 def check(built: Sequence[Built]) -> list[dict]:
     """Each GEMM of the layer through the one check (check.check_cell, on the launch the layer built, so that its
     routing is the layer's): [{step, ok, max_rel_err, detail}]."""
-    from gemmbench import registry
-    from gemmbench.check import check_cell
-
     out = []
     for b in built:
         if not b.step.is_gemm:
             continue
-        res = check_cell(b.step.problem, registry.get(b.step.variant), b.inputs, launch=b).result
+        res = check_mod.check_cell(b.step.problem, registry.get(b.step.variant), b.inputs, launch=b).result
         out.append(dict(step=b.step.name, ok=res.ok, max_rel_err=res.max_rel_err, detail=res.detail))
     return out
 
@@ -336,27 +324,19 @@ def _kernel_time(b: Built, gpu: bool, budget_s: float) -> tuple[list, str]:
     """One step's GPU time alone, L2 emptied first: captured in a CUDA graph with its events (timing mode
     "graph"), so that a step of several launches (the routing) counts its kernels and not its host launch costs;
     a step that cannot be captured is timed eagerly ("cold"), its own host syncs included; on a CPU, "wall"."""
-    import torch
-
-    from gemmbench.timing import Timer, TimingError
-
     if gpu and b.graph_safe:
         try:
-            return Timer("graph", budget_s=budget_s, warmup_ms=10).measure([b.fn]), "graph"
-        except (TimingError, RuntimeError):  # not capturable after all: its eager time is the best there is
+            return timing.Timer("graph", budget_s=budget_s, warmup_ms=10).measure([b.fn]), "graph"
+        except (timing.TimingError, RuntimeError):  # not capturable after all: its eager time is the best there is
             torch.cuda.synchronize()
     mode = "cold" if gpu else "wall"
-    return Timer(mode, budget_s=budget_s, warmup_ms=10).measure([b.fn], b.graph_safe), mode
+    return timing.Timer(mode, budget_s=budget_s, warmup_ms=10).measure([b.fn], b.graph_safe), mode
 
 
 def measure(copies: list[list[Built]], budget_s: float, label: str) -> Measured:
     """Kernel times per step (first copy), then eager and graph samples of the whole layer through the one timing
     primitive (timing.Timer's host-wall sampler: GPU idle with L2 emptied, host clock around the launches and a
     synchronize), in interleaved batches so that a clock drift favours neither, under Timer's one stopping rule."""
-    import torch
-
-    from gemmbench.timing import Timer
-
     gpu = torch.cuda.is_available()
     timed = [_kernel_time(b, gpu, budget_s / 4) for b in copies[0]]
     fns = [b.fn for copy in copies for b in copy]
@@ -366,7 +346,7 @@ def measure(copies: list[list[Built]], budget_s: float, label: str) -> Measured:
             fn()
 
     m = Measured([t for t, _ in timed], [], kernel_modes=[mode for _, mode in timed])
-    timer = Timer("wall", budget_s=budget_s / 2, batch=5)  # the budget covers eager and graph together
+    timer = timing.Timer("wall", budget_s=budget_s / 2, batch=5)  # the budget covers eager and graph together
     prepared = {"eager": timer.prepare_host(eager, evict=gpu, per_sample=len(copies), cell=f"eager layer {label}")}
     blockers = graph_blockers(copies[0])
     if not gpu:
@@ -386,10 +366,6 @@ def measure(copies: list[list[Built]], budget_s: float, label: str) -> Measured:
 def _capture(copies: list[list[Built]], fns: list) -> tuple[Optional[Callable], Optional[str], Optional[float]]:
     """The layer copies captured in one CUDA graph: (replay, None, max rel. difference graph vs eager) or
     (None, why, None) when capture fails or the replay's outputs differ from the eager launches'."""
-    import torch
-
-    from gemmbench import check as check_mod
-
     eager_out = [b.fn() for copy in copies for b in copy]
     eager_out = [o.clone() if isinstance(o, torch.Tensor) else o for o in eager_out]
     graph = torch.cuda.CUDAGraph()
@@ -432,8 +408,6 @@ def rows_for(
     checks: Sequence[dict] = (),
 ) -> list[dict]:
     """The layer row and one row per step.  meta: run_id, model, shape_set, tp, dtype, M, layers, provenance."""
-    from gemmbench.metrics import summarize
-
     base = dict(meta, family="layer", layer_schema=LAYER_SCHEMA)
     errs = {c["step"]: c["max_rel_err"] for c in checks}
     step_rows = []

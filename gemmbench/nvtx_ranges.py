@@ -22,7 +22,7 @@ PHASES = ("check", "warmup", "time", "profile")
 def _backend():
     """("nvtx", module) when the nvtx package imports, else ("torch", torch.cuda.nvtx), or None without CUDA."""
     try:
-        import nvtx
+        import nvtx  # optional (the GPU image has none); torch below is heavy, and the CLI imports this module
 
         return "nvtx", nvtx
     except ImportError:

@@ -37,7 +37,7 @@ def parse(text: str) -> tuple[int, int]:
 
 def cell_key(problem, variant: str) -> str:
     """store.cell_key of the row this cell will have."""
-    from gemmbench.store import cell_key as key
+    from gemmbench.store import cell_key as key  # heavy (pandas, pyarrow): the CLI imports this light module
 
     return key(dict(vars(problem), routing=problem.routing if problem.is_moe else None, variant=variant))
 
@@ -51,7 +51,7 @@ def describe(key: str, variant: bool = True) -> str:
 
 
 def cost(problem) -> float:
-    from gemmbench.metrics import bytes_min
+    from gemmbench.metrics import bytes_min  # heavy (numpy): the CLI imports this light module
 
     hit = min(problem.E, problem.M * problem.topk) if problem.is_moe else None
     return 1.0 + bytes_min(problem, hit) / 1e9
@@ -98,7 +98,7 @@ def metadata(cells: list, index: int, n: int) -> dict:
 
 
 def read_metadata(path: Path) -> dict | None:
-    import pyarrow.parquet as pq
+    import pyarrow.parquet as pq  # heavy: only when merging
 
     try:
         meta = pq.read_schema(path).metadata or {}
@@ -141,7 +141,7 @@ def check_parts(parts: list[tuple[Path, dict | None]], keys_by_part: dict) -> Me
 
 def read_parts(files: list[Path]) -> tuple[list[dict], MergeReport]:
     """The rows of part files (store.load checks each) and what check_parts finds in them."""
-    from gemmbench.store import cell_keys, load, records
+    from gemmbench.store import cell_keys, load, records  # heavy (pandas, pyarrow): only when merging
 
     frames = {f: load([f]) for f in files}
     report = check_parts([(f, read_metadata(f)) for f in files], {f: list(cell_keys(df)) for f, df in frames.items()})

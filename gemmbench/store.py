@@ -20,7 +20,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from gemmbench.metrics import noisy
+from gemmbench.metrics import flops, noisy
 
 # Bump when a column is added, removed or changes meaning; load() refuses other versions
 # rather than silently mixing numbers that mean different things.
@@ -117,8 +117,6 @@ def new_run_id(shape_set: str) -> str:
 
 def cell_columns(problem, variant) -> dict:
     """The columns that name a cell: its problem (a shapes.Problem) and its variant (a registry.Variant)."""
-    from gemmbench.metrics import flops
-
     return dict(
         shape_set=problem.shape_set,
         gemm=problem.gemm,

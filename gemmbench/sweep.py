@@ -12,10 +12,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Optional
 
-from gemmbench import registry, shard
+from gemmbench import device, registry, shard
 from gemmbench.inputs import cell_seed
 from gemmbench.pool import Cell, Pool, PoolError, WorkerOptions
 from gemmbench.shapes import Problem
+from gemmbench.store import cell_columns
+from gemmbench.timing import L2_STATE
 
 SANITIZER_PADDING = 1 << 20  # bytes of guard after every allocation under --sanitize
 
@@ -54,10 +56,6 @@ def time_cells(cells: list, seed: int) -> list[Cell]:
 
 def error_row(problem: Problem, variant: str, reason: str, timing: str) -> dict:
     """The row of a cell whose worker died on it (the worker could not write it)."""
-    from gemmbench import device
-    from gemmbench.store import cell_columns
-    from gemmbench.timing import L2_STATE
-
     return dict(cell_columns(problem, registry.get(variant)), status="error", reason=reason, timing_mode=timing,
                 l2_state=L2_STATE[timing], **device.provenance())  # fmt: skip
 

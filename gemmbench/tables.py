@@ -3,6 +3,7 @@ registry declares for its dtype and kind (never from a wrong or failed result)."
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from typing import Optional
 
@@ -55,8 +56,6 @@ def speedups(rows: list[dict]) -> dict[int, float]:
 def short_config(config) -> str:
     """'16x64x256 split 8, stored' from a row's config JSON; SPLIT_K = 1 says it fell back to
     data-parallel.  Empty for variants without tile configs (cuBLAS)."""
-    import json
-
     c = json.loads(config) if isinstance(config, str) else (config or {})
     if "BLOCK_M" not in c:
         return ""

@@ -14,12 +14,16 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from gemmbench import dtypes, metrics, registry
-from gemmbench.check import check_cell
+import torch
+
+from gemmbench import dtypes, metrics, registry, tuning
+from gemmbench import layer as L
+from gemmbench.check import check_cell, reference
 from gemmbench.inputs import make_inputs
 from gemmbench.nvtx_ranges import annotate, cell_name, domain_in_use, range_name
 from gemmbench.shapes import Problem
 from gemmbench.store import cell_columns
+from gemmbench.timing import L2_STATE, TimingError
 
 PROFILE_WARMUP_CALLS = 3
 
@@ -32,8 +36,6 @@ def _run_row(ctx, problem: Problem, variant, status: str, reason: str = "", **ex
 
 
 def _l2_state(mode: str) -> str:
-    from gemmbench.timing import L2_STATE
-
     return L2_STATE.get(mode, "cold")
 
 
@@ -72,8 +74,6 @@ def time_task(ctx, task: dict) -> None:
 
 
 def _time(ctx, problem: Problem, passed: dict, seed: int) -> None:
-    from gemmbench.timing import TimingError
-
     timer = ctx.timer
     copies: dict = {}
     prepared, configs, hit = {}, {}, {}
@@ -135,9 +135,6 @@ def _throughput(ctx, problem: Problem, variant, hits: list, t: float) -> dict:
 
 def tune_task(ctx, task: dict) -> None:
     """One job: its item is the job key; the result row is {"done": key, ...} or {"failed": key, "reason": ...}."""
-    from gemmbench import tuning
-    from gemmbench.check import reference
-
     [key] = task["items"]
     problem, variant = Problem(**task["problem"]), registry.get(task["variant"])
     ctx.begin(key, "tune")
@@ -165,8 +162,6 @@ def profile_task(ctx, task: dict) -> None:
     check, a warm-up); then one eager launch inside "profile <cell>", the range ncu --nvtx-include selects.  A cell
     whose check fails is never profiled.  The result row is the outcome: status, reason, config, max_rel_err,
     experts_hit, range, domain."""
-    import torch
-
     [name] = task["items"]
     problem, variant = Problem(**task["problem"]), registry.get(name)
     rng = range_name("profile", cell_name(name, problem))
@@ -202,8 +197,6 @@ def profile_task(ctx, task: dict) -> None:
 
 def layer_task(ctx, task: dict) -> None:
     """One layer plan (its item is the plan's label): build `layers` copies, check every GEMM, then measure."""
-    from gemmbench import layer as L
-
     [label] = task["items"]
     steps = L.steps_from_wire(task["steps"])
     meta, seed, layers = task["meta"], task["seed"], task["layers"]

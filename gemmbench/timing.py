@@ -25,6 +25,7 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 import torch
 
+from gemmbench import device
 from gemmbench.nvtx_ranges import annotate, range_name
 
 MODES = ("cold", "stream", "graph", "wall")
@@ -42,10 +43,9 @@ class TimingError(RuntimeError):
 @functools.lru_cache(maxsize=1)
 def _evictor():
     """One eviction buffer per process (>= 2x L2 and >= 256 MiB), shared by every Timer."""
-    from gemmbench.device import detect
-    from gemmbench.streamread import StreamReader
+    from gemmbench.streamread import StreamReader  # triton, a @triton.jit kernel: only to empty L2 (GPU)
 
-    l2 = detect().l2_bytes or (50 << 20)
+    l2 = device.detect().l2_bytes or (50 << 20)
     return StreamReader(max(2 * l2, 256 << 20))
 
 
@@ -107,9 +107,7 @@ class Timer:
         """Distinct input copies a stream-mode graph cycles through (1 in the other modes)."""
         if self.mode != "stream":
             return 1
-        from gemmbench.device import detect
-
-        floor = max(STREAM_MIN_BYTES, 4 * (detect().l2_bytes or (50 << 20)))
+        floor = max(STREAM_MIN_BYTES, 4 * (device.detect().l2_bytes or (50 << 20)))
         return int(min(MAX_COPIES, max(2, math.ceil(floor / max(1, nbytes_per_copy)))))
 
     # -- one variant ------------------------------------------------------------------------

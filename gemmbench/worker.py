@@ -47,7 +47,7 @@ def _library(path: str) -> bool:
 
 def context_poisoned() -> bool:
     """True when the CUDA context is unusable (a sticky error): only a new process recovers."""
-    import torch
+    import torch  # heavy, off this module's top: main reports a failed import as startup_failed
 
     if not torch.cuda.is_available():
         return False
@@ -71,7 +71,7 @@ class Context:
     """What a task sees of its worker: the events, the device, the timer and the provenance of its rows."""
 
     def __init__(self, args: argparse.Namespace, events: Events):
-        from gemmbench import ceilings, device, registry
+        from gemmbench import ceilings, device, registry  # heavy, in main's try: a failed import is startup_failed
 
         for plugin in args.plugin:
             registry.load_plugin(plugin)
@@ -88,7 +88,7 @@ class Context:
     def timer(self):
         """The run's Timer, made at first use: tune, profile and layer tasks make their own."""
         if self._timer is None:
-            from gemmbench.timing import Timer
+            from gemmbench.timing import Timer  # torch, off this module's top (main reports a failed import)
 
             a = self.args
             if self.dev.kind == "cuda":
@@ -106,7 +106,7 @@ class Context:
 
     def failed(self, item: str, rows_for: Callable[[str], list], phase: str, exc: BaseException) -> None:
         """The item's result as an error; when the CUDA context is gone, the worker exits after it."""
-        from gemmbench.check import CellError
+        from gemmbench.check import CellError  # torch, off this module's top (main reports a failed import)
 
         if isinstance(exc, CellError):
             phase, exc = exc.phase, exc.exc
@@ -127,7 +127,7 @@ def main() -> None:
     args = parser.parse_args()
     events = Events(int(os.environ["GEMMBENCH_EVENT_FD"]))
     try:
-        from gemmbench import tasks
+        from gemmbench import tasks  # heavy, in the try: a failed import (torch, pandas) is startup_failed
 
         ctx = Context(args, events)
     except Exception as exc:  # noqa: BLE001 - the pool reports it once and stops

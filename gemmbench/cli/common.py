@@ -13,6 +13,8 @@ from rich.console import Console
 from rich.markup import escape
 from typer.core import TyperGroup
 
+from gemmbench.pool import PoolError, parse_gpus
+
 try:  # Typer >= 0.29 carries its own copy of click
     from typer._click.exceptions import ClickException, NoArgsIsHelpError
 except ImportError:  # pragma: no cover - older Typer on click
@@ -61,7 +63,7 @@ def fail(message: str, code: int = 2) -> "typer.Exit":
 
 def progress_bar():
     """The progress bar of every long command, on stderr: what runs now, done of total, time taken."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn  # not at --help
 
     return Progress(
         TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err
@@ -77,7 +79,7 @@ def _choices(option: str, text: str, allowed) -> list[str]:
 
 
 def _dtypes(text: str) -> list[str]:
-    from gemmbench import dtypes
+    from gemmbench import dtypes  # not at --help
 
     return _choices("--dtype", text, dtypes.NAMES)
 
@@ -94,7 +96,7 @@ def _tp_list(text: str) -> list[int]:
 
 def _problems(sset, dtypes, m_values, tps: list[int], routings: list[str]) -> list:
     """Every (TP, routing) expansion of the set; dense GEMMs once per TP (routing does not apply to them)."""
-    from gemmbench.shapes import problems
+    from gemmbench.shapes import problems  # not at --help (yaml)
 
     out = []
     for t in tps:
@@ -104,7 +106,7 @@ def _problems(sset, dtypes, m_values, tps: list[int], routings: list[str]) -> li
 
 
 def _load_plugins(plugins: list[Path]) -> None:
-    from gemmbench import registry
+    from gemmbench import registry  # not at --help (yaml, importlib.metadata)
 
     for p in plugins:
         registry.load_plugin(p)
@@ -122,7 +124,7 @@ def select_cells(
 ) -> tuple:
     """The selection options `run` and `profile` share -> (shape set, [(problem, [variant names])]).
     A cell is a problem and a variant made for its kind (dense/MoE) and dtype."""
-    from gemmbench import registry
+    from gemmbench import registry  # not at --help; inputs imports torch
     from gemmbench import shapes as shapes_mod
     from gemmbench.inputs import ROUTINGS
 
@@ -181,7 +183,7 @@ CPU_MAX_MACS = 1 << 26
 def cpu_too_large(problems: list, set_option: str = "--shapes") -> Optional[str]:
     """The reason a set is refused on the CPU path, or None.  Advises a smaller --m only where one would fit, and
     the smoke set under the option the command has (--shapes, or layer's --model)."""
-    from gemmbench.metrics import flops
+    from gemmbench.metrics import flops  # heavy (numpy)
 
     worst = max(problems, key=flops)
     macs = flops(worst) // 2
@@ -200,7 +202,7 @@ def positive_budget(budget: float) -> float:
 
 
 def shard_option(shard: Optional[str]) -> Optional[tuple[int, int]]:
-    from gemmbench import shard as shard_mod
+    from gemmbench import shard as shard_mod  # not at --help (hashlib)
 
     try:
         return shard_mod.parse(shard) if shard is not None else None
@@ -210,9 +212,7 @@ def shard_option(shard: Optional[str]) -> Optional[tuple[int, int]]:
 
 def gpus_option(gpus: Optional[str]) -> Optional[list[int]]:
     """--gpus as GPU indices (None when not given); one line when this machine has none or not those."""
-    import torch
-
-    from gemmbench.pool import PoolError, parse_gpus
+    import torch  # heavy
 
     if gpus is None:
         return None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 import re
 from pathlib import Path
 from typing import Annotated, Optional
@@ -47,7 +48,7 @@ def compare_runs(
     allow_empty: bool = False,
 ) -> int:
     """Load, check comparability, print the verdicts; returns the exit code (1 on a --fail-on verdict)."""
-    from gemmbench import compare as cmp
+    from gemmbench import compare as cmp  # heavy (pandas), as store is
     from gemmbench.store import StoreError, load
 
     if fmt not in FORMATS:
@@ -137,9 +138,7 @@ def baseline_save(
     force: Annotated[bool, typer.Option(help="Replace an existing baseline of that name.")] = False,
 ) -> None:
     """Copy the rows of one or more runs into one baseline file (checked, written atomically)."""
-    import fnmatch
-
-    from gemmbench.store import StoreError, load, records, write_rows
+    from gemmbench.store import StoreError, load, records, write_rows  # heavy (pandas, pyarrow)
 
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name):
         raise fail(f"--name {name!r}: use letters, digits, '.', '_' and '-' (it becomes a file name)")

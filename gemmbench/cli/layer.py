@@ -4,6 +4,7 @@ gemmbench.layer."""
 from __future__ import annotations
 
 import os
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -25,7 +26,7 @@ from gemmbench.cli.common import (
     positive_budget,
     progress_bar,
 )  # fmt: skip
-from gemmbench.pool import WorkerOptions
+from gemmbench.pool import Cell, Pool, PoolError, WorkerOptions
 
 LayerModel = Annotated[
     str,
@@ -66,7 +67,7 @@ def layer(
     out_path: LayerOut = Path("results/layers"), plugin: Plugins = None,
 ) -> None:  # fmt: skip
     """Time one decoder layer's GEMMs end to end: eager Python launches vs one CUDA graph, and the kernel sum."""
-    import torch
+    import torch  # heavy, as store (pandas) is
 
     from gemmbench import store
 
@@ -93,7 +94,7 @@ def layer(
 
 def _plans(model, tp, dtype, m, variants, best_from, plugin) -> tuple:
     """(shape set, [(tp, dtype, M, steps)], --best-from notes) of the options, or a one-line error."""
-    from gemmbench import layer as L
+    from gemmbench import layer as L  # heavy (pandas, torch), as device and store are; the rest not at --help
     from gemmbench import registry, shapes
     from gemmbench.device import detect
     from gemmbench.store import StoreError, load
@@ -121,7 +122,7 @@ def _plans(model, tp, dtype, m, variants, best_from, plugin) -> tuple:
 
 def _device_path(plans: list) -> bool:
     """True on a GPU; on the CPU, refuses a layer too large for it and says what the CPU path measures."""
-    import torch
+    import torch  # heavy
 
     if torch.cuda.is_available():
         return True
@@ -138,9 +139,8 @@ def _device_path(plans: list) -> bool:
 
 def _cell(sset, model, run_id, t, d, M, steps, seed, layers, budget):
     """One layer plan as an engine cell: the worker's `layer` task builds, checks and times it."""
-    from gemmbench import layer as L
+    from gemmbench import layer as L  # heavy (pandas, torch), as device is
     from gemmbench.device import provenance
-    from gemmbench.pool import Cell
 
     label = f"{sset.name} tp{t} {d} M{M}"
     meta = dict(provenance(), run_id=run_id, timestamp=_now(), model=model, shape_set=sset.name, tp=t, dtype=d, M=M,
@@ -159,7 +159,7 @@ class _LayerSink:
         self.progress.update(self.bar, description=escape(f"{item} ({phase})"))
 
     def result(self, cell, item, rows, passed, gpu) -> None:
-        from gemmbench import store
+        from gemmbench import store  # heavy (pandas, pyarrow)
 
         self.rows += rows
         try:
@@ -169,7 +169,7 @@ class _LayerSink:
         self.progress.advance(self.bar)
 
     def lost(self, cell, item, reason, gpu) -> None:
-        from gemmbench import layer as L
+        from gemmbench import layer as L  # heavy (pandas, torch)
 
         steps = L.steps_from_wire(cell.payload["steps"])
         self.result(cell, item, L.rows_for(cell.payload["meta"], steps, [], None, "error", reason), False, gpu)
@@ -182,8 +182,6 @@ class _LayerSink:
 
 
 def _sweep(cells: list, path: Path, worker) -> list:
-    from gemmbench.pool import Pool, PoolError
-
     with progress_bar() as progress:
         sink = _LayerSink(path, progress, progress.add_task("building", total=len(cells)))
         try:
@@ -198,8 +196,6 @@ def _sweep(cells: list, path: Path, worker) -> list:
 
 
 def _now() -> str:
-    from datetime import datetime, timezone
-
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
@@ -209,7 +205,7 @@ def _fmt(v, spec: str = ".1f") -> str:
 
 def _print(rows: list) -> None:
     """One table per (TP, dtype): a line per M; then each step's kernel time."""
-    import pandas as pd
+    import pandas as pd  # heavy
 
     df = pd.DataFrame(rows)
     for (t, d), g in df.groupby(["tp", "dtype"], sort=False):

@@ -15,7 +15,7 @@ list_app = typer.Typer(no_args_is_help=True, help="List shape sets or variants."
 
 
 def _m_label(m_values: tuple) -> str:
-    from gemmbench.shapes import PRESETS
+    from gemmbench.shapes import PRESETS  # not at --help (yaml)
 
     for name, values in PRESETS.items():
         if tuple(m_values) == tuple(values):
@@ -26,7 +26,7 @@ def _m_label(m_values: tuple) -> str:
 @list_app.command("shapes")
 def list_shapes() -> None:
     """Built-in shape sets with their GEMMs and default M lists."""
-    from gemmbench import shapes as shapes_mod
+    from gemmbench import shapes as shapes_mod  # not at --help (yaml)
 
     t = Table(title="shape sets (gemmbench run --shapes NAME; --m and --tp override)")
     for col in ("set", "GEMM", "N", "K", "E", "topk", "TP splits", "default M"):
@@ -53,7 +53,7 @@ def list_variants(
     plugin: Annotated[Optional[list[Path]], typer.Option(help="Python file registering extra variants.")] = None,
 ) -> None:
     """Registered kernel variants: name, family, dtypes and what each does."""
-    from gemmbench import registry
+    from gemmbench import registry  # not at --help (yaml, importlib.metadata)
 
     try:
         _load_plugins(plugin or [])

@@ -36,7 +36,7 @@ def _globs(option: str, text: Optional[str]) -> Optional[list[str]]:
 
 def _selected(results: list[Path], shapes, variants, dtype, tp, gpu, baseline):
     """(runs, profiles, files) after the filters, speedups against the baseline; a bad input is one line, exit 2."""
-    from gemmbench.plot import data as plotdata
+    from gemmbench.plot import data as plotdata  # heavy (pandas, matplotlib), as store is
     from gemmbench.store import StoreError
 
     f = plotdata.Filters(
@@ -103,7 +103,7 @@ def plot(
     fmt: Annotated[str, typer.Option("--format", help="Comma-separated: png, svg.")] = "png",
 ) -> None:
     """Draw figures from result files: one per GEMM and dtype (a roofline: one per dtype); prints each path written."""
-    from gemmbench.plot import figures as plots
+    from gemmbench.plot import figures as plots  # heavy (matplotlib, pandas)
 
     kinds = _choices("--kind", kind, plots.KINDS)
     formats = _choices("--format", fmt, plots.FORMATS)
@@ -143,7 +143,7 @@ def _kinds_have_rows(kinds: list, runs, profiles, layers) -> None:
 
 
 def _draw(kinds: list, runs, profiles, layers) -> list:
-    from gemmbench.plot import figures as plots
+    from gemmbench.plot import figures as plots  # heavy (matplotlib, pandas), as the others are
     from gemmbench.plot import layer as plots_layer
     from gemmbench.store import StoreError
 
@@ -168,7 +168,7 @@ def report(
 ) -> None:
     """Write a Markdown report and a self-contained HTML one: per GEMM and dtype the winner by M, its speedup and %
     of roofline, the tables and the figures; prints each path written."""
-    from gemmbench.plot import report as rep_mod
+    from gemmbench.plot import report as rep_mod  # heavy (matplotlib, pandas), as store is
     from gemmbench.store import StoreError
 
     if out_path.is_file():

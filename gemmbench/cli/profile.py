@@ -24,6 +24,7 @@ from gemmbench.cli.common import (
     progress_bar,
     select_cells,
 )  # fmt: skip
+from gemmbench.profile import ncu
 from gemmbench.profile.ncu import SUM_KERNEL
 
 
@@ -50,7 +51,7 @@ def profile(
 ) -> None:  # fmt: skip
     """Profile each selected cell once, in a child process: warm-up and tuning outside its NVTX range, one eager
     launch inside it.  Writes one row per kernel (and a summed row) with ncu_* / nsys_* columns."""
-    from gemmbench import store
+    from gemmbench import store  # heavy (pandas, pyarrow)
 
     if not (ncu_ or nsys_):
         raise fail("say which profiler: --ncu (Nsight Compute counters), --nsys (Nsight Systems), or both")
@@ -76,7 +77,7 @@ def profile(
 
 
 def _runs_to_join(join: Optional[list[Path]]):
-    from gemmbench import store
+    from gemmbench import store  # heavy (pandas, pyarrow)
 
     try:
         return store.load(join) if join else None
@@ -85,9 +86,9 @@ def _runs_to_join(join: Optional[list[Path]]):
 
 
 def _profiler(out_path, run_id, use_ncu, use_nsys, seed, plugin, ncu_set, timeout, metrics):
-    import torch
+    import torch  # heavy, as profile.sweep (pandas, torch) is; nsys not at --help (sqlite3)
 
-    from gemmbench.profile import ncu, nsys
+    from gemmbench.profile import nsys
     from gemmbench.profile import sweep as prof
 
     if not torch.cuda.is_available():
@@ -103,7 +104,7 @@ def _profiler(out_path, run_id, use_ncu, use_nsys, seed, plugin, ncu_set, timeou
 
 def _sweep(profiler, cells: list, path: Path) -> list:
     """Every cell through the profiler, the table rewritten after each; a sweep that cannot go on keeps its rows."""
-    from gemmbench import registry, store
+    from gemmbench import registry, store  # store, profile.sweep: heavy (pandas); registry not at --help
     from gemmbench.profile.sweep import ProfileError
 
     rows: list = []
@@ -126,7 +127,7 @@ def _sweep(profiler, cells: list, path: Path) -> list:
 
 
 def _join(runs, path: Path, joined: Path) -> None:
-    import pyarrow as pa
+    import pyarrow as pa  # heavy, as store and profile.sweep (pandas) are
 
     from gemmbench import store
     from gemmbench.profile.sweep import join

@@ -30,6 +30,7 @@ from gemmbench.cli.common import (
     select_cells,
     shard_option,
 )  # fmt: skip
+from gemmbench.pool import PoolError, WorkerOptions
 
 Timing = Annotated[
     str, typer.Option(help="cold (L2 emptied by a read), stream (CUDA graph over distinct copies), graph, wall.")
@@ -74,8 +75,7 @@ def run(
     force: Force = False, resume: Resume = None,
 ) -> None:  # fmt: skip
     """Check, then time, every variant on every problem of a shape set; write Parquet and print tables."""
-    from gemmbench import store, sweep
-    from gemmbench.pool import WorkerOptions
+    from gemmbench import store, sweep  # heavy (pandas; torch); tables not at --help (yaml, importlib.metadata)
     from gemmbench.tables import gemm_tables
 
     timing, budget = _timing(timing), positive_budget(budget)
@@ -184,7 +184,7 @@ def _on_gpu() -> bool:
 
 
 def _timing(timing: str) -> str:
-    from gemmbench.timing import MODES
+    from gemmbench.timing import MODES  # heavy (torch)
 
     if timing not in MODES:
         raise fail(f"--timing {timing!r}: choose from {', '.join(MODES)}")
@@ -193,7 +193,7 @@ def _timing(timing: str) -> str:
 
 def _shard(cells: list, shard_at: Optional[tuple[int, int]]) -> tuple[Optional[dict], list]:
     """(the part file's metadata, this shard's cells); the whole sweep when not sharded."""
-    from gemmbench import shard
+    from gemmbench import shard  # not at --help (hashlib)
 
     if not shard_at:
         return None, cells
@@ -203,7 +203,7 @@ def _shard(cells: list, shard_at: Optional[tuple[int, int]]) -> tuple[Optional[d
 
 def _cpu_path(cells: list, sanitize: bool) -> bool:
     """True without CUDA, after refusing what the CPU path cannot do; says so on stderr."""
-    import torch
+    import torch  # heavy
 
     if torch.cuda.is_available() or not cells:
         return not torch.cuda.is_available()
@@ -223,8 +223,7 @@ def _cpu_path(cells: list, sanitize: bool) -> bool:
 def _sweep(opts, cells: list, writer) -> tuple[list, bool]:
     """gemmbench.sweep.run under one progress bar -> (the file's rows, whether Ctrl-C stopped it); a sweep that
     cannot go on is one line, its rows kept."""
-    from gemmbench import sweep
-    from gemmbench.pool import PoolError
+    from gemmbench import sweep  # heavy (torch)
 
     with progress_bar() as progress:
         bar = progress.add_task(
@@ -249,7 +248,7 @@ def _sweep(opts, cells: list, writer) -> tuple[list, bool]:
 
 
 def _summary(rows, path, strict: bool) -> None:
-    from gemmbench.tables import status_counts
+    from gemmbench.tables import status_counts  # not at --help (yaml, importlib.metadata)
 
     counts = status_counts(rows)
     parts = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import tempfile
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -23,9 +24,7 @@ def shapes_from_config(
     ] = None,
 ) -> None:
     """Write a shape set (Llama-family dense or Mixtral-family MoE) from a model's config.json."""
-    import tempfile
-
-    from gemmbench import shapes as shapes_mod
+    from gemmbench import shapes as shapes_mod  # not at --help (yaml)
 
     with tempfile.TemporaryDirectory() as tmp:
         check = Path(tmp) / "set.yaml"

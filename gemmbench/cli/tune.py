@@ -30,6 +30,7 @@ from gemmbench.cli.common import (
     progress_bar,
     shard_option,
 )  # fmt: skip
+from gemmbench.pool import Cell, Pool, PoolError, WorkerOptions
 
 TuneShapes = Annotated[str, typer.Option(help="Built-in shape set or a YAML path.")]
 TuneVariants = Annotated[str, typer.Option(help="Comma-separated globs of tunable (Triton) variants.")]
@@ -60,7 +61,7 @@ def tune(
     shard: TuneShard = None, gpus: TuneGpus = None,
 ) -> None:  # fmt: skip
     """Search each Triton variant's config space per (GPU, N, K, dtype, M bucket); store the winners as JSON."""
-    from gemmbench import shard as shard_mod
+    from gemmbench import shard as shard_mod  # not at --help (hashlib; tuning: yaml)
     from gemmbench import tuning
 
     shard_at = shard_option(shard)
@@ -95,7 +96,7 @@ def tune(
 
 def _select(shapes, variants, dtype, m, tp, plugin) -> tuple[list, list]:
     """(problems, tunable variants) of the options, or a one-line error."""
-    from gemmbench import registry
+    from gemmbench import registry  # not at --help (yaml, importlib.metadata)
     from gemmbench import shapes as shapes_mod
 
     tps = _tp_list(tp)
@@ -116,7 +117,7 @@ def _select(shapes, variants, dtype, m, tp, plugin) -> tuple[list, list]:
 def _gpus_and_device(gpus: Optional[str]):
     """(the --gpus indices or None, the device the configs are for).  This process only counts the GPUs and reads
     their properties: it allocates and launches nothing, so a fault can only ever hit a worker."""
-    import torch
+    import torch  # heavy, as device is
 
     from gemmbench.device import detect
 
@@ -135,7 +136,7 @@ def _gpus_and_device(gpus: Optional[str]):
 def _jobs(problems: list, chosen: list, dev) -> list:
     """[(problem at its M bucket, variant)], in a fixed order: every shard's host builds this same list from the
     same options.  M = 1..16 share a bucket, so they are tuned once."""
-    from gemmbench import tuning
+    from gemmbench import tuning  # not at --help (yaml; shard: hashlib)
     from gemmbench.shard import cell_key
 
     seen, jobs = set(), []
@@ -151,8 +152,7 @@ def _jobs(problems: list, chosen: list, dev) -> list:
 
 def cells(jobs: list, seed: int) -> list:
     """The engine's cells: one `tune` task per job, its one item the job key."""
-    from gemmbench.pool import Cell
-    from gemmbench.shard import cell_key, cost
+    from gemmbench.shard import cell_key, cost  # not at --help (hashlib)
 
     return [
         Cell(
@@ -173,7 +173,7 @@ class Report:
     """The pool's events for the jobs, as one progress bar and one table (a Sink of gemmbench.pool)."""
 
     def __init__(self, jobs: list, progress):
-        from gemmbench.shard import cell_key
+        from gemmbench.shard import cell_key  # not at --help (hashlib)
 
         self.jobs = {cell_key(p, v.name): (p, v) for p, v in jobs}
         self.done: dict = {}
@@ -221,8 +221,6 @@ class Report:
 
 def _tune(jobs: list, seed: int, gpu_ids: Optional[list], plugins: list) -> Report:
     """Every job in the engine's workers (one per GPU), under one progress bar."""
-    from gemmbench.pool import Pool, PoolError, WorkerOptions
-
     with progress_bar() as progress:
         report = Report(jobs, progress)
         try:

@@ -13,8 +13,15 @@ from typing import Optional, Sequence
 
 import pandas as pd
 
-from gemmbench import tables
-from gemmbench.store import PROFILE_SCHEMA, StoreError, load_layer_tables, load_profile_tables, table_kind
+from gemmbench import store, tables
+from gemmbench.store import (
+    PROFILE_SCHEMA,
+    StoreError,
+    load_layer_tables,
+    load_profile_tables,
+    records,
+    table_kind,
+)
 
 # One figure of the per-GEMM kinds: one GEMM (at its TP degree and MoE routing) in one dtype and timing mode.
 # Timing modes are never mixed in one figure: cold and stream times of one cell answer different questions.
@@ -45,8 +52,6 @@ class Filters:
 
 def read(paths: Sequence) -> Results:
     """Every file under `paths` (files, or folders of *.parquet), each read as a run or as a profile table."""
-    from gemmbench import store
-
     if not paths:
         raise StoreError("no result files given")
     files: list[Path] = []
@@ -153,8 +158,6 @@ def keep_variants(df: pd.DataFrame, f: Filters, what: str = "rows") -> pd.DataFr
 
 def _records(df: pd.DataFrame) -> list[dict]:
     """Rows as tables.py takes them: plain dicts with None, not NA, for what is missing."""
-    from gemmbench.store import records
-
     cols = ["gemm", "M", "N", "K", "E", "tp", "dtype", "routing", "variant", "status", "time_us_median", "flops"]
     return records(df[cols])
 

@@ -17,6 +17,7 @@ import pandas as pd
 
 from gemmbench.plot import data as plotdata
 from gemmbench.plot import figures as plots
+from gemmbench.plot import roofline as plots_roofline
 from gemmbench.plot import style
 from gemmbench.store import write_atomic
 from gemmbench.tables import short_config
@@ -158,8 +159,6 @@ def _gemm_section(rep: Report, k: dict, g: pd.DataFrame, figs: dict) -> None:
 
 
 def _profile_section(rep: Report, profiles: pd.DataFrame) -> None:
-    from gemmbench.plot import roofline as plots_roofline
-
     drawn = plots.figures("profile", profiles=profiles)
     rows = plots_roofline.summed_profiles(profiles)
     rep.add("h", 2, "Nsight Compute profiles")

@@ -16,6 +16,8 @@ from matplotlib.patches import Patch
 from gemmbench import dtypes, metrics
 from gemmbench.plot import data as plotdata
 from gemmbench.plot.style import color, finish, gemm_title, legend, new_figure, subtitle
+from gemmbench.profile.ncu import SUM_KERNEL
+from gemmbench.store import CELL_KEY, StoreError
 
 
 @dataclass(frozen=True)
@@ -279,9 +281,6 @@ def roofline(g: pd.DataFrame) -> Optional[Figure]:
 def summed_profiles(profiles: pd.DataFrame) -> pd.DataFrame:
     """One row per profiled cell: its summed ncu row (ncu_kernel == ncu.SUM_KERNEL; a failed cell's row has no
     kernel), the latest where a cell was profiled twice."""
-    from gemmbench.profile.ncu import SUM_KERNEL
-    from gemmbench.store import CELL_KEY, StoreError
-
     need = ("ncu_kernel", "ncu_dram_gbps", "ncu_dram_peak_gbps", "ncu_l1_hit_pct", "ncu_l2_hit_pct")
     missing = [c for c in need if c not in profiles.columns]
     if missing:

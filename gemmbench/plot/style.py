@@ -16,6 +16,7 @@ from matplotlib.colors import to_hex
 from matplotlib.figure import Figure
 from matplotlib.ticker import NullLocator
 
+from gemmbench import registry
 from gemmbench.plot import data as plotdata
 
 # tab20 without its light halves first, then the light ones: 20 colours, the first 10 strongly distinct
@@ -34,10 +35,8 @@ TIMING = {
 def color(label: str) -> str:
     """The colour of a series: its variant's place in the registry (built-ins first, in registration order, then
     plugins), so a kernel keeps its colour from plot to plot and no two built-ins share one."""
-    from gemmbench import registry  # the registry imports every kernel module: only when a figure is drawn
-
     variant = label.split(" (")[0]  # "variant (run)" series share the variant's colour
-    names = [v.name for v in registry.all_variants()]
+    names = [v.name for v in registry.all_variants()]  # its first call imports every kernel module
     if variant in names:
         return PALETTE[names.index(variant) % len(PALETTE)]
     return PALETTE[sum(map(ord, variant)) % len(PALETTE)]  # stable across runs (hash() is salted per process)

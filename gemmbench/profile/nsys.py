@@ -16,6 +16,8 @@ import sqlite3
 from pathlib import Path
 from typing import Optional, Sequence
 
+from gemmbench.profile.ncu import find_tool, missing_tool
+
 NVTX_PUSH_POP = 59
 
 
@@ -24,8 +26,6 @@ class NsysError(RuntimeError):
 
 
 def find_nsys() -> str:
-    from gemmbench.profile.ncu import find_tool, missing_tool
-
     found = find_tool("nsys")
     if not found:
         raise NsysError(missing_tool("nsys", "Nsight Systems"))

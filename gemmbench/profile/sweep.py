@@ -21,12 +21,13 @@ from typing import Callable, Optional
 
 import pandas as pd
 
-from gemmbench import dtypes
+from gemmbench import device, dtypes, metrics
 from gemmbench.inputs import cell_seed
+from gemmbench.nvtx_ranges import cell_name, domain_in_use, range_name
 from gemmbench.pool import Cell, Pool, WorkerOptions, exit_hint
 from gemmbench.profile import ncu, nsys
 from gemmbench.shapes import Problem
-from gemmbench.store import CELL_KEY, PROFILE_SCHEMA, cell_keys
+from gemmbench.store import CELL_KEY, PROFILE_SCHEMA, cell_columns, cell_keys
 
 
 class ProfileError(RuntimeError):
@@ -48,8 +49,6 @@ class ProfileOptions:
 
 def report_stem(variant: str, problem: Problem) -> str:
     """A file name for the cell's reports: its NVTX name with spaces and odd characters as '_'."""
-    from gemmbench.nvtx_ranges import cell_name
-
     return re.sub(r"[^A-Za-z0-9._=+-]+", "_", cell_name(variant, problem)).strip("_")
 
 
@@ -104,10 +103,6 @@ class CellProfiler:
         return sink.outcome, output, sink.code
 
     def cell(self, problem: Problem, variant) -> list[dict]:
-        from gemmbench import device, metrics
-        from gemmbench.nvtx_ranges import cell_name, domain_in_use, range_name
-        from gemmbench.store import cell_columns
-
         name = range_name("profile", cell_name(variant.name, problem))
         base = dict(cell_columns(problem, variant), run_id=self.opts.run_id, profile_schema=PROFILE_SCHEMA,
                     timestamp=datetime.now(timezone.utc).isoformat(timespec="seconds"), nvtx_range=name,
