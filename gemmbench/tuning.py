@@ -30,8 +30,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Literal, Mapping, Optional, TypeVar
 
-from gemmbench import registry
+from gemmbench import device, registry
+from gemmbench.check import check_cell
+from gemmbench.metrics import flops
 from gemmbench.shapes import Problem
+from gemmbench.store import write_atomic
+from gemmbench.timing import Timer, quick_median_us
 
 CONFIG_DIR_ENV = "GEMMBENCH_CONFIG_DIR"  # stored configs are read from (and tune writes to) here instead
 RETUNE_ENV = "GEMMBENCH_RETUNE"  # set by `gemmbench run --retune` for its workers
@@ -56,8 +60,6 @@ def needs_triton_device(problem: Problem, device) -> Optional[str]:
     if problem.dtype == "bf16":
         # Measured: the interpreter returns garbage for bf16 tl.dot and raises nothing.
         return "Triton's CPU interpreter computes bf16 tl.dot wrongly (no error raised); bf16 runs on the GPU only"
-    from gemmbench.metrics import flops
-
     macs = flops(problem) // 2
     if macs > INTERPRETER_MAX_MACS:
         return f"too large for Triton's CPU interpreter ({macs:.2g} multiply-adds, limit {INTERPRETER_MAX_MACS:.2g}): run it on a GPU"
@@ -65,16 +67,12 @@ def needs_triton_device(problem: Problem, device) -> Optional[str]:
 
 
 def sm_count() -> int:
-    from gemmbench.device import detect
-
-    return detect().sm_count or 132
+    return device.detect().sm_count or 132
 
 
 def has_tma() -> bool:
     """Hopper's bulk tensor copy engine (tensor descriptors, kernels/tile_loop.py): compute capability 9+."""
-    from gemmbench.device import detect
-
-    return detect().capability >= (9, 0)
+    return device.detect().capability >= (9, 0)
 
 
 # ---------------------------------------------------------------- typed configs and their provenance
@@ -208,7 +206,7 @@ def m_bucket(M: int, moe: bool = False) -> int:
 def configs_root() -> Path:
     if os.environ.get(CONFIG_DIR_ENV):
         return Path(os.environ[CONFIG_DIR_ENV])
-    import gemmbench.kernels
+    import gemmbench.kernels  # a circle at import time: the kernel modules import this one
 
     return Path(gemmbench.kernels.__file__).resolve().parent / "configs"
 
@@ -275,8 +273,6 @@ def save(variant: str, problem: Problem, gpu: str, config: KernelConfig, us: flo
     bucket = str(m_bucket(problem.M, problem.is_moe))
     data["buckets"][bucket] = {"config": config.to_dict(), "time_us": round(us, 3), **about}
     data["buckets"] = dict(sorted(data["buckets"].items(), key=lambda kv: int(kv[0])))
-    from gemmbench.store import write_atomic
-
     write_atomic(path, (json.dumps(data, indent=1) + "\n").encode())
     return path
 
@@ -308,9 +304,7 @@ class Tunable:
 def _gpu_name(inputs) -> Optional[str]:
     if not inputs.a.is_cuda or interpreter_on():
         return None
-    from gemmbench.device import detect
-
-    return detect().name
+    return device.detect().name
 
 
 def choose(t: Tunable, problem: Problem, inputs) -> tuple[KernelConfig, Provenance]:
@@ -349,8 +343,6 @@ def search(
     (check.check_cell, against that shared reference: a wrong config is never chosen); then re-time the `refine`
     fastest side by side, longer.  Returns the trials fastest first; failed ones last, with their error.  Without a
     reference (a run's quick choice) the chosen config is checked by the run's own check of the cell."""
-    from gemmbench.check import check_cell
-    from gemmbench.timing import Timer, quick_median_us
 
     trials = []
     for config in candidates:
@@ -389,12 +381,10 @@ def search(
 
 @functools.lru_cache(maxsize=1)
 def _tool_versions() -> dict:
-    import torch
+    import torch  # heavy; only when a winner is stored
     import triton
 
-    from gemmbench.device import git_sha
-
-    return {"triton": triton.__version__, "torch": torch.__version__, "git_sha": git_sha()}
+    return {"triton": triton.__version__, "torch": torch.__version__, "git_sha": device.git_sha()}
 
 
 def tune_and_store(t: Tunable, problem: Problem, inputs, reference) -> tuple[Trial, Path, int]:

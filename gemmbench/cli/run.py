@@ -80,7 +80,7 @@ def run(
 
     timing, budget = _timing(timing), positive_budget(budget)
     shard_at, gpu_ids = shard_option(shard), gpus_option(gpus)
-    _refuse_replacing(out_path, append, force, resume)
+    _refuse_before_work(out_path, append, force, resume, compare_to)
     sset, cells = select_cells(shapes, variants, dtype, m, tp, routing, seed, plugin)
     meta, cells = _shard(cells, shard_at)
     timing = timing if _on_gpu() else "wall"  # no CUDA events on a CPU
@@ -126,8 +126,10 @@ def _writer(out_path, run_id, meta, cells, timing, append, force, resume) -> tup
     return store.RunWriter(path, meta, kept), kept[0]["run_id"] if kept else run_id, _not_done(cells, kept, timing)
 
 
-def _refuse_replacing(out_path: Path, append: bool, force: bool, resume: Optional[Path]) -> None:
-    """Before any work: results already written are never replaced without --force."""
+def _refuse_before_work(out_path: Path, append: bool, force: bool, resume: Optional[Path], compare_to) -> None:
+    """Before any work: results already written are never replaced without --force; the baseline exists."""
+    if compare_to and not cli_compare.resolve(compare_to).exists():
+        raise fail(f"--compare-to {compare_to!r}: no such baseline ({cli_compare.resolve(compare_to)})")
     if append and force:
         raise fail("give --append or --force, not both")
     if resume is not None and not resume.is_file():
