@@ -164,7 +164,7 @@ def test_moe_sweep_with_routings_on_the_cpu(tmp_path):
         "--shapes",
         "smoke",
         "--m",
-        "1,5",
+        "5",  # 5 tokens x top-2 over 4 and 3 experts (M = 1 is among the kernel tests' cases)
         "--dtype",
         "fp16",
         "--routing",
@@ -178,7 +178,7 @@ def test_moe_sweep_with_routings_on_the_cpu(tmp_path):
     )
     assert res.exit_code == 0, res.stderr
     df = load([out])
-    assert len(df) == 2 * 2 * 2 * 7 and (df.status == "ok").all(), df[df.status != "ok"].reason.tolist()
+    assert len(df) == 2 * 2 * 7 and (df.status == "ok").all(), df[df.status != "ok"].reason.tolist()
     assert sorted(df.routing.unique()) == ["one-expert", "uniform"]
     align = df[df.variant == "moe_align"]
     assert align.flops.isna().all() and align.tflops.isna().all() and (align.time_us_median > 0).all()
