@@ -107,8 +107,34 @@ def _narrow(df: pd.DataFrame, keep: pd.Series, option: str, what: str, held: str
     return df[keep]
 
 
+# Where a CPU row may name its processor, the first column present and set winning; `gpu` last, for rows that
+# wrote the device's name there whatever the device was.
+PROCESSOR_COLS = ("cpu", "processor", "gpu")
+
+
+def _set(values: pd.Series) -> pd.Series:
+    """`values` as objects, None where missing or blank."""
+    v = values.astype(object)
+    return v.where(v.notna() & (v.astype(str).str.strip() != ""), None)
+
+
 def gpu_names(df: pd.DataFrame) -> pd.Series:
-    return df["gpu"].astype(object).where(df["gpu"].notna(), "unknown GPU")
+    """The device of each row as titles print it and --gpu matches it: the GPU's name; "CPU (<processor>)" for a
+    row run on the CPU (device == "cpu": no GPU name), "CPU" where no column names the processor; "unknown GPU"
+    for a GPU row without a name."""
+    gpu = _set(df["gpu"])
+    names = gpu.where(gpu.notna(), "unknown GPU")
+    if "device" not in df.columns:
+        return names
+    cpu = df["device"].astype(object) == "cpu"
+    if not cpu.any():
+        return names
+    processor = pd.Series(None, index=df.index, dtype=object)
+    for col in PROCESSOR_COLS:
+        if col in df.columns:
+            processor = processor.where(processor.notna(), _set(df[col]))
+    cpus = processor.map(lambda p: "CPU" if p is None else f"CPU ({p})")
+    return names.where(~cpu, cpus)
 
 
 def select(df: pd.DataFrame, f: Filters, what: str = "rows") -> pd.DataFrame:

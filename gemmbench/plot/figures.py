@@ -17,7 +17,7 @@ from matplotlib.figure import Figure
 from gemmbench import metrics, registry
 from gemmbench.plot import data as plotdata
 from gemmbench.plot import roofline as plots_roofline
-from gemmbench.plot.style import Drawn, color, finish, gemm_title, legend, m_axis, new_figure, render, subtitle
+from gemmbench.plot.style import Drawn, colors, finish, gemm_title, legend, m_axis, new_figure, render, shown, subtitle
 from gemmbench.store import write_atomic
 
 KINDS = ("roofline", "speedup", "tflops", "latency", "schedules", "profile", "layer")
@@ -29,12 +29,12 @@ def _key(g: pd.DataFrame) -> dict:
 
 
 def _runs_note(g: pd.DataFrame) -> str:
-    runs = sorted(g["run_id"].dropna().astype(str).unique())
+    runs = sorted({shown(r) for r in g["run_id"]})
     return ("Run: " if len(runs) == 1 else "Runs: ") + ", ".join(runs)
 
 
-def _band(ax, x, lo, hi, label: str) -> None:
-    ax.fill_between(x, lo, hi, color=color(label), alpha=0.18, linewidth=0, gid=f"band:{label}")
+def _band(ax, x, lo, hi, label: str, c: str) -> None:
+    ax.fill_between(x, lo, hi, color=c, alpha=0.18, linewidth=0, gid=f"band:{label}")
 
 
 def _log_if_wide(ax, values) -> None:
@@ -59,9 +59,13 @@ def speedup(g: pd.DataFrame) -> Optional[Figure]:
     rowwise = registry.baseline_for("fp8", moe=False, fp8_scaling="row")
     fig, axes = new_figure(8.0, 4.6)
     ax = axes[0, 0]
-    for label, s in plotdata.series(pts):
+    series = plotdata.series(pts)
+    palette = colors(label for label, _ in series)
+    for label, s in series:
         s = s.sort_values("M")
-        ax.plot(s["M"], s["speedup"], marker="o", ms=4, lw=1.6, color=color(label), label=label, gid=f"series:{label}")
+        ax.plot(
+            s["M"], s["speedup"], marker="o", ms=4, lw=1.6, color=palette[label], label=label, gid=f"series:{label}"
+        )
     base_label = " / ".join(bases) + " = 1.0"
     ax.axhline(1.0, color="black", lw=1.0, ls="--", label=base_label, gid="baseline")
     m_axis(ax, g["M"], moe)
@@ -102,7 +106,9 @@ def throughput(g: pd.DataFrame, metric: str) -> Optional[Figure]:
     fig, axes = new_figure(8.0, 4.6)
     ax = axes[0, 0]
     ys = []
-    for label, s in plotdata.series(ok):
+    series = plotdata.series(ok)
+    palette = colors(label for label, _ in series)
+    for label, s in series:
         s = s.sort_values("M")
         if metric == "tflops":
             # the band's low end is the slow (p80) sample: same FLOP model, three times
@@ -111,8 +117,8 @@ def throughput(g: pd.DataFrame, metric: str) -> Optional[Figure]:
             hi = [metrics.tflops(f, t) for f, t in zip(s["flops"], s["time_us_p20"], strict=False)]
         else:
             y, lo, hi = list(s["time_us_median"]), list(s["time_us_p20"]), list(s["time_us_p80"])
-        ax.plot(s["M"], y, marker="o", ms=4, lw=1.6, color=color(label), label=label, gid=f"series:{label}")
-        _band(ax, list(s["M"]), lo, hi, label)
+        ax.plot(s["M"], y, marker="o", ms=4, lw=1.6, color=palette[label], label=label, gid=f"series:{label}")
+        _band(ax, list(s["M"]), lo, hi, label, palette[label])
         ys += y
     _log_if_wide(ax, ys)
     m_axis(ax, g["M"], moe)
@@ -145,17 +151,18 @@ def schedules(g: pd.DataFrame) -> Optional[Figure]:
     fig, axes = new_figure(8.0, 6.2, nrows=2, sharex=True, height_ratios=[3, 2])
     top, bottom = axes[0, 0], axes[1, 0]
     ys = []
-    for rows, style in ((fused, "-"), (refs, "--")):
-        for label, s in plotdata.series(rows):
-            s = s.sort_values("M")
-            y = [metrics.tflops(f, t) for f, t in zip(s["flops"], s["time_us_median"], strict=False)]
-            lo = [metrics.tflops(f, t) for f, t in zip(s["flops"], s["time_us_p80"], strict=False)]
-            hi = [metrics.tflops(f, t) for f, t in zip(s["flops"], s["time_us_p20"], strict=False)]
-            top.plot(
-                s["M"], y, ls=style, marker="o", ms=3.5, lw=1.5, color=color(label), label=label, gid=f"series:{label}"
-            )
-            _band(top, list(s["M"]), lo, hi, label)
-            ys += y
+    drawn = [(series, style) for rows, style in ((fused, "-"), (refs, "--")) for series in plotdata.series(rows)]
+    palette = colors(label for (label, _), _ in drawn)  # the bottom panel's curves are the top's, same colours
+    for (label, s), style in drawn:
+        s = s.sort_values("M")
+        y = [metrics.tflops(f, t) for f, t in zip(s["flops"], s["time_us_median"], strict=False)]
+        lo = [metrics.tflops(f, t) for f, t in zip(s["flops"], s["time_us_p80"], strict=False)]
+        hi = [metrics.tflops(f, t) for f, t in zip(s["flops"], s["time_us_p20"], strict=False)]
+        top.plot(
+            s["M"], y, ls=style, marker="o", ms=3.5, lw=1.5, color=palette[label], label=label, gid=f"series:{label}"
+        )
+        _band(top, list(s["M"]), lo, hi, label, palette[label])
+        ys += y
     _log_if_wide(top, ys)
     top.set_ylabel("TFLOP/s (2·tokens·top-k·N·K ÷ time)")
     top.grid(True, alpha=0.3)
@@ -168,7 +175,7 @@ def schedules(g: pd.DataFrame) -> Optional[Figure]:
             marker="o",
             ms=3.5,
             lw=1.5,
-            color=color(label),
+            color=palette[label],
             gid=f"relative:{label}",
         )
     bottom.axhline(1.0, color="black", lw=0.8, ls=":")

@@ -11,10 +11,11 @@ from typing import Optional
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
+from matplotlib.legend_handler import HandlerTuple
 from matplotlib.patches import Patch
 
 from gemmbench.plot import data as plotdata
-from gemmbench.plot.style import Drawn, color, finish, legend, new_figure, subtitle
+from gemmbench.plot.style import Drawn, colors, finish, headroom, legend, lighter, new_figure, shown, subtitle
 
 FIGURE_COLS = ("shape_set", "tp", "dtype", "layers")
 MODES = ("eager", "graph")
@@ -38,61 +39,86 @@ def figure(g: pd.DataFrame, key: dict) -> Optional[Figure]:
         return None
     plans = plotdata.series(ok)  # one bar group per plan (the layer row's variant), per run where two share an M
     ms = sorted({int(m) for m in ok["M"]})
-    bars = len(plans) * len(MODES)
+
+    def total(r, mode: str) -> Optional[float]:
+        t = None if r is None else r.get(f"{mode}_us")
+        return None if t is None or pd.isna(t) else float(t)
+
+    rows = [{int(r["M"]): r for _, r in s.iterrows()} for _, s in plans]
+    # each M's bars side by side, centred on its tick: only the (plan, mode) pairs measured at that M take a slot
+    # (a --best-from layer runs another plan at each M; a plan without graph time has no graph bar)
+    slots = {
+        m: [(i, mode) for i in range(len(plans)) for mode in MODES if total(rows[i].get(m), mode) is not None]
+        for m in ms
+    }
+    bars = max(len(v) for v in slots.values())
     width = 0.8 / bars
     fig, axes = new_figure(max(6.0, 1.2 + 0.45 * bars * len(ms)), 4.2)
     ax = axes[0][0]
     notes = []
+    palette = colors(p for p, _ in plans)  # one colour per plan: two plans that share a first kernel still differ
+    handles, labels, values = [], [], []
     for i, (plan, s) in enumerate(plans):
-        c = color(plan.split("+")[0])
-        by_m = {int(r["M"]): r for _, r in s.iterrows()}
-        for j, mode in enumerate(MODES):
+        c = palette[plan]
+        for mode in MODES:
             x, kern, gap, totals = [], [], [], []
             for k, m in enumerate(ms):
-                r = by_m.get(m)
-                total = None if r is None else r.get(f"{mode}_us")
-                if total is None or pd.isna(total):
+                r, t = rows[i].get(m), total(rows[i].get(m), mode)
+                if t is None:
                     continue
-                x.append(k - 0.4 + width * (i * len(MODES) + j + 0.5))
+                x.append(k + width * (slots[m].index((i, mode)) - (len(slots[m]) - 1) / 2))
                 kern.append(r["kernel_us"])
-                gap.append(max(total - r["kernel_us"], 0.0))  # a total below the sum: noise, drawn as no gap
-                totals.append(total)
+                gap.append(max(t - r["kernel_us"], 0.0))  # a total below the sum: noise, drawn as no gap
+                totals.append((m, t))
             if not x:
                 reasons = sorted({str(r) for r in s["graph_reason"].dropna()}) if mode == "graph" else []
                 notes.append(f"{plan}: no {mode} time" + (f" ({'; '.join(reasons)})" if reasons else ""))
                 continue
-            alpha = 1.0 if mode == "eager" else 0.55
-            ax.bar(x, kern, width * 0.92, color=c, alpha=alpha, gid=f"kernels:{plan}:{mode}")
-            ax.bar(
-                x,
-                gap,
-                width * 0.92,
-                bottom=kern,
-                color="white",
-                edgecolor=c,
-                hatch="///",
-                alpha=alpha,
-                gid=f"gaps:{plan}:{mode}",
-            )
-            for xi, k_, g_, t in zip(x, kern, gap, totals, strict=False):
-                ax.text(xi, k_ + g_, f" {t:.0f}", ha="center", va="bottom", fontsize=6.5, rotation=90)
+            # the graph bar in the plan's colour mixed with white (not transparency: the grid would show through)
+            face = c if mode == "eager" else lighter(c)
+            kernels = dict(facecolor=face, edgecolor=c, linewidth=0.8)
+            gaps = dict(facecolor="white", edgecolor=c, linewidth=0.8, hatch="///")
+            ax.bar(x, kern, width * 0.92, gid=f"kernels:{plan}:{mode}", **kernels)
+            ax.bar(x, gap, width * 0.92, bottom=kern, gid=f"gaps:{plan}:{mode}", **gaps)
+            # the key of a bar is the bar itself: its kernel part beside its gap part, in its own colours
+            handles.append((Patch(**kernels), Patch(**gaps)))
+            labels.append(f"{plan}, {mode}")
+            for xi, k_, g_, (m, t) in zip(x, kern, gap, totals, strict=False):
+                values.append(
+                    ax.text(
+                        xi,
+                        k_ + g_,
+                        f" {t:.0f}",
+                        ha="center",
+                        va="bottom",
+                        fontsize=6.5,
+                        rotation=90,
+                        gid=f"value:{plan}:{mode}:{m}",
+                    )
+                )
     ax.set_xticks(np.arange(len(ms)), [str(m) for m in ms])
     ax.set_xlabel("M (tokens)")
     ax.set_ylabel("µs per layer")
     ax.grid(True, axis="y", alpha=0.3)
-    handles = [Patch(color=color(p.split("+")[0]), label=p) for p, _ in plans]
-    handles += [
-        Patch(facecolor="#777777", label="kernel time (sum, each alone)"),
-        Patch(facecolor="white", edgecolor="#777777", hatch="///", label="launch gaps (time - kernels)"),
-    ]
-    legend(ax, handles, [h.get_label() for h in handles], title="each M: eager bar, then graph bar (lighter)")
+    legend(
+        ax,
+        handles,
+        labels,
+        title="each M: eager bar, then graph bar (lighter)\nleft, solid: kernel time (sum, each alone)\n"
+        "right, hatched: launch gaps (time − kernels)",
+        handler_map={tuple: HandlerTuple(ndivide=None, pad=0.0)},
+        handlelength=3.2,
+    )
     steps = int(ok["steps"].iloc[0])
     layers = int(key.get("layers") or 1)
-    title = f"{key['shape_set']} layer ({steps} steps), TP={key['tp']}, {key['dtype']}: eager vs CUDA graph" + (
-        f", {layers} layers per sample" if layers > 1 else ""
+    title = (
+        f"{shown(key['shape_set'])} layer ({steps} steps), TP={shown(key['tp'])}, {shown(key['dtype'])}: eager vs CUDA graph"
+        + (f", {layers} layers per sample" if layers > 1 else "")
     )
     notes.append(
         "Host wall time per layer (GPU idle and L2 emptied before, synchronised after); kernels: each step "
-        "timed alone with cold L2, summed. Runs: " + ", ".join(sorted(ok["run_id"].astype(str).unique()))
+        "timed alone with cold L2, summed. Runs: " + ", ".join(sorted({shown(r) for r in ok["run_id"]}))
     )
-    return finish(fig, title, subtitle(ok, how="gemmbench layer"), notes)
+    fig = finish(fig, title, subtitle(ok, how="gemmbench layer"), notes)
+    headroom(ax, values)  # the totals written above the bars end inside the frame
+    return fig

@@ -44,8 +44,8 @@ class Report:
 
 
 def _num(x, spec: str, suffix: str = "") -> str:
-    if x is None or (isinstance(x, float) and math.isnan(x)) or x is pd.NA:
-        return "—"
+    if x is None or x is pd.NA or (isinstance(x, float) and math.isnan(x)):
+        return style.MISSING
     return format(float(x), spec) + suffix
 
 
@@ -55,6 +55,11 @@ def _fig_index(drawn: Sequence[style.Drawn]) -> dict:
 
 def _lookup(index: dict, key: dict) -> Optional[style.Drawn]:
     return index.get(tuple(sorted((k, str(v)) for k, v in key.items())))
+
+
+def _p20_p80(r) -> str:
+    lo, hi = _num(r["time_us_p20"], ".1f"), _num(r["time_us_p80"], ".1f")
+    return style.MISSING if style.MISSING in (lo, hi) else f"{lo}–{hi}"
 
 
 def winners(g: pd.DataFrame) -> pd.DataFrame:
@@ -78,7 +83,7 @@ def _ranges(w: pd.DataFrame) -> str:
 
 def _span(values: pd.Series, spec: str, suffix: str = "") -> str:
     if values.empty:
-        return "—"
+        return style.MISSING
     lo, hi = format(values.min(), spec), format(values.max(), spec)
     return f"{lo}{suffix}" if lo == hi else f"{lo}–{hi}{suffix}"
 
@@ -96,7 +101,13 @@ def _summary(rep: Report, keyed: list) -> None:
         sp = w["speedup"].dropna()
         pct = w["pct_of_roofline"].dropna()
         rows.append(
-            [style.gemm_title(k), k.get("timing_mode") or "", _ranges(w), _span(sp, ".2f", "×"), _span(pct, ".0f")]
+            [
+                style.gemm_title(k),
+                style.shown(k.get("timing_mode")),
+                _ranges(w),
+                _span(sp, ".2f", "×"),
+                _span(pct, ".0f"),
+            ]
         )
     if rows:
         rep.add("h", 2, "Summary")
@@ -121,7 +132,7 @@ def _gemm_section(rep: Report, k: dict, g: pd.DataFrame, figs: dict) -> None:
                     r["variant"],
                     _num(r["time_us_median"], ".1f"),
                     _num(r["speedup"], ".2f", "×"),
-                    str(r["baseline"]),
+                    style.shown(r["baseline"]),
                     _num(r["pct_of_roofline"], ".0f"),
                 ]
                 for _, r in w.iterrows()
@@ -135,13 +146,13 @@ def _gemm_section(rep: Report, k: dict, g: pd.DataFrame, figs: dict) -> None:
     table = []
     for _, r in g.sort_values(["M", "variant"]).iterrows():
         ok = r["status"] == "ok"
-        status = "ok" if ok else f"{r['status']}: {plotdata._short(str(r['reason'] or ''), 120)}"
+        status = "ok" if ok else f"{r['status']}: {plotdata._short(style.shown(r['reason']), 120)}"
         table.append(
             [
                 str(r["M"]),
                 r["variant"],
                 _num(r["time_us_median"], ".2f") if ok else "",
-                f"{_num(r['time_us_p20'], '.1f')}–{_num(r['time_us_p80'], '.1f')}" if ok else "",
+                _p20_p80(r) if ok else "",
                 _num(r["tflops"], ".1f") if ok else "",
                 _num(r["gbps"], ".0f") if ok else "",
                 _num(r["pct_of_roofline"], ".0f") if ok else "",
@@ -173,7 +184,9 @@ def _profile_section(rep: Report, profiles: pd.DataFrame) -> None:
         table = []
         for _, r in g.sort_values(["M", "variant"]).iterrows():
             if r["status"] != "ok":
-                table.append([str(r["M"]), r["variant"], "", "", "", "", "", "", f"{r['status']}: {r['reason']}"])
+                table.append(
+                    [str(r["M"]), r["variant"], "", "", "", "", "", "", f"{r['status']}: {style.shown(r['reason'])}"]
+                )
                 continue
             table.append(
                 [
@@ -212,15 +225,17 @@ def build(runs: Optional[pd.DataFrame], profiles: Optional[pd.DataFrame], files:
         for run, g in runs.groupby("run_id", sort=True):
             counts = g["status"].value_counts()
             first = g.iloc[0]
+            shown = style.shown  # a CPU run has no CUDA and no driver: N/A, never "nan"
             info.append(
                 [
                     str(run),
-                    str(first["shape_set"]),
-                    str(first["timing_mode"]),
+                    shown(first["shape_set"]),
+                    shown(first["timing_mode"]),
                     str(len(g)),
                     ", ".join(f"{counts[s]} {s}" for s in ("ok", "wrong", "error", "skipped") if s in counts),
-                    f"{first['gemmbench_version']} ({str(first['git_sha'] or '')[:12]})",
-                    f"torch {first['torch']}, triton {first['triton']}, CUDA {first['cuda']}, driver {first['driver']}",
+                    f"{shown(first['gemmbench_version'])} ({shown(first['git_sha'])[:12]})",
+                    f"torch {shown(first['torch'])}, triton {shown(first['triton'])}, CUDA {shown(first['cuda'])}, "
+                    f"driver {shown(first['driver'])}",
                 ]
             )
         rep.add("table", ["run", "shape set", "timing", "rows", "status", "gemmbench", "stack"], info, "lllrlll")

@@ -3,7 +3,6 @@ profile plot (DRAM throughput against the peak, L1 and L2 hit rates).  Same conv
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Optional
 
@@ -15,7 +14,7 @@ from matplotlib.patches import Patch
 
 from gemmbench import dtypes, metrics
 from gemmbench.plot import data as plotdata
-from gemmbench.plot.style import color, finish, gemm_title, legend, new_figure, subtitle
+from gemmbench.plot.style import add_note, colors, finish, gemm_title, headroom, legend, new_figure, shown, subtitle
 from gemmbench.profile.ncu import SUM_KERNEL
 from gemmbench.store import CELL_KEY, StoreError
 
@@ -47,6 +46,8 @@ def datasheet(gpu: Optional[str]) -> Optional[Datasheet]:
 
 
 def _unknown_gpu_note(gpu: str) -> str:
+    if gpu.startswith("CPU"):
+        return "A CPU run: no GPU datasheet ceilings, so no dashed lines."
     known = ", ".join(f"{d.product} ({name})" for name, d in DATASHEET.items())
     return f"No datasheet ceilings for {gpu!r}, so no dashed lines (gemmbench knows {known})."
 
@@ -59,8 +60,12 @@ def above_ceiling(g: pd.DataFrame) -> pd.DataFrame:
     return ok[ok["pct_of_roofline"] > 100.0]
 
 
-def _label(r) -> str:
-    return f"{r['gemm']}" + (f" tp{r['tp']}" if r["tp"] > 1 else "")
+def _label(r, tp: bool = True) -> str:
+    """'moe_w13 skewed tp2': the GEMM, its MoE routing where not uniform, its TP degree where > 1 (`tp`: False in
+    a panel of one TP, whose title says it)."""
+    routing = r.get("routing")
+    routed = isinstance(routing, str) and routing != "uniform"
+    return f"{r['gemm']}" + (f" {routing}" if routed else "") + (f" tp{r['tp']}" if tp and r["tp"] > 1 else "")
 
 
 def _memory_bound(r) -> bool:
@@ -85,25 +90,110 @@ def ceiling_warnings(g: pd.DataFrame) -> list[str]:
     ]
 
 
+# More GEMM/TP groups than this in one panel and their markers and M labels pile up on each other (GEMMs of one M
+# sit at nearly one intensity): the roofline is then drawn as one panel per TP degree, or per GEMM.
+MAX_GROUPS = 4
+
+
+def split_by(ok: pd.DataFrame) -> Optional[str]:
+    """How a roofline's rows are split into panels: None while one panel holds at most MAX_GROUPS GEMM/TP groups;
+    else "tp" (one panel per TP degree) where the rows hold several degrees, or "gemm" (one panel per GEMM)."""
+    if len({_label(r) for _, r in ok.iterrows()}) <= MAX_GROUPS:
+        return None
+    return "tp" if ok["tp"].nunique() > 1 else "gemm"
+
+
+def _panels(ok: pd.DataFrame, split: Optional[str]) -> list[tuple[Optional[str], pd.DataFrame]]:
+    """(panel title, its rows) for each panel."""
+    if split is None:
+        return [(None, ok)]
+    if split == "tp":
+        return [(f"TP={tp}", s) for tp, s in ok.groupby("tp", sort=True)]
+    return [(str(gemm), s) for gemm, s in ok.groupby("gemm", sort=False)]
+
+
+def _grid(n: int) -> tuple[int, int]:
+    cols = 1 if n == 1 else 2 if n <= 4 else 3
+    return -(-n // cols), cols
+
+
+# Where an M label may go, tried in order (offset in points, alignment): up-left first under the slanted roof,
+# where the points climb to the right; straight up first under the flat one, where M steps along the roof.
+SLANTED = [(-3, 5, "right", "bottom"), (3, -5, "left", "top"), (-4, -4, "right", "top"), (4, 4, "left", "bottom"),
+           (0, 9, "center", "bottom"), (0, -9, "center", "top")]  # fmt: skip
+FLAT = [(0, 10, "center", "bottom"), (0, -10, "center", "top"), (-5, 0, "right", "center"), (5, 0, "left", "center")]
+LABEL_PAD = 2.0  # pixels kept between an M label and the frame or another label (its white box reaches past it)
+
+
+def _m_labels(ax, ok: pd.DataFrame, ridge: Optional[float]) -> int:
+    """M written once per GEMM beside its fastest point, each where it overlaps no other label and stays inside
+    the frame (measured on the laid-out figure: call after finish()); a point whose M is already written beside a
+    point a few pixels away is left to that label.  Returns how many labels found no free place."""
+    frame = ax.get_window_extent()
+    taken = [t.get_window_extent().padded(LABEL_PAD) for t in ax.texts]  # the ridge's label
+    written: list[tuple[int, float, float]] = []  # (M, x, y pixels) of the points labelled so far
+    left_out = 0
+    for (gl, m), s in ok.groupby(["glabel", "M"], sort=False):
+        top = s.loc[s["tf"].idxmax()]
+        px, py = ax.transData.transform((top["ai"], top["tf"]))
+        # two GEMMs of nearly equal intensity (QKV and o at one M) would print "64" twice: one label serves both
+        if any(wm == m and abs(wx - px) < 12 and abs(wy - py) < 12 for wm, wx, wy in written):
+            continue
+        for dx, dy, ha, va in FLAT if ridge is not None and top["ai"] > ridge else SLANTED:
+            ann = ax.annotate(
+                str(m),
+                (top["ai"], top["tf"]),
+                xytext=(dx, dy),
+                textcoords="offset points",
+                fontsize=7,
+                ha=ha,
+                va=va,
+                color="#333333",
+                gid=f"m-label:{gl}:{m}",
+                bbox=dict(boxstyle="square,pad=0.1", fc="white", ec="none", alpha=0.75),
+            )
+            ann.set_in_layout(False)  # placed on the final layout: it must not move the axes it was placed in
+            box = ann.get_window_extent().padded(LABEL_PAD)
+            inside = frame.x0 <= box.x0 and box.x1 <= frame.x1 and frame.y0 <= box.y0 and box.y1 <= frame.y1
+            if inside and not any(box.overlaps(b) for b in taken):
+                taken.append(box)
+                written.append((m, px, py))
+                break
+            ann.remove()
+        else:
+            left_out += 1
+    return left_out
+
+
 def roofline(g: pd.DataFrame) -> Optional[Figure]:
     """Log-log TFLOP/s against arithmetic intensity (FLOPs / minimum bytes) for every GEMM of one dtype and timing
     mode: colour = variant, marker = GEMM, M written beside each GEMM's points; the ceilings measured in the run
-    (solid, with the band of bandwidths measured at the problems' sizes) and the datasheet's (dashed)."""
+    (solid, with the band of bandwidths measured at the problems' sizes) and the datasheet's (dashed).  More than
+    MAX_GROUPS GEMM/TP groups: one panel per TP degree (or per GEMM), on shared axes."""
     ok = g[(g["status"] == "ok") & g["flops"].notna() & g["bytes_min"].notna() & g["time_us_median"].notna()]
     if ok.empty:
         return None
+    split = split_by(ok)
     ok = ok.assign(
         ai=[metrics.intensity(f, b) for f, b in zip(ok["flops"], ok["bytes_min"], strict=False)],
         tf=[metrics.tflops(f, t) for f, t in zip(ok["flops"], ok["time_us_median"], strict=False)],
         glabel=[_label(r) for _, r in ok.iterrows()],
+        # the marker's GEMM: in a panel per TP degree the panel's title says the TP, so one GEMM keeps one shape
+        mlabel=[_label(r, tp=split != "tp") for _, r in ok.iterrows()],
     )
+    parts = _panels(ok, split)
     dtype = str(ok["dtype"].iloc[0])
     gpu = str(plotdata.gpu_names(ok).iloc[0])
     sheet = datasheet(gpu)
-    fig, axes = new_figure(8.6, 5.6)
-    ax = axes[0, 0]
-    ax.set_xscale("log")
-    ax.set_yscale("log")
+    rows, cols = _grid(len(parts))
+    if len(parts) == 1:
+        fig, axes = new_figure(8.6, 5.6)
+    else:
+        side = 4.4 if cols < 3 else 3.9  # inches a panel, so that three columns stay a page wide
+        fig, axes = new_figure(3.4 + side * cols, 0.8 + 0.85 * side * rows, rows, cols, sharex=True, sharey=True)
+    panel_axes = [axes[i // cols, i % cols] for i in range(len(parts))]
+    for i in range(len(parts), rows * cols):
+        axes[i // cols, i % cols].remove()  # an empty cell of the grid
 
     bw = ok["ceiling_bw_gbps"].dropna()
     peak = ok["ceiling_tflops"].dropna()
@@ -114,117 +204,113 @@ def roofline(g: pd.DataFrame) -> Optional[Figure]:
     x = np.geomspace(ok["ai"].min() / 2, max(ok["ai"].max() * 2, max(ridges, default=1.0) * 2.5), 400)
     notes = []
     handles = []
-    if has_measured:
-        bw_hi, bw_lo, pk = float(bw.max()), float(bw.min()), float(peak.median())
-        ridge = pk * 1e3 / bw_hi
-        mem = x <= ridge
-        ax.plot(x[mem], x[mem] * bw_hi / 1e3, color="black", lw=1.6, gid="ceiling:measured:memory")
-        ax.plot(x[~mem], np.full((~mem).sum(), pk), color="black", lw=1.6, gid="ceiling:measured:compute")
-        ax.fill_between(
-            x,
-            np.minimum(x * bw_lo / 1e3, pk),
-            np.minimum(x * bw_hi / 1e3, pk),
-            color="black",
-            alpha=0.07,
-            lw=0,
-            gid="ceiling:measured:band",
-        )
-        ax.plot([ridge], [pk], marker="o", ms=7, mfc="white", mec="black", mew=1.5, ls="none", gid="ridge:measured")
-        # the ridge's intensity on a dotted drop line, written at the bottom where no point sits
-        ax.axvline(ridge, color="black", lw=0.8, ls=":", gid="ridge:measured:line")
-        ax.annotate(
-            f"ridge {ridge:.0f} FLOP/B",
-            (ridge, 0.02),
-            xycoords=("data", "axes fraction"),
-            xytext=(4, 0),
-            textcoords="offset points",
-            fontsize=8,
-            rotation=90,
-            va="bottom",
-        )
-        handles.append((Line2D([], [], color="black", lw=1.6), f"measured: {bw_hi / 1e3:.2f} TB/s, {pk:.0f} TFLOP/s"))
-        handles.append(
-            (
-                Patch(facecolor="black", alpha=0.12, lw=0),
-                f"bandwidth at the problems' sizes: {bw_lo / 1e3:.2f}–{bw_hi / 1e3:.2f} TB/s",
+    for n, ax in enumerate(panel_axes):
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        first = n == 0  # the legend's entries and the notes, once
+        if has_measured:
+            bw_hi, bw_lo, pk = float(bw.max()), float(bw.min()), float(peak.median())
+            ridge = pk * 1e3 / bw_hi
+            mem = x <= ridge
+            ax.plot(x[mem], x[mem] * bw_hi / 1e3, color="black", lw=1.6, gid="ceiling:measured:memory")
+            ax.plot(x[~mem], np.full((~mem).sum(), pk), color="black", lw=1.6, gid="ceiling:measured:compute")
+            ax.fill_between(
+                x,
+                np.minimum(x * bw_lo / 1e3, pk),
+                np.minimum(x * bw_hi / 1e3, pk),
+                color="black",
+                alpha=0.07,
+                lw=0,
+                gid="ceiling:measured:band",
             )
-        )
-        notes.append(
-            f"Solid: ceilings measured in this run: {bw_hi:.0f} GB/s, the streaming-read bandwidth at the "
-            f"largest problem's size (shaded down to {bw_lo:.0f} GB/s, the bandwidth at the smallest: each "
-            f"point's own bound uses the bandwidth at its size), and {pk:.0f} TFLOP/s, a cuBLAS 8192³ "
-            f"{dtype} GEMM."
-        )
-    else:
-        notes.append("No measured ceilings in these rows (a CPU run, or no ceiling measurement).")
-    if sheet and dtype in sheet.tflops:
-        sp, sb = sheet.tflops[dtype], sheet.bw_gbps
-        sridge = sp * 1e3 / sb
-        ax.plot(x, np.minimum(x * sb / 1e3, sp), color="#555555", lw=1.2, ls="--", gid="ceiling:datasheet")
-        ax.plot([sridge], [sp], marker="o", ms=5, mfc="white", mec="#555555", ls="none", gid="ridge:datasheet")
-        handles.append(
-            (
-                Line2D([], [], color="#555555", lw=1.2, ls="--"),
-                f"datasheet {sheet.product}: {sb / 1e3:.2f} TB/s, {sp:.0f} TFLOP/s",
+            ax.plot([ridge], [pk], marker="o", ms=7, mfc="white", mec="black", mew=1.5, ls="none", gid="ridge:measured")
+            # the ridge's intensity on a dotted drop line, written at the bottom where no point sits
+            ax.axvline(ridge, color="black", lw=0.8, ls=":", gid="ridge:measured:line")
+            ax.annotate(
+                f"ridge {ridge:.0f} FLOP/B",
+                (ridge, 0.02),
+                xycoords=("data", "axes fraction"),
+                xytext=(4, 0),
+                textcoords="offset points",
+                fontsize=8,
+                rotation=90,
+                va="bottom",
+                gid="ridge:measured:label",
             )
-        )
-    else:
-        notes.append(_unknown_gpu_note(gpu))
+            if first:
+                handles.append(
+                    (Line2D([], [], color="black", lw=1.6), f"measured: {bw_hi / 1e3:.2f} TB/s, {pk:.0f} TFLOP/s")
+                )
+                handles.append(
+                    (
+                        Patch(facecolor="black", alpha=0.12, lw=0),
+                        f"bandwidth at the problems' sizes: {bw_lo / 1e3:.2f}–{bw_hi / 1e3:.2f} TB/s",
+                    )
+                )
+                notes.append(
+                    f"Solid: ceilings measured in this run: {bw_hi:.0f} GB/s, the streaming-read bandwidth at the "
+                    f"largest problem's size (shaded down to {bw_lo:.0f} GB/s, the bandwidth at the smallest: each "
+                    f"point's own bound uses the bandwidth at its size), and {pk:.0f} TFLOP/s, a cuBLAS 8192³ "
+                    f"{dtype} GEMM."
+                )
+        elif first:
+            notes.append("No measured ceilings in these rows (a CPU run, or no ceiling measurement).")
+        if sheet and dtype in sheet.tflops:
+            sp, sb = sheet.tflops[dtype], sheet.bw_gbps
+            sridge = sp * 1e3 / sb
+            ax.plot(x, np.minimum(x * sb / 1e3, sp), color="#555555", lw=1.2, ls="--", gid="ceiling:datasheet")
+            ax.plot([sridge], [sp], marker="o", ms=5, mfc="white", mec="#555555", ls="none", gid="ridge:datasheet")
+            if first:
+                handles.append(
+                    (
+                        Line2D([], [], color="#555555", lw=1.2, ls="--"),
+                        f"datasheet {sheet.product}: {sb / 1e3:.2f} TB/s, {sp:.0f} TFLOP/s",
+                    )
+                )
+        elif first:
+            notes.append(_unknown_gpu_note(gpu))
 
-    gemms = list(dict.fromkeys(ok["glabel"]))
+    gemms = list(dict.fromkeys(ok["mlabel"]))
     marker = {gl: MARKERS[i % len(MARKERS)] for i, gl in enumerate(gemms)}
     hollow = {gl: len(MARKERS) <= i < 2 * len(MARKERS) for i, gl in enumerate(gemms)}  # 15th to 28th GEMM
     variants = sorted(ok["variant"].astype(str).unique())
+    palette = colors(variants)
     # variants within a few % of each other sit on one spot: each later variant's marker is smaller, so every
     # colour stays visible as a ring around the next
     size = dict(zip(variants, np.linspace(64, 16, len(variants)) if len(variants) > 1 else [36], strict=False))
-    for (gl, variant), s in sorted(ok.groupby(["glabel", "variant"], sort=False), key=lambda x: -size[x[0][1]]):
-        c = color(str(variant))
-        ax.scatter(
-            s["ai"],
-            s["tf"],
-            marker=marker[gl],
-            s=size[variant],
-            facecolors="none" if hollow[gl] else c,
-            edgecolors=c if hollow[gl] else "white",
-            linewidths=1.2 if hollow[gl] else 0.4,
-            zorder=3,
-            gid=f"points:{gl}:{variant}",
-        )
-    placed = []  # (M, log10 x, log10 y) of the labels so far
-    for (gl, m), s in ok.groupby(["glabel", "M"], sort=False):  # M once per GEMM, beside its fastest point
-        top = s.loc[s["tf"].idxmax()]
-        lx, ly = math.log10(top["ai"]), math.log10(top["tf"])
-        # two GEMMs of nearly equal intensity (QKV and o at one M) would print "6464": one label serves both
-        if any(pm == m and abs(px - lx) < 0.12 and abs(py - ly) < 0.12 for pm, px, py in placed):
-            continue
-        placed.append((m, lx, ly))
-        # left of the point under the slanted roof; above it under the flat one, where M steps along the roof
-        flat = bool(ridges) and top["ai"] > ridges[0]
-        ax.annotate(
-            str(m),
-            (top["ai"], top["tf"]),
-            xytext=(0, 10) if flat else (-3, 5),
-            textcoords="offset points",
-            fontsize=7,
-            ha="center" if flat else "right",
-            color="#333333",
-            gid=f"m-label:{gl}:{m}",
-            bbox=dict(boxstyle="square,pad=0.1", fc="white", ec="none", alpha=0.75),
-        )
+    for ax, (name, p) in zip(panel_axes, parts, strict=True):
+        if name is not None:
+            ax.set_title(name, fontsize=9)
+        groups = sorted(p.groupby(["glabel", "mlabel", "variant"], sort=False), key=lambda x: -size[x[0][2]])
+        for (gl, ml, variant), s in groups:
+            c = palette[str(variant)]
+            ax.scatter(
+                s["ai"],
+                s["tf"],
+                marker=marker[ml],
+                s=size[variant],
+                facecolors="none" if hollow[ml] else c,
+                edgecolors=c if hollow[ml] else "white",
+                linewidths=1.2 if hollow[ml] else 0.4,
+                zorder=3,
+                gid=f"points:{gl}:{variant}",
+            )
+        over = above_ceiling(p)
+        if len(over):
+            over = p.loc[over.index]
+            ax.scatter(
+                over["ai"],
+                over["tf"],
+                s=140,
+                facecolors="none",
+                edgecolors="red",
+                linewidths=1.4,
+                zorder=4,
+                gid="above-ceiling",
+            )
     over = above_ceiling(ok)
     if len(over):
         over = ok.loc[over.index]
-        ax.scatter(
-            over["ai"],
-            over["tf"],
-            s=140,
-            facecolors="none",
-            edgecolors="red",
-            linewidths=1.4,
-            zorder=4,
-            gid="above-ceiling",
-        )
         handles.append(
             (Line2D([], [], ls="none", marker="o", ms=10, mfc="none", mec="red", mew=1.4), "above its measured ceiling")
         )
@@ -246,12 +332,21 @@ def roofline(g: pd.DataFrame) -> Optional[Figure]:
         + ([float(peak.max())] if has_measured else [])
         + ([sheet.tflops[dtype]] if sheet and dtype in sheet.tflops else [])
     )
-    ax.set_ylim(ok["tf"].min() / 2, ymax * 1.6)
-    ax.set_xlim(x[0], x[-1])
-    ax.set_xlabel("arithmetic intensity (FLOP per byte of minimum DRAM traffic)")
-    ax.set_ylabel("TFLOP/s")
-    ax.grid(True, which="major", alpha=0.3)
-    handles += [(Line2D([], [], ls="none", marker="o", ms=6, color=color(v)), v) for v in variants]
+    for n, ax in enumerate(panel_axes):
+        ax.set_ylim(ok["tf"].min() / 2, ymax * 1.6)
+        ax.set_xlim(x[0], x[-1])
+        ax.grid(True, which="major", alpha=0.3)
+        if n + cols >= len(parts):  # the lowest panel of its column: shared x axes show tick labels there only
+            ax.tick_params(labelbottom=True)
+            # the long form is wider than a panel of a grid: side by side, two would run into each other
+            ax.set_xlabel(
+                "arithmetic intensity (FLOP per byte of minimum DRAM traffic)"
+                if len(parts) == 1
+                else "FLOP per byte of minimum DRAM traffic"
+            )
+        if n % cols == 0:
+            ax.set_ylabel("TFLOP/s")
+    handles += [(Line2D([], [], ls="none", marker="o", ms=6, color=palette[v]), v) for v in variants]
     handles += [
         (
             Line2D(
@@ -263,16 +358,28 @@ def roofline(g: pd.DataFrame) -> Optional[Figure]:
     ]
     if len(gemms) > 2 * len(MARKERS):
         notes.append(f"{len(gemms)} GEMMs share {2 * len(MARKERS)} marker shapes: narrow with --shapes or --tp.")
-    legend(ax, [h for h, _ in handles], [lab for _, lab in handles])
+    legend(panel_axes[min(cols, len(parts)) - 1], [h for h, _ in handles], [lab for _, lab in handles])
     notes.append(
         "Numbers beside the points: M. Minimum bytes: A and B read once, C written once"
         + (" (MoE: the weights of the experts hit)." if (ok["E"] > 1).any() else ".")
     )
+    if split is not None:
+        notes.append(
+            f"{ok['glabel'].nunique()} GEMM/TP groups: one panel per {'TP degree' if split == 'tp' else 'GEMM'}, "
+            f"on shared axes."
+        )
     notes.append(plotdata.not_drawn(g))
     sets = ", ".join(sorted(ok["shape_set"].astype(str).unique()))
     tps = sorted(ok["tp"].unique())
     tp = f", TP={tps[0]}" if len(tps) == 1 and tps[0] > 1 else ""
-    return finish(fig, f"Roofline: {sets}{tp}, {dtype}", subtitle(g), notes)
+    fig = finish(fig, f"Roofline: {sets}{tp}, {dtype}", subtitle(g), notes)
+    fig.draw_without_rendering()  # the final layout, on which the M labels are placed
+    left_out = sum(
+        _m_labels(ax, p, ridges[0] if ridges else None) for ax, (_, p) in zip(panel_axes, parts, strict=True)
+    )
+    if left_out:
+        add_note(fig, f"{left_out} M label(s) left out where every place beside the point was taken.")
+    return fig
 
 
 # ------------------------------------------------------------------ Nsight Compute profiles
@@ -302,6 +409,8 @@ def profile(g: pd.DataFrame) -> Optional[Figure]:
     sheet = datasheet(gpu)
     fig, axes = new_figure(11.0, 4.0, ncols=3, width_ratios=[1.4, 1, 1])
     width = 0.8 / len(variants)
+    palette = colors(variants)
+    values: dict = {}  # axes -> the value labels on its bars
     panels = (
         ("ncu_dram_gbps", "DRAM throughput (GB/s)"),
         ("ncu_l1_hit_pct", "L1 hit rate (%)"),
@@ -312,20 +421,23 @@ def profile(g: pd.DataFrame) -> Optional[Figure]:
             s = ok[ok["variant"] == v].set_index("M")
             xs = [j + (i - (len(variants) - 1) / 2) * width for j, m in enumerate(ms) if m in s.index]
             ys = [float(s.loc[m, col]) for m in ms if m in s.index]
-            bars = ax.bar(xs, ys, width * 0.95, color=color(v), label=v, gid=f"bars:{col}:{v}")
+            bars = ax.bar(xs, ys, width * 0.95, color=palette[v], label=v, gid=f"bars:{col}:{v}")
             if col == "ncu_dram_gbps":
                 pct = [
                     float(s.loc[m, "ncu_dram_gbps"] / s.loc[m, "ncu_dram_peak_gbps"] * 100) for m in ms if m in s.index
                 ]
-                ax.bar_label(bars, [f"{p:.0f}%" for p in pct], fontsize=6.5, padding=1)
+                texts = ax.bar_label(bars, [f"{p:.0f}%" for p in pct], fontsize=6.5, padding=1)
             else:  # labels of rates under 1% would run into each other at the axis: one note says so instead
-                ax.bar_label(
+                texts = ax.bar_label(
                     bars, ["" if y < 1 else f"{y:.1f}" if y < 10 else f"{y:.0f}" for y in ys], fontsize=6.5, padding=1
                 )
                 if any(y < 1 for y in ys) and not any(t.get_gid() == "under1" for t in ax.texts):
                     ax.text(
                         0.02, 0.97, "unlabelled bars: < 1%", transform=ax.transAxes, fontsize=7, va="top", gid="under1"
                     )
+            for t in texts:
+                t.set_gid(f"value:{col}:{v}")
+            values.setdefault(ax, []).extend(texts)
         ax.set_xticks(range(len(ms)), [str(m) for m in ms])
         ax.set_xlabel("tokens (M)" if (k.get("E") or 1) > 1 else "M")
         ax.set_ylabel(ylabel)
@@ -335,7 +447,18 @@ def profile(g: pd.DataFrame) -> Optional[Figure]:
     dram = axes[0, 0]
     peak = float(ok["ncu_dram_peak_gbps"].median())
     dram.axhline(peak, color="black", lw=1.2, gid="peak:ncu")
-    dram.text(-0.45, peak, f"peak (ncu) {peak / 1e3:.2f} TB/s", fontsize=7.5, va="bottom")
+    values[dram].append(
+        # x in axes fraction: at a data x left of the first bar it started outside the frame
+        dram.text(
+            0.01,
+            peak,
+            f"peak (ncu) {peak / 1e3:.2f} TB/s",
+            transform=dram.get_yaxis_transform(),
+            fontsize=7.5,
+            va="bottom",
+            gid="peak:ncu:label",
+        )
+    )
     notes = [
         "Nsight Compute, one eager launch per cell, caches flushed, clocks not locked; the sum over a cell's "
         "kernels. Labels on the bars: DRAM throughput as % of the peak ncu reports (bytes/cycle × DRAM clock)."
@@ -350,7 +473,10 @@ def profile(g: pd.DataFrame) -> Optional[Figure]:
     notes.append(plotdata.not_drawn(g))
     notes.append(
         ("Profile run: " if ok["run_id"].nunique() == 1 else "Profile runs: ")
-        + ", ".join(sorted(ok["run_id"].astype(str).unique()))
+        + ", ".join(sorted({shown(r) for r in ok["run_id"]}))
     )
     legend(axes[0, -1], *axes[0, 0].get_legend_handles_labels())
-    return finish(fig, f"DRAM throughput and cache hit rates: {gemm_title(k)}", subtitle(g, "Nsight Compute"), notes)
+    fig = finish(fig, f"DRAM throughput and cache hit rates: {gemm_title(k)}", subtitle(g, "Nsight Compute"), notes)
+    for ax, texts in values.items():
+        headroom(ax, texts)  # the values written above the bars (a 100% hit rate too) end inside the frame
+    return fig

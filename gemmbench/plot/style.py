@@ -5,24 +5,25 @@ drawing code)."""
 from __future__ import annotations
 
 import io
+import math
 import textwrap
 from dataclasses import dataclass, field
-from typing import Optional, Sequence
+from typing import Iterable, Optional, Sequence
 
 import pandas as pd
 from matplotlib import colormaps
 from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.colors import to_hex
+from matplotlib.colors import hsv_to_rgb, to_hex, to_rgb
 from matplotlib.figure import Figure
+from matplotlib.text import Annotation
 from matplotlib.ticker import NullLocator
 
 from gemmbench import registry
 from gemmbench.plot import data as plotdata
 
-# tab20 without its light halves first, then the light ones: 20 colours, the first 10 strongly distinct
-PALETTE = [to_hex(c) for c in colormaps["tab20"].colors[0::2] + colormaps["tab20"].colors[1::2]]
-DPI = 150
+DPI = 150  # the figures are laid out at the resolution they are saved at, so what a test measures is what is saved
 FOOT_PT = 7.5  # footnote font size, points
+MISSING = "N/A"  # how a figure or the report writes a value the rows lack (never "nan" or "None")
 
 TIMING = {
     "cold": "cold timing (L2 emptied before each call)",
@@ -32,21 +33,88 @@ TIMING = {
 }
 
 
-def color(label: str) -> str:
-    """The colour of a series: its variant's place in the registry (built-ins first, in registration order, then
-    plugins), so a kernel keeps its colour from plot to plot and no two built-ins share one."""
-    variant = label.split(" (")[0]  # "variant (run)" series share the variant's colour
+def _chromatic(c) -> bool:
+    """Not a grey: black, greys and white mean something else in the figures (ceilings, the datasheet, the GEMM
+    marker key, a layer bar's launch gaps), so no series may wear one."""
+    r, g, b = to_rgb(c)
+    return max(r, g, b) - min(r, g, b) > 0.1
+
+
+# tab20's two greys wear a colour of their own (teal, gold) in the registry's colours: every other built-in keeps
+# the colour it had
+GREY_STAND_INS = {"#7f7f7f": "#1b9e77", "#c7c7c7": "#e7ba52"}
+
+
+def _palette() -> list[str]:
+    """tab20's strong halves, then its light halves (the registry's 18 built-ins fit in these 20), greys stood in
+    for; then tab20b's colours by shade and Dark2's: colours for plugins and for series that are not a variant."""
+    tab20, tab20b = colormaps["tab20"].colors, colormaps["tab20b"].colors
+    base = [GREY_STAND_INS.get(to_hex(c), to_hex(c)) for c in tab20[0::2] + tab20[1::2]]
+    more = [to_hex(tab20b[i]) for k in (0, 2, 1, 3) for i in range(k, 20, 4)] + [
+        to_hex(c) for c in colormaps["Dark2"].colors
+    ]
+    out: list[str] = []
+    for c in base + more:
+        if _chromatic(c) and c not in out:
+            out.append(c)
+    return out
+
+
+PALETTE = _palette()
+
+
+def _generated(i: int) -> str:
+    """The i-th colour past the palette, for a figure with more series than it has colours: golden-ratio steps
+    around the hue circle at three brightnesses (distinct enough to tell apart, never a grey)."""
+    return to_hex(hsv_to_rgb(((i * 0.6180339887) % 1.0, 0.75 - 0.15 * (i // 3 % 2), 0.9 - 0.2 * (i % 3))))
+
+
+def variant_color(variant: str) -> Optional[str]:
+    """A registered variant's own colour: its place in the registry (built-ins first, in registration order, then
+    plugins), so that a kernel keeps its colour from figure to figure.  None for anything else."""
     names = [v.name for v in registry.all_variants()]  # its first call imports every kernel module
-    if variant in names:
-        return PALETTE[names.index(variant) % len(PALETTE)]
-    return PALETTE[sum(map(ord, variant)) % len(PALETTE)]  # stable across runs (hash() is salted per process)
+    return PALETTE[names.index(variant) % len(PALETTE)] if variant in names else None
+
+
+def colors(labels: Iterable[str]) -> dict[str, str]:
+    """One colour per series label of one figure, never two the same.  A label that is a registered variant gets
+    the variant's own colour (variant_color); every other label (a layer plan "a+b", a "variant (run)" series, an
+    unregistered name) and a variant whose colour another series of this figure already wears get the first
+    colours left, in the order given: first the palette's colours that no registered variant owns, so that such a
+    series does not look like a kernel of another figure, then generated ones (never a grey)."""
+    labels = list(dict.fromkeys(str(x) for x in labels))
+    owned = {variant_color(v.name) for v in registry.all_variants()}
+    out: dict[str, str] = {}
+    for label in labels:
+        c = variant_color(label)
+        if c is not None and c not in out.values():  # a plugin past the palette can wrap onto a built-in's colour
+            out[label] = c
+    # tab20b's and Dark2's colours before tab20's two light ones that no built-in wears: a plan's graph bar is its
+    # colour mixed with white, which a light colour does not survive
+    spare = (c for c in PALETTE[20:] + PALETTE[:20] + [_generated(i) for i in range(2 * len(labels))] if c not in owned)
+    for label in labels:
+        if label not in out:
+            out[label] = next(c for c in spare if c not in out.values())
+    return {label: out[label] for label in labels}
+
+
+def lighter(c: str, share: float = 0.5) -> str:
+    """`c` mixed with white (a real colour, not transparency: grid lines do not show through a bar)."""
+    return to_hex([x + (1.0 - x) * share for x in to_rgb(c)])
+
+
+def shown(value) -> str:
+    """A value as a figure or the report writes it: MISSING for None, NaN, pandas' NA or an empty string."""
+    if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)) or str(value) == "":
+        return MISSING
+    return str(value)
 
 
 # ------------------------------------------------------------------ figure scaffolding shared with plot.roofline
 
 
 def new_figure(width: float, height: float, nrows: int = 1, ncols: int = 1, **kw):
-    fig = Figure(figsize=(width, height), layout="constrained")
+    fig = Figure(figsize=(width, height), dpi=DPI, layout="constrained")
     FigureCanvasAgg(fig)
     axes = fig.subplots(nrows, ncols, squeeze=False, **kw)
     return fig, axes
@@ -64,17 +132,28 @@ def finish(fig: Figure, title: str, sub: str, notes: Sequence[Optional[str]]) ->
     """Title (what; GPU, date, timing) and a footnote under the axes; the figure grows by the footnote's height
     so that the plot area stays the size asked for."""
     fig.suptitle(f"{title}\n{sub}", fontsize=10.5)
-    notes = [n for n in notes if n]
-    if notes:
-        width, height = fig.get_size_inches()
-        chars = int(width * 72 / (FOOT_PT * 0.6))  # about how many characters of 7.5 pt fit across
-        text = "\n".join(textwrap.fill(n, chars, subsequent_indent="  ") for n in notes)
-        extra = (text.count("\n") + 1) * FOOT_PT * 1.3 / 72 + 0.12  # inches
-        fig.set_size_inches(width, height + extra)
-        frac = extra / (height + extra)
-        fig.get_layout_engine().set(rect=(0, frac, 1, 1 - frac))
-        fig.text(0.008, 0.008, text, fontsize=FOOT_PT, color="#333333", ha="left", va="bottom", gid="footnote")
+    for note in notes:
+        if note:
+            add_note(fig, note)
     return fig
+
+
+def add_note(fig: Figure, note: str) -> None:
+    """One more paragraph in the footnote (made on the first); the figure grows by its lines, so the axes keep
+    their size in inches and what was placed on them (add_note may follow the placing of labels) stays put."""
+    width, height = fig.get_size_inches()
+    chars = int(width * 72 / (FOOT_PT * 0.6))  # about how many characters of 7.5 pt fit across
+    text = textwrap.fill(note, chars, subsequent_indent="  ")
+    foot = [t for t in fig.texts if t.get_gid() == "footnote"]
+    old = fig.get_layout_engine().get()["rect"][1] * height  # inches under the layout: the footnote so far
+    added = (text.count("\n") + 1) * FOOT_PT * 1.3 / 72 + (0.0 if foot else 0.12)
+    fig.set_size_inches(width, height + added)
+    frac = (old + added) / (height + added)
+    fig.get_layout_engine().set(rect=(0, frac, 1, 1 - frac))
+    if foot:
+        foot[0].set_text(foot[0].get_text() + "\n" + text)
+    else:
+        fig.text(0.008, 0.008, text, fontsize=FOOT_PT, color="#333333", ha="left", va="bottom", gid="footnote")
 
 
 def m_axis(ax, ms, moe: bool) -> None:
@@ -86,10 +165,47 @@ def m_axis(ax, ms, moe: bool) -> None:
     ax.grid(True, which="major", alpha=0.3)
 
 
-def legend(ax, handles=None, labels=None, title: Optional[str] = None):
-    """To the right of `ax`, below the figure's title (constrained layout makes room for it)."""
-    kw = {} if handles is None else {"handles": handles, "labels": labels}
+def headroom(ax, texts: Sequence, pad: float = 3.0) -> None:
+    """Raise the top of `ax`'s linear y axis until every text of `texts` (value labels standing on data values: an
+    ax.text or an annotation at a data point, its offset included) ends `pad` pixels below the frame.  Measured
+    on the laid-out figure: a label's height is fixed in points while the bars scale with the axis, so the top
+    that fits follows from the label's pixel height (call after finish(), which sizes the figure)."""
+    fig = ax.figure
+    for _ in range(4):  # a new top can change the tick labels' width and so the layout a little: measure again
+        fig.draw_without_rendering()
+        box = ax.get_window_extent()
+        lo, hi = ax.get_ylim()
+        top = hi
+        for t in texts:
+            if not t.get_visible() or not t.get_text().strip():
+                continue
+            # where the label stands, in pixels (an annotation at a data point; a text in any of the axes' transforms)
+            anchor = (
+                ax.transData.transform(t.xy)[1]
+                if isinstance(t, Annotation)
+                else t.get_transform().transform(t.get_position())[1]
+            )
+            y = ax.transData.inverted().transform((box.x0, anchor))[1]
+            height = t.get_window_extent().y1 - anchor  # pixels from its data value to its top
+            room = box.height - height - pad
+            if room > 0:
+                top = max(top, lo + (y - lo) * box.height / room)
+        if top <= hi + (hi - lo) * 1e-6:
+            return
+        ax.set_ylim(lo, top)
+
+
+def legend(ax, handles=None, labels=None, title: Optional[str] = None, **kw):
+    """To the right of `ax`, below the figure's title (constrained layout makes room for it), in as many columns
+    as its entries need to fit the figure's height (one column taller than the figure squeezes the axes to
+    nothing)."""
+    if handles is None:
+        handles, labels = ax.get_legend_handles_labels()
+    rows = max(8, int((ax.figure.get_size_inches()[1] - 1.2) * 72 / 12.5))  # 8 pt entries, 0.5 spacing
+    kw.setdefault("ncols", max(1, -(-len(handles) // rows)))
     return ax.legend(
+        handles,
+        labels,
         loc="upper left",
         bbox_to_anchor=(1.02, 1.0),
         borderaxespad=0.0,
@@ -102,14 +218,14 @@ def legend(ax, handles=None, labels=None, title: Optional[str] = None):
 
 
 def gemm_title(k: dict) -> str:
-    parts = [f"N={k['N']}", f"K={k['K']}"]
+    parts = [f"N={shown(k.get('N'))}", f"K={shown(k.get('K'))}"]
     if (k.get("E") or 1) > 1:
-        parts.append(f"E={k['E']} top-{k['topk']}")
+        parts.append(f"E={k['E']} top-{shown(k.get('topk'))}")
         if k.get("routing") not in (None, "uniform"):
             parts.append(f"{k['routing']} routing")
     if (k.get("tp") or 1) > 1:
         parts.append(f"TP={k['tp']}")
-    return f"{k['gemm']} ({', '.join(parts)}), {k['dtype']}"
+    return f"{shown(k.get('gemm'))} ({', '.join(parts)}), {shown(k.get('dtype'))}"
 
 
 @dataclass
