@@ -24,7 +24,7 @@ import tempfile
 import threading
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Optional, Protocol
+from typing import Callable, Optional
 
 MAX_DEATHS = 3
 WORKER_START_TIMEOUT_S = 300  # importing torch and measuring ceilings on a cold machine
@@ -61,16 +61,21 @@ class WorkerOptions:
     env: dict = field(default_factory=dict)
 
 
-class Sink(Protocol):
-    """Where a pool's events go.  Called under one lock, so a sink may update one progress bar and one file."""
+class Sink:
+    """Where a pool's events go (a command subclasses it; what it does not need stays a no-op).  Called under one
+    lock, so a sink may update one progress bar and one file."""
 
-    def begin(self, cell: Cell, item: str, phase: str, gpu: Optional[int]) -> None: ...
+    def begin(self, cell: Cell, item: str, phase: str, gpu: Optional[int]) -> None:
+        """Work on `item` that could fault starts (phase: make, check, time, tune, profile, layer)."""
 
-    def result(self, cell: Cell, item: str, rows: list, passed: bool, gpu: Optional[int]) -> None: ...
+    def result(self, cell: Cell, item: str, rows: list, passed: bool, gpu: Optional[int]) -> None:
+        """`item` is finished: its rows (any status)."""
 
-    def lost(self, cell: Cell, item: str, reason: str, gpu: Optional[int]) -> None: ...
+    def lost(self, cell: Cell, item: str, reason: str, gpu: Optional[int]) -> None:
+        """`item` has no outcome from its worker (it died on it, or no GPU is left): why."""
 
-    def note(self, text: str) -> None: ...
+    def note(self, text: str) -> None:
+        """A line for the user (a GPU given up, a fresh worker)."""
 
     def closed(self, cell: Cell, log: str, code: int) -> None:
         """A cell's own worker (prefix) has exited; its output (the tool's too) and exit code."""

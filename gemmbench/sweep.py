@@ -14,7 +14,7 @@ from typing import Callable, Optional
 
 from gemmbench import device, registry, shard
 from gemmbench.inputs import cell_seed
-from gemmbench.pool import Cell, Pool, PoolError, WorkerOptions
+from gemmbench.pool import Cell, Pool, PoolError, Sink, WorkerOptions
 from gemmbench.shapes import Problem
 from gemmbench.store import cell_columns
 from gemmbench.timing import L2_STATE
@@ -61,7 +61,7 @@ def error_row(problem: Problem, variant: str, reason: str, timing: str) -> dict:
 
 
 @dataclass
-class _Sink:
+class _Sink(Sink):
     """Rows to the writer (stamped with the run and the time), progress to the command."""
 
     writer: object

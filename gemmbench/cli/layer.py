@@ -26,7 +26,7 @@ from gemmbench.cli.common import (
     positive_budget,
     progress_bar,
 )  # fmt: skip
-from gemmbench.pool import Cell, Pool, PoolError, WorkerOptions
+from gemmbench.pool import Cell, Pool, PoolError, Sink, WorkerOptions
 
 LayerModel = Annotated[
     str,
@@ -149,7 +149,7 @@ def _cell(sset, model, run_id, t, d, M, steps, seed, layers, budget):
     return Cell("layer", payload, (label,), label)
 
 
-class _LayerSink:
+class _LayerSink(Sink):
     """Every plan's rows into the layer table, rewritten after each (an interrupted sweep keeps what it measured)."""
 
     def __init__(self, path: Path, progress, bar):
@@ -176,9 +176,6 @@ class _LayerSink:
 
     def note(self, text: str) -> None:
         self.progress.console.print(escape(text), highlight=False)
-
-    def closed(self, cell, log, code) -> None:
-        pass
 
 
 def _sweep(cells: list, path: Path, worker) -> list:

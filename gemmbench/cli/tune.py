@@ -30,7 +30,7 @@ from gemmbench.cli.common import (
     progress_bar,
     shard_option,
 )  # fmt: skip
-from gemmbench.pool import Cell, Pool, PoolError, WorkerOptions
+from gemmbench.pool import Cell, Pool, PoolError, Sink, WorkerOptions
 
 TuneShapes = Annotated[str, typer.Option(help="Built-in shape set or a YAML path.")]
 TuneVariants = Annotated[str, typer.Option(help="Comma-separated globs of tunable (Triton) variants.")]
@@ -169,7 +169,7 @@ def cells(jobs: list, seed: int) -> list:
 # ---------------------------------------------------------------- tuning them
 
 
-class Report:
+class Report(Sink):
     """The pool's events for the jobs, as one progress bar and one table (a Sink of gemmbench.pool)."""
 
     def __init__(self, jobs: list, progress):
@@ -199,9 +199,6 @@ class Report:
 
     def note(self, text: str) -> None:
         self.progress.console.print(escape(text), highlight=False, soft_wrap=True)
-
-    def closed(self, cell, log, code) -> None:
-        pass
 
     def table(self, title: str) -> Table:
         results = Table(title=title)

@@ -24,7 +24,7 @@ import pandas as pd
 from gemmbench import device, dtypes, metrics
 from gemmbench.inputs import cell_seed
 from gemmbench.nvtx_ranges import cell_name, domain_in_use, range_name
-from gemmbench.pool import Cell, Pool, WorkerOptions, exit_hint
+from gemmbench.pool import Cell, Pool, Sink, WorkerOptions, exit_hint
 from gemmbench.profile import ncu, nsys
 from gemmbench.shapes import Problem
 from gemmbench.store import CELL_KEY, PROFILE_SCHEMA, cell_columns, cell_keys
@@ -57,7 +57,7 @@ def _last_error(output: str, code: int) -> str:
     return f"the profiled process failed ({how}): {hint}"
 
 
-class _Outcome:
+class _Outcome(Sink):
     """A Sink of gemmbench.pool for one profiled cell: the worker's outcome (or why it has none), the tool's output."""
 
     def __init__(self):
@@ -65,17 +65,11 @@ class _Outcome:
         self.why_lost: Optional[str] = None
         self.output, self.code = "", 0
 
-    def begin(self, cell, item, phase, gpu) -> None:
-        pass
-
     def result(self, cell, item, rows, passed, gpu) -> None:
         self.outcome = rows[0]
 
     def lost(self, cell, item, reason, gpu) -> None:
         self.why_lost = reason
-
-    def note(self, text: str) -> None:
-        pass
 
     def closed(self, cell, log, code) -> None:
         self.output, self.code = log, code
