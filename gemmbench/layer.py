@@ -33,7 +33,7 @@ import pandas as pd
 import torch
 
 from gemmbench import check as check_mod
-from gemmbench import registry, shapes, timing
+from gemmbench import hf_config, registry, shapes, timing
 from gemmbench.inputs import cell_seed, make_inputs
 from gemmbench.metrics import summarize
 from gemmbench.shapes import Problem, ShapeSet
@@ -60,7 +60,7 @@ def resolve_model(spec: str) -> ShapeSet:
         return shapes.load(MODELS[spec])
     path = Path(spec)
     if path.suffix == ".json":
-        name, text = shapes.from_hf_config(path)
+        name, text = hf_config.from_hf_config(path)
         return shapes.load_text(str(path), text)
     try:
         return shapes.load(spec)

@@ -1,5 +1,7 @@
 """YAML shape sets -> frozen problem descriptions; M sweeps; tensor-parallel division.
 
+Model configs (config.json) become shape sets in gemmbench/hf_config.py.
+
 A shape set is a YAML file (built-ins live in shapes/, installed as ``gemmbench.shapesets``)::
 
     name: llama70b-attn              # required
@@ -14,6 +16,9 @@ A shape set is a YAML file (built-ins live in shapes/, installed as ``gemmbench.
         parallel: column             # column (TP divides N) | row (TP divides K) | none
         E: 8                         # optional MoE experts (default 1 = dense); E > 1 needs topk
         topk: 2                      # 1 <= topk <= E; M counts tokens for MoE
+        layer: moe                   # optional: the kind of layer it belongs to where a model's layers differ
+                                     # (e.g. dense, moe); omitted = every layer
+        role: router                 # optional: "router" marks an MoE router (a dense GEMM, N = experts)
 
 Every problem with a file is a ShapeError whose one-line message names the file and the entry.
 """
@@ -21,7 +26,6 @@ Every problem with a file is a ShapeError whose one-line message names the file 
 from __future__ import annotations
 
 import importlib.resources
-import json
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -47,6 +51,10 @@ class Gemm:
     parallel: str  # "column" (TP divides N) | "row" (TP divides K) | "none"
     E: int = 1  # experts; 1 for a dense GEMM
     topk: int = 1  # experts per token; 1 for a dense GEMM
+    layer: str = (
+        ""  # the layer kind it belongs to ("dense", "moe", ...) where a model's layers differ; "" = every layer
+    )
+    role: str = ""  # "router": the MoE router (dense, N = experts), run inside `layer`'s routing step; "" = a weight
 
     @property
     def is_moe(self) -> bool:
@@ -97,7 +105,8 @@ class Problem:
 PRESETS = {"decode": DECODE_M, "prefill": PREFILL_M, "all": DECODE_M + PREFILL_M}
 PARALLEL = ("column", "row", "none")
 _TOP_KEYS = ("name", "description", "m", "include", "gemms")
-_GEMM_KEYS = ("id", "N", "K", "parallel", "E", "topk")
+_GEMM_KEYS = ("id", "N", "K", "parallel", "E", "topk", "layer", "role")
+ROLES = ("router",)
 
 
 def _is_int(value: Any) -> bool:
@@ -172,7 +181,7 @@ def load(name_or_path: str) -> ShapeSet:
 
 
 def load_text(source: str, text: str) -> ShapeSet:
-    """A shape set from YAML text (e.g. from_hf_config's), its errors naming `source`."""
+    """A shape set from YAML text (e.g. hf_config.from_hf_config's), its errors naming `source`."""
     return _load_file(source, lambda: text, ())
 
 
@@ -275,9 +284,19 @@ def _parse_gemm(entry: Any, where: str, src: str) -> Gemm:
         raise ShapeError(f"{where}: topk is required when E > 1 (E is {E})")
     else:
         topk = 1
+    layer = entry.get("layer", "")
+    if "layer" in entry and (not isinstance(layer, str) or not re.fullmatch(r"[A-Za-z][A-Za-z0-9_-]*", layer)):
+        raise ShapeError(
+            f"{where}: layer must be a layer kind such as dense or moe (a letter, then letters, digits, _ or -), got {layer!r}"
+        )
+    role = entry.get("role", "")
+    if "role" in entry and role not in ROLES:
+        raise ShapeError(f"{where}: role must be one of {', '.join(ROLES)}, got {role!r}")
+    if role == "router" and E > 1:
+        raise ShapeError(f"{where}: a router is one dense GEMM (N = the experts it routes to), but E is {E}")
     if not isinstance(gid, str):  # the required keys were checked above; this narrows the type
         raise ShapeError(f"{where}: missing key 'id'")
-    return Gemm(name=gid, N=N, K=K, parallel=parallel, E=E, topk=topk)
+    return Gemm(name=gid, N=N, K=K, parallel=parallel, E=E, topk=topk, layer=layer, role=role)
 
 
 # ---------------------------------------------------------------- problems
@@ -338,66 +357,3 @@ def problems(
             for d in dtypes
         ]
     return out
-
-
-# ---------------------------------------------------------------- Hugging Face configs
-
-
-def from_hf_config(path: str | Path, name: str | None = None) -> tuple[str, str]:
-    """A Llama- or Mixtral-family config.json -> (set name, YAML text that load() accepts)."""
-    src = str(path)
-    try:
-        cfg = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as e:
-        raise ShapeError(f"{src}: cannot read: {_one_line(getattr(e, 'strerror', None) or e)}") from None
-    except json.JSONDecodeError as e:
-        raise ShapeError(f"{src}: not JSON (line {e.lineno}): {e.msg}") from None
-    if not isinstance(cfg, dict):
-        raise ShapeError(f"{src}: not a model config (top level is {type(cfg).__name__}, not an object)")
-
-    def get(key: str, default: Any = None) -> int:
-        value = cfg.get(key)
-        if value is None:  # configs write "head_dim": null to mean "derive it"
-            if default is None:
-                raise ShapeError(f"{src}: missing field {key!r}")
-            return default
-        return _positive(value, key, f"{src}: field {key!r}")
-
-    hidden, inter = get("hidden_size"), get("intermediate_size")
-    heads, vocab = get("num_attention_heads"), get("vocab_size")
-    kv_heads = get("num_key_value_heads", heads)
-    head_dim = get("head_dim", max(hidden // heads, 1))
-    experts = get("num_local_experts", 1)
-
-    if name is None:
-        path_name = str(cfg.get("_name_or_path") or "").rstrip("/").split("/")[-1].lower()
-        name = path_name or cfg.get("model_type")
-        if not isinstance(name, str) or not name:
-            raise ShapeError(f"{src}: missing field '_name_or_path' or 'model_type' (or pass a name)")
-
-    def gemm(gid: str, N: int, K: int, parallel: str, **moe: int) -> dict:
-        return {"id": gid, "N": N, "K": K, "parallel": parallel, **moe}
-
-    gemms = [
-        gemm("attn_qkv", (heads + 2 * kv_heads) * head_dim, hidden, "column"),
-        gemm("attn_o", hidden, heads * head_dim, "row"),
-    ]
-    if experts > 1:
-        topk = get("num_experts_per_tok")
-        gemms += [
-            gemm("moe_w13", 2 * inter, hidden, "column", E=experts, topk=topk),
-            gemm("moe_w2", hidden, inter, "row", E=experts, topk=topk),
-        ]
-    else:
-        gemms += [gemm("mlp_gate_up", 2 * inter, hidden, "column"), gemm("mlp_down", hidden, inter, "row")]
-    gemms.append(gemm("lm_head", vocab, hidden, "column"))
-    kind = f"{experts} experts top-{gemms[2]['topk']}" if experts > 1 else "dense"
-    doc = {
-        "name": name,
-        "description": f"{name} ({kind}, hidden {hidden}, {heads} query heads, {kv_heads} KV heads, "
-        f"head dim {head_dim}) from {src}",
-        "m": "all",
-        "gemms": gemms,
-    }
-    header = f"# Generated by gemmbench from the Hugging Face config {src}\n"
-    return name, header + yaml.safe_dump(doc, sort_keys=False, default_flow_style=None, width=10**6)

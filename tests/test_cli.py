@@ -31,11 +31,19 @@ from gemmbench.shapes import DECODE_M, PREFILL_M
 cpu_only = pytest.mark.skipif(HAS_CUDA, reason="tests the CPU path (no CUDA GPU)")
 
 BUILTIN_SETS = [
+    "deepseek-v3",
+    "gpt-oss-120b",
+    "llama3-405b",
+    "llama4-maverick",
+    "llama4-scout",
     "llama70b",
     "llama70b-attn",
     "llama70b-mlp",
     "mixtral-8x22b-moe",
     "mixtral-moe",
+    "qwen2.5-72b",
+    "qwen3-235b-a22b",
+    "qwen3-30b-a3b",
     "seed001-tkgemm",
     "smoke",
 ]
@@ -628,9 +636,9 @@ def test_shapes_from_config_bad_files(tmp_path):
     (tmp_path / "notjson.json").write_text("{hidden_size: 1")
     line = bad(invoke("shapes", "from-config", tmp_path / "notjson.json"))
     assert "notjson.json" in line and "not JSON" in line
-    (tmp_path / "partial.json").write_text(json.dumps({"hidden_size": 4096}))
+    (tmp_path / "partial.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"], "hidden_size": 4096}))
     line = bad(invoke("shapes", "from-config", tmp_path / "partial.json"))
-    assert "missing field 'intermediate_size'" in line
+    assert "missing field 'num_attention_heads'" in line
 
 
 # ---------------------------------------------------------------- an interrupted run

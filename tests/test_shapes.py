@@ -1,8 +1,7 @@
-"""Shape sets: built-ins, YAML validation, M lists, TP division, problem expansion, HF configs."""
+"""Shape sets: built-ins, YAML validation, M lists, TP division, problem expansion (HF configs: test_hf_config.py)."""
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
@@ -16,7 +15,6 @@ from gemmbench.shapes import (
     ShapeError,
     apply_tp,
     builtin_names,
-    from_hf_config,
     load,
     parse_m_list,
     problems,
@@ -31,22 +29,31 @@ def dims(shape_set):
 
 # ---------------------------------------------------------------- built-ins
 
+# sorted; the model sets (deepseek-v3 ... qwen3-30b-a3b) are written from configs: test_hf_config.py checks them
+BUILTINS = [
+    "deepseek-v3",
+    "gpt-oss-120b",
+    "llama3-405b",
+    "llama4-maverick",
+    "llama4-scout",
+    "llama70b",
+    "llama70b-attn",
+    "llama70b-mlp",
+    "mixtral-8x22b-moe",
+    "mixtral-moe",
+    "qwen2.5-72b",
+    "qwen3-235b-a22b",
+    "qwen3-30b-a3b",
+    "seed001-tkgemm",
+    "smoke",
+]
+
 
 def test_builtin_names_sorted_and_complete():
-    assert builtin_names() == [
-        "llama70b",
-        "llama70b-attn",
-        "llama70b-mlp",
-        "mixtral-8x22b-moe",
-        "mixtral-moe",
-        "seed001-tkgemm",
-        "smoke",
-    ]
+    assert builtin_names() == BUILTINS
 
 
-@pytest.mark.parametrize(
-    "name", ["llama70b", "llama70b-attn", "llama70b-mlp", "mixtral-8x22b-moe", "mixtral-moe", "seed001-tkgemm", "smoke"]
-)
+@pytest.mark.parametrize("name", BUILTINS)
 def test_builtin_name_matches_file_and_has_description(name):
     s = load(name)
     assert s.name == name
@@ -104,7 +111,9 @@ def test_smoke():
 
 
 def test_unknown_builtin_name_lists_builtins():
-    with pytest.raises(ShapeError, match=r"^nope: no such built-in shape set \(llama70b, .*smoke\) and no such file$"):
+    with pytest.raises(
+        ShapeError, match=r"^nope: no such built-in shape set \(deepseek-v3, .*smoke\) and no such file$"
+    ):
         load("nope")
 
 
@@ -361,7 +370,7 @@ MALFORMED = [
     ),
     (
         f"name: x\ninclude: [nope]\ngemms: [{GEMM}]\n",
-        "include 'nope' is not a built-in set (llama70b, llama70b-attn, llama70b-mlp, mixtral-8x22b-moe, mixtral-moe, seed001-tkgemm, smoke)",
+        f"include 'nope' is not a built-in set ({', '.join(BUILTINS)})",
     ),
     (f"name: x\ninclude: llama70b\ngemms: [{GEMM}]\n", "include must be a list of built-in set names, got 'llama70b'"),
     ("name: x\ngemms: [{N: 8, K: 8, parallel: row}]\n", "gemm #1: missing field 'id'"),
@@ -371,7 +380,7 @@ MALFORMED = [
     ("name: x\ngemms: [{id: g, N: 8, K: 8}]\n", "gemm 'g': missing field 'parallel'"),
     (
         "name: x\ngemms: [{id: g, N: 8, K: 8, parallel: row, bias: 1}]\n",
-        "gemm 'g': unknown key 'bias' (allowed: id, N, K, parallel, E, topk)",
+        "gemm 'g': unknown key 'bias' (allowed: id, N, K, parallel, E, topk, layer, role)",
     ),
     ("name: x\ngemms: [{id: g, N: -3, K: 8, parallel: row}]\n", "gemm 'g': N must be a positive integer, got -3"),
     ("name: x\ngemms: [{id: g, N: 0, K: 8, parallel: row}]\n", "gemm 'g': N must be a positive integer, got 0"),
@@ -448,138 +457,6 @@ def test_nested_includes_and_cycles(tmp_path, monkeypatch):
     path = write(tmp_path, "name: u\ninclude: [b]\ngemms: [{id: gu, N: 2, K: 2, parallel: none}]\n")
     with pytest.raises(ShapeError, match=r"include cycle b -> c -> a -> b$"):
         load(path)
-
-
-# ---------------------------------------------------------------- Hugging Face configs
-
-LLAMA3_70B = {
-    "_name_or_path": "meta-llama/Meta-Llama-3-70B",
-    "architectures": ["LlamaForCausalLM"],
-    "model_type": "llama",
-    "hidden_size": 8192,
-    "intermediate_size": 28672,
-    "num_attention_heads": 64,
-    "num_key_value_heads": 8,
-    "num_hidden_layers": 80,
-    "vocab_size": 128256,
-    "rope_theta": 500000.0,
-    "torch_dtype": "bfloat16",
-}
-MIXTRAL = {
-    "architectures": ["MixtralForCausalLM"],
-    "model_type": "mixtral",
-    "hidden_size": 4096,
-    "intermediate_size": 14336,
-    "num_attention_heads": 32,
-    "num_key_value_heads": 8,
-    "vocab_size": 32000,
-    "num_local_experts": 8,
-    "num_experts_per_tok": 2,
-    "num_hidden_layers": 32,
-}
-
-
-def hf(tmp_path, cfg, name="config.json"):
-    path = tmp_path / name
-    path.write_text(json.dumps(cfg) if isinstance(cfg, dict) else cfg)
-    return path
-
-
-def roundtrip(tmp_path, text):
-    return load(write(tmp_path, text, name="generated.yaml"))
-
-
-def test_hf_llama3_70b_matches_builtin(tmp_path):
-    path = hf(tmp_path, LLAMA3_70B)
-    name, text = from_hf_config(path)
-    assert name == "meta-llama-3-70b"
-    s = roundtrip(tmp_path, text)
-    assert s.name == "meta-llama-3-70b"
-    assert str(path) in s.description
-    assert dims(s) == dims(load("llama70b"))
-    assert s.m_values == ALL_M
-
-
-def test_hf_mixtral_matches_builtin(tmp_path):
-    path = hf(tmp_path, MIXTRAL)
-    name, text = from_hf_config(str(path))
-    assert name == "mixtral"  # no _name_or_path: falls back to model_type
-    s = roundtrip(tmp_path, text)
-    assert dims(s) == dims(load("mixtral-moe")) + [("lm_head", 32000, 4096, "column", 1, 1)]
-
-
-def test_hf_name_argument_and_head_dim(tmp_path):
-    # explicit head_dim that differs from hidden // heads (as in Mistral-Nemo); kv heads default to heads
-    cfg = {
-        "hidden_size": 5120,
-        "intermediate_size": 14336,
-        "num_attention_heads": 32,
-        "head_dim": 128,
-        "vocab_size": 131072,
-        "model_type": "mistral",
-    }
-    name, text = from_hf_config(hf(tmp_path, cfg), name="nemo")
-    s = roundtrip(tmp_path, text)
-    assert (name, s.name) == ("nemo", "nemo")
-    assert dims(s)[:2] == [("attn_qkv", (32 + 64) * 128, 5120, "column", 1, 1), ("attn_o", 5120, 4096, "row", 1, 1)]
-
-
-def test_hf_null_head_dim_means_default(tmp_path):
-    cfg = dict(LLAMA3_70B, head_dim=None, _name_or_path="/models/Llama-70B/")
-    name, text = from_hf_config(hf(tmp_path, cfg))
-    assert name == "llama-70b"
-    assert dims(roundtrip(tmp_path, text))[0] == ("attn_qkv", 10240, 8192, "column", 1, 1)
-
-
-@pytest.mark.parametrize("field", ["hidden_size", "intermediate_size", "num_attention_heads", "vocab_size"])
-def test_hf_missing_field(tmp_path, field):
-    path = hf(tmp_path, {k: v for k, v in LLAMA3_70B.items() if k != field})
-    with pytest.raises(ShapeError) as e:
-        from_hf_config(path)
-    assert str(e.value) == f"{path}: missing field {field!r}"
-
-
-def test_hf_moe_without_topk(tmp_path):
-    path = hf(tmp_path, {k: v for k, v in MIXTRAL.items() if k != "num_experts_per_tok"})
-    with pytest.raises(ShapeError) as e:
-        from_hf_config(path)
-    assert str(e.value) == f"{path}: missing field 'num_experts_per_tok'"
-
-
-def test_hf_bad_value(tmp_path):
-    path = hf(tmp_path, dict(LLAMA3_70B, hidden_size="8192"))
-    with pytest.raises(ShapeError) as e:
-        from_hf_config(path)
-    assert str(e.value) == f"{path}: field 'hidden_size': hidden_size must be a positive integer, got '8192'"
-
-
-def test_hf_no_name_anywhere(tmp_path):
-    path = hf(tmp_path, {k: v for k, v in LLAMA3_70B.items() if k not in ("_name_or_path", "model_type")})
-    with pytest.raises(ShapeError) as e:
-        from_hf_config(path)
-    assert str(e.value) == f"{path}: missing field '_name_or_path' or 'model_type' (or pass a name)"
-    assert from_hf_config(path, name="given")[0] == "given"
-
-
-def test_hf_not_json(tmp_path):
-    path = hf(tmp_path, "{\n  'hidden_size': 8192\n}")
-    with pytest.raises(ShapeError) as e:
-        from_hf_config(path)
-    assert str(e.value).startswith(f"{path}: not JSON (line 2): ")
-
-
-def test_hf_not_an_object(tmp_path):
-    path = hf(tmp_path, "[1, 2]")
-    with pytest.raises(ShapeError) as e:
-        from_hf_config(path)
-    assert str(e.value) == f"{path}: not a model config (top level is list, not an object)"
-
-
-def test_hf_missing_file(tmp_path):
-    path = tmp_path / "nope.json"
-    with pytest.raises(ShapeError) as e:
-        from_hf_config(path)
-    assert str(e.value) == f"{path}: cannot read: No such file or directory"
 
 
 def test_mixtral_8x22b_moe():

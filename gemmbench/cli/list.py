@@ -29,7 +29,7 @@ def list_shapes() -> None:
     from gemmbench import shapes as shapes_mod  # not at --help (yaml)
 
     t = Table(title="shape sets (gemmbench run --shapes NAME; --m and --tp override)")
-    for col in ("set", "GEMM", "N", "K", "E", "topk", "TP splits", "default M"):
+    for col in ("set", "GEMM", "N", "K", "E", "topk", "TP splits", "layer, role", "default M"):
         t.add_column(col)
     for name in shapes_mod.builtin_names():
         s = shapes_mod.load(name)
@@ -42,6 +42,7 @@ def list_shapes() -> None:
                 str(g.E) if g.is_moe else "",
                 str(g.topk) if g.is_moe else "",
                 {"column": "N", "row": "K"}.get(g.parallel, "-"),
+                ", ".join(filter(None, (g.layer, g.role))),  # e.g. "moe, router"; empty: every layer
                 _m_label(s.m_values) if i == 0 else "",
             )
         t.add_section()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-import tempfile
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -23,17 +22,15 @@ def shapes_from_config(
         Optional[Path], typer.Option("--out", help="Where to write the YAML (default: stdout).")
     ] = None,
 ) -> None:
-    """Write a shape set (Llama-family dense or Mixtral-family MoE) from a model's config.json."""
-    from gemmbench import shapes as shapes_mod  # not at --help (yaml)
+    """Write a shape set from a model's config.json: Llama, Mistral, Qwen2/3 dense; Mixtral, Qwen2/3-MoE,
+    DeepSeek-V2/V3 (MLA), Llama 4, gpt-oss MoE (README: "from-config")."""
+    from gemmbench import hf_config, shapes  # not at --help (yaml)
 
-    with tempfile.TemporaryDirectory() as tmp:
-        check = Path(tmp) / "set.yaml"
-        try:
-            set_name, text = shapes_mod.from_hf_config(path, name)
-            check.write_text(text)
-            shapes_mod.load(str(check))  # only a set that `run --shapes` accepts is written
-        except shapes_mod.ShapeError as exc:
-            raise fail(str(exc).replace(str(check), f"the set made from {path}")) from None
+    try:
+        set_name, text = hf_config.from_hf_config(path, name)
+        shapes.load_text(f"the set made from {path}", text)  # only a set that `run --shapes` accepts is written
+    except shapes.ShapeError as exc:
+        raise fail(str(exc)) from None
     if out_file is None:
         sys.stdout.write(text)
         return
