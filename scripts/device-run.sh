@@ -5,6 +5,9 @@
 #   TESTS=1|0        pytest -m gpu first (default 1)
 #   TUNES="name:args"   each: gemmbench tune args (+ for spaces); stored configs are packed as configs.tgz
 #   SWEEPS="name:args"  each: gemmbench run args --out logs/name.parquet, e.g. attn-cold:--shapes+llama70b-attn
+#   PROFILES="name:args" each: gemmbench profile args --out logs/name/ (ncu reports and the profile table)
+#   LAYERS="name:args"   each: gemmbench layer args --out logs/name.parquet
+#   Order: tests, tunes, sweeps, layers, profiles.  A .whl/ folder (carried) is installed first (the nvtx wheel).
 #   BUDGET_S=540        every step is stopped (and what it wrote kept) when this many seconds have passed,
 #                       so that the packing at the end still runs inside the tool's 600 s limit
 set -uo pipefail
@@ -17,6 +20,10 @@ left() { echo $(( DEADLINE - $(date +%s) > 1 ? DEADLINE - $(date +%s) : 1 )); }
 #   GEMMBENCH_GIT_SHA=$(git rev-parse --short=12 HEAD) (evaluated on your machine, written into the command)
 [ -n "${GEMMBENCH_GIT_SHA:-}" ] || GEMMBENCH_GIT_SHA=$(git rev-parse --short=12 HEAD 2>/dev/null) || true
 [ -n "${GEMMBENCH_GIT_SHA:-}" ] && export GEMMBENCH_GIT_SHA
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+fi
 python3 -m pip install -q --no-deps --no-build-isolation -e . >"$LOG/install.log" 2>&1 || { cat "$LOG/install.log"; exit 1; }
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv | tee "$LOG/gpu.txt"
 if [ "${TESTS:-1}" = 1 ]; then
@@ -26,7 +33,10 @@ if [ "${TESTS:-1}" = 1 ]; then
 fi
 step() {  # kind name args
   local kind=$1 name=$2 args=${3//+/ } start=$(date +%s) extra=()
-  [ "$kind" = run ] && extra=(--out "$LOG/$name.parquet")
+  case $kind in
+    run | layer) extra=(--out "$LOG/$name.parquet") ;;
+    profile) extra=(--out "$LOG/$name") ;;
+  esac
   # SIGINT: gemmbench stops like on Ctrl-C, with the finished rows saved
   PYTHONUNBUFFERED=1 timeout -s INT "$(left)" gemmbench "$kind" $args "${extra[@]}" >"$LOG/$name.txt" 2>"$LOG/$name.err"
   echo "$kind $name: exit $? in $(( $(date +%s) - start )) s" | tee -a "$OUT/steps.log"
@@ -34,4 +44,6 @@ step() {  # kind name args
 for t in ${TUNES:-}; do step tune "${t%%:*}" "${t#*:}"; done
 [ -n "${TUNES:-}" ] && tar czf "$OUT/configs.tgz" -C kernels configs
 for s in ${SWEEPS:-}; do step run "${s%%:*}" "${s#*:}"; done
+for s in ${LAYERS:-}; do step layer "${s%%:*}" "${s#*:}"; done
+for s in ${PROFILES:-}; do step profile "${s%%:*}" "${s#*:}"; done
 tar czf "$OUT/all.tgz" -C "$OUT" logs && rm -rf "$LOG"
