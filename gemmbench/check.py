@@ -9,7 +9,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from gemmbench import dtypes, nvtx_ranges
+from gemmbench import dtypes, memory, nvtx_ranges
 from gemmbench.inputs import GemmInputs
 from gemmbench.shapes import Problem
 
@@ -22,23 +22,43 @@ class CheckResult:
 
 
 def reference(problem: Problem, inputs: GemmInputs) -> torch.Tensor:
-    """fp32 result on the dequantised inputs (TF32 off).  MoE: one row per (token, slot), (M*topk, N)."""
-    a, b = inputs.dequantized()
+    """fp32 result on the dequantised inputs (TF32 off).  MoE: one row per (token, slot), (M*topk, N).
+
+    Sized to fit beside the inputs (issue 18: DeepSeek-V3's w13, 256 experts of 4096 x 7168, is 28 GiB in fp32): at
+    most one expert's fp32 weight, or one slice of its rows, exists at a time (`_product`), and an expert no slot is
+    routed to is never dequantised.  A slot routed to another rank's expert (id -1) is not computed: its row stays 0,
+    and the check does not compare it."""
     prev = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = False
     try:
+        a = inputs.act_fp32()  # (M, K)
         if not problem.is_moe:
-            return a @ b.t()
+            return _product(a, inputs, None)
         assert inputs.topk_ids is not None  # an MoE problem's inputs are routed
-        ids = inputs.topk_ids.long().reshape(-1)  # (M*topk,)
-        rows = a.repeat_interleave(problem.topk, dim=0)  # token t feeds slots t*topk .. t*topk+topk-1
-        out = torch.empty((rows.shape[0], problem.N), dtype=torch.float32, device=a.device)
-        for e in range(problem.E):  # a plain loop: the reference must be obviously right
-            sel = (ids == e).nonzero(as_tuple=True)[0]
-            out[sel] = rows[sel] @ b[e].t()
+        ids = inputs.topk_ids.reshape(-1)  # (M*topk,): slot s is token s // topk's (s % topk)-th expert
+        out = torch.zeros((ids.numel(), problem.N), dtype=torch.float32, device=a.device)
+        for e in inputs.hit_experts():  # a plain loop over the experts hit: the reference must be obviously right
+            slots = (ids == e).nonzero(as_tuple=True)[0]
+            out[slots] = _product(a[slots // problem.topk], inputs, e)
         return out
     finally:
         torch.backends.cuda.matmul.allow_tf32 = prev
+
+
+def _product(a: torch.Tensor, inputs: GemmInputs, expert: Optional[int]) -> torch.Tensor:
+    """a (rows, K) fp32 @ the dequantised weight (of `expert`, MoE) transposed: (rows, N) fp32.  The weight is
+    dequantised in slices of its N rows, as many as fit in half the memory free now (memory.free_bytes; the other
+    half for the matmul's workspace and the allocator's leftovers): each slice costs 4 bytes per element of the
+    weight's rows and of their (rows, slice) product."""
+    n, k = inputs.b.shape[-2], inputs.b.shape[-1]
+    out = torch.empty((a.shape[0], n), dtype=torch.float32, device=a.device)
+    step = max(1, memory.free_bytes(str(a.device)) // 2 // (4 * (k + a.shape[0])))
+    for n0 in range(0, n, step):
+        n1 = min(n0 + step, n)
+        w = inputs.weight_fp32(expert, slice(n0, n1))  # (n1 - n0, K) fp32
+        out[:, n0:n1] = a @ w.t()
+        del w  # freed before the next slice is dequantised: never two at once
+    return out
 
 
 def compare(problem: Problem, out: torch.Tensor, ref: torch.Tensor) -> CheckResult:

@@ -62,6 +62,10 @@ _COLUMNS = [
     ("samples_us", pa.list_(_F)),
     ("timing_mode", _S),
     ("l2_state", _S),
+    (
+        "gpu_mem_peak_bytes",
+        _I,
+    ),  # the most GPU memory PyTorch allocated while the cell ran (gemmbench.memory); CPU: null
     # derived by gemmbench.metrics
     ("flops", _I),
     ("bytes_min", _I),
@@ -353,6 +357,8 @@ def _read(f: Path) -> pa.Table:
         raise StoreError(
             f"{f}: written by a newer gemmbench (schema {v}, this one reads {SCHEMA_VERSION}); upgrade gemmbench"
         )
+    if "gpu_mem_peak_bytes" not in table.column_names:  # not recorded before issue 18: null, no other meaning changed
+        table = table.append_column("gpu_mem_peak_bytes", pa.nulls(table.num_rows, _I))
     missing = [c for c in COLUMNS if c not in table.column_names]
     if missing:
         raise StoreError(f"{f}: missing column {missing[0]!r} for schema {SCHEMA_VERSION}")

@@ -115,9 +115,12 @@ def gemm_tables(rows: list[dict]) -> list[Table]:
             t.add_column(col, justify=just)
         for r in sorted(rs, key=lambda r: (r["M"], r["dtype"], r["variant"])):
             ok = r["status"] == "ok"
-            status = r["status"] if ok else f"{r['status']}: {r.get('reason') or ''}"
+            # an ok row's reason is a note on how it was timed (stream mode's copies that did not fit)
+            status = r["status"] if ok and not r.get("reason") else f"{r['status']}: {r.get('reason') or ''}"
             if ok and r.get("noisy"):
-                status = f"ok, noisy (p80/p20 {r['time_us_p80'] / r['time_us_p20']:.1f}x > {NOISY_SPREAD}x)"
+                status = f"ok, noisy (p80/p20 {r['time_us_p80'] / r['time_us_p20']:.1f}x > {NOISY_SPREAD}x)" + (
+                    f"; {r['reason']}" if r.get("reason") else ""
+                )
             t.add_row(
                 str(r["M"]),
                 r["dtype"],

@@ -12,18 +12,19 @@ its items with exactly one result, sent as soon as it is known:
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections import Counter
+from typing import Any, Callable, Optional
 
 import torch
 
-from gemmbench import dtypes, metrics, registry, tuning
+from gemmbench import dtypes, memory, metrics, registry, tuning
 from gemmbench import layer as L
 from gemmbench.check import check_cell, reference
 from gemmbench.inputs import make_inputs
 from gemmbench.nvtx_ranges import annotate, cell_name, domain_in_use, range_name
 from gemmbench.shapes import Problem
 from gemmbench.store import cell_columns
-from gemmbench.timing import L2_STATE, TimingError
+from gemmbench.timing import L2_STATE, TimingError, plan_copies
 
 PROFILE_WARMUP_CALLS = 3
 
@@ -43,9 +44,10 @@ def _l2_state(mode: str) -> str:
 
 
 def time_task(ctx, task: dict) -> None:
-    """Check every item (a variant name) on fresh inputs, then time the ones that passed, side by side."""
+    """Check every item (a variant name) on fresh inputs, then time the ones that passed, side by side.  Each row
+    records the peak GPU memory of its cell (memory.peak_bytes): its check, and its timing's set-up and warm-up."""
     problem, seed = Problem(**task["problem"]), task["seed"]
-    passed = {}
+    passed, peaks = {}, {}
     for name in task["items"]:
         variant = registry.get(name)
         reason = variant.unsupported_reason(problem, ctx.dev)
@@ -53,67 +55,95 @@ def time_task(ctx, task: dict) -> None:
             ctx.result(name, [_run_row(ctx, problem, variant, "skipped", reason)])
             continue
         ctx.begin(name, "check")
+        memory.reset_peak(ctx.devname)
         try:
             inputs = make_inputs(problem, seed, ctx.devname, scaling=variant.fp8_scaling)
             checked = check_cell(problem, variant, inputs, on_phase=lambda ph, n=name: ctx.begin(n, ph))
         except Exception as exc:  # noqa: BLE001 - recorded as the cell's error, the sweep goes on
-            ctx.failed(name, lambda r, v=variant: [_run_row(ctx, problem, v, "error", r)], "check", exc)
+            inputs = None  # not held through the next variant's draw
+            peak = memory.peak_bytes(ctx.devname)
+            ctx.failed(name, lambda r, v=variant, pk=peak: [_run_row(ctx, problem, v, "error", r, gpu_mem_peak_bytes=pk)],
+                       "check", exc)  # fmt: skip
             continue
-        res = checked.result
+        res, config = checked.result, checked.launch.config
+        del inputs, checked  # freed before the next variant's draw and the timing's copies (a 15 GiB weight each)
+        peak = memory.peak_bytes(ctx.devname)
         if not res.ok:
-            row = _run_row(ctx, problem, variant, "wrong", res.detail, max_rel_err=res.max_rel_err,
-                           config=checked.launch.config)  # fmt: skip
+            row = _run_row(ctx, problem, variant, "wrong", res.detail, max_rel_err=res.max_rel_err, config=config,
+                           gpu_mem_peak_bytes=peak)  # fmt: skip
             ctx.result(name, [row])
         elif task["task"] == "check":
             ctx.result(name, passed=True)
         else:
-            passed[name] = (variant, res.max_rel_err)
-        del checked
+            passed[name], peaks[name] = (variant, res.max_rel_err), peak
     if passed:
-        _time(ctx, problem, passed, seed + 1)
+        _time(ctx, problem, passed, peaks, seed + 1)
 
 
-def _time(ctx, problem: Problem, passed: dict, seed: int) -> None:
-    timer = ctx.timer
-    copies: dict = {}
-    prepared, configs, hit = {}, {}, {}
+def _time(ctx, problem: Problem, passed: dict, peaks: dict, seed: int) -> None:
+    copies: dict = {}  # fp8 scaling -> (inputs copies, their timer, the plan's note)
+    prepared, configs, hit, plans = {}, {}, {}, {}
+    sharing = Counter(v.fp8_scaling for v, _ in passed.values())  # variants timed over each scaling's copies
     for name, (variant, _) in passed.items():
         ctx.begin(name, "time")
+        memory.reset_peak(ctx.devname)  # what the copies and earlier variants' launches hold counts: it is in use
         try:
             scaling = variant.fp8_scaling
             if scaling not in copies:
-                first = make_inputs(problem, seed, ctx.devname, scaling=scaling)
-                n = timer.copies_needed(first.nbytes())
-                copies[scaling] = [first] + [
-                    make_inputs(problem, seed + i, ctx.devname, scaling=scaling) for i in range(1, n)
-                ]
-            launches = [variant.make(problem, inp) for inp in copies[scaling]]
+                copies[scaling] = _copies(ctx, problem, seed, scaling, sharing[scaling])
+            inputs, timer, note = copies[scaling]
+            plans[name] = (timer, note)
+            launches = [variant.make(problem, inp) for inp in inputs]
             configs[name] = launches[0].config
             # stream mode cycles through copies with different routings: the bytes of a call are the mean
-            hit[name] = [c.experts_hit() for c in copies[scaling]]
+            hit[name] = [c.experts_hit() for c in inputs]
             prepared[name] = timer.prepare([x.fn for x in launches], all(x.graph_safe for x in launches),
                                            cell=cell_name(name, problem))  # fmt: skip
+            peaks[name] = _max(peaks[name], memory.peak_bytes(ctx.devname))
         except TimingError as exc:
             ctx.result(name, [_run_row(ctx, problem, variant, "skipped", str(exc))])
         except Exception as exc:  # noqa: BLE001
-            ctx.failed(name, lambda r, v=variant: [_run_row(ctx, problem, v, "error", r)], "time", exc)
+            pk = _max(peaks[name], memory.peak_bytes(ctx.devname))
+            ctx.failed(name, lambda r, v=variant, pk=pk: [_run_row(ctx, problem, v, "error", r, gpu_mem_peak_bytes=pk)],
+                       "time", exc)  # fmt: skip
     current = None
     while True:
         try:
-            for current in timer.rounds(prepared):
+            for current in ctx.timer.rounds(prepared):  # the stopping rule is the run's, whatever each one's mode
                 ctx.begin(current, "time")
             break
         except Exception as exc:  # noqa: BLE001 - drop the failing variant, keep timing the rest
-            v = passed[current][0]
-            ctx.failed(current, lambda r, v=v: [_run_row(ctx, problem, v, "error", r)], "time", exc)
+            v, pk = passed[current][0], peaks[current]
+            ctx.failed(current, lambda r, v=v, pk=pk: [_run_row(ctx, problem, v, "error", r, gpu_mem_peak_bytes=pk)],
+                       "time", exc)  # fmt: skip
             del prepared[current]
     for name, p in prepared.items():
         variant, err = passed[name]
+        timer, note = plans[name]
         stats = metrics.summarize(p.samples)
-        extra = dict(stats, samples_us=p.samples, max_rel_err=err, config=configs[name])
+        extra = dict(stats, samples_us=p.samples, max_rel_err=err, config=configs[name], timing_mode=timer.mode,
+                     l2_state=timer.l2_state, gpu_mem_peak_bytes=peaks[name])  # fmt: skip
         if variant.gemm:  # a step beside the GEMMs (moe_align) has its time, no FLOPs or roofline
             extra.update(_throughput(ctx, problem, variant, hit[name], stats["time_us_median"]))
-        ctx.result(name, [_run_row(ctx, problem, variant, "ok", **extra)])
+        ctx.result(name, [_run_row(ctx, problem, variant, "ok", note, **extra)])
+
+
+def _copies(ctx, problem: Problem, seed: int, scaling: str, variants: int) -> tuple:
+    """The inputs copies the variants of one fp8 scaling are timed over, sized from free memory (timing.plan_copies:
+    a copy is its inputs and one output per variant), the timer to time them with (the run's, or a cold one when
+    stream mode's copies do not fit) and the note the rows carry then."""
+    first = make_inputs(problem, seed, ctx.devname, scaling=scaling)
+    per_copy = first.nbytes() + variants * first.out_nbytes()
+    plan = plan_copies(
+        ctx.timer.mode, ctx.timer.copies_needed(first.nbytes()), per_copy, memory.free_bytes(ctx.devname)
+    )
+    timer = ctx.timer if plan.mode == ctx.timer.mode else ctx.timer.in_mode(plan.mode)
+    inputs = [first] + [make_inputs(problem, seed + i, ctx.devname, scaling=scaling) for i in range(1, plan.copies)]
+    return inputs, timer, plan.note
+
+
+def _max(a: Optional[int], b: Optional[int]) -> Optional[int]:
+    return None if a is None and b is None else max(x for x in (a, b) if x is not None)
 
 
 def _throughput(ctx, problem: Problem, variant, hits: list, t: float) -> dict:

@@ -5,7 +5,8 @@
          The eviction is queued before the start event, so host launch latency stays out.
          CUDA events per sample.  L2 state: cold.
   stream a CUDA graph of consecutive calls over distinct input copies (>= 4x L2 and >= 512 MiB in
-         all, at most 1024 copies), time per call: what a model sees layer after layer.  L2: streaming.
+         all, at most 1024 copies, as many as free memory holds: plan_copies), time per call: what a
+         model sees layer after layer.  L2: streaming.  Inputs too big for two copies: timed cold.
   graph  a CUDA graph of [eviction, start event, call, end event] replayed per sample.  L2: cold.
   wall   host wall time per call of eager launches, synchronised: what eager Python code pays
          (launch overhead included).  L2: warm.  The only mode on a CPU.
@@ -16,6 +17,7 @@ known to `target_noise` ((p80 - p20) / median / sqrt(n)) or the per-cell budget 
 
 from __future__ import annotations
 
+import copy
 import functools
 import math
 import time
@@ -34,10 +36,45 @@ STREAM_MIN_BYTES = 512 << 20  # docs/GPU-FACTS.md §1 "D": >= 512 MiB of distinc
 # A graph of more launches only costs capture time; below STREAM_MIN_BYTES / MAX_COPIES (0.5 MiB) per
 # copy the total falls short of the floor, and the row's l2_state says "streaming" all the same.
 MAX_COPIES = 1024
+# What stream mode's copies leave free (plan_copies): the eviction buffer (256 MiB), cuBLAS's and Triton's
+# workspaces, the graph's private memory pool, and the caching allocator's fragmentation.
+COPY_HEADROOM_BYTES = 2 << 30
 
 
 class TimingError(RuntimeError):
     pass
+
+
+@dataclass(frozen=True)
+class CopyPlan:
+    """How many distinct input copies to time over, in which mode, and what the row says when that is not what the
+    mode asked for (None: it is)."""
+
+    copies: int
+    mode: str
+    note: Optional[str] = None
+
+
+def _gib(nbytes: int) -> str:
+    return f"{nbytes / (1 << 30):.1f} GiB"
+
+
+def plan_copies(mode: str, wanted: int, per_copy: int, free: int) -> CopyPlan:
+    """Copies that fit: `wanted` (Timer.copies_needed) of `per_copy` bytes each (its inputs and the outputs its
+    launches write), the first already made, with `free` bytes still free beside it (memory.free_bytes), of which
+    COPY_HEADROOM_BYTES stay free.  Stream mode with fewer than `wanted` copies says so; with room for one copy
+    only (a 15 GiB MoE weight on an 80 GiB GPU holds a few, a larger one may not) it falls back to cold timing:
+    the read eviction before each call, one copy."""
+    if mode != "stream" or wanted <= 1:
+        return CopyPlan(1, mode)
+    fit = 1 + max(0, free - COPY_HEADROOM_BYTES) // max(1, per_copy)
+    if fit >= wanted:
+        return CopyPlan(wanted, mode)
+    if fit >= 2:
+        return CopyPlan(fit, mode, f"stream mode over {fit} copies of {_gib(per_copy)}, the most that fit "
+                                   f"({wanted} wanted for {_gib(STREAM_MIN_BYTES)} in all)")  # fmt: skip
+    return CopyPlan(1, "cold", f"stream mode fell back to read-evict (cold): one copy of {_gib(per_copy)} fits "
+                               f"({_gib(free)} free beside it, two needed)")  # fmt: skip
 
 
 @functools.lru_cache(maxsize=1)
@@ -98,6 +135,12 @@ class Timer:
     @property
     def l2_state(self) -> str:
         return L2_STATE[self.mode]
+
+    def in_mode(self, mode: str) -> "Timer":
+        """This timer with another mode and the same sampling settings (a stream plan's cold fallback)."""
+        other = copy.copy(self)
+        other.mode = mode
+        return other
 
     # -- eviction ---------------------------------------------------------------------------
     def _evict(self) -> None:

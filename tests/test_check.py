@@ -261,10 +261,14 @@ def test_fp8_moe_reference_uses_per_expert_scales():
 
 
 def _originals(M, N, K, seed, E=1):
-    """The unquantised values make_inputs draws: (randn + 1) / sqrt(K), a then b, from one generator."""
+    """The unquantised values make_inputs draws: (randn + 1) / sqrt(K), a then b, from one generator; an MoE weight
+    one expert after another (inputs.draw: these small operands are each one chunk otherwise)."""
     g = torch.Generator().manual_seed(seed)
     a = (torch.randn((M, K), generator=g) + 1.0) / math.sqrt(K)
-    b = (torch.randn((E, N, K) if E > 1 else (N, K), generator=g) + 1.0) / math.sqrt(K)
+    if E > 1:
+        b = torch.stack([(torch.randn((N, K), generator=g) + 1.0) / math.sqrt(K) for _ in range(E)])
+    else:
+        b = (torch.randn((N, K), generator=g) + 1.0) / math.sqrt(K)
     return a, b
 
 

@@ -36,7 +36,7 @@ def row(**over):
 
 def test_schema_columns_and_nullability():
     assert COLUMNS[:4] == ["run_id", "timestamp", "shape_set", "gemm"]
-    assert COLUMNS[-1] == "schema_version" and len(COLUMNS) == 47
+    assert COLUMNS[-1] == "schema_version" and len(COLUMNS) == 48
     assert SCHEMA.names == COLUMNS
     assert SCHEMA.field("samples_us").type == pa.list_(pa.float64())
     assert not SCHEMA.field("M").nullable and not SCHEMA.field("status").nullable
@@ -274,3 +274,37 @@ def test_a_noisy_cell_is_marked_and_never_starred_fastest():
     text = console.export_text()
     assert "* cublas_fp16" in text and "* triton_dp_row" not in text
     assert "ok, noisy (p80/p20 40.0x > 1.5x)" in text
+
+
+def test_gpu_mem_peak_round_trips_and_older_files_read_it_as_null(tmp_path):
+    """gpu_mem_peak_bytes (issue 18) is an int64 a row may leave null (a CPU run); a file written before it existed
+    (schema 3, no such column) loads with it null and every other value as it was."""
+    path = tmp_path / "now.parquet"
+    write_rows(path, [row(gpu_mem_peak_bytes=16 * 2**30), row(gemm="g2")])
+    df = load([path])
+    assert df["gpu_mem_peak_bytes"].iloc[0] == 16 * 2**30 and pd.isna(df["gpu_mem_peak_bytes"].iloc[1])
+    before = pa.Table.from_pylist([normalize_row(row(time_us_median=3.5))], schema=SCHEMA)
+    old = tmp_path / "before.parquet"
+    pq.write_table(before.drop_columns(["gpu_mem_peak_bytes"]), old)
+    df = load([old])
+    assert list(df.columns) == COLUMNS and pd.isna(df["gpu_mem_peak_bytes"].iloc[0])
+    assert df["time_us_median"].iloc[0] == 3.5 and df["schema_version"].iloc[0] == SCHEMA_VERSION
+
+
+def test_an_ok_rows_note_is_shown_and_the_peak_memory_is_not():
+    """An ok row with a reason (stream mode's copies that did not fit) shows it in the status column; the peak memory
+    column is in the file only (the table is wide enough)."""
+    from rich.console import Console
+
+    from gemmbench.tables import gemm_tables
+
+    base = dict(row(), status="ok", dtype="fp16", flops=1, bytes_min=1, tflops=1.0, gbps=1.0, config=None, noisy=False)
+    note = "stream mode fell back to read-evict (cold): one copy of 15.0 GiB fits (20.0 GiB free beside it, two needed)"
+    plain = dict(base, variant="cublas_fp16", time_us_median=10.0, time_us_p20=9.9, time_us_p80=10.1)
+    noted = dict(plain, variant="triton_dp_row", reason=note, gpu_mem_peak_bytes=2**34)
+    console = Console(width=400, record=True)
+    for t in gemm_tables([plain, noted]):
+        console.print(t)
+    text = console.export_text()
+    assert f"ok: {note}" in text and text.count("ok: ") == 1
+    assert "17179869184" not in text and "gpu_mem" not in text and "16.0 GiB" not in text
