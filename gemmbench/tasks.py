@@ -76,7 +76,7 @@ def time_task(ctx, task: dict) -> None:
 def _time(ctx, problem: Problem, passed: dict, seed: int) -> None:
     timer = ctx.timer
     copies: dict = {}
-    prepared, configs, hit = {}, {}, {}
+    prepared, configs, works = {}, {}, {}
     for name, (variant, _) in passed.items():
         ctx.begin(name, "time")
         try:
@@ -90,7 +90,7 @@ def _time(ctx, problem: Problem, passed: dict, seed: int) -> None:
             launches = [variant.make(problem, inp) for inp in copies[scaling]]
             configs[name] = launches[0].config
             # stream mode cycles through copies with different routings: the bytes of a call are the mean
-            hit[name] = [c.local_work() for c in copies[scaling]]
+            works[name] = [c.local_work() for c in copies[scaling]]
             prepared[name] = timer.prepare([x.fn for x in launches], all(x.graph_safe for x in launches),
                                            cell=cell_name(name, problem))  # fmt: skip
         except TimingError as exc:
@@ -112,7 +112,7 @@ def _time(ctx, problem: Problem, passed: dict, seed: int) -> None:
         stats = metrics.summarize(p.samples)
         extra = dict(stats, samples_us=p.samples, max_rel_err=err, config=configs[name])
         if variant.gemm:  # a step beside the GEMMs (moe_align) has its time, no FLOPs or roofline
-            extra.update(_throughput(ctx, problem, variant, hit[name], stats["time_us_median"]))
+            extra.update(_throughput(ctx, problem, variant, works[name], stats["time_us_median"]))
         ctx.result(name, [_run_row(ctx, problem, variant, "ok", **extra)])
 
 
@@ -178,7 +178,8 @@ def profile_task(ctx, task: dict) -> None:
         inputs = make_inputs(problem, task["seed"], ctx.devname, scaling=variant.fp8_scaling)
         checked = check_cell(problem, variant, inputs, on_phase=lambda ph: ctx.begin(name, ph))
         outcome.update(config=checked.launch.config, max_rel_err=checked.result.max_rel_err,
-                       experts_hit=inputs.experts_hit(), **inputs.local_work())  # fmt: skip
+                       experts_hit=inputs.experts_hit())  # fmt: skip
+        outcome.update(inputs.local_work())  # MoE: experts_hit again, pairs and tokens
         if not checked.result.ok:
             ctx.result(name, [dict(outcome, status="wrong", reason=checked.result.detail)])
             return

@@ -40,8 +40,7 @@ def moe_align(topk_ids: torch.Tensor, E: int, block_m: int) -> Alignment:
     # a -1 slot (another rank's expert) is filed under bucket E: sorted after every local expert, never placed
     bucket = torch.where(flat >= 0, flat, E)
     counts = torch.zeros(E + 1, dtype=torch.long, device=dev).scatter_add_(0, bucket, torch.ones_like(flat))
-    padded = (counts + block_m - 1) // block_m * block_m
-    padded[E] = 0  # bucket E gets no segment, so no padding and no block
+    padded = (counts + block_m - 1) // block_m * block_m  # bucket E's entry is never read: it has no segment
     ends = torch.cumsum(padded, 0)
     order = torch.argsort(bucket, stable=True)  # slots grouped by expert, ascending within one
     experts = bucket[order]
