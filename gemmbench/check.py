@@ -61,14 +61,26 @@ def _product(a: torch.Tensor, inputs: GemmInputs, expert: Optional[int]) -> torc
     return out
 
 
-def compare(problem: Problem, out: torch.Tensor, ref: torch.Tensor) -> CheckResult:
+def owned_rows(inputs: GemmInputs) -> Optional[torch.Tensor]:
+    """The output rows this rank computes, as compare() takes them: an MoE problem's (token, slot) rows routed to a
+    local expert (topk_ids >= 0; under expert parallelism the other rows are another rank's work); None: all."""
+    return None if inputs.topk_ids is None else inputs.topk_ids.reshape(-1) >= 0
+
+
+def compare(problem: Problem, out: torch.Tensor, ref: torch.Tensor, rows: Optional[torch.Tensor] = None) -> CheckResult:
+    """`out` against the fp32 `ref`, in the dtype's error measure.  rows: (out rows,) bool, the rows to compare
+    (owned_rows); the others are neither compared nor part of max|ref| (the reference need not compute them, a
+    kernel need not write them).  No row to compare is a pass: this rank has no work."""
     tol = dtypes.get(problem.dtype).tolerance  # the error measure and its budgets: gemmbench/dtypes.py
     if tuple(out.shape) != tuple(ref.shape):
         return CheckResult(False, float("inf"), f"output shape {tuple(out.shape)}, expected {tuple(ref.shape)}")
     out = out.float()
-    scale = ref.abs().max().clamp(min=1e-30)
-    nan = ~torch.isfinite(out)
-    err = (out - ref).abs() / scale
+    keep = torch.ones_like(ref, dtype=torch.bool) if rows is None else rows.to(ref.device).view(-1, 1).expand_as(ref)
+    if not bool(keep.any()):
+        return CheckResult(True, 0.0, "")
+    scale = torch.where(keep, ref, torch.zeros_like(ref)).abs().max().clamp(min=1e-30)
+    nan = ~torch.isfinite(out) & keep
+    err = torch.where(keep, (out - ref).abs() / scale, torch.zeros_like(ref))
     err = torch.where(nan, torch.full_like(err, float("inf")), err)
     max_err = float(err.max())
     if max_err <= tol:
@@ -78,7 +90,7 @@ def compare(problem: Problem, out: torch.Tensor, ref: torch.Tensor) -> CheckResu
     r0, c0 = int(rows[0]), int(cols[0])
     worst = int(err.argmax())
     wr, wc = divmod(worst, out.shape[1])
-    parts = [f"{int(bad.sum())} of {bad.numel()} outputs off by more than {tol:g} of max|ref|"]
+    parts = [f"{int(bad.sum())} of {int(keep.sum())} outputs off by more than {tol:g} of max|ref|"]
     if nan.any():
         parts.append(f"{int(nan.sum())} non-finite (unwritten outputs stay NaN)")
     parts.append(
@@ -120,7 +132,8 @@ def check_cell(
 ) -> CellCheck:
     """The one check: `variant.make` (unless `launch` is given), its output filled with NaN, exactly one launch inside
     the NVTX range "check <cell>", then the variant's own check or the comparison with the fp32 reference (`ref` when
-    the caller shares one across candidates, as tuning does).  Raises CellError naming the phase that failed."""
+    the caller shares one across candidates, as tuning does) on the rows this rank owns (owned_rows: under expert
+    parallelism, the slots of its local experts).  Raises CellError naming the phase that failed."""
     name = getattr(variant, "name", None) or "config"
     try:
         on_phase("make")
@@ -140,4 +153,5 @@ def check_cell(
     own = getattr(variant, "check", None)
     if own is not None:  # not a GEMM output (moe_align): the variant's own check
         return CellCheck(own(problem, inputs, out), launch, out)
-    return CellCheck(compare(problem, out, ref if ref is not None else reference(problem, inputs)), launch, out)
+    ref = ref if ref is not None else reference(problem, inputs)
+    return CellCheck(compare(problem, out, ref, owned_rows(inputs)), launch, out)

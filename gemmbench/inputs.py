@@ -28,12 +28,13 @@ class GemmInputs:
     """Operands of one problem, on one device.  MoE: b is (E, N, K) and the routing is set."""
 
     a: torch.Tensor  # (M, K) activations, compute dtype
-    b: torch.Tensor  # (N, K) weight as nn.Linear stores it; MoE (E, N, K)
+    b: torch.Tensor  # (N, K) weight as nn.Linear stores it; MoE (E/ep, N, K): this rank's local experts
     out_dtype: torch.dtype  # fp8 GEMMs write bf16, 16-bit GEMMs their own dtype
     a_scale: Optional[torch.Tensor] = None  # fp8 only, fp32: (1,) per tensor or (M, 1) row-wise
     b_scale: Optional[torch.Tensor] = None  # fp8 only, fp32: (1,) per tensor or (N, 1) row-wise; MoE (E,)
     scaling: str = "none"  # "none" | "tensor" | "row"
-    topk_ids: Optional[torch.Tensor] = None  # MoE: (M, topk) int32 expert of each (token, slot)
+    # MoE: (M, topk) int32 LOCAL expert of each (token, slot); -1 where another EP rank's expert holds the slot
+    topk_ids: Optional[torch.Tensor] = None
     topk_weights: Optional[torch.Tensor] = None  # MoE: (M, topk) fp32 router weights
 
     def act_fp32(self) -> torch.Tensor:
@@ -70,7 +71,18 @@ class GemmInputs:
         return [int(e) for e in torch.unique(ids[ids >= 0]).tolist()]
 
     def experts_hit(self) -> int:
-        return len(self.hit_experts()) if self.topk_ids is not None else 1
+        """Local experts hit (ids >= 0): 0 .. E/ep; a dense GEMM 1."""
+        if self.topk_ids is None:
+            return 1
+        return len(self.hit_experts())
+
+    def local_work(self) -> dict[str, int]:
+        """What this rank computes, as metrics.flops and bytes_min take it: the local experts hit, the (token, slot)
+        pairs routed to them and the tokens with at least one such pair (their rows of `a` are read).  Dense: {}."""
+        if self.topk_ids is None:
+            return {}
+        local = self.topk_ids >= 0
+        return {"experts_hit": self.experts_hit(), "pairs": int(local.sum()), "tokens": int(local.any(dim=1).sum())}
 
     def nbytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in (self.a, self.b) if t is not None)
@@ -208,13 +220,19 @@ def route(
     return ids.to(torch.int32), weights
 
 
+def local_ids(global_ids: torch.Tensor, local_experts: int) -> torch.Tensor:
+    """Global expert ids -> rank 0's local ids: rank 0 holds global experts 0 .. local_experts - 1, so they keep
+    their id; a slot routed to another rank's expert becomes -1 (vLLM's expert_map).  Without EP every id stays."""
+    return torch.where(global_ids < local_experts, global_ids, torch.full_like(global_ids, -1))
+
+
 def make_inputs(problem: Problem, seed: int, device: str, scaling: str = "tensor") -> GemmInputs:
     """Fresh operands for a problem; `scaling` is the fp8 scale layout the variant consumes.  a, then b, drawn
     chunk by chunk (draw): since issue 18 a seed gives other values than the one fp32 draw per operand
     before it did, and the same ones again on the same device."""
     gen = torch.Generator(device=device).manual_seed(seed)
     M, N, K = problem.M, problem.N, problem.K
-    b_shape = (problem.E, N, K) if problem.is_moe else (N, K)
+    b_shape = (problem.local_experts, N, K) if problem.is_moe else (N, K)
     dt = dtypes.get(problem.dtype)
     a, sa = draw((M, K), K, gen, device, dt, scaling)
     # MoE weights: one scale per expert, the layout fused MoE kernels consume
@@ -225,6 +243,7 @@ def make_inputs(problem: Problem, seed: int, device: str, scaling: str = "tensor
         topk_ids, topk_weights = route(
             M, problem.E, problem.topk, torch.Generator().manual_seed(seed + 7919), problem.routing
         )
+        topk_ids = local_ids(topk_ids, problem.local_experts)
         topk_ids, topk_weights = topk_ids.to(device), topk_weights.to(device)
     out_dtype = dtypes.get(dt.out).torch
     return GemmInputs(a, b, out_dtype, sa, sb, scaling if dt.scaled else "none", topk_ids, topk_weights)

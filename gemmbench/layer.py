@@ -34,7 +34,7 @@ import torch
 
 from gemmbench import check as check_mod
 from gemmbench import hf_config, registry, shapes, timing
-from gemmbench.inputs import cell_seed, make_inputs
+from gemmbench.inputs import cell_seed, local_ids, make_inputs
 from gemmbench.metrics import summarize
 from gemmbench.shapes import Problem, ShapeSet
 from gemmbench.store import LAYER_SCHEMA, StoreError, result_files, table_kind
@@ -101,13 +101,13 @@ def layer_gemms(sset: ShapeSet) -> list[str]:
     return [g.name for g in sset.gemms if g.name not in NOT_IN_LAYER]
 
 
-def layer_problems(sset: ShapeSet, M: int, dtype: str, tp: int) -> list[Problem]:
-    """The layer's GEMMs at one M, in the set's order, without the LM head."""
+def layer_problems(sset: ShapeSet, M: int, dtype: str, tp: int, ep: int = 1) -> list[Problem]:
+    """The layer's GEMMs at one M, in the set's order, without the LM head; expert GEMMs on rank 0 of `ep`."""
     gemms = [g for g in sset.gemms if g.name not in NOT_IN_LAYER]
     if not gemms:
         raise LayerError(f"{sset.source}: no GEMM of a decoder layer (only {', '.join(NOT_IN_LAYER)})")
     layer = ShapeSet(sset.name, sset.description, tuple(gemms), sset.m_values, sset.source)
-    return shapes.problems(layer, [dtype], [M], tp)
+    return shapes.problems(layer, [dtype], [M], tp, ep=ep)
 
 
 def steps_for(problems: Sequence[Problem], choose: Callable[[Problem], str]) -> list[Step]:
@@ -176,7 +176,8 @@ def best_chooser(runs: pd.DataFrame, device) -> tuple[Callable[[Problem], str], 
     def choose(p: Problem) -> str:
         same = ok[
             (ok["N"] == p.N) & (ok["K"] == p.K) & (ok["E"] == p.E) & (ok["topk"] == p.topk) & (ok["dtype"] == p.dtype)
-        ]
+            & (ok.get("ep", 1) == p.ep)  # frames made without an ep column (store.load always has one): EP 1
+        ]  # fmt: skip
         if (same["timing_mode"] == "cold").any():
             same = same[same["timing_mode"] == "cold"]
         runnable = [n for n in same["variant"].unique() if _runs_here(registry, n, p, device)]
@@ -237,14 +238,15 @@ class Built:
 class Routing:
     """The MoE routing of a layer: router logits, softmax, top-k, weights renormalised (Mixtral), written into the
     ids and weights every expert GEMM of the layer reads, then the block alignment for each BLOCK_M those GEMMs
-    use: what a model does on the GPU before its expert GEMMs, with no host sync."""
+    use: what a model does on the GPU before its expert GEMMs, with no host sync.  Under expert parallelism the
+    router still picks among all E experts; the ids are then mapped to rank 0's (-1: another rank's expert)."""
 
     def __init__(self, p: Problem, seed: int, device: str):
         gen = torch.Generator(device=device).manual_seed(seed)
         dt = torch.float32 if device == "cpu" else torch.bfloat16  # routers stay 16-bit in fp8 deployments
         self.x = (torch.randn((p.M, p.K), generator=gen, device=device) / math.sqrt(p.K)).to(dt)
         self.w = torch.randn((p.E, p.K), generator=gen, device=device).to(dt)
-        self.E, self.topk = p.E, p.topk
+        self.local, self.topk = p.local_experts, p.topk
         self.ids = torch.zeros((p.M, p.topk), dtype=torch.int32, device=device)
         self.weights = torch.zeros((p.M, p.topk), dtype=torch.float32, device=device)
         self.block_ms: list[int] = []
@@ -255,9 +257,9 @@ class Routing:
         probs = torch.softmax((self.x @ self.w.t()).float(), dim=-1)
         w, i = torch.topk(probs, self.topk, dim=-1)
         self.weights.copy_(w / w.sum(dim=-1, keepdim=True))
-        self.ids.copy_(i)
+        self.ids.copy_(local_ids(i, self.local))
         for bm in self.block_ms:
-            moe_align(self.ids, self.E, bm)
+            moe_align(self.ids, self.local, bm)
         return self.ids
 
 
@@ -382,13 +384,14 @@ def _capture(copies: list[list[Built]], fns: list) -> tuple[Optional[Callable], 
     graph.replay()
     torch.cuda.synchronize()
     worst = 0.0
-    steps = [b.step for copy in copies for b in copy]
-    for s, e, g in zip(steps, eager_out, graph_out, strict=False):
+    layer_built = [b for copy in copies for b in copy]
+    for b, e, g in zip(layer_built, eager_out, graph_out, strict=False):
+        s = b.step
         if not s.is_gemm:
             if not torch.equal(e, g):
                 return None, "graph replay routed tokens differently from the eager launches", None
             continue
-        res = check_mod.compare(s.problem, g, e.float())
+        res = check_mod.compare(s.problem, g, e.float(), check_mod.owned_rows(b.inputs))
         if not res.ok:
             return None, f"graph replay output of {s.name} differs from eager: {res.detail}", res.max_rel_err
         worst = max(worst, res.max_rel_err)

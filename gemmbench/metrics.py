@@ -18,17 +18,42 @@ from gemmbench import dtypes
 from gemmbench.shapes import Problem
 
 
-def flops(p: Problem) -> int:
+def flops(p: Problem, pairs: int | None = None) -> int:
     """Useful FLOPs of one GEMM call (a multiply-add counts 2).
 
     Dense: 2*M*N*K.  MoE (E > 1): M is the token count and only routed work counts,
-    2*M*topk*N*K; padding or dropped tokens of a particular kernel are not "useful".
+    2*pairs*N*K; padding or dropped tokens of a particular kernel are not "useful".  `pairs`: the (token, expert)
+    pairs this rank computes (GemmInputs.local_work).  Without expert parallelism every one of the M*topk pairs is
+    (the default); with it (ep > 1) how many land on this rank's experts depends on the routing, so it is required.
     """
-    rows = p.M * p.topk if p.is_moe else p.M
-    return 2 * rows * p.N * p.K
+    if not p.is_moe:
+        return 2 * p.M * p.N * p.K
+    return 2 * _pairs(p, pairs) * p.N * p.K
 
 
-def bytes_min(p: Problem, experts_hit: int | None = None, fp8_scaling: str = "tensor") -> int:
+def flops_bound(p: Problem) -> int:
+    """The most FLOPs one call of `p` can do: every routed pair on this rank (exact without expert parallelism).
+    For limits a cell must stay under, such as the CPU path's sizes."""
+    return flops(p, p.M * p.topk if p.is_moe else None)
+
+
+def _pairs(p: Problem, pairs: int | None) -> int:
+    if pairs is None:
+        if p.ep > 1:
+            raise ValueError(f"{p.label}: pairs (the routed pairs on this rank) is required at ep > 1")
+        return p.M * p.topk
+    if not 0 <= pairs <= p.M * p.topk:
+        raise ValueError(f"{p.label}: pairs={pairs} is outside 0..{p.M * p.topk}")
+    return pairs
+
+
+def bytes_min(
+    p: Problem,
+    experts_hit: int | None = None,
+    fp8_scaling: str = "tensor",
+    pairs: int | None = None,
+    tokens: int | None = None,
+) -> int:
     """Minimum DRAM traffic of one call in bytes: every input read once, the output written once.
 
     Dense: A (M, K) + B (N, K) in the input dtype + C (M, N) in the output dtype (dtypes.DType.bytes, out_bytes).
@@ -38,9 +63,13 @@ def bytes_min(p: Problem, experts_hit: int | None = None, fp8_scaling: str = "te
     experts_hit is required for MoE (ValueError if None or outside 1..E); for a dense problem it
     may be None or 1.
 
+    Expert parallelism (ep > 1) counts this rank's share (GemmInputs.local_work): its local experts hit (0 ..
+    E/ep), the activations of the `tokens` with a pair here (tokens * K) and the outputs of its `pairs` (pairs * N),
+    both required.  A rank with no pair moves nothing: 0 bytes.
+
     A scaled dtype (fp8) adds its scales, as many as dtypes.SCALINGS[fp8_scaling] lays out: "tensor": dense
     2 scalars; "row": dense M + N.  MoE weights always carry one scale per expert (inputs.make_inputs), so
-    MoE adds experts_hit scales plus the activations' 1 ("tensor") or M ("row").
+    MoE adds experts_hit scales plus the activations' 1 ("tensor") or M ("row"; under EP one per token read).
     """
     dt, scaling = dtypes.get(p.dtype), dtypes.scaling(fp8_scaling)
     act, out = dt.bytes, dt.out_bytes
@@ -49,13 +78,23 @@ def bytes_min(p: Problem, experts_hit: int | None = None, fp8_scaling: str = "te
             raise ValueError(f"{p.label}: experts_hit is required for an MoE problem")
     elif experts_hit is None:
         experts_hit = 1
-    if not 1 <= experts_hit <= p.E:
-        raise ValueError(f"{p.label}: experts_hit={experts_hit} is outside 1..{p.E}")
+    # a rank of an expert-parallel group may have no pair at all: 0 of its experts hit
+    lowest = 0 if p.is_moe and p.ep > 1 else 1
+    if not lowest <= experts_hit <= p.local_experts:
+        raise ValueError(f"{p.label}: experts_hit={experts_hit} is outside {lowest}..{p.local_experts}")
 
     if p.is_moe:
-        n = act * (experts_hit * p.N * p.K + p.M * p.K) + out * p.M * p.topk * p.N
+        rows = _pairs(p, pairs)
+        if tokens is None and p.ep > 1:
+            raise ValueError(f"{p.label}: tokens (those with a pair on this rank) is required at ep > 1")
+        tokens = p.M if tokens is None else tokens
+        if not (tokens <= rows <= tokens * p.topk and (rows == 0) == (experts_hit == 0)):
+            raise ValueError(f"{p.label}: {tokens} tokens, {rows} pairs and {experts_hit} experts hit do not agree")
+        if rows == 0:
+            return 0
+        n = act * (experts_hit * p.N * p.K + tokens * p.K) + out * rows * p.N
         if dt.scaled:
-            n += scaling.scale_bytes * (experts_hit + scaling.act_scales(p.M, p.K))
+            n += scaling.scale_bytes * (experts_hit + scaling.act_scales(tokens, p.K))
         return n
 
     n = act * (p.M * p.K + p.N * p.K) + out * p.M * p.N

@@ -1,4 +1,4 @@
-"""YAML shape sets -> frozen problem descriptions; M sweeps; tensor-parallel division.
+"""YAML shape sets -> frozen problem descriptions; M sweeps; tensor- and expert-parallel division.
 
 Model configs (config.json) become shape sets in gemmbench/hf_config.py.
 
@@ -72,7 +72,11 @@ class ShapeSet:
 
 @dataclass(frozen=True)
 class Problem:
-    """One cell row's problem: a GEMM at one M, one dtype, one TP degree (N, K already divided)."""
+    """One cell row's problem: a GEMM at one M, one dtype, one TP degree (N, K already divided), one EP degree.
+
+    Expert parallelism (ep > 1, MoE only): E stays the model's global expert count (the M tokens are routed over all
+    E); the benchmarked rank is rank 0, which holds the `local_experts` = E // ep experts 0 .. E/ep - 1 and computes
+    only the (token, expert) pairs routed to them (inputs.make_inputs: the other slots' ids are -1)."""
 
     shape_set: str
     gemm: str
@@ -84,10 +88,16 @@ class Problem:
     E: int = 1
     topk: int = 1
     routing: str = "uniform"  # MoE: how tokens are routed to experts (inputs.ROUTINGS); dense: unused
+    ep: int = 1  # expert-parallel degree that divided E (apply_ep); 1 for a dense GEMM
 
     @property
     def is_moe(self) -> bool:
         return self.E > 1
+
+    @property
+    def local_experts(self) -> int:
+        """Experts this rank holds (the weight's leading dimension): E // ep."""
+        return self.E // self.ep
 
     def with_(self, **changes) -> "Problem":
         return replace(self, **changes)
@@ -99,7 +109,8 @@ class Problem:
         if self.is_moe and self.routing != "uniform":
             moe += f" {self.routing}"
         tp = f" tp{self.tp}" if self.tp > 1 else ""
-        return f"{self.gemm} {self.dtype} M{self.M} N{self.N} K{self.K}{moe}{tp}"
+        ep = f" ep{self.ep}" if self.ep > 1 else ""
+        return f"{self.gemm} {self.dtype} M{self.M} N{self.N} K{self.K}{moe}{tp}{ep}"
 
 
 PRESETS = {"decode": DECODE_M, "prefill": PREFILL_M, "all": DECODE_M + PREFILL_M}
@@ -315,15 +326,28 @@ def apply_tp(gemm: Gemm, tp: int) -> Gemm:
     return replace(gemm, **{dim: size // tp})
 
 
+def apply_ep(gemm: Gemm, ep: int) -> int:
+    """The EP degree of this GEMM's problems: an expert GEMM's E experts divided over `ep` ranks (E/ep each; its N or
+    K are apply_tp's business), a dense GEMM (attention, dense MLP, shared experts: every token hits them) 1."""
+    if not _is_int(ep) or ep < 1:
+        raise ShapeError(f"gemm {gemm.name!r}: ep must be a positive integer, got {ep!r}")
+    if not gemm.is_moe:
+        return 1
+    if gemm.E % ep:
+        raise ShapeError(f"gemm {gemm.name!r}: E={gemm.E} experts are not divisible by ep={ep}")
+    return ep
+
+
 def problems(
     shape_set: ShapeSet,
     dtypes: Sequence[str],
     m_values: Sequence[int] | None = None,
     tp: int = 1,
     routing: str = "uniform",
+    ep: int = 1,
 ) -> list[Problem]:
     """One Problem per (gemm, M, dtype): gemms in file order, M ascending, dtypes in the given order.
-    `routing` applies to the MoE gemms (inputs.ROUTINGS)."""
+    `routing` applies to the MoE gemms (inputs.ROUTINGS); so does `ep` (apply_ep), which needs one."""
     if isinstance(dtypes, str):  # a bare "fp16" would otherwise iterate as "f", "p", ...
         dtypes = (dtypes,)
     if not dtypes:
@@ -334,10 +358,16 @@ def problems(
         if not m_values:
             raise ShapeError(f"{shape_set.source}: empty M list")
         ms = tuple(sorted({_positive(m, "every M", shape_set.source) for m in m_values}))
+    if not _is_int(ep) or ep < 1:
+        raise ShapeError(f"{shape_set.source}: ep must be a positive integer, got {ep!r}")
+    if ep > 1 and not any(g.is_moe for g in shape_set.gemms):
+        raise ShapeError(f"{shape_set.source}: ep={ep} needs expert GEMMs (E > 1), and set {shape_set.name!r} has "
+                         f"none (its GEMMs: {', '.join(g.name for g in shape_set.gemms)})")  # fmt: skip
     out = []
     for gemm in shape_set.gemms:
         try:
             g = apply_tp(gemm, tp)
+            g_ep = apply_ep(g, ep)
         except ShapeError as e:
             raise ShapeError(f"{shape_set.source}: {e}") from None
         out += [
@@ -352,6 +382,7 @@ def problems(
                 E=g.E,
                 topk=g.topk,
                 routing=routing if g.E > 1 else "uniform",
+                ep=g_ep,
             )
             for m in ms
             for d in dtypes

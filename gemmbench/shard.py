@@ -43,18 +43,24 @@ def cell_key(problem, variant: str) -> str:
 
 
 def describe(key: str, variant: bool = True) -> str:
-    """A cell key as a person reads it: 'smoke smoke_tails fp16 M5 N80 K48 [E8 top2 uniform] [tp2] cublas_fp16'."""
-    shape_set, gemm, M, N, K, E, topk, routing, tp, dtype, name = key.split("|")
+    """A cell key as a person reads it:
+    'smoke smoke_tails fp16 M5 N80 K48 [E8 top2 uniform] [tp2] [ep2] cublas_fp16'."""
+    shape_set, gemm, M, N, K, E, topk, routing, tp, ep, dtype, name = key.split("|")
     moe = f" E{E} top{topk} {routing}" if E not in ("", "1") else ""
     par = f" tp{tp}" if tp not in ("", "1") else ""
+    par += f" ep{ep}" if ep not in ("", "1") else ""
     return f"{shape_set} {gemm} {dtype} M{M} N{N} K{K}{moe}{par}" + (f" {name}" if variant else "")
 
 
 def cost(problem) -> float:
     from gemmbench.metrics import bytes_min  # heavy (numpy): the CLI imports this light module
 
-    hit = min(problem.E, problem.M * problem.topk) if problem.is_moe else None
-    return 1.0 + bytes_min(problem, hit) / 1e9
+    if not problem.is_moe:
+        return 1.0 + bytes_min(problem) / 1e9
+    # about this many experts hit and pairs on this rank: its share of the M * topk pairs (uniform routing)
+    pairs = max(1, problem.M * problem.topk // problem.ep)
+    work = dict(experts_hit=min(problem.local_experts, pairs), pairs=pairs, tokens=min(problem.M, pairs))
+    return 1.0 + bytes_min(problem, **work) / 1e9
 
 
 def partition(cells: list, n: int) -> list[list]:

@@ -25,8 +25,9 @@ from gemmbench.metrics import flops, noisy
 # Bump when a column is added, removed or changes meaning; load() refuses other versions
 # rather than silently mixing numbers that mean different things.
 # 2: + routing (MoE token routing; schema 1 files are read as routing "uniform"); 3: + noisy (schema 2 files get it
-# from their p20/p80)
-SCHEMA_VERSION = 3
+# from their p20/p80); 4: + ep (expert-parallel degree; older files are read as ep 1) and gpu_mem_peak_bytes (the
+# cell's peak GPU memory; older files: null)
+SCHEMA_VERSION = 4
 STATUSES = ("ok", "skipped", "wrong", "error")
 # timing_mode, l2_state: see gemmbench.timing (MODES, L2_STATE); device: "cuda" | "cpu".
 
@@ -44,6 +45,7 @@ _COLUMNS = [
     ("topk", _I),
     ("routing", _S),
     ("tp", _I),
+    ("ep", _I),  # expert-parallel degree that divided the GEMM's experts (shapes.apply_ep); dense 1
     ("dtype", _S),
     # by which kernel
     ("variant", _S),
@@ -99,6 +101,7 @@ REQUIRED = (
     "E",
     "topk",
     "tp",
+    "ep",
     "dtype",
     "variant",
     "status",
@@ -131,16 +134,18 @@ def cell_columns(problem, variant) -> dict:
         topk=problem.topk,
         routing=problem.routing if problem.is_moe else None,
         tp=problem.tp,
+        ep=problem.ep,
         dtype=problem.dtype,
         variant=variant.name,
         family=variant.family,
         variant_source=variant.source,
-        flops=flops(problem) if variant.gemm else None,
+        # under expert parallelism the FLOPs depend on the routing: an ok row has them (tasks), others none
+        flops=flops(problem) if variant.gemm and problem.ep == 1 else None,
     )
 
 
 # The columns that name a cell (cell_columns' problem and variant): runs, profiles and comparisons match on them.
-CELL_KEY = ("shape_set", "gemm", "M", "N", "K", "E", "topk", "routing", "tp", "dtype", "variant")
+CELL_KEY = ("shape_set", "gemm", "M", "N", "K", "E", "topk", "routing", "tp", "ep", "dtype", "variant")
 
 
 def resume_key(row) -> str:
@@ -188,6 +193,8 @@ def normalize_row(row: dict) -> dict:
         raise StoreError(f"unknown column {unknown[0]!r} in result row")
     out = {name: row.get(name) for name in COLUMNS}
     out["schema_version"] = SCHEMA_VERSION
+    if out["ep"] is None:  # a row made without expert parallelism in mind (before schema 4, a plugin): EP 1
+        out["ep"] = 1
     if out["config"] is not None and not isinstance(out["config"], str):
         out["config"] = json.dumps(out["config"], sort_keys=True)
     if out["samples_us"] is not None:
@@ -348,6 +355,12 @@ def _read(f: Path) -> pa.Table:
         marks = [None if a is None or b is None else noisy(a, b) for a, b in zip(p20, p80, strict=True)]
         table = table.append_column("noisy", pa.array(marks, pa.bool_()))
     v = max(v, 3) if v == 2 else v
+    if v == 3:  # before expert parallelism every row ran on EP 1
+        if "ep" not in table.column_names:
+            table = table.append_column("ep", pa.array([1] * table.num_rows, _I))
+        if "gpu_mem_peak_bytes" not in table.column_names:  # not recorded before schema 4
+            table = table.append_column("gpu_mem_peak_bytes", pa.nulls(table.num_rows, _I))
+        v = 4
     if v < SCHEMA_VERSION:
         raise StoreError(
             f"{f}: written by an older gemmbench (schema {v}, this one reads {SCHEMA_VERSION}); "
@@ -357,8 +370,6 @@ def _read(f: Path) -> pa.Table:
         raise StoreError(
             f"{f}: written by a newer gemmbench (schema {v}, this one reads {SCHEMA_VERSION}); upgrade gemmbench"
         )
-    if "gpu_mem_peak_bytes" not in table.column_names:  # not recorded before issue 18: null, no other meaning changed
-        table = table.append_column("gpu_mem_peak_bytes", pa.nulls(table.num_rows, _I))
     missing = [c for c in COLUMNS if c not in table.column_names]
     if missing:
         raise StoreError(f"{f}: missing column {missing[0]!r} for schema {SCHEMA_VERSION}")
@@ -445,7 +456,12 @@ def write_profile_table(path: Path, rows: list[dict]) -> None:
 def load_profile_tables(paths) -> pd.DataFrame:
     """Profile tables (write_profile_table), one DataFrame; a file that is not one is a one-line error."""
     tables = load_side_tables(paths, "profile_schema", "not a gemmbench profile table (no profile_schema column)")
-    return pd.concat([df for _, df in tables], ignore_index=True)
+    return _ep_one(pd.concat([df for _, df in tables], ignore_index=True))
+
+
+def _ep_one(df: pd.DataFrame) -> pd.DataFrame:
+    """A side table written before expert parallelism (no `ep` column): every row ran on EP 1."""
+    return df if "ep" in df.columns else df.assign(ep=1)
 
 
 # Every column, whether or not a row has it (a CPU run has no graph time: its graph columns are null, not absent).
@@ -456,6 +472,7 @@ LAYER_COLUMNS = (
     "model",
     "shape_set",
     "tp",
+    "ep",
     "dtype",
     "M",
     "layers",
@@ -506,7 +523,7 @@ LAYER_COLUMNS = (
 def write_layer_table(path: Path, rows: list[dict]) -> None:
     """A `gemmbench layer` table, atomically: rewritten after every layer."""
     df = pd.DataFrame(rows).reindex(columns=list(LAYER_COLUMNS))
-    for c in ("step", "N", "K", "E", "topk", "steps", "sm_count"):
+    for c in ("step", "N", "K", "E", "topk", "ep", "steps", "sm_count"):
         df[c] = df[c].astype("Int64")
     for c in (
         "kernel_us",
@@ -535,4 +552,4 @@ def load_layer_tables(paths) -> pd.DataFrame:
                 f"{f}: layer table of another gemmbench version (layer schema "
                 f"{sorted(set(df['layer_schema']))}, this one reads {LAYER_SCHEMA})"
             )
-    return pd.concat([df for _, df in tables], ignore_index=True)
+    return _ep_one(pd.concat([df for _, df in tables], ignore_index=True))

@@ -34,7 +34,7 @@ def baseline_for(row: dict) -> Optional[str]:
 
 
 def _cell(r: dict) -> tuple:
-    return r["gemm"], r["M"], r["N"], r["K"], r["tp"], r["dtype"], r.get("routing")
+    return r["gemm"], r["M"], r["N"], r["K"], r["tp"], r.get("ep") or 1, r["dtype"], r.get("routing")
 
 
 def _is_gemm(r: dict) -> bool:
@@ -74,7 +74,7 @@ def _fmt(x, spec: str) -> str:
 def gemm_tables(rows: list[dict]) -> list[Table]:
     by_gemm = defaultdict(list)
     for r in rows:
-        by_gemm[(r["gemm"], r["N"], r["K"], r["E"], r["topk"], r["tp"], r.get("routing"))].append(r)
+        by_gemm[(r["gemm"], r["N"], r["K"], r["E"], r["topk"], r["tp"], r.get("ep") or 1, r.get("routing"))].append(r)
     sp = speedups(rows)
     # the fastest ok variant of each (gemm, M, dtype) is starred
     best = {}
@@ -85,9 +85,9 @@ def gemm_tables(rows: list[dict]) -> list[Table]:
                 best[k] = r
     best_ids = {id(r) for r in best.values()}
     tables = []
-    for (gemm, N, K, E, topk, tp, routing), rs in by_gemm.items():
+    for (gemm, N, K, E, topk, tp, ep, routing), rs in by_gemm.items():
         moe = (f", E={E} top{topk}" + (f", {routing} routing" if routing else "")) if E > 1 else ""
-        title = f"{gemm}  N={N} K={K}{moe}" + (f"  tp={tp}" if tp > 1 else "")
+        title = f"{gemm}  N={N} K={K}{moe}" + (f"  tp={tp}" if tp > 1 else "") + (f"  ep={ep}" if ep > 1 else "")
         first = rs[0]
         vs = (
             registry.baseline_for(first["dtype"], moe=True)

@@ -82,7 +82,7 @@ def time_task(ctx, task: dict) -> None:
 
 def _time(ctx, problem: Problem, passed: dict, peaks: dict, seed: int) -> None:
     copies: dict = {}  # fp8 scaling -> (inputs copies, their timer, the plan's note)
-    prepared, configs, hit, plans = {}, {}, {}, {}
+    prepared, configs, works, plans = {}, {}, {}, {}
     sharing = Counter(v.fp8_scaling for v, _ in passed.values())  # variants timed over each scaling's copies
     for name, (variant, _) in passed.items():
         ctx.begin(name, "time")
@@ -96,7 +96,7 @@ def _time(ctx, problem: Problem, passed: dict, peaks: dict, seed: int) -> None:
             launches = [variant.make(problem, inp) for inp in inputs]
             configs[name] = launches[0].config
             # stream mode cycles through copies with different routings: the bytes of a call are the mean
-            hit[name] = [c.experts_hit() for c in inputs]
+            works[name] = [c.local_work() for c in inputs]
             prepared[name] = timer.prepare([x.fn for x in launches], all(x.graph_safe for x in launches),
                                            cell=cell_name(name, problem))  # fmt: skip
             peaks[name] = _max(peaks[name], memory.peak_bytes(ctx.devname))
@@ -124,7 +124,7 @@ def _time(ctx, problem: Problem, passed: dict, peaks: dict, seed: int) -> None:
         extra = dict(stats, samples_us=p.samples, max_rel_err=err, config=configs[name], timing_mode=timer.mode,
                      l2_state=timer.l2_state, gpu_mem_peak_bytes=peaks[name])  # fmt: skip
         if variant.gemm:  # a step beside the GEMMs (moe_align) has its time, no FLOPs or roofline
-            extra.update(_throughput(ctx, problem, variant, hit[name], stats["time_us_median"]))
+            extra.update(_throughput(ctx, problem, variant, works[name], stats["time_us_median"]))
         ctx.result(name, [_run_row(ctx, problem, variant, "ok", note, **extra)])
 
 
@@ -146,11 +146,13 @@ def _max(a: Optional[int], b: Optional[int]) -> Optional[int]:
     return None if a is None and b is None else max(x for x in (a, b) if x is not None)
 
 
-def _throughput(ctx, problem: Problem, variant, hits: list, t: float) -> dict:
+def _throughput(ctx, problem: Problem, variant, works: list, t: float) -> dict:
+    """works: each timed copy's GemmInputs.local_work (its experts hit, and under EP its pairs and tokens)."""
     scaling = dtypes.row_scaling(problem.dtype, variant.fp8_scaling)
-    nbytes = round(sum(metrics.bytes_min(problem, h if problem.is_moe else None, scaling) for h in hits) / len(hits))
-    flops = metrics.flops(problem)  # also in every row, via cell_columns
-    out = dict(bytes_min=nbytes, tflops=metrics.tflops(flops, t), gbps=metrics.gbps(nbytes, t))
+    nbytes = round(sum(metrics.bytes_min(problem, fp8_scaling=scaling, **w) for w in works) / len(works))
+    # every row has the FLOPs of a routing-independent problem (cell_columns); under EP they are this rank's pairs
+    flops = round(sum(metrics.flops(problem, w.get("pairs")) for w in works) / len(works))
+    out = dict(flops=flops, bytes_min=nbytes, tflops=metrics.tflops(flops, t), gbps=metrics.gbps(nbytes, t))
     if ctx.ceilings is not None:
         bw = metrics.bandwidth_at(ctx.ceilings.bandwidth_ladder, nbytes)
         peak = ctx.ceilings.peak_for(problem.dtype)
@@ -191,11 +193,12 @@ def profile_task(ctx, task: dict) -> None:
     """Everything a profiler should not see happens first, outside the range (inputs, make and its tuning, the
     check, a warm-up); then one eager launch inside "profile <cell>", the range ncu --nvtx-include selects.  A cell
     whose check fails is never profiled.  The result row is the outcome: status, reason, config, max_rel_err,
-    experts_hit, range, domain."""
+    experts_hit, pairs, tokens (GemmInputs.local_work), range, domain."""
     [name] = task["items"]
     problem, variant = Problem(**task["problem"]), registry.get(name)
     rng = range_name("profile", cell_name(name, problem))
-    outcome: dict = {"range": rng, "domain": domain_in_use(), "config": None, "max_rel_err": None, "experts_hit": None}
+    outcome: dict = {"range": rng, "domain": domain_in_use(), "config": None, "max_rel_err": None, "experts_hit": None,
+                     "pairs": None, "tokens": None}  # fmt: skip
     reason = variant.unsupported_reason(problem, ctx.dev)
     if reason:
         ctx.result(name, [dict(outcome, status="skipped", reason=reason)])
@@ -206,6 +209,7 @@ def profile_task(ctx, task: dict) -> None:
         checked = check_cell(problem, variant, inputs, on_phase=lambda ph: ctx.begin(name, ph))
         outcome.update(config=checked.launch.config, max_rel_err=checked.result.max_rel_err,
                        experts_hit=inputs.experts_hit())  # fmt: skip
+        outcome.update(inputs.local_work())  # MoE: experts_hit again, pairs and tokens
         if not checked.result.ok:
             ctx.result(name, [dict(outcome, status="wrong", reason=checked.result.detail)])
             return

@@ -32,7 +32,7 @@ from typing import Any, Callable, Literal, Mapping, Optional, TypeVar
 
 from gemmbench import device, registry
 from gemmbench.check import check_cell
-from gemmbench.metrics import flops
+from gemmbench.metrics import flops_bound
 from gemmbench.shapes import Problem
 from gemmbench.store import write_atomic
 from gemmbench.timing import Timer, quick_median_us
@@ -60,7 +60,7 @@ def needs_triton_device(problem: Problem, device) -> Optional[str]:
     if problem.dtype == "bf16":
         # Measured: the interpreter returns garbage for bf16 tl.dot and raises nothing.
         return "Triton's CPU interpreter computes bf16 tl.dot wrongly (no error raised); bf16 runs on the GPU only"
-    macs = flops(problem) // 2
+    macs = flops_bound(problem) // 2
     if macs > INTERPRETER_MAX_MACS:
         return f"too large for Triton's CPU interpreter ({macs:.2g} multiply-adds, limit {INTERPRETER_MAX_MACS:.2g}): run it on a GPU"
     return None
@@ -216,7 +216,11 @@ def gpu_dirname(gpu: str) -> str:
 
 
 def config_path(variant: str, problem: Problem, gpu: str) -> Path:
-    moe = f"E={problem.E},topk={problem.topk}," if problem.is_moe else ""
+    """MoE files are named by the experts one rank holds (E=local) and, under expert parallelism, the degree
+    (ep=N): 32 local experts of 256 at EP 8 get 1/8 of the routed pairs spread over 32 experts, another load than
+    E=32 without EP.  Without EP the name is E=<all experts>,topk=..., as before EP existed."""
+    ep = f"ep={problem.ep}," if problem.ep > 1 else ""
+    moe = f"E={problem.local_experts},{ep}topk={problem.topk}," if problem.is_moe else ""
     name = f"{moe}N={problem.N},K={problem.K},dtype={problem.dtype}.json"
     return configs_root() / gpu_dirname(gpu) / variant / name
 
@@ -268,8 +272,8 @@ def save(variant: str, problem: Problem, gpu: str, config: KernelConfig, us: flo
         "dtype": problem.dtype,
         "buckets": {},
     }
-    if problem.is_moe:
-        data.update(E=problem.E, topk=problem.topk)
+    if problem.is_moe:  # E: the experts of one rank, as in the file name
+        data.update(E=problem.local_experts, topk=problem.topk, **({"ep": problem.ep} if problem.ep > 1 else {}))
     bucket = str(m_bucket(problem.M, problem.is_moe))
     data["buckets"][bucket] = {"config": config.to_dict(), "time_us": round(us, 3), **about}
     data["buckets"] = dict(sorted(data["buckets"].items(), key=lambda kv: int(kv[0])))
@@ -308,7 +312,7 @@ def _gpu_name(inputs) -> Optional[str]:
 
 
 def choose(t: Tunable, problem: Problem, inputs) -> tuple[KernelConfig, Provenance]:
-    key = (t.name, problem.M, problem.N, problem.K, problem.E, problem.topk, problem.dtype)
+    key = (t.name, problem.M, problem.N, problem.K, problem.E, problem.topk, problem.ep, problem.dtype)
     if key in _chosen:
         return _chosen[key]
     gpu = _gpu_name(inputs)
@@ -400,5 +404,5 @@ def tune_and_store(t: Tunable, problem: Problem, inputs, reference) -> tuple[Tri
         **_tool_versions(),
     }
     path = save(t.name, problem, _gpu_name(inputs), best.params, best.time_us, about)
-    _chosen.pop((t.name, problem.M, problem.N, problem.K, problem.E, problem.topk, problem.dtype), None)
+    _chosen.pop((t.name, problem.M, problem.N, problem.K, problem.E, problem.topk, problem.ep, problem.dtype), None)
     return best, path, len(candidates)

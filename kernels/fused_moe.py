@@ -254,11 +254,11 @@ def splitk_space(problem, on_gpu: bool, full: bool = True) -> list[MoeConfig]:
         return [MoeConfig.tile(16, 32, 32, 4, 1, GROUP_M=2, SPLIT_K=2, schedule="col")]
     sms = tuning.sm_count()
     fp8 = problem.dtype == "fp8"
-    rows = problem.M * problem.topk
+    rows = max(1, problem.M * problem.topk // problem.ep)  # this rank's share of the pairs, uniform routing
     bm = block_m_for(problem.M, problem.topk, problem.E)
-    experts = min(problem.E, rows)  # at most this many experts get rows
+    experts = min(problem.local_experts, rows)  # at most this many experts get rows
     blocks = experts * triton.cdiv(triton.cdiv(rows, experts), bm)  # about this many blocks of rows
-    decode = rows <= 64 * problem.E
+    decode = rows <= 64 * problem.local_experts
     if decode:
         bns = (32, 64, 128) if full else (64,)
         bks = ((128, 256) if fp8 else (64, 128)) if full else ((256,) if fp8 else (128,))
@@ -280,7 +280,7 @@ def _build(schedule=None, mul_weight: bool = False):
 
     def build(problem, inputs, config: MoeConfig) -> Launch:
         sched = schedule or config.schedule or "col"
-        gemm = FusedMoe(inputs, problem.E, problem.topk, config, sched, mul_weight)
+        gemm = FusedMoe(inputs, problem.local_experts, problem.topk, config, sched, mul_weight)
         split_k = None if config.SPLIT_K is None else gemm.split_k  # a data-parallel config stays without one
         return Launch(fn=gemm, params=replace(config, schedule=sched, SPLIT_K=split_k), out=gemm.out)
 

@@ -1,9 +1,11 @@
 """torch_grouped_mm: the grouped-matmul MoE baseline.  The (token, slot) rows are sorted by expert and
 gathered, torch._grouped_mm multiplies each expert's contiguous segment with its weight in one call
 (cuBLAS / CUTLASS grouped GEMM on a GPU), and the results are scattered back to (M * topk, N).  The
-sort, gather and scatter are inside the timed closure: what a model using it pays.  Our part never
-syncs with the host, but torch._grouped_mm itself copies from host memory (torch 2.11), so it cannot be
-captured in a CUDA graph: no `stream` or `graph` timing.
+sort, gather and scatter are inside the timed closure: what a model using it pays.  Under expert parallelism the
+slots of other ranks (id -1) sort after the last local expert's, past the last group offset: torch._grouped_mm
+computes no row there, and those (token, slot) rows of the output, another rank's work, hold whatever it left.
+Our part never syncs with the host, but torch._grouped_mm itself copies from host memory (torch 2.11), so it
+cannot be captured in a CUDA graph: no `stream` or `graph` timing.
 
 torch._grouped_mm is a private torch op: where this torch lacks it, or it refuses the dtype on this
 device, the variant is skipped with the reason (found by one tiny trial call per device and dtype).
@@ -42,16 +44,17 @@ def _supports(problem, device) -> Optional[str]:
 
 def _make(problem, inputs) -> Launch:
     a, w, ids = inputs.a, inputs.b, inputs.topk_ids.reshape(-1).long()
-    topk, E = problem.topk, problem.E
+    topk, E = problem.topk, problem.local_experts
     out = torch.empty((problem.M * topk, problem.N), dtype=inputs.out_dtype, device=a.device)
     w_t = w.transpose(1, 2)  # (E, K, N) view of the (E, N, K) weight: K-major B, no copy
     ones = torch.ones_like(ids)
+    bucket = torch.where(ids >= 0, ids, E)  # another rank's slot (-1) last, in bucket E, which has no group
 
     def run():
-        order = torch.argsort(ids, stable=True)
+        order = torch.argsort(bucket, stable=True)
         # scatter_add, not bincount: CUDA's bincount reads the max id on the host (a sync, no graph)
-        counts = torch.zeros(E, dtype=torch.long, device=ids.device).scatter_add_(0, ids, ones)
-        ends = torch.cumsum(counts, 0).to(torch.int32)
+        counts = torch.zeros(E + 1, dtype=torch.long, device=ids.device).scatter_add_(0, bucket, ones)
+        ends = torch.cumsum(counts[:E], 0).to(torch.int32)
         out[order] = torch._grouped_mm(a[order // topk], w_t, offs=ends)
         return out
 

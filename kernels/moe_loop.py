@@ -1,5 +1,6 @@
-"""torch_moe_loop: the reference MoE baseline.  For each expert, gather the (token, slot) rows routed
-to it and run one matmul (cuBLAS on a GPU); scatter the results back to (M * topk, N).
+"""torch_moe_loop: the reference MoE baseline.  For each local expert, gather the (token, slot) rows routed
+to it and run one matmul (cuBLAS on a GPU); scatter the results back to (M * topk, N).  A slot routed to another
+expert-parallel rank (id -1) matches no local expert: its row is not computed and not written.
 
 Finding each expert's rows needs their count on the host (nonzero), so this variant syncs with the
 host every call, as a naive model loop does: it cannot be captured in a CUDA graph.  It is the speedup
@@ -15,7 +16,7 @@ from gemmbench.registry import Launch, Variant, register
 
 def _make(problem, inputs) -> Launch:
     a, w, ids = inputs.a, inputs.b, inputs.topk_ids.reshape(-1)
-    topk, E = problem.topk, problem.E
+    topk, E = problem.topk, problem.local_experts
     out = torch.empty((problem.M * topk, problem.N), dtype=inputs.out_dtype, device=a.device)
 
     def run():

@@ -128,7 +128,7 @@ MIXTRAL = {
 @pytest.mark.parametrize("model", list(MIXTRAL))
 def test_mixtral_steps(model, tp):
     steps = sequence(model, tp, M=16)
-    assert names(steps) == ["attn_qkv", "attn_o", "moe_router", "routing", "moe_w13", "moe_w2"]
+    assert names(steps) == ["attn_qkv", "attn_o", "routing", "moe_w13", "moe_w2"]
     routing = steps[2]
     assert not routing.is_gemm and routing.problem is None and routing.variant is None
     full = MIXTRAL[model]
@@ -202,7 +202,7 @@ def test_hf_config_json_moe(tmp_path):
     cfg = tmp_path / "config.json"
     cfg.write_text(json.dumps(HF_MIXTRAL))
     steps = L.steps_for(L.layer_problems(L.resolve_model(str(cfg)), 3, "fp16", 1), lambda p: "v")
-    assert names(steps) == ["attn_qkv", "attn_o", "moe_router", "routing", "moe_w13", "moe_w2"]
+    assert names(steps) == ["attn_qkv", "attn_o", "routing", "moe_w13", "moe_w2"]
     assert dims(steps)["moe_w13"] == (256, 64, 4, 2) and dims(steps)["moe_w2"] == (64, 128, 4, 2)
 
 

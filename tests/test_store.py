@@ -36,7 +36,7 @@ def row(**over):
 
 def test_schema_columns_and_nullability():
     assert COLUMNS[:4] == ["run_id", "timestamp", "shape_set", "gemm"]
-    assert COLUMNS[-1] == "schema_version" and len(COLUMNS) == 48
+    assert COLUMNS[-1] == "schema_version" and len(COLUMNS) == 49
     assert SCHEMA.names == COLUMNS
     assert SCHEMA.field("samples_us").type == pa.list_(pa.float64())
     assert not SCHEMA.field("M").nullable and not SCHEMA.field("status").nullable
@@ -284,10 +284,13 @@ def test_gpu_mem_peak_round_trips_and_older_files_read_it_as_null(tmp_path):
     df = load([path])
     assert df["gpu_mem_peak_bytes"].iloc[0] == 16 * 2**30 and pd.isna(df["gpu_mem_peak_bytes"].iloc[1])
     before = pa.Table.from_pylist([normalize_row(row(time_us_median=3.5))], schema=SCHEMA)
+    before = before.drop_columns(["gpu_mem_peak_bytes", "ep"])  # what schema 3 had
+    version = before.schema.get_field_index("schema_version")
+    before = before.set_column(version, "schema_version", pa.array([3], pa.int64()))
     old = tmp_path / "before.parquet"
-    pq.write_table(before.drop_columns(["gpu_mem_peak_bytes"]), old)
+    pq.write_table(before, old)
     df = load([old])
-    assert list(df.columns) == COLUMNS and pd.isna(df["gpu_mem_peak_bytes"].iloc[0])
+    assert list(df.columns) == COLUMNS and pd.isna(df["gpu_mem_peak_bytes"].iloc[0]) and df["ep"].iloc[0] == 1
     assert df["time_us_median"].iloc[0] == 3.5 and df["schema_version"].iloc[0] == SCHEMA_VERSION
 
 

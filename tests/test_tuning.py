@@ -181,8 +181,9 @@ def test_every_committed_config_loads_into_its_family_dataclass():
             if "TMA" not in entry["config"] and v.family == "triton_splitk":
                 assert back.pop("TMA") is False
             assert list(back.items()) == list(entry["config"].items()), f"{f} bucket {bucket}"
-            E, topk = data.get("E", 1), data.get("topk", 1)
-            problem = Problem("s", "g", int(bucket), data["N"], data["K"], data["dtype"], E=E, topk=topk)
+            # a file's E is one rank's experts; under expert parallelism (ep) the model has E * ep
+            E, topk, ep = data.get("E", 1), data.get("topk", 1), data.get("ep", 1)
+            problem = Problem("s", "g", int(bucket), data["N"], data["K"], data["dtype"], E=E * ep, topk=topk, ep=ep)
             assert tuning.stored(v.name, problem, data["gpu"])[0] == config
 
 

@@ -84,24 +84,34 @@ def _dtypes(text: str) -> list[str]:
     return _choices("--dtype", text, dtypes.NAMES)
 
 
-def _tp_list(text: str) -> list[int]:
+def _degrees(option: str, text: str, example: str) -> list[int]:
     try:
-        tps = [int(x) for x in text.split(",") if x.strip()]
+        values = [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        tps = []
-    if not tps or min(tps) < 1:
-        raise fail(f"--tp {text!r}: give positive integers, comma-separated (e.g. 8 or 1,2,4,8)")
-    return list(dict.fromkeys(tps))
+        values = []
+    if not values or min(values) < 1:
+        raise fail(f"{option} {text!r}: give positive integers, comma-separated (e.g. {example})")
+    return list(dict.fromkeys(values))
 
 
-def _problems(sset, dtypes, m_values, tps: list[int], routings: list[str]) -> list:
-    """Every (TP, routing) expansion of the set; dense GEMMs once per TP (routing does not apply to them)."""
+def _tp_list(text: str) -> list[int]:
+    return _degrees("--tp", text, "8 or 1,2,4,8")
+
+
+def _ep_list(text: str) -> list[int]:
+    return _degrees("--ep", text, "8 or 1,8")
+
+
+def _problems(sset, dtypes, m_values, tps: list[int], routings: list[str], eps: tuple[int, ...] = (1,)) -> list:
+    """Every (TP, EP, routing) expansion of the set; dense GEMMs once per TP (neither EP nor routing applies to
+    them).  ShapeError where an EP degree does not divide an expert GEMM's E, or the set has no expert GEMM."""
     from gemmbench.shapes import problems  # not at --help (yaml)
 
     out = []
     for t in tps:
-        for i, r in enumerate(routings):
-            out += [p for p in problems(sset, dtypes, m_values, t, r) if p.is_moe or i == 0]
+        for j, e in enumerate(eps):
+            for i, r in enumerate(routings):
+                out += [p for p in problems(sset, dtypes, m_values, t, r, e) if p.is_moe or i == j == 0]
     return out
 
 
@@ -121,6 +131,7 @@ def select_cells(
     routing: str,
     seed: int,
     plugin: Optional[list[Path]],
+    ep: str = "1",
 ) -> tuple:
     """The selection options `run` and `profile` share -> (shape set, [(problem, [variant names])]).
     A cell is a problem and a variant made for its kind (dense/MoE) and dtype."""
@@ -128,7 +139,7 @@ def select_cells(
     from gemmbench import shapes as shapes_mod
     from gemmbench.inputs import ROUTINGS
 
-    tps = _tp_list(tp)
+    tps, eps = _tp_list(tp), _ep_list(ep)
     routings = _choices("--routing", routing, ROUTINGS)
     if not 0 <= seed < 2**31:
         raise fail(f"--seed must be in 0 .. 2**31 - 1, got {seed}")
@@ -137,7 +148,7 @@ def select_cells(
     try:
         sset = shapes_mod.load(shapes)
         m_values = shapes_mod.parse_m_list(m) if m is not None else None
-        problems = _problems(sset, _dtypes(dtype), m_values, tps, routings)
+        problems = _problems(sset, _dtypes(dtype), m_values, tps, routings, tuple(eps))
         _load_plugins(plugin or [])
         chosen = registry.select(variants)
     except (shapes_mod.ShapeError, registry.RegistryError) as exc:
@@ -164,6 +175,13 @@ Ms = Annotated[Optional[str], typer.Option(help="M values (tokens): '1,16,64', '
 Tp = Annotated[
     str, typer.Option(help="Tensor parallelism, e.g. 8 or 1,2,4,8: column-parallel GEMMs divide N, row-parallel K.")
 ]
+Ep = Annotated[
+    str,
+    typer.Option(
+        help="Expert parallelism, e.g. 8 or 1,8: the E experts over N ranks; rank 0's E/N experts and the tokens "
+        "routed to them (MoE GEMMs only)."
+    ),  # fmt: skip
+]
 Routing = Annotated[str, typer.Option(help="MoE token routing, comma-separated: uniform, skewed, one-expert.")]
 Plugins = Annotated[Optional[list[Path]], typer.Option(help="Python file registering extra variants (repeatable).")]
 Seed = Annotated[int, typer.Option(help="Seed of the random inputs.")]
@@ -183,13 +201,13 @@ CPU_MAX_MACS = 1 << 26
 def cpu_too_large(problems: list, set_option: str = "--shapes") -> Optional[str]:
     """The reason a set is refused on the CPU path, or None.  Advises a smaller --m only where one would fit, and
     the smoke set under the option the command has (--shapes, or layer's --model)."""
-    from gemmbench.metrics import flops  # heavy (numpy)
+    from gemmbench.metrics import flops_bound  # heavy (numpy)
 
-    worst = max(problems, key=flops)
-    macs = flops(worst) // 2
+    worst = max(problems, key=flops_bound)
+    macs = flops_bound(worst) // 2
     if macs <= CPU_MAX_MACS:
         return None
-    smaller = flops(worst.with_(M=1)) // 2 <= CPU_MAX_MACS
+    smaller = flops_bound(worst.with_(M=1)) // 2 <= CPU_MAX_MACS
     return (f"{worst.shape_set} is too large for the CPU path ({worst.gemm} M={worst.M}: {macs:.2g} multiply-adds, "
             f"limit {CPU_MAX_MACS:.2g}): run it on a GPU{', choose smaller --m' if smaller else ''}, or try "
             f"{set_option} smoke")  # fmt: skip

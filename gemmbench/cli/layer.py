@@ -13,9 +13,11 @@ from rich.markup import escape
 from rich.table import Table
 
 from gemmbench.cli.common import (
+    Ep,
     Plugins,
     Seed,
     _dtypes,
+    _ep_list,
     _load_plugins,
     _tp_list,
     cpu_too_large,
@@ -64,7 +66,7 @@ LayerOut = Annotated[Path, typer.Option("--out", help="Folder for <run_id>.parqu
 def layer(
     model: LayerModel, tp: LayerTp = "1", dtype: LayerDtype = None, m: LayerMs = "decode", variants: LayerVariants = None,
     best_from: BestFrom = None, layers: Layers = 1, budget: LayerBudget = 1.0, seed: Seed = 0,
-    out_path: LayerOut = Path("results/layers"), plugin: Plugins = None,
+    out_path: LayerOut = Path("results/layers"), plugin: Plugins = None, ep: Ep = "1",
 ) -> None:  # fmt: skip
     """Time one decoder layer's GEMMs end to end: eager Python launches vs one CUDA graph, and the kernel sum."""
     import torch  # heavy, as store (pandas) is
@@ -80,20 +82,20 @@ def layer(
     if layers < 1:
         raise fail(f"--layers must be at least 1, got {layers}")
     budget = positive_budget(budget)
-    sset, plans, notes = _plans(model, tp, dtype, m, variants, best_from, plugin)
+    sset, plans, notes = _plans(model, tp, dtype, m, variants, best_from, plugin, ep)
     gpu = _device_path(plans)
     run_id = store.new_run_id(f"layer-{sset.name}")
     path = output_path(out_path, run_id)
     for label, note in notes.items():
         err.print(escape(f"--best-from {label}: {note}"), highlight=False)
-    cells = [_cell(sset, model, run_id, t, d, M, steps, seed, layers, budget) for t, d, M, steps in plans]
+    cells = [_cell(sset, model, run_id, t, e, d, M, steps, seed, layers, budget) for t, e, d, M, steps in plans]
     rows = _sweep(cells, path, WorkerOptions("cold" if gpu else "wall", plugins=plugin or [], cpu=not gpu))
     _print(rows)
     err.print(escape(f"Results: {path}"), highlight=False)
 
 
-def _plans(model, tp, dtype, m, variants, best_from, plugin) -> tuple:
-    """(shape set, [(tp, dtype, M, steps)], --best-from notes) of the options, or a one-line error."""
+def _plans(model, tp, dtype, m, variants, best_from, plugin, ep="1") -> tuple:
+    """(shape set, [(tp, ep, dtype, M, steps)], --best-from notes) of the options, or a one-line error."""
     from gemmbench import layer as L  # heavy (pandas, torch), as device and store are; the rest not at --help
     from gemmbench import registry, shapes
     from gemmbench.device import detect
@@ -110,8 +112,9 @@ def _plans(model, tp, dtype, m, variants, best_from, plugin) -> tuple:
         else:
             choose = L.chooser(variants or L.DEFAULT_VARIANTS, dev, L.layer_gemms(sset))
         plans = [
-            (t, d, M, L.steps_for(L.layer_problems(sset, M, d, t), choose))
+            (t, e, d, M, L.steps_for(L.layer_problems(sset, M, d, t, e), choose))
             for t in _tp_list(tp)
+            for e in _ep_list(ep)
             for d in _dtypes(dtype)
             for M in m_values
         ]
@@ -137,14 +140,14 @@ def _device_path(plans: list) -> bool:
     return False
 
 
-def _cell(sset, model, run_id, t, d, M, steps, seed, layers, budget):
+def _cell(sset, model, run_id, t, e, d, M, steps, seed, layers, budget):
     """One layer plan as an engine cell: the worker's `layer` task builds, checks and times it."""
     from gemmbench import layer as L  # heavy (pandas, torch), as device is
     from gemmbench.device import provenance
 
-    label = f"{sset.name} tp{t} {d} M{M}"
-    meta = dict(provenance(), run_id=run_id, timestamp=_now(), model=model, shape_set=sset.name, tp=t, dtype=d, M=M,
-                layers=layers, l2_state="cold at layer start", timing_mode="wall")  # fmt: skip
+    label = f"{sset.name} tp{t}{f' ep{e}' if e > 1 else ''} {d} M{M}"
+    meta = dict(provenance(), run_id=run_id, timestamp=_now(), model=model, shape_set=sset.name, tp=t, ep=e, dtype=d,
+                M=M, layers=layers, l2_state="cold at layer start", timing_mode="wall")  # fmt: skip
     payload = dict(steps=L.steps_to_wire(steps), meta=meta, seed=seed, layers=layers, budget=budget)
     return Cell("layer", payload, (label,), label)
 
@@ -201,13 +204,13 @@ def _fmt(v, spec: str = ".1f") -> str:
 
 
 def _print(rows: list) -> None:
-    """One table per (TP, dtype): a line per M; then each step's kernel time."""
+    """One table per (TP, EP, dtype): a line per M; then each step's kernel time."""
     import pandas as pd  # heavy
 
     df = pd.DataFrame(rows)
-    for (t, d), g in df.groupby(["tp", "dtype"], sort=False):
+    for (t, e, d), g in df.groupby(["tp", "ep", "dtype"], sort=False):
         table = Table(
-            title=f"{g['shape_set'].iloc[0]} layer, tp {t}, {d}: µs per layer "
+            title=f"{g['shape_set'].iloc[0]} layer, tp {t}{f', ep {e}' if e > 1 else ''}, {d}: µs per layer "
             f"({int(g['layers'].iloc[0])} layer copies per sample)"
         )
         for col in ("M", "variants", "kernels", "eager", "graph", "gap eager", "gap graph", "graph speedup", "status"):

@@ -11,6 +11,7 @@ from rich.table import Table
 
 from gemmbench.cli.common import (
     Dtype,
+    Ep,
     Ms,
     Plugins,
     Routing,
@@ -47,7 +48,7 @@ def profile(
     shapes: Shapes, ncu_: Ncu = False, nsys_: Nsys = False, variants: Variants = None, dtype: Dtype = "fp8,bf16",
     m: Ms = None, tp: Tp = "1", routing: Routing = "uniform", plugin: Plugins = None, metrics: Metrics = None,
     ncu_set: NcuSet = None, out_path: ProfileOut = Path("profiles"), join: Join = None, seed: Seed = 0,
-    timeout: Timeout = 600.0,
+    timeout: Timeout = 600.0, ep: Ep = "1",
 ) -> None:  # fmt: skip
     """Profile each selected cell once, in a child process: warm-up and tuning outside its NVTX range, one eager
     launch inside it.  Writes one row per kernel (and a summed row) with ncu_* / nsys_* columns."""
@@ -60,7 +61,7 @@ def profile(
     if out_path.suffix == ".parquet" or out_path.is_file():
         raise fail(f"--out {out_path}: give a folder (the profile table and the reports go inside it)")
     runs = _runs_to_join(join)
-    sset, cells = select_cells(shapes, variants, dtype, m, tp, routing, seed, plugin)
+    sset, cells = select_cells(shapes, variants, dtype, m, tp, routing, seed, plugin, ep)
     run_id = store.new_run_id(sset.name)
     profiler = _profiler(out_path, run_id, ncu_, nsys_, seed, plugin, ncu_set, timeout, metrics)
     path = out_path / f"{run_id}-profile.parquet"

@@ -17,9 +17,11 @@ from rich.table import Table
 
 from gemmbench.cli.common import (
     Dtype,
+    Ep,
     Plugins,
     Seed,
     _dtypes,
+    _ep_list,
     _load_plugins,
     _problems,
     _tp_list,
@@ -58,14 +60,14 @@ TuneGpus = Annotated[
 def tune(
     shapes: TuneShapes, variants: TuneVariants = "triton_*", dtype: Dtype = "fp8,bf16", m: TuneMs = None,
     tp: TuneTp = "1", plugin: Plugins = None, seed: Seed = 0, skip_stored: SkipStored = False,
-    shard: TuneShard = None, gpus: TuneGpus = None,
+    shard: TuneShard = None, gpus: TuneGpus = None, ep: Ep = "1",
 ) -> None:  # fmt: skip
     """Search each Triton variant's config space per (GPU, N, K, dtype, M bucket); store the winners as JSON."""
     from gemmbench import shard as shard_mod  # not at --help (hashlib; tuning: yaml)
     from gemmbench import tuning
 
     shard_at = shard_option(shard)
-    problems, chosen = _select(shapes, variants, dtype, m, tp, plugin)
+    problems, chosen = _select(shapes, variants, dtype, m, tp, plugin, ep)
     gpu_ids, dev = _gpus_and_device(gpus)
     jobs = _jobs(problems, chosen, dev)
     if not jobs:
@@ -94,17 +96,17 @@ def tune(
 # ---------------------------------------------------------------- what to tune
 
 
-def _select(shapes, variants, dtype, m, tp, plugin) -> tuple[list, list]:
+def _select(shapes, variants, dtype, m, tp, plugin, ep="1") -> tuple[list, list]:
     """(problems, tunable variants) of the options, or a one-line error."""
     from gemmbench import registry  # not at --help (yaml, importlib.metadata)
     from gemmbench import shapes as shapes_mod
 
-    tps = _tp_list(tp)
+    tps, eps = _tp_list(tp), _ep_list(ep)
     try:
         sset = shapes_mod.load(shapes)
         m_values = shapes_mod.parse_m_list(m) if m is not None else None
         # configs are stored per shape, not per routing: tuned on uniform routing
-        problems = _problems(sset, _dtypes(dtype), m_values, tps, ["uniform"])
+        problems = _problems(sset, _dtypes(dtype), m_values, tps, ["uniform"], tuple(eps))
         _load_plugins(plugin or [])
         chosen = [v for v in registry.select(variants) if v.tunable is not None]
     except (shapes_mod.ShapeError, registry.RegistryError) as exc:

@@ -25,7 +25,7 @@ from gemmbench.store import (
 
 # One figure of the per-GEMM kinds: one GEMM (at its TP degree and MoE routing) in one dtype and timing mode.
 # Timing modes are never mixed in one figure: cold and stream times of one cell answer different questions.
-GEMM_COLS = ("shape_set", "gemm", "N", "K", "E", "topk", "routing", "tp")
+GEMM_COLS = ("shape_set", "gemm", "N", "K", "E", "topk", "routing", "tp", "ep")
 FIGURE_COLS = GEMM_COLS + ("dtype", "timing_mode")
 ROOFLINE_COLS = ("dtype", "timing_mode")  # a roofline holds every GEMM of a dtype: the point is where each sits
 PROFILE_COLS = GEMM_COLS + ("dtype",)  # ncu profiles one eager launch, caches flushed: no timing mode
@@ -184,7 +184,7 @@ def keep_variants(df: pd.DataFrame, f: Filters, what: str = "rows") -> pd.DataFr
 
 def _records(df: pd.DataFrame) -> list[dict]:
     """Rows as tables.py takes them: plain dicts with None, not NA, for what is missing."""
-    cols = ["gemm", "M", "N", "K", "E", "tp", "dtype", "routing", "variant", "status", "time_us_median", "flops"]
+    cols = ["gemm", "M", "N", "K", "E", "tp", "ep", "dtype", "routing", "variant", "status", "time_us_median", "flops"]
     return records(df[cols])
 
 
@@ -229,6 +229,8 @@ def _stem(kind: str, k: dict, level: int) -> str:
         parts.append(k["gemm"])
     if (k.get("tp") or 1) > 1:
         parts.append(f"tp{k['tp']}")
+    if (k.get("ep") or 1) > 1:
+        parts.append(f"ep{k['ep']}")
     if k.get("routing") not in (None, "uniform"):
         parts.append(k["routing"])
     parts.append(k.get("dtype") or "")

@@ -17,7 +17,7 @@ from matplotlib.patches import Patch
 from gemmbench.plot import data as plotdata
 from gemmbench.plot.style import Drawn, colors, finish, headroom, legend, lighter, new_figure, shown, subtitle
 
-FIGURE_COLS = ("shape_set", "tp", "dtype", "layers")
+FIGURE_COLS = ("shape_set", "tp", "ep", "dtype", "layers")
 MODES = ("eager", "graph")
 
 
@@ -27,7 +27,8 @@ def figures(layers: pd.DataFrame) -> list[Drawn]:
     out = []
     for key, g in keyed:
         layers = f"-x{key['layers']}" if (key.get("layers") or 1) > 1 else ""
-        stem = re.sub(r"[^A-Za-z0-9._=+-]+", "_", f"layer-{key['shape_set']}-tp{key['tp']}-{key['dtype']}{layers}")
+        ep = f"-ep{key['ep']}" if (key.get("ep") or 1) > 1 else ""
+        stem = re.sub(r"[^A-Za-z0-9._=+-]+", "_", f"layer-{key['shape_set']}-tp{key['tp']}{ep}-{key['dtype']}{layers}")
         fig = figure(g, key)
         out.append(Drawn(stem, key, fig, note=None if fig is not None else f"{stem}: nothing to draw (no ok layer)"))
     return out
@@ -112,7 +113,9 @@ def figure(g: pd.DataFrame, key: dict) -> Optional[Figure]:
     steps = int(ok["steps"].iloc[0])
     layers = int(key.get("layers") or 1)
     title = (
-        f"{shown(key['shape_set'])} layer ({steps} steps), TP={shown(key['tp'])}, {shown(key['dtype'])}: eager vs CUDA graph"
+        f"{shown(key['shape_set'])} layer ({steps} steps), TP={shown(key['tp'])}"
+        + (f", EP={key['ep']}" if (key.get("ep") or 1) > 1 else "")
+        + f", {shown(key['dtype'])}: eager vs CUDA graph"
         + (f", {layers} layers per sample" if layers > 1 else "")
     )
     notes.append(

@@ -61,11 +61,13 @@ def above_ceiling(g: pd.DataFrame) -> pd.DataFrame:
 
 
 def _label(r, tp: bool = True) -> str:
-    """'moe_w13 skewed tp2': the GEMM, its MoE routing where not uniform, its TP degree where > 1 (`tp`: False in
-    a panel of one TP, whose title says it)."""
+    """'moe_w13 skewed tp2 ep8': the GEMM, its MoE routing where not uniform, its TP degree where > 1 (`tp`: False in
+    a panel of one TP, whose title says it), its EP degree where > 1."""
     routing = r.get("routing")
     routed = isinstance(routing, str) and routing != "uniform"
-    return f"{r['gemm']}" + (f" {routing}" if routed else "") + (f" tp{r['tp']}" if tp and r["tp"] > 1 else "")
+    ep = r.get("ep") or 1
+    return (f"{r['gemm']}" + (f" {routing}" if routed else "") + (f" tp{r['tp']}" if tp and r["tp"] > 1 else "")
+            + (f" ep{ep}" if ep > 1 else ""))  # fmt: skip
 
 
 def _memory_bound(r) -> bool:
@@ -171,6 +173,7 @@ def roofline(g: pd.DataFrame) -> Optional[Figure]:
     (solid, with the band of bandwidths measured at the problems' sizes) and the datasheet's (dashed).  More than
     MAX_GROUPS GEMM/TP groups: one panel per TP degree (or per GEMM), on shared axes."""
     ok = g[(g["status"] == "ok") & g["flops"].notna() & g["bytes_min"].notna() & g["time_us_median"].notna()]
+    ok = ok[(ok["flops"] > 0) & (ok["bytes_min"] > 0)]  # an expert-parallel rank with no pair: no point on log axes
     if ok.empty:
         return None
     split = split_by(ok)

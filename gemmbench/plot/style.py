@@ -225,6 +225,8 @@ def gemm_title(k: dict) -> str:
             parts.append(f"{k['routing']} routing")
     if (k.get("tp") or 1) > 1:
         parts.append(f"TP={k['tp']}")
+    if (k.get("ep") or 1) > 1:
+        parts.append(f"EP={k['ep']}")
     return f"{shown(k.get('gemm'))} ({', '.join(parts)}), {shown(k.get('dtype'))}"
 
 

@@ -136,10 +136,14 @@ class CellProfiler:
         assert outcome is not None
         scaling = dtypes.row_scaling(problem.dtype, variant.fp8_scaling)
         hit = outcome["experts_hit"] if problem.is_moe else None
-        model = ncu.Model(metrics.flops(problem) if variant.gemm else None,
-                          metrics.bytes_min(problem, hit, scaling) if variant.gemm else None)  # fmt: skip
+        # under expert parallelism this rank's pairs and tokens (an outcome without them: EP 1, every pair)
+        pairs, tokens = (outcome.get("pairs"), outcome.get("tokens")) if problem.is_moe else (None, None)
+        model = ncu.Model(metrics.flops(problem, pairs) if variant.gemm else None,
+                          metrics.bytes_min(problem, hit, scaling, pairs, tokens)
+                          if variant.gemm else None)  # fmt: skip
         cell = dict(base, status="ok", reason=None, config=json.dumps(outcome["config"], sort_keys=True),
-                    max_rel_err=outcome["max_rel_err"], bytes_min=model.bytes_min, **extra)  # fmt: skip
+                    max_rel_err=outcome["max_rel_err"], flops=model.flops, bytes_min=model.bytes_min,
+                    **extra)  # fmt: skip
         if not self.ncu:
             return [cell]
         return [dict(cell, ncu_report=str(report), **k) for k in ncu.cell_rows(kernels, model, self.opts.extra_metrics)]
