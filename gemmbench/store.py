@@ -25,8 +25,8 @@ from gemmbench.metrics import flops, noisy
 # Bump when a column is added, removed or changes meaning; load() refuses other versions
 # rather than silently mixing numbers that mean different things.
 # 2: + routing (MoE token routing; schema 1 files are read as routing "uniform"); 3: + noisy (schema 2 files get it
-# from their p20/p80)
-SCHEMA_VERSION = 3
+# from their p20/p80); 4: + cpu (the host's processor, device.processor_name; older files read it as null)
+SCHEMA_VERSION = 4
 STATUSES = ("ok", "skipped", "wrong", "error")
 # timing_mode, l2_state: see gemmbench.timing (MODES, L2_STATE); device: "cuda" | "cpu".
 
@@ -81,6 +81,7 @@ _COLUMNS = [
     ("gemmbench_version", _S),
     ("git_sha", _S),
     ("host", _S),
+    ("cpu", _S),  # the host's processor, "" where unknown: a CPU run is titled "CPU (<cpu>)"
     ("ceiling_bw_gbps", _F),
     ("ceiling_tflops", _F),
     ("schema_version", _I),
@@ -344,6 +345,10 @@ def _read(f: Path) -> pa.Table:
         marks = [None if a is None or b is None else noisy(a, b) for a, b in zip(p20, p80, strict=True)]
         table = table.append_column("noisy", pa.array(marks, pa.bool_()))
     v = max(v, 3) if v == 2 else v
+    if v == 3:  # schema 3 did not record the processor: null, so a CPU run's titles say "CPU", as they did
+        if "cpu" not in table.column_names:
+            table = table.append_column("cpu", pa.nulls(len(table), _S))
+        v = 4
     if v < SCHEMA_VERSION:
         raise StoreError(
             f"{f}: written by an older gemmbench (schema {v}, this one reads {SCHEMA_VERSION}); "
@@ -493,6 +498,7 @@ LAYER_COLUMNS = (
     "gemmbench_version",
     "git_sha",
     "host",
+    "cpu",
     "layer_schema",
 )
 
