@@ -484,6 +484,7 @@ LAYER_COLUMNS = (
     "graph_us",
     "graph_samples",
     "graph_gap_us",
+    "gap_note",  # why a gap below zero is shown as N/A (metrics.gap_note)
     "graph_speedup",
     "graph_reason",
     "graph_max_rel_err",
