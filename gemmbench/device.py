@@ -65,6 +65,21 @@ def git_sha() -> Optional[str]:
 
 
 @functools.lru_cache(maxsize=None)
+def processor_name(cpuinfo: str = "/proc/cpuinfo") -> str:
+    """The host's processor as its vendor names it ("AMD EPYC 9654 96-Core Processor"): /proc/cpuinfo's "model
+    name" on Linux, else platform.processor(); "" when neither says (aarch64 Linux has no "model name")."""
+    try:
+        with open(cpuinfo, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                key, sep, value = line.partition(":")
+                if sep and key.strip() == "model name" and value.strip():
+                    return value.strip()
+    except OSError:
+        pass
+    return platform.processor().strip()
+
+
+@functools.lru_cache(maxsize=None)
 def provenance() -> dict:
     """The provenance columns of every row."""
     import triton  # heavy: only provenance needs it; run's option checks import this module (sweep, timing)
@@ -85,4 +100,6 @@ def provenance() -> dict:
         "gemmbench_version": gemmbench.__version__,
         "git_sha": git_sha(),
         "host": platform.node(),
+        # every row, a GPU's too (its launch overhead is host work); a CPU run's titles read "CPU (<cpu>)"
+        "cpu": processor_name(),
     }

@@ -10,7 +10,8 @@ reference first.  Then, per M:
   eager    host wall time of the layer launched from Python, GPU idle and L2 emptied before, synchronised after;
   graph    the same launches captured once in a CUDA graph and replayed, timed the same way;
   gaps     (eager - kernels) / steps and (graph - kernels) / steps: what each launch costs beyond its kernel
-           (the seed measured 165 µs between TK-GEMM launches eager and 6.65 µs in a graph).
+           (the seed measured 165 µs between TK-GEMM launches eager and 6.65 µs in a graph); one below zero is
+           noise, not a cost: kept, marked in gap_note, shown as N/A (metrics.gap_note).
 
 Attention, norms and activations are not part of it: the seed's simulated layer is its GEMMs back to back, and
 these are what gemmbench measures.  `--layers N` builds N copies (distinct weights, as N layers of a model have)
@@ -35,7 +36,7 @@ import torch
 from gemmbench import check as check_mod
 from gemmbench import hf_config, registry, shapes, timing
 from gemmbench.inputs import cell_seed, local_ids, make_inputs
-from gemmbench.metrics import summarize
+from gemmbench.metrics import gap_note, summarize
 from gemmbench.shapes import Problem, ShapeSet
 from gemmbench.store import LAYER_SCHEMA, StoreError, result_files, table_kind
 
@@ -470,4 +471,5 @@ def rows_for(
                 graph_gap_us=(graph - kernels) / len(steps),
                 graph_speedup=eager / graph,
             )
+        layer["gap_note"] = gap_note({"eager": layer["gap_us"], "graph": layer.get("graph_gap_us")})
     return [layer] + step_rows

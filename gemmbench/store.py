@@ -25,8 +25,8 @@ from gemmbench.metrics import flops, noisy
 # Bump when a column is added, removed or changes meaning; load() refuses other versions
 # rather than silently mixing numbers that mean different things.
 # 2: + routing (MoE token routing; schema 1 files are read as routing "uniform"); 3: + noisy (schema 2 files get it
-# from their p20/p80); 4: + ep (expert-parallel degree; older files are read as ep 1) and gpu_mem_peak_bytes (the
-# cell's peak GPU memory; older files: null)
+# from their p20/p80); 4: + ep (expert-parallel degree; older files are read as ep 1), gpu_mem_peak_bytes (the
+# cell's peak GPU memory) and cpu (the host's processor, device.processor_name); older files read those two as null
 SCHEMA_VERSION = 4
 STATUSES = ("ok", "skipped", "wrong", "error")
 # timing_mode, l2_state: see gemmbench.timing (MODES, L2_STATE); device: "cuda" | "cpu".
@@ -87,6 +87,7 @@ _COLUMNS = [
     ("gemmbench_version", _S),
     ("git_sha", _S),
     ("host", _S),
+    ("cpu", _S),  # the host's processor, "" where unknown: a CPU run is titled "CPU (<cpu>)"
     ("ceiling_bw_gbps", _F),
     ("ceiling_tflops", _F),
     ("schema_version", _I),
@@ -360,6 +361,8 @@ def _read(f: Path) -> pa.Table:
             table = table.append_column("ep", pa.array([1] * table.num_rows, _I))
         if "gpu_mem_peak_bytes" not in table.column_names:  # not recorded before schema 4
             table = table.append_column("gpu_mem_peak_bytes", pa.nulls(table.num_rows, _I))
+        if "cpu" not in table.column_names:  # null: a CPU run's titles say "CPU", as they did
+            table = table.append_column("cpu", pa.nulls(len(table), _S))
         v = 4
     if v < SCHEMA_VERSION:
         raise StoreError(
@@ -502,6 +505,7 @@ LAYER_COLUMNS = (
     "graph_us",
     "graph_samples",
     "graph_gap_us",
+    "gap_note",  # why a gap below zero is shown as N/A (metrics.gap_note)
     "graph_speedup",
     "graph_reason",
     "graph_max_rel_err",
@@ -516,6 +520,7 @@ LAYER_COLUMNS = (
     "gemmbench_version",
     "git_sha",
     "host",
+    "cpu",
     "layer_schema",
 )
 

@@ -24,9 +24,11 @@ import traceback
 from typing import Any, Callable, Optional
 
 FATAL_EXIT = 3
-# The CPU path measures no GPU number, and Triton's interpreter takes 0.1-0.5 s a call on a 16x32x32 tile (measured on
-# the 2-core CI machine): there a cell takes one warm-up call and 5 samples, not >= 25 ms of warm-up and >= 10.  Five,
-# not fewer: `compare`'s Mann-Whitney U can reach p < 0.01 (two-sided) between two runs only from 5 samples each.
+# The CPU path measures no GPU number, and Triton's interpreter takes 25-250 ms a call on the smoke set (measured on the
+# 2-core CI machine, 2026-11-24): there a cell takes exactly 5 samples, after the wall sampler's first call (which
+# also decides the calls per sample) as its only warm-up; not >= 25 ms of warm-up, >= 10 samples and then more until
+# --budget is spent (that rule gave interpreter cells 10-20 samples and each torch cell 0.5 s: half the smoke run).
+# Five, not fewer: `compare`'s Mann-Whitney U can reach p < 0.01 (two-sided) between two runs only from 5 samples each.
 CPU_SAMPLES = 5
 
 
@@ -93,9 +95,10 @@ class Context:
             a = self.args
             if self.dev.kind == "cuda":
                 self._timer = Timer(a.timing, budget_s=a.budget, min_samples=a.min_samples)
-            else:  # CPU_SAMPLES
+            else:  # CPU_SAMPLES: one batch of n samples, no warm-up of its own (Timer._wall's first call is one)
                 n = min(a.min_samples, CPU_SAMPLES)
-                self._timer = Timer(a.timing, budget_s=a.budget, min_samples=n, batch=n, warmup_ms=0, warmup_calls=1)
+                self._timer = Timer(a.timing, budget_s=a.budget, min_samples=n, max_samples=n, batch=n, warmup_ms=0,
+                                    warmup_calls=0)  # fmt: skip
         return self._timer
 
     def begin(self, item: str, phase: str) -> None:

@@ -27,6 +27,7 @@ from typer.testing import CliRunner
 from gemmbench import dtypes, registry, shapes, store
 from gemmbench.cli import app
 from gemmbench.shapes import DECODE_M, PREFILL_M
+from gemmbench.worker import CPU_SAMPLES
 
 cpu_only = pytest.mark.skipif(HAS_CUDA, reason="tests the CPU path (no CUDA GPU)")
 
@@ -223,7 +224,7 @@ def test_run_smoke_ok_rows_are_timed_and_checked(main_run):
         g = sset[r.gemm]
         assert (r.N, r.K, r.E, r.topk) == (g.N, g.K, g.E, g.topk)
         assert r.time_us_median > 0
-        assert r.n_samples >= 5  # the CPU path (worker.CPU_SAMPLES)
+        assert r.n_samples == CPU_SAMPLES  # the CPU path: exactly that many, whatever --budget
         samples = np.asarray(r.samples_us)
         assert len(samples) == r.n_samples and (samples > 0).all()
         assert r.time_us_median == pytest.approx(float(np.median(samples)))
@@ -504,7 +505,8 @@ def test_wrong_results_are_never_timed(wrong_run):
     right = df[df.variant == "test_right"]
     assert (right.status == "ok").all() and (right.n_samples >= 5).all()
     for g in DENSE:
-        assert launches[("test_right", "launch", g, 5)] >= 1 + 1 + 5  # check + one warm-up call + worker.CPU_SAMPLES
+        # check + the wall sampler's first call (the warm-up) + CPU_SAMPLES samples of >= 1 call each
+        assert launches[("test_right", "launch", g, 5)] >= 1 + 1 + CPU_SAMPLES
     assert (df[df.variant == "cublas_fp16"].status == "ok").all()
     stdout = text(res.stdout)
     assert stdout.count("wrong: ") == 6

@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 from gemmbench import dtypes, registry, shapes, store
 from gemmbench import layer as L
 from gemmbench.cli import app
-from gemmbench.device import detect
+from gemmbench.device import detect, processor_name
 from gemmbench.store import StoreError
 
 cpu_only = pytest.mark.skipif(HAS_CUDA, reason="tests the CPU path (no CUDA GPU)")
@@ -584,6 +584,7 @@ def test_layer_cli_rows(main_layer, tiny):
     assert (df["tp"] == 1).all() and (df["dtype"] == "fp16").all() and (df["layers"] == 1).all()
     assert (df["status"] == "ok").all(), df[["part", "gemm", "status"]]
     assert (df["device"] == "cpu").all() and (df["timing_mode"] == "wall").all()
+    assert (df["cpu"] == processor_name()).all()  # the provenance column survives the layer table's column list
     layer_rows = df[df["part"] == "layer"]
     step_rows = df[df["part"] == "step"]
     assert sorted(layer_rows["M"]) == [1, 5]
@@ -894,3 +895,77 @@ def test_layer_smoke_runs_on_the_cpu_with_its_defaults(tmp_path):
     assert res.exit_code == 0, text(res.stderr)
     top = store.load_layer_tables([out]).query("part == 'layer'")
     assert list(top["dtype"]) == ["fp16"] and (top["status"] == "ok").all()
+
+
+# ---------------------------------------------------------------- 8. a gap below zero is noise, shown as N/A
+
+# Five steps of 100 µs each alone: a kernel sum of 500 µs.  Eager 400 µs per layer: gap (400 - 500) / 5 = -20 µs a
+# step, below zero (seen on the CPU: -5226.6 µs); eager 600 µs: +20.  Graph 450 µs: (450 - 500) / 5 = -10.
+KERNELS = [[100.0] * 5] * 5
+GAP_META = dict(run_id="gaps", timestamp="2026-11-24T10:00:00+00:00", model="tiny", shape_set="tiny-layer", tp=1,
+                dtype="fp16", layers=1, device="cpu", gpu=None, cpu="Test CPU")  # fmt: skip
+
+
+def gap_rows(tiny_steps, M: int, eager: float, graph=None) -> list:
+    m = L.Measured(KERNELS, [eager] * 5, graph=None if graph is None else [graph] * 5, kernel_modes=["wall"] * 5,
+                   graph_reason=None if graph else "no CUDA GPU: graph mode skipped")  # fmt: skip
+    return L.rows_for(dict(GAP_META, M=M), tiny_steps, [], m, "ok", None)
+
+
+def test_a_gap_below_zero_is_kept_and_marked(tiny_steps):
+    below = gap_rows(tiny_steps, 1, 400.0)[0]
+    assert below["kernel_us"] == 500.0 and below["gap_us"] == pytest.approx(-20.0)  # the measured number stays
+    assert below["gap_note"] == "eager < kernel sum: timing noise"
+    above = gap_rows(tiny_steps, 5, 600.0)[0]
+    assert above["gap_us"] == pytest.approx(20.0) and above["gap_note"] is None
+    graph = gap_rows(tiny_steps, 5, 600.0, graph=450.0)[0]
+    assert graph["graph_gap_us"] == pytest.approx(-10.0) and graph["gap_note"] == "graph < kernel sum: timing noise"
+    both = gap_rows(tiny_steps, 5, 400.0, graph=450.0)[0]
+    assert both["gap_note"] == "eager < kernel sum: timing noise; graph < kernel sum: timing noise"
+
+
+def layer_table(printed: str) -> dict:
+    """{M: [cells]} of the first table `gemmbench layer` prints (the layer rows), wrapped cells joined."""
+    rows: dict = {}
+    for ln in text(printed).split("kernel time per step")[0].splitlines():
+        if not ln.startswith("│"):
+            continue
+        cells = [c.strip() for c in ln.strip().strip("│").split("│")]
+        if cells[0]:
+            rows[cells[0]] = cells
+        else:  # a continuation line of the row above
+            last = rows[list(rows)[-1]]
+            rows[list(rows)[-1]] = [f"{a} {b}".strip() for a, b in zip(last, cells, strict=True)]
+    return rows
+
+
+def test_the_layer_table_shows_na_for_a_gap_below_zero_and_says_why(tiny_steps):
+    from gemmbench.cli import common
+    from gemmbench.cli import layer as cli_layer
+
+    rows = gap_rows(tiny_steps, 1, 400.0) + gap_rows(tiny_steps, 5, 600.0)
+    with common.out.capture() as cap:
+        cli_layer._print(rows)
+    table = layer_table(cap.get())
+    # columns: M, variants, kernels, eager, graph, gap eager, gap graph, graph speedup, status
+    assert table["1"][2:6] == ["500.0", "400.0", "", "N/A"]
+    assert table["1"][8] == "ok; no graph: no CUDA GPU: graph mode skipped; eager < kernel sum: timing noise"
+    assert table["5"][2:6] == ["500.0", "600.0", "", "20.0"]
+    assert table["5"][8] == "ok; no graph: no CUDA GPU: graph mode skipped"
+    assert "-20.0" not in cap.get()
+
+
+def test_the_layer_plot_draws_no_gap_and_writes_na_below_zero(tiny_steps):
+    from gemmbench.plot import layer as plots_layer
+
+    rows = gap_rows(tiny_steps, 1, 400.0) + gap_rows(tiny_steps, 5, 600.0)
+    (drawn,) = plots_layer.figures(pd.DataFrame(rows))
+    fig = drawn.figure
+    plan = rows[0]["variant"]
+    labels = {a.get_gid(): a.get_text() for a in fig.findobj() if (a.get_gid() or "").startswith("value:")}
+    assert labels == {f"value:{plan}:eager:1": " 400, gap N/A", f"value:{plan}:eager:5": " 600"}
+    gaps = [a.get_height() for a in fig.findobj() if a.get_gid() == f"gaps:{plan}:eager"]
+    assert gaps == [0.0, pytest.approx(100.0)]  # M=1: 400 - 500 drawn as no gap; M=5: 600 - 500
+    foot = " ".join(next(a for a in fig.findobj() if a.get_gid() == "footnote").get_text().split())
+    assert f"{plan}, eager: gap N/A at M = 1 (eager < kernel sum: timing noise)" in foot
+    assert "CPU (Test CPU)" in fig._suptitle.get_text()

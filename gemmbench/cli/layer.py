@@ -203,6 +203,13 @@ def _fmt(v, spec: str = ".1f") -> str:
     return "" if v is None or v != v else format(v, spec)
 
 
+def _gap(v) -> str:
+    """A launch gap; N/A below zero (timing noise, not a cost: metrics.gap_note)."""
+    from gemmbench.metrics import gap_below_zero  # not at --help (numpy)
+
+    return "N/A" if gap_below_zero(v) else _fmt(v)
+
+
 def _print(rows: list) -> None:
     """One table per (TP, EP, dtype): a line per M; then each step's kernel time."""
     import pandas as pd  # heavy
@@ -223,14 +230,16 @@ def _print(rows: list) -> None:
             )
             if r["status"] != "ok":
                 status += f": {r.get('reason')}"
+            elif pd.notna(r.get("gap_note")):  # a gap below zero: shown as N/A, and why
+                status += f"; {r['gap_note']}"
             table.add_row(
                 str(r["M"]),
                 escape(str(r["variant"])),
                 _fmt(r.get("kernel_us")),
                 _fmt(r.get("eager_us")),
                 _fmt(r.get("graph_us")),
-                _fmt(r.get("gap_us")),
-                _fmt(r.get("graph_gap_us")),
+                _gap(r.get("gap_us")),
+                _gap(r.get("graph_gap_us")),
                 _fmt(r.get("graph_speedup"), ".2f") + ("x" if pd.notna(r.get("graph_speedup")) else ""),
                 escape(str(status)),
             )

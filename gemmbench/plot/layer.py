@@ -14,11 +14,13 @@ from matplotlib.figure import Figure
 from matplotlib.legend_handler import HandlerTuple
 from matplotlib.patches import Patch
 
+from gemmbench.metrics import GAP_NOISE, gap_below_zero
 from gemmbench.plot import data as plotdata
 from gemmbench.plot.style import Drawn, colors, finish, headroom, legend, lighter, new_figure, shown, subtitle
 
 FIGURE_COLS = ("shape_set", "tp", "ep", "dtype", "layers")
 MODES = ("eager", "graph")
+GAP_COLUMN = {"eager": "gap_us", "graph": "graph_gap_us"}
 
 
 def figures(layers: pd.DataFrame) -> list[Drawn]:
@@ -62,7 +64,7 @@ def figure(g: pd.DataFrame, key: dict) -> Optional[Figure]:
     for i, (plan, s) in enumerate(plans):
         c = palette[plan]
         for mode in MODES:
-            x, kern, gap, totals = [], [], [], []
+            x, kern, gap, totals, noise = [], [], [], [], []
             for k, m in enumerate(ms):
                 r, t = rows[i].get(m), total(rows[i].get(m), mode)
                 if t is None:
@@ -71,6 +73,11 @@ def figure(g: pd.DataFrame, key: dict) -> Optional[Figure]:
                 kern.append(r["kernel_us"])
                 gap.append(max(t - r["kernel_us"], 0.0))  # a total below the sum: noise, drawn as no gap
                 totals.append((m, t))
+                if gap_below_zero(r.get(GAP_COLUMN[mode])):
+                    noise.append(m)
+            if noise:  # metrics.gap_note: a gap below zero is noise, not a cost
+                at = ", ".join(map(str, noise))
+                notes.append(f"{plan}, {mode}: gap N/A at M = {at} ({GAP_NOISE.format(mode=mode)})")
             if not x:
                 reasons = sorted({str(r) for r in s["graph_reason"].dropna()}) if mode == "graph" else []
                 notes.append(f"{plan}: no {mode} time" + (f" ({'; '.join(reasons)})" if reasons else ""))
@@ -89,7 +96,7 @@ def figure(g: pd.DataFrame, key: dict) -> Optional[Figure]:
                     ax.text(
                         xi,
                         k_ + g_,
-                        f" {t:.0f}",
+                        f" {t:.0f}" + (", gap N/A" if m in noise else ""),
                         ha="center",
                         va="bottom",
                         fontsize=6.5,
