@@ -41,6 +41,7 @@ from gemmbench.shapes import Problem, ShapeSet
 from gemmbench.store import LAYER_SCHEMA, StoreError, result_files, table_kind
 
 # --model names -> built-in shape sets; the layer is every GEMM of the set but these
+# (the model sets of shapes/, deepseek-v3, qwen3-30b-a3b, llama4-maverick, gpt-oss-120b, ..., are --model names as is)
 MODELS = {"llama3-70b": "llama70b", "mixtral-8x7b": "mixtral-moe", "mixtral-8x22b": "mixtral-8x22b-moe"}
 NOT_IN_LAYER = ("lm_head",)  # runs once per token, after the last layer
 ROUTING = "routing"
@@ -98,17 +99,34 @@ def steps_from_wire(wire: Sequence[dict]) -> list[Step]:
                  tuple(s["routes"]) if s.get("routes") else None) for s in wire]  # fmt: skip
 
 
+def in_layer(g: shapes.Gemm, kind: str = "") -> bool:
+    """Whether GEMM g is launched in a decoder layer of `kind` ("" = any kind): not the LM head (once per token, after
+    the last layer), not the router (`role: router`: the routing step launches it), and either in every layer (no
+    `layer` key: attention) or in this kind's (DeepSeek-V3's dense-prefix MLP is `dense`, its experts `moe`)."""
+    return g.name not in NOT_IN_LAYER and g.role != "router" and (not kind or not g.layer or g.layer == kind)
+
+
+def layer_kinds(sset: ShapeSet) -> list[str]:
+    """The kinds of decoder layer a set describes, in the order they first appear (its GEMMs' `layer` keys):
+    ["dense", "moe"] for DeepSeek-V3 or Llama-4 Maverick; [""] when every layer is alike."""
+    return list(dict.fromkeys(g.layer for g in sset.gemms if g.layer)) or [""]
+
+
 def layer_gemms(sset: ShapeSet) -> list[str]:
-    return [g.name for g in sset.gemms if g.name not in NOT_IN_LAYER]
+    return [g.name for g in sset.gemms if in_layer(g)]
 
 
-def layer_problems(sset: ShapeSet, M: int, dtype: str, tp: int, ep: int = 1) -> list[Problem]:
-    """The layer's GEMMs at one M, in the set's order, without the LM head; expert GEMMs on rank 0 of `ep`."""
-    gemms = [g for g in sset.gemms if g.name not in NOT_IN_LAYER]
+def layer_problems(sset: ShapeSet, M: int, dtype: str, tp: int, ep: int = 1, kind: str = "") -> list[Problem]:
+    """One layer's GEMMs at one M, in the set's order (see in_layer); expert GEMMs on rank 0 of `ep`.  A kind of
+    layer without experts (a dense prefix layer) runs the same at any EP degree: its problems carry ep 1."""
+    if ep > 1 and not any(g.is_moe for g in sset.gemms):
+        raise LayerError(f"{sset.source}: --ep {ep} needs expert GEMMs (E > 1), and {sset.name!r} has none")
+    gemms = [g for g in sset.gemms if in_layer(g, kind)]
     if not gemms:
-        raise LayerError(f"{sset.source}: no GEMM of a decoder layer (only {', '.join(NOT_IN_LAYER)})")
+        what = f"{kind} " if kind else ""
+        raise LayerError(f"{sset.source}: no GEMM of a {what}decoder layer (only {', '.join(NOT_IN_LAYER)})")
     layer = ShapeSet(sset.name, sset.description, tuple(gemms), sset.m_values, sset.source)
-    return shapes.problems(layer, [dtype], [M], tp, ep=ep)
+    return shapes.problems(layer, [dtype], [M], tp, ep=ep if any(g.is_moe for g in gemms) else 1)
 
 
 def steps_for(problems: Sequence[Problem], choose: Callable[[Problem], str]) -> list[Step]:
@@ -240,7 +258,9 @@ class Routing:
     """The MoE routing of a layer: router logits, softmax, top-k, weights renormalised (Mixtral), written into the
     ids and weights every expert GEMM of the layer reads, then the block alignment for each BLOCK_M those GEMMs
     use: what a model does on the GPU before its expert GEMMs, with no host sync.  Under expert parallelism the
-    router still picks among all E experts; the ids are then mapped to rank 0's (-1: another rank's expert)."""
+    router still picks among all E experts; the ids are then mapped to rank 0's (-1: another rank's expert).
+    Every model is routed this way (softmax top-k): DeepSeek-V3 scores with a sigmoid and picks within expert groups,
+    Llama-4 takes a sigmoid top-1; those are a few more elementwise kernels on the same (M, E) logits, not modelled."""
 
     def __init__(self, p: Problem, seed: int, device: str):
         gen = torch.Generator(device=device).manual_seed(seed)

@@ -459,7 +459,9 @@ def write_profile_table(path: Path, rows: list[dict]) -> None:
 def load_profile_tables(paths) -> pd.DataFrame:
     """Profile tables (write_profile_table), one DataFrame; a file that is not one is a one-line error."""
     tables = load_side_tables(paths, "profile_schema", "not a gemmbench profile table (no profile_schema column)")
-    return _ep_one(pd.concat([df for _, df in tables], ignore_index=True))
+    df = _ep_one(pd.concat([df for _, df in tables], ignore_index=True))
+    # tables written before layer kinds (issue 18) held one kind of layer: ""
+    return df.assign(layer_kind=df["layer_kind"].fillna("") if "layer_kind" in df.columns else "")
 
 
 def _ep_one(df: pd.DataFrame) -> pd.DataFrame:
@@ -474,6 +476,7 @@ LAYER_COLUMNS = (
     "family",
     "model",
     "shape_set",
+    "layer_kind",  # "" when every layer of the model is alike; "dense" / "moe" for DeepSeek-V3, Llama-4 Maverick
     "tp",
     "ep",
     "dtype",
@@ -557,4 +560,6 @@ def load_layer_tables(paths) -> pd.DataFrame:
                 f"{f}: layer table of another gemmbench version (layer schema "
                 f"{sorted(set(df['layer_schema']))}, this one reads {LAYER_SCHEMA})"
             )
-    return _ep_one(pd.concat([df for _, df in tables], ignore_index=True))
+    df = _ep_one(pd.concat([df for _, df in tables], ignore_index=True))
+    # tables written before layer kinds (issue 18) held one kind of layer: ""
+    return df.assign(layer_kind=df["layer_kind"].fillna("") if "layer_kind" in df.columns else "")

@@ -33,8 +33,9 @@ from gemmbench.pool import Cell, Pool, PoolError, Sink, WorkerOptions
 LayerModel = Annotated[
     str,
     typer.Option(
-        help="llama3-70b, mixtral-8x7b, mixtral-8x22b, a built-in shape set, a shape-set YAML or a Hugging "
-        "Face config.json: its GEMMs but lm_head form the layer."
+        help="llama3-70b, mixtral-8x7b, mixtral-8x22b, a built-in shape set (deepseek-v3, qwen3-30b-a3b, "
+        "llama4-maverick, gpt-oss-120b, ...), a shape-set YAML or a Hugging Face config.json: its GEMMs but lm_head "
+        "form the layer; a model with dense and MoE layers (DeepSeek-V3, Llama-4 Maverick) gets one of each."
     ),  # fmt: skip
 ]
 LayerTp = Annotated[str, typer.Option(help="Tensor-parallel degrees, comma-separated.")]
@@ -88,14 +89,14 @@ def layer(
     path = output_path(out_path, run_id)
     for label, note in notes.items():
         err.print(escape(f"--best-from {label}: {note}"), highlight=False)
-    cells = [_cell(sset, model, run_id, t, e, d, M, steps, seed, layers, budget) for t, e, d, M, steps in plans]
+    cells = [_cell(sset, model, run_id, plan, seed, layers, budget) for plan in plans]
     rows = _sweep(cells, path, WorkerOptions("cold" if gpu else "wall", plugins=plugin or [], cpu=not gpu))
     _print(rows)
     err.print(escape(f"Results: {path}"), highlight=False)
 
 
 def _plans(model, tp, dtype, m, variants, best_from, plugin, ep="1") -> tuple:
-    """(shape set, [(tp, ep, dtype, M, steps)], --best-from notes) of the options, or a one-line error."""
+    """(shape set, [(tp, ep, dtype, M, layer kind, steps)], --best-from notes) of the options, or a one-line error."""
     from gemmbench import layer as L  # heavy (pandas, torch), as device and store are; the rest not at --help
     from gemmbench import registry, shapes
     from gemmbench.device import detect
@@ -112,11 +113,12 @@ def _plans(model, tp, dtype, m, variants, best_from, plugin, ep="1") -> tuple:
         else:
             choose = L.chooser(variants or L.DEFAULT_VARIANTS, dev, L.layer_gemms(sset))
         plans = [
-            (t, e, d, M, L.steps_for(L.layer_problems(sset, M, d, t, e), choose))
+            (t, e, d, M, kind, L.steps_for(L.layer_problems(sset, M, d, t, e, kind), choose))
             for t in _tp_list(tp)
             for e in _ep_list(ep)
             for d in _dtypes(dtype)
             for M in m_values
+            for kind in L.layer_kinds(sset)
         ]
     except (shapes.ShapeError, registry.RegistryError, L.LayerError, StoreError) as exc:
         raise fail(str(exc)) from None
@@ -140,14 +142,15 @@ def _device_path(plans: list) -> bool:
     return False
 
 
-def _cell(sset, model, run_id, t, e, d, M, steps, seed, layers, budget):
+def _cell(sset, model, run_id, plan, seed, layers, budget):
     """One layer plan as an engine cell: the worker's `layer` task builds, checks and times it."""
     from gemmbench import layer as L  # heavy (pandas, torch), as device is
     from gemmbench.device import provenance
 
-    label = f"{sset.name} tp{t}{f' ep{e}' if e > 1 else ''} {d} M{M}"
-    meta = dict(provenance(), run_id=run_id, timestamp=_now(), model=model, shape_set=sset.name, tp=t, ep=e, dtype=d,
-                M=M, layers=layers, l2_state="cold at layer start", timing_mode="wall")  # fmt: skip
+    t, e, d, M, kind, steps = plan
+    label = f"{sset.name}{f' {kind}' if kind else ''} tp{t}{f' ep{e}' if e > 1 else ''} {d} M{M}"
+    meta = dict(provenance(), run_id=run_id, timestamp=_now(), model=model, shape_set=sset.name, layer_kind=kind,
+                tp=t, ep=e, dtype=d, M=M, layers=layers, l2_state="cold at layer start", timing_mode="wall")  # fmt: skip
     payload = dict(steps=L.steps_to_wire(steps), meta=meta, seed=seed, layers=layers, budget=budget)
     return Cell("layer", payload, (label,), label)
 
@@ -211,13 +214,16 @@ def _gap(v) -> str:
 
 
 def _print(rows: list) -> None:
-    """One table per (TP, EP, dtype): a line per M; then each step's kernel time."""
+    """One table per (layer kind, TP, EP, dtype): a line per M; then each step's kernel time."""
     import pandas as pd  # heavy
 
     df = pd.DataFrame(rows)
-    for (t, e, d), g in df.groupby(["tp", "ep", "dtype"], sort=False):
+    # rows of one kind of layer, or from before expert parallelism, may lack these
+    df = df.assign(layer_kind=df["layer_kind"].fillna("") if "layer_kind" in df else "", ep=df.get("ep", 1))
+    for (kind, t, e, d), g in df.groupby(["layer_kind", "tp", "ep", "dtype"], sort=False):
         table = Table(
-            title=f"{g['shape_set'].iloc[0]} layer, tp {t}{f', ep {e}' if e > 1 else ''}, {d}: µs per layer "
+            title=f"{g['shape_set'].iloc[0]}{f' {kind}' if kind else ''} layer, tp {t}{f', ep {e}' if e > 1 else ''}, "
+            f"{d}: µs per layer "
             f"({int(g['layers'].iloc[0])} layer copies per sample)"
         )
         for col in ("M", "variants", "kernels", "eager", "graph", "gap eager", "gap graph", "graph speedup", "status"):

@@ -18,7 +18,7 @@ from gemmbench.metrics import GAP_NOISE, gap_below_zero
 from gemmbench.plot import data as plotdata
 from gemmbench.plot.style import Drawn, colors, finish, headroom, legend, lighter, new_figure, shown, subtitle
 
-FIGURE_COLS = ("shape_set", "tp", "ep", "dtype", "layers")
+FIGURE_COLS = ("shape_set", "layer_kind", "tp", "ep", "dtype", "layers")
 MODES = ("eager", "graph")
 GAP_COLUMN = {"eager": "gap_us", "graph": "graph_gap_us"}
 
@@ -30,7 +30,10 @@ def figures(layers: pd.DataFrame) -> list[Drawn]:
     for key, g in keyed:
         layers = f"-x{key['layers']}" if (key.get("layers") or 1) > 1 else ""
         ep = f"-ep{key['ep']}" if (key.get("ep") or 1) > 1 else ""
-        stem = re.sub(r"[^A-Za-z0-9._=+-]+", "_", f"layer-{key['shape_set']}-tp{key['tp']}{ep}-{key['dtype']}{layers}")
+        kind = f"-{key['layer_kind']}" if key.get("layer_kind") else ""
+        stem = re.sub(
+            r"[^A-Za-z0-9._=+-]+", "_", f"layer-{key['shape_set']}{kind}-tp{key['tp']}{ep}-{key['dtype']}{layers}"
+        )
         fig = figure(g, key)
         out.append(Drawn(stem, key, fig, note=None if fig is not None else f"{stem}: nothing to draw (no ok layer)"))
     return out
@@ -120,7 +123,8 @@ def figure(g: pd.DataFrame, key: dict) -> Optional[Figure]:
     steps = int(ok["steps"].iloc[0])
     layers = int(key.get("layers") or 1)
     title = (
-        f"{shown(key['shape_set'])} layer ({steps} steps), TP={shown(key['tp'])}"
+        f"{shown(key['shape_set'])}{' ' + key['layer_kind'] if key.get('layer_kind') else ''} layer ({steps} steps), "
+        f"TP={shown(key['tp'])}"
         + (f", EP={key['ep']}" if (key.get("ep") or 1) > 1 else "")
         + f", {shown(key['dtype'])}: eager vs CUDA graph"
         + (f", {layers} layers per sample" if layers > 1 else "")
