@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
-from gemmbench import shapes, store
 from gemmbench import layer as L
+from gemmbench import shapes, store
 from gemmbench.cli import app
 
 
