@@ -7,7 +7,7 @@
 #   SWEEPS="name:args"  each: gemmbench run args --out logs/name.parquet, e.g. attn-cold:--shapes+llama70b-attn
 #   PROFILES="name:args" each: gemmbench profile args --out logs/name/ (ncu reports and the profile table)
 #   LAYERS="name:args"   each: gemmbench layer args --out logs/name.parquet
-#   Order: tests, tunes, sweeps, layers, profiles.  A .whl/ folder (carried) is installed first (the nvtx wheel).
+#   Order: tests, tunes, profiles, layers, sweeps (the sweeps last: the longest, and a stopped one keeps its rows).  A .whl/ folder (carried) is installed first (the nvtx wheel).
 #   BUDGET_S=540        every step is stopped (and what it wrote kept) when this many seconds have passed,
 #                       so that the packing at the end still runs inside the tool's 600 s limit
 set -uo pipefail
@@ -43,7 +43,7 @@ step() {  # kind name args
 }
 for t in ${TUNES:-}; do step tune "${t%%:*}" "${t#*:}"; done
 [ -n "${TUNES:-}" ] && tar czf "$OUT/configs.tgz" -C kernels configs
-for s in ${SWEEPS:-}; do step run "${s%%:*}" "${s#*:}"; done
-for s in ${LAYERS:-}; do step layer "${s%%:*}" "${s#*:}"; done
 for s in ${PROFILES:-}; do step profile "${s%%:*}" "${s#*:}"; done
+for s in ${LAYERS:-}; do step layer "${s%%:*}" "${s#*:}"; done
+for s in ${SWEEPS:-}; do step run "${s%%:*}" "${s#*:}"; done
 tar czf "$OUT/all.tgz" -C "$OUT" logs && rm -rf "$LOG"
