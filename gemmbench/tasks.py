@@ -125,6 +125,8 @@ def _time(ctx, problem: Problem, passed: dict, peaks: dict, seed: int) -> None:
                      l2_state=timer.l2_state, gpu_mem_peak_bytes=peaks[name])  # fmt: skip
         if variant.gemm:  # a step beside the GEMMs (moe_align) has its time, no FLOPs or roofline
             extra.update(_throughput(ctx, problem, variant, works[name], stats["time_us_median"]))
+            if extra["flops"] == 0:  # no roofline to be close to: the time is a launch that finds nothing to do
+                note = "; ".join(filter(None, [note, IDLE_RANK]))
         ctx.result(name, [_run_row(ctx, problem, variant, "ok", note, **extra)])
 
 
@@ -146,6 +148,11 @@ def _max(a: Optional[int], b: Optional[int]) -> Optional[int]:
     return None if a is None and b is None else max(x for x in (a, b) if x is not None)
 
 
+# Under expert parallelism a few tokens can all land on other ranks' experts (DeepSeek-V3, EP 8, 1 token: 8 of 256
+# experts, rank 0 holds 32): the kernel is launched and returns; its row says so and has no roofline %.
+IDLE_RANK = "no (token, expert) pair on this rank's experts: the time is a launch with nothing to do"
+
+
 def _throughput(ctx, problem: Problem, variant, works: list, t: float) -> dict:
     """works: each timed copy's GemmInputs.local_work (its experts hit, and under EP its pairs and tokens)."""
     scaling = dtypes.row_scaling(problem.dtype, variant.fp8_scaling)
@@ -153,7 +160,7 @@ def _throughput(ctx, problem: Problem, variant, works: list, t: float) -> dict:
     # every row has the FLOPs of a routing-independent problem (cell_columns); under EP they are this rank's pairs
     flops = round(sum(metrics.flops(problem, w.get("pairs")) for w in works) / len(works))
     out = dict(flops=flops, bytes_min=nbytes, tflops=metrics.tflops(flops, t), gbps=metrics.gbps(nbytes, t))
-    if ctx.ceilings is not None:
+    if ctx.ceilings is not None and flops > 0:  # flops 0: no pair on this rank (EP), no bound to be a % of
         bw = metrics.bandwidth_at(ctx.ceilings.bandwidth_ladder, nbytes)
         peak = ctx.ceilings.peak_for(problem.dtype)
         bound = metrics.roofline_bound_us(flops, nbytes, bw, peak)

@@ -89,7 +89,7 @@ MOE_COLUMNS = [
 
 
 def render_moe(path: str) -> str:
-    """One row per (GEMM, TP, dtype, tokens) of the MoE rows: µs of each variant (splitk with its SPLIT_K),
+    """One row per (GEMM, TP, EP, dtype, tokens) of the MoE rows: µs of each variant (splitk with its SPLIT_K),
     then the best fused variant's % of roofline and its speedups over the loop and torch._grouped_mm."""
     rows = [r for r in store.load(path).to_dict("records") if r["E"] > 1]
     counts = Counter(r["status"] for r in rows)
@@ -97,8 +97,9 @@ def render_moe(path: str) -> str:
     cells: dict = {}
     for r in rows:
         if r["status"] == "ok":
-            cells.setdefault((r["gemm"], r["N"], r["K"], r["tp"], r["dtype"], r["M"]), {})[r["variant"]] = r
-    cols = ["GEMM (N, K)", "TP", "dtype", "tokens"] + [f"{c} µs" for c, _ in MOE_COLUMNS]
+            key = (r["gemm"], r["N"], r["K"], r["tp"], r.get("ep") or 1, r["dtype"], r["M"])
+            cells.setdefault(key, {})[r["variant"]] = r
+    cols = ["GEMM (N, K)", "TP", "EP", "dtype", "tokens"] + [f"{c} µs" for c, _ in MOE_COLUMNS]
     cols += ["best fused", "% roof", "vs loop", "vs grouped_mm"]
     lines = [
         head,
@@ -109,7 +110,7 @@ def render_moe(path: str) -> str:
     t = lambda r: r["time_us_median"] if r else None  # noqa: E731
     for k in sorted(cells):
         by = cells[k]
-        out = [f"{k[0]} ({k[1]}, {k[2]})", str(k[3]), k[4], str(k[5])]
+        out = [f"{k[0]} ({k[1]}, {k[2]})", str(k[3]), str(k[4]), k[5], str(k[6])]
         for _, v in MOE_COLUMNS:
             r = by.get(v)
             split = json.loads(r["config"] or "{}").get("SPLIT_K") if r and v == "triton_moe_splitk" else None
@@ -119,7 +120,7 @@ def render_moe(path: str) -> str:
         loop, gmm = by.get("torch_moe_loop"), by.get("torch_grouped_mm")
         out += [
             best["variant"].removeprefix("triton_moe_") if best else "",
-            f"{best['pct_of_roofline']:.0f}" if best else "",
+            f"{best['pct_of_roofline']:.0f}" if best and best["pct_of_roofline"] == best["pct_of_roofline"] else "",
             f"{t(loop) / t(best):.2f}x" if best and loop else "",
             f"{t(gmm) / t(best):.2f}x" if best and gmm else "",
         ]

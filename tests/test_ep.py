@@ -352,3 +352,35 @@ def test_profile_outcome_carries_this_ranks_work(monkeypatch):
     assert got["pairs"] == sum(e >= 0 for row in ids for e in row)
     assert got["tokens"] == sum(any(e >= 0 for e in row) for row in ids)
     assert got["experts_hit"] == len({e for row in ids for e in row if e >= 0})
+
+
+def test_a_rank_with_no_pair_says_so_and_has_no_roofline(tiny_set, tmp_path):
+    """One token at EP 4: its 2 experts of 8 can both lie outside rank 0's experts 0 and 1 (15 of the 28 pairs of
+    experts do); that rank launches a kernel that finds nothing to do, and its row must not claim a roofline %."""
+    p = Problem("tiny-ep", "moe_w13", 1, 128, 64, "fp16", E=8, topk=2, ep=4)
+    # the CPU path times one copy, drawn with the cell's seed + 1 (the check's is the cell's seed)
+    seed = next(s for s in range(100) if (make_inputs(p, cell_seed(s, p) + 1, "cpu").topk_ids < 0).all())
+    out = tmp_path / "idle.parquet"
+    res = invoke("run", "--shapes", tiny_set, "--m", "1", "--dtype", "fp16", "--ep", "4", "--budget", "0.01",
+                 "--seed", seed, "--variants", "torch_moe_loop", "--out", out)  # fmt: skip
+    assert res.exit_code == 0, res.stderr
+    row = store.load([out]).query("gemm == 'moe_w13'").iloc[0]
+    assert row.status == "ok" and row.flops == 0 and row.bytes_min == 0
+    assert "no (token, expert) pair on this rank's experts" in row.reason
+
+
+def test_no_roofline_for_a_rank_without_work_and_one_for_a_rank_with_work():
+    from types import SimpleNamespace
+
+    from gemmbench.ceilings import Ceilings
+    from gemmbench.tasks import _throughput
+
+    ctx = SimpleNamespace(ceilings=Ceilings(mode="cold", bandwidth_ladder=[(1 << 20, 1000.0), (1 << 30, 3000.0)],
+                                            peak_tflops={"bf16": 700.0, "fp8": 1300.0}))  # fmt: skip
+    p = Problem("tiny-ep", "moe_w13", 1, 128, 64, "fp16", E=8, topk=2, ep=4)
+    variant = registry.get("torch_moe_loop")
+    idle = _throughput(ctx, p, variant, [{"experts_hit": 0, "pairs": 0, "tokens": 0}], 10.0)
+    assert idle["flops"] == 0 and idle["bytes_min"] == 0 and "pct_of_roofline" not in idle
+    busy = _throughput(ctx, p, variant, [{"experts_hit": 1, "pairs": 1, "tokens": 1}], 10.0)
+    # 1 expert of 128 x 64 fp16, the token's row of a and its 128 outputs: 2 * (8192 + 64 + 128) bytes at 1000 GB/s
+    assert busy["bytes_min"] == 2 * (128 * 64 + 64 + 128) and busy["pct_of_roofline"] > 0
