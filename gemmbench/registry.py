@@ -98,6 +98,8 @@ class Variant:
         for name in scalings:
             dtypes.scaling(name)  # ValueError naming the known ones
         object.__setattr__(self, "scalings", scalings)
+        if len(scalings) == 1:  # readers of the old field (plugins) still find a one-scaling variant's scaling
+            object.__setattr__(self, "fp8_scaling", scalings[0])
 
     def unsupported_reason(self, problem: Problem, device: Any) -> Optional[str]:
         """None if this variant can run the problem here, else a one-line reason."""
