@@ -76,14 +76,22 @@ def _blocks(size: int, block: Optional[int]) -> int:
 @dataclass(frozen=True)
 class Scaling:
     """How scaled (fp8) operands carry their scales: the block of elements one scale covers in the activations
-    (M, K) and in a weight (N, K); None spans the whole dimension.  MoE weights always carry one scale per expert,
-    whatever the scaling (inputs.make_inputs: the layout fused MoE kernels consume)."""
+    (M, K) and in a weight (N, K); None spans the whole dimension.  MoE weights carry one scale per expert where the
+    scaling has no blocks along K (tensor, row: the layout fused MoE kernels consume), and one per block of each
+    expert where it has (block: (E/ep, ceil(N/128), ceil(K/128)))."""
 
-    name: str  # registry.Variant.fp8_scaling and inputs.make_inputs' `scaling`
+    name: str  # the `scaling` column, --scaling, Problem.scaling and registry.Variant.scalings
     meaning: str
     act_block: tuple[Optional[int], Optional[int]]  # (rows, columns of K) one activation scale covers
     weight_block: tuple[Optional[int], Optional[int]]  # (rows of N, columns of K) one weight scale covers
-    scale_bytes: int = 4  # fp32
+    scale_bytes: int = 4  # fp32; ue8m0: 1 (an exponent byte, as DeepGEMM's recipe ships it)
+    ue8m0: bool = False  # every scale rounded UP to a power of two (stored here as fp32 values that are powers of two)
+
+    @property
+    def k_block(self) -> Optional[int]:
+        """Columns of K one scale covers (block scalings: 128), or None where a scale spans all of K: then the scales
+        change inside a kernel's K loop, and are applied there."""
+        return self.act_block[1]
 
     def act_scales(self, M: int, K: int) -> int:
         return _blocks(M, self.act_block[0]) * _blocks(K, self.act_block[1])
@@ -91,18 +99,38 @@ class Scaling:
     def weight_scales(self, N: int, K: int) -> int:
         return _blocks(N, self.weight_block[0]) * _blocks(K, self.weight_block[1])
 
+    def expert_scales(self, N: int, K: int) -> int:
+        """Scales of one MoE expert's (N, K) weight: its blocks (block scalings), else one."""
+        return self.weight_scales(N, K) if self.k_block else 1
 
-# Block scalings (activations 1x128, weights 128x128; ue8m0: power-of-two scales of 1 byte) are rows of this table:
-# act_block (1, 128), weight_block (128, 128), scale_bytes 4 or 1.
+
+BLOCK = 128  # DeepSeek-V3's recipe: activations 1 x 128 along K, weights 128 x 128
 SCALINGS = {
     s.name: s
     for s in (
         Scaling("tensor", "one scale per operand: (1,) and (1,)", (None, None), (None, None)),
         Scaling("row", "one scale per activation row and per weight row: (M, 1) and (N, 1)", (1, None), (1, None)),
+        Scaling(
+            "block",
+            "activations per 1x128 group along K, weights per 128x128 block: fp32 (M, ceil(K/128)) and "
+            "(ceil(N/128), ceil(K/128))",
+            (1, BLOCK),
+            (BLOCK, BLOCK),
+        ),
+        Scaling(
+            "block-ue8m0",
+            "the blocks of `block`, every scale rounded up to a power of two (1-byte ue8m0, DeepGEMM's recipe)",
+            (1, BLOCK),
+            (BLOCK, BLOCK),
+            scale_bytes=1,
+            ue8m0=True,
+        ),
     )
 }
-# What rows of a scaling with no baseline of its own, and a baseline's own rows, are measured against
-# (tables.baseline_for): cuBLAS's plain fp8 GEMM takes per-tensor scales.
+NAMES_SCALING = tuple(SCALINGS)  # in --scaling's order
+UNSCALED = "none"  # Problem.scaling of a 16-bit dtype: nothing is scaled
+# The scaling a problem has when none is asked (--scaling's default), and the one older rows of fp8 were measured in
+# (store: rows before the scaling column, except the *_rowwise variants': row).
 REFERENCE_SCALING = "tensor"
 
 
@@ -110,9 +138,16 @@ def scaling(name: str) -> Scaling:
     try:
         return SCALINGS[name]
     except KeyError:
-        raise ValueError(f"unknown fp8_scaling {name!r} (expected {' or '.join(SCALINGS)})") from None
+        raise ValueError(f"unknown scaling {name!r} (expected one of {', '.join(SCALINGS)})") from None
 
 
-def row_scaling(dtype: str, fp8_scaling: str) -> str:
-    """The scaling a row's bytes are counted with: the variant's own for a scaled (fp8) dtype, else none to count."""
-    return fp8_scaling if get(dtype).scaled else REFERENCE_SCALING
+def problem_scaling(dtype: str, name: str) -> str:
+    """The scaling a problem of `dtype` has when `name` is asked: a 16-bit dtype's "tensor" (the default) is
+    UNSCALED; its other scalings stay, so that its rows say why they were skipped (fp8 only)."""
+    dt = ALL.get(dtype)
+    return UNSCALED if name == REFERENCE_SCALING and dt is not None and not dt.scaled else name
+
+
+def label(dtype: str, scaling: Optional[str]) -> str:
+    """A dtype as tables, titles and cell names show it: 'fp8' (per tensor; a 16-bit dtype), 'fp8 row', 'fp8 block'."""
+    return dtype if scaling in (None, "", UNSCALED, REFERENCE_SCALING) else f"{dtype} {scaling}"

@@ -30,17 +30,29 @@ class GemmInputs:
     a: torch.Tensor  # (M, K) activations, compute dtype
     b: torch.Tensor  # (N, K) weight as nn.Linear stores it; MoE (E/ep, N, K): this rank's local experts
     out_dtype: torch.dtype  # fp8 GEMMs write bf16, 16-bit GEMMs their own dtype
-    a_scale: Optional[torch.Tensor] = None  # fp8 only, fp32: (1,) per tensor or (M, 1) row-wise
-    b_scale: Optional[torch.Tensor] = None  # fp8 only, fp32: (1,) per tensor or (N, 1) row-wise; MoE (E,)
-    scaling: str = "none"  # "none" | "tensor" | "row"
+    # fp8 only, fp32: (1,) per tensor, (M, 1) row-wise, (M, ceil(K/128)) per 1x128 group (block scalings)
+    a_scale: Optional[torch.Tensor] = None
+    # fp8 only, fp32: (1,) per tensor, (N, 1) row-wise, (ceil(N/128), ceil(K/128)) per 128x128 block; MoE: (E/ep,)
+    # one per expert, or (E/ep, ceil(N/128), ceil(K/128)) per block
+    b_scale: Optional[torch.Tensor] = None
+    scaling: str = "none"  # "none" (16-bit) or a name in dtypes.SCALINGS
     # MoE: (M, topk) int32 LOCAL expert of each (token, slot); -1 where another EP rank's expert holds the slot
     topk_ids: Optional[torch.Tensor] = None
     topk_weights: Optional[torch.Tensor] = None  # MoE: (M, topk) fp32 router weights
 
+    @property
+    def k_block(self) -> Optional[int]:
+        """Columns of K one scale covers where the scales change along K (block scalings: 128), else None."""
+        return dtypes.SCALINGS[self.scaling].k_block if self.scaling in dtypes.SCALINGS else None
+
     def act_fp32(self) -> torch.Tensor:
         """An fp32 copy of the activations with their scale applied: what an exact GEMM would see."""
         a = self.a.float()
-        return a * self.a_scale if self.a_scale is not None else a
+        if self.a_scale is None:
+            return a
+        if self.k_block:  # (M, ceil(K/128)): each 1x128 group times its own scale, in place on the copy
+            return scale_groups_(a, self.a_scale, self.k_block)
+        return a * self.a_scale
 
     def weight_fp32(self, expert: Optional[int] = None, rows: slice = slice(None)) -> torch.Tensor:
         """An fp32 copy of the weight's `rows` (of expert `expert`, MoE) with their scales applied: what an exact
@@ -49,12 +61,17 @@ class GemmInputs:
         # buffer of the slice, not two
         if expert is None:
             w, scale = self.b[rows].to(torch.float32, copy=True), self.b_scale
-            if scale is not None and scale.dim() == 2:  # row-wise: (N, 1), this slice's rows
-                scale = scale[rows]
-        else:  # MoE: one scale per expert
+        else:  # MoE: one scale per expert, or its (ceil(N/128), ceil(K/128)) blocks
             w = self.b[expert, rows].to(torch.float32, copy=True)
             scale = self.b_scale[expert] if self.b_scale is not None else None
-        return w.mul_(scale) if scale is not None else w
+        if scale is None:
+            return w
+        if self.k_block:  # 128x128 blocks: the block row of each of the slice's rows, then per 128 columns of K
+            block_rows = torch.arange(self.b.shape[-2], device=scale.device)[rows] // dtypes.BLOCK
+            return scale_groups_(w, scale[block_rows], self.k_block)
+        if scale.dim() == 2:  # row-wise: (N, 1), this slice's rows
+            scale = scale[rows]
+        return w.mul_(scale)
 
     def dequantized(self) -> tuple[torch.Tensor, torch.Tensor]:
         """fp32 copies of a and the WHOLE b with their scales applied, for small problems (tests): a large MoE
@@ -108,13 +125,13 @@ def _values(shape: tuple[int, ...], K: int, gen: torch.Generator, device: str) -
     return x.add_(1.0).div_(math.sqrt(K))
 
 
-def _chunks(shape: tuple[int, ...]) -> list[tuple[Any, tuple[int, ...]]]:
+def _chunks(shape: tuple[int, ...], align: int = 1) -> list[tuple[Any, tuple[int, ...]]]:
     """The draw order, as (index into the operand, the chunk's shape): an (E, N, K) weight one expert after
-    another; an (R, K) operand in slices of rows, first to last."""
+    another; an (R, K) operand in slices of rows, first to last, each a multiple of `align` rows (but the last)."""
     if len(shape) == 3:
         return [(e, shape[1:]) for e in range(shape[0])]
     rows, K = shape
-    step = max(1, DRAW_CHUNK_BYTES // (4 * K))
+    step = max(align, DRAW_CHUNK_BYTES // (4 * K) // align * align)
     return [(slice(r, min(r + step, rows)), (min(step, rows - r), K)) for r in range(0, rows, step)]
 
 
@@ -138,6 +155,66 @@ def _fp8_values_(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     return x.div_(scale).clamp_(-top, top)
 
 
+def _k_groups(x: torch.Tensor, width: int) -> list[tuple[slice, torch.Tensor]]:
+    """x (R, K) as views (R, groups, width) of its full groups of `width` columns, then (R, 1, rest) of the partial
+    last one, each with the columns of the (R, ceil(K/width)) scales it takes: no copy of x."""
+    K = x.shape[1]
+    full = K // width
+    parts = []
+    if full:
+        parts.append((slice(0, full), x[:, : full * width].unflatten(1, (full, width))))
+    if K % width:
+        parts.append((slice(full, full + 1), x[:, full * width :].unsqueeze(1)))
+    return parts
+
+
+def scale_groups_(x: torch.Tensor, scales: torch.Tensor, width: int, divide: bool = False) -> torch.Tensor:
+    """x (R, K) fp32 times (or / with divide) the scale of each of its groups of `width` columns, in place: scales
+    (R, ceil(K/width)), one per row and group (a 128x128 block's scale repeated for each of its rows)."""
+    for cols, view in _k_groups(x, width):
+        s = scales[:, cols, None]
+        view.div_(s) if divide else view.mul_(s)
+    return x
+
+
+def _block_quantize_(x: torch.Tensor, rows: int, width: int, ue8m0: bool) -> torch.Tensor:
+    """x (R, K) fp32 -> its e4m3 values in place (to be cast by the caller), and returns the scales of its blocks of
+    `rows` x `width` elements, (ceil(R/rows), ceil(K/width)), each from the block's own amax: a partial block at the
+    edge (R or K not a multiple) has its own.  ue8m0: each scale rounded up to a power of two (DeepGEMM's recipe),
+    so that amax / scale <= 448 still."""
+    R, K = x.shape
+    amax = torch.empty((R, -(-K // width)), dtype=torch.float32, device=x.device)
+    for cols, view in _k_groups(x, width):
+        lo, hi = torch.aminmax(view, dim=2)
+        amax[:, cols] = torch.maximum(-lo, hi)
+    if rows > 1:  # the rows of a block together; padded rows of 0 never raise an amax
+        padded = torch.zeros((-(-R // rows) * rows, amax.shape[1]), dtype=torch.float32, device=x.device)
+        padded[:R] = amax
+        amax = padded.unflatten(0, (-1, rows)).amax(dim=1)
+    scale = _fp8_scale(amax)
+    if ue8m0:
+        scale = torch.exp2(torch.ceil(torch.log2(scale)))
+    top = dtypes.FP8.max_value
+    assert top is not None
+    scale_groups_(x, scale.repeat_interleave(rows, dim=0)[:R], width, divide=True).clamp_(-top, top)
+    return scale
+
+
+def quantize_fp8_blocks(x: torch.Tensor, scaling: str, weight: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """Quantise x to e4m3 with the blocks of a block scaling (dtypes.SCALINGS): activations (M, K) per 1 x 128
+    group, scales (M, ceil(K/128)); a weight (N, K) per 128 x 128 block, (ceil(N/128), ceil(K/128)); an MoE weight
+    (E, N, K) per block of each expert, (E, ceil(N/128), ceil(K/128)).  draw() gives the same chunk by chunk."""
+    sc = dtypes.scaling(scaling)
+    rows, width = sc.weight_block if weight else sc.act_block
+    assert rows is not None and width is not None, f"{scaling} is not a block scaling"
+    q = x.float().clone()
+    if q.dim() == 3:
+        scales = torch.stack([_block_quantize_(q[e], rows, width, sc.ue8m0) for e in range(q.shape[0])])
+    else:
+        scales = _block_quantize_(q, rows, width, sc.ue8m0)
+    return q.to(dtypes.FP8.torch), scales
+
+
 def quantize_fp8(x: torch.Tensor, scaling: str) -> tuple[torch.Tensor, torch.Tensor]:
     """Quantise x to e4m3 with scales from its real amax: "tensor" one scale (1,); "row" one per row
     (rows, 1); "expert" one per leading index of an (E, N, K) weight, shape (E,).  draw() quantises chunk by chunk
@@ -156,18 +233,44 @@ def quantize_fp8(x: torch.Tensor, scaling: str) -> tuple[torch.Tensor, torch.Ten
 
 
 def draw(
-    shape: tuple[int, ...], K: int, gen: torch.Generator, device: str, dt: dtypes.DType, scaling: str
+    shape: tuple[int, ...],
+    K: int,
+    gen: torch.Generator,
+    device: str,
+    dt: dtypes.DType,
+    scaling: str,
+    weight: bool = False,
 ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
     """(randn + 1) / sqrt(K) of `shape` in dt, drawn chunk by chunk (_chunks) from `gen`: at most one chunk of fp32
     at a time.  fp8 (dt.scaled): with scales laid out as `scaling` says, equal to quantize_fp8's on the whole operand
     of the same values ("tensor": the amax of every chunk, found by a first pass, the generator rewound for the
-    second; "row": each row lies in one chunk; "expert": each expert is one chunk).  Returns (values, scales)."""
+    second; "row": each row lies in one chunk; "expert": each expert is one chunk; a block scaling: equal to
+    quantize_fp8_blocks', the blocks of an activation (`weight` False: 1 x 128) or a weight (128 x 128) in one chunk:
+    a 2-D weight's chunks are whole blocks of 128 rows).  Returns (values, scales)."""
     out = torch.empty(shape, dtype=dt.torch, device=device)
-    chunks = _chunks(shape)
+    sc = dtypes.SCALINGS.get(scaling)
+    block = sc is not None and sc.k_block is not None and dt.scaled
+    chunks = _chunks(shape, dtypes.BLOCK if block and weight else 1)
     if not dt.scaled:
         for idx, cshape in chunks:
             out[idx].copy_(_values(cshape, K, gen, device))
         return out, None
+    if block:
+        assert sc is not None
+        rows, width = sc.weight_block if weight else sc.act_block
+        assert rows is not None and width is not None
+        n_kb = -(-K // width)
+        lead = (shape[0],) if len(shape) == 3 else ()
+        scale = torch.empty(lead + (-(-shape[-2] // rows), n_kb), dtype=torch.float32, device=device)
+        for idx, cshape in chunks:
+            x = _values(cshape, K, gen, device)
+            if len(shape) == 3:  # one expert
+                scale[idx] = _block_quantize_(x, rows, width, sc.ue8m0)
+            else:  # a slice of rows that starts on a block's first row (_chunks' alignment)
+                scale[idx.start // rows : -(-idx.stop // rows)] = _block_quantize_(x, rows, width, sc.ue8m0)
+            out[idx].copy_(x)
+            del x  # gone before the next chunk is drawn: one fp32 chunk at a time
+        return out, scale
     if scaling == "tensor":
         start = gen.get_state()
         amax = torch.zeros(1, dtype=torch.float32, device=device)
@@ -226,17 +329,20 @@ def local_ids(global_ids: torch.Tensor, local_experts: int) -> torch.Tensor:
     return torch.where(global_ids < local_experts, global_ids, torch.full_like(global_ids, -1))
 
 
-def make_inputs(problem: Problem, seed: int, device: str, scaling: str = "tensor") -> GemmInputs:
-    """Fresh operands for a problem; `scaling` is the fp8 scale layout the variant consumes.  a, then b, drawn
+def make_inputs(problem: Problem, seed: int, device: str, scaling: Optional[str] = None) -> GemmInputs:
+    """Fresh operands for a problem; `scaling` is the fp8 scale layout (default: the problem's).  a, then b, drawn
     chunk by chunk (draw): since issue 18 a seed gives other values than the one fp32 draw per operand
     before it did, and the same ones again on the same device."""
     gen = torch.Generator(device=device).manual_seed(seed)
+    scaling = scaling or problem.scaling
     M, N, K = problem.M, problem.N, problem.K
     b_shape = (problem.local_experts, N, K) if problem.is_moe else (N, K)
     dt = dtypes.get(problem.dtype)
     a, sa = draw((M, K), K, gen, device, dt, scaling)
-    # MoE weights: one scale per expert, the layout fused MoE kernels consume
-    b, sb = draw(b_shape, K, gen, device, dt, "expert" if problem.is_moe else scaling)
+    # MoE weights: one scale per expert (tensor, row: the layout fused MoE kernels consume), or per block of each
+    blocks = scaling in dtypes.SCALINGS and dtypes.SCALINGS[scaling].k_block is not None
+    b_scaling = "expert" if problem.is_moe and not blocks else scaling
+    b, sb = draw(b_shape, K, gen, device, dt, b_scaling, weight=True)
     topk_ids = topk_weights = None
     if problem.is_moe:
         # its own stream of random numbers: on the CPU, sharing `gen` would make the routing a copy of `a`

@@ -34,7 +34,7 @@ import pandas as pd
 import torch
 
 from gemmbench import check as check_mod
-from gemmbench import hf_config, registry, shapes, timing
+from gemmbench import dtypes, hf_config, registry, shapes, timing
 from gemmbench.inputs import cell_seed, local_ids, make_inputs
 from gemmbench.metrics import gap_note, summarize
 from gemmbench.shapes import Problem, ShapeSet
@@ -46,7 +46,9 @@ MODELS = {"llama3-70b": "llama70b", "mixtral-8x7b": "mixtral-moe", "mixtral-8x22
 NOT_IN_LAYER = ("lm_head",)  # runs once per token, after the last layer
 ROUTING = "routing"
 # cuBLAS for dense GEMMs, the seed's column-major fused MoE (docs/SEEDS.md, MoE §4)
-DEFAULT_VARIANTS = "cublas_*,triton_moe_col"
+# triton_dp_grouped: dense GEMMs where no cuBLAS variant runs (block-scaled fp8 without cuBLAS's block GEMM: the CPU,
+# a torch before 2.10)
+DEFAULT_VARIANTS = "cublas_*,triton_dp_grouped,triton_moe_col"
 
 
 class LayerError(ValueError):
@@ -116,9 +118,12 @@ def layer_gemms(sset: ShapeSet) -> list[str]:
     return [g.name for g in sset.gemms if in_layer(g)]
 
 
-def layer_problems(sset: ShapeSet, M: int, dtype: str, tp: int, ep: int = 1, kind: str = "") -> list[Problem]:
+def layer_problems(
+    sset: ShapeSet, M: int, dtype: str, tp: int, ep: int = 1, kind: str = "", scaling: str = dtypes.REFERENCE_SCALING
+) -> list[Problem]:
     """One layer's GEMMs at one M, in the set's order (see in_layer); expert GEMMs on rank 0 of `ep`.  A kind of
-    layer without experts (a dense prefix layer) runs the same at any EP degree: its problems carry ep 1."""
+    layer without experts (a dense prefix layer) runs the same at any EP degree: its problems carry ep 1.  Every GEMM
+    of the layer has the one fp8 `scaling` (a block-fp8 layer: every variant chosen runs block)."""
     if ep > 1 and not any(g.is_moe for g in sset.gemms):
         raise LayerError(f"{sset.source}: --ep {ep} needs expert GEMMs (E > 1), and {sset.name!r} has none")
     gemms = [g for g in sset.gemms if in_layer(g, kind)]
@@ -126,7 +131,7 @@ def layer_problems(sset: ShapeSet, M: int, dtype: str, tp: int, ep: int = 1, kin
         what = f"{kind} " if kind else ""
         raise LayerError(f"{sset.source}: no GEMM of a {what}decoder layer (only {', '.join(NOT_IN_LAYER)})")
     layer = ShapeSet(sset.name, sset.description, tuple(gemms), sset.m_values, sset.source)
-    return shapes.problems(layer, [dtype], [M], tp, ep=ep if any(g.is_moe for g in gemms) else 1)
+    return shapes.problems(layer, [dtype], [M], tp, ep=ep if any(g.is_moe for g in gemms) else 1, scalings=[scaling])
 
 
 def steps_for(problems: Sequence[Problem], choose: Callable[[Problem], str]) -> list[Step]:
@@ -196,6 +201,8 @@ def best_chooser(runs: pd.DataFrame, device) -> tuple[Callable[[Problem], str], 
         same = ok[
             (ok["N"] == p.N) & (ok["K"] == p.K) & (ok["E"] == p.E) & (ok["topk"] == p.topk) & (ok["dtype"] == p.dtype)
             & (ok.get("ep", 1) == p.ep)  # frames made without an ep column (store.load always has one): EP 1
+            # a row of another fp8 scaling is another kernel's time (frames made without the column: as before scalings)
+            & (ok.get("scaling", p.scaling) == p.scaling)
         ]  # fmt: skip
         if (same["timing_mode"] == "cold").any():
             same = same[same["timing_mode"] == "cold"]
@@ -203,7 +210,8 @@ def best_chooser(runs: pd.DataFrame, device) -> tuple[Callable[[Problem], str], 
         same = same[same["variant"].isin(runnable)]
         if same.empty:
             raise LayerError(
-                f"--best-from: no ok row for {p.gemm} N={p.N} K={p.K} {p.dtype} of a variant that runs here"
+                f"--best-from: no ok row for {p.gemm} N={p.N} K={p.K} {dtypes.label(p.dtype, p.scaling)} of a variant "
+                "that runs here"
             )
         ms = sorted(set(int(m) for m in same["M"]))
         m = min(ms, key=lambda x: (abs(math.log2(x) - math.log2(p.M)), x))
@@ -298,7 +306,7 @@ def build(steps: Sequence[Step], seed: int, device: str) -> list[Built]:
             built.append(Built(s, routings[s.routes]))
             continue
         v = registry.get(s.variant)
-        inputs = make_inputs(s.problem, cell_seed(seed, s.problem), device, scaling=v.fp8_scaling)
+        inputs = make_inputs(s.problem, cell_seed(seed, s.problem), device)
         routing = routings.get((s.problem.E, s.problem.topk))
         if routing is not None:  # the layer's routing, not each GEMM's own
             inputs.topk_ids, inputs.topk_weights = routing.ids, routing.weights

@@ -50,7 +50,7 @@ def _pairs(p: Problem, pairs: int | None) -> int:
 def bytes_min(
     p: Problem,
     experts_hit: int | None = None,
-    fp8_scaling: str = "tensor",
+    fp8_scaling: str | None = None,
     pairs: int | None = None,
     tokens: int | None = None,
 ) -> int:
@@ -67,11 +67,14 @@ def bytes_min(
     E/ep), the activations of the `tokens` with a pair here (tokens * K) and the outputs of its `pairs` (pairs * N),
     both required.  A rank with no pair moves nothing: 0 bytes.
 
-    A scaled dtype (fp8) adds its scales, as many as dtypes.SCALINGS[fp8_scaling] lays out: "tensor": dense
-    2 scalars; "row": dense M + N.  MoE weights always carry one scale per expert (inputs.make_inputs), so
-    MoE adds experts_hit scales plus the activations' 1 ("tensor") or M ("row"; under EP one per token read).
+    A scaled dtype (fp8) adds its scales, as many as dtypes.SCALINGS[p.scaling] (fp8_scaling: another scaling's)
+    lays out, each of its scale_bytes: "tensor": dense 2 scalars; "row": dense M + N; "block": M * ceil(K/128) +
+    ceil(N/128) * ceil(K/128) of 4 bytes ("block-ue8m0": of 1 byte).  An MoE expert's weight carries one scale
+    (tensor, row) or its blocks (inputs.make_inputs), so MoE adds experts_hit times those plus the activations' 1
+    ("tensor"), M ("row") or M * ceil(K/128) (block; under EP the tokens read instead of M).
     """
-    dt, scaling = dtypes.get(p.dtype), dtypes.scaling(fp8_scaling)
+    dt = dtypes.get(p.dtype)
+    scaling = dtypes.scaling(fp8_scaling or p.scaling) if dt.scaled else None
     act, out = dt.bytes, dt.out_bytes
     if p.is_moe:
         if experts_hit is None:
@@ -93,12 +96,12 @@ def bytes_min(
         if rows == 0:
             return 0
         n = act * (experts_hit * p.N * p.K + tokens * p.K) + out * rows * p.N
-        if dt.scaled:
-            n += scaling.scale_bytes * (experts_hit + scaling.act_scales(tokens, p.K))
+        if scaling is not None:
+            n += scaling.scale_bytes * (experts_hit * scaling.expert_scales(p.N, p.K) + scaling.act_scales(tokens, p.K))
         return n
 
     n = act * (p.M * p.K + p.N * p.K) + out * p.M * p.N
-    if dt.scaled:
+    if scaling is not None:
         n += scaling.scale_bytes * (scaling.act_scales(p.M, p.K) + scaling.weight_scales(p.N, p.K))
     return n
 

@@ -74,20 +74,40 @@ class Variant:
     make: Callable[[Problem, Any], Launch]
     supports: Optional[Callable[[Problem, Any], Optional[str]]] = None
     moe: bool = False  # True: runs MoE problems (E > 1); False: dense problems only
-    fp8_scaling: str = "tensor"  # how its fp8 inputs are scaled: a name in dtypes.SCALINGS
+    # Before issue 19 a variant ran one fp8 scaling, named here; kept so that plugins written then still load: it
+    # means scalings=(fp8_scaling,).  New code gives `scalings`.
+    fp8_scaling: Optional[str] = None
     source: str = "builtin"  # "builtin" or the plugin it came from
     tunable: Any = None  # a tuning.Tunable: its configs are searched by `gemmbench tune` and stored
     # check(problem, inputs, output) -> check.CheckResult, for a variant whose output is not the GEMM's
     # (moe_align): replaces the comparison with the fp32 reference
     check: Optional[Callable[[Problem, Any, Any], Any]] = None
     gemm: bool = True  # False: not a GEMM (moe_align); its rows carry no FLOPs, bytes or roofline
-    # The dtypes whose rows of its kind (dense or MoE) and, for fp8, of its fp8_scaling measure their speedup
+    # The dtypes whose rows of its kind (dense or MoE) and, for fp8, of each of its scalings measure their speedup
     # against it (baseline_for; one variant per dtype, kind and scaling).  It may name a dtype it does not run:
     # torch_moe_loop is the MoE reference of fp8 too, whose rows then show no speedup.
     baseline: tuple[str, ...] = ()
+    # the fp8 scalings it runs (names in dtypes.SCALINGS; Problem.scaling): () means ("tensor",), or (fp8_scaling,)
+    scalings: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        scalings = tuple(self.scalings) or ((self.fp8_scaling,) if self.fp8_scaling else (dtypes.REFERENCE_SCALING,))
+        if self.fp8_scaling and self.fp8_scaling not in scalings:
+            raise ValueError(f"variant {self.name!r}: fp8_scaling {self.fp8_scaling!r} is not one of its scalings "
+                             f"{scalings} (give scalings only)")  # fmt: skip
+        for name in scalings:
+            dtypes.scaling(name)  # ValueError naming the known ones
+        object.__setattr__(self, "scalings", scalings)
+        if len(scalings) == 1:  # readers of the old field (plugins) still find a one-scaling variant's scaling
+            object.__setattr__(self, "fp8_scaling", scalings[0])
 
     def unsupported_reason(self, problem: Problem, device: Any) -> Optional[str]:
         """None if this variant can run the problem here, else a one-line reason."""
+        dt = dtypes.get(problem.dtype)
+        if not dt.scaled and problem.scaling != dtypes.UNSCALED:
+            return f"--scaling {problem.scaling} applies to fp8 only: {problem.dtype} carries no scales"
+        if dt.scaled and problem.scaling not in self.scalings:
+            return f"{self.name} declares no {problem.scaling} support: runs {', '.join(self.scalings)}"
         if problem.dtype not in self.dtypes:
             return f"{self.name} has no {problem.dtype} path (dtypes: {', '.join(self.dtypes)})"
         if problem.is_moe != self.moe:
@@ -125,22 +145,24 @@ def register(variant: Variant) -> Variant:
     return variant
 
 
-def _baseline_key(dtype: str, moe: bool, fp8_scaling: str) -> tuple[str, bool, Optional[str]]:
+def _baseline_key(dtype: str, moe: bool, scaling: str) -> tuple[str, bool, Optional[str]]:
     """Rows of one dtype and kind share a baseline; those of a scaled dtype (fp8), one per scaling."""
-    return dtype, moe, (fp8_scaling if dtypes.get(dtype).scaled else None)
+    return dtype, moe, (scaling if dtypes.get(dtype).scaled else None)
 
 
 def _baseline_keys(variant: Variant) -> set[tuple[str, bool, Optional[str]]]:
-    return {_baseline_key(d, variant.moe, variant.fp8_scaling) for d in variant.baseline}
+    return {_baseline_key(d, variant.moe, s) for d in variant.baseline for s in variant.scalings}
 
 
-def baseline_for(dtype: str, moe: bool, fp8_scaling: str = dtypes.REFERENCE_SCALING) -> Optional[str]:
-    """The name of the variant that rows of this dtype, kind and fp8 scaling measure their speedup against (its
-    Variant.baseline); a scaling that no variant declares falls back to dtypes.REFERENCE_SCALING's.  None where
-    no variant declares either."""
+def baseline_for(dtype: str, moe: bool, scaling: str = dtypes.REFERENCE_SCALING) -> Optional[str]:
+    """The name of the variant that rows of this dtype, kind and scaling measure their speedup against (its
+    Variant.baseline and scalings); a scaling that no variant declares falls back to dtypes.REFERENCE_SCALING's
+    (torch_moe_loop for MoE fp8 of any scaling: it runs no fp8, so those rows show no speedup).  None where no
+    variant declares either.  Only the baseline's row of the same cell counts, and the scaling is part of a cell:
+    a speedup never compares two scalings."""
     variants = all_variants()
-    for scaling in dict.fromkeys((fp8_scaling, dtypes.REFERENCE_SCALING)):
-        key = _baseline_key(dtype, moe, scaling)
+    for s in dict.fromkeys((scaling, dtypes.REFERENCE_SCALING)):
+        key = _baseline_key(dtype, moe, s)
         for v in variants:
             if key in _baseline_keys(v):
                 return v.name

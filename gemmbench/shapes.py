@@ -33,6 +33,8 @@ from typing import Any, Sequence
 
 import yaml
 
+from gemmbench import dtypes
+
 DECODE_M = (1, 2, 4, 8, 16, 32, 64)
 PREFILL_M = (128, 256, 512, 1024, 2048, 4096)
 
@@ -89,6 +91,17 @@ class Problem:
     topk: int = 1
     routing: str = "uniform"  # MoE: how tokens are routed to experts (inputs.ROUTINGS); dense: unused
     ep: int = 1  # expert-parallel degree that divided E (apply_ep); 1 for a dense GEMM
+    # how fp8 operands are scaled: a name in dtypes.SCALINGS; a 16-bit dtype's is "none" (its "tensor", the default,
+    # becomes "none"); another scaling of a 16-bit dtype is a problem no variant runs (fp8 only: a skipped row)
+    scaling: str = dtypes.REFERENCE_SCALING
+
+    def __post_init__(self) -> None:
+        # with_(dtype=...) keeps the scaling: a 16-bit problem's "none" is fp8's "tensor", and back
+        dt = dtypes.ALL.get(self.dtype)
+        if dt is not None and not dt.scaled and self.scaling == dtypes.REFERENCE_SCALING:
+            object.__setattr__(self, "scaling", dtypes.UNSCALED)
+        elif dt is not None and dt.scaled and self.scaling == dtypes.UNSCALED:
+            object.__setattr__(self, "scaling", dtypes.REFERENCE_SCALING)
 
     @property
     def is_moe(self) -> bool:
@@ -110,7 +123,7 @@ class Problem:
             moe += f" {self.routing}"
         tp = f" tp{self.tp}" if self.tp > 1 else ""
         ep = f" ep{self.ep}" if self.ep > 1 else ""
-        return f"{self.gemm} {self.dtype} M{self.M} N{self.N} K{self.K}{moe}{tp}{ep}"
+        return f"{self.gemm} {dtypes.label(self.dtype, self.scaling)} M{self.M} N{self.N} K{self.K}{moe}{tp}{ep}"
 
 
 PRESETS = {"decode": DECODE_M, "prefill": PREFILL_M, "all": DECODE_M + PREFILL_M}
@@ -340,18 +353,24 @@ def apply_ep(gemm: Gemm, ep: int) -> int:
 
 def problems(
     shape_set: ShapeSet,
-    dtypes: Sequence[str],
+    dtype_names: Sequence[str],
     m_values: Sequence[int] | None = None,
     tp: int = 1,
     routing: str = "uniform",
     ep: int = 1,
+    scalings: Sequence[str] = (dtypes.REFERENCE_SCALING,),
 ) -> list[Problem]:
-    """One Problem per (gemm, M, dtype): gemms in file order, M ascending, dtypes in the given order.
-    `routing` applies to the MoE gemms (inputs.ROUTINGS); so does `ep` (apply_ep), which needs one."""
-    if isinstance(dtypes, str):  # a bare "fp16" would otherwise iterate as "f", "p", ...
-        dtypes = (dtypes,)
-    if not dtypes:
+    """One Problem per (gemm, M, dtype, scaling): gemms in file order, M ascending, dtypes then scalings in the given
+    order.  `routing` applies to the MoE gemms (inputs.ROUTINGS); so does `ep` (apply_ep), which needs one.
+    `scalings` apply to fp8 (dtypes.problem_scaling: a 16-bit dtype runs once, unscaled, where "tensor" is asked)."""
+    dtype_names = (dtype_names,) if isinstance(dtype_names, str) else dtype_names  # not "f", "p", ... of "fp16"
+    if isinstance(scalings, str):
+        scalings = (scalings,)
+    if not dtype_names:
         raise ShapeError(f"{shape_set.source}: no dtypes given")
+    for x in scalings:
+        if x not in dtypes.SCALINGS:
+            raise ShapeError(f"unknown scaling {x!r} (expected one of {', '.join(dtypes.SCALINGS)})")
     if m_values is None:
         ms = shape_set.m_values
     else:
@@ -383,8 +402,10 @@ def problems(
                 topk=g.topk,
                 routing=routing if g.E > 1 else "uniform",
                 ep=g_ep,
+                scaling=s,
             )
             for m in ms
-            for d in dtypes
+            for d in dtype_names
+            for s in dict.fromkeys(dtypes.problem_scaling(d, x) for x in scalings)
         ]
     return out

@@ -44,8 +44,12 @@ def cell_key(problem, variant: str) -> str:
 
 def describe(key: str, variant: bool = True) -> str:
     """A cell key as a person reads it:
-    'smoke smoke_tails fp16 M5 N80 K48 [E8 top2 uniform] [tp2] [ep2] cublas_fp16'."""
-    shape_set, gemm, M, N, K, E, topk, routing, tp, ep, dtype, name = key.split("|")
+    'smoke smoke_tails fp16 M5 N80 K48 [E8 top2 uniform] [tp2] [ep2] cublas_fp16'; fp8 names a scaling other
+    than per tensor: 'fp8 block'."""
+    from gemmbench.dtypes import label  # light; here with the other imports of this light module
+
+    shape_set, gemm, M, N, K, E, topk, routing, tp, ep, dtype, scaling, name = key.split("|")
+    dtype = label(dtype, scaling)
     moe = f" E{E} top{topk} {routing}" if E not in ("", "1") else ""
     par = f" tp{tp}" if tp not in ("", "1") else ""
     par += f" ep{ep}" if ep not in ("", "1") else ""

@@ -20,13 +20,15 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from gemmbench import dtypes
 from gemmbench.metrics import flops, noisy
 
 # Bump when a column is added, removed or changes meaning; load() refuses other versions
 # rather than silently mixing numbers that mean different things.
 # 2: + routing (MoE token routing; schema 1 files are read as routing "uniform"); 3: + noisy (schema 2 files get it
 # from their p20/p80); 4: + ep (expert-parallel degree; older files are read as ep 1), gpu_mem_peak_bytes (the
-# cell's peak GPU memory) and cpu (the host's processor, device.processor_name); older files read those two as null
+# cell's peak GPU memory) and cpu (the host's processor, device.processor_name); older files read those two as null;
+# and scaling (how fp8 operands were scaled, dtypes.SCALINGS; older rows: older_scaling)
 SCHEMA_VERSION = 4
 STATUSES = ("ok", "skipped", "wrong", "error")
 # timing_mode, l2_state: see gemmbench.timing (MODES, L2_STATE); device: "cuda" | "cpu".
@@ -47,6 +49,7 @@ _COLUMNS = [
     ("tp", _I),
     ("ep", _I),  # expert-parallel degree that divided the GEMM's experts (shapes.apply_ep); dense 1
     ("dtype", _S),
+    ("scaling", _S),  # fp8: a name in dtypes.SCALINGS ("tensor", "row", "block", "block-ue8m0"); 16-bit: "none"
     # by which kernel
     ("variant", _S),
     ("family", _S),
@@ -104,6 +107,7 @@ REQUIRED = (
     "tp",
     "ep",
     "dtype",
+    "scaling",
     "variant",
     "status",
     "schema_version",
@@ -115,6 +119,14 @@ SCHEMA = pa.schema(
 )
 COLUMNS = [name for name, _ in _COLUMNS]
 _TYPES = dict(_COLUMNS)
+
+
+def older_scaling(dtype: str, variant: str) -> str:
+    """The scaling of a row written before the `scaling` column: every fp8 variant then ran one scaling, per tensor
+    but for the *_rowwise ones (row); a 16-bit dtype's rows scale nothing ("none")."""
+    if dtype in dtypes.ALL and not dtypes.get(dtype).scaled:
+        return dtypes.UNSCALED
+    return "row" if variant.endswith("_rowwise") else dtypes.REFERENCE_SCALING
 
 
 def new_run_id(shape_set: str) -> str:
@@ -137,6 +149,7 @@ def cell_columns(problem, variant) -> dict:
         tp=problem.tp,
         ep=problem.ep,
         dtype=problem.dtype,
+        scaling=problem.scaling,
         variant=variant.name,
         family=variant.family,
         variant_source=variant.source,
@@ -146,7 +159,7 @@ def cell_columns(problem, variant) -> dict:
 
 
 # The columns that name a cell (cell_columns' problem and variant): runs, profiles and comparisons match on them.
-CELL_KEY = ("shape_set", "gemm", "M", "N", "K", "E", "topk", "routing", "tp", "ep", "dtype", "variant")
+CELL_KEY = ("shape_set", "gemm", "M", "N", "K", "E", "topk", "routing", "tp", "ep", "dtype", "scaling", "variant")
 
 
 def resume_key(row) -> str:
@@ -196,6 +209,8 @@ def normalize_row(row: dict) -> dict:
     out["schema_version"] = SCHEMA_VERSION
     if out["ep"] is None:  # a row made without expert parallelism in mind (before schema 4, a plugin): EP 1
         out["ep"] = 1
+    if out["scaling"] is None and out["dtype"] is not None:  # a row made before block scales (a plugin's, a test's)
+        out["scaling"] = older_scaling(out["dtype"], out["variant"] or "")
     if out["config"] is not None and not isinstance(out["config"], str):
         out["config"] = json.dumps(out["config"], sort_keys=True)
     if out["samples_us"] is not None:
@@ -364,6 +379,9 @@ def _read(f: Path) -> pa.Table:
         if "cpu" not in table.column_names:  # null: a CPU run's titles say "CPU", as they did
             table = table.append_column("cpu", pa.nulls(len(table), _S))
         v = 4
+    if v == 4 and "scaling" not in table.column_names:  # written before block scales (older_scaling)
+        pairs = zip(table.column("dtype").to_pylist(), table.column("variant").to_pylist(), strict=True)
+        table = table.append_column("scaling", pa.array([older_scaling(d, n) for d, n in pairs], _S))
     if v < SCHEMA_VERSION:
         raise StoreError(
             f"{f}: written by an older gemmbench (schema {v}, this one reads {SCHEMA_VERSION}); "
@@ -459,9 +477,16 @@ def write_profile_table(path: Path, rows: list[dict]) -> None:
 def load_profile_tables(paths) -> pd.DataFrame:
     """Profile tables (write_profile_table), one DataFrame; a file that is not one is a one-line error."""
     tables = load_side_tables(paths, "profile_schema", "not a gemmbench profile table (no profile_schema column)")
-    df = _ep_one(pd.concat([df for _, df in tables], ignore_index=True))
+    df = _scaling_as_before(_ep_one(pd.concat([df for _, df in tables], ignore_index=True)))
     # tables written before layer kinds (issue 18) held one kind of layer: ""
     return df.assign(layer_kind=df["layer_kind"].fillna("") if "layer_kind" in df.columns else "")
+
+
+def _scaling_as_before(df: pd.DataFrame) -> pd.DataFrame:
+    """A side table written before the scaling column: each row's scaling as older_scaling reads it."""
+    if "scaling" in df.columns:
+        return df
+    return df.assign(scaling=[older_scaling(d, v) for d, v in zip(df["dtype"], df["variant"], strict=True)])
 
 
 def _ep_one(df: pd.DataFrame) -> pd.DataFrame:
@@ -480,6 +505,7 @@ LAYER_COLUMNS = (
     "tp",
     "ep",
     "dtype",
+    "scaling",  # the fp8 scaling of every GEMM of the layer (dtypes.SCALINGS); 16-bit: "none"
     "M",
     "layers",
     "part",
@@ -561,5 +587,7 @@ def load_layer_tables(paths) -> pd.DataFrame:
                 f"{sorted(set(df['layer_schema']))}, this one reads {LAYER_SCHEMA})"
             )
     df = _ep_one(pd.concat([df for _, df in tables], ignore_index=True))
+    if "scaling" not in df.columns:  # before block scales: per tensor, or none for a 16-bit layer
+        df = df.assign(scaling=[older_scaling(d, "") for d in df["dtype"]])
     # tables written before layer kinds (issue 18) held one kind of layer: ""
     return df.assign(layer_kind=df["layer_kind"].fillna("") if "layer_kind" in df.columns else "")

@@ -18,23 +18,15 @@ STATUS_STYLE = {"ok": "green", "wrong": "bold red", "error": "bold red", "skippe
 
 def baseline_for(row: dict) -> Optional[str]:
     """The variant a row's speedup is measured against: registry.baseline_for the row's dtype, kind (dense or MoE)
-    and its variant's fp8 scaling, so that a Triton variant with row-wise fp8 scales is measured against cuBLAS
-    row-wise (same scales, same work).  A baseline's own rows are measured against the reference scaling's
-    baseline (so cublas_fp8_rowwise shows what row-wise scaling costs in cuBLAS).  A variant this process has not
-    registered (a plugin's, read from a results file) counts as per-tensor scaled."""
-    try:
-        variant = registry.get(row["variant"])
-    except registry.RegistryError:
-        variant = None
-    if variant is None or row["dtype"] in variant.baseline:
-        scaling = dtypes.REFERENCE_SCALING
-    else:
-        scaling = variant.fp8_scaling
-    return registry.baseline_for(row["dtype"], row["E"] > 1, scaling)
+    and scaling, so that a Triton variant with row-wise fp8 scales is measured against cuBLAS row-wise and one
+    with block scales against cuBLAS block-scaled (same scales, same work, same cell: a speedup never compares
+    two scalings).  A row without a scaling (made by hand) counts as per tensor."""
+    return registry.baseline_for(row["dtype"], row["E"] > 1, row.get("scaling") or dtypes.REFERENCE_SCALING)
 
 
 def _cell(r: dict) -> tuple:
-    return r["gemm"], r["M"], r["N"], r["K"], r["tp"], r.get("ep") or 1, r["dtype"], r.get("routing")
+    scaling = r.get("scaling") or dtypes.REFERENCE_SCALING
+    return r["gemm"], r["M"], r["N"], r["K"], r["tp"], r.get("ep") or 1, r["dtype"], scaling, r.get("routing")
 
 
 def _is_gemm(r: dict) -> bool:
@@ -92,12 +84,14 @@ def gemm_tables(rows: list[dict]) -> list[Table]:
         vs = (
             registry.baseline_for(first["dtype"], moe=True)
             if E > 1
-            else f"cublas_<dtype> (Triton *_rowwise: vs {registry.baseline_for('fp8', moe=False, fp8_scaling='row')})"
+            else "the cuBLAS GEMM of the row's dtype and scaling (fp8 row: "
+            + f"{registry.baseline_for('fp8', moe=False, scaling='row')}, block: "
+            + f"{registry.baseline_for('fp8', moe=False, scaling='block')})"
         )
         caption = (
             f"timing: {first.get('timing_mode')} (L2 {first.get('l2_state')}); speedup vs "
             + vs
-            + ("; * = fastest at that M and dtype; config: BLOCK_MxBLOCK_NxBLOCK_K, where it came from")
+            + ("; * = fastest at that M, dtype and scaling; config: BLOCK_MxBLOCK_NxBLOCK_K, where it came from")
         )
         t = Table(title=title, caption=caption, title_justify="left")
         for col, just in (
@@ -113,7 +107,7 @@ def gemm_tables(rows: list[dict]) -> list[Table]:
             ("status", "left"),
         ):
             t.add_column(col, justify=just)
-        for r in sorted(rs, key=lambda r: (r["M"], r["dtype"], r["variant"])):
+        for r in sorted(rs, key=lambda r: (r["M"], r["dtype"], r.get("scaling") or "", r["variant"])):
             ok = r["status"] == "ok"
             # an ok row's reason is a note on how it was timed (stream mode's copies that did not fit)
             status = r["status"] if ok and not r.get("reason") else f"{r['status']}: {r.get('reason') or ''}"
@@ -123,7 +117,7 @@ def gemm_tables(rows: list[dict]) -> list[Table]:
                 )
             t.add_row(
                 str(r["M"]),
-                r["dtype"],
+                dtypes.label(r["dtype"], r.get("scaling")),
                 ("* " if id(r) in best_ids else "") + r["variant"],
                 _fmt(r.get("time_us_median"), ".2f") if ok else "",
                 _fmt(r.get("tflops"), ".1f") if ok else "",

@@ -12,13 +12,12 @@ its items with exactly one result, sent as soon as it is known:
 
 from __future__ import annotations
 
-from collections import Counter
 from typing import Any, Callable, Optional
 
 import torch
 
-from gemmbench import dtypes, memory, metrics, registry, tuning
 from gemmbench import layer as L
+from gemmbench import memory, metrics, registry, tuning
 from gemmbench.check import check_cell, reference
 from gemmbench.inputs import make_inputs
 from gemmbench.nvtx_ranges import annotate, cell_name, domain_in_use, range_name
@@ -57,7 +56,7 @@ def time_task(ctx, task: dict) -> None:
         ctx.begin(name, "check")
         memory.reset_peak(ctx.devname)
         try:
-            inputs = make_inputs(problem, seed, ctx.devname, scaling=variant.fp8_scaling)
+            inputs = make_inputs(problem, seed, ctx.devname)
             checked = check_cell(problem, variant, inputs, on_phase=lambda ph, n=name: ctx.begin(n, ph))
         except Exception as exc:  # noqa: BLE001 - recorded as the cell's error, the sweep goes on
             inputs = None  # not held through the next variant's draw
@@ -81,17 +80,15 @@ def time_task(ctx, task: dict) -> None:
 
 
 def _time(ctx, problem: Problem, passed: dict, peaks: dict, seed: int) -> None:
-    copies: dict = {}  # fp8 scaling -> (inputs copies, their timer, the plan's note)
+    copies: Optional[tuple] = None  # (inputs copies, their timer, the plan's note): one set for all the variants
     prepared, configs, works, plans = {}, {}, {}, {}
-    sharing = Counter(v.fp8_scaling for v, _ in passed.values())  # variants timed over each scaling's copies
     for name, (variant, _) in passed.items():
         ctx.begin(name, "time")
         memory.reset_peak(ctx.devname)  # what the copies and earlier variants' launches hold counts: it is in use
         try:
-            scaling = variant.fp8_scaling
-            if scaling not in copies:
-                copies[scaling] = _copies(ctx, problem, seed, scaling, sharing[scaling])
-            inputs, timer, note = copies[scaling]
+            if copies is None:
+                copies = _copies(ctx, problem, seed, len(passed))
+            inputs, timer, note = copies
             plans[name] = (timer, note)
             launches = [variant.make(problem, inp) for inp in inputs]
             configs[name] = launches[0].config
@@ -130,17 +127,17 @@ def _time(ctx, problem: Problem, passed: dict, peaks: dict, seed: int) -> None:
         ctx.result(name, [_run_row(ctx, problem, variant, "ok", note, **extra)])
 
 
-def _copies(ctx, problem: Problem, seed: int, scaling: str, variants: int) -> tuple:
-    """The inputs copies the variants of one fp8 scaling are timed over, sized from free memory (timing.plan_copies:
-    a copy is its inputs and one output per variant), the timer to time them with (the run's, or a cold one when
-    stream mode's copies do not fit) and the note the rows carry then."""
-    first = make_inputs(problem, seed, ctx.devname, scaling=scaling)
+def _copies(ctx, problem: Problem, seed: int, variants: int) -> tuple:
+    """The inputs copies a problem's variants are timed over (in its scaling), sized from free memory
+    (timing.plan_copies: a copy is its inputs and one output per variant), the timer to time them with (the run's,
+    or a cold one when stream mode's copies do not fit) and the note the rows carry then."""
+    first = make_inputs(problem, seed, ctx.devname)
     per_copy = first.nbytes() + variants * first.out_nbytes()
     plan = plan_copies(
         ctx.timer.mode, ctx.timer.copies_needed(first.nbytes()), per_copy, memory.free_bytes(ctx.devname)
     )
     timer = ctx.timer if plan.mode == ctx.timer.mode else ctx.timer.in_mode(plan.mode)
-    inputs = [first] + [make_inputs(problem, seed + i, ctx.devname, scaling=scaling) for i in range(1, plan.copies)]
+    inputs = [first] + [make_inputs(problem, seed + i, ctx.devname) for i in range(1, plan.copies)]
     return inputs, timer, plan.note
 
 
@@ -155,8 +152,7 @@ IDLE_RANK = "no (token, expert) pair on this rank's experts: the time is a launc
 
 def _throughput(ctx, problem: Problem, variant, works: list, t: float) -> dict:
     """works: each timed copy's GemmInputs.local_work (its experts hit, and under EP its pairs and tokens)."""
-    scaling = dtypes.row_scaling(problem.dtype, variant.fp8_scaling)
-    nbytes = round(sum(metrics.bytes_min(problem, fp8_scaling=scaling, **w) for w in works) / len(works))
+    nbytes = round(sum(metrics.bytes_min(problem, **w) for w in works) / len(works))
     # every row has the FLOPs of a routing-independent problem (cell_columns); under EP they are this rank's pairs
     flops = round(sum(metrics.flops(problem, w.get("pairs")) for w in works) / len(works))
     out = dict(flops=flops, bytes_min=nbytes, tflops=metrics.tflops(flops, t), gbps=metrics.gbps(nbytes, t))
@@ -178,9 +174,11 @@ def tune_task(ctx, task: dict) -> None:
     problem, variant = Problem(**task["problem"]), registry.get(task["variant"])
     ctx.begin(key, "tune")
     try:
-        share = (problem.label, variant.fp8_scaling)  # a problem's variants come one after another: one reference
+        share = (
+            problem.label
+        )  # a problem's variants come one after another: one reference (the label names the scaling)
         if ctx.cache.get("tune") != share:
-            inputs = make_inputs(problem, task["seed"], ctx.devname, scaling=variant.fp8_scaling)
+            inputs = make_inputs(problem, task["seed"], ctx.devname)
             ctx.cache.update(tune=share, inputs=inputs, ref=reference(problem, inputs))
         best, path, tried = tuning.tune_and_store(variant.tunable, problem, ctx.cache["inputs"], ctx.cache["ref"])
     except tuning.TuningError as exc:  # no config runs it: the next job can still run
@@ -212,7 +210,7 @@ def profile_task(ctx, task: dict) -> None:
         return
     ctx.begin(name, "check")
     try:
-        inputs = make_inputs(problem, task["seed"], ctx.devname, scaling=variant.fp8_scaling)
+        inputs = make_inputs(problem, task["seed"], ctx.devname)
         checked = check_cell(problem, variant, inputs, on_phase=lambda ph: ctx.begin(name, ph))
         outcome.update(config=checked.launch.config, max_rel_err=checked.result.max_rel_err,
                        experts_hit=inputs.experts_hit())  # fmt: skip

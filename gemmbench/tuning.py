@@ -30,7 +30,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Literal, Mapping, Optional, TypeVar
 
-from gemmbench import device, registry
+from gemmbench import device, dtypes, registry
 from gemmbench.check import check_cell
 from gemmbench.metrics import flops_bound
 from gemmbench.shapes import Problem
@@ -215,13 +215,21 @@ def gpu_dirname(gpu: str) -> str:
     return re.sub(r"[^A-Za-z0-9]+", "_", gpu).strip("_")
 
 
+def _scaled(problem: Problem) -> bool:
+    """Whether a problem's scaling names its stored configs: fp8 scaled other than per tensor (block scales make
+    another kernel: another K loop, BLOCK_K at most 128)."""
+    return problem.scaling not in (dtypes.REFERENCE_SCALING, dtypes.UNSCALED)
+
+
 def config_path(variant: str, problem: Problem, gpu: str) -> Path:
     """MoE files are named by the experts one rank holds (E=local) and, under expert parallelism, the degree
     (ep=N): 32 local experts of 256 at EP 8 get 1/8 of the routed pairs spread over 32 experts, another load than
-    E=32 without EP.  Without EP the name is E=<all experts>,topk=..., as before EP existed."""
+    E=32 without EP.  Without EP the name is E=<all experts>,topk=..., as before EP existed.  An fp8 scaling other
+    than per tensor ends the name (,scaling=block): per-tensor files keep the names they had before scalings."""
     ep = f"ep={problem.ep}," if problem.ep > 1 else ""
     moe = f"E={problem.local_experts},{ep}topk={problem.topk}," if problem.is_moe else ""
-    name = f"{moe}N={problem.N},K={problem.K},dtype={problem.dtype}.json"
+    scaling = f",scaling={problem.scaling}" if _scaled(problem) else ""
+    name = f"{moe}N={problem.N},K={problem.K},dtype={problem.dtype}{scaling}.json"
     return configs_root() / gpu_dirname(gpu) / variant / name
 
 
@@ -274,6 +282,8 @@ def save(variant: str, problem: Problem, gpu: str, config: KernelConfig, us: flo
     }
     if problem.is_moe:  # E: the experts of one rank, as in the file name
         data.update(E=problem.local_experts, topk=problem.topk, **({"ep": problem.ep} if problem.ep > 1 else {}))
+    if _scaled(problem):
+        data["scaling"] = problem.scaling
     bucket = str(m_bucket(problem.M, problem.is_moe))
     data["buckets"][bucket] = {"config": config.to_dict(), "time_us": round(us, 3), **about}
     data["buckets"] = dict(sorted(data["buckets"].items(), key=lambda kv: int(kv[0])))
@@ -311,8 +321,14 @@ def _gpu_name(inputs) -> Optional[str]:
     return device.detect().name
 
 
+def _choice_key(t: Tunable, problem: Problem) -> tuple:
+    """What one choice of config in this process serves: a variant at one problem shape, dtype and scaling."""
+    p = problem
+    return (t.name, p.M, p.N, p.K, p.E, p.topk, p.ep, p.dtype, p.scaling)
+
+
 def choose(t: Tunable, problem: Problem, inputs) -> tuple[KernelConfig, Provenance]:
-    key = (t.name, problem.M, problem.N, problem.K, problem.E, problem.topk, problem.ep, problem.dtype)
+    key = _choice_key(t, problem)
     if key in _chosen:
         return _chosen[key]
     gpu = _gpu_name(inputs)
@@ -404,5 +420,5 @@ def tune_and_store(t: Tunable, problem: Problem, inputs, reference) -> tuple[Tri
         **_tool_versions(),
     }
     path = save(t.name, problem, _gpu_name(inputs), best.params, best.time_us, about)
-    _chosen.pop((t.name, problem.M, problem.N, problem.K, problem.E, problem.topk, problem.ep, problem.dtype), None)
+    _chosen.pop(_choice_key(t, problem), None)
     return best, path, len(candidates)

@@ -2,8 +2,9 @@
 
 cublas_bf16 / cublas_fp16: torch.mm(a, b.T) with the weight stored (N, K), as nn.Linear does.
 cublas_fp8: torch._scaled_mm with per-tensor fp32 scales, bf16 out; cublas_fp8_rowwise: one scale
-per activation row and per weight row (what fp8 serving stacks use).  Each is the speedup baseline of its
-dtype's dense rows (Variant.baseline); cublas_fp8_rowwise that of fp8 variants with row-wise scales.
+per activation row and per weight row (what fp8 serving stacks use); cublas_fp8_block (block scales) is in
+cublas_block.py.  Each is the speedup baseline of its dtype's and scaling's dense rows (Variant.baseline,
+Variant.scalings).
 """
 
 from __future__ import annotations
@@ -71,8 +72,8 @@ register(
         "torch._scaled_mm, fp8 e4m3, per-tensor scales, bf16 out",
         _make_scaled_mm,
         supports=_fp8_supports("tensor"),
-        fp8_scaling="tensor",
         baseline=("fp8",),
+        scalings=("tensor",),
     )
 )
 register(
@@ -83,7 +84,7 @@ register(
         "torch._scaled_mm, fp8 e4m3, row-wise scales, bf16 out",
         _make_scaled_mm,
         supports=_fp8_supports("row"),
-        fp8_scaling="row",
         baseline=("fp8",),
+        scalings=("row",),
     )
 )

@@ -20,7 +20,15 @@ import triton.language as tl
 
 from gemmbench import tuning
 from gemmbench.kernels.schedules import SCHEDULES, tile_of
-from gemmbench.kernels.tile_loop import accumulate_tile, fp8_promote_every, tma_descriptors
+from gemmbench.kernels.tile_loop import (
+    TRITON_SCALINGS,
+    BlockScales,
+    accumulate_tile,
+    block_scaled,
+    fit_block_k,
+    fp8_promote_every,
+    tma_descriptors,
+)
 from gemmbench.registry import Launch, Variant, register
 
 
@@ -33,6 +41,12 @@ def dp_gemm_kernel(
     c_ptr,  # (M, N)
     a_scale_ptr,  # (1,) fp32, read only when HAS_SCALE
     b_scale_ptr,  # (1,) fp32, read only when HAS_SCALE
+    a_bscale_ptr,  # (M, ceil(K/128)) fp32, read only when SCALE_BLOCK
+    b_bscale_ptr,  # (ceil(N/128), ceil(K/128)) fp32, read only when SCALE_BLOCK
+    stride_asm,
+    stride_ask,
+    stride_bsn,
+    stride_bsk,
     M,
     N,
     K,
@@ -52,6 +66,7 @@ def dp_gemm_kernel(
     EVEN_N: tl.constexpr,
     PRECISE_ACC: tl.constexpr,
     TMA: tl.constexpr,  # a_ptr, b_ptr are tensor descriptors (tile_loop.py)
+    SCALE_BLOCK: tl.constexpr,  # 128: fp8 block scales, applied in the K loop (tile_loop.py); 0: none there
 ):
     pid = tl.program_id(0)
     grid_m = tl.cdiv(M, BLOCK_M)
@@ -79,6 +94,13 @@ def dp_gemm_kernel(
         EVEN_N,
         PRECISE_ACC,
         TMA,
+        a_bscale_ptr,
+        b_bscale_ptr,
+        stride_asm,
+        stride_ask,
+        stride_bsn,
+        stride_bsk,
+        SCALE_BLOCK,
     )
 
     if HAS_SCALE:
@@ -103,9 +125,12 @@ class DenseConfig(tuning.KernelConfig):
     FP8_PROMOTE: Optional[int] = None  # fp8: K summed before fp32 promotion; None: tile_loop.FP8_PROMOTE
 
 
-def dp_gemm(a, b, out, a_scale, b_scale, config: DenseConfig, schedule: str, operands=None) -> torch.Tensor:
+def dp_gemm(
+    a, b, out, a_scale, b_scale, config: DenseConfig, schedule: str, operands=None, blocks: Optional[BlockScales] = None
+) -> torch.Tensor:
     """Launch into `out`.  Checks shapes; allocates nothing.  operands: (a, b) as tensor descriptors
-    (tile_loop.tma_descriptors), made once by the caller."""
+    (tile_loop.tma_descriptors), made once by the caller.  blocks: fp8 block scales (then a_scale and b_scale are
+    None: nothing to apply after the loop)."""
     M, K = a.shape
     N, K2 = b.shape
     assert K == K2 and out.shape == (M, N), (a.shape, b.shape, out.shape)
@@ -117,6 +142,7 @@ def dp_gemm(a, b, out, a_scale, b_scale, config: DenseConfig, schedule: str, ope
         out,
         a_scale if has_scale else a,
         b_scale if has_scale else b,
+        *(blocks.args if blocks else (a, b, 0, 0, 0, 0)),
         M,
         N,
         K,
@@ -136,6 +162,7 @@ def dp_gemm(a, b, out, a_scale, b_scale, config: DenseConfig, schedule: str, ope
         EVEN_N=(N % bn == 0),
         PRECISE_ACC=fp8_promote_every(a, config),
         TMA=operands is not None,
+        SCALE_BLOCK=blocks.block if blocks else 0,
         num_warps=config.num_warps,
         num_stages=config.num_stages,
     )
@@ -145,6 +172,10 @@ def dp_gemm(a, b, out, a_scale, b_scale, config: DenseConfig, schedule: str, ope
 def search_space(problem, on_gpu: bool, full: bool = True) -> list[DenseConfig]:
     """Candidates for `gemmbench tune` (full) or for a run that finds no stored config (the first few).
     Decode shapes stream the weight: wide K tiles, few warps."""
+    return fit_block_k(_space(problem, on_gpu, full), block_scaled(problem))
+
+
+def _space(problem, on_gpu: bool, full: bool) -> list[DenseConfig]:
     tile = DenseConfig.tile
     if not on_gpu:
         # Triton's CPU interpreter: one small config; its cost grows with the tile size.
@@ -183,7 +214,11 @@ def _build(schedule: str):
         a, b = inputs.a, inputs.b
         out = torch.empty((problem.M, problem.N), dtype=inputs.out_dtype, device=a.device)
         descriptors = tma_descriptors(a, b, config)
-        fn = lambda: dp_gemm(a, b, out, inputs.a_scale, inputs.b_scale, config, schedule, descriptors)  # noqa: E731
+        blocks = BlockScales(inputs)
+        blocks.check(config.BLOCK_K)
+        # block scales are applied in the K loop: nothing after it
+        sa, sb = (None, None) if blocks.on else (inputs.a_scale, inputs.b_scale)
+        fn = lambda: dp_gemm(a, b, out, sa, sb, config, schedule, descriptors, blocks)  # noqa: E731
         return Launch(fn=fn, params=replace(config, schedule=schedule, TMA=descriptors is not None), out=out)
 
     return build
@@ -202,9 +237,10 @@ for _schedule, _text in _DESCRIPTIONS.items():
             name=f"triton_dp_{_schedule}",
             family="triton_dp",
             dtypes=("fp16", "bf16", "fp8"),
-            description=_text + "; fp8: per-tensor scales, bf16 out",
+            description=_text + "; fp8: per-tensor or block scales (1x128, 128x128; applied in the K loop), bf16 out",
             make=_tunable.make,
             supports=tuning.needs_triton_device,
             tunable=_tunable,
+            scalings=TRITON_SCALINGS,
         )
     )

@@ -27,7 +27,14 @@ from gemmbench import tuning
 from gemmbench.kernels.moe_align import block_m_for, moe_align
 from gemmbench.kernels.schedules import SCHEDULES, tile_of
 from gemmbench.kernels.splitk import reduce_splits, split_candidates, split_range
-from gemmbench.kernels.tile_loop import fp8_promote_every
+from gemmbench.kernels.tile_loop import (
+    TRITON_SCALINGS,
+    BlockScales,
+    add_scaled,
+    block_scaled,
+    fit_block_k,
+    fp8_promote_every,
+)
 from gemmbench.registry import Launch, Variant, register
 
 
@@ -38,6 +45,13 @@ def fused_moe_kernel(
     c_ptr,  # (M * topk, N)
     a_scale_ptr,
     b_scale_ptr,  # fp8: (1,) and (E,) fp32; read only when HAS_SCALE
+    a_bscale_ptr,  # (M, ceil(K/128)) fp32, read only when SCALE_BLOCK
+    b_bscale_ptr,  # (E, ceil(N/128), ceil(K/128)) fp32, read only when SCALE_BLOCK
+    stride_asm,
+    stride_ask,
+    stride_bse,
+    stride_bsn,
+    stride_bsk,
     weight_ptr,  # (M * topk,) fp32 router weights; read only when MUL_WEIGHT
     sorted_ids_ptr,
     block_expert_ptr,
@@ -67,6 +81,7 @@ def fused_moe_kernel(
     EVEN_K: tl.constexpr,
     PRECISE_ACC: tl.constexpr,
     SPLIT: tl.constexpr,
+    SCALE_BLOCK: tl.constexpr,  # 128: fp8 block scales, applied per K step (tile_loop.py); 0: none in the loop
 ):
     grid_n = tl.cdiv(N, BLOCK_N)
     pid_m, pid_n = tile_of(tl.program_id(0), grid_m, grid_n, SCHEDULE, GROUP_M)
@@ -85,6 +100,9 @@ def fused_moe_kernel(
     a_ptrs = a_ptr + tokens[:, None] * stride_am + offs_k[None, :] * stride_ak
     b_ptrs = b_ptr + expert * stride_be + rows_b[None, :] * stride_bn + offs_k[:, None] * stride_bk
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    if SCALE_BLOCK:  # the gathered tokens' group scales, this expert's block rows (tile_loop.py)
+        a_s_ptrs = a_bscale_ptr + tokens * stride_asm
+        b_s_ptrs = b_bscale_ptr + expert * stride_bse + (rows_b // SCALE_BLOCK) * stride_bsn
     for kb in range(kb_start, kb_end):
         if EVEN_K:
             a = tl.load(a_ptrs, mask=valid[:, None], other=0.0)
@@ -93,7 +111,11 @@ def fused_moe_kernel(
             k_left = K - kb * BLOCK_K - tl.arange(0, BLOCK_K)  # > 0 inside K
             a = tl.load(a_ptrs, mask=valid[:, None] & (k_left[None, :] > 0), other=0.0)
             b = tl.load(b_ptrs, mask=n_ok[None, :] & (k_left[:, None] > 0), other=0.0)
-        acc = tl.dot(a, b, acc, max_num_imprecise_acc=PRECISE_ACC)
+        if SCALE_BLOCK:
+            acc = add_scaled(acc, tl.dot(a, b, max_num_imprecise_acc=PRECISE_ACC), a_s_ptrs, b_s_ptrs,
+                             (kb * BLOCK_K) // SCALE_BLOCK, stride_ask, stride_bsk)  # fmt: skip
+        else:
+            acc = tl.dot(a, b, acc, max_num_imprecise_acc=PRECISE_ACC)
         a_ptrs += BLOCK_K * stride_ak
         b_ptrs += BLOCK_K * stride_bk
     mask = valid[:, None] & n_ok[None, :]
@@ -160,6 +182,8 @@ class FusedMoe:
         self.N = b.shape[1]
         self.a, self.b, self.inputs, self.topk = a, b, inputs, topk
         self.config, self.schedule, self.mul_weight = config, schedule, mul_weight
+        self.blocks = BlockScales(inputs)
+        self.blocks.check(config.BLOCK_K)
         self.align = moe_align(inputs.topk_ids, E, config.BLOCK_M)
         self.weights = inputs.topk_weights.reshape(-1).float().contiguous()
         self.out = torch.empty((M * topk, self.N), dtype=inputs.out_dtype, device=a.device)
@@ -174,14 +198,19 @@ class FusedMoe:
             self.buf = self.count = torch.empty(1, dtype=torch.int32, device=a.device)  # never touched
 
     def __call__(self) -> torch.Tensor:
-        a, b, out, cfg, inp = self.a, self.b, self.out, self.config, self.inputs
-        has_scale = inp.a_scale is not None
+        a, b, out, cfg, inp, blocks = self.a, self.b, self.out, self.config, self.inputs, self.blocks
+        has_scale = inp.a_scale is not None and not blocks.on  # block scales: applied in the K loop, not after
         fused_moe_kernel[self.grid](
             a,
             b,
             out,
             inp.a_scale if has_scale else a,
             inp.b_scale if has_scale else b,
+            blocks.a,
+            blocks.b,
+            *blocks.strides[:2],
+            inp.b_scale.stride(0) if blocks.on else 0,
+            *blocks.strides[2:],
             self.weights,
             self.align.sorted_ids,
             self.align.block_expert,
@@ -211,6 +240,7 @@ class FusedMoe:
             EVEN_K=(a.shape[1] % cfg.BLOCK_K == 0),
             PRECISE_ACC=fp8_promote_every(a, cfg),
             SPLIT=self.split_k > 1,
+            SCALE_BLOCK=blocks.block,
             num_warps=cfg.num_warps,
             num_stages=cfg.num_stages,
         )
@@ -219,7 +249,11 @@ class FusedMoe:
 
 def search_space(problem, on_gpu: bool, full: bool = True) -> list[MoeConfig]:
     """Candidates: BLOCK_M around the rows per expert (moe_align.block_m_for), wide K tiles for the
-    weight-streaming small-token case."""
+    weight-streaming small-token case; block scales: BLOCK_K at most 128 (tile_loop.fit_block_k)."""
+    return fit_block_k(_space(problem, on_gpu, full), block_scaled(problem))
+
+
+def _space(problem, on_gpu: bool, full: bool) -> list[MoeConfig]:
     tile = MoeConfig.tile
     if not on_gpu:
         return [tile(16, 32, 32, 4, 1, GROUP_M=2)]  # Triton's CPU interpreter: one small tile
@@ -249,7 +283,11 @@ def search_space(problem, on_gpu: bool, full: bool = True) -> list[MoeConfig]:
 def splitk_space(problem, on_gpu: bool, full: bool = True) -> list[MoeConfig]:
     """Candidates of the SplitK form: the K loop of each (block, N tile) split over SPLIT_K programs, for
     the few-tile case (few tokens over few experts, narrow N under tensor parallelism), with the SPLIT_K
-    values splitk.py would try for a grid of about that many tiles."""
+    values splitk.py would try for a grid of about that many tiles; block scales: BLOCK_K at most 128."""
+    return fit_block_k(_splitk_space(problem, on_gpu, full), block_scaled(problem))
+
+
+def _splitk_space(problem, on_gpu: bool, full: bool) -> list[MoeConfig]:
     if not on_gpu:  # Triton's CPU interpreter: one small tile, split two ways (capped to the K blocks)
         return [MoeConfig.tile(16, 32, 32, 4, 1, GROUP_M=2, SPLIT_K=2, schedule="col")]
     sms = tuning.sm_count()
@@ -289,7 +327,7 @@ def _build(schedule=None, mul_weight: bool = False):
 
 _DESCRIPTION = (
     "rows gathered through slots sorted by expert (alignment not timed: see moe_align); fp8: per-expert "
-    "weight scales, bf16 out"
+    "weight scales, or block scales (1x128, each expert's 128x128; applied in the K loop), bf16 out"
 )
 _ORDER = {
     "row": "row-major tile order (consecutive programs walk N within one block of rows)",
@@ -310,6 +348,7 @@ for _schedule, _text in _ORDER.items():
             supports=tuning.needs_triton_device,
             moe=True,
             tunable=_tunable,
+            scalings=TRITON_SCALINGS,
         )
     )
 
@@ -328,5 +367,6 @@ register(
         supports=tuning.needs_triton_device,
         moe=True,
         tunable=_tunable,
+        scalings=TRITON_SCALINGS,
     )
 )

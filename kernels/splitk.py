@@ -29,7 +29,15 @@ import triton.language as tl
 
 from gemmbench import tuning
 from gemmbench.kernels.schedules import SCHEDULES, tile_of
-from gemmbench.kernels.tile_loop import accumulate_tile, fp8_promote_every, tma_descriptors
+from gemmbench.kernels.tile_loop import (
+    TRITON_SCALINGS,
+    BlockScales,
+    accumulate_tile,
+    block_scaled,
+    fit_block_k,
+    fp8_promote_every,
+    tma_descriptors,
+)
 from gemmbench.registry import Launch, Variant, register
 
 
@@ -40,6 +48,12 @@ def splitk_gemm_kernel(
     c_ptr,  # (M, N)
     a_scale_ptr,  # fp32: (1,) per tensor or (M,) per row; read only when SCALE != "none"
     b_scale_ptr,  # fp32: (1,) per tensor or (N,) per row
+    a_bscale_ptr,  # (M, ceil(K/128)) fp32, read only when SCALE_BLOCK
+    b_bscale_ptr,  # (ceil(N/128), ceil(K/128)) fp32, read only when SCALE_BLOCK
+    stride_asm,
+    stride_ask,
+    stride_bsn,
+    stride_bsk,
     buf_ptr,  # fp32 partial sums: (M, N) for atomic, (SPLIT_K, M, N) for ordered; zero between calls
     count_ptr,  # int32 per output tile: splits finished so far; zero between calls
     M,
@@ -64,6 +78,7 @@ def splitk_gemm_kernel(
     EVEN_N: tl.constexpr,
     PRECISE_ACC: tl.constexpr,
     TMA: tl.constexpr,  # a_ptr, b_ptr are tensor descriptors (tile_loop.py)
+    SCALE_BLOCK: tl.constexpr,  # 128: fp8 block scales, applied in each split's K loop (tile_loop.py); 0: none
 ):
     grid_m = tl.cdiv(M, BLOCK_M)
     grid_n = tl.cdiv(N, BLOCK_N)
@@ -93,6 +108,13 @@ def splitk_gemm_kernel(
         EVEN_N,
         PRECISE_ACC,
         TMA,
+        a_bscale_ptr,
+        b_bscale_ptr,
+        stride_asm,
+        stride_ask,
+        stride_bsn,
+        stride_bsk,
+        SCALE_BLOCK,
     )
 
     mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
@@ -151,7 +173,8 @@ def reduce_splits(acc, buf_ptr, count_ptr, tile, mn, mask, pid_k, slice_size, SP
 
 @triton.jit
 def _finish(acc, c_ptrs, mask, a_scale_ptr, b_scale_ptr, rows_a, rows_b, SCALE: tl.constexpr):
-    """Apply the fp8 scales (once, to the full sum) and store in the output dtype."""
+    """Apply the fp8 scales (once, to the full sum; block scales were applied in the K loop: SCALE "block") and
+    store in the output dtype."""
     if SCALE == "tensor":
         acc = acc * (tl.load(a_scale_ptr) * tl.load(b_scale_ptr))
     elif SCALE == "row":
@@ -178,13 +201,17 @@ class SplitKConfig(tuning.KernelConfig):
 class SplitKGemm:
     """The buffers of one (problem, inputs, config) and a closure that launches the kernel once."""
 
-    def __init__(self, a, b, out, a_scale, b_scale, scaling: str, config: SplitKConfig, reduce: str):
+    def __init__(self, a, b, out, a_scale, b_scale, scaling: str, config: SplitKConfig, reduce: str, blocks=None):
         M, K = a.shape
         N, K2 = b.shape
         assert K == K2 and out.shape == (M, N), (a.shape, b.shape, out.shape)
         self.a, self.b, self.out, self.config, self.reduce = a, b, out, config, reduce
         self.a_scale, self.b_scale = a_scale, b_scale
-        self.scale = "none" if a_scale is None else scaling
+        self.blocks = blocks if blocks is not None and blocks.on else None
+        if self.blocks:
+            self.blocks.check(config.BLOCK_K)
+        # "block": applied in the K loop, nothing after it
+        self.scale = "none" if a_scale is None else ("block" if self.blocks else scaling)
         descriptors = tma_descriptors(a, b, config)
         self.tma = descriptors is not None
         self.operands = descriptors or (a, b)
@@ -209,6 +236,7 @@ class SplitKGemm:
             out,
             self.a_scale if self.a_scale is not None else a,
             self.b_scale if self.b_scale is not None else b,
+            *(self.blocks.args if self.blocks else (a, b, 0, 0, 0, 0)),
             self.buf,
             self.count,
             M,
@@ -233,6 +261,7 @@ class SplitKGemm:
             EVEN_N=(N % cfg.BLOCK_N == 0),
             PRECISE_ACC=fp8_promote_every(a, cfg),
             TMA=self.tma,
+            SCALE_BLOCK=self.blocks.block if self.blocks else 0,
             num_warps=cfg.num_warps,
             num_stages=cfg.num_stages,
         )
@@ -263,7 +292,12 @@ def split_candidates(tiles: int, k_blocks: int, sms: int) -> list[int]:
 
 
 def search_space(problem, on_gpu: bool, full: bool = True) -> list[SplitKConfig]:
-    """Candidates for `gemmbench tune` (full) or for a run that finds no stored config (not full)."""
+    """Candidates for `gemmbench tune` (full) or for a run that finds no stored config (not full); block scales:
+    BLOCK_K at most 128 (tile_loop.fit_block_k)."""
+    return fit_block_k(_space(problem, on_gpu, full), block_scaled(problem))
+
+
+def _space(problem, on_gpu: bool, full: bool) -> list[SplitKConfig]:
     if not on_gpu:
         # Triton's CPU interpreter: one small tile, split 2 ways (so the reduction runs), or 1 if K is one block
         k_blocks = triton.cdiv(problem.K, 32)
@@ -310,7 +344,7 @@ def _build(reduce: str):
         scales = (inputs.a_scale, inputs.b_scale)
         if inputs.scaling == "row":
             scales = (inputs.a_scale.reshape(-1), inputs.b_scale.reshape(-1))
-        gemm = SplitKGemm(inputs.a, inputs.b, out, *scales, inputs.scaling, config, reduce)
+        gemm = SplitKGemm(inputs.a, inputs.b, out, *scales, inputs.scaling, config, reduce, BlockScales(inputs))
         return Launch(fn=gemm, params=replace(config, SPLIT_K=gemm.split_k, TMA=gemm.tma), out=out)
 
     return build
@@ -326,9 +360,14 @@ _COMMON = (
 )
 
 for _name, _reduce in (("triton_splitk_atomic", "atomic"), ("triton_splitk_reduce", "ordered")):
-    for _scaling, _suffix, _dtypes, _what in (
-        ("tensor", "", ("fp16", "bf16", "fp8"), "fp8: per-tensor scales, bf16 out"),
-        ("row", "_rowwise", ("fp8",), "fp8 row-wise scales ((M,1), (N,1)), bf16 out"),
+    for _scalings, _suffix, _dtypes, _what in (
+        (
+            TRITON_SCALINGS,
+            "",
+            ("fp16", "bf16", "fp8"),
+            "fp8: per-tensor or block scales (1x128, 128x128; applied in each split's K loop), bf16 out",
+        ),
+        (("row",), "_rowwise", ("fp8",), "fp8 row-wise scales ((M,1), (N,1)), bf16 out"),
     ):
         _tunable = tuning.Tunable(_name + _suffix, search_space, _build(_reduce), SplitKConfig)
         register(
@@ -339,7 +378,7 @@ for _name, _reduce in (("triton_splitk_atomic", "atomic"), ("triton_splitk_reduc
                 description=f"Triton SplitK GEMM, {_REDUCE_TEXT[_reduce]}{_COMMON}; {_what}",
                 make=_tunable.make,
                 supports=tuning.needs_triton_device,
-                fp8_scaling=_scaling,
+                scalings=_scalings,
                 tunable=_tunable,
             )
         )

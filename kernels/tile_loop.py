@@ -9,11 +9,22 @@ TMA=True: a_ptr and b_ptr are host-made tensor descriptors (Hopper's bulk tensor
 the seed could not use: docs/SEEDS.md, TK-GEMM §3); the copy engine fills what lies past M, N and K with
 zeros, so there are no masks and no address arithmetic in the loop.  tma_descriptors() says when a problem
 allows them.
+
+SCALE_BLOCK=128 (fp8 block scales, dtypes.SCALINGS "block"): the scales change every 128 columns of K, so they are
+applied inside the loop, as DeepGEMM and vLLM's block-fp8 kernels do: each K step's dot goes into an fp32 tile of
+its own, which is multiplied by its rows' activation scales (1 x 128 groups, (M, ceil(K/128))) and its columns'
+weight scales (128 x 128 blocks, (ceil(N/128), ceil(K/128)): column n takes block row n // 128, so a BLOCK_N that is
+not a multiple of 128 is right too) and added to the sum.  BLOCK_K must divide 128 (block_k_fits): one K step never
+spans two scale blocks.  SCALE_BLOCK=0 compiles the loop exactly as before block scales existed.
 """
+
+from dataclasses import replace
 
 import torch
 import triton
 import triton.language as tl
+
+from gemmbench import dtypes
 
 
 @triton.jit
@@ -37,22 +48,36 @@ def accumulate_tile(
     EVEN_K: tl.constexpr,
     EVEN_N: tl.constexpr,
     PRECISE_ACC: tl.constexpr,
-    TMA: tl.constexpr = False,
+    TMA: tl.constexpr,
+    a_scale_ptr,  # SCALE_BLOCK: (M, ceil(K/128)) fp32; otherwise not read
+    b_scale_ptr,  # SCALE_BLOCK: (ceil(N/128), ceil(K/128)) fp32; otherwise not read
+    stride_asm,
+    stride_ask,
+    stride_bsn,
+    stride_bsk,
+    SCALE_BLOCK: tl.constexpr,
 ):
-    """sum over K blocks [kb_start, kb_end) of A tile @ B tile^T, fp32 (a, b as in out = a @ b^T).
-    Returns it with the tile's row and column indices and their in-bounds copies (rows_a, rows_b:
-    for addresses only, e.g. row-wise scales)."""
+    """sum over K blocks [kb_start, kb_end) of A tile @ B tile^T, fp32 (a, b as in out = a @ b^T), with the block
+    scales applied per K step where SCALE_BLOCK (see the module's docstring).  Returns it with the tile's row and
+    column indices and their in-bounds copies (rows_a, rows_b: for addresses only, e.g. row-wise scales)."""
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_k = tl.arange(0, BLOCK_K)
     rows_a = tl.where(offs_m < M, offs_m, M - 1)
     rows_b = tl.where(offs_n < N, offs_n, N - 1)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    if SCALE_BLOCK:
+        a_s_ptrs = a_scale_ptr + rows_a * stride_asm  # (BLOCK_M,): this tile's rows' group scales
+        b_s_ptrs = b_scale_ptr + (rows_b // SCALE_BLOCK) * stride_bsn  # (BLOCK_N,): each column's block row
     if TMA:
         for kb in range(kb_start, kb_end):
             a = a_ptr.load([pid_m * BLOCK_M, kb * BLOCK_K])
             b = b_ptr.load([pid_n * BLOCK_N, kb * BLOCK_K])
-            acc = tl.dot(a, b.T, acc, max_num_imprecise_acc=PRECISE_ACC)
+            if SCALE_BLOCK:
+                acc = add_scaled(acc, tl.dot(a, b.T, max_num_imprecise_acc=PRECISE_ACC), a_s_ptrs, b_s_ptrs,
+                                  (kb * BLOCK_K) // SCALE_BLOCK, stride_ask, stride_bsk)  # fmt: skip
+            else:
+                acc = tl.dot(a, b.T, acc, max_num_imprecise_acc=PRECISE_ACC)
     else:
         m_ok = offs_m < M
         n_ok = offs_n < N
@@ -69,10 +94,76 @@ def accumulate_tile(
                 k_left = K - kb * BLOCK_K  # the K tail: masked, zeros contribute nothing
                 a = tl.load(a_ptrs, mask=m_ok[:, None] & (offs_k[None, :] < k_left), other=0.0)
                 b = tl.load(b_ptrs, mask=n_ok[None, :] & (offs_k[:, None] < k_left), other=0.0)
-            acc = tl.dot(a, b, acc, max_num_imprecise_acc=PRECISE_ACC)
+            if SCALE_BLOCK:
+                acc = add_scaled(acc, tl.dot(a, b, max_num_imprecise_acc=PRECISE_ACC), a_s_ptrs, b_s_ptrs,
+                                  (kb * BLOCK_K) // SCALE_BLOCK, stride_ask, stride_bsk)  # fmt: skip
+            else:
+                acc = tl.dot(a, b, acc, max_num_imprecise_acc=PRECISE_ACC)
             a_ptrs += BLOCK_K * stride_ak
             b_ptrs += BLOCK_K * stride_bk
     return acc, offs_m, offs_n, rows_a, rows_b
+
+
+@triton.jit
+def add_scaled(acc, part, a_s_ptrs, b_s_ptrs, kk, stride_ask, stride_bsk):
+    """acc + part (one K step's fp32 dot) times its rows' and columns' scales of scale block kk along K."""
+    a_s = tl.load(a_s_ptrs + kk * stride_ask)
+    b_s = tl.load(b_s_ptrs + kk * stride_bsk)
+    return acc + part * a_s[:, None] * b_s[None, :]
+
+
+# The K columns one block scale covers (kernels take it as SCALE_BLOCK).
+SCALE_BLOCK = dtypes.BLOCK
+# The fp8 scalings the Triton GEMMs (dense_dp, splitk, fused_moe) run: per tensor, and the block scales
+TRITON_SCALINGS = ("tensor", "block", "block-ue8m0")
+
+
+def block_k_fits(block_k: int) -> bool:
+    """A BLOCK_K the block-scaled loop can take: it divides 128, so a K step lies within one scale block."""
+    return SCALE_BLOCK % block_k == 0
+
+
+def block_scaled(problem) -> bool:
+    """Whether a problem's fp8 scales are blocks along K (dtypes.Scaling.k_block): its configs need block_k_fits."""
+    sc = dtypes.SCALINGS.get(problem.scaling)
+    return sc is not None and sc.k_block is not None
+
+
+def fit_block_k(configs: list, block_scaled: bool) -> list:
+    """A search space for block scales: BLOCK_K above 128 becomes 128 (block_k_fits), duplicates dropped, order
+    kept; without block scales the space as it is."""
+    if not block_scaled:
+        return configs
+    fitted = [c if block_k_fits(c.BLOCK_K) else replace(c, BLOCK_K=SCALE_BLOCK) for c in configs]
+    return list(dict.fromkeys(fitted))
+
+
+class BlockScales:
+    """The block scales of a launch as kernel arguments: (a_scale, b_scale, stride_asm, stride_ask, stride_bsn,
+    stride_bsk, SCALE_BLOCK), or placeholders that are never read (SCALE_BLOCK 0) where the inputs have none."""
+
+    def __init__(self, inputs, b_scale=None):
+        self.on = inputs.k_block is not None
+        if self.on:
+            assert inputs.k_block == SCALE_BLOCK, inputs.k_block
+            b_scale = inputs.b_scale if b_scale is None else b_scale
+            self.a, self.b = inputs.a_scale, b_scale
+            self.strides = (*inputs.a_scale.stride(), *b_scale.stride()[-2:])
+        else:
+            self.a = self.b = inputs.a
+            self.strides = (0, 0, 0, 0)
+
+    def check(self, block_k: int) -> None:
+        if self.on and not block_k_fits(block_k):
+            raise ValueError(f"BLOCK_K={block_k} does not divide the block scales' {SCALE_BLOCK} columns of K")
+
+    @property
+    def args(self) -> tuple:
+        return (self.a, self.b, *self.strides)
+
+    @property
+    def block(self) -> int:
+        return SCALE_BLOCK if self.on else 0
 
 
 def tma_descriptors(a: torch.Tensor, b: torch.Tensor, config):

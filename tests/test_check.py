@@ -345,7 +345,7 @@ def test_fp8_moe_weight_has_one_scale_per_expert():
 
 def test_unknown_fp8_scaling_is_refused():
     with pytest.raises(ValueError, match="unknown fp8 scaling"):
-        make_inputs(dense(dtype="fp8"), 1, "cpu", scaling="block")
+        make_inputs(dense(dtype="fp8"), 1, "cpu", scaling="blocky")
 
 
 @pytest.mark.parametrize(

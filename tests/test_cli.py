@@ -53,6 +53,7 @@ BUILTIN_FAMILIES = {
     "cublas_fp16": "cublas",
     "cublas_fp8": "cublas",
     "cublas_fp8_rowwise": "cublas",
+    "cublas_fp8_block": "cublas",
     "triton_dp_row": "triton_dp",
     "triton_dp_col": "triton_dp",
     "triton_dp_grouped": "triton_dp",
@@ -155,8 +156,9 @@ def expected_main_cells() -> set:
     sset = shapes.load("smoke")
     chosen = [
         registry.get(n)
-        for n in ("cublas_bf16", "cublas_fp16", "cublas_fp8", "cublas_fp8_rowwise", "triton_dp_row", "torch_moe_loop")
-    ]
+        for n in ("cublas_bf16", "cublas_fp16", "cublas_fp8", "cublas_fp8_rowwise", "cublas_fp8_block", "triton_dp_row",
+                  "torch_moe_loop")
+    ]  # fmt: skip
     cells = set()
     for g in sset.gemms:
         for M in MAIN_M:
@@ -200,9 +202,10 @@ def test_run_smoke_one_row_per_cell(main_run):
     got = list(zip(df.gemm, df.M, df.dtype, df.variant, strict=False))
     assert len(got) == len(set(got)), "a cell was written twice"
     assert set(got) == expected
-    # 3 dense GEMMs x 2 M x (fp16: cublas_fp16, triton_dp_row; fp8: cublas_fp8, cublas_fp8_rowwise, triton_dp_row)
+    # 3 dense GEMMs x 2 M x (fp16: cublas_fp16, triton_dp_row; fp8: cublas_fp8, cublas_fp8_rowwise,
+    # cublas_fp8_block, triton_dp_row: the rowwise and block ones skipped at the default per-tensor scaling)
     # + 2 MoE GEMMs x 2 M x fp16 torch_moe_loop (no fp8 path, so no fp8 MoE cell)
-    assert len(expected) == 3 * 2 * 5 + 2 * 2 * 1
+    assert len(expected) == 3 * 2 * 6 + 2 * 2 * 1
     assert df.run_id.nunique() == 1 and "smoke" in df.run_id.iloc[0]
     assert (df.shape_set == "smoke").all() and (df.tp == 1).all()
     assert set(df.status) <= {"ok", "skipped"}, df[["variant", "status", "reason"]].to_string()

@@ -14,7 +14,7 @@ import uuid
 import pytest
 import torch
 
-from gemmbench import dtypes, registry, shapes, tables
+from gemmbench import dtypes, registry, shapes, store, tables
 from gemmbench.ceilings import Ceilings
 from gemmbench.inputs import make_inputs
 from gemmbench.plot import roofline
@@ -55,8 +55,10 @@ def test_dtype_names_and_order_are_the_dtype_choices():
 def test_unknown_dtype_and_scaling_are_errors():
     with pytest.raises(ValueError, match=r"unknown dtype 'fp4' \(expected one of fp16, bf16, fp8\)"):
         dtypes.get("fp4")
-    with pytest.raises(ValueError, match=r"unknown fp8_scaling 'block' \(expected tensor or row\)"):
-        dtypes.scaling("block")
+    with pytest.raises(
+        ValueError, match=r"unknown scaling 'blocky' \(expected one of tensor, row, block, block-ue8m0\)"
+    ):
+        dtypes.scaling("blocky")
 
 
 def test_every_peak_is_one_ceilings_measures():
@@ -107,12 +109,18 @@ def test_scale_counts(M, N, K):
 
 
 def old_baseline_for(row: dict) -> str:
-    """tables.baseline_for before the registry declared baselines: a name table and suffix parsing."""
+    """tables.baseline_for before the registry declared baselines: a name table and suffix parsing; since rows
+    carry their scaling (issue 19) cublas_fp8_rowwise's own rows are its own baseline's (row-scaled cells)."""
     if row["E"] > 1:
         return "torch_moe_loop"
-    if row["dtype"] == "fp8" and row["variant"].endswith("_rowwise") and row["variant"] != "cublas_fp8_rowwise":
+    if row["dtype"] == "fp8" and row["variant"].endswith("_rowwise"):
         return "cublas_fp8_rowwise"
     return {"fp8": "cublas_fp8", "bf16": "cublas_bf16", "fp16": "cublas_fp16"}[row["dtype"]]
+
+
+def _row(variant: str, dtype: str, E: int = 1) -> dict:
+    """A row as a file written before the scaling column reads (store.older_scaling)."""
+    return {"variant": variant, "dtype": dtype, "E": E, "scaling": store.older_scaling(dtype, variant)}
 
 
 BUILTINS = [v.name for v in registry.all_variants() if v.source == "builtin"]
@@ -122,19 +130,19 @@ BUILTINS = [v.name for v in registry.all_variants() if v.source == "builtin"]
 @pytest.mark.parametrize("dtype", dtypes.NAMES)
 @pytest.mark.parametrize("E", [1, 8])
 def test_every_builtin_row_keeps_its_baseline(variant, dtype, E):
-    row = {"variant": variant, "dtype": dtype, "E": E}
+    row = _row(variant, dtype, E)
     assert tables.baseline_for(row) == old_baseline_for(row)
 
 
 def test_baselines_pinned():
     def base(variant, dtype, E=1):
-        return tables.baseline_for({"variant": variant, "dtype": dtype, "E": E})
+        return tables.baseline_for(_row(variant, dtype, E))
 
     # the built-ins this covers, so that a renamed or dropped variant fails here rather than passing vacuously
     assert {"triton_splitk_atomic_rowwise", "triton_splitk_reduce_rowwise", "cublas_fp8_rowwise"} <= set(BUILTINS)
     for name in ("triton_splitk_atomic_rowwise", "triton_splitk_reduce_rowwise"):
         assert base(name, "fp8") == "cublas_fp8_rowwise"  # same scales, same work
-    assert base("cublas_fp8_rowwise", "fp8") == "cublas_fp8"  # what row-wise scaling costs in cuBLAS
+    assert base("cublas_fp8_rowwise", "fp8") == "cublas_fp8_rowwise"  # a row-scaled cell: never two scalings
     assert base("cublas_fp8", "fp8") == "cublas_fp8"
     assert base("triton_dp_row", "fp8") == "cublas_fp8"
     assert base("triton_dp_row", "bf16") == "cublas_bf16"
@@ -148,12 +156,12 @@ def test_baselines_pinned():
 
 def test_registry_baseline_lookup():
     assert [registry.baseline_for(d, moe=False) for d in dtypes.NAMES] == ["cublas_fp16", "cublas_bf16", "cublas_fp8"]
-    assert registry.baseline_for("fp8", moe=False, fp8_scaling="row") == "cublas_fp8_rowwise"
-    assert registry.baseline_for("bf16", moe=False, fp8_scaling="row") == "cublas_bf16"  # 16-bit has no scales
+    assert registry.baseline_for("fp8", moe=False, scaling="row") == "cublas_fp8_rowwise"
+    assert registry.baseline_for("bf16", moe=False, scaling="row") == "cublas_bf16"  # 16-bit has no scales
     assert [registry.baseline_for(d, moe=True) for d in dtypes.NAMES] == ["torch_moe_loop"] * 3
     # a scaling that no variant is the baseline of: the reference (per-tensor) scaling's baseline
-    assert registry.baseline_for("fp8", moe=True, fp8_scaling="row") == "torch_moe_loop"
-    assert registry.baseline_for("fp8", moe=False, fp8_scaling="block") == "cublas_fp8"
+    assert registry.baseline_for("fp8", moe=True, scaling="row") == "torch_moe_loop"
+    assert registry.baseline_for("fp8", moe=False, scaling="block") == "cublas_fp8_block"
 
 
 def test_a_variant_this_process_does_not_know_counts_as_per_tensor():
@@ -168,8 +176,9 @@ def _variant(**kw) -> Variant:
 
 
 def test_a_registered_variant_is_measured_against_its_scalings_baseline():
-    v = registry.register(_variant(fp8_scaling="row"))
-    assert tables.baseline_for({"variant": v.name, "dtype": "fp8", "E": 1}) == "cublas_fp8_rowwise"
+    v = registry.register(_variant(fp8_scaling="row"))  # the field plugins used before issue 19
+    assert v.scalings == ("row",)
+    assert tables.baseline_for({"variant": v.name, "dtype": "fp8", "E": 1, "scaling": "row"}) == "cublas_fp8_rowwise"
 
 
 def test_a_second_baseline_for_one_dtype_kind_and_scaling_is_refused():

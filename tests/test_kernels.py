@@ -41,7 +41,7 @@ def _check(name: str, problem: Problem, seed: int = 1, inputs=None):
 
     v = registry.get(name)
     if inputs is None:
-        inputs = make_inputs(problem, seed, DEV, scaling=v.fp8_scaling)
+        inputs = make_inputs(problem, seed, DEV)  # in the problem's scaling
     checked = check_cell(problem, v, inputs)
     return checked.result, checked.launch, inputs
 
@@ -257,8 +257,8 @@ def test_cublas_fp8_matches_reference_or_says_why_not(name, scaling, M, N, K):
     from gemmbench import registry
 
     v = registry.get(name)
-    assert v.fp8_scaling == scaling
-    p = Problem("test", "g", M, N, K, "fp8")
+    assert v.scalings == (scaling,)
+    p = Problem("test", "g", M, N, K, "fp8", scaling=scaling)
     reason = v.unsupported_reason(p, _device())
     if reason is not None:
         assert isinstance(reason, str) and reason.strip(), repr(reason)
@@ -274,7 +274,8 @@ def test_cublas_fp8_matches_reference_or_says_why_not(name, scaling, M, N, K):
 def test_cublas_fp8_refuses_dims_not_divisible_by_16(name):
     from gemmbench import registry
 
-    reason = registry.get(name).unsupported_reason(Problem("t", "g", 16, 70, 64, "fp8"), _device())
+    v = registry.get(name)
+    reason = v.unsupported_reason(Problem("t", "g", 16, 70, 64, "fp8", scaling=v.scalings[0]), _device())
     assert reason is not None and "16" in reason and "N=70" in reason
 
 

@@ -55,8 +55,8 @@ def test_bytes_min_errors():
         m.bytes_min(dense("bf16"), experts_hit=2)
     with pytest.raises(ValueError, match="unknown dtype 'fp4'"):
         m.bytes_min(dense("fp4"))
-    with pytest.raises(ValueError, match="unknown fp8_scaling 'block'"):
-        m.bytes_min(dense("fp8"), fp8_scaling="block")
+    with pytest.raises(ValueError, match="unknown scaling 'blocky'"):
+        m.bytes_min(dense("fp8"), fp8_scaling="blocky")
 
 
 def test_rates():

@@ -85,12 +85,16 @@ def tp8():
 
 def test_speedup_series_match_the_data(tp8):
     drawn = plots.figures("speedup", prepared([TP8], dtypes=["fp8"]))
-    assert [d.stem for d in drawn] == ["speedup-attn_qkv-tp8-fp8", "speedup-attn_o-tp8-fp8"]
+    # the file predates the scaling column: cublas_fp8_rowwise's rows read as row-scaled, a figure of their own
+    # (only the baseline in it: nothing to draw), never a curve beside the per-tensor ones
+    assert [d.stem for d in drawn] == ["speedup-attn_qkv-tp8-fp8", "speedup-attn_qkv-tp8-fp8-row",
+                                       "speedup-attn_o-tp8-fp8", "speedup-attn_o-tp8-fp8-row"]  # fmt: skip
+    assert [d.figure is None for d in drawn] == [False, True, False, True]
     fig = one(drawn, "speedup-attn_qkv-tp8-fp8")
     ax = fig.axes[0]
     series = lines(ax)
     # the baseline is the line at 1.0, not a series
-    assert set(series) == {"cublas_fp8_rowwise", "triton_dp_col", "triton_dp_grouped", "triton_dp_row"}
+    assert set(series) == {"triton_dp_col", "triton_dp_grouped", "triton_dp_row"}
     want = speedups_by_hand(tp8, "attn_qkv", "fp8", "cublas_fp8")
     for variant, ln in series.items():
         w = want[want["variant"] == variant].sort_values("M")
@@ -121,7 +125,7 @@ def test_speedup_never_from_a_wrong_or_skipped_row(tp8):
     note = footnote(fig)
     assert "Not drawn: 1 wrong (cublas_fp8: max rel err 0.5" in note
     assert "1 skipped (triton_dp_row: no fp8 here)" in note
-    assert "No speedup for 4 ok cells" in note  # rowwise + 3 data-parallel at M = 16
+    assert "No speedup for 3 ok cells" in note  # 3 data-parallel at M = 16 (rowwise: a row-scaled figure)
 
 
 def test_baseline_option_replaces_the_default(tp8):
@@ -154,12 +158,12 @@ def test_two_runs_of_one_cell_are_two_series_each_against_its_own_baseline():
 
 def test_roofline_ceilings_points_and_m_labels(tp8):
     drawn = plots.figures("roofline", prepared([TP8], dtypes=["fp8"]))
-    assert [d.stem for d in drawn] == ["roofline-fp8"] and drawn[0].warnings == []
+    assert [d.stem for d in drawn] == ["roofline-fp8", "roofline-fp8-row"] and drawn[0].warnings == []
     fig = drawn[0].figure
     ax = fig.axes[0]
     assert ax.get_xscale() == ax.get_yscale() == "log"
     assert "FLOP per byte" in ax.get_xlabel() and ax.get_ylabel() == "TFLOP/s"
-    rows = tp8[tp8["dtype"] == "fp8"]
+    rows = tp8[(tp8["dtype"] == "fp8") & (tp8["scaling"] == "tensor")]  # the per-tensor roofline's rows
     bw, peak = rows["ceiling_bw_gbps"].max(), rows["ceiling_tflops"].iloc[0]
     mem, comp = gid(ax, "ceiling:measured:memory"), gid(ax, "ceiling:measured:compute")
     np.testing.assert_allclose(mem.get_ydata() / mem.get_xdata(), bw / 1e3)  # TFLOP/s per FLOP/B = TB/s
@@ -300,7 +304,7 @@ def test_plot_command_writes_each_file_and_prints_its_path(tmp_path):
     )
     assert result.exit_code == 0, result.stderr
     printed = result.stdout.split()
-    names = ["roofline-fp8", "speedup-attn_qkv-tp8-fp8", "speedup-attn_o-tp8-fp8"]
+    names = ["roofline-fp8", "roofline-fp8-row", "speedup-attn_qkv-tp8-fp8", "speedup-attn_o-tp8-fp8"]
     assert printed == [str(tmp_path / "figs" / f"{n}.{e}") for n in names for e in ("png", "svg")]
     assert sorted(p.name for p in (tmp_path / "figs").iterdir()) == sorted(Path(p).name for p in printed)  # no temp
     assert (tmp_path / "figs/roofline-fp8.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -382,25 +386,30 @@ def test_report_tables_match_the_data(tmp_path, tp8):
     result = invoke("report", TP8, PROFILE, "--out", tmp_path / "rep")
     assert result.exit_code == 0, result.stderr
     md = (tmp_path / "rep/report.md").read_text()
-    sections = re.findall(r"^## (attn_\w+) \(N=\d+, K=\d+, TP=8\), (\w+) · cold$", md, re.M)
-    assert sections == [("attn_qkv", "fp8"), ("attn_qkv", "bf16"), ("attn_o", "fp8"), ("attn_o", "bf16")]
+    sections = re.findall(r"^## (attn_\w+) \(N=\d+, K=\d+, TP=8\), (\w+(?: row)?) · cold$", md, re.M)
+    # cublas_fp8_rowwise's rows (a file from before the scaling column: row-scaled) are a section of their own
+    assert sections == [("attn_qkv", "fp8"), ("attn_qkv", "fp8 row"), ("attn_qkv", "bf16"), ("attn_o", "fp8"),
+                        ("attn_o", "fp8 row"), ("attn_o", "bf16")]  # fmt: skip
     winner_tables = _md_tables(md, "| M | winner |")
-    assert len(winner_tables) == 4
-    for (gemm, dtype), table in zip(sections, winner_tables, strict=False):
-        g = tp8[(tp8["gemm"] == gemm) & (tp8["dtype"] == dtype)]
-        base = g[g["variant"] == f"cublas_{dtype}"].set_index("M")["time_us_median"]
+    assert len(winner_tables) == 6
+    for (gemm, label), table in zip(sections, winner_tables, strict=False):
+        dtype, _, scaling = label.partition(" ")
+        scaling = scaling or ("none" if dtype == "bf16" else "tensor")
+        g = tp8[(tp8["gemm"] == gemm) & (tp8["dtype"] == dtype) & (tp8["scaling"] == scaling)]
+        base_name = {"tensor": "cublas_fp8", "row": "cublas_fp8_rowwise", "none": f"cublas_{dtype}"}[scaling]
+        base = g[g["variant"] == base_name].set_index("M")["time_us_median"]
         want = g.loc[g.groupby("M")["time_us_median"].idxmin()].sort_values("M")
         assert [row[0] for row in table] == [str(m) for m in want["M"]]
         for row, (_, w) in zip(table, want.iterrows(), strict=False):
             assert row[1] == w["variant"]
             assert row[2] == f"{w['time_us_median']:.1f}"
-            assert row[3] == f"{base[w['M']] / w['time_us_median']:.2f}×" and row[4] == f"cublas_{dtype}"
+            assert row[3] == f"{base[w['M']] / w['time_us_median']:.2f}×" and row[4] == base_name
             assert row[5] == f"{w['pct_of_roofline']:.0f}"
     # the full tables: one row per cell, every variant's median
     full = _md_tables(md, "| M | variant | µs |")
     assert sum(len(t) for t in full) == len(tp8)
     m16 = {r[1]: r[2] for r in full[0] if r[0] == "16"}
-    q = tp8[(tp8["gemm"] == "attn_qkv") & (tp8["dtype"] == "fp8") & (tp8["M"] == 16)]
+    q = tp8[(tp8["gemm"] == "attn_qkv") & (tp8["dtype"] == "fp8") & (tp8["M"] == 16) & (tp8["scaling"] == "tensor")]
     assert m16 == {v: f"{t:.2f}" for v, t in zip(q["variant"], q["time_us_median"], strict=False)}
     # the profile tables: DRAM GB/s of each summed row
     prof = _md_tables(md, "| M | variant | ncu µs |")
@@ -408,7 +417,9 @@ def test_report_tables_match_the_data(tmp_path, tp8):
     # every image the Markdown names exists, and the HTML carries the same ones inside it
     images = re.findall(r"!\[[^\]]*\]\((img/[^)]+\.png)\)", md)
     assert "img/roofline-fp8.png" in images and "img/speedup-attn_o-tp8-bf16.png" in images
-    assert len(images) == 2 + 4 * 2 + 4  # rooflines, speedup + TFLOP/s per section, profiles
+    # rooflines (fp8, fp8 row, bf16), speedup + TFLOP/s per section (a row section: TFLOP/s only, its one variant
+    # is its baseline), profiles
+    assert len(images) == 3 + 4 * 2 + 2 * 1 + 4
     assert all((tmp_path / "rep" / i).is_file() for i in images)
     html_text = (tmp_path / "rep/report.html").read_text()
     assert html_text.count('src="data:image/png;base64,') == len(images) and 'src="img/' not in html_text

@@ -84,6 +84,20 @@ def _dtypes(text: str) -> list[str]:
     return _choices("--dtype", text, dtypes.NAMES)
 
 
+def _scalings(text: Optional[str], dtype_names: list[str]) -> list[str]:
+    """--scaling as names in dtypes.SCALINGS (None: the default, per tensor).  Given where no fp8 dtype is asked,
+    it is one line and exit 2: nothing it names could run."""
+    from gemmbench import dtypes  # not at --help
+
+    if text is None:
+        return [dtypes.REFERENCE_SCALING]
+    names = _choices("--scaling", text, dtypes.NAMES_SCALING)
+    if not any(dtypes.get(d).scaled for d in dtype_names):
+        raise fail(f"--scaling {text!r} applies to fp8 only, and --dtype {','.join(dtype_names)} asks for none "
+                   "(add fp8 to --dtype)")  # fmt: skip
+    return names
+
+
 def _degrees(option: str, text: str, example: str) -> list[int]:
     try:
         values = [int(x) for x in text.split(",") if x.strip()]
@@ -102,16 +116,19 @@ def _ep_list(text: str) -> list[int]:
     return _degrees("--ep", text, "8 or 1,8")
 
 
-def _problems(sset, dtypes, m_values, tps: list[int], routings: list[str], eps: tuple[int, ...] = (1,)) -> list:
-    """Every (TP, EP, routing) expansion of the set; dense GEMMs once per TP (neither EP nor routing applies to
-    them).  ShapeError where an EP degree does not divide an expert GEMM's E, or the set has no expert GEMM."""
+def _problems(
+    sset, dtypes, m_values, tps: list[int], routings: list[str], eps: tuple[int, ...] = (1,), scalings=("tensor",)
+) -> list:
+    """Every (TP, EP, routing) expansion of the set, each GEMM in every dtype and (fp8) scaling; dense GEMMs once per
+    TP (neither EP nor routing applies to them).  ShapeError where an EP degree does not divide an expert GEMM's E, or
+    the set has no expert GEMM."""
     from gemmbench.shapes import problems  # not at --help (yaml)
 
     out = []
     for t in tps:
         for j, e in enumerate(eps):
             for i, r in enumerate(routings):
-                out += [p for p in problems(sset, dtypes, m_values, t, r, e) if p.is_moe or i == j == 0]
+                out += [p for p in problems(sset, dtypes, m_values, t, r, e, scalings) if p.is_moe or i == j == 0]
     return out
 
 
@@ -132,14 +149,18 @@ def select_cells(
     seed: int,
     plugin: Optional[list[Path]],
     ep: str = "1",
+    scaling: Optional[str] = None,
 ) -> tuple:
     """The selection options `run` and `profile` share -> (shape set, [(problem, [variant names])]).
-    A cell is a problem and a variant made for its kind (dense/MoE) and dtype."""
+    A cell is a problem and a variant made for its kind (dense/MoE) and dtype; a variant that lacks the problem's
+    scaling is a cell too (its skipped row names the scalings it has), unless no variant has it: one line, exit 2."""
     from gemmbench import registry  # not at --help; inputs imports torch
     from gemmbench import shapes as shapes_mod
     from gemmbench.inputs import ROUTINGS
 
     tps, eps = _tp_list(tp), _ep_list(ep)
+    dtype_names = _dtypes(dtype)
+    scalings = _scalings(scaling, dtype_names)
     routings = _choices("--routing", routing, ROUTINGS)
     if not 0 <= seed < 2**31:
         raise fail(f"--seed must be in 0 .. 2**31 - 1, got {seed}")
@@ -148,11 +169,12 @@ def select_cells(
     try:
         sset = shapes_mod.load(shapes)
         m_values = shapes_mod.parse_m_list(m) if m is not None else None
-        problems = _problems(sset, _dtypes(dtype), m_values, tps, routings, tuple(eps))
+        problems = _problems(sset, dtype_names, m_values, tps, routings, tuple(eps), scalings)
         _load_plugins(plugin or [])
         chosen = registry.select(variants)
     except (shapes_mod.ShapeError, registry.RegistryError) as exc:
         raise fail(str(exc)) from None
+    runs_a_scaling(chosen, scalings, dtype_names)
     cells = [(p, [v.name for v in chosen if p.dtype in v.dtypes and v.moe == p.is_moe]) for p in problems]
     uncovered = sorted({f"{p.gemm} {p.dtype}" for p, names in cells if not names})
     cells = [(p, names) for p, names in cells if names]
@@ -164,6 +186,21 @@ def select_cells(
             highlight=False,
         )
     return sset, cells
+
+
+def runs_a_scaling(chosen: list, scalings: list[str], dtype_names: list[str]) -> None:
+    """One line and exit 2 where no chosen fp8 variant runs any fp8 scaling asked: every fp8 cell would be skipped.
+    Where some scaling has a variant, the sweep runs, and the cells of a variant without theirs are skipped rows
+    that name the scalings it has."""
+    from gemmbench import dtypes  # not at --help
+
+    fp8 = [v for v in chosen if any(dtypes.get(d).scaled for d in v.dtypes)]
+    if not fp8 or not any(dtypes.get(d).scaled for d in dtype_names):
+        return
+    if not any(name in v.scalings for v in fp8 for name in scalings):
+        have = sorted({s for v in fp8 for s in v.scalings})
+        raise fail(f"--scaling {','.join(scalings)}: no selected fp8 variant runs it (they declare "
+                   f"{', '.join(have)}; see `gemmbench list variants`)")  # fmt: skip
 
 
 # ---------------------------------------------------------------- options several commands share
@@ -183,6 +220,13 @@ Ep = Annotated[
     ),  # fmt: skip
 ]
 Routing = Annotated[str, typer.Option(help="MoE token routing, comma-separated: uniform, skewed, one-expert.")]
+Scaling = Annotated[
+    Optional[str],
+    typer.Option(
+        help="fp8 scales, comma-separated: tensor (default), row, block (activations 1x128, weights 128x128), "
+        "block-ue8m0 (the same, power-of-two scales). fp8 only."
+    ),  # fmt: skip
+]
 Plugins = Annotated[Optional[list[Path]], typer.Option(help="Python file registering extra variants (repeatable).")]
 Seed = Annotated[int, typer.Option(help="Seed of the random inputs.")]
 Shard = Annotated[

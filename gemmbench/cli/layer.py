@@ -15,10 +15,12 @@ from rich.table import Table
 from gemmbench.cli.common import (
     Ep,
     Plugins,
+    Scaling,
     Seed,
     _dtypes,
     _ep_list,
     _load_plugins,
+    _scalings,
     _tp_list,
     cpu_too_large,
     err,
@@ -67,7 +69,7 @@ LayerOut = Annotated[Path, typer.Option("--out", help="Folder for <run_id>.parqu
 def layer(
     model: LayerModel, tp: LayerTp = "1", dtype: LayerDtype = None, m: LayerMs = "decode", variants: LayerVariants = None,
     best_from: BestFrom = None, layers: Layers = 1, budget: LayerBudget = 1.0, seed: Seed = 0,
-    out_path: LayerOut = Path("results/layers"), plugin: Plugins = None, ep: Ep = "1",
+    out_path: LayerOut = Path("results/layers"), plugin: Plugins = None, ep: Ep = "1", scaling: Scaling = None,
 ) -> None:  # fmt: skip
     """Time one decoder layer's GEMMs end to end: eager Python launches vs one CUDA graph, and the kernel sum."""
     import torch  # heavy, as store (pandas) is
@@ -83,7 +85,7 @@ def layer(
     if layers < 1:
         raise fail(f"--layers must be at least 1, got {layers}")
     budget = positive_budget(budget)
-    sset, plans, notes = _plans(model, tp, dtype, m, variants, best_from, plugin, ep)
+    sset, plans, notes = _plans(model, tp, dtype, m, variants, best_from, plugin, ep, scaling)
     gpu = _device_path(plans)
     run_id = store.new_run_id(f"layer-{sset.name}")
     path = output_path(out_path, run_id)
@@ -95,14 +97,17 @@ def layer(
     err.print(escape(f"Results: {path}"), highlight=False)
 
 
-def _plans(model, tp, dtype, m, variants, best_from, plugin, ep="1") -> tuple:
-    """(shape set, [(tp, ep, dtype, M, layer kind, steps)], --best-from notes) of the options, or a one-line error."""
+def _plans(model, tp, dtype, m, variants, best_from, plugin, ep="1", scaling=None) -> tuple:
+    """(shape set, [(tp, ep, dtype, scaling, M, layer kind, steps)], --best-from notes) of the options, or a one-line
+    error.  A 16-bit dtype's layer runs once, unscaled, whatever --scaling asks (it applies to fp8 only)."""
+    from gemmbench import dtypes, registry, shapes
     from gemmbench import layer as L  # heavy (pandas, torch), as device and store are; the rest not at --help
-    from gemmbench import registry, shapes
     from gemmbench.device import detect
     from gemmbench.store import StoreError, load
 
     dev = detect()
+    dtype_names = _dtypes(dtype)
+    scalings = _scalings(scaling, dtype_names)
     try:
         sset = L.resolve_model(model)
         m_values = shapes.parse_m_list(m)
@@ -113,10 +118,11 @@ def _plans(model, tp, dtype, m, variants, best_from, plugin, ep="1") -> tuple:
         else:
             choose = L.chooser(variants or L.DEFAULT_VARIANTS, dev, L.layer_gemms(sset))
         plans = [
-            (t, e, d, M, kind, L.steps_for(L.layer_problems(sset, M, d, t, e, kind), choose))
+            (t, e, d, s, M, kind, L.steps_for(L.layer_problems(sset, M, d, t, e, kind, s), choose))
             for t in _tp_list(tp)
             for e in _ep_list(ep)
-            for d in _dtypes(dtype)
+            for d in dtype_names
+            for s in (scalings if dtypes.get(d).scaled else [dtypes.REFERENCE_SCALING])  # a 16-bit one: "none"
             for M in m_values
             for kind in L.layer_kinds(sset)
         ]
@@ -146,11 +152,13 @@ def _cell(sset, model, run_id, plan, seed, layers, budget):
     """One layer plan as an engine cell: the worker's `layer` task builds, checks and times it."""
     from gemmbench import layer as L  # heavy (pandas, torch), as device is
     from gemmbench.device import provenance
+    from gemmbench.dtypes import label as dtype_label
 
-    t, e, d, M, kind, steps = plan
-    label = f"{sset.name}{f' {kind}' if kind else ''} tp{t}{f' ep{e}' if e > 1 else ''} {d} M{M}"
+    t, e, d, s, M, kind, steps = plan
+    label = f"{sset.name}{f' {kind}' if kind else ''} tp{t}{f' ep{e}' if e > 1 else ''} {dtype_label(d, s)} M{M}"
     meta = dict(provenance(), run_id=run_id, timestamp=_now(), model=model, shape_set=sset.name, layer_kind=kind,
-                tp=t, ep=e, dtype=d, M=M, layers=layers, l2_state="cold at layer start", timing_mode="wall")  # fmt: skip
+                tp=t, ep=e, dtype=d, scaling=s, M=M, layers=layers, l2_state="cold at layer start",
+                timing_mode="wall")  # fmt: skip
     payload = dict(steps=L.steps_to_wire(steps), meta=meta, seed=seed, layers=layers, budget=budget)
     return Cell("layer", payload, (label,), label)
 
@@ -214,16 +222,19 @@ def _gap(v) -> str:
 
 
 def _print(rows: list) -> None:
-    """One table per (layer kind, TP, EP, dtype): a line per M; then each step's kernel time."""
+    """One table per (layer kind, TP, EP, dtype, scaling): a line per M; then each step's kernel time."""
     import pandas as pd  # heavy
 
+    from gemmbench.dtypes import label
+
     df = pd.DataFrame(rows)
-    # rows of one kind of layer, or from before expert parallelism, may lack these
-    df = df.assign(layer_kind=df["layer_kind"].fillna("") if "layer_kind" in df else "", ep=df.get("ep", 1))
-    for (kind, t, e, d), g in df.groupby(["layer_kind", "tp", "ep", "dtype"], sort=False):
+    # rows of one kind of layer, or from before expert parallelism or scalings, may lack these
+    df = df.assign(layer_kind=df["layer_kind"].fillna("") if "layer_kind" in df else "", ep=df.get("ep", 1),
+                   scaling=df["scaling"].fillna("") if "scaling" in df else "")  # fmt: skip
+    for (kind, t, e, d, s), g in df.groupby(["layer_kind", "tp", "ep", "dtype", "scaling"], sort=False):
         table = Table(
             title=f"{g['shape_set'].iloc[0]}{f' {kind}' if kind else ''} layer, tp {t}{f', ep {e}' if e > 1 else ''}, "
-            f"{d}: µs per layer "
+            f"{label(d, s)}: µs per layer "
             f"({int(g['layers'].iloc[0])} layer copies per sample)"
         )
         for col in ("M", "variants", "kernels", "eager", "graph", "gap eager", "gap graph", "graph speedup", "status"):

@@ -15,6 +15,7 @@ from gemmbench.cli.common import (
     Ms,
     Plugins,
     Routing,
+    Scaling,
     Seed,
     Shapes,
     Tp,
@@ -25,6 +26,7 @@ from gemmbench.cli.common import (
     progress_bar,
     select_cells,
 )  # fmt: skip
+from gemmbench.dtypes import label
 from gemmbench.profile import ncu
 from gemmbench.profile.ncu import SUM_KERNEL
 
@@ -48,7 +50,7 @@ def profile(
     shapes: Shapes, ncu_: Ncu = False, nsys_: Nsys = False, variants: Variants = None, dtype: Dtype = "fp8,bf16",
     m: Ms = None, tp: Tp = "1", routing: Routing = "uniform", plugin: Plugins = None, metrics: Metrics = None,
     ncu_set: NcuSet = None, out_path: ProfileOut = Path("profiles"), join: Join = None, seed: Seed = 0,
-    timeout: Timeout = 600.0, ep: Ep = "1",
+    timeout: Timeout = 600.0, ep: Ep = "1", scaling: Scaling = None,
 ) -> None:  # fmt: skip
     """Profile each selected cell once, in a child process: warm-up and tuning outside its NVTX range, one eager
     launch inside it.  Writes one row per kernel (and a summed row) with ncu_* / nsys_* columns."""
@@ -61,7 +63,7 @@ def profile(
     if out_path.suffix == ".parquet" or out_path.is_file():
         raise fail(f"--out {out_path}: give a folder (the profile table and the reports go inside it)")
     runs = _runs_to_join(join)
-    sset, cells = select_cells(shapes, variants, dtype, m, tp, routing, seed, plugin, ep)
+    sset, cells = select_cells(shapes, variants, dtype, m, tp, routing, seed, plugin, ep, scaling)
     run_id = store.new_run_id(sset.name)
     profiler = _profiler(out_path, run_id, ncu_, nsys_, seed, plugin, ncu_set, timeout, metrics)
     path = out_path / f"{run_id}-profile.parquet"
@@ -165,7 +167,7 @@ def _print(rows: list[dict]) -> None:
             str(r["M"]),
             str(r["N"]),
             str(r["K"]),
-            r["dtype"],
+            label(r["dtype"], r.get("scaling")),
             r["variant"],
             _fmt(r.get("ncu_kernels"), "d"),
             _fmt(r.get("ncu_duration_us"), ".1f"),

@@ -16,6 +16,7 @@ from gemmbench.cli.common import (
     Ms,
     Plugins,
     Routing,
+    Scaling,
     Seed,
     Shapes,
     Tp,
@@ -73,7 +74,7 @@ def run(
     timing: Timing = "cold", out_path: Out = Path("results"), plugin: Plugins = None, sanitize: Sanitize = False,
     seed: Seed = 0, budget: Budget = 0.5, strict: Strict = False, retune: Retune = False, routing: Routing = "uniform",
     compare_to: CompareTo = None, shard: RunShard = None, gpus: Gpus = None, append: Append = False,
-    force: Force = False, resume: Resume = None, ep: Ep = "1",
+    force: Force = False, resume: Resume = None, ep: Ep = "1", scaling: Scaling = None,
 ) -> None:  # fmt: skip
     """Check, then time, every variant on every problem of a shape set; write Parquet and print tables."""
     from gemmbench import store, sweep  # heavy (pandas; torch); tables not at --help (yaml, importlib.metadata)
@@ -82,7 +83,7 @@ def run(
     timing, budget = _timing(timing), positive_budget(budget)
     shard_at, gpu_ids = shard_option(shard), gpus_option(gpus)
     _refuse_before_work(out_path, append, force, resume, compare_to)
-    sset, cells = select_cells(shapes, variants, dtype, m, tp, routing, seed, plugin, ep)
+    sset, cells = select_cells(shapes, variants, dtype, m, tp, routing, seed, plugin, ep, scaling)
     meta, cells = _shard(cells, shard_at)
     timing = timing if _on_gpu() else "wall"  # no CUDA events on a CPU
     _comparable_baseline(compare_to, timing)

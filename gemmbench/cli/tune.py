@@ -19,17 +19,20 @@ from gemmbench.cli.common import (
     Dtype,
     Ep,
     Plugins,
+    Scaling,
     Seed,
     _dtypes,
     _ep_list,
     _load_plugins,
     _problems,
+    _scalings,
     _tp_list,
     err,
     fail,
     gpus_option,
     out,
     progress_bar,
+    runs_a_scaling,
     shard_option,
 )  # fmt: skip
 from gemmbench.pool import Cell, Pool, PoolError, Sink, WorkerOptions
@@ -60,14 +63,15 @@ TuneGpus = Annotated[
 def tune(
     shapes: TuneShapes, variants: TuneVariants = "triton_*", dtype: Dtype = "fp8,bf16", m: TuneMs = None,
     tp: TuneTp = "1", plugin: Plugins = None, seed: Seed = 0, skip_stored: SkipStored = False,
-    shard: TuneShard = None, gpus: TuneGpus = None, ep: Ep = "1",
+    shard: TuneShard = None, gpus: TuneGpus = None, ep: Ep = "1", scaling: Scaling = None,
 ) -> None:  # fmt: skip
-    """Search each Triton variant's config space per (GPU, N, K, dtype, M bucket); store the winners as JSON."""
+    """Search each Triton variant's config space per (GPU, N, K, dtype, scaling, M bucket); store the winners as
+    JSON."""
     from gemmbench import shard as shard_mod  # not at --help (hashlib; tuning: yaml)
     from gemmbench import tuning
 
     shard_at = shard_option(shard)
-    problems, chosen = _select(shapes, variants, dtype, m, tp, plugin, ep)
+    problems, chosen = _select(shapes, variants, dtype, m, tp, plugin, ep, scaling)
     gpu_ids, dev = _gpus_and_device(gpus)
     jobs = _jobs(problems, chosen, dev)
     if not jobs:
@@ -96,23 +100,26 @@ def tune(
 # ---------------------------------------------------------------- what to tune
 
 
-def _select(shapes, variants, dtype, m, tp, plugin, ep="1") -> tuple[list, list]:
+def _select(shapes, variants, dtype, m, tp, plugin, ep="1", scaling=None) -> tuple[list, list]:
     """(problems, tunable variants) of the options, or a one-line error."""
     from gemmbench import registry  # not at --help (yaml, importlib.metadata)
     from gemmbench import shapes as shapes_mod
 
     tps, eps = _tp_list(tp), _ep_list(ep)
+    dtype_names = _dtypes(dtype)
+    scalings = _scalings(scaling, dtype_names)
     try:
         sset = shapes_mod.load(shapes)
         m_values = shapes_mod.parse_m_list(m) if m is not None else None
         # configs are stored per shape, not per routing: tuned on uniform routing
-        problems = _problems(sset, _dtypes(dtype), m_values, tps, ["uniform"], tuple(eps))
+        problems = _problems(sset, dtype_names, m_values, tps, ["uniform"], tuple(eps), scalings)
         _load_plugins(plugin or [])
         chosen = [v for v in registry.select(variants) if v.tunable is not None]
     except (shapes_mod.ShapeError, registry.RegistryError) as exc:
         raise fail(str(exc)) from None
     if not chosen:
         raise fail(f"--variants {variants!r} selects no tunable variant (the Triton ones are)")
+    runs_a_scaling(chosen, scalings, dtype_names)
     return problems, chosen
 
 
@@ -203,6 +210,8 @@ class Report(Sink):
         self.progress.console.print(escape(text), highlight=False, soft_wrap=True)
 
     def table(self, title: str) -> Table:
+        from gemmbench import dtypes  # not at --help
+
         results = Table(title=title)
         for col in ("variant", "GEMM", "N", "K", "dtype", "M bucket", "µs", "config", "tried"):
             results.add_column(col)
@@ -210,7 +219,7 @@ class Report(Sink):
             if key in self.done:
                 e = self.done[key]
                 short = " ".join(f"{k}={val}" for k, val in e["config"].items() if k not in ("GROUP_M",))
-                results.add_row(v.name, p.gemm, str(p.N), str(p.K), p.dtype, str(p.M), f"{e['us']:.2f}", short,
+                results.add_row(v.name, p.gemm, str(p.N), str(p.K), dtypes.label(p.dtype, p.scaling), str(p.M), f"{e['us']:.2f}", short,
                                 str(e["tried"]))  # fmt: skip
         return results
 

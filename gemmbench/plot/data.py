@@ -23,12 +23,14 @@ from gemmbench.store import (
     table_kind,
 )
 
-# One figure of the per-GEMM kinds: one GEMM (at its TP degree and MoE routing) in one dtype and timing mode.
-# Timing modes are never mixed in one figure: cold and stream times of one cell answer different questions.
+# One figure of the per-GEMM kinds: one GEMM (at its TP degree and MoE routing) in one dtype, scaling and timing mode.
+# Timing modes are never mixed in one figure: cold and stream times of one cell answer different questions; nor are
+# fp8 scalings (per tensor, row, block): each moves other bytes and does other work, so each is a figure of its own.
 GEMM_COLS = ("shape_set", "gemm", "N", "K", "E", "topk", "routing", "tp", "ep")
-FIGURE_COLS = GEMM_COLS + ("dtype", "timing_mode")
-ROOFLINE_COLS = ("dtype", "timing_mode")  # a roofline holds every GEMM of a dtype: the point is where each sits
-PROFILE_COLS = GEMM_COLS + ("dtype",)  # ncu profiles one eager launch, caches flushed: no timing mode
+FIGURE_COLS = GEMM_COLS + ("dtype", "scaling", "timing_mode")
+# a roofline holds every GEMM of a dtype and scaling: the point is where each sits
+ROOFLINE_COLS = ("dtype", "scaling", "timing_mode")
+PROFILE_COLS = GEMM_COLS + ("dtype", "scaling")  # ncu profiles one eager launch, caches flushed: no timing mode
 
 
 @dataclass
@@ -184,8 +186,9 @@ def keep_variants(df: pd.DataFrame, f: Filters, what: str = "rows") -> pd.DataFr
 
 def _records(df: pd.DataFrame) -> list[dict]:
     """Rows as tables.py takes them: plain dicts with None, not NA, for what is missing."""
-    cols = ["gemm", "M", "N", "K", "E", "tp", "ep", "dtype", "routing", "variant", "status", "time_us_median", "flops"]
-    return records(df[cols])
+    cols = ["gemm", "M", "N", "K", "E", "tp", "ep", "dtype", "scaling", "routing", "variant", "status",
+            "time_us_median", "flops"]  # fmt: skip
+    return records(df[[c for c in cols if c in df.columns]])
 
 
 def with_speedups(df: pd.DataFrame, baseline: Optional[str] = None) -> pd.DataFrame:
@@ -234,6 +237,8 @@ def _stem(kind: str, k: dict, level: int) -> str:
     if k.get("routing") not in (None, "uniform"):
         parts.append(k["routing"])
     parts.append(k.get("dtype") or "")
+    if k.get("scaling") not in (None, "none", "tensor"):  # fp8 per tensor keeps the names it had before scalings
+        parts.append(k["scaling"])
     if level >= 1 and k.get("timing_mode"):
         parts.append(k["timing_mode"])
     if level >= 2 and k.get("shape_set"):
@@ -244,7 +249,8 @@ def _stem(kind: str, k: dict, level: int) -> str:
 
 
 def stems(kind: str, keys: list[dict]) -> list[str]:
-    """File names (no suffix) for the figures of one kind: kind-GEMM[-tpN]-dtype, e.g. speedup-attn_qkv-fp8; the
+    """File names (no suffix) for the figures of one kind: kind-GEMM[-tpN]-dtype[-scaling], e.g. speedup-attn_qkv-fp8
+    (fp8 per tensor) or speedup-attn_qkv-fp8-block; the
     timing mode, the shape set, then N and K are added only where two figures would otherwise share a name."""
     for level in range(4):
         names = [_stem(kind, k, level) for k in keys]

@@ -14,7 +14,7 @@ from typing import Optional, Sequence
 import pandas as pd
 from matplotlib.figure import Figure
 
-from gemmbench import metrics, registry
+from gemmbench import metrics
 from gemmbench.plot import data as plotdata
 from gemmbench.plot import roofline as plots_roofline
 from gemmbench.plot.style import Drawn, colors, finish, gemm_title, legend, m_axis, new_figure, render, shown, subtitle
@@ -56,7 +56,6 @@ def speedup(g: pd.DataFrame) -> Optional[Figure]:
     if pts.empty:
         return None
     bases = sorted(ok["baseline"].dropna().unique())
-    rowwise = registry.baseline_for("fp8", moe=False, fp8_scaling="row")
     fig, axes = new_figure(8.0, 4.6)
     ax = axes[0, 0]
     series = plotdata.series(pts)
@@ -77,10 +76,7 @@ def speedup(g: pd.DataFrame) -> Optional[Figure]:
     missing = ok[ok["speedup"].isna() & (ok["variant"] != ok["baseline"])]
     notes = [
         "Speedup = the baseline's median time ÷ the variant's (same cell, same run), only from cells that passed "
-        "the check."
-        + (
-            f" Triton *_rowwise variants are measured against {rowwise}." if rowwise in bases and len(bases) > 1 else ""
-        ),
+        "the check.",
         (
             f"No speedup for {len(missing)} ok cells: their baseline has no ok row at that M in their run "
             f"({', '.join(sorted(missing['variant'].astype(str).unique()))})."

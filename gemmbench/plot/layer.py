@@ -14,11 +14,23 @@ from matplotlib.figure import Figure
 from matplotlib.legend_handler import HandlerTuple
 from matplotlib.patches import Patch
 
+from gemmbench import dtypes
 from gemmbench.metrics import GAP_NOISE, gap_below_zero
 from gemmbench.plot import data as plotdata
-from gemmbench.plot.style import Drawn, colors, finish, headroom, legend, lighter, new_figure, shown, subtitle
+from gemmbench.plot.style import (
+    Drawn,
+    colors,
+    dtype_title,
+    finish,
+    headroom,
+    legend,
+    lighter,
+    new_figure,
+    shown,
+    subtitle,
+)
 
-FIGURE_COLS = ("shape_set", "layer_kind", "tp", "ep", "dtype", "layers")
+FIGURE_COLS = ("shape_set", "layer_kind", "tp", "ep", "dtype", "scaling", "layers")
 MODES = ("eager", "graph")
 GAP_COLUMN = {"eager": "gap_us", "graph": "graph_gap_us"}
 
@@ -31,9 +43,8 @@ def figures(layers: pd.DataFrame) -> list[Drawn]:
         layers = f"-x{key['layers']}" if (key.get("layers") or 1) > 1 else ""
         ep = f"-ep{key['ep']}" if (key.get("ep") or 1) > 1 else ""
         kind = f"-{key['layer_kind']}" if key.get("layer_kind") else ""
-        stem = re.sub(
-            r"[^A-Za-z0-9._=+-]+", "_", f"layer-{key['shape_set']}{kind}-tp{key['tp']}{ep}-{key['dtype']}{layers}"
-        )
+        dt = dtypes.label(key["dtype"], key.get("scaling")).replace(" ", "-")  # fp8-block; fp8 per tensor as before
+        stem = re.sub(r"[^A-Za-z0-9._=+-]+", "_", f"layer-{key['shape_set']}{kind}-tp{key['tp']}{ep}-{dt}{layers}")
         fig = figure(g, key)
         out.append(Drawn(stem, key, fig, note=None if fig is not None else f"{stem}: nothing to draw (no ok layer)"))
     return out
@@ -126,7 +137,7 @@ def figure(g: pd.DataFrame, key: dict) -> Optional[Figure]:
         f"{shown(key['shape_set'])}{' ' + key['layer_kind'] if key.get('layer_kind') else ''} layer ({steps} steps), "
         f"TP={shown(key['tp'])}"
         + (f", EP={key['ep']}" if (key.get("ep") or 1) > 1 else "")
-        + f", {shown(key['dtype'])}: eager vs CUDA graph"
+        + f", {dtype_title(key)}: eager vs CUDA graph"
         + (f", {layers} layers per sample" if layers > 1 else "")
     )
     notes.append(

@@ -246,7 +246,7 @@ def build(runs: Optional[pd.DataFrame], profiles: Optional[pd.DataFrame], files:
         if rooflines:
             rep.add("h", 2, "Roofline")
             for d in rooflines:
-                rep.figure(d, f"roofline {d.key.get('dtype')}")
+                rep.figure(d, f"roofline {style.dtype_title(d.key)}")
                 rep.warnings += d.warnings
                 if d.warnings:
                     rep.add("p", "**Warning:** " + " ".join(d.warnings))

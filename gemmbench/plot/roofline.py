@@ -375,7 +375,8 @@ def roofline(g: pd.DataFrame) -> Optional[Figure]:
     sets = ", ".join(sorted(ok["shape_set"].astype(str).unique()))
     tps = sorted(ok["tp"].unique())
     tp = f", TP={tps[0]}" if len(tps) == 1 and tps[0] > 1 else ""
-    fig = finish(fig, f"Roofline: {sets}{tp}, {dtype}", subtitle(g), notes)
+    scaling = ok["scaling"].iloc[0] if "scaling" in ok.columns else None
+    fig = finish(fig, f"Roofline: {sets}{tp}, {dtypes.label(dtype, scaling)}", subtitle(g), notes)
     fig.draw_without_rendering()  # the final layout, on which the M labels are placed
     left_out = sum(
         _m_labels(ax, p, ridges[0] if ridges else None) for ax, (_, p) in zip(panel_axes, parts, strict=True)

@@ -18,7 +18,7 @@ from matplotlib.figure import Figure
 from matplotlib.text import Annotation
 from matplotlib.ticker import NullLocator
 
-from gemmbench import registry
+from gemmbench import dtypes, registry
 from gemmbench.plot import data as plotdata
 
 DPI = 150  # the figures are laid out at the resolution they are saved at, so what a test measures is what is saved
@@ -227,7 +227,12 @@ def gemm_title(k: dict) -> str:
         parts.append(f"TP={k['tp']}")
     if (k.get("ep") or 1) > 1:
         parts.append(f"EP={k['ep']}")
-    return f"{shown(k.get('gemm'))} ({', '.join(parts)}), {shown(k.get('dtype'))}"
+    return f"{shown(k.get('gemm'))} ({', '.join(parts)}), {dtype_title(k)}"
+
+
+def dtype_title(k: dict) -> str:
+    """The dtype of a figure's key as titles show it, with its fp8 scaling where not per tensor: 'fp8 block'."""
+    return dtypes.label(shown(k.get("dtype")), k.get("scaling"))
 
 
 @dataclass

@@ -21,7 +21,7 @@ from typing import Callable, Optional
 
 import pandas as pd
 
-from gemmbench import device, dtypes, metrics
+from gemmbench import device, metrics
 from gemmbench.inputs import cell_seed
 from gemmbench.nvtx_ranges import cell_name, domain_in_use, range_name
 from gemmbench.pool import Cell, Pool, Sink, WorkerOptions, exit_hint
@@ -134,12 +134,11 @@ class CellProfiler:
                 reason = why or f"no kernel was captured inside the NVTX range {name!r}"
                 return [dict(base, status="error", reason=reason, ncu_report=str(report))]
         assert outcome is not None
-        scaling = dtypes.row_scaling(problem.dtype, variant.fp8_scaling)
         hit = outcome["experts_hit"] if problem.is_moe else None
         # under expert parallelism this rank's pairs and tokens (an outcome without them: EP 1, every pair)
         pairs, tokens = (outcome.get("pairs"), outcome.get("tokens")) if problem.is_moe else (None, None)
         model = ncu.Model(metrics.flops(problem, pairs) if variant.gemm else None,
-                          metrics.bytes_min(problem, hit, scaling, pairs, tokens)
+                          metrics.bytes_min(problem, hit, pairs=pairs, tokens=tokens)
                           if variant.gemm else None)  # fmt: skip
         cell = dict(base, status="ok", reason=None, config=json.dumps(outcome["config"], sort_keys=True),
                     max_rel_err=outcome["max_rel_err"], flops=model.flops, bytes_min=model.bytes_min,
