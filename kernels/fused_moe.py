@@ -103,21 +103,22 @@ def fused_moe_kernel(
     if SCALE_BLOCK:  # the gathered tokens' group scales, this expert's block rows (tile_loop.py)
         a_s_ptrs = a_bscale_ptr + tokens * stride_asm
         b_s_ptrs = b_bscale_ptr + expert * stride_bse + (rows_b // SCALE_BLOCK) * stride_bsn
-    for kb in range(kb_start, kb_end):
-        if EVEN_K:
-            a = tl.load(a_ptrs, mask=valid[:, None], other=0.0)
-            b = tl.load(b_ptrs, mask=n_ok[None, :], other=0.0)
-        else:
-            k_left = K - kb * BLOCK_K - tl.arange(0, BLOCK_K)  # > 0 inside K
-            a = tl.load(a_ptrs, mask=valid[:, None] & (k_left[None, :] > 0), other=0.0)
-            b = tl.load(b_ptrs, mask=n_ok[None, :] & (k_left[:, None] > 0), other=0.0)
-        if SCALE_BLOCK:
-            acc = add_scaled(acc, tl.dot(a, b, max_num_imprecise_acc=PRECISE_ACC), a_s_ptrs, b_s_ptrs,
-                             (kb * BLOCK_K) // SCALE_BLOCK, stride_ask, stride_bsk)  # fmt: skip
-        else:
-            acc = tl.dot(a, b, acc, max_num_imprecise_acc=PRECISE_ACC)
+    else:  # not read
+        a_s_ptrs = a_bscale_ptr
+        b_s_ptrs = b_bscale_ptr
+    # Full K blocks load unmasked along K; only the tail block (K not a multiple of BLOCK_K) is masked.  Masking every
+    # block cost 10x on fp8 (GPT-OSS-120B's K 2880 with BLOCK_K 128: 7-11% of the read bound, docs/BENCHMARKS.md):
+    # a K mask the compiler cannot prove whole splits the vector loads.
+    full_end = kb_end if EVEN_K else tl.minimum(kb_end, K // BLOCK_K)
+    for kb in range(kb_start, full_end):
+        acc = _k_step(acc, a_ptrs, b_ptrs, valid, n_ok, K, kb, a_s_ptrs, b_s_ptrs, stride_ask, stride_bsk,
+                      BLOCK_K, False, PRECISE_ACC, SCALE_BLOCK)  # fmt: skip
         a_ptrs += BLOCK_K * stride_ak
         b_ptrs += BLOCK_K * stride_bk
+    if not EVEN_K:
+        for kb in range(tl.maximum(kb_start, full_end), kb_end):  # the tail block, if this split holds it
+            acc = _k_step(acc, a_ptrs, b_ptrs, valid, n_ok, K, kb, a_s_ptrs, b_s_ptrs, stride_ask, stride_bsk,
+                          BLOCK_K, True, PRECISE_ACC, SCALE_BLOCK)  # fmt: skip
     mask = valid[:, None] & n_ok[None, :]
     c_ptrs = c_ptr + slots[:, None] * stride_cm + offs_n[None, :] * stride_cn
     if not SPLIT:
@@ -130,6 +131,39 @@ def fused_moe_kernel(
             _finish(
                 total, c_ptrs, mask, a_scale_ptr, b_scale_ptr, expert, weight_ptr, slots, valid, HAS_SCALE, MUL_WEIGHT
             )
+
+
+@triton.jit
+def _k_step(
+    acc,
+    a_ptrs,
+    b_ptrs,
+    valid,
+    n_ok,
+    K,
+    kb,
+    a_s_ptrs,
+    b_s_ptrs,
+    stride_ask,
+    stride_bsk,
+    BLOCK_K: tl.constexpr,
+    MASK_K: tl.constexpr,
+    PRECISE_ACC: tl.constexpr,
+    SCALE_BLOCK: tl.constexpr,
+):
+    """One K block of the fused kernel: the gathered rows of A and the expert's B tile, K-masked only for the tail
+    block (MASK_K), multiplied into the fp32 accumulator (block scales: the block's dot scaled, then added)."""
+    if MASK_K:
+        k_left = K - kb * BLOCK_K - tl.arange(0, BLOCK_K)  # > 0 inside K
+        a = tl.load(a_ptrs, mask=valid[:, None] & (k_left[None, :] > 0), other=0.0)
+        b = tl.load(b_ptrs, mask=n_ok[None, :] & (k_left[:, None] > 0), other=0.0)
+    else:
+        a = tl.load(a_ptrs, mask=valid[:, None], other=0.0)
+        b = tl.load(b_ptrs, mask=n_ok[None, :], other=0.0)
+    if SCALE_BLOCK:
+        return add_scaled(acc, tl.dot(a, b, max_num_imprecise_acc=PRECISE_ACC), a_s_ptrs, b_s_ptrs,
+                          (kb * BLOCK_K) // SCALE_BLOCK, stride_ask, stride_bsk)  # fmt: skip
+    return tl.dot(a, b, acc, max_num_imprecise_acc=PRECISE_ACC)
 
 
 @triton.jit

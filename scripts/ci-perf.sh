@@ -5,7 +5,8 @@
 # CONFIRM=0 fails on the first comparison), 0 otherwise.
 #   BASELINE=h100                    results/baselines/$BASELINE.parquet (or a path)
 #   SHAPES="llama70b-attn llama70b-mlp"   shape sets to run, each with --m decode
-#   RUN_ARGS="--budget 0.3"           more `gemmbench run` options (e.g. --variants ...)
+#   RUN_ARGS="--budget 0.3 --scaling tensor,row"   more `gemmbench run` options (e.g. --variants ...); the default
+#                                     runs fp8 per tensor and row-wise, the cells the committed baseline holds
 #   THRESHOLD=5%   FAIL_ON=slower,failing   ARTIFACTS=perf-artifacts
 # Refresh the baseline from a run you trust:  gemmbench baseline save $ARTIFACTS/runs --name h100
 set -uo pipefail
@@ -15,7 +16,7 @@ ARTIFACTS=${ARTIFACTS:-perf-artifacts}
 mkdir -p "$ARTIFACTS/runs"
 for set in $SHAPES; do
   # shellcheck disable=SC2086  # RUN_ARGS is a list of options
-  gemmbench run --shapes "$set" --m decode ${RUN_ARGS:---budget 0.3} --out "$ARTIFACTS/runs/$set.parquet" \
+  gemmbench run --shapes "$set" --m decode ${RUN_ARGS:---budget 0.3 --scaling tensor,row} --out "$ARTIFACTS/runs/$set.parquet" \
     > "$ARTIFACTS/$set.txt" || { echo "gemmbench run --shapes $set failed (see $ARTIFACTS/$set.txt)"; exit 2; }
 done
 cmp() {  # runs-folder name: compare.json and compare.md for it; the exit code of the comparison
@@ -43,7 +44,7 @@ for s in sorted({r["cell"].split()[0] for r in hits}):
 PY
   while read -r set variants; do
     # shellcheck disable=SC2086
-    gemmbench run --shapes "$set" --m decode ${RUN_ARGS:---budget 0.3} --variants "$variants" \
+    gemmbench run --shapes "$set" --m decode ${RUN_ARGS:---budget 0.3 --scaling tensor,row} --variants "$variants" \
       --out "$ARTIFACTS/retry/$set.parquet" > "$ARTIFACTS/retry-$set.txt" || true
   done < "$ARTIFACTS/retry.txt"
   cmp retry compare-retry

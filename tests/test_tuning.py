@@ -151,8 +151,11 @@ def test_config_files_in_the_repository_are_valid():
     for f in files:
         data = json.loads(f.read_text())
         assert f.parent.name == data["variant"] and f.parent.parent.name == tuning.gpu_dirname(data["gpu"])
-        moe = f"E={data['E']},topk={data['topk']}," if "E" in data else ""
-        assert f.name == f"{moe}N={data['N']},K={data['K']},dtype={data['dtype']}.json"
+        # E is the experts one rank holds; ep and a scaling other than per tensor are named only where they apply
+        ep = f"ep={data['ep']}," if data.get("ep", 1) > 1 else ""
+        moe = f"E={data['E']},{ep}topk={data['topk']}," if "E" in data else ""
+        scaling = f",scaling={data['scaling']}" if data.get("scaling", "tensor") not in ("tensor", "none") else ""
+        assert f.name == f"{moe}N={data['N']},K={data['K']},dtype={data['dtype']}{scaling}.json"
         v = registry.get(data["variant"])
         for bucket, entry in data["buckets"].items():
             assert int(bucket) == tuning.m_bucket(int(bucket), bool(moe)) and entry["time_us"] > 0
