@@ -26,3 +26,26 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+class TaskContext:
+    """What tasks.time_task sees of its worker, in this process: the run's timer, the results collected, a failure
+    raised (tests/test_memory.py on the CPU, tests/test_gpu_memory.py on the GPU)."""
+
+    def __init__(self, timing: str, devname: str, timer):
+        from types import SimpleNamespace
+
+        from gemmbench import device
+
+        self.args = SimpleNamespace(timing=timing)
+        self.dev, self.devname, self.provenance, self.ceilings = device.detect(), devname, {}, None
+        self.timer, self.rows = timer, {}
+
+    def begin(self, item, phase):
+        pass
+
+    def result(self, item, rows=None, passed=False):
+        self.rows[item] = rows
+
+    def failed(self, item, rows_for, phase, exc):
+        raise AssertionError(f"{item} failed in {phase}: {exc}")

@@ -22,6 +22,7 @@ import pandas as pd
 import pytest
 import yaml
 from conftest import HAS_CUDA, PLUGINS
+from test_shapes import BUILTINS as BUILTIN_SETS  # one list of the built-in sets
 from typer.testing import CliRunner
 
 from gemmbench import dtypes, registry, shapes, store
@@ -31,23 +32,7 @@ from gemmbench.worker import CPU_SAMPLES
 
 cpu_only = pytest.mark.skipif(HAS_CUDA, reason="tests the CPU path (no CUDA GPU)")
 
-BUILTIN_SETS = [
-    "deepseek-v3",
-    "gpt-oss-120b",
-    "llama3-405b",
-    "llama4-maverick",
-    "llama4-scout",
-    "llama70b",
-    "llama70b-attn",
-    "llama70b-mlp",
-    "mixtral-8x22b-moe",
-    "mixtral-moe",
-    "qwen2.5-72b",
-    "qwen3-235b-a22b",
-    "qwen3-30b-a3b",
-    "seed001-tkgemm",
-    "smoke",
-]
+
 BUILTIN_FAMILIES = {
     "cublas_bf16": "cublas",
     "cublas_fp16": "cublas",

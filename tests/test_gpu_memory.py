@@ -5,10 +5,10 @@ the worker's time task on a real GPU.  No timing is asserted."""
 from __future__ import annotations
 
 from dataclasses import asdict
-from types import SimpleNamespace
 
 import pytest
 import torch
+from conftest import TaskContext
 
 from gemmbench import device, memory, registry, tasks
 from gemmbench.check import check_cell
@@ -67,27 +67,9 @@ def test_deepseek_v3_routed_experts_check_ok_within_the_bound(gemm, M, name, dty
     assert bound < E * N * K * (4 + (1 if dtype == "fp8" else 2))
 
 
-class _Ctx:
-    """What tasks.time_task sees of its worker, in this process on the GPU: the run's Timer, results collected."""
-
-    def __init__(self, timing: str):
-        self.args = SimpleNamespace(timing=timing)
-        self.dev, self.devname, self.provenance, self.ceilings = device.detect(), "cuda", {}, None
-        self.timer, self.rows = Timer(timing, budget_s=0.05), {}
-
-    def begin(self, item, phase):
-        pass
-
-    def result(self, item, rows=None, passed=False):
-        self.rows[item] = rows
-
-    def failed(self, item, rows_for, phase, exc):
-        raise AssertionError(f"{item} failed in {phase}: {exc}")
-
-
 def _time_row(timing: str) -> dict:
     p = Problem("test", "g", 16, 4096, 4096, "bf16")  # a 32 MiB weight: 16 copies make the 512 MiB floor
-    ctx = _Ctx(timing)
+    ctx = TaskContext(timing, "cuda", Timer(timing, budget_s=0.05))
     tasks.time_task(ctx, {"task": "time", "items": ["cublas_bf16"], "problem": asdict(p), "seed": 1})
     [row] = ctx.rows["cublas_bf16"]
     assert row["status"] == "ok", row.get("reason")

@@ -8,12 +8,12 @@ from __future__ import annotations
 import math
 import weakref
 from dataclasses import asdict
-from types import SimpleNamespace
 
 import pytest
 import torch
+from conftest import TaskContext
 
-from gemmbench import check, device, dtypes, inputs, memory, tasks
+from gemmbench import check, dtypes, inputs, memory, tasks
 from gemmbench.check import reference
 from gemmbench.inputs import GemmInputs, draw, make_inputs, quantize_fp8
 from gemmbench.shapes import Problem
@@ -324,24 +324,6 @@ class StreamOnCpu(Timer):
         return Prepared(take=lambda n: [1.0] * n, keep=list(fns), cell=cell)
 
 
-class Ctx:
-    """What tasks.time_task sees of its worker, on the CPU: a stream timer, results collected."""
-
-    def __init__(self):
-        self.args = SimpleNamespace(timing="stream")
-        self.dev, self.devname, self.provenance, self.ceilings = device.detect(), "cpu", {}, None
-        self.timer, self.rows = StreamOnCpu(), {}
-
-    def begin(self, item, phase):
-        pass
-
-    def result(self, item, rows=None, passed=False):
-        self.rows[item] = rows
-
-    def failed(self, item, rows_for, phase, exc):
-        raise AssertionError(f"{item} failed in {phase}: {exc}")
-
-
 def _time(monkeypatch, free, peaks=None):
     """tasks.time_task on cublas_fp16 at 4 x 32 x 16 with `free` bytes free; returns (its row, the timer, draws)."""
     draws, real = [], tasks.make_inputs
@@ -354,7 +336,7 @@ def _time(monkeypatch, free, peaks=None):
     monkeypatch.setattr(memory, "free_bytes", lambda dev: free)
     if peaks is not None:  # a GPU's peak counter, replayed: each read returns the next value
         monkeypatch.setattr(memory, "peak_bytes", lambda dev: peaks.pop(0))
-    ctx = Ctx()
+    ctx = TaskContext("stream", "cpu", StreamOnCpu())
     p = Problem("test", "g", 4, 32, 16, "fp16")
     tasks.time_task(ctx, {"task": "time", "items": ["cublas_fp16"], "problem": asdict(p), "seed": 100})
     [row] = ctx.rows["cublas_fp16"]
