@@ -186,7 +186,8 @@ def test_every_committed_config_loads_into_its_family_dataclass():
             assert list(back.items()) == list(entry["config"].items()), f"{f} bucket {bucket}"
             # a file's E is one rank's experts; under expert parallelism (ep) the model has E * ep
             E, topk, ep = data.get("E", 1), data.get("topk", 1), data.get("ep", 1)
-            problem = Problem("s", "g", int(bucket), data["N"], data["K"], data["dtype"], E=E * ep, topk=topk, ep=ep)
+            problem = Problem("s", "g", int(bucket), data["N"], data["K"], data["dtype"], E=E * ep, topk=topk, ep=ep,
+                              scaling=data.get("scaling", "tensor"))  # fmt: skip
             assert tuning.stored(v.name, problem, data["gpu"])[0] == config
 
 
