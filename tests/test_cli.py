@@ -662,8 +662,32 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
+# Each call sleeps 50 ms, so that the sweep below (24 cells, 7 calls each on the CPU path: about 8 s) is still running
+# when its first row has landed: with the CPU path's 5 samples a cell, the plain sweep once finished in 4 s, before
+# the interrupt reached it.
+SLOW_PLUGIN = """
+import time
+import torch
+from gemmbench.registry import Launch, Variant, register
+
+def _make(problem, inputs):
+    out = torch.empty((problem.M, problem.N), dtype=inputs.out_dtype)
+    w = inputs.b.t()
+
+    def run():
+        time.sleep(0.05)
+        return torch.mm(inputs.a, w, out=out)
+
+    return Launch(fn=run, out=out)
+
+register(Variant("test_slow_mm", "test", ("fp16",), "sleeps 50 ms a call", _make, source=__file__))
+"""
+
+
 def test_interrupted_run_keeps_its_rows(tmp_path):
     out = tmp_path / "i.parquet"
+    plugin = tmp_path / "slow.py"
+    plugin.write_text(SLOW_PLUGIN)
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -676,8 +700,10 @@ def test_interrupted_run_keeps_its_rows(tmp_path):
             "fp16",
             "--m",
             "1,5,16,33",
+            "--plugin",
+            str(plugin),
             "--variants",
-            "cublas_fp16,triton_dp_row",
+            "cublas_fp16,test_slow_mm",
             "--budget",
             "0.01",
             "--out",
