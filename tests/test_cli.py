@@ -662,9 +662,9 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
-# Each call sleeps 50 ms, so that the sweep below (24 cells, 7 calls each on the CPU path: about 8 s) is still running
-# when its first row has landed: with the CPU path's 5 samples a cell, the plain sweep once finished in 4 s, before
-# the interrupt reached it.
+# Each call sleeps 0.3 s, so that the sweep below (12 of its 24 cells call it 7 times on the CPU path: about 25 s) is
+# still running when its first row has landed: the plain sweep finishes in 4 s with the CPU path's 5 samples a cell,
+# and with 50 ms a call (7 s) a loaded 2-core machine still saw the sweep end before the interrupt.
 SLOW_PLUGIN = """
 import time
 import torch
@@ -675,12 +675,12 @@ def _make(problem, inputs):
     w = inputs.b.t()
 
     def run():
-        time.sleep(0.05)
+        time.sleep(0.3)
         return torch.mm(inputs.a, w, out=out)
 
     return Launch(fn=run, out=out)
 
-register(Variant("test_slow_mm", "test", ("fp16",), "sleeps 50 ms a call", _make, source=__file__))
+register(Variant("test_slow_mm", "test", ("fp16",), "sleeps 0.3 s a call", _make, source=__file__))
 """
 
 
