@@ -479,7 +479,8 @@ def load_profile_tables(paths) -> pd.DataFrame:
     tables = load_side_tables(paths, "profile_schema", "not a gemmbench profile table (no profile_schema column)")
     df = _scaling_as_before(_ep_one(pd.concat([df for _, df in tables], ignore_index=True)))
     # tables written before layer kinds (issue 18) held one kind of layer: ""
-    return df.assign(layer_kind=df["layer_kind"].fillna("") if "layer_kind" in df.columns else "")
+    kinds = df["layer_kind"].map(lambda k: k if isinstance(k, str) else "") if "layer_kind" in df.columns else ""
+    return df.assign(layer_kind=kinds)
 
 
 def _scaling_as_before(df: pd.DataFrame) -> pd.DataFrame:
@@ -590,4 +591,5 @@ def load_layer_tables(paths) -> pd.DataFrame:
     if "scaling" not in df.columns:  # before block scales: per tensor, or none for a 16-bit layer
         df = df.assign(scaling=[older_scaling(d, "") for d in df["dtype"]])
     # tables written before layer kinds (issue 18) held one kind of layer: ""
-    return df.assign(layer_kind=df["layer_kind"].fillna("") if "layer_kind" in df.columns else "")
+    kinds = df["layer_kind"].map(lambda k: k if isinstance(k, str) else "") if "layer_kind" in df.columns else ""
+    return df.assign(layer_kind=kinds)
