@@ -67,24 +67,20 @@ class Fields:
 
     def size(self, key: str, default: int | None = None) -> int:
         """A positive integer; null or absent -> `default` (configs write "head_dim": null to mean "derive it")."""
-        value = self.raw(key)
-        if value is None:
-            if default is None:
-                raise ShapeError(f"{self.src}: missing field '{self.prefix}{key}'")
-            return default
-        if not _is_int(value) or value <= 0:
-            raise self.error(key, f"must be a positive integer, got {value!r}")
-        return value
+        return self._int(key, default, 1, "a positive integer")
 
     def count(self, key: str, default: int | None = None) -> int:
         """A non-negative integer (0 means none); null or absent -> `default`."""
+        return self._int(key, default, 0, "a non-negative integer")
+
+    def _int(self, key: str, default: int | None, least: int, what: str) -> int:
         value = self.raw(key)
         if value is None:
             if default is None:
                 raise ShapeError(f"{self.src}: missing field '{self.prefix}{key}'")
             return default
-        if not _is_int(value) or value < 0:
-            raise self.error(key, f"must be a non-negative integer, got {value!r}")
+        if not _is_int(value) or value < least:
+            raise self.error(key, f"must be {what}, got {value!r}")
         return value
 
     def layer_indices(self, key: str, n_layers: int) -> set[int]:
