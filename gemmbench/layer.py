@@ -124,8 +124,7 @@ def layer_problems(
     """One layer's GEMMs at one M, in the set's order (see in_layer); expert GEMMs on rank 0 of `ep`.  A kind of
     layer without experts (a dense prefix layer) runs the same at any EP degree: its problems carry ep 1.  Every GEMM
     of the layer has the one fp8 `scaling` (a block-fp8 layer: every variant chosen runs block)."""
-    if ep > 1 and not any(g.is_moe for g in sset.gemms):
-        raise LayerError(f"{sset.source}: --ep {ep} needs expert GEMMs (E > 1), and {sset.name!r} has none")
+    shapes.check_ep(sset, ep)  # the whole model's experts: a dense-prefix layer alone has none and runs at ep 1
     gemms = [g for g in sset.gemms if in_layer(g, kind)]
     if not gemms:
         what = f"{kind} " if kind else ""

@@ -351,6 +351,15 @@ def apply_ep(gemm: Gemm, ep: int) -> int:
     return ep
 
 
+def check_ep(shape_set: ShapeSet, ep: int) -> None:
+    """An EP degree the set can take: a positive integer, above 1 only for a set with expert GEMMs."""
+    if not _is_int(ep) or ep < 1:
+        raise ShapeError(f"{shape_set.source}: ep must be a positive integer, got {ep!r}")
+    if ep > 1 and not any(g.is_moe for g in shape_set.gemms):
+        raise ShapeError(f"{shape_set.source}: ep={ep} needs expert GEMMs (E > 1), and set {shape_set.name!r} has "
+                         f"none (its GEMMs: {', '.join(g.name for g in shape_set.gemms)})")  # fmt: skip
+
+
 def problems(
     shape_set: ShapeSet,
     dtype_names: Sequence[str],
@@ -377,11 +386,7 @@ def problems(
         if not m_values:
             raise ShapeError(f"{shape_set.source}: empty M list")
         ms = tuple(sorted({_positive(m, "every M", shape_set.source) for m in m_values}))
-    if not _is_int(ep) or ep < 1:
-        raise ShapeError(f"{shape_set.source}: ep must be a positive integer, got {ep!r}")
-    if ep > 1 and not any(g.is_moe for g in shape_set.gemms):
-        raise ShapeError(f"{shape_set.source}: ep={ep} needs expert GEMMs (E > 1), and set {shape_set.name!r} has "
-                         f"none (its GEMMs: {', '.join(g.name for g in shape_set.gemms)})")  # fmt: skip
+    check_ep(shape_set, ep)
     out = []
     for gemm in shape_set.gemms:
         try:
