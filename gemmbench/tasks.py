@@ -35,6 +35,11 @@ def _run_row(ctx, problem: Problem, variant, status: str, reason: str = "", **ex
     return row
 
 
+def _error_rows(ctx, problem: Problem, variant, peak: Optional[int]) -> Callable[[str], list]:
+    """The `error` row of a variant, with the peak GPU memory its cell reached, for ctx.failed to fill with the reason."""
+    return lambda reason: [_run_row(ctx, problem, variant, "error", reason, gpu_mem_peak_bytes=peak)]
+
+
 def _l2_state(mode: str) -> str:
     return L2_STATE.get(mode, "cold")
 
@@ -61,8 +66,7 @@ def time_task(ctx, task: dict) -> None:
         except Exception as exc:  # noqa: BLE001 - recorded as the cell's error, the sweep goes on
             inputs = None  # not held through the next variant's draw
             peak = memory.peak_bytes(ctx.devname)
-            ctx.failed(name, lambda r, v=variant, pk=peak: [_run_row(ctx, problem, v, "error", r, gpu_mem_peak_bytes=pk)],
-                       "check", exc)  # fmt: skip
+            ctx.failed(name, _error_rows(ctx, problem, variant, peak), "check", exc)
             continue
         res, config = checked.result, checked.launch.config
         del inputs, checked  # freed before the next variant's draw and the timing's copies (a 15 GiB weight each)
@@ -101,8 +105,7 @@ def _time(ctx, problem: Problem, passed: dict, peaks: dict, seed: int) -> None:
             ctx.result(name, [_run_row(ctx, problem, variant, "skipped", str(exc))])
         except Exception as exc:  # noqa: BLE001
             pk = _max(peaks[name], memory.peak_bytes(ctx.devname))
-            ctx.failed(name, lambda r, v=variant, pk=pk: [_run_row(ctx, problem, v, "error", r, gpu_mem_peak_bytes=pk)],
-                       "time", exc)  # fmt: skip
+            ctx.failed(name, _error_rows(ctx, problem, variant, pk), "time", exc)
     current = None
     while True:
         try:
@@ -111,8 +114,7 @@ def _time(ctx, problem: Problem, passed: dict, peaks: dict, seed: int) -> None:
             break
         except Exception as exc:  # noqa: BLE001 - drop the failing variant, keep timing the rest
             v, pk = passed[current][0], peaks[current]
-            ctx.failed(current, lambda r, v=v, pk=pk: [_run_row(ctx, problem, v, "error", r, gpu_mem_peak_bytes=pk)],
-                       "time", exc)  # fmt: skip
+            ctx.failed(current, _error_rows(ctx, problem, v, pk), "time", exc)
             del prepared[current]
     for name, p in prepared.items():
         variant, err = passed[name]
