@@ -215,10 +215,13 @@ def gpu_dirname(gpu: str) -> str:
     return re.sub(r"[^A-Za-z0-9]+", "_", gpu).strip("_")
 
 
-def _scaled(problem: Problem) -> bool:
-    """Whether a problem's scaling names its stored configs: fp8 scaled other than per tensor (block scales make
-    another kernel: another K loop, BLOCK_K at most 128)."""
-    return problem.scaling not in (dtypes.REFERENCE_SCALING, dtypes.UNSCALED)
+def _config_scaling(problem: Problem) -> Optional[str]:
+    """The scaling that names a problem's stored configs, or None for per tensor and 16-bit (their files keep the
+    names they had before scalings).  Block scales make another kernel (another K loop, BLOCK_K at most 128);
+    block-ue8m0 runs the block kernel with other scale values, so it reads and writes the block configs."""
+    if problem.scaling in (dtypes.REFERENCE_SCALING, dtypes.UNSCALED):
+        return None
+    return "block" if dtypes.SCALINGS[problem.scaling].k_block is not None else problem.scaling
 
 
 def config_path(variant: str, problem: Problem, gpu: str) -> Path:
@@ -228,7 +231,7 @@ def config_path(variant: str, problem: Problem, gpu: str) -> Path:
     than per tensor ends the name (,scaling=block): per-tensor files keep the names they had before scalings."""
     ep = f"ep={problem.ep}," if problem.ep > 1 else ""
     moe = f"E={problem.local_experts},{ep}topk={problem.topk}," if problem.is_moe else ""
-    scaling = f",scaling={problem.scaling}" if _scaled(problem) else ""
+    scaling = f",scaling={_config_scaling(problem)}" if _config_scaling(problem) else ""
     name = f"{moe}N={problem.N},K={problem.K},dtype={problem.dtype}{scaling}.json"
     return configs_root() / gpu_dirname(gpu) / variant / name
 
@@ -282,8 +285,8 @@ def save(variant: str, problem: Problem, gpu: str, config: KernelConfig, us: flo
     }
     if problem.is_moe:  # E: the experts of one rank, as in the file name
         data.update(E=problem.local_experts, topk=problem.topk, **({"ep": problem.ep} if problem.ep > 1 else {}))
-    if _scaled(problem):
-        data["scaling"] = problem.scaling
+    if _config_scaling(problem):
+        data["scaling"] = _config_scaling(problem)
     bucket = str(m_bucket(problem.M, problem.is_moe))
     data["buckets"][bucket] = {"config": config.to_dict(), "time_us": round(us, 3), **about}
     data["buckets"] = dict(sorted(data["buckets"].items(), key=lambda kv: int(kv[0])))

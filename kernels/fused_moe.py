@@ -34,6 +34,7 @@ from gemmbench.kernels.tile_loop import (
     block_scaled,
     fit_block_k,
     fp8_promote_every,
+    weight_scale_ptrs,
 )
 from gemmbench.registry import Launch, Variant, register
 
@@ -102,7 +103,9 @@ def fused_moe_kernel(
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     if SCALE_BLOCK:  # the gathered tokens' group scales, this expert's block rows (tile_loop.py)
         a_s_ptrs = a_bscale_ptr + tokens * stride_asm
-        b_s_ptrs = b_bscale_ptr + expert * stride_bse + (rows_b // SCALE_BLOCK) * stride_bsn
+        b_s_ptrs = weight_scale_ptrs(
+            b_bscale_ptr + expert * stride_bse, rows_b, pid_n, stride_bsn, BLOCK_N, SCALE_BLOCK
+        )
     else:  # not read
         a_s_ptrs = a_bscale_ptr
         b_s_ptrs = b_bscale_ptr
@@ -112,13 +115,13 @@ def fused_moe_kernel(
     full_end = kb_end if EVEN_K else tl.minimum(kb_end, K // BLOCK_K)
     for kb in range(kb_start, full_end):
         acc = _k_step(acc, a_ptrs, b_ptrs, valid, n_ok, K, kb, a_s_ptrs, b_s_ptrs, stride_ask, stride_bsk,
-                      BLOCK_K, False, PRECISE_ACC, SCALE_BLOCK)  # fmt: skip
+                      BLOCK_N, BLOCK_K, False, PRECISE_ACC, SCALE_BLOCK)  # fmt: skip
         a_ptrs += BLOCK_K * stride_ak
         b_ptrs += BLOCK_K * stride_bk
     if not EVEN_K:
         for kb in range(tl.maximum(kb_start, full_end), kb_end):  # the tail block, if this split holds it
             acc = _k_step(acc, a_ptrs, b_ptrs, valid, n_ok, K, kb, a_s_ptrs, b_s_ptrs, stride_ask, stride_bsk,
-                          BLOCK_K, True, PRECISE_ACC, SCALE_BLOCK)  # fmt: skip
+                          BLOCK_N, BLOCK_K, True, PRECISE_ACC, SCALE_BLOCK)  # fmt: skip
     mask = valid[:, None] & n_ok[None, :]
     c_ptrs = c_ptr + slots[:, None] * stride_cm + offs_n[None, :] * stride_cn
     if not SPLIT:
@@ -146,6 +149,7 @@ def _k_step(
     b_s_ptrs,
     stride_ask,
     stride_bsk,
+    BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
     MASK_K: tl.constexpr,
     PRECISE_ACC: tl.constexpr,
@@ -162,7 +166,7 @@ def _k_step(
         b = tl.load(b_ptrs, mask=n_ok[None, :], other=0.0)
     if SCALE_BLOCK:
         return add_scaled(acc, tl.dot(a, b, max_num_imprecise_acc=PRECISE_ACC), a_s_ptrs, b_s_ptrs,
-                          (kb * BLOCK_K) // SCALE_BLOCK, stride_ask, stride_bsk)  # fmt: skip
+                          (kb * BLOCK_K) // SCALE_BLOCK, stride_ask, stride_bsk, BLOCK_N, SCALE_BLOCK)  # fmt: skip
     return tl.dot(a, b, acc, max_num_imprecise_acc=PRECISE_ACC)
 
 

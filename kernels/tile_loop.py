@@ -68,14 +68,14 @@ def accumulate_tile(
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     if SCALE_BLOCK:
         a_s_ptrs = a_scale_ptr + rows_a * stride_asm  # (BLOCK_M,): this tile's rows' group scales
-        b_s_ptrs = b_scale_ptr + (rows_b // SCALE_BLOCK) * stride_bsn  # (BLOCK_N,): each column's block row
+        b_s_ptrs = weight_scale_ptrs(b_scale_ptr, rows_b, pid_n, stride_bsn, BLOCK_N, SCALE_BLOCK)
     if TMA:
         for kb in range(kb_start, kb_end):
             a = a_ptr.load([pid_m * BLOCK_M, kb * BLOCK_K])
             b = b_ptr.load([pid_n * BLOCK_N, kb * BLOCK_K])
             if SCALE_BLOCK:
                 acc = add_scaled(acc, tl.dot(a, b.T, max_num_imprecise_acc=PRECISE_ACC), a_s_ptrs, b_s_ptrs,
-                                  (kb * BLOCK_K) // SCALE_BLOCK, stride_ask, stride_bsk)  # fmt: skip
+                                  (kb * BLOCK_K) // SCALE_BLOCK, stride_ask, stride_bsk, BLOCK_N, SCALE_BLOCK)  # fmt: skip
             else:
                 acc = tl.dot(a, b.T, acc, max_num_imprecise_acc=PRECISE_ACC)
     else:
@@ -96,7 +96,7 @@ def accumulate_tile(
                 b = tl.load(b_ptrs, mask=n_ok[None, :] & (offs_k[:, None] < k_left), other=0.0)
             if SCALE_BLOCK:
                 acc = add_scaled(acc, tl.dot(a, b, max_num_imprecise_acc=PRECISE_ACC), a_s_ptrs, b_s_ptrs,
-                                  (kb * BLOCK_K) // SCALE_BLOCK, stride_ask, stride_bsk)  # fmt: skip
+                                  (kb * BLOCK_K) // SCALE_BLOCK, stride_ask, stride_bsk, BLOCK_N, SCALE_BLOCK)  # fmt: skip
             else:
                 acc = tl.dot(a, b, acc, max_num_imprecise_acc=PRECISE_ACC)
             a_ptrs += BLOCK_K * stride_ak
@@ -105,11 +105,30 @@ def accumulate_tile(
 
 
 @triton.jit
-def add_scaled(acc, part, a_s_ptrs, b_s_ptrs, kk, stride_ask, stride_bsk):
-    """acc + part (one K step's fp32 dot) times its rows' and columns' scales of scale block kk along K."""
+def weight_scale_ptrs(b_scale_ptr, rows_b, pid_n, stride_bsn, BLOCK_N: tl.constexpr, SCALE_BLOCK: tl.constexpr):
+    """Where a tile's columns find their weight block scales (one K block's column of them; add_scaled steps along K).
+    A BLOCK_N that divides 128 puts the whole tile inside one 128-row block of the weight (tiles start at multiples of
+    BLOCK_N): one address, so each K step scales by one (BLOCK_M,) vector (a_s * b_s) instead of an outer product,
+    one multiply-add per accumulator element instead of two multiplies and an add.  Otherwise one address per column
+    (its block row n // 128)."""
+    if SCALE_BLOCK % BLOCK_N == 0:
+        return b_scale_ptr + ((pid_n * BLOCK_N) // SCALE_BLOCK) * stride_bsn
+    else:
+        return b_scale_ptr + (rows_b // SCALE_BLOCK) * stride_bsn
+
+
+@triton.jit
+def add_scaled(
+    acc, part, a_s_ptrs, b_s_ptrs, kk, stride_ask, stride_bsk, BLOCK_N: tl.constexpr, SCALE_BLOCK: tl.constexpr
+):
+    """acc + part (one K step's fp32 dot) times its rows' and columns' scales of scale block kk along K (b_s_ptrs as
+    weight_scale_ptrs makes them: one scale for the tile, or one per column)."""
     a_s = tl.load(a_s_ptrs + kk * stride_ask)
     b_s = tl.load(b_s_ptrs + kk * stride_bsk)
-    return acc + part * a_s[:, None] * b_s[None, :]
+    if SCALE_BLOCK % BLOCK_N == 0:
+        return acc + part * (a_s * b_s)[:, None]
+    else:
+        return acc + part * (a_s[:, None] * b_s[None, :])
 
 
 # The K columns one block scale covers (kernels take it as SCALE_BLOCK).

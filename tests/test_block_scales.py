@@ -130,6 +130,20 @@ def test_dense_block_variants_are_ok(name, M):
         assert r.launch.config["SPLIT_K"] == 2  # the reduction ran: K split over two programs
 
 
+@pytest.mark.parametrize("block_n", [32, 128, 256])
+def test_dense_block_tiles_inside_one_weight_block_and_across_two(block_n):
+    """kernels/tile_loop.weight_scale_ptrs: a BLOCK_N dividing 128 (32, 128) reads one weight scale per tile and K step,
+    256 one per column (its tile spans both of N = 200's block rows, the full one and the partial one)."""
+    from gemmbench.kernels.dense_dp import DenseConfig
+
+    p = dense(M=1)
+    x = make_inputs(p, 7, "cpu")
+    t = registry.get("triton_dp_grouped").tunable
+    launch = t.build(p, x, DenseConfig.tile(16, block_n, 64, 4, 1, GROUP_M=1))
+    r = check_cell(p, registry.get("triton_dp_grouped"), x, launch=launch).result
+    assert r.ok, r.detail
+
+
 @pytest.mark.parametrize("name,ep", [("triton_moe_col", 1), ("triton_moe_splitk", 2), ("triton_moe_col", 2)])
 def test_fused_moe_block_variants_are_ok(name, ep):
     p = moe(ep=ep, scaling="block-ue8m0")
@@ -195,6 +209,10 @@ def test_stored_configs_are_named_by_a_scaling_other_than_tensor(tmp_path, monke
     monkeypatch.setenv(tuning.CONFIG_DIR_ENV, str(tmp_path))
     assert tuning.config_path("v", dense(scaling="tensor"), "H100").name == "N=200,K=320,dtype=fp8.json"
     assert tuning.config_path("v", dense(), "H100").name == "N=200,K=320,dtype=fp8,scaling=block.json"
+    # ue8m0 scales run the same kernel (only the scales' values differ): they share the block configs
+    assert (
+        tuning.config_path("v", dense(scaling="block-ue8m0"), "H100").name == "N=200,K=320,dtype=fp8,scaling=block.json"
+    )
 
 
 # ---------------------------------------------------------------- rows, comparisons, plots keyed on scaling
