@@ -1,12 +1,14 @@
 """Configs of the Triton variants: stored per GPU as JSON data, searched by `gemmbench tune`.
 
 A tunable variant (Tunable) has a search space and a build(problem, inputs, config) -> Launch.  Its
-make() takes, in order: the config already chosen for this problem in this process; the stored one
-for the nearest M bucket (kernels/configs/<gpu>/<variant>/N=..,K=..,dtype=...json); otherwise it
-times a few candidates right there (quick, not stored).  `gemmbench run --retune` skips the stored
-files.  Where the config came from is a Provenance, kept beside the config (Launch.provenance); the row's
-`config` says it: "source" is "stored" (with "file" and "bucket"), "tuned" or "only" (nothing to choose:
-one candidate, or Triton's CPU interpreter).
+make() takes, in order: the config already chosen for this problem in this process; a stored one
+(kernels/configs/<gpu>/<variant>/N=..,K=..,dtype=...json): that of M's own bucket, or where M lies between
+two stored buckets the faster of those two buckets' configs at this M (neighbour_buckets, timed here
+when they differ), or where all stored buckets lie on one side of M the nearest; otherwise it times a few
+candidates right there (quick, not stored).  `gemmbench run --retune` skips the stored files.  Where the
+config came from is a Provenance, kept beside the config (Launch.provenance); the row's `config` says it:
+"source" is "stored" (with "file" and "bucket"), "stored-neighbour" (the same, and "neighbours_us"), "tuned"
+or "only" (nothing to choose: one candidate, or Triton's CPU interpreter).
 
 A config is a frozen dataclass of its kernel family (kernels/*.py), a KernelConfig: one field per key of
 its JSON (stored files, the row's `config`), so that the JSON stays what it was when configs were dicts.
@@ -18,7 +20,6 @@ of two from 1: there the token count decides how many experts' weights a call st
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import json
 import math
@@ -79,29 +80,41 @@ def has_tma() -> bool:
 # ---------------------------------------------------------------- where a config came from
 
 
-Source = Literal["stored", "tuned", "only"]
+Source = Literal["stored", "stored-neighbour", "tuned", "only"]
 
 
 @dataclass(frozen=True)
 class Provenance:
     """Where a config came from, kept beside it (choose(), Launch.provenance), never inside it; in the row's
     `config` JSON its keys come after the config's.  "stored": from `file` (relative to configs_root()), the
-    winner of M bucket `bucket`; "tuned": the fastest of a few candidates timed right here (not stored); "only":
-    nothing to choose (one candidate, or Triton's CPU interpreter)."""
+    winner of M bucket `bucket`; "stored-neighbour": the same, where M lies between two stored buckets and
+    `bucket`'s config was the faster of the two at this M (`neighbours`: each bucket, lower first, with its µs in
+    this process's quick timing, None where it failed to run); "tuned": the fastest of a few candidates timed
+    right here (not stored); "only": nothing to choose (one candidate, or Triton's CPU interpreter)."""
 
     source: Source
     file: Optional[str] = None
     bucket: Optional[int] = None
+    neighbours: Optional[tuple[tuple[int, Optional[float]], ...]] = None
 
     def __post_init__(self) -> None:
-        stored = self.source == "stored"
+        stored = self.source in ("stored", "stored-neighbour")
         placed = (self.file is not None, self.bucket is not None)
+        timed = self.neighbours is not None
         if self.source not in typing.get_args(Source) or placed != (stored, stored):
             raise ValueError(f"not a provenance (a stored config, and only that, has a file and a bucket): {self!r}")
+        if timed != (self.source == "stored-neighbour"):
+            raise ValueError(f"not a provenance (a stored-neighbour config, and only that, has neighbours): {self!r}")
 
     def to_dict(self) -> dict[str, Any]:
-        """Its keys in the row's `config` JSON: source, and where stored, file and bucket."""
-        return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
+        """Its keys in the row's `config` JSON: source; where stored, file and bucket; for a stored-neighbour,
+        "neighbours_us": {"<bucket>": µs or null, ...}, lower bucket first."""
+        out = {
+            k: v for k, v in (("source", self.source), ("file", self.file), ("bucket", self.bucket)) if v is not None
+        }
+        if self.neighbours is not None:
+            out["neighbours_us"] = {str(b): us for b, us in self.neighbours}
+        return out
 
     def __getitem__(self, key: str) -> Any:
         # Read by key where the dict it replaces was: `gemmbench tune --skip-stored` takes stored(...)[1]["bucket"].
@@ -160,15 +173,19 @@ def _read(path: Path) -> dict:
 
 
 def stored(
-    variant: str, problem: Problem, gpu: str, config_type: Optional[type[KernelConfig]] = None
+    variant: str,
+    problem: Problem,
+    gpu: str,
+    config_type: Optional[type[KernelConfig]] = None,
+    bucket: Optional[int] = None,
 ) -> Optional[tuple[KernelConfig, Provenance]]:
-    """(config, where it came from) for the nearest stored M bucket, or None.  config_type: what the file's
-    configs load into (default: the registered variant's)."""
+    """(config, where it came from) for the nearest stored M bucket (or `bucket`, one that stored_buckets
+    listed), or None.  config_type: what the file's configs load into (default: the registered variant's)."""
     path = config_path(variant, problem, gpu)
     buckets = _read(path).get("buckets", {})
     if not buckets:
         return None
-    want = math.log2(m_bucket(problem.M, problem.is_moe))
+    want = math.log2(m_bucket(problem.M, problem.is_moe) if bucket is None else bucket)
     # nearest in log2(M); on a tie the larger bucket (its BLOCK_M covers the smaller M too)
     key = min(buckets, key=lambda b: (abs(math.log2(int(b)) - want), -int(b)))
     try:
@@ -181,6 +198,23 @@ def stored(
     except (ConfigError, KeyError, TypeError) as exc:
         raise TuningError(f"stored config file {path}, bucket {key}: {exc}") from None
     return config, Provenance("stored", rel, int(key))
+
+
+def stored_buckets(variant: str, problem: Problem, gpu: str) -> list[int]:
+    """The M buckets stored for this variant and problem (any M), ascending."""
+    return sorted(int(b) for b in _read(config_path(variant, problem, gpu)).get("buckets", {}))
+
+
+def neighbour_buckets(buckets: list[int], M: int, moe: bool) -> Optional[tuple[int, int]]:
+    """The stored buckets just below and just above M where M lies strictly between two of them (M 100 between 64
+    and 128; M 17 between 16 and 32), else None: M is a stored bucket, or every stored bucket lies on one side of
+    it (stored()'s nearest serves).  M below the smallest bucket a problem has (dense 16: m_bucket's decode M 1..16
+    share it; MoE 1) counts as that bucket."""
+    at = max(M, m_bucket(1, moe))
+    below, above = [b for b in buckets if b < at], [b for b in buckets if b > at]
+    if at in buckets or not below or not above:
+        return None
+    return max(below), min(above)
 
 
 def save(variant: str, problem: Problem, gpu: str, config: KernelConfig, us: float, about: dict) -> Path:
@@ -246,7 +280,15 @@ def choose(t: Tunable, problem: Problem, inputs) -> tuple[KernelConfig, Provenan
     if key in _chosen:
         return _chosen[key]
     gpu = _gpu_name(inputs)
-    found = stored(t.name, problem, gpu, t.config_type) if gpu and os.environ.get(RETUNE_ENV) != "1" else None
+    found = None
+    if gpu and os.environ.get(RETUNE_ENV) != "1":
+        pair = neighbour_buckets(stored_buckets(t.name, problem, gpu), problem.M, problem.is_moe)
+        if pair is None:
+            found = stored(t.name, problem, gpu, t.config_type)
+        else:
+            found = _faster_neighbour(
+                t, problem, inputs, [stored(t.name, problem, gpu, t.config_type, b) for b in pair]
+            )
     if found is None:
         candidates = t.space(problem, gpu is not None, False)
         if len(candidates) == 1 or gpu is None:
@@ -255,6 +297,21 @@ def choose(t: Tunable, problem: Problem, inputs) -> tuple[KernelConfig, Provenan
             found = search(t, problem, inputs, candidates)[0].params, Provenance("tuned")
     _chosen[key] = found
     return found
+
+
+def _faster_neighbour(t: Tunable, problem: Problem, inputs, neighbours: list) -> tuple[KernelConfig, Provenance]:
+    """The faster at this M of two neighbour buckets' stored (config, provenance), lower bucket first.  Timed by
+    search()'s quick pass without a reference, as a run's choice among candidates is (the run's check of the cell
+    then checks the winner), and only where the configs differ: equal ones are the upper bucket's, untimed."""
+    (low, low_at), (high, high_at) = neighbours
+    if low == high:
+        return high, high_at
+    # the upper bucket first: search() sorts stably, so an equal time goes to it, as stored()'s tie does
+    trials = search(t, problem, inputs, [high, low])
+    us = {id(x.params): (round(x.time_us, 3) if not x.error else None) for x in trials}
+    best, at = (high, high_at) if trials[0].params is high else (low, low_at)
+    timed = ((low_at.bucket, us[id(low)]), (high_at.bucket, us[id(high)]))
+    return best, Provenance("stored-neighbour", at.file, at.bucket, timed)
 
 
 @dataclass
