@@ -1,12 +1,14 @@
 """Configs of the Triton variants: stored per GPU as JSON data, searched by `gemmbench tune`.
 
 A tunable variant (Tunable) has a search space and a build(problem, inputs, config) -> Launch.  Its
-make() takes, in order: the config already chosen for this problem in this process; the stored one
-for the nearest M bucket (kernels/configs/<gpu>/<variant>/N=..,K=..,dtype=...json); otherwise it
-times a few candidates right there (quick, not stored).  `gemmbench run --retune` skips the stored
-files.  Where the config came from is a Provenance, kept beside the config (Launch.provenance); the row's
-`config` says it: "source" is "stored" (with "file" and "bucket"), "tuned" or "only" (nothing to choose:
-one candidate, or Triton's CPU interpreter).
+make() takes, in order: the config already chosen for this problem in this process; a stored one
+(kernels/configs/<gpu>/<variant>/N=..,K=..,dtype=...json): that of M's own bucket, or where M lies between
+two stored buckets the faster of those two buckets' configs at this M (neighbour_buckets, timed here
+when they differ), or where all stored buckets lie on one side of M the nearest; otherwise it times a few
+candidates right there (quick, not stored).  `gemmbench run --retune` skips the stored files.  Where the
+config came from is a Provenance, kept beside the config (Launch.provenance); the row's `config` says it:
+"source" is "stored" (with "file" and "bucket"), "stored-neighbour" (the same, and "neighbours_us"), "tuned"
+or "only" (nothing to choose: one candidate, or Triton's CPU interpreter).
 
 A config is a frozen dataclass of its kernel family (kernels/*.py), a KernelConfig: one field per key of
 its JSON (stored files, the row's `config`), so that the JSON stays what it was when configs were dicts.
@@ -18,7 +20,6 @@ of two from 1: there the token count decides how many experts' weights a call st
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import json
 import math
@@ -28,10 +29,11 @@ import typing
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Literal, Mapping, Optional, TypeVar
+from typing import Any, Callable, Literal, Optional
 
 from gemmbench import device, dtypes, registry
 from gemmbench.check import check_cell
+from gemmbench.kernel_config import ConfigError, KernelConfig  # re-exported: kernels/*.py subclass tuning.KernelConfig
 from gemmbench.metrics import flops_bound
 from gemmbench.shapes import Problem
 from gemmbench.store import write_atomic
@@ -75,119 +77,44 @@ def has_tma() -> bool:
     return device.detect().capability >= (9, 0)
 
 
-# ---------------------------------------------------------------- typed configs and their provenance
+# ---------------------------------------------------------------- where a config came from
 
 
-class ConfigError(ValueError):
-    """A kernel config that cannot be: an unknown or missing key, a wrong type or value.  The message names the key."""
-
-
-def _power_of_two(x: int) -> bool:
-    return x > 0 and x & (x - 1) == 0
-
-
-# Cheap checks of the values, by key: what Triton would otherwise reject at compile time, deep in a sweep, or
-# launch wrongly.  tl.arange needs powers of two, and tl.dot at least 16 in every dimension.
-_VALUE_CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
-    **dict.fromkeys(
-        ("BLOCK_M", "BLOCK_N", "BLOCK_K"), (lambda v: _power_of_two(v) and v >= 16, "a power of two >= 16")
-    ),
-    "GROUP_M": (lambda v: v >= 1, ">= 1"),
-    "SPLIT_K": (lambda v: v >= 1, ">= 1"),
-    "num_warps": (_power_of_two, "a power of two"),
-    "num_stages": (lambda v: v >= 1, ">= 1"),
-    "FP8_PROMOTE": (lambda v: v >= 1, ">= 1"),
-}
-
-
-@functools.cache
-def _field_types(cls: type) -> dict[str, Any]:
-    """The fields' types, resolved once per class (the kernels' modules write them as strings)."""
-    hints = typing.get_type_hints(cls)
-    return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
-
-
-_TYPE_NAMES = {int: "an int", bool: "true or false", str: "a string", type(None): "None (not set)"}
-
-
-def _unmet(f: dataclasses.Field, value: Any, hint: Any) -> Optional[str]:
-    """What field f's value must be, where it is not that; else None.  The type is exact (int, bool, str, or an
-    Optional of one): JSON's true is not an int here, nor 16.0."""
-    types = typing.get_args(hint) if typing.get_origin(hint) is typing.Union else (hint,)
-    if type(value) not in types:
-        return " or ".join(_TYPE_NAMES[t] for t in types)
-    choices = f.metadata.get("choices")
-    if value is not None and choices is not None and value not in choices:
-        return "one of " + ", ".join(map(repr, choices))
-    check, what = _VALUE_CHECKS.get(f.name, (None, ""))
-    return what if value is not None and check is not None and not check(value) else None
-
-
-C = TypeVar("C", bound="KernelConfig")
-
-
-class KernelConfig:
-    """Base of the kernel families' configs: frozen, keyword-only dataclasses (kernels/*.py) with one field per
-    key of the config's JSON, declared in the order the keys are written, so the JSON (stored files, the row's
-    `config`) keeps the keys and order it had when configs were dicts.  A field that is None is not set: its
-    key is left out, and the kernel's default applies.  A key that a dict lacks takes the field's default (a
-    SplitK file tuned before TMA existed loads with TMA=False).  A field whose metadata has "choices" takes
-    only those values."""
-
-    def __post_init__(self) -> None:
-        types = _field_types(type(self))
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            want = _unmet(f, value, types[f.name])
-            if want:
-                raise ConfigError(f"{type(self).__name__}: {f.name} must be {want}, not {value!r}")
-
-    @classmethod
-    def from_dict(cls: type[C], data: Mapping[str, Any]) -> C:
-        """The config of a JSON dict (a stored file's); an unknown or missing key, a wrong type or value is a
-        ConfigError that names the key."""
-        fields = {f.name: f for f in dataclasses.fields(cls)}
-        for key in data:
-            if key not in fields:
-                raise ConfigError(f"{cls.__name__}: unknown key {key!r} (known: {', '.join(fields)})")
-        for name, f in fields.items():
-            if name not in data and f.default is dataclasses.MISSING:
-                raise ConfigError(f"{cls.__name__}: missing key {name!r}")
-        return cls(**data)
-
-    @classmethod
-    def tile(cls: type[C], bm: int, bn: int, bk: int, warps: int, stages: int, **knobs: Any) -> C:
-        """The shorthand of the search spaces: tile sizes, warps and stages by position, the rest by name."""
-        return cls(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=warps, num_stages=stages, **knobs)
-
-    def to_dict(self) -> dict[str, Any]:
-        """Its JSON dict: the fields that are set, in their declared order."""
-        return {f.name: v for f in dataclasses.fields(self) if (v := getattr(self, f.name)) is not None}
-
-
-Source = Literal["stored", "tuned", "only"]
+Source = Literal["stored", "stored-neighbour", "tuned", "only"]
 
 
 @dataclass(frozen=True)
 class Provenance:
     """Where a config came from, kept beside it (choose(), Launch.provenance), never inside it; in the row's
     `config` JSON its keys come after the config's.  "stored": from `file` (relative to configs_root()), the
-    winner of M bucket `bucket`; "tuned": the fastest of a few candidates timed right here (not stored); "only":
-    nothing to choose (one candidate, or Triton's CPU interpreter)."""
+    winner of M bucket `bucket`; "stored-neighbour": the same, where M lies between two stored buckets and
+    `bucket`'s config was the faster of the two at this M (`neighbours`: each bucket, lower first, with its µs in
+    this process's quick timing, None where it failed to run); "tuned": the fastest of a few candidates timed
+    right here (not stored); "only": nothing to choose (one candidate, or Triton's CPU interpreter)."""
 
     source: Source
     file: Optional[str] = None
     bucket: Optional[int] = None
+    neighbours: Optional[tuple[tuple[int, Optional[float]], ...]] = None
 
     def __post_init__(self) -> None:
-        stored = self.source == "stored"
+        stored = self.source in ("stored", "stored-neighbour")
         placed = (self.file is not None, self.bucket is not None)
+        timed = self.neighbours is not None
         if self.source not in typing.get_args(Source) or placed != (stored, stored):
             raise ValueError(f"not a provenance (a stored config, and only that, has a file and a bucket): {self!r}")
+        if timed != (self.source == "stored-neighbour"):
+            raise ValueError(f"not a provenance (a stored-neighbour config, and only that, has neighbours): {self!r}")
 
     def to_dict(self) -> dict[str, Any]:
-        """Its keys in the row's `config` JSON: source, and where stored, file and bucket."""
-        return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
+        """Its keys in the row's `config` JSON: source; where stored, file and bucket; for a stored-neighbour,
+        "neighbours_us": {"<bucket>": µs or null, ...}, lower bucket first."""
+        out = {
+            k: v for k, v in (("source", self.source), ("file", self.file), ("bucket", self.bucket)) if v is not None
+        }
+        if self.neighbours is not None:
+            out["neighbours_us"] = {str(b): us for b, us in self.neighbours}
+        return out
 
     def __getitem__(self, key: str) -> Any:
         # Read by key where the dict it replaces was: `gemmbench tune --skip-stored` takes stored(...)[1]["bucket"].
@@ -249,15 +176,19 @@ def _read(path: Path) -> dict:
 
 
 def stored(
-    variant: str, problem: Problem, gpu: str, config_type: Optional[type[KernelConfig]] = None
+    variant: str,
+    problem: Problem,
+    gpu: str,
+    config_type: Optional[type[KernelConfig]] = None,
+    bucket: Optional[int] = None,
 ) -> Optional[tuple[KernelConfig, Provenance]]:
-    """(config, where it came from) for the nearest stored M bucket, or None.  config_type: what the file's
-    configs load into (default: the registered variant's)."""
+    """(config, where it came from) for the nearest stored M bucket (or `bucket`, one that stored_buckets
+    listed), or None.  config_type: what the file's configs load into (default: the registered variant's)."""
     path = config_path(variant, problem, gpu)
     buckets = _read(path).get("buckets", {})
     if not buckets:
         return None
-    want = math.log2(m_bucket(problem.M, problem.is_moe))
+    want = math.log2(m_bucket(problem.M, problem.is_moe) if bucket is None else bucket)
     # nearest in log2(M); on a tie the larger bucket (its BLOCK_M covers the smaller M too)
     key = min(buckets, key=lambda b: (abs(math.log2(int(b)) - want), -int(b)))
     try:
@@ -270,6 +201,23 @@ def stored(
     except (ConfigError, KeyError, TypeError) as exc:
         raise TuningError(f"stored config file {path}, bucket {key}: {exc}") from None
     return config, Provenance("stored", rel, int(key))
+
+
+def stored_buckets(variant: str, problem: Problem, gpu: str) -> list[int]:
+    """The M buckets stored for this variant and problem (any M), ascending."""
+    return sorted(int(b) for b in _read(config_path(variant, problem, gpu)).get("buckets", {}))
+
+
+def neighbour_buckets(buckets: list[int], M: int, moe: bool) -> Optional[tuple[int, int]]:
+    """The stored buckets just below and just above M where M lies strictly between two of them (M 100 between 64
+    and 128; M 17 between 16 and 32), else None: M is a stored bucket, or every stored bucket lies on one side of
+    it (stored()'s nearest serves).  M below the smallest bucket a problem has (dense 16: m_bucket's decode M 1..16
+    share it; MoE 1) counts as that bucket."""
+    at = max(M, m_bucket(1, moe))
+    below, above = [b for b in buckets if b < at], [b for b in buckets if b > at]
+    if at in buckets or not below or not above:
+        return None
+    return max(below), min(above)
 
 
 def save(variant: str, problem: Problem, gpu: str, config: KernelConfig, us: float, about: dict) -> Path:
@@ -335,7 +283,15 @@ def choose(t: Tunable, problem: Problem, inputs) -> tuple[KernelConfig, Provenan
     if key in _chosen:
         return _chosen[key]
     gpu = _gpu_name(inputs)
-    found = stored(t.name, problem, gpu, t.config_type) if gpu and os.environ.get(RETUNE_ENV) != "1" else None
+    found = None
+    if gpu and os.environ.get(RETUNE_ENV) != "1":
+        pair = neighbour_buckets(stored_buckets(t.name, problem, gpu), problem.M, problem.is_moe)
+        if pair is None:
+            found = stored(t.name, problem, gpu, t.config_type)
+        else:
+            found = _faster_neighbour(
+                t, problem, inputs, [stored(t.name, problem, gpu, t.config_type, b) for b in pair]
+            )
     if found is None:
         candidates = t.space(problem, gpu is not None, False)
         if len(candidates) == 1 or gpu is None:
@@ -344,6 +300,21 @@ def choose(t: Tunable, problem: Problem, inputs) -> tuple[KernelConfig, Provenan
             found = search(t, problem, inputs, candidates)[0].params, Provenance("tuned")
     _chosen[key] = found
     return found
+
+
+def _faster_neighbour(t: Tunable, problem: Problem, inputs, neighbours: list) -> tuple[KernelConfig, Provenance]:
+    """The faster at this M of two neighbour buckets' stored (config, provenance), lower bucket first.  Timed by
+    search()'s quick pass without a reference, as a run's choice among candidates is (the run's check of the cell
+    then checks the winner), and only where the configs differ: equal ones are the upper bucket's, untimed."""
+    (low, low_at), (high, high_at) = neighbours
+    if low == high:
+        return high, high_at
+    # the upper bucket first: search() sorts stably, so an equal time goes to it, as stored()'s tie does
+    trials = search(t, problem, inputs, [high, low])
+    us = {id(x.params): (round(x.time_us, 3) if not x.error else None) for x in trials}
+    best, at = (high, high_at) if trials[0].params is high else (low, low_at)
+    timed = ((low_at.bucket, us[id(low)]), (high_at.bucket, us[id(high)]))
+    return best, Provenance("stored-neighbour", at.file, at.bucket, timed)
 
 
 @dataclass

@@ -25,10 +25,16 @@ def _make_mm(problem, inputs) -> Launch:
     return Launch(fn=lambda: torch.mm(a, bt, out=out), out=out)
 
 
+def scaled_mm_operands(inputs) -> tuple:
+    """torch._scaled_mm's operands (a, b, scale_a, scale_b) of fp8 inputs, per tensor or row-wise (inductor_mm
+    compiles the same call)."""
+    bt = inputs.b.t()  # _scaled_mm wants B column-major: the (N, K) weight's transpose
+    sb = inputs.b_scale.reshape(1, -1) if inputs.scaling == "row" else inputs.b_scale  # row-wise: (1, N)
+    return inputs.a, bt, inputs.a_scale, sb
+
+
 def _make_scaled_mm(problem, inputs) -> Launch:
-    a, bt = inputs.a, inputs.b.t()  # _scaled_mm wants B column-major: the (N, K) weight's transpose
-    sa = inputs.a_scale
-    sb = inputs.b_scale.reshape(1, -1) if inputs.scaling == "row" else inputs.b_scale
+    a, bt, sa, sb = scaled_mm_operands(inputs)
     out_dtype = inputs.out_dtype
     return Launch(fn=lambda: torch._scaled_mm(a, bt, scale_a=sa, scale_b=sb, out_dtype=out_dtype))
 
@@ -51,7 +57,9 @@ def _scaled_mm_error(device_kind: str, scaling: str) -> Optional[str]:
         return f"torch._scaled_mm ({scaling}-wise) is not available here: {str(exc).splitlines()[0][:160]}"
 
 
-def _fp8_supports(scaling: str):
+def fp8_supports(scaling: str):
+    """supports() of a _scaled_mm at this scaling: N and K, the GPU, and whether this torch has the path."""
+
     def supports(problem, device) -> Optional[str]:
         if problem.N % 16 or problem.K % 16:
             return f"torch._scaled_mm needs N and K divisible by 16 (N={problem.N}, K={problem.K})"
@@ -71,7 +79,7 @@ register(
         ("fp8",),
         "torch._scaled_mm, fp8 e4m3, per-tensor scales, bf16 out",
         _make_scaled_mm,
-        supports=_fp8_supports("tensor"),
+        supports=fp8_supports("tensor"),
         baseline=("fp8",),
         scalings=("tensor",),
     )
@@ -83,7 +91,7 @@ register(
         ("fp8",),
         "torch._scaled_mm, fp8 e4m3, row-wise scales, bf16 out",
         _make_scaled_mm,
-        supports=_fp8_supports("row"),
+        supports=fp8_supports("row"),
         baseline=("fp8",),
         scalings=("row",),
     )

@@ -176,6 +176,32 @@ def test_cublas_on_gpu(name, dtype):
     assert _check(name, 16, 1280, 8192, dtype) is None
 
 
+@pytest.mark.parametrize("dtype,scaling", [("bf16", "none"), ("fp8", "tensor"), ("fp8", "row")])
+def test_inductor_mm_on_gpu(dtype, scaling):
+    """torch.compile's max-autotune against the fp32 reference; its compile in make() with the time in the config,
+    and none in the timing: stream mode captures the compiled call in the harness's own CUDA graph."""
+    from torch._dynamo.utils import counters
+
+    from gemmbench import registry
+    from gemmbench.check import check_cell
+    from gemmbench.device import detect
+    from gemmbench.inputs import make_inputs
+    from gemmbench.shapes import Problem
+    from gemmbench.timing import Timer
+
+    v = registry.get("inductor_mm")
+    p = Problem("test", "g", 64, 1280, 1024, dtype, scaling=scaling)
+    assert v.unsupported_reason(p, detect()) is None  # a Hopper GPU with Triton runs all three
+    checked = check_cell(p, v, make_inputs(p, 1, "cuda"))
+    assert checked.result.ok, f"inductor_mm {dtype} {scaling}: {checked.result.detail}"
+    config = checked.launch.config
+    assert config["mode"] == "max-autotune-no-cudagraphs" and config["dynamic"] is False and config["compile_s"] > 0
+    graphs = counters["stats"]["unique_graphs"]  # dynamo counts every graph it compiles
+    launches = [v.make(p, make_inputs(p, seed, "cuda")) for seed in (2, 3)]
+    samples = Timer("stream", budget_s=0.05).measure([x.fn for x in launches])
+    assert len(samples) >= 10 and counters["stats"]["unique_graphs"] == graphs
+
+
 @pytest.mark.parametrize("mode", ["cold", "stream", "graph", "wall"])
 def test_every_timing_mode_samples(mode):
     import torch

@@ -1,0 +1,158 @@
+"""M between two stored buckets (tuning.neighbour_buckets, choose()): the faster neighbour's config at this M, timed
+only where the two configs differ, and the choice in the row's `config`.  No kernel runs: a fake tunable's launches
+count their calls, and the quick timer is replaced by one that returns the µs each config is given here."""
+
+from __future__ import annotations
+
+import pytest
+
+from gemmbench import registry, tuning
+from gemmbench.kernels.dense_dp import DenseConfig
+from gemmbench.shapes import Problem
+
+GPU = "NVIDIA Test GPU 80GB"
+NAME = "fake_between"  # never registered: choose() loads its files through the tunable's config_type
+DENSE = Problem("s", "qkv", 100, 1280, 8192, "bf16", tp=8)
+MOE = Problem("s", "w13", 3, 512, 256, "bf16", E=8, topk=2)
+SMALL = DenseConfig.tile(16, 64, 128, 4, 3)  # BLOCK_N 64
+LARGE = DenseConfig.tile(64, 128, 64, 8, 4)  # BLOCK_N 128
+
+
+@pytest.fixture
+def fake(tmp_path, monkeypatch):
+    """A tunable whose launches count calls, and a quick timer that counts timings and returns us[BLOCK_N]."""
+    monkeypatch.setenv(tuning.CONFIG_DIR_ENV, str(tmp_path))
+    monkeypatch.delenv(tuning.RETUNE_ENV, raising=False)
+    monkeypatch.setattr(tuning, "_gpu_name", lambda inputs: GPU)  # the CPU poses as a GPU with stored configs
+    tuning._chosen.clear()
+    state = {"us": {}, "timed": [], "fails": set()}
+
+    def build(problem, inputs, config):
+        if config.BLOCK_N in state["fails"]:
+            raise RuntimeError("out of shared memory")  # what a config that cannot run raises at its first call
+        return registry.Launch(fn=lambda: config.BLOCK_N, params=config)
+
+    def quick_median_us(fn, budget_s=0.05):
+        state["timed"].append(fn())  # the BLOCK_N of the launch being timed
+        return state["us"][state["timed"][-1]]
+
+    monkeypatch.setattr(tuning, "quick_median_us", quick_median_us)
+    state["tunable"] = tuning.Tunable(NAME, lambda p, on_gpu, full: [SMALL], build, DenseConfig)
+    yield state
+    tuning._chosen.clear()
+
+
+def _store(problem: Problem, buckets: dict[int, DenseConfig]) -> str:
+    for m, config in buckets.items():
+        tuning.save(NAME, problem.with_(M=m), GPU, config, 1.0, {})
+    return str(tuning.config_path(NAME, problem, GPU).relative_to(tuning.configs_root()))
+
+
+@pytest.mark.parametrize(
+    "buckets,M,moe,want",
+    [
+        ([64, 128], 100, False, (64, 128)),  # the issue's M 100
+        ([16, 32], 17, False, (16, 32)),  # and its M 17
+        ([16, 64, 256], 100, False, (64, 256)),  # the stored ones around M, whatever lies unstored between
+        ([64, 128], 64, False, None),  # M is a stored bucket
+        ([16, 32], 5, False, None),  # dense decode M 1..16 is bucket 16 (tuning.m_bucket)
+        ([32, 64], 5, False, None),  # every bucket above M: stored()'s nearest (32)
+        ([64, 128], 300, False, None),  # every bucket below M
+        ([2, 4], 3, True, (2, 4)),  # MoE buckets are powers of two from 1: 3 tokens lie between 2 and 4
+        ([1, 2], 1, True, None),  # and 1 token is bucket 1
+        ([16, 32], 1, True, None),  # an MoE M below every stored bucket: the smallest serves
+    ],
+)
+def test_neighbour_buckets(buckets, M, moe, want):
+    assert tuning.neighbour_buckets(buckets, M, moe) == want
+
+
+@pytest.mark.parametrize("faster", [64, 128])
+def test_the_faster_neighbour_is_taken_and_recorded(fake, faster):
+    file = _store(DENSE, {64: SMALL, 128: LARGE})
+    # bucket 64 holds BLOCK_N 64, bucket 128 BLOCK_N 128; the faster one takes 10 µs, the other 20.5 µs
+    fake["us"] = {64: 10.0 if faster == 64 else 20.5, 128: 10.0 if faster == 128 else 20.5}
+    launch = fake["tunable"].make(DENSE, None)
+    assert launch.params == (SMALL if faster == 64 else LARGE)
+    assert sorted(fake["timed"]) == [64, 128]  # each neighbour timed once
+    assert launch.config == {
+        **launch.params.to_dict(),
+        "source": "stored-neighbour",
+        "file": file,
+        "bucket": faster,
+        "neighbours_us": {"64": fake["us"][64], "128": fake["us"][128]},
+    }
+    assert list(launch.config["neighbours_us"]) == ["64", "128"]  # lower bucket first
+    # the choice is kept for (variant, problem) in this process: a second make (stream mode's copies) times nothing
+    assert fake["tunable"].make(DENSE, None).params == launch.params and len(fake["timed"]) == 2
+
+
+def test_decode_m_between_16_and_32_is_timed(fake):
+    _store(DENSE, {16: SMALL, 32: LARGE})
+    fake["us"] = {64: 7.0, 128: 9.0}
+    launch = fake["tunable"].make(DENSE.with_(M=17), None)
+    assert launch.params == SMALL and launch.config["bucket"] == 16
+    assert launch.config["neighbours_us"] == {"16": 7.0, "32": 9.0}
+
+
+def test_moe_tokens_between_buckets_are_timed(fake):
+    _store(MOE, {2: SMALL, 4: LARGE})
+    fake["us"] = {64: 5.0, 128: 3.0}
+    launch = fake["tunable"].make(MOE, None)  # 3 tokens
+    assert launch.params == LARGE and launch.config["neighbours_us"] == {"2": 5.0, "4": 3.0}
+
+
+def test_equal_neighbours_cost_no_timing(fake):
+    file = _store(DENSE, {64: LARGE, 128: LARGE})
+    launch = fake["tunable"].make(DENSE, None)
+    assert fake["timed"] == []
+    assert launch.params == LARGE and launch.config == {**LARGE.to_dict(), "source": "stored", "file": file,
+                                                        "bucket": 128}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "M,bucket",
+    [
+        (64, 64),  # M is a stored bucket
+        (128, 128),
+        (20, 64),  # every stored bucket lies above M: the nearest
+        (1000, 128),  # every stored bucket lies below M
+    ],
+)
+def test_a_bucket_and_one_sided_m_use_the_stored_config_untimed(fake, M, bucket):
+    _store(DENSE, {64: SMALL, 128: LARGE})
+    launch = fake["tunable"].make(DENSE.with_(M=M), None)
+    assert fake["timed"] == []
+    assert launch.params == {64: SMALL, 128: LARGE}[bucket]
+    assert launch.config["source"] == "stored" and launch.config["bucket"] == bucket
+    assert "neighbours_us" not in launch.config
+
+
+def test_a_neighbour_that_cannot_run_leaves_the_other(fake):
+    _store(DENSE, {64: SMALL, 128: LARGE})
+    fake["fails"], fake["us"] = {128}, {64: 12.0}
+    launch = fake["tunable"].make(DENSE, None)
+    assert launch.params == SMALL and launch.config["neighbours_us"] == {"64": 12.0, "128": None}
+
+
+def test_no_neighbour_runs_is_one_error(fake):
+    _store(DENSE, {64: SMALL, 128: LARGE})
+    fake["fails"] = {64, 128}
+    with pytest.raises(tuning.TuningError, match="no config of fake_between runs"):
+        fake["tunable"].make(DENSE, None)
+
+
+def test_retune_skips_the_neighbours(fake, monkeypatch):
+    _store(DENSE, {64: SMALL, 128: LARGE})
+    monkeypatch.setenv(tuning.RETUNE_ENV, "1")
+    launch = fake["tunable"].make(DENSE, None)  # the space's one candidate: nothing to choose, nothing timed
+    assert launch.config["source"] == "only" and fake["timed"] == []
+
+
+def test_only_a_stored_neighbour_provenance_has_neighbours():
+    with pytest.raises(ValueError, match="has neighbours"):
+        tuning.Provenance("stored", "f.json", 64, ((64, 1.0), (128, 2.0)))
+    with pytest.raises(ValueError, match="has neighbours"):
+        tuning.Provenance("stored-neighbour", "f.json", 64)
+    with pytest.raises(ValueError, match="has a file and a bucket"):
+        tuning.Provenance("stored-neighbour", neighbours=((64, 1.0), (128, 2.0)))
