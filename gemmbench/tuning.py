@@ -6,7 +6,8 @@ for the nearest M bucket (kernels/configs/<gpu>/<variant>/N=..,K=..,dtype=...jso
 times a few candidates right there (quick, not stored).  `gemmbench run --retune` skips the stored
 files.  Where the config came from is a Provenance, kept beside the config (Launch.provenance); the row's
 `config` says it: "source" is "stored" (with "file" and "bucket"), "tuned" or "only" (nothing to choose:
-one candidate, or Triton's CPU interpreter).
+one candidate, or Triton's CPU interpreter), or an inference engine's name ("vllm", "sglang": a config file of the
+engine's, imported by `gemmbench run --import-config`; with "file" and the engine's "key": engine_import.py).
 
 A config is a frozen dataclass of its kernel family (kernels/*.py), a KernelConfig: one field per key of
 its JSON (stored files, the row's `config`), so that the JSON stays what it was when configs were dicts.
@@ -28,10 +29,11 @@ import typing
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Literal, Mapping, Optional, TypeVar
+from typing import Any, Callable, Mapping, Optional, TypeVar
 
 from gemmbench import device, dtypes, registry
 from gemmbench.check import check_cell
+from gemmbench.inference_engines import InferenceEngine
 from gemmbench.metrics import flops_bound
 from gemmbench.shapes import Problem
 from gemmbench.store import write_atomic
@@ -165,7 +167,7 @@ class KernelConfig:
         return {f.name: v for f in dataclasses.fields(self) if (v := getattr(self, f.name)) is not None}
 
 
-Source = Literal["stored", "tuned", "only"]
+SOURCES = ("stored", "tuned", "only", *(e.value for e in InferenceEngine))
 
 
 @dataclass(frozen=True)
@@ -173,20 +175,23 @@ class Provenance:
     """Where a config came from, kept beside it (choose(), Launch.provenance), never inside it; in the row's
     `config` JSON its keys come after the config's.  "stored": from `file` (relative to configs_root()), the
     winner of M bucket `bucket`; "tuned": the fastest of a few candidates timed right here (not stored); "only":
-    nothing to choose (one candidate, or Triton's CPU interpreter)."""
+    nothing to choose (one candidate, or Triton's CPU interpreter); an InferenceEngine's name: the engine's config `file`
+    (its name), the entry `key` (tokens) that the engine's own rule picks for the row's M."""
 
-    source: Source
+    source: str  # one of SOURCES
     file: Optional[str] = None
     bucket: Optional[int] = None
+    key: Optional[int] = None
 
     def __post_init__(self) -> None:
-        stored = self.source == "stored"
-        placed = (self.file is not None, self.bucket is not None)
-        if self.source not in typing.get_args(Source) or placed != (stored, stored):
-            raise ValueError(f"not a provenance (a stored config, and only that, has a file and a bucket): {self!r}")
+        stored, engine = self.source == "stored", self.source in InferenceEngine.__members__
+        placed = (self.file is not None, self.bucket is not None, self.key is not None)
+        if self.source not in SOURCES or placed != (stored or engine, stored, engine):
+            raise ValueError(f"not a provenance (a stored config has a file and a bucket, an engine's a file and a "
+                             f"key, others neither): {self!r}")  # fmt: skip
 
     def to_dict(self) -> dict[str, Any]:
-        """Its keys in the row's `config` JSON: source, and where stored, file and bucket."""
+        """Its keys in the row's `config` JSON: source, and where stored, file and bucket (imported: file and key)."""
         return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
 
     def __getitem__(self, key: str) -> Any:
