@@ -179,7 +179,10 @@ def _winners(names: list[str], problem: Problem, gpu: str, notes: list[str]) -> 
         own = str(data.get("gpu", own))
         config_type = registry.get(name).tunable.config_type
         for bucket, stored in data.get("buckets", {}).items():
-            config: Any = config_type.from_dict(stored["config"])
+            try:
+                config: Any = config_type.from_dict(stored["config"])
+            except (tuning.ConfigError, KeyError, TypeError) as exc:
+                raise tuning.TuningError(f"stored config file {path}, bucket {bucket}: {exc}") from None
             schedule = name.removeprefix("triton_moe_")
             if config.SPLIT_K is not None or config.FP8_PROMOTE is not None or config.schedule not in (None, schedule):
                 notes.append(f"{path}, bucket {bucket}: not exported (SPLIT_K, FP8_PROMOTE or another schedule: "

@@ -165,6 +165,13 @@ def test_export_refusals(stored, monkeypatch):
     assert "would both be w13 of E=4,N=32" in line
     assert "--export-only goes with --export" in bad(invoke("tune", "--shapes", "smoke", "--export-only"))
     assert not (stored / "o").exists()
+    path = tuning.config_path("triton_moe_grouped", W13, H100)
+    data = json.loads(path.read_text())
+    data["buckets"]["4"]["config"]["BLOCK_N"] = 48
+    path.write_text(json.dumps(data))
+    line = bad(export(stored, "vllm"))
+    assert f"{path}, bucket 4" in line and "BLOCK_N must be a power of two" in line
+    assert not (stored / "out").exists()
 
 
 def test_export_never_replaces_a_file_without_force(stored):

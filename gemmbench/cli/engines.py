@@ -59,7 +59,7 @@ def export(export: tuple[InferenceEngine, Path], plan: tuple, variants: list, fo
     try:
         files, notes = engine_export.build(engine, plan[0], variants)
         engine_export.write(files, out_dir, force)
-    except (engine_export.ExportError, tuning.TuningError, tuning.ConfigError) as exc:
+    except (engine_export.ExportError, tuning.TuningError) as exc:
         again = " (the tuned configs are stored: --export-only writes them without tuning again)" if tuned else ""
         raise fail(f"{exc}{again}") from None
     except OSError as exc:
