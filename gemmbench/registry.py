@@ -145,6 +145,12 @@ def register(variant: Variant) -> Variant:
     return variant
 
 
+def unregister(name: str) -> None:
+    """Remove a variant registered at run time (engine_import's imported variants, replaced when a command imports
+    other files); a name that is not registered is left alone."""
+    _VARIANTS.pop(name, None)
+
+
 def _baseline_key(dtype: str, moe: bool, scaling: str) -> tuple[str, bool, Optional[str]]:
     """Rows of one dtype and kind share a baseline; those of a scaled dtype (fp8), one per scaling."""
     return dtype, moe, (scaling if dtypes.get(dtype).scaled else None)

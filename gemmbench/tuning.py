@@ -8,7 +8,9 @@ when they differ), or where all stored buckets lie on one side of M the nearest;
 candidates right there (quick, not stored).  `gemmbench run --retune` skips the stored files.  Where the
 config came from is a Provenance, kept beside the config (Launch.provenance); the row's `config` says it:
 "source" is "stored" (with "file" and "bucket"), "stored-neighbour" (the same, and "neighbours_us"), "tuned"
-or "only" (nothing to choose: one candidate, or Triton's CPU interpreter).
+or "only" (nothing to choose: one candidate, or Triton's CPU interpreter), or an inference engine's name ("vllm",
+"sglang": a config file of the engine's, imported by `gemmbench run --import-config`; with "file" and the engine's
+"key": engine_import.py).
 
 A config is a frozen dataclass of its kernel family (kernels/*.py), a KernelConfig: one field per key of
 its JSON (stored files, the row's `config`), so that the JSON stays what it was when configs were dicts.
@@ -25,14 +27,14 @@ import json
 import math
 import os
 import re
-import typing
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Literal, Optional
+from typing import Any, Callable, Optional
 
 from gemmbench import device, dtypes, registry
 from gemmbench.check import check_cell
+from gemmbench.inference_engines import InferenceEngine
 from gemmbench.kernel_config import ConfigError, KernelConfig  # re-exported: kernels/*.py subclass tuning.KernelConfig
 from gemmbench.metrics import flops_bound
 from gemmbench.shapes import Problem
@@ -80,7 +82,7 @@ def has_tma() -> bool:
 # ---------------------------------------------------------------- where a config came from
 
 
-Source = Literal["stored", "stored-neighbour", "tuned", "only"]
+SOURCES = ("stored", "stored-neighbour", "tuned", "only", *(e.value for e in InferenceEngine))
 
 
 @dataclass(frozen=True)
@@ -90,28 +92,31 @@ class Provenance:
     winner of M bucket `bucket`; "stored-neighbour": the same, where M lies between two stored buckets and
     `bucket`'s config was the faster of the two at this M (`neighbours`: each bucket, lower first, with its µs in
     this process's quick timing, None where it failed to run); "tuned": the fastest of a few candidates timed
-    right here (not stored); "only": nothing to choose (one candidate, or Triton's CPU interpreter)."""
+    right here (not stored); "only": nothing to choose (one candidate, or Triton's CPU interpreter); an
+    InferenceEngine's name: the engine's config `file` (its name), the entry `key` (tokens) that the engine's own
+    rule picks for the row's M."""
 
-    source: Source
+    source: str  # one of SOURCES
     file: Optional[str] = None
     bucket: Optional[int] = None
     neighbours: Optional[tuple[tuple[int, Optional[float]], ...]] = None
+    key: Optional[int] = None
 
     def __post_init__(self) -> None:
         stored = self.source in ("stored", "stored-neighbour")
-        placed = (self.file is not None, self.bucket is not None)
-        timed = self.neighbours is not None
-        if self.source not in typing.get_args(Source) or placed != (stored, stored):
-            raise ValueError(f"not a provenance (a stored config, and only that, has a file and a bucket): {self!r}")
-        if timed != (self.source == "stored-neighbour"):
+        engine = self.source in InferenceEngine.__members__
+        placed = (self.file is not None, self.bucket is not None, self.key is not None)
+        if self.source not in SOURCES or placed != (stored or engine, stored, engine):
+            raise ValueError(f"not a provenance (a stored config has a file and a bucket, an engine's a file and a "
+                             f"key, others neither): {self!r}")  # fmt: skip
+        if (self.neighbours is not None) != (self.source == "stored-neighbour"):
             raise ValueError(f"not a provenance (a stored-neighbour config, and only that, has neighbours): {self!r}")
 
     def to_dict(self) -> dict[str, Any]:
-        """Its keys in the row's `config` JSON: source; where stored, file and bucket; for a stored-neighbour,
-        "neighbours_us": {"<bucket>": µs or null, ...}, lower bucket first."""
-        out = {
-            k: v for k, v in (("source", self.source), ("file", self.file), ("bucket", self.bucket)) if v is not None
-        }
+        """Its keys in the row's `config` JSON: source; where stored, file and bucket (imported: file and key); for a
+        stored-neighbour, "neighbours_us": {"<bucket>": µs or null, ...}, lower bucket first."""
+        fields = (("source", self.source), ("file", self.file), ("bucket", self.bucket), ("key", self.key))
+        out: dict[str, Any] = {k: v for k, v in fields if v is not None}
         if self.neighbours is not None:
             out["neighbours_us"] = {str(b): us for b, us in self.neighbours}
         return out

@@ -73,10 +73,11 @@ class Context:
     """What a task sees of its worker: the events, the device, the timer and the provenance of its rows."""
 
     def __init__(self, args: argparse.Namespace, events: Events):
-        from gemmbench import ceilings, device, registry  # heavy, in main's try: a failed import is startup_failed
+        from gemmbench import ceilings, device, engine_import, registry  # heavy, in main's try: startup_failed
 
         for plugin in args.plugin:
             registry.load_plugin(plugin)
+        engine_import.register_from_env()  # the command's --import-config variants
         self.args, self.events = args, events
         self.dev = device.detect()
         self.devname = "cuda" if self.dev.kind == "cuda" else "cpu"

@@ -30,6 +30,7 @@ from gemmbench.cli.common import (
     positive_budget,
     progress_bar,
 )  # fmt: skip
+from gemmbench.cli.engines import ImportConfig, import_configs
 from gemmbench.pool import Cell, Pool, PoolError, Sink, WorkerOptions
 
 LayerModel = Annotated[
@@ -70,6 +71,7 @@ def layer(
     model: LayerModel, tp: LayerTp = "1", dtype: LayerDtype = None, m: LayerMs = "decode", variants: LayerVariants = None,
     best_from: BestFrom = None, layers: Layers = 1, budget: LayerBudget = 1.0, seed: Seed = 0,
     out_path: LayerOut = Path("results/layers"), plugin: Plugins = None, ep: Ep = "1", scaling: Scaling = None,
+    import_config: ImportConfig = None,
 ) -> None:  # fmt: skip
     """Time one decoder layer's GEMMs end to end: eager Python launches vs one CUDA graph, and the kernel sum."""
     import torch  # heavy, as store (pandas) is
@@ -85,6 +87,7 @@ def layer(
     if layers < 1:
         raise fail(f"--layers must be at least 1, got {layers}")
     budget = positive_budget(budget)
+    _, imported = import_configs(import_config, None)  # pinned (moe_w13=triton_moe_grouped@vllm) or in a glob
     sset, plans, notes = _plans(model, tp, dtype, m, variants, best_from, plugin, ep, scaling)
     gpu = _device_path(plans)
     run_id = store.new_run_id(f"layer-{sset.name}")
@@ -92,7 +95,9 @@ def layer(
     for label, note in notes.items():
         err.print(escape(f"--best-from {label}: {note}"), highlight=False)
     cells = [_cell(sset, model, run_id, plan, seed, layers, budget) for plan in plans]
-    rows = _sweep(cells, path, WorkerOptions("cold" if gpu else "wall", plugins=plugin or [], cpu=not gpu))
+    rows = _sweep(
+        cells, path, WorkerOptions("cold" if gpu else "wall", plugins=plugin or [], cpu=not gpu, env=imported)
+    )
     _print(rows)
     err.print(escape(f"Results: {path}"), highlight=False)
 

@@ -32,6 +32,7 @@ from gemmbench.cli.common import (
     select_cells,
     shard_option,
 )  # fmt: skip
+from gemmbench.cli.engines import ImportConfig, import_configs
 from gemmbench.pool import PoolError, WorkerOptions
 
 Timing = Annotated[
@@ -75,6 +76,7 @@ def run(
     seed: Seed = 0, budget: Budget = 0.5, strict: Strict = False, retune: Retune = False, routing: Routing = "uniform",
     compare_to: CompareTo = None, shard: RunShard = None, gpus: Gpus = None, append: Append = False,
     force: Force = False, resume: Resume = None, ep: Ep = "1", scaling: Scaling = None,
+    import_config: ImportConfig = None,
 ) -> None:  # fmt: skip
     """Check, then time, every variant on every problem of a shape set; write Parquet and print tables."""
     from gemmbench import store, sweep  # heavy (pandas; torch); tables not at --help (yaml, importlib.metadata)
@@ -83,6 +85,7 @@ def run(
     timing, budget = _timing(timing), positive_budget(budget)
     shard_at, gpu_ids = shard_option(shard), gpus_option(gpus)
     _refuse_before_work(out_path, append, force, resume, compare_to)
+    variants, imported = import_configs(import_config, variants)  # the imported variants always run
     sset, cells = select_cells(shapes, variants, dtype, m, tp, routing, seed, plugin, ep, scaling)
     meta, cells = _shard(cells, shard_at)
     timing = timing if _on_gpu() else "wall"  # no CUDA events on a CPU
@@ -97,7 +100,7 @@ def run(
         store.write_rows(writer.path, [], meta)
         err.print(escape(f"shard {shard}: no cells (the sweep has fewer cells than shards). Results: {writer.path}"))
         return
-    worker = WorkerOptions(timing, budget, plugins=plugin or [], cpu=cpu, retune=retune, ceilings=not cpu)
+    worker = WorkerOptions(timing, budget, plugins=plugin or [], cpu=cpu, retune=retune, ceilings=not cpu, env=imported)
     rows, stopped = _sweep(sweep.SweepOptions(run_id, worker, seed, sanitize, gpu_ids), cells, writer)
     for table in gemm_tables(rows):
         out.print(table)

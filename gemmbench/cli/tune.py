@@ -35,6 +35,8 @@ from gemmbench.cli.common import (
     runs_a_scaling,
     shard_option,
 )  # fmt: skip
+from gemmbench.cli.engines import Export, ExportForce, ExportOnly, export_plan
+from gemmbench.cli.engines import export as export_files
 from gemmbench.pool import Cell, Pool, PoolError, Sink, WorkerOptions
 
 TuneShapes = Annotated[str, typer.Option(help="Built-in shape set or a YAML path.")]
@@ -63,15 +65,22 @@ TuneGpus = Annotated[
 def tune(
     shapes: TuneShapes, variants: TuneVariants = "triton_*", dtype: Dtype = "fp8,bf16", m: TuneMs = None,
     tp: TuneTp = "1", plugin: Plugins = None, seed: Seed = 0, skip_stored: SkipStored = False,
-    shard: TuneShard = None, gpus: TuneGpus = None, ep: Ep = "1", scaling: Scaling = None,
+    shard: TuneShard = None, gpus: TuneGpus = None, ep: Ep = "1", scaling: Scaling = None, export: Export = None,
+    export_only: ExportOnly = False, force: ExportForce = False,
 ) -> None:  # fmt: skip
     """Search each Triton variant's config space per (GPU, N, K, dtype, scaling, M bucket); store the winners as
     JSON."""
     from gemmbench import shard as shard_mod  # not at --help (hashlib; tuning: yaml)
     from gemmbench import tuning
 
+    if (export_only or force) and export is None:
+        raise fail(f"{'--export-only' if export_only else '--force'} goes with --export ENGINE DIR")
     shard_at = shard_option(shard)
     problems, chosen = _select(shapes, variants, dtype, m, tp, plugin, ep, scaling)
+    plan = export_plan(export, shapes, problems, chosen) if export else ([], [])  # refused before tuning
+    if export and export_only:
+        export_files(export, plan, chosen, force, tuned=False)
+        return
     gpu_ids, dev = _gpus_and_device(gpus)
     jobs = _jobs(problems, chosen, dev)
     if not jobs:
@@ -85,6 +94,8 @@ def tune(
     if not jobs:
         err.print("nothing to tune: " + ("every selected (variant, shape, M bucket) already has a stored config"
                                          if skip_stored else "the tune has fewer jobs than shards"))  # fmt: skip
+        if export:
+            export_files(export, plan, chosen, force, tuned=False)
         return
     title = f"tuned on {dev.name} (cold L2) -> {tuning.configs_root() / tuning.gpu_dirname(dev.name)}"
     title += f", shard {shard_at[0]}/{shard_at[1]} ({len(jobs)} of {total} jobs)" if shard_at else ""
@@ -93,6 +104,8 @@ def tune(
     out.print(report.table(title))
     for line in report.failure_lines():
         err.print(escape(line), highlight=False, soft_wrap=True)
+    if export:  # what failed to tune is not stored: the export writes what is
+        export_files(export, plan, chosen, force, tuned=True)
     if report.failed:
         raise typer.Exit(1)
 
