@@ -65,8 +65,7 @@ def tune(
     tp: TuneTp = "1", plugin: Plugins = None, seed: Seed = 0, skip_stored: SkipStored = False,
     shard: TuneShard = None, gpus: TuneGpus = None, ep: Ep = "1", scaling: Scaling = None,
 ) -> None:  # fmt: skip
-    """Search each Triton variant's config space per (GPU, N, K, dtype, scaling, M bucket); store the winners as
-    JSON."""
+    """Search each Triton variant's config space per (GPU, N, K, dtype, scaling, M bucket); store the winners as JSON."""
     from gemmbench import shard as shard_mod  # not at --help (hashlib; tuning: yaml)
     from gemmbench import tuning
 
