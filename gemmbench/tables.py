@@ -45,6 +45,39 @@ def speedups(rows: list[dict]) -> dict[int, float]:
     return out
 
 
+def winners(rows: list[dict]) -> set[int]:
+    """id(row) of the fastest ok GEMM row of each cell (gemm, M, N, K, TP, EP, dtype, scaling, routing): the starred
+    row of the tables, `winner` in the JSON summary.  A noisy row is never ranked."""
+    best: dict = {}
+    for r in rows:
+        if r["status"] == "ok" and _is_gemm(r) and not r.get("noisy"):
+            k = _cell(r)
+            if k not in best or r["time_us_median"] < best[k]["time_us_median"]:
+                best[k] = r
+    return {id(r) for r in best.values()}
+
+
+# the fields of each cell of `gemmbench run --format json` (README: JSON output), in this order
+SUMMARY_FIELDS = ("shape_set", "gemm", "M", "N", "K", "E", "topk", "tp", "ep", "routing", "dtype", "scaling", "variant",
+                  "timing_mode", "status", "reason", "time_us_median", "speedup", "baseline", "winner", "noisy")  # fmt: skip
+
+
+def summary(rows: list[dict]) -> list[dict]:
+    """One dict per row, SUMMARY_FIELDS: what the tables show, for scripts.  `speedup` is against `baseline` (the
+    variant baseline_for names; null unless both are ok in this run), `winner` the table's star."""
+    sp, best = speedups(rows), winners(rows)
+    out = []
+    for r in rows:
+        cell = {k: r.get(k) for k in SUMMARY_FIELDS[:16]}
+        cell["ep"] = r.get("ep") or 1  # rows written before expert parallelism
+        cell["scaling"] = r.get("scaling") or dtypes.REFERENCE_SCALING
+        cell["time_us_median"] = r.get("time_us_median") if r["status"] == "ok" else None
+        cell.update(speedup=sp.get(id(r)), baseline=baseline_for(r) if _is_gemm(r) else None,
+                    winner=id(r) in best, noisy=bool(r.get("noisy")))  # fmt: skip
+        out.append(cell)
+    return out
+
+
 def short_config(config) -> str:
     """'16x64x256 split 8, stored' from a row's config JSON; SPLIT_K = 1 says it fell back to
     data-parallel.  Empty for variants without tile configs (cuBLAS)."""
@@ -68,14 +101,7 @@ def gemm_tables(rows: list[dict]) -> list[Table]:
     for r in rows:
         by_gemm[(r["gemm"], r["N"], r["K"], r["E"], r["topk"], r["tp"], r.get("ep") or 1, r.get("routing"))].append(r)
     sp = speedups(rows)
-    # the fastest ok variant of each (gemm, M, dtype) is starred
-    best = {}
-    for r in rows:
-        if r["status"] == "ok" and _is_gemm(r) and not r.get("noisy"):  # a noisy cell is never ranked
-            k = _cell(r)
-            if k not in best or r["time_us_median"] < best[k]["time_us_median"]:
-                best[k] = r
-    best_ids = {id(r) for r in best.values()}
+    best_ids = winners(rows)
     tables = []
     for (gemm, N, K, E, topk, tp, ep, routing), rs in by_gemm.items():
         moe = (f", E={E} top{topk}" + (f", {routing} routing" if routing else "")) if E > 1 else ""

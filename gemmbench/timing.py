@@ -29,9 +29,8 @@ import torch
 
 from gemmbench import device
 from gemmbench.nvtx_ranges import annotate, range_name
+from gemmbench.timing_modes import L2_STATE, MODES  # the modes' names (light: the CLI lists them at --help)
 
-MODES = ("cold", "stream", "graph", "wall")
-L2_STATE = {"cold": "cold", "graph": "cold", "stream": "streaming", "wall": "warm"}
 STREAM_MIN_BYTES = 512 << 20  # docs/GPU-FACTS.md §1 "D": >= 512 MiB of distinct copies per graph
 # A graph of more launches only costs capture time; below STREAM_MIN_BYTES / MAX_COPIES (0.5 MiB) per
 # copy the total falls short of the floor, and the row's l2_state says "streaming" all the same.

@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 from gemmbench import metrics, nvtx_ranges, registry, store
 from gemmbench.cli import app
 from gemmbench.inputs import cell_seed
-from gemmbench.profile import ncu, nsys
+from gemmbench.profile import ncu, ncu_reader, nsys
 from gemmbench.profile import sweep as profile
 from gemmbench.shapes import Problem
 
@@ -466,6 +466,8 @@ def ok_outcome(experts_hit=None, config=None):
 def profiler(monkeypatch, tmp_path):
     monkeypatch.setattr(ncu, "find_ncu", lambda: "/fake/bin/ncu")
     monkeypatch.setattr(nsys, "find_nsys", lambda: "/fake/bin/nsys")
+    # the CSV path, even where Nsight Compute's ncu_report module is importable (tests/test_ncu_reader.py: that path)
+    monkeypatch.setattr(ncu_reader, "load_module", lambda exe: None)
 
     def make(fake, **opts):
         o = profile.ProfileOptions(out_dir=tmp_path / "profiles", run_id="run 1", **opts)
@@ -922,6 +924,7 @@ def test_cli_without_ncu(tmp_path, monkeypatch):
 def _fake_profiler(monkeypatch, fake):
     real = profile.CellProfiler
     monkeypatch.setattr(ncu, "find_ncu", lambda: "/fake/bin/ncu")
+    monkeypatch.setattr(ncu_reader, "load_module", lambda exe: None)  # the CSV path (as in `profiler`)
     monkeypatch.setattr(profile, "CellProfiler", lambda opts: real(opts, run=fake, start=fake.start))
 
 

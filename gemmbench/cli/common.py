@@ -44,7 +44,7 @@ class OneLineErrors(TyperGroup):
 
 app = typer.Typer(
     cls=OneLineErrors,
-    add_completion=False,
+    add_completion=True,  # --install-completion, --show-completion: commands, options and choices complete in the shell
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     help="Benchmark and profile the GEMM kernels of LLM inference on NVIDIA Hopper GPUs.",

@@ -12,10 +12,11 @@ from rich.markup import escape
 from rich.table import Table
 
 from gemmbench.cli.common import err, fail, out
+from gemmbench.cli.formats import CompareFormat, choice
 
 BASELINE_DIR = Path("results") / "baselines"
 baseline_app = typer.Typer(no_args_is_help=True, help="Save runs as named baselines for `gemmbench compare`.")
-FORMATS = ("table", "markdown", "json")
+FORMATS = tuple(f.value for f in CompareFormat)
 STYLE = {
     "slower": "bold red",
     "now-failing": "bold red",
@@ -111,7 +112,12 @@ def compare(
     ],
     candidate: Annotated[list[Path], typer.Argument(help="Candidate run file(s) or folder(s).")],
     threshold: Annotated[str, typer.Option(help="Smallest change of the median that counts, e.g. 5%.")] = "5%",
-    format_: Annotated[str, typer.Option("--format", help="table, markdown (a PR comment) or json.")] = "table",
+    format_: Annotated[
+        CompareFormat,
+        typer.Option(
+            "--format", parser=choice(CompareFormat, "--format"), help="table, markdown (a PR comment) or json."
+        ),
+    ] = CompareFormat.table,
     fail_on: Annotated[
         str, typer.Option(help="Exit 1 on these verdicts: slower, failing, noisy, missing.")
     ] = "slower,failing",
@@ -122,10 +128,10 @@ def compare(
         bool, typer.Option(help="Exit 0 even when the two sides have no cell in common (nothing was compared).")
     ] = False,
 ) -> None:
-    """Verdict per cell (slower, faster, same, noisy, now-failing, fixed, new, missing) from the raw samples of two
-    runs; exit 1 when a verdict named by --fail-on occurs, 0 otherwise, 2 on misuse or when nothing was compared.
-    Folders are read with their subfolders."""
-    code = compare_runs([resolve(baseline)], candidate, threshold, format_, fail_on, force, allow_empty)
+    """Verdict per cell (slower, faster, same, noisy, now-failing, fixed, new, missing) from the raw samples of two runs.
+
+    Exit 1 when a verdict named by --fail-on occurs, 0 otherwise, 2 on misuse or when nothing was compared. Folders are read with their subfolders."""
+    code = compare_runs([resolve(baseline)], candidate, threshold, format_.value, fail_on, force, allow_empty)
     raise typer.Exit(code)
 
 

@@ -10,6 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from gemmbench.cli.common import _load_plugins, fail, out
+from gemmbench.cli.formats import OutputFormat, format_option, print_json
 
 list_app = typer.Typer(no_args_is_help=True, help="List shape sets or variants.")
 
@@ -23,19 +24,25 @@ def _m_label(m_values: tuple) -> str:
     return ",".join(map(str, m_values))
 
 
+Format = Annotated[OutputFormat, format_option("table, or json: one JSON document on stdout (README: JSON output).")]
+
+
 @list_app.command("shapes")
-def list_shapes() -> None:
+def list_shapes(fmt: Format = OutputFormat.table) -> None:
     """Built-in shape sets with their GEMMs and default M lists."""
     from gemmbench import shapes as shapes_mod  # not at --help (yaml)
 
+    sets = [shapes_mod.load(name) for name in shapes_mod.builtin_names()]
+    if fmt is OutputFormat.json:
+        print_json({"schema": "gemmbench.shapes/1", "sets": [_set_json(s) for s in sets]})
+        return
     t = Table(title="shape sets (gemmbench run --shapes NAME; --m and --tp override)")
     for col in ("set", "GEMM", "N", "K", "E", "topk", "TP splits", "layer, role", "default M"):
         t.add_column(col)
-    for name in shapes_mod.builtin_names():
-        s = shapes_mod.load(name)
+    for s in sets:
         for i, g in enumerate(s.gemms):
             t.add_row(
-                name if i == 0 else "",
+                s.name if i == 0 else "",
                 g.name,
                 str(g.N),
                 str(g.K),
@@ -49,9 +56,18 @@ def list_shapes() -> None:
     out.print(t)
 
 
+def _set_json(s) -> dict:
+    """A shape set as `list shapes --format json` has it (README: JSON output): sizes as the YAML gives them (before
+    --tp and --ep divide them), E = topk = 1 for a dense GEMM, "" where a GEMM has no layer kind or role."""
+    gemms = [{"id": g.name, "N": g.N, "K": g.K, "E": g.E, "topk": g.topk, "parallel": g.parallel, "layer": g.layer,
+              "role": g.role} for g in s.gemms]  # fmt: skip
+    return {"name": s.name, "description": s.description, "m": list(s.m_values), "gemms": gemms}
+
+
 @list_app.command("variants")
 def list_variants(
     plugin: Annotated[Optional[list[Path]], typer.Option(help="Python file registering extra variants.")] = None,
+    fmt: Format = OutputFormat.table,
 ) -> None:
     """Registered kernel variants: name, family, dtypes and what each does."""
     from gemmbench import registry  # not at --help (yaml, importlib.metadata)
@@ -61,6 +77,9 @@ def list_variants(
         variants = registry.all_variants()
     except registry.RegistryError as exc:
         raise fail(str(exc)) from None
+    if fmt is OutputFormat.json:
+        print_json({"schema": "gemmbench.variants/1", "variants": [_variant_json(v) for v in variants]})
+        return
     t = Table(title="variants (gemmbench run --variants GLOB,...)")
     for col in ("variant", "family", "dtypes", "runs", "description"):
         t.add_column(col)
@@ -68,3 +87,18 @@ def list_variants(
         src = "" if v.source == "builtin" else escape(f" [plugin {v.source}]")
         t.add_row(v.name, v.family, ",".join(v.dtypes), "MoE" if v.moe else "dense", escape(v.description) + src)
     out.print(t)
+
+
+def _variant_json(v) -> dict:
+    """A variant as `list variants --format json` has it (README: JSON output)."""
+    return {
+        "name": v.name,
+        "family": v.family,
+        "dtypes": list(v.dtypes),
+        "scalings": list(v.scalings),  # the fp8 scalings it runs
+        "kind": "moe" if v.moe else "dense",
+        "baseline_of": list(v.baseline),  # the dtypes whose speedups of its kind are measured against it
+        "tunable": v.tunable is not None,
+        "source": v.source,  # "builtin", or the plugin file it came from
+        "description": v.description,
+    }

@@ -27,9 +27,9 @@ def merge(
         bool, typer.Option(help="Write the merged file even when cells or shards are missing.")
     ] = False,
 ) -> None:
-    """Join the parts of a sweep run with `--shard I/N` into one file, after checking that every cell of the sweep is
-    there exactly once; names the missing and duplicated cells (exit 1), writes nothing then unless --allow-missing
-    (duplicates are never written: which copy is right is not the merger's call)."""
+    """Join the parts of a sweep run with `--shard I/N` into one file, after checking that every cell is there once.
+
+    Names the missing and duplicated cells (exit 1) and writes nothing then, unless --allow-missing (duplicates are never written: which copy is right is not the merger's call)."""
     from gemmbench import shard as shard_mod  # not at --help (hashlib); store is heavy (pandas, pyarrow)
     from gemmbench.store import StoreError, result_files, write_rows
 

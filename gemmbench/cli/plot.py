@@ -10,6 +10,7 @@ import typer
 from rich.markup import escape
 
 from gemmbench.cli.common import _choices, _dtypes, _tp_list, err, fail
+from gemmbench.cli.formats import OutputFormat, format_option, print_json
 
 RESULTS_HELP = "Run files or profile tables (.parquet), or folders of them."
 _SHAPES = "Comma-separated globs on the GEMM id (attn_qkv) or the shape set (llama70b-attn)."
@@ -165,9 +166,17 @@ def report(
     dtype: Dtype = None,
     tp: Tp = None,
     gpu: Gpu = None,
+    fmt: Annotated[
+        OutputFormat,
+        format_option(
+            "table: the paths written, one a line; json: one JSON document on stdout, the paths and the winners "
+            "(README: JSON output)."
+        ),
+    ] = OutputFormat.table,
 ) -> None:
-    """Write a Markdown report and a self-contained HTML one: per GEMM and dtype the winner by M, its speedup and %
-    of roofline, the tables and the figures; prints each path written."""
+    """Write a Markdown report and a self-contained HTML one; prints each path written.
+
+    Per GEMM and dtype: the winner by M with its speedup and % of roofline, the tables and the figures."""
     from gemmbench.plot import report as rep_mod  # heavy (matplotlib, pandas), as store is
     from gemmbench.store import StoreError
 
@@ -184,5 +193,9 @@ def report(
         paths = rep_mod.write(rep, out_path)
     except OSError as exc:
         raise fail(f"--out {out_path}: cannot write ({exc.strerror or exc})") from None
+    if fmt is OutputFormat.json:  # the paths and the winners tables, for scripts (README: JSON output)
+        print_json({"schema": "gemmbench.report/1", "files": [str(p) for p in paths],
+                    "winners": rep_mod.winner_records(runs)})  # fmt: skip
+        return
     for p in paths:
         typer.echo(str(p))

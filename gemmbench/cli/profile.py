@@ -52,8 +52,9 @@ def profile(
     ncu_set: NcuSet = None, out_path: ProfileOut = Path("profiles"), join: Join = None, seed: Seed = 0,
     timeout: Timeout = 600.0, ep: Ep = "1", scaling: Scaling = None,
 ) -> None:  # fmt: skip
-    """Profile each selected cell once, in a child process: warm-up and tuning outside its NVTX range, one eager
-    launch inside it.  Writes one row per kernel (and a summed row) with ncu_* / nsys_* columns."""
+    """Profile each selected cell once under Nsight Compute or Nsight Systems: one row per kernel, and a summed row.
+
+    Each cell runs in a child process: warm-up and tuning outside its NVTX range, one eager launch inside it. The rows carry ncu_* / nsys_* columns."""
     from gemmbench import store  # heavy (pandas, pyarrow)
 
     if not (ncu_ or nsys_):

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import sys
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -33,10 +35,20 @@ from gemmbench.cli.common import (
     shard_option,
 )  # fmt: skip
 from gemmbench.cli.engines import ImportConfig, import_configs
+from gemmbench.cli.formats import OutputFormat, choice, format_option, print_json
 from gemmbench.pool import PoolError, WorkerOptions
+from gemmbench.timing_modes import TimingMode
 
 Timing = Annotated[
-    str, typer.Option(help="cold (L2 emptied by a read), stream (CUDA graph over distinct copies), graph, wall.")
+    TimingMode,
+    typer.Option(
+        parser=choice(TimingMode, "--timing"),
+        help="cold (L2 emptied by a read), stream (CUDA graph over distinct copies), graph, wall.",
+    ),
+]
+Format = Annotated[
+    OutputFormat,
+    format_option("table: one table per GEMM; json: one JSON document of every cell on stdout (README: JSON output)."),
 ]
 Out = Annotated[Path, typer.Option("--out", help="Folder for <run_id>.parquet, or a .parquet file path.")]
 Sanitize = Annotated[bool, typer.Option(help="Run each check under compute-sanitizer memcheck first.")]
@@ -72,17 +84,17 @@ RunShard = Annotated[
 
 def run(
     shapes: Shapes, variants: Variants = None, dtype: Dtype = "fp8,bf16", m: Ms = None, tp: Tp = "1",
-    timing: Timing = "cold", out_path: Out = Path("results"), plugin: Plugins = None, sanitize: Sanitize = False,
-    seed: Seed = 0, budget: Budget = 0.5, strict: Strict = False, retune: Retune = False, routing: Routing = "uniform",
-    compare_to: CompareTo = None, shard: RunShard = None, gpus: Gpus = None, append: Append = False,
-    force: Force = False, resume: Resume = None, ep: Ep = "1", scaling: Scaling = None,
-    import_config: ImportConfig = None,
+    timing: Timing = TimingMode.cold, out_path: Out = Path("results"), plugin: Plugins = None,
+    sanitize: Sanitize = False, seed: Seed = 0, budget: Budget = 0.5, strict: Strict = False, retune: Retune = False,
+    routing: Routing = "uniform", compare_to: CompareTo = None, shard: RunShard = None, gpus: Gpus = None,
+    append: Append = False, force: Force = False, resume: Resume = None, ep: Ep = "1", scaling: Scaling = None,
+    import_config: ImportConfig = None, fmt: Format = OutputFormat.table,
 ) -> None:  # fmt: skip
     """Check, then time, every variant on every problem of a shape set; write Parquet and print tables."""
     from gemmbench import store, sweep  # heavy (pandas; torch); tables not at --help (yaml, importlib.metadata)
     from gemmbench.tables import gemm_tables
 
-    timing, budget = _timing(timing), positive_budget(budget)
+    timing, budget, as_json = timing.value, positive_budget(budget), fmt is OutputFormat.json
     shard_at, gpu_ids = shard_option(shard), gpus_option(gpus)
     _refuse_before_work(out_path, append, force, resume, compare_to)
     variants, imported = import_configs(import_config, variants)  # the imported variants always run
@@ -95,19 +107,28 @@ def run(
     cpu = _cpu_path(cells, sanitize)
     if not cells and resume is not None:
         err.print(escape(f"--resume: every cell is already in {writer.path}; nothing to run"), highlight=False)
+        if as_json:
+            _print_json(run_id, writer.path, writer.rows, False)
         return
     if not cells:  # more shards than cells: an empty part still tells merge this shard ran
         store.write_rows(writer.path, [], meta)
         err.print(escape(f"shard {shard}: no cells (the sweep has fewer cells than shards). Results: {writer.path}"))
+        if as_json:
+            _print_json(run_id, writer.path, [], False)
         return
     worker = WorkerOptions(timing, budget, plugins=plugin or [], cpu=cpu, retune=retune, ceilings=not cpu, env=imported)
     rows, stopped = _sweep(sweep.SweepOptions(run_id, worker, seed, sanitize, gpu_ids), cells, writer)
-    for table in gemm_tables(rows):
-        out.print(table)
+    if as_json:
+        _print_json(run_id, writer.path, rows, stopped)
+    else:
+        for table in gemm_tables(rows):
+            out.print(table)
     if stopped:  # Ctrl-C or SIGINT: the finished rows are on disk, and their tables above
         done = f"{writer.added} finished rows in {writer.path}" if writer.added else "no cell finished; nothing written"
         raise fail(f"interrupted: {done}", 130)
-    code = cli_compare.compare_after_run(compare_to, writer.path)
+    # under --format json stdout holds the run's document only: the comparison goes to stderr
+    with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
+        code = cli_compare.compare_after_run(compare_to, writer.path)
     _summary(rows, writer.path, strict)
     if code:
         raise typer.Exit(code)
@@ -190,14 +211,6 @@ def _on_gpu() -> bool:
     return torch.cuda.is_available()
 
 
-def _timing(timing: str) -> str:
-    from gemmbench.timing import MODES  # heavy (torch)
-
-    if timing not in MODES:
-        raise fail(f"--timing {timing!r}: choose from {', '.join(MODES)}")
-    return timing
-
-
 def _shard(cells: list, shard_at: Optional[tuple[int, int]]) -> tuple[Optional[dict], list]:
     """(the part file's metadata, this shard's cells); the whole sweep when not sharded."""
     from gemmbench import shard  # not at --help (hashlib)
@@ -252,6 +265,15 @@ def _sweep(opts, cells: list, writer) -> tuple[list, bool]:
             return writer.rows, True
         progress.update(bar, description="done")
     return writer.rows, False
+
+
+def _print_json(run_id: str, path: Path, rows: list, interrupted: bool) -> None:
+    """`--format json`: the run's document on stdout (README: JSON output): `tables.summary` of the file's rows, as
+    the tables show them (with --append or --resume the rows it held before too)."""
+    from gemmbench.tables import status_counts, summary  # not at --help (yaml, importlib.metadata)
+
+    print_json({"schema": "gemmbench.run/1", "run_id": run_id, "file": str(path), "interrupted": interrupted,
+                "counts": status_counts(rows), "cells": summary(rows)})  # fmt: skip
 
 
 def _summary(rows, path, strict: bool) -> None:

@@ -22,8 +22,9 @@ def shapes_from_config(
         Optional[Path], typer.Option("--out", help="Where to write the YAML (default: stdout).")
     ] = None,
 ) -> None:
-    """Write a shape set from a model's config.json: Llama, Mistral, Qwen2/3 dense; Mixtral, Qwen2/3-MoE,
-    DeepSeek-V2/V3 (MLA), Llama 4, gpt-oss MoE (README: "from-config")."""
+    """Write a shape set from a model's config.json (README: "from-config").
+
+    Families: Llama, Mistral, Qwen2/3 dense; Mixtral, Qwen2/3-MoE, DeepSeek-V2/V3 (MLA), Llama 4, gpt-oss MoE."""
     from gemmbench import hf_config, shapes  # not at --help (yaml)
 
     try:

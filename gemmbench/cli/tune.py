@@ -68,8 +68,7 @@ def tune(
     shard: TuneShard = None, gpus: TuneGpus = None, ep: Ep = "1", scaling: Scaling = None, export: Export = None,
     export_only: ExportOnly = False, force: ExportForce = False,
 ) -> None:  # fmt: skip
-    """Search each Triton variant's config space per (GPU, N, K, dtype, scaling, M bucket); store the winners as
-    JSON."""
+    """Search each Triton variant's config space per (GPU, N, K, dtype, scaling, M bucket); store the winners as JSON."""
     from gemmbench import shard as shard_mod  # not at --help (hashlib; tuning: yaml)
     from gemmbench import tuning
 

@@ -1,12 +1,11 @@
 """`gemmbench report`: one Markdown file and one self-contained HTML file (its PNGs embedded as base64) from result
 rows: per GEMM, dtype and timing mode the winning variant by M with its speedup over the baseline and % of roofline,
-the full tables, and the figures of gemmbench.plot.figures.  The report is built as a list of blocks rendered twice, so
-the two files cannot say different things."""
+the full tables, and the figures of gemmbench.plot.figures.  The report is built as a list of blocks written as
+Markdown; the HTML is that Markdown rendered by markdown-it-py, so the two files cannot say different things."""
 
 from __future__ import annotations
 
 import base64
-import html
 import math
 import re
 from dataclasses import dataclass, field
@@ -14,6 +13,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 import pandas as pd
+from markdown_it import MarkdownIt
 
 from gemmbench.plot import data as plotdata
 from gemmbench.plot import figures as plots
@@ -90,6 +90,22 @@ def _span(values: pd.Series, spec: str, suffix: str = "") -> str:
 
 def _heading(k: dict) -> str:
     return f"{style.gemm_title(k)} · {k.get('timing_mode') or 'timing unknown'}"
+
+
+# the fields of each winner in `gemmbench report --format json` (README: JSON output): the figure group, then the row
+WINNER_FIELDS = (*plotdata.FIGURE_COLS, "gpu", "run_id", "M", "variant", "time_us_median", "speedup", "baseline",
+                 "pct_of_roofline")  # fmt: skip
+
+
+def winner_records(runs: Optional[pd.DataFrame]) -> list[dict]:
+    """The winners tables of the report, one dict per (figure group, M) with WINNER_FIELDS: for scripts."""
+    if runs is None:
+        return []
+    out = []
+    for k, g in plotdata.groups(runs, plotdata.FIGURE_COLS):
+        for _, r in winners(g).iterrows():
+            out.append({f: k.get(f) if f in plotdata.FIGURE_COLS else r.get(f) for f in WINNER_FIELDS})
+    return out
 
 
 def _summary(rep: Report, keyed: list) -> None:
@@ -265,78 +281,59 @@ def build(runs: Optional[pd.DataFrame], profiles: Optional[pd.DataFrame], files:
 # ------------------------------------------------------------------ rendering
 
 
-def _md_cell(text: str) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
+# Markdown's inline syntax where data could hold it: a reason with "*", a name starting with "_", "<…>" (an autolink),
+# "&lt;" (an entity).  "_" inside a word (triton_splitk_atomic) is no emphasis in CommonMark and stays as it is.
+_INLINE = re.compile(r"[\\`*\[\]<&|]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])")
+
+
+def _md_text(text) -> str:
+    """Data (a name, a reason, a number) as Markdown that renders as exactly that text, on one line."""
+    return _INLINE.sub(lambda m: "\\" + m.group(0), str(text).replace("\n", " "))
 
 
 def to_markdown(rep: Report) -> str:
     out = []
     for b in rep.blocks:
         if b[0] == "h":
-            out.append("#" * b[1] + " " + b[2])
+            out.append("#" * b[1] + " " + _md_text(b[2]))
         elif b[0] == "p":
             out.append(b[1])
         elif b[0] == "img":
-            out.append(f"![{b[2]}]({IMG_DIR}/{b[1]}.png)")
+            out.append(f"![{_md_text(b[2])}]({IMG_DIR}/{b[1]}.png)")
         elif b[0] == "table":
             head, rows, align = b[1], b[2], b[3]
             out.append(
                 "\n".join(
                     [
-                        "| " + " | ".join(_md_cell(h) for h in head) + " |",
+                        "| " + " | ".join(_md_text(h) for h in head) + " |",
                         "|" + "|".join("---:" if a == "r" else "---" for a in align) + "|",
                     ]
-                    + ["| " + " | ".join(_md_cell(c) for c in r) + " |" for r in rows]
+                    + ["| " + " | ".join(_md_text(c) for c in r) + " |" for r in rows]
                 )
             )
     return "\n\n".join(out) + "\n"
 
 
-def _inline(text: str) -> str:
-    """The little Markdown the blocks use (`code`, **bold**, *italic*), as HTML."""
-    t = html.escape(str(text))
-    t = re.sub(r"`([^`]+)`", r"<code>\1</code>", t)
-    t = re.sub(r"\*\*([^*]+)\*\*", r"<strong>\1</strong>", t)
-    return re.sub(r"(?<![\w*])\*([^*]+)\*(?![\w*])", r"<em>\1</em>", t)
-
-
 _CSS = """body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;max-width:1200px;margin:2em auto;
 padding:0 1em;color:#222}table{border-collapse:collapse;margin:1em 0;font-size:13px}th,td{border:1px solid #ccc;
-padding:3px 7px}th{background:#f3f3f3}td.r{text-align:right;font-variant-numeric:tabular-nums}img{max-width:100%;
+padding:3px 7px}th{background:#f3f3f3}td[style*=right]{font-variant-numeric:tabular-nums}img{max-width:100%;
 display:block;margin:1em 0}code{background:#f3f3f3;padding:0 3px}"""
 
 
 def to_html(rep: Report) -> str:
-    out = [
-        "<!doctype html>",
-        '<html lang="en"><head><meta charset="utf-8"><title>gemmbench report</title>',
-        f"<style>{_CSS}</style></head><body>",
-    ]
-    for b in rep.blocks:
-        if b[0] == "h":
-            out.append(f"<h{b[1]}>{_inline(b[2])}</h{b[1]}>")
-        elif b[0] == "p":
-            out.append(f"<p>{_inline(b[1])}</p>")
-        elif b[0] == "img":
-            data = base64.b64encode(rep.images[b[1]]).decode("ascii")
-            out.append(f'<img alt="{html.escape(b[2])}" src="data:image/png;base64,{data}">')
-        elif b[0] == "table":
-            head, rows, align = b[1], b[2], b[3]
-            cls = ["" if a != "r" else ' class="r"' for a in align]
-            out.append(
-                "<table><tr>"
-                + "".join(f"<th>{_inline(h)}</th>" for h in head)
-                + "</tr>"
-                + "".join(
-                    "<tr>"
-                    + "".join(f"<td{c}>{html.escape(str(v))}</td>" for c, v in zip(cls, r, strict=False))
-                    + "</tr>"
-                    for r in rows
-                )
-                + "</table>"
-            )
-    out.append("</body></html>")
-    return "\n".join(out) + "\n"
+    """report.md rendered by markdown-it-py (CommonMark, its table rule on, raw HTML off: data is shown, never run),
+    each image's `img/<stem>.png` replaced by the PNG itself (a data URI), so that the page is one file."""
+    md = MarkdownIt("commonmark", {"html": False}).enable("table")
+    tokens = md.parse(to_markdown(rep))
+    inline = {md.normalizeLink(f"{IMG_DIR}/{stem}.png"): png for stem, png in rep.images.items()}
+    for child in (c for t in tokens for c in t.children or ()):
+        if child.type == "image" and child.attrGet("src") in inline:
+            child.attrSet("src", "data:image/png;base64," + base64.b64encode(inline[child.attrGet("src")]).decode())
+    body = md.renderer.render(tokens, md.options, {})
+    return (
+        '<!doctype html>\n<html lang="en"><head><meta charset="utf-8"><title>gemmbench report</title>\n'
+        f"<style>{_CSS}</style></head><body>\n{body}</body></html>\n"
+    )
 
 
 def write(rep: Report, out_dir: Path) -> list[Path]:

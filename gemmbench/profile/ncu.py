@@ -1,6 +1,7 @@
 """Nsight Compute: the command line that profiles one cell, and its report read back as columns.
 
-The metric names were checked on an H100 with ncu 2025.3.1 (docs/GPU-FACTS.md §6).  Reports are read with
+The metric names were checked on an H100 with ncu 2025.3.1 (docs/GPU-FACTS.md §6).  A report's kernels come from
+ncu_reader: through Nsight Compute's `ncu_report` Python module where it can be imported, else read here from
 `ncu --import R.ncu-rep --csv --page raw --print-units base`: a header row, a units row, then one row per
 profiled kernel, numbers with thousands separators ("178,528").  A cell that launches several kernels
 (a zeroing or reduction kernel, a grouped GEMM's setup) gets one row per kernel and a summed row.
@@ -160,6 +161,11 @@ def _number(text: str, unit: str) -> Optional[float]:
         value = float(text)
     except ValueError:  # "", "n/a", a name
         return None
+    return to_base(value, unit)
+
+
+def to_base(value: float, unit: str) -> float:
+    """`value` in `unit` (as ncu names units: "Mbyte", "usecond", "Ghz", "%") in base units, durations in ns."""
     if unit in _TIME_NS:
         return value * _TIME_NS[unit]
     head = unit.split("/")[0].lower() if unit[:1] in ("", "%") else unit.split("/")[0]

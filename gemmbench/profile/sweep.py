@@ -25,7 +25,7 @@ from gemmbench import device, metrics
 from gemmbench.inputs import cell_seed
 from gemmbench.nvtx_ranges import cell_name, domain_in_use, range_name
 from gemmbench.pool import Cell, Pool, Sink, WorkerOptions, exit_hint
-from gemmbench.profile import ncu, nsys
+from gemmbench.profile import ncu, ncu_reader, nsys
 from gemmbench.shapes import Problem
 from gemmbench.store import CELL_KEY, PROFILE_SCHEMA, cell_columns, cell_keys
 
@@ -82,6 +82,7 @@ class CellProfiler:
     def __init__(self, opts: ProfileOptions, run: Callable = subprocess.run, start: Optional[Callable] = None):
         self.opts, self.run, self.start = opts, run, start
         self.ncu = ncu.find_ncu() if opts.use_ncu else None
+        self.ncu_module = ncu_reader.load_module(self.ncu) if self.ncu else None  # None: `ncu --import --csv`
         self.nsys = nsys.find_nsys() if opts.use_nsys else None
         self.reports = opts.out_dir / opts.run_id
 
@@ -124,12 +125,7 @@ class CellProfiler:
             why = ncu.explain_failure(output, name)
             if not report.exists():
                 return [self._failed(base, None, output, code, name, why)]
-            proc = self.run(ncu.import_command(self.ncu, report), capture_output=True, text=True,
-                            timeout=self.opts.timeout_s)  # fmt: skip
-            try:
-                kernels = ncu.parse_raw_csv(proc.stdout) if proc.returncode == 0 else []
-            except ncu.NcuError:  # an export with no kernel table: this cell's error row, not the sweep's end
-                kernels = []
+            kernels, reader = ncu_reader.read_kernels(report, self.ncu, self.ncu_module, self.run, self.opts.timeout_s)
             if not kernels:
                 reason = why or f"no kernel was captured inside the NVTX range {name!r}"
                 return [dict(base, status="error", reason=reason, ncu_report=str(report))]
@@ -145,7 +141,8 @@ class CellProfiler:
                     **extra)  # fmt: skip
         if not self.ncu:
             return [cell]
-        return [dict(cell, ncu_report=str(report), **k) for k in ncu.cell_rows(kernels, model, self.opts.extra_metrics)]
+        return [dict(cell, ncu_report=str(report), ncu_reader=reader, **k)
+                for k in ncu.cell_rows(kernels, model, self.opts.extra_metrics)]  # fmt: skip
 
     def _nsys_columns(self, stem: Path, name: str):
         sqlite_path = stem.with_name(stem.name + ".sqlite")

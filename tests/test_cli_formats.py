@@ -1,0 +1,228 @@
+"""The command line's single-choice options (Enums: choices in --help, in the shell's completion, anything else one
+line and exit 2), its help text, and `--format json` on `list shapes`, `list variants` and `run` (the report's: in
+test_report_formats.py).  Expected values come from the shape sets, the registry and the Parquet rows, by hand."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import math
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+import typer
+from conftest import PLUGINS
+from test_cli import BUILTIN_FAMILIES, bad, invoke, text
+from test_plots import TP8
+from typer.testing import CliRunner
+
+from gemmbench import shapes, store, tables
+from gemmbench.cli import app
+
+# ---------------------------------------------------------------- help, choices, completion
+
+
+def _commands(cmd, path):
+    yield path, cmd
+    for name, sub in getattr(cmd, "commands", {}).items():
+        yield from _commands(sub, [*path, name])
+
+
+def test_help_paragraphs_are_one_line_each():
+    """rich keeps a line break inside a help paragraph, so a docstring wrapped by hand prints ragged at any width."""
+    ragged = []
+    for path, cmd in _commands(typer.main.get_command(app), ["gemmbench"]):
+        for what, help_text in [("help", cmd.help), *((p.name, getattr(p, "help", None)) for p in cmd.params)]:
+            for paragraph in inspect.cleandoc(help_text or "").split("\n\n"):
+                if "\n" in paragraph:
+                    ragged.append(f"{' '.join(path)} {what}: {paragraph[:60]!r}")
+    assert ragged == []
+
+
+@pytest.mark.parametrize(
+    "args, choices",
+    [
+        (["run"], ["<cold|stream|graph|wall>", "<table|json>"]),
+        (["compare"], ["<table|markdown|json>"]),
+        (["report"], ["<table|json>"]),
+        (["list", "shapes"], ["<table|json>"]),
+        (["list", "variants"], ["<table|json>"]),
+    ],
+)
+def test_help_shows_the_choices(args, choices):
+    res = CliRunner().invoke(app, [*args, "--help"], env={"COLUMNS": "160"})
+    assert res.exit_code == 0
+    for c in choices:
+        assert c in text(res.stdout), (args, c)
+
+
+@pytest.mark.parametrize(
+    "args, line",
+    [
+        (["run", "--shapes", "smoke", "--timing", "fast"], "--timing 'fast': choose from cold, stream, graph, wall"),
+        (["run", "--shapes", "smoke", "--format", "csv"], "--format 'csv': choose from table, json"),
+        (["list", "shapes", "--format", "yaml"], "--format 'yaml': choose from table, json"),
+        (["list", "variants", "--format", "JSON"], "--format 'JSON': choose from table, json"),  # case counts
+        (["report", TP8, "--format", "html"], "--format 'html': choose from table, json"),
+        (["compare", TP8, TP8, "--format", "html"], "--format 'html': choose from table, markdown, json"),
+    ],
+)
+def test_a_bad_choice_is_one_line_and_exit_2(args, line, tmp_path):
+    out = ["--out", tmp_path / "never"] if args[0] in ("run", "report") else []
+    got = bad(invoke(*args, *out))  # exit 2, one line on stderr, nothing on stdout
+    command = " ".join(args[:2] if args[0] == "list" else args[:1])
+    assert got == f"error: {line} (see `gemmbench {command} --help`)"
+    assert list(tmp_path.iterdir()) == []
+
+
+def _complete(words: str) -> list[str]:
+    """What bash completes after `words` (its last word being typed)."""
+    env = {"_GEMMBENCH_COMPLETE": "complete_bash", "COMP_WORDS": words, "COMP_CWORD": str(len(words.split(" ")) - 1)}
+    res = CliRunner().invoke(app, [], prog_name="gemmbench", env=env)
+    assert res.exit_code == 0, res.stderr
+    return res.stdout.split()
+
+
+def test_shell_completion():
+    res = invoke("--help")
+    assert "--install-completion" in text(res.stdout) and "--show-completion" in text(res.stdout)
+    assert _complete("gemmbench run --timing ") == ["cold", "stream", "graph", "wall"]
+    assert _complete("gemmbench list ") == ["shapes", "variants"]
+    assert _complete("gemmbench compare a b --format m") == ["markdown"]
+    assert "--format" in _complete("gemmbench report --fo")
+    script = CliRunner().invoke(app, ["--show-completion", "bash"], prog_name="gemmbench")
+    assert script.exit_code == 0 and "_GEMMBENCH_COMPLETE=complete_bash" in script.stdout
+
+
+def test_help_imports_nothing_heavy():
+    """--help (now with the completion options) still imports no torch, pandas, numpy or matplotlib."""
+    code = (
+        "import sys\nfrom gemmbench.cli import main\nsys.argv = ['gemmbench', '--help']\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        "print(sorted(m for m in ('torch', 'pandas', 'numpy', 'matplotlib', 'triton') if m in sys.modules), "
+        "file=sys.stderr)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and proc.stderr.strip() == "[]", proc.stderr
+
+
+# ---------------------------------------------------------------- list --format json
+
+
+def test_list_shapes_json():
+    res = invoke("list", "shapes", "--format", "json")
+    assert res.exit_code == 0, res.stderr
+    doc = json.loads(res.stdout)
+    assert doc["schema"] == "gemmbench.shapes/1"
+    assert [s["name"] for s in doc["sets"]] == shapes.builtin_names()
+    for s in doc["sets"]:
+        want = shapes.load(s["name"])
+        assert s["description"] == want.description and s["m"] == list(want.m_values)
+        assert [
+            (g["id"], g["N"], g["K"], g["E"], g["topk"], g["parallel"], g["layer"], g["role"]) for g in s["gemms"]
+        ] == [(g.name, g.N, g.K, g.E, g.topk, g.parallel, g.layer, g.role) for g in want.gemms]
+    smoke = next(s for s in doc["sets"] if s["name"] == "smoke")
+    assert smoke["m"] == [1, 33]  # README: the smoke set's default M
+    moe = [g for g in smoke["gemms"] if g["E"] > 1]
+    assert moe and all(g["topk"] >= 1 for g in moe) and all(g["E"] == 1 for g in smoke["gemms"] if g not in moe)
+
+
+def test_list_variants_json():
+    res = invoke("list", "variants", "--plugin", PLUGINS / "crash_plugin.py", "--format", "json")
+    assert res.exit_code == 0, res.stderr
+    doc = json.loads(res.stdout)
+    assert doc["schema"] == "gemmbench.variants/1"
+    by_name = {v["name"]: v for v in doc["variants"]}
+    assert {n: by_name[n]["family"] for n in BUILTIN_FAMILIES} == BUILTIN_FAMILIES
+    assert set(by_name) == set(BUILTIN_FAMILIES) | {"test_crash"}
+    # the README's variants table, by hand
+    assert by_name["cublas_fp16"] | {"description": ""} == {
+        "name": "cublas_fp16", "family": "cublas", "dtypes": ["fp16"], "scalings": ["tensor"], "kind": "dense",
+        "baseline_of": ["fp16"], "tunable": False, "source": "builtin", "description": ""}  # fmt: skip
+    assert by_name["torch_moe_loop"]["kind"] == "moe" and by_name["torch_moe_loop"]["dtypes"] == ["fp16", "bf16"]
+    assert by_name["triton_dp_row"]["tunable"] and by_name["triton_dp_row"]["dtypes"] == ["fp16", "bf16", "fp8"]
+    assert by_name["cublas_fp8_rowwise"]["scalings"] == ["row"]
+    assert by_name["test_crash"]["source"].endswith("crash_plugin.py")
+
+
+# ---------------------------------------------------------------- the run summary
+
+BASELINE = {("fp8", "tensor"): "cublas_fp8", ("fp8", "row"): "cublas_fp8_rowwise", ("bf16", "none"): "cublas_bf16"}
+CELL = ["gemm", "M", "N", "K", "tp", "ep", "dtype", "scaling", "routing"]
+
+
+def expected_summary(df: pd.DataFrame) -> pd.DataFrame:
+    """Each row's speedup (its cell's cuBLAS time of the same dtype and scaling / its time, both ok) and winner (the
+    fastest ok row of its cell that is not noisy), from the DataFrame of a dense run."""
+    df = df.reset_index(drop=True)
+    ok = df[df["status"] == "ok"]
+    base = {tuple(r[c] for c in CELL): r["time_us_median"] for _, r in ok.iterrows()
+            if r["variant"] == BASELINE[(r["dtype"], r["scaling"])]}  # fmt: skip
+    speedup = [base.get(tuple(r[c] for c in CELL), math.nan) / r["time_us_median"] if r["status"] == "ok" else math.nan
+               for _, r in df.iterrows()]  # fmt: skip
+    ranked = ok[~ok["noisy"].fillna(False).astype(bool)]
+    best = set(ranked.groupby(CELL, dropna=False)["time_us_median"].idxmin())
+    return df.assign(speedup=speedup, winner=[i in best for i in df.index])
+
+
+def _check_cells(cells: list, df: pd.DataFrame) -> None:
+    want = expected_summary(df)
+    assert len(cells) == len(want)
+    for cell, (_, r) in zip(cells, want.iterrows(), strict=True):
+        assert list(cell) == list(tables.SUMMARY_FIELDS)
+        for f in ("shape_set", "gemm", "M", "N", "K", "E", "topk", "tp", "ep", "dtype", "scaling", "variant",
+                  "timing_mode", "status"):  # fmt: skip
+            assert cell[f] == r[f], f
+        assert cell["routing"] is None and cell["reason"] == (r["reason"] if isinstance(r["reason"], str) else None)
+        assert cell["baseline"] == BASELINE[(r["dtype"], r["scaling"])]
+        assert cell["winner"] == r["winner"] and cell["noisy"] == bool(r["noisy"])
+        if r["status"] == "ok":
+            assert cell["time_us_median"] == pytest.approx(r["time_us_median"])
+        assert (cell["speedup"] is None) == math.isnan(r["speedup"])
+        if cell["speedup"] is not None:
+            assert cell["speedup"] == pytest.approx(r["speedup"])
+
+
+def test_summary_of_a_committed_h100_run():
+    """tables.summary on a real run (TP 8 attention, fp8 per tensor and per row, bf16): winners and speedups."""
+    df = store.load([TP8])
+    cells = json.loads(json.dumps(tables.summary(store.records(df))))  # as print_json writes them
+    _check_cells(cells, df)
+    assert sum(c["winner"] for c in cells) == df.groupby(CELL, dropna=False).ngroups  # no noisy row there
+    assert {c["speedup"] for c in cells if c["variant"] == "cublas_fp8"} == {1.0}
+
+
+@pytest.fixture(scope="module")
+def json_runs(tmp_path_factory):
+    """A CPU run with --format json, then a second compared with it (--compare-to, still --format json)."""
+    d = tmp_path_factory.mktemp("json")
+    common = ["run", "--shapes", "smoke", "--dtype", "bf16", "--budget", "0.01", "--plugin",
+              PLUGINS / "planted_slowdown.py", "--format", "json"]  # fmt: skip
+    first = invoke(*common, "--m", "1,5", "--variants", "cublas_bf16,planted_slow_bf16", "--out", d / "a.parquet")
+    second = invoke(*common, "--m", "1", "--variants", "cublas_bf16", "--compare-to", d / "a.parquet",
+                    "--out", d / "b.parquet")  # fmt: skip
+    return first, second, d
+
+
+def test_run_format_json(json_runs):
+    first, _, d = json_runs
+    assert first.exit_code == 0, first.stderr
+    doc = json.loads(first.stdout)  # stdout is the document alone: progress and banners went to stderr
+    assert "CPU path" in text(first.stderr) and "cells:" in text(first.stderr)
+    df = store.load([d / "a.parquet"])
+    assert (doc["schema"], doc["file"], doc["interrupted"]) == ("gemmbench.run/1", str(d / "a.parquet"), False)
+    assert doc["run_id"] == df["run_id"].iloc[0]
+    assert doc["counts"] == df["status"].value_counts().to_dict()
+    assert len(doc["cells"]) == 3 * 2 * 2  # smoke's 3 dense GEMMs x M 1, 5 x 2 variants (bf16 has no MoE variant)
+    _check_cells(doc["cells"], df)
+
+
+def test_run_format_json_with_a_comparison(json_runs):
+    _, second, d = json_runs
+    doc = json.loads(second.stdout)  # the comparison went to stderr, not into the document
+    assert [c["variant"] for c in doc["cells"]] == ["cublas_bf16"] * 3
+    err = text(second.stderr)
+    assert "### gemmbench perf:" in err
+    assert second.exit_code == (1 if "regression(s)" in err else 0), err  # 1 only on a slower cell

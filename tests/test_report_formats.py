@@ -1,0 +1,139 @@
+"""`gemmbench report`'s HTML (report.md rendered by markdown-it-py) and its `--format json`: the HTML's tables and
+images read back with the standard library's HTML parser and held against the report's blocks and the Parquet rows;
+data that looks like Markdown or HTML shown as it is."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+
+os.environ["MPLBACKEND"] = "Agg"  # before anything imports matplotlib: no GUI backend in a test
+
+from html.parser import HTMLParser
+
+import pytest
+from test_cli import invoke
+from test_plots import TP8, prepared
+
+from gemmbench import store
+from gemmbench.plot import report
+
+MARKUP_TAGS = {"em", "strong", "a", "code", "b", "script"}
+
+
+class Page(HTMLParser):
+    """The tables (rows of cell texts), the alignment of each cell, the images and the tags found inside cells."""
+
+    def __init__(self, html: str):
+        super().__init__()  # convert_charrefs: "&lt;" arrives as "<"
+        self.tables: list = []
+        self.align: list = []
+        self.images: list = []
+        self.tags_in_cells: set = set()
+        self.headings: list = []
+        self._cell = self._heading = None
+        self.feed(html)
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "table":
+            self.tables.append([])
+            self.align.append([])
+        elif tag == "tr":
+            self.tables[-1].append([])
+            self.align[-1].append([])
+        elif tag in ("td", "th"):
+            self._cell = []
+            self.align[-1][-1].append(dict(attrs).get("style"))
+        elif tag in ("h1", "h2", "h3"):
+            self._heading = []
+        elif tag == "img":
+            self.images.append(dict(attrs))
+        elif self._cell is not None:
+            self.tags_in_cells.add(tag)
+
+    def handle_endtag(self, tag):
+        if tag in ("td", "th"):
+            self.tables[-1][-1].append("".join(self._cell))
+            self._cell = None
+        elif tag in ("h1", "h2", "h3"):
+            self.headings.append("".join(self._heading))
+            self._heading = None
+
+    def handle_data(self, data):
+        for part in (self._cell, self._heading):
+            if part is not None:
+                part.append(data)
+
+
+def test_html_tables_and_images_are_the_reports(tp8):
+    rep = report.build(prepared([TP8], dtypes=["fp8"], shapes=["attn_o"]), None, [TP8])
+    page = Page(report.to_html(rep))
+    blocks = [b for b in rep.blocks if b[0] == "table"]
+    assert len(page.tables) == len(blocks) > 2
+    for (_, head, rows, align), table, styles in zip(blocks, page.tables, page.align, strict=True):
+        assert table == [[str(h) for h in head]] + [[str(c) for c in r] for r in rows]
+        # "r" columns right-aligned (markdown-it's table rule, from "---:"), the others left to the stylesheet
+        assert all(s == [("text-align:right" if a == "r" else None) for a in align] for s in styles)
+    assert not page.tags_in_cells
+    shown = [b for b in rep.blocks if b[0] == "img"]
+    assert [i["alt"] for i in page.images] == [b[2] for b in shown]
+    for img, (_, stem, _) in zip(page.images, shown, strict=True):  # each figure inside the page, byte for byte
+        head, _, data = img["src"].partition(",")
+        assert head == "data:image/png;base64" and base64.b64decode(data) == rep.images[stem]
+    assert page.headings[0] == "gemmbench report" and any(h.startswith("attn_o (N=8192, K=1024") for h in page.headings)
+
+
+@pytest.fixture(scope="module")
+def tp8():
+    return store.load([TP8])
+
+
+TRICKY = ["*not bold*", "_not italic_", "<b>not html</b>", "a | b", "&lt; stays", "[no](link)", "`no code`", "back\\"]
+
+
+def test_data_that_looks_like_markup_is_shown_as_it_is():
+    rep = report.Report()
+    rep.add("h", 2, "_gemm_ *x*")
+    rep.add("table", ["name|x", "v"], [[t, str(i)] for i, t in enumerate(TRICKY)] + [["two\nlines", "9"]], "lr")
+    md, page = report.to_markdown(rep), Page(report.to_html(rep))
+    assert page.headings == ["_gemm_ *x*"]
+    assert page.tables == [[["name|x", "v"]] + [[t, str(i)] for i, t in enumerate(TRICKY)] + [["two lines", "9"]]]
+    assert not page.tags_in_cells
+    # the Markdown: one table line per row, a name with '_' inside a word left as it is
+    assert sum(ln.startswith("|") for ln in md.splitlines()) == 2 + len(TRICKY) + 1
+    assert report._md_text("triton_splitk_atomic") == "triton_splitk_atomic"
+
+
+def test_report_format_json_holds_the_winners(tmp_path, tp8):
+    out = tmp_path / "rep"
+    res = invoke("report", TP8, "--dtype", "fp8", "--shapes", "attn_o", "--out", out, "--format", "json")
+    assert res.exit_code == 0, res.stderr
+    doc = json.loads(res.stdout)  # stdout is the document and nothing else
+    assert doc["schema"] == "gemmbench.report/1"
+    written = sorted(str(p) for p in out.rglob("*") if p.is_file())
+    assert sorted(doc["files"]) == written and str(out / "report.html") in written
+    # by hand from the Parquet rows: per scaling and M the fastest ok row, its speedup over cuBLAS of its scaling
+    g = tp8[(tp8["gemm"] == "attn_o") & (tp8["dtype"] == "fp8") & (tp8["status"] == "ok")]
+    expected = []
+    for scaling, base_name in (("tensor", "cublas_fp8"), ("row", "cublas_fp8_rowwise")):
+        s = g[g["scaling"] == scaling]
+        base = s[s["variant"] == base_name].set_index("M")["time_us_median"]
+        for m, rows in sorted(s.groupby("M")):
+            w = rows.loc[rows["time_us_median"].idxmin()]
+            expected.append((scaling, m, w["variant"], w["time_us_median"], base[m] / w["time_us_median"], base_name,
+                             w["pct_of_roofline"]))  # fmt: skip
+    got = [(w["scaling"], w["M"], w["variant"], w["time_us_median"], w["speedup"], w["baseline"], w["pct_of_roofline"])
+           for w in doc["winners"]]  # fmt: skip
+    assert [x[:3] + x[5:6] for x in got] == [x[:3] + x[5:6] for x in expected]
+    for a, b in zip(got, expected, strict=True):
+        assert a[3] == pytest.approx(b[3]) and a[4] == pytest.approx(b[4]) and a[6] == pytest.approx(b[6])
+    first = doc["winners"][0]
+    assert list(first) == list(report.WINNER_FIELDS)
+    assert (first["gemm"], first["N"], first["K"], first["tp"], first["timing_mode"]) == (
+        "attn_o",
+        8192,
+        1024,
+        8,
+        "cold",
+    )
