@@ -10,4 +10,5 @@ from gemmbench.kernels import grouped_mm  # noqa: F401
 from gemmbench.kernels import moe_align  # noqa: F401
 from gemmbench.kernels import fused_moe  # noqa: F401
 from gemmbench.kernels import cublas_block  # noqa: F401
-from gemmbench.kernels import inductor  # noqa: F401  (last: the built-ins before it keep their colours)
+from gemmbench.kernels import inductor  # noqa: F401
+from gemmbench.kernels import persistent  # noqa: F401  (the newest last: the built-ins before keep their colours)

@@ -204,6 +204,9 @@ def _space(problem, on_gpu: bool, full: bool) -> list[DenseConfig]:
             for bk in ((64, 128) if fp8 else (64,))
             for st in (3, 4)
         ]
+        # Hopper's large tiles (issue 20): 256 x 128 as well as 128 x 256, and L2 groups of 32 and 64 rows of tiles
+        # beside the default 8 for the grouped order (the other orders ignore GROUP_M: a few duplicate timings)
+        more += [tile(256, 128, bk, 8, 3)] + [tile(128, 256, bk, 8, st, GROUP_M=g) for st in (3, 4) for g in (32, 64)]
     if problem.M > 16 and tuning.has_tma():  # TMA lost everywhere at M = 16 (splitk.py search_space)
         more += [replace(c, TMA=True) for c in more]
     return quick + [c for c in more if c not in quick] if full else quick

@@ -315,6 +315,9 @@ def _space(problem, on_gpu: bool, full: bool) -> list[MoeConfig]:
             for bk in ((64, 128) if fp8 else (64,))
             for st in (3, 4)
         ]
+        # Hopper's large tiles with wide L2 groups (issue 20): vLLM's H100 config for Mixtral 8x7B at 2048 tokens,
+        # 128 x 256 x 64, GROUP_M 32, 8 warps, 4 stages, was 1.2x faster than this space's best (GROUP_M 8)
+        more += [tile(128, 256, 64, 8, st, GROUP_M=g) for st in (3, 4) for g in (32, 64)]
     return quick + [c for c in more if c not in quick] if full else quick
 
 
