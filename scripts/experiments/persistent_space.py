@@ -57,7 +57,7 @@ def variations(c: PersistentConfig, dtype: str) -> list[PersistentConfig]:
 
 def trials_json(tag, p, trials):
     for x in trials:
-        print(json.dumps(dict(tag=tag, dt=p.dtype, M=p.M, N=p.N, K=p.K, cfg=x.config.to_dict(),
+        print(json.dumps(dict(tag=tag, dt=p.dtype, M=p.M, N=p.N, K=p.K, cfg=x.config,
                               us=None if x.error else round(x.time_us, 2), err=x.error)), flush=True)  # fmt: skip
 
 
@@ -69,17 +69,17 @@ for dtype in dtypes:
             ref = reference(p, inputs)
             base = tuning.search(t, p, inputs, base_space(dtype), ref)
             trials_json("base", p, base)
-            top = [x.config for x in base if not x.error][:5]
+            top = [x.params for x in base if not x.error][:5]
             more = [v for c in top for v in variations(c, dtype)]
             varied = tuning.search(t, p, inputs, list(dict.fromkeys(more)), ref)
             trials_json("varied", p, varied)
             best = min((x for x in base + varied if not x.error), key=lambda x: x.time_us)
-            fns = {"persistent": t.build(p, inputs, best.config).fn}
+            fns = {"persistent": t.build(p, inputs, best.params).fn}
             fns["cublas"] = registry.get("cublas_fp8" if dtype == "fp8" else f"cublas_{dtype}").make(p, inputs).fn
             timer = Timer("cold", budget_s=0.3, target_noise=0.002)
             samples = timer.run({k: timer.prepare([f]) for k, f in fns.items()})
             med = {k: round(float(sorted(v)[len(v) // 2]), 2) for k, v in samples.items()}
-            print(json.dumps(dict(tag="case", dt=dtype, M=M, N=N, K=K, us=med, best=best.config.to_dict(),
+            print(json.dumps(dict(tag="case", dt=dtype, M=M, N=N, K=K, us=med, best=best.config,
                                   vs_cublas=round(med["cublas"] / med["persistent"], 3),
                                   failed=[x.error for x in base + varied if x.error][:3],
                                   elapsed_s=round(time.time() - t0))), flush=True)  # fmt: skip
