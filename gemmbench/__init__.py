@@ -1,3 +1,8 @@
 """gemmbench: benchmark and profile the GEMM kernels of LLM inference on NVIDIA Hopper GPUs."""
 
-__version__ = "0.1.0"
+from importlib.metadata import PackageNotFoundError, version
+
+try:
+    __version__ = version("gemmbench")  # the one version: pyproject.toml's, as installed
+except PackageNotFoundError:  # the source tree on sys.path without being installed (pip install -e . makes it)
+    __version__ = "0+unknown"

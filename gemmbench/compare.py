@@ -7,6 +7,10 @@ differ by a two-sided Mann-Whitney U test (scipy) at ALPHA: then `slower` or `fa
 on compute-bound ones as clocks follow power).  Status changes: ok -> wrong/error is `now-failing`, the
 reverse `fixed`, failing in both `still-failing`; a cell skipped in either run is `skipped`; a cell in one run
 only is `new` or `missing`.  A file holding one cell twice (a folder of runs) keeps the latest row.
+
+Two runs are compared only where their timings mean the same thing: one timing mode and L2 state (MUST_MATCH,
+else refused unless --force) and one stack (STACK: GPU model, torch, triton, CUDA, driver; else refused unless
+--allow-stack-change, and then every verdict is marked `stack_changed`: a change it reports may be the stack's).
 """
 
 from __future__ import annotations
@@ -25,8 +29,11 @@ ALPHA = 0.01
 VERDICTS = ("slower", "now-failing", "noisy", "faster", "fixed", "same", "still-failing", "skipped", "new", "missing")
 FAIL_ON = {"slower": ("slower",), "failing": ("now-failing",), "noisy": ("noisy",), "missing": ("missing",)}
 FAILING = ("wrong", "error")
-# a comparison only means something between runs of one GPU model, L2 state and timing mode
-MUST_MATCH = ("gpu", "timing_mode", "l2_state")
+# a comparison only means something between runs of one L2 state and timing mode (the measurement's method) ...
+MUST_MATCH = ("timing_mode", "l2_state")
+# ... and of one stack: a driver, CUDA, compiler (triton) or torch (cuBLAS) update moves kernel times by itself
+STACK = ("gpu", "torch", "triton", "cuda", "driver")
+STACK_MARK = "†"  # after each verdict of a comparison across stacks, in the table and the Markdown
 
 
 class CompareError(ValueError):
@@ -45,6 +52,12 @@ class Row:
     base_status: Optional[str] = None
     cand_status: Optional[str] = None
     reason: Optional[str] = None  # the candidate's reason when it fails
+    stack_changed: bool = False  # the two runs differ in STACK (compared under --allow-stack-change)
+
+    @property
+    def shown(self) -> str:
+        """The verdict as the table and the Markdown show it: marked where the stacks differ."""
+        return f"{self.verdict} {STACK_MARK}" if self.stack_changed else self.verdict
 
 
 def verdict_for_samples(base: np.ndarray, cand: np.ndarray, threshold: float) -> tuple[str, float, Optional[float]]:
@@ -65,16 +78,35 @@ def _latest(df: pd.DataFrame) -> pd.DataFrame:
     return df.sort_values("timestamp", kind="stable").drop_duplicates("_key", keep="last").set_index("_key")
 
 
-def check_comparable(base: pd.DataFrame, cand: pd.DataFrame) -> Optional[str]:
-    """Why the two runs cannot be compared (different GPU model, timing mode or L2 state), or None."""
-    for col in MUST_MATCH:
+def differences(base: pd.DataFrame, cand: pd.DataFrame, columns: tuple[str, ...]) -> list[str]:
+    """Each of `columns` whose values differ between the two runs, as "torch (baseline 2.11.0+cu130, candidate
+    2.13.0)"; a column empty on one side ("-") differs from one that is set."""
+    out = []
+    for col in columns:
         a, b = sorted(set(base[col].dropna())), sorted(set(cand[col].dropna()))
         if a != b:
-            return (
-                f"the runs differ in {col}: baseline {', '.join(map(str, a)) or '-'}, candidate "
-                f"{', '.join(map(str, b)) or '-'}"
-            )
-    return None
+            out.append(f"{col} (baseline {', '.join(map(str, a)) or '-'}, candidate {', '.join(map(str, b)) or '-'})")
+    return out
+
+
+def check_comparable(base: pd.DataFrame, cand: pd.DataFrame) -> Optional[str]:
+    """Why the two runs cannot be compared (a different timing mode or L2 state: MUST_MATCH), or None."""
+    found = differences(base, cand, MUST_MATCH)
+    return f"the runs differ in {', '.join(found)}" if found else None
+
+
+def check_stack(base: pd.DataFrame, cand: pd.DataFrame) -> Optional[str]:
+    """Why the two runs' timings may differ by their stacks alone (GPU model, torch, triton, CUDA, driver: STACK),
+    naming each field that differs, or None."""
+    found = differences(base, cand, STACK)
+    return f"the runs differ in {', '.join(found)}" if found else None
+
+
+def mark_stack_change(rows: list[Row]) -> list[Row]:
+    """Every verdict marked as one across stacks (--allow-stack-change)."""
+    for r in rows:
+        r.stack_changed = True
+    return rows
 
 
 def compare(base: pd.DataFrame, cand: pd.DataFrame, threshold: float = 0.05) -> list[Row]:
@@ -146,11 +178,22 @@ def _fmt(x, spec) -> str:
     return "" if x is None else format(x, spec)
 
 
-def markdown(rows: list[Row], threshold: float, base_name: str, cand_name: str, failed: tuple) -> str:
-    """A summary for a PR comment: the verdict counts, every changed row, and (folded) the cells of one run only."""
+def stack_note(stack_change: Optional[str]) -> str:
+    """The line that says a comparison crossed stacks (--allow-stack-change), naming what differs."""
+    return (
+        f"{STACK_MARK} every verdict compares two stacks: {stack_change}; a change may be the stack's, not the code's"
+    )
+
+
+def markdown(
+    rows: list[Row], threshold: float, base_name: str, cand_name: str, failed: tuple, stack_change: Optional[str] = None
+) -> str:
+    """A summary for a PR comment: the verdict counts, every changed row, and (folded) the cells of one run only.
+    stack_change: what check_stack() found, where the runs were compared across stacks."""
     c = counts(rows)
     bad = sum(c.get(v, 0) for v in failed)
     head = "### gemmbench perf: " + ("❌ " + f"{bad} regression(s)" if bad else "✅ no regression")
+    head += f" {STACK_MARK} across a stack change" if stack_change else ""
     lines = [
         head,
         "",
@@ -158,6 +201,8 @@ def markdown(rows: list[Row], threshold: float, base_name: str, cand_name: str, 
         f"p < {ALPHA}: " + ", ".join(f"{n} {v}" for v, n in c.items()),
         "",
     ]
+    if stack_change:
+        lines += [stack_note(stack_change), ""]
     changed = [r for r in rows if r.verdict not in ("same", "skipped", "new", "missing")]
     lines += _md_table(changed)
     listed = [r for r in rows if r.verdict in ("new", "missing")]
@@ -177,13 +222,22 @@ def _md_table(rows: list[Row]) -> list[str]:
     for r in rows:
         change = f"{(r.ratio - 1):+.1%}" if r.ratio is not None else (r.reason or "")[:80].replace("|", "/")
         out.append(
-            f"| {r.verdict} | {r.cell} | {r.variant} | {_fmt(r.base_us, '.2f')} | {_fmt(r.cand_us, '.2f')} "
+            f"| {r.shown} | {r.cell} | {r.variant} | {_fmt(r.base_us, '.2f')} | {_fmt(r.cand_us, '.2f')} "
             f"| {change} | {_fmt(r.p_value, '.2g')} |"
         )
     return out
 
 
-def to_json(rows: list[Row], threshold: float) -> str:
+def to_json(rows: list[Row], threshold: float, stack_change: Optional[str] = None) -> str:
+    """The verdicts for scripts: each row's `verdict` as it is (what --fail-on matches) with its `stack_changed`
+    mark; `stack_change` says what differs where the runs were compared across stacks (null otherwise)."""
     return json.dumps(
-        {"threshold": threshold, "alpha": ALPHA, "counts": counts(rows), "rows": [asdict(r) for r in rows]}, indent=1
+        {
+            "threshold": threshold,
+            "alpha": ALPHA,
+            "stack_change": stack_change,
+            "counts": counts(rows),
+            "rows": [asdict(r) for r in rows],
+        },
+        indent=1,
     )

@@ -163,9 +163,10 @@ class _Winner:
 
 
 def _gpus() -> list[str]:
-    """The GPUs with stored configs: the folders of the configs root, named as tuning.gpu_dirname names them."""
-    root = tuning.configs_root()
-    return sorted(d.name for d in root.iterdir() if d.is_dir()) if root.is_dir() else []
+    """The GPUs with stored configs: the folders of the user's and the shipped configs roots, named as
+    tuning.gpu_dirname names them."""
+    roots = [r for r in (tuning.configs_root(), tuning.shipped_configs_root()) if r.is_dir()]
+    return sorted({d.name for root in roots for d in root.iterdir() if d.is_dir()})
 
 
 def _winners(names: list[str], problem: Problem, gpu: str, notes: list[str]) -> tuple[dict[int, _Winner], str]:
@@ -174,11 +175,13 @@ def _winners(names: list[str], problem: Problem, gpu: str, notes: list[str]) -> 
     best: dict[int, _Winner] = {}
     own = gpu
     for name in names:
-        path = tuning.config_path(name, problem, gpu)
-        data = tuning._read(path)  # {} where nothing is stored; TuningError where the file is broken
-        own = str(data.get("gpu", own))
+        # the user's buckets over the shipped ones, as a run reads them; TuningError where a file is broken
+        buckets, files = tuning._overlay(name, problem, gpu)
+        for root in (tuning.configs_root(), tuning.shipped_configs_root()):
+            own = str(tuning._read(tuning.config_path(name, problem, gpu, root)).get("gpu", own))
         config_type = registry.get(name).tunable.config_type
-        for bucket, stored in data.get("buckets", {}).items():
+        for bucket, stored in buckets.items():
+            path = files[bucket]
             try:
                 config: Any = config_type.from_dict(stored["config"])
             except (tuning.ConfigError, KeyError, TypeError) as exc:

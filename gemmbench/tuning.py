@@ -2,15 +2,20 @@
 
 A tunable variant (Tunable) has a search space and a build(problem, inputs, config) -> Launch.  Its
 make() takes, in order: the config already chosen for this problem in this process; a stored one
-(kernels/configs/<gpu>/<variant>/N=..,K=..,dtype=...json): that of M's own bucket, or where M lies between
-two stored buckets the faster of those two buckets' configs at this M (neighbour_buckets, timed here
-when they differ), or where all stored buckets lie on one side of M the nearest; otherwise it times a few
+(<gpu>/<variant>/N=..,K=..,dtype=...json: the user's file over the shipped one, _overlay): that of M's own bucket, or
+where M lies between two stored buckets the faster of those two buckets' configs at this M (neighbour_buckets, timed
+here when they differ), or where all stored buckets lie on one side of M the nearest; otherwise it times a few
 candidates right there (quick, not stored).  `gemmbench run --retune` skips the stored files.  Where the
 config came from is a Provenance, kept beside the config (Launch.provenance); the row's `config` says it:
 "source" is "stored" (with "file" and "bucket"), "stored-neighbour" (the same, and "neighbours_us"), "tuned"
 or "only" (nothing to choose: one candidate, or Triton's CPU interpreter), or an inference engine's name ("vllm",
 "sglang": a config file of the engine's, imported by `gemmbench run --import-config`; with "file" and the engine's
 "key": engine_import.py).
+
+Stored files live in two folders (gemmbench/locations.py): the shipped configs (the package's, kernels/configs
+in the repository: read only) and the user's (platformdirs' config dir, or GEMMBENCH_CONFIG_DIR), where
+`gemmbench tune` writes.  A file of the same name in both is read as one: buckets merged, the user's bucket
+winning, so that a user's tune overrides the shipped config of that M bucket and keeps the others.
 
 A config is a frozen dataclass of its kernel family (kernels/*.py), a KernelConfig: one field per key of
 its JSON (stored files, the row's `config`), so that the JSON stays what it was when configs were dicts.
@@ -32,7 +37,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from gemmbench import device, dtypes, registry
+from gemmbench import device, dtypes, locations, registry
 from gemmbench.check import check_cell
 from gemmbench.inference_engines import InferenceEngine
 from gemmbench.kernel_config import ConfigError, KernelConfig  # re-exported: kernels/*.py subclass tuning.KernelConfig
@@ -41,7 +46,7 @@ from gemmbench.shapes import Problem
 from gemmbench.store import write_atomic
 from gemmbench.timing import Timer, quick_median_us
 
-CONFIG_DIR_ENV = "GEMMBENCH_CONFIG_DIR"  # stored configs are read from (and tune writes to) here instead
+CONFIG_DIR_ENV = locations.CONFIG_DIR_ENV  # the user's configs folder: tune writes here; read over the shipped
 RETUNE_ENV = "GEMMBENCH_RETUNE"  # set by `gemmbench run --retune` for its workers
 # Triton's interpreter runs a 33x80x48 GEMM in well under a second; a Llama decode GEMM would take minutes.
 INTERPRETER_MAX_MACS = 1 << 24
@@ -88,8 +93,9 @@ SOURCES = ("stored", "stored-neighbour", "tuned", "only", *(e.value for e in Inf
 @dataclass(frozen=True)
 class Provenance:
     """Where a config came from, kept beside it (choose(), Launch.provenance), never inside it; in the row's
-    `config` JSON its keys come after the config's.  "stored": from `file` (relative to configs_root()), the
-    winner of M bucket `bucket`; "stored-neighbour": the same, where M lies between two stored buckets and
+    `config` JSON its keys come after the config's.  "stored": from `file` (a shipped file relative to the
+    package's configs folder, a user's file as its full path: _overlay), the winner of M bucket `bucket`;
+    "stored-neighbour": the same, where M lies between two stored buckets and
     `bucket`'s config was the faster of the two at this M (`neighbours`: each bucket, lower first, with its µs in
     this process's quick timing, None where it failed to run); "tuned": the fastest of a few candidates timed
     right here (not stored); "only": nothing to choose (one candidate, or Triton's CPU interpreter); an
@@ -136,11 +142,13 @@ def m_bucket(M: int, moe: bool = False) -> int:
 
 
 def configs_root() -> Path:
-    if os.environ.get(CONFIG_DIR_ENV):
-        return Path(os.environ[CONFIG_DIR_ENV])
-    import gemmbench.kernels  # a circle at import time: the kernel modules import this one
+    """The user's configs folder: where `gemmbench tune` writes (never into the package), read over the shipped."""
+    return locations.user_configs_dir()
 
-    return Path(gemmbench.kernels.__file__).resolve().parent / "configs"
+
+def shipped_configs_root() -> Path:
+    """The configs the package ships (kernels/configs in the repository)."""
+    return locations.shipped_configs_dir()
 
 
 def gpu_dirname(gpu: str) -> str:
@@ -156,8 +164,10 @@ def _config_scaling(problem: Problem) -> Optional[str]:
     return "block" if dtypes.SCALINGS[problem.scaling].k_block is not None else problem.scaling
 
 
-def config_path(variant: str, problem: Problem, gpu: str) -> Path:
-    """MoE files are named by the experts one rank holds (E=local) and, under expert parallelism, the degree
+def config_path(variant: str, problem: Problem, gpu: str, root: Optional[Path] = None) -> Path:
+    """The file of a variant's configs for a problem's shape on a GPU, under `root` (default: the user's folder,
+    configs_root(), where tune writes).
+    MoE files are named by the experts one rank holds (E=local) and, under expert parallelism, the degree
     (ep=N): 32 local experts of 256 at EP 8 get 1/8 of the routed pairs spread over 32 experts, another load than
     E=32 without EP.  Without EP the name is E=<all experts>,topk=..., as before EP existed.  An fp8 scaling other
     than per tensor ends the name (,scaling=block): per-tensor files keep the names they had before scalings."""
@@ -165,7 +175,7 @@ def config_path(variant: str, problem: Problem, gpu: str) -> Path:
     moe = f"E={problem.local_experts},{ep}topk={problem.topk}," if problem.is_moe else ""
     scaling = f",scaling={_config_scaling(problem)}" if _config_scaling(problem) else ""
     name = f"{moe}N={problem.N},K={problem.K},dtype={problem.dtype}{scaling}.json"
-    return configs_root() / gpu_dirname(gpu) / variant / name
+    return (configs_root() if root is None else root) / gpu_dirname(gpu) / variant / name
 
 
 def _read(path: Path) -> dict:
@@ -180,6 +190,24 @@ def _read(path: Path) -> dict:
     return data
 
 
+def _overlay(variant: str, problem: Problem, gpu: str) -> tuple[dict, dict[str, str]]:
+    """The buckets of the shipped file and the user's file of the same name, merged (the user's bucket wins), and
+    for each bucket the file it came from: relative to the shipped folder (as the repository's kernels/configs
+    names it), or the user's file as a full path.  A user folder that is the shipped one (GEMMBENCH_CONFIG_DIR
+    =kernels/configs in a checkout, how the project commits its tunes) is read once, as shipped."""
+    shipped, user = shipped_configs_root(), configs_root()
+    buckets: dict = {}
+    where: dict[str, str] = {}
+    layers = [(shipped, True)] + ([(user, False)] if user.resolve() != shipped else [])
+    for root, is_shipped in layers:
+        path = config_path(variant, problem, gpu, root)
+        found = _read(path).get("buckets", {})
+        buckets.update(found)
+        name = str(path.relative_to(root)) if is_shipped else str(path)
+        where.update(dict.fromkeys(found, name))
+    return buckets, where
+
+
 def stored(
     variant: str,
     problem: Problem,
@@ -189,28 +217,23 @@ def stored(
 ) -> Optional[tuple[KernelConfig, Provenance]]:
     """(config, where it came from) for the nearest stored M bucket (or `bucket`, one that stored_buckets
     listed), or None.  config_type: what the file's configs load into (default: the registered variant's)."""
-    path = config_path(variant, problem, gpu)
-    buckets = _read(path).get("buckets", {})
+    buckets, files = _overlay(variant, problem, gpu)
     if not buckets:
         return None
     want = math.log2(m_bucket(problem.M, problem.is_moe) if bucket is None else bucket)
     # nearest in log2(M); on a tie the larger bucket (its BLOCK_M covers the smaller M too)
     key = min(buckets, key=lambda b: (abs(math.log2(int(b)) - want), -int(b)))
-    try:
-        rel = str(path.relative_to(configs_root()))
-    except ValueError:
-        rel = str(path)
     config_type = config_type or registry.get(variant).tunable.config_type
     try:
         config = config_type.from_dict(buckets[key]["config"])
     except (ConfigError, KeyError, TypeError) as exc:
-        raise TuningError(f"stored config file {path}, bucket {key}: {exc}") from None
-    return config, Provenance("stored", rel, int(key))
+        raise TuningError(f"stored config file {files[key]}, bucket {key}: {exc}") from None
+    return config, Provenance("stored", files[key], int(key))
 
 
 def stored_buckets(variant: str, problem: Problem, gpu: str) -> list[int]:
     """The M buckets stored for this variant and problem (any M), ascending."""
-    return sorted(int(b) for b in _read(config_path(variant, problem, gpu)).get("buckets", {}))
+    return sorted(int(b) for b in _overlay(variant, problem, gpu)[0])
 
 
 def neighbour_buckets(buckets: list[int], M: int, moe: bool) -> Optional[tuple[int, int]]:
@@ -226,7 +249,9 @@ def neighbour_buckets(buckets: list[int], M: int, moe: bool) -> Optional[tuple[i
 
 
 def save(variant: str, problem: Problem, gpu: str, config: KernelConfig, us: float, about: dict) -> Path:
-    """Store the winner of one M bucket (other buckets of the file are kept); atomic rewrite."""
+    """Store the winner of one M bucket in the user's file (other buckets of the file are kept; the shipped file is
+    never written, nor copied: its other buckets stay read from the package, so an upgrade's reach the user);
+    atomic rewrite."""
     path = config_path(variant, problem, gpu)
     data = _read(path) or {
         "variant": variant,

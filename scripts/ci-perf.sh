@@ -3,7 +3,8 @@
 # Parquet files, the comparison (Markdown for a PR comment, JSON) and plots in $ARTIFACTS, exit 1 on a
 # confirmed regression (a `slower` or `now-failing` cell that is flagged again when its variants are re-run;
 # CONFIRM=0 fails on the first comparison), 0 otherwise.
-#   BASELINE=h100                    results/baselines/$BASELINE.parquet (or a path)
+#   BASELINE=h100                    a named baseline (./results/baselines/$BASELINE.parquet in the checkout; the
+#                                     search path: README "CI perf gate"), or a path
 #   SHAPES="llama70b-attn llama70b-mlp"   shape sets to run, each with --m decode
 #   RUN_ARGS="--budget 0.3 --scaling tensor,row"   more `gemmbench run` options (e.g. --variants ...); the default
 #                                     runs fp8 per tensor and row-wise, the cells the committed baseline holds
@@ -11,6 +12,10 @@
 # Refresh the baseline from a run you trust:  gemmbench baseline save $ARTIFACTS/runs --name h100
 set -uo pipefail
 BASELINE=${BASELINE:-h100}
+# The gate measures the configs a commit holds (the package's kernels/configs), not ones the runner's user tuned:
+# those (~/.config/gemmbench/configs) would overlay them.  An empty folder of its own hides them.
+GEMMBENCH_CONFIG_DIR=${GEMMBENCH_CONFIG_DIR:-$(mktemp -d)}
+export GEMMBENCH_CONFIG_DIR
 SHAPES=${SHAPES:-"llama70b-attn llama70b-mlp"}
 ARTIFACTS=${ARTIFACTS:-perf-artifacts}
 mkdir -p "$ARTIFACTS/runs"

@@ -3,7 +3,8 @@
 # tests, then the tunes named in $TUNES and the sweeps named in $SWEEPS.  Logs and Parquet files go to
 # $OUT; everything is also packed into $OUT/all.tgz (the device tool returns at most 8 files).
 #   TESTS=1|0        pytest -m gpu first (default 1)
-#   TUNES="name:args"   each: gemmbench tune args (+ for spaces); stored configs are packed as configs.tgz
+#   TUNES="name:args"   each: gemmbench tune args (+ for spaces); they store into kernels/configs
+#                       (GEMMBENCH_CONFIG_DIR), packed as configs.tgz (configs/<gpu>/<variant>/…)
 #   SWEEPS="name:args"  each: gemmbench run args --out logs/name.parquet, e.g. attn-cold:--shapes+llama70b-attn
 #   PROFILES="name:args" each: gemmbench profile args --out logs/name/ (ncu reports and the profile table)
 #   LAYERS="name:args"   each: gemmbench layer args --out logs/name.parquet
@@ -24,7 +25,15 @@ if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
     && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 fi
+python3 -c "import platformdirs" 2>/dev/null || {  # a dependency the GPU image lacks (CONTRIBUTING.md)
+  echo "platformdirs is missing: carry its wheel in .whl/ (python3 -m pip download --no-deps -d .whl platformdirs)"
+  exit 1
+}
 python3 -m pip install -q --no-deps --no-build-isolation -e . >"$LOG/install.log" 2>&1 || { cat "$LOG/install.log"; exit 1; }
+# The tunes write into the tree's kernels/configs (what configs.tgz packs, and what the project commits), not the
+# user's config folder where `gemmbench tune` writes by default; the sweeps read the same files (the pytest run
+# sets its own folder: tests/conftest.py)
+export GEMMBENCH_CONFIG_DIR=$PWD/kernels/configs
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv | tee "$LOG/gpu.txt"
 if [ "${TESTS:-1}" = 1 ]; then
   PYTHONUNBUFFERED=1 timeout -s INT "$(left)" python3 -m pytest -m gpu -q ${PYTEST_ARGS:-tests/test_gpu.py tests/test_tuning.py} \

@@ -1,7 +1,15 @@
 """Shared test setup.  TRITON_INTERPRET must be set before any @triton.jit decorates a function
-(it is read then), so it is set here, before the kernels are imported, when there is no GPU."""
+(it is read then), so it is set here, before the kernels are imported, when there is no GPU.
 
+No test writes outside its temporary folders: the folders gemmbench writes to on its own (the user's tuned configs
+and baselines, the ceilings cache) are set here to a folder of this process, for every test and every worker
+process it starts, before anything reads them; unconditionally, so that a GEMMBENCH_CONFIG_DIR exported around
+the tests (scripts/device-run.sh points it at kernels/configs for its tunes) is never written by one."""
+
+import atexit
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -15,6 +23,17 @@ except ImportError:  # pragma: no cover - torch is a dependency
 
 if not HAS_CUDA:
     os.environ.setdefault("TRITON_INTERPRET", "1")
+
+_OWN = tempfile.mkdtemp(prefix="gemmbench-tests-")
+atexit.register(shutil.rmtree, _OWN, ignore_errors=True)
+os.environ.update(
+    GEMMBENCH_CONFIG_DIR=os.path.join(_OWN, "configs"),
+    GEMMBENCH_BASELINE_DIR=os.path.join(_OWN, "baselines"),
+    GEMMBENCH_CACHE=os.path.join(_OWN, "cache"),
+    # platformdirs' defaults, for the tests that unset the two above (Linux: XDG; tests/test_locations.py)
+    XDG_CONFIG_HOME=os.path.join(_OWN, "xdg-config"),
+    XDG_DATA_HOME=os.path.join(_OWN, "xdg-data"),
+)
 
 PLUGINS = Path(__file__).parent / "plugins"
 

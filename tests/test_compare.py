@@ -7,7 +7,7 @@ import json
 
 import numpy as np
 import pytest
-from test_cli import bad, invoke, text
+from test_cli import bad, cpu_only, invoke, table_rows, text
 
 from gemmbench import compare as cmp
 from gemmbench import store
@@ -20,10 +20,15 @@ def samples(median: float, noise: float, n: int = 30, rng=None) -> list[float]:
     return list(np.clip((rng or RNG).normal(median, noise * median, n), 0.1 * median, None))
 
 
+# the committed baseline's stack (results/baselines/h100.parquet): every synthetic row has it unless a test changes it
+STACK = {"torch": "2.11.0+cu130", "triton": "3.6.0", "cuda": "13.0", "driver": "580.159.04"}
+
+
 def row(
     variant="v", M=16, status="ok", s=None, gpu="NVIDIA H100 80GB HBM3", mode="cold", ts="2026-11-23T00:00:00", **extra
 ) -> dict:
     s = samples(100.0, 0.01) if s is None and status == "ok" else s
+    extra = {**STACK, **extra}
     return dict(
         run_id="r",
         timestamp=ts,
@@ -150,14 +155,83 @@ def test_exit_codes_and_formats(tmp_path):
     assert invoke("compare", base, slow, "--threshold", "20%").exit_code == 0  # 10% is under a 20% threshold
 
 
-@pytest.mark.parametrize("what,cand_kw", [("gpu", {"gpu": "NVIDIA H200"}), ("timing_mode", {"mode": "stream"})])
-def test_runs_of_different_gpus_or_modes_are_refused(tmp_path, what, cand_kw):
+def test_runs_of_different_timing_modes_are_refused_unless_force(tmp_path):
     base = write(tmp_path, "base", [row("a")])
-    cand = write(tmp_path, "cand", [row("a", **cand_kw)])
+    cand = write(tmp_path, "cand", [row("a", mode="stream")])
     line = bad(invoke("compare", base, cand))
-    assert "refusing to compare" in line and what in line and "--force" in line
+    assert "refusing to compare" in line and "timing_mode (baseline cold, candidate stream)" in line
+    assert "l2_state (baseline cold, candidate streaming)" in line and "--force" in line
     forced = invoke("compare", base, cand, "--force")
     assert forced.exit_code == 0 and "warning (--force)" in text(forced.stderr)
+
+
+# each stack field the candidate changes: (test id, the candidate's row options, what the line must say it was/is);
+# not the id "gpu": the keyword of the GPU tests' marker, which conftest skips without CUDA
+STACK_CHANGES = [
+    ("GPU model", {"gpu": "NVIDIA H200"}, "gpu (baseline NVIDIA H100 80GB HBM3, candidate NVIDIA H200)"),
+    ("torch", {"torch": "2.13.0+cu130"}, "torch (baseline 2.11.0+cu130, candidate 2.13.0+cu130)"),
+    ("triton", {"triton": "3.9.0"}, "triton (baseline 3.6.0, candidate 3.9.0)"),
+    ("cuda", {"cuda": "12.9"}, "cuda (baseline 13.0, candidate 12.9)"),
+    ("driver", {"driver": "575.57.08"}, "driver (baseline 580.159.04, candidate 575.57.08)"),
+    ("driver unknown", {"driver": None}, "driver (baseline 580.159.04, candidate -)"),  # not recorded: not the same
+]
+
+
+@pytest.mark.parametrize("field,cand_kw,named", STACK_CHANGES, ids=[c[0] for c in STACK_CHANGES])
+def test_a_stack_change_is_refused_naming_what_differs(tmp_path, field, cand_kw, named):
+    base = write(tmp_path, "base", [row("a"), row("b")])
+    cand = write(tmp_path, "cand", [row("a", **cand_kw), row("b", **cand_kw)])
+    res = invoke("compare", base, cand, "--format", "json")
+    line = bad(res)  # one line on stderr, exit 2
+    assert line.startswith("error: refusing to compare across stacks: the runs differ in ")
+    assert named in line and "--allow-stack-change" in line and res.stdout == ""
+    # only the field that differs is named
+    others = [f for f in ("gpu (", "torch (", "triton (", "cuda (", "driver (") if not named.startswith(f)]
+    assert not [f for f in others if f in line]
+
+
+def test_the_same_stack_compares_unmarked(tmp_path):
+    """Rows with one stack (the committed baseline's) compare as before: nothing refused, nothing marked."""
+    base = write(tmp_path, "base", [row("a")])
+    js = json.loads(invoke("compare", base, write(tmp_path, "c", [row("a")]), "--format", "json").stdout)
+    assert js["stack_change"] is None and [r["stack_changed"] for r in js["rows"]] == [False]
+
+
+def test_allow_stack_change_marks_every_verdict(tmp_path):
+    """Across a torch and a driver change, with --allow-stack-change: the verdicts are still computed (a 30% slower
+    cell is `slower`, exit 1 under the default --fail-on), and every one of them is marked in each format, with the
+    fields that differ said once."""
+    kw = {"torch": "2.13.0+cu130", "driver": "575.57.08"}
+    base = write(tmp_path, "base", [row("a"), row("b"), row("c")])
+    cand = write(
+        tmp_path, "cand", [row("a", s=samples(130, 0.01), **kw), row("b", **kw), row("c", s=samples(70, 0.01), **kw)]
+    )
+    args = ("compare", base, cand, "--allow-stack-change")
+    what = "torch (baseline 2.11.0+cu130, candidate 2.13.0+cu130), driver (baseline 580.159.04, candidate 575.57.08)"
+
+    js = json.loads(invoke(*args, "--format", "json").stdout)
+    assert {r["variant"]: r["verdict"] for r in js["rows"]} == {"a": "slower", "b": "same", "c": "faster"}
+    assert all(r["stack_changed"] for r in js["rows"]) and js["stack_change"] == f"the runs differ in {what}"
+
+    table = invoke(*args)
+    assert table.exit_code == 1  # a slower cell still fails the gate: the change is allowed, not hidden
+    shown = [r[0] for r in table_rows(table.stdout)]  # `same` rows are counted, not listed
+    assert shown == ["slower †", "faster †"]
+    assert f"† every verdict compares two stacks: the runs differ in {what}" in " ".join(text(table.stderr).split())
+
+    md = invoke(*args, "--format", "markdown").stdout
+    assert md.startswith("### gemmbench perf: ❌ 1 regression(s) † across a stack change")
+    assert "| slower † | set g bf16 M16" in md and "| faster † | set g bf16 M16" in md
+    assert f"† every verdict compares two stacks: the runs differ in {what}" in md
+
+
+def test_a_timing_mode_change_is_not_a_stack_change(tmp_path):
+    """--allow-stack-change does not let other timing modes through, nor --force another stack."""
+    base = write(tmp_path, "base", [row("a")])
+    mode = write(tmp_path, "mode", [row("a", mode="stream")])
+    torch_ = write(tmp_path, "torch", [row("a", torch="2.13.0")])
+    assert "--force" in bad(invoke("compare", base, mode, "--allow-stack-change"))
+    assert "--allow-stack-change" in bad(invoke("compare", base, torch_, "--force"))
 
 
 def test_misuse_is_one_line_and_exit_2(tmp_path):
@@ -168,7 +242,10 @@ def test_misuse_is_one_line_and_exit_2(tmp_path):
     assert "--threshold" in bad(invoke("compare", base, base, "--threshold", "lots"))
     (tmp_path / "junk.parquet").write_bytes(b"PAR1 not really")
     assert "not a readable Parquet file" in bad(invoke("compare", base, tmp_path / "junk.parquet"))
-    assert "no such file" in bad(invoke("compare", "no-such-baseline", base))  # results/baselines/<name>.parquet
+    # a name found nowhere on the search path: the line lists the folders searched, in order
+    line = bad(invoke("compare", "no-such-baseline", base))
+    assert "no baseline named 'no-such-baseline' (looked in ./results/baselines, " in line
+    assert "no such file" in bad(invoke("compare", tmp_path / "nope.parquet", base))  # a path is used as it is
 
 
 def test_a_file_of_another_schema_is_refused(tmp_path):
@@ -208,6 +285,23 @@ def test_run_compare_to_on_the_cpu(tmp_path, monkeypatch):
     assert res.exit_code in (0, 1), res.stderr  # wall-clock CPU timings may move: either verdict is honest
     assert "### gemmbench perf:" in res.stdout and "against" in res.stdout
     assert "--compare-to" in bad(invoke(*args, "--out", tmp_path / "third.parquet", "--compare-to", "nope"))
+
+
+@cpu_only
+def test_run_compare_to_refuses_another_stack_before_any_work(tmp_path):
+    """`run --compare-to` checks the stack before the sweep: a CPU baseline (no GPU, wall timing, this machine's
+    triton, CUDA and driver) whose torch is not this one's is refused in one line, and nothing is written."""
+    import torch
+    import triton
+
+    here = {"torch": "0.0.1", "triton": triton.__version__, "cuda": torch.version.cuda, "driver": None}
+    base = write(tmp_path, "cpu-old-torch", [dict(row("cublas_fp16", gpu=None, mode="wall", **here), l2_state="warm")])
+    out = tmp_path / "r.parquet"
+    line = bad(invoke("run", "--shapes", "smoke", "--m", "1", "--dtype", "fp16", "--variants",
+                      "cublas_fp16,torch_moe_loop", "--compare-to", base, "--out", out))  # fmt: skip
+    assert f"this run's stack is not the baseline's: the runs differ in torch (baseline 0.0.1, candidate " \
+           f"{torch.__version__})" in line and "--allow-stack-change" in line  # fmt: skip
+    assert not out.exists()
 
 
 def test_ci_perf_script_confirms_a_regression_by_rerunning(tmp_path):

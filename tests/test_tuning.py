@@ -72,8 +72,9 @@ def test_store_and_nearest_bucket(config_dir):
     assert tuning.stored(name, p.with_(M=1), GPU)[0].BLOCK_N == 32
     cfg, where = tuning.stored(name, p.with_(M=40), GPU)  # bucket 64 is nearest to 64
     assert cfg == SplitKConfig.tile(16, 128, 128, 4, 3, SPLIT_K=2)
-    assert where == tuning.Provenance("stored", str(path.relative_to(config_dir)), 64)
-    assert where.to_dict() == {"source": "stored", "file": str(path.relative_to(config_dir)), "bucket": 64}
+    # a config from the user's folder is named by its full path (a shipped one relative to the package's folder)
+    assert where == tuning.Provenance("stored", str(path), 64)
+    assert where.to_dict() == {"source": "stored", "file": str(path), "bucket": 64}
     assert tuning.stored(name, p.with_(M=32), GPU)[1]["bucket"] == 64  # a tie goes to the larger bucket
     assert tuning.stored(name, p.with_(N=2560), GPU) is None  # another shape
     assert tuning.stored(name, p, "Other GPU") is None  # another GPU
@@ -146,7 +147,7 @@ def test_run_uses_the_stored_config_and_retune_ignores_it(config_dir, monkeypatc
 
 def test_config_files_in_the_repository_are_valid():
     """Every committed file parses, names its own shape and holds configs the kernels accept."""
-    root = tuning.configs_root()
+    root = tuning.shipped_configs_root()
     files = sorted(root.glob("*/*/*.json"))
     for f in files:
         data = json.loads(f.read_text())
@@ -171,7 +172,7 @@ CONFIG_TYPES = {"triton_dp": DenseConfig, "triton_splitk": SplitKConfig, "triton
 def test_every_committed_config_loads_into_its_family_dataclass():
     """Every committed config goes through from_dict into its variant's dataclass, and back to the same JSON: the
     keys it has, in their order (a SplitK file from before TMA existed gets only TMA=false added)."""
-    files = sorted(tuning.configs_root().glob("*/*/*.json"))
+    files = sorted(tuning.shipped_configs_root().glob("*/*/*.json"))
     assert files
     for f in files:
         data = json.loads(f.read_text())

@@ -55,6 +55,24 @@ out = Console(width=None if sys.stdout.isatty() else 160)
 err = Console(stderr=True)
 
 
+def _show_version(value: bool) -> None:
+    if value:
+        import gemmbench
+
+        print(f"gemmbench {gemmbench.__version__}")  # plain: scripts read it
+        raise typer.Exit()
+
+
+@app.callback()
+def _app_options(
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_show_version, is_eager=True, help="Print gemmbench's version and exit."),
+    ] = False,
+) -> None:
+    pass
+
+
 def fail(message: str, code: int = 2) -> "typer.Exit":
     # escape: messages quote user input (globs like 'cublas_[ab]*'), which rich would read as markup
     err.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)

@@ -1,9 +1,9 @@
-"""`gemmbench compare` and `gemmbench baseline save` (registered on cli.app); the work is in gemmbench.compare."""
+"""`gemmbench compare`, `gemmbench baseline save` and `baseline list` (registered on cli.app); the work is in
+gemmbench.compare, the baselines' search path in gemmbench.named_baselines."""
 
 from __future__ import annotations
 
 import fnmatch
-import re
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -11,11 +11,14 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from gemmbench import named_baselines
 from gemmbench.cli.common import err, fail, out
 from gemmbench.cli.formats import CompareFormat, choice
 
-BASELINE_DIR = Path("results") / "baselines"
-baseline_app = typer.Typer(no_args_is_help=True, help="Save runs as named baselines for `gemmbench compare`.")
+BASELINE_DIR = named_baselines.SAVE_DIR
+baseline_app = typer.Typer(
+    no_args_is_help=True, help="Save runs as named baselines for `gemmbench compare`, and list the names it finds."
+)
 FORMATS = tuple(f.value for f in CompareFormat)
 STYLE = {
     "slower": "bold red",
@@ -32,11 +35,12 @@ STYLE = {
 
 
 def resolve(spec: str) -> Path:
-    """A baseline name (results/baselines/NAME.parquet) or a path to a run file or folder."""
-    path = Path(spec)
-    if path.exists() or path.suffix == ".parquet" or "/" in spec:
-        return path
-    return BASELINE_DIR / f"{spec}.parquet"
+    """A baseline name (found on the search path: ./results/baselines, the user's, the shipped) or a path to a run
+    file or folder; a name found nowhere is one line and exit 2."""
+    try:
+        return named_baselines.resolve(spec)
+    except named_baselines.BaselineError as exc:
+        raise fail(str(exc)) from None
 
 
 def compare_runs(
@@ -47,6 +51,7 @@ def compare_runs(
     fail_on: str,
     force: bool,
     allow_empty: bool = False,
+    allow_stack_change: bool = False,
 ) -> int:
     """Load, check comparability, print the verdicts; returns the exit code (1 on a --fail-on verdict)."""
     from gemmbench import compare as cmp  # heavy (pandas), as store is
@@ -65,29 +70,40 @@ def compare_runs(
         raise fail(f"refusing to compare: {why} (compare like with like, or pass --force)")
     if why:
         err.print(escape(f"warning (--force): {why}"), highlight=False)
+    stack = cmp.check_stack(base, cand)
+    if stack and not allow_stack_change:
+        raise fail(f"refusing to compare across stacks: {stack} (measure both on one stack, or pass "
+                   "--allow-stack-change: every verdict is then marked)")  # fmt: skip
     rows = cmp.compare(base, cand, thr)
+    if stack:
+        cmp.mark_stack_change(rows)
     if not allow_empty and all(r.verdict in ("new", "missing") for r in rows):
         # a gate that compared nothing must not pass: the candidate ran other shapes, variants or dtypes
         summary = ", ".join(f"{n} {v}" for v, n in cmp.counts(rows).items())
         raise fail(f"nothing compared: the runs have no cell in common ({summary}); --allow-empty accepts that")
     names = " + ".join(map(str, baseline)), " + ".join(map(str, candidate))
     if fmt == "markdown":
-        out.print(cmp.markdown(rows, thr, *names, failed), markup=False, highlight=False, soft_wrap=True)
+        out.print(cmp.markdown(rows, thr, *names, failed, stack), markup=False, highlight=False, soft_wrap=True)
     elif fmt == "json":
-        out.print(cmp.to_json(rows, thr), markup=False, highlight=False, soft_wrap=True)
+        out.print(cmp.to_json(rows, thr, stack), markup=False, highlight=False, soft_wrap=True)
     else:
-        _table(rows, thr)
+        _table(rows, thr, stack)
     hits = [r for r in rows if r.verdict in failed]
     summary = ", ".join(f"{n} {v}" for v, n in cmp.counts(rows).items())
     err.print(
         escape(f"{len(rows)} cells: {summary}") + (f"; [bold red]{len(hits)} hit --fail-on[/]" if hits else ""),
         highlight=False,
     )
+    if stack:
+        err.print(escape(cmp.stack_note(stack)), highlight=False, soft_wrap=True)
     return 1 if hits else 0
 
 
-def _table(rows, thr: float) -> None:
-    t = Table(title=f"candidate vs baseline (threshold {thr:.1%}; `same` and `skipped` rows counted below)")
+def _table(rows, thr: float, stack: Optional[str] = None) -> None:
+    from gemmbench.compare import STACK_MARK  # heavy (pandas): loaded by compare_runs already
+
+    across = f"; {STACK_MARK}: across a stack change" if stack else ""
+    t = Table(title=f"candidate vs baseline (threshold {thr:.1%}; `same` and `skipped` rows counted below{across})")
     for col in ("verdict", "cell", "variant", "baseline µs", "candidate µs", "change", "p"):
         t.add_column(col, justify="right" if col[0] in "bcp" and col != "cell" else "left")
     for r in rows:
@@ -95,7 +111,7 @@ def _table(rows, thr: float) -> None:
             continue
         change = f"{r.ratio - 1:+.1%}" if r.ratio is not None else escape((r.reason or "")[:60])
         t.add_row(
-            f"[{STYLE[r.verdict]}]{r.verdict}[/]",
+            f"[{STYLE[r.verdict]}]{escape(r.shown)}[/]",
             escape(r.cell),
             r.variant,
             "" if r.base_us is None else f"{r.base_us:.2f}",
@@ -108,7 +124,11 @@ def _table(rows, thr: float) -> None:
 
 def compare(
     baseline: Annotated[
-        str, typer.Argument(help="Baseline: a name in results/baselines/, a Parquet file or a folder.")
+        str,
+        typer.Argument(
+            help="Baseline: a name (looked up in ./results/baselines, the user's baselines, the shipped ones: "
+            "`gemmbench baseline list`), a Parquet file or a folder."
+        ),
     ],
     candidate: Annotated[list[Path], typer.Argument(help="Candidate run file(s) or folder(s).")],
     threshold: Annotated[str, typer.Option(help="Smallest change of the median that counts, e.g. 5%.")] = "5%",
@@ -121,17 +141,22 @@ def compare(
     fail_on: Annotated[
         str, typer.Option(help="Exit 1 on these verdicts: slower, failing, noisy, missing.")
     ] = "slower,failing",
-    force: Annotated[
-        bool, typer.Option(help="Compare runs of different GPU models, timing modes or L2 states.")
-    ] = False,
+    force: Annotated[bool, typer.Option(help="Compare runs of different timing modes or L2 states.")] = False,
     allow_empty: Annotated[
         bool, typer.Option(help="Exit 0 even when the two sides have no cell in common (nothing was compared).")
+    ] = False,
+    allow_stack_change: Annotated[
+        bool,
+        typer.Option(
+            help="Compare runs of different GPU models, torch, triton, CUDA or driver; every verdict is marked."
+        ),
     ] = False,
 ) -> None:
     """Verdict per cell (slower, faster, same, noisy, now-failing, fixed, new, missing) from the raw samples of two runs.
 
     Exit 1 when a verdict named by --fail-on occurs, 0 otherwise, 2 on misuse or when nothing was compared. Folders are read with their subfolders."""
-    code = compare_runs([resolve(baseline)], candidate, threshold, format_.value, fail_on, force, allow_empty)
+    path = resolve(baseline)
+    code = compare_runs([path], candidate, threshold, format_.value, fail_on, force, allow_empty, allow_stack_change)
     raise typer.Exit(code)
 
 
@@ -139,14 +164,16 @@ def compare(
 def baseline_save(
     results: Annotated[list[Path], typer.Argument(help="Run file(s) or folder(s) to keep as the baseline.")],
     name: Annotated[str, typer.Option(help="The baseline's name: results/baselines/NAME.parquet.")],
-    out_dir: Annotated[Path, typer.Option("--dir", help="Folder of the baselines.")] = BASELINE_DIR,
+    out_dir: Annotated[
+        Path, typer.Option("--dir", help="Folder of the baselines (any folder of `gemmbench baseline list`).")
+    ] = BASELINE_DIR,
     variants: Annotated[Optional[str], typer.Option(help="Keep only these variants (comma-separated globs).")] = None,
     force: Annotated[bool, typer.Option(help="Replace an existing baseline of that name.")] = False,
 ) -> None:
     """Copy the rows of one or more runs into one baseline file (checked, written atomically)."""
     from gemmbench.store import StoreError, load, records, write_rows  # heavy (pandas, pyarrow)
 
-    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name):
+    if not named_baselines.NAME.fullmatch(name):
         raise fail(f"--name {name!r}: use letters, digits, '.', '_' and '-' (it becomes a file name)")
     if (out_dir / f"{name}.parquet").exists() and not force:
         raise fail(f"baseline {name!r} exists ({out_dir / f'{name}.parquet'}); --force replaces it")
@@ -167,6 +194,25 @@ def baseline_save(
         raise fail(f"cannot write {path}: {exc}") from None
     gpus = ", ".join(sorted(set(df["gpu"].dropna()))) or "no GPU"
     err.print(escape(f"baseline {name!r}: {len(rows)} rows ({gpus}) -> {path}"), highlight=False)
+
+
+@baseline_app.command("list")
+def baseline_list() -> None:
+    """The baselines `compare NAME` finds, in search order: where each resolved, its stack, its days and rows."""
+    # where: cwd, user or shipped; a name found again later on the path is shadowed (dim), never used
+    found = named_baselines.entries()
+    t = Table(title="named baselines (first found wins)")
+    for col in ("name", "where", "GPU", "torch", "triton", "CUDA", "driver", "date", "rows", "file"):
+        t.add_column(col, justify="right" if col == "rows" else "left")
+    for e in found:
+        s = named_baselines.summary(e.path)
+        cells = [e.name, e.where + (" (shadowed)" if e.shadowed else ""), s.gpu, s.torch, s.triton, s.cuda, s.driver]
+        cells += [s.date]
+        cells += ["" if s.error else str(s.rows), str(e.path) if not s.error else f"{e.path}: {s.error}"]
+        t.add_row(*map(escape, cells), style="dim" if e.shadowed else None)
+    out.print(t)
+    looked = named_baselines.shown_path()
+    err.print(escape(f"{len(found)} baseline file(s); searched in order: {looked}"), highlight=False, soft_wrap=True)
 
 
 def compare_after_run(spec: Optional[str], run_path: Path) -> int:

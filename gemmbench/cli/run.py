@@ -11,6 +11,7 @@ from typing import Annotated, Optional
 import typer
 from rich.markup import escape
 
+from gemmbench import named_baselines
 from gemmbench.cli import compare as cli_compare
 from gemmbench.cli.common import (
     Dtype,
@@ -58,7 +59,8 @@ Retune = Annotated[bool, typer.Option(help="Ignore stored Triton configs; tune e
 CompareTo = Annotated[
     Optional[str],
     typer.Option(
-        help="Then compare with this baseline (a name in results/baselines/ or a path); exit 1 on a regression."
+        help="Then compare with this baseline (a name, as `gemmbench baseline list` shows, or a path); exit 1 on a "
+        "regression."
     ),  # fmt: skip
 ]
 Gpus = Annotated[
@@ -154,8 +156,13 @@ def _writer(out_path, run_id, meta, cells, timing, append, force, resume) -> tup
 
 def _refuse_before_work(out_path: Path, append: bool, force: bool, resume: Optional[Path], compare_to) -> None:
     """Before any work: results already written are never replaced without --force; the baseline exists."""
-    if compare_to and not cli_compare.resolve(compare_to).exists():
-        raise fail(f"--compare-to {compare_to!r}: no such baseline ({cli_compare.resolve(compare_to)})")
+    if compare_to:
+        try:
+            baseline = named_baselines.resolve(compare_to)
+        except named_baselines.BaselineError as exc:
+            raise fail(f"--compare-to: {exc}") from None
+        if not baseline.exists():
+            raise fail(f"--compare-to {compare_to!r}: no such baseline ({baseline})")
     if append and force:
         raise fail("give --append or --force, not both")
     if resume is not None and not resume.is_file():
@@ -203,6 +210,11 @@ def _comparable_baseline(spec: Optional[str], timing: str) -> None:
     why = compare.check_comparable(base, this.reindex(columns=list(compare.MUST_MATCH)))
     if why:
         raise fail(f"--compare-to {spec!r}: this run could not be compared with it: {why}")
+    stack = {k: device.provenance()[k] for k in compare.STACK}  # this run's rows will record these
+    why = compare.check_stack(base, pd.DataFrame([stack]))
+    if why:
+        raise fail(f"--compare-to {spec!r}: this run's stack is not the baseline's: {why} (run without --compare-to "
+                   "and use `gemmbench compare --allow-stack-change` to compare across stacks)")  # fmt: skip
 
 
 def _on_gpu() -> bool:
