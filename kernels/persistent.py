@@ -44,6 +44,7 @@ from gemmbench.registry import Launch, Variant, register
 # keeps only tiles within both (larger ones fail to compile or spill).
 SMEM_BYTES = 227 * 1024
 ACC_REGS_MAX = 128  # fp32 accumulator registers per thread: BLOCK_M * BLOCK_N / (32 * num_warps)
+SMEM_SCRATCH = 32 * 1024  # the epilogue's half tile, barriers and scratch beside the stages (fits)
 
 
 @triton.jit(do_not_specialize=["M"])
@@ -229,10 +230,12 @@ class PersistentGemm:
 
 
 def fits(bm: int, bn: int, bk: int, warps: int, stages: int, elem: int) -> bool:
-    """A tile the SM can hold: its pipeline's A and B stages and the epilogue's half tile (bf16/fp16 out) in shared
-    memory, and its fp32 accumulator within ACC_REGS_MAX registers a thread (and at least 32: eight warps on a
-    64 x 64 tile idle half the time)."""
-    smem = stages * (bm + bn) * bk * elem + bm * bn  # the epilogue's half tile: bm * bn / 2 elements of 2 bytes
+    """A tile the SM can hold, roughly: its pipeline's A and B stages and SMEM_SCRATCH in shared memory, and its fp32
+    accumulator within ACC_REGS_MAX registers a thread (and at least 32: eight warps on a 64 x 64 tile idle half the
+    time).  Measured on the H100 (Triton 3.6): 128 x 256 x 64 bf16 and 256 x 128 x 128 fp8 with 4 stages (196608
+    bytes of stages) compiled and were the fastest; 256 x 128 x 64 bf16 with 4 stages asked for 278568 bytes and
+    failed, as a few such configs do: the search drops a config that fails to compile."""
+    smem = stages * (bm + bn) * bk * elem + SMEM_SCRATCH
     regs = bm * bn // (32 * warps)
     return smem <= SMEM_BYTES and 32 <= regs <= ACC_REGS_MAX
 
@@ -243,27 +246,32 @@ def search_space(problem, on_gpu: bool, full: bool = True) -> list[PersistentCon
     return fit_block_k(_space(problem, on_gpu, full), block_scaled(problem))
 
 
+# The space is pruned by what scripts/experiments/persistent_space.py measured on the H100 (docs/BENCHMARKS.md,
+# Llama3-70B's QKV at TP 1 and 8, M 2048, bf16 and fp8): 2 stages cost 1.5-1.9x; fp8 BLOCK_K 64 cost 1.3-2.0x
+# against 128; GROUP_M 32 or 64, warp specialisation and the whole-tile epilogue each moved the best configs by
+# under 2% (0.3% for the first two): they stay fields of the config, searched no more.
 def _space(problem, on_gpu: bool, full: bool) -> list[PersistentConfig]:
     tile = PersistentConfig.tile
     if not on_gpu:  # Triton's CPU interpreter: one small tile (its cost grows with the tile)
         return [tile(16, 32, 32, 4, 1, GROUP_M=2)]
     fp8 = problem.dtype == "fp8"
-    elem = 1 if fp8 else 2
-    bk_wide = 128 if fp8 else 64
-    quick = [tile(128, 256, bk_wide, 8, 3), tile(128, 128, bk_wide, 8, 4)]
+    elem, bk = (1, 128) if fp8 else (2, 64)
+    # the probe's winners: fp8 256 x 128, 16-bit 128 x 256, both 8 warps and 4 stages
+    quick = (
+        [tile(256, 128, bk, 8, 4), tile(128, 256, bk, 8, 3)]
+        if fp8
+        else [tile(128, 256, bk, 8, 4), tile(128, 128, bk, 8, 4)]
+    )
     if problem.M <= 64:
-        quick = [tile(64, 128, bk_wide, 4, 4), tile(64, 256, bk_wide, 8, 3)]
+        quick = [tile(64, 128, bk, 4, 4), tile(64, 256, bk, 8, 3)]
     if not full:
         return quick
     more = [
-        tile(bm, bn, bk, warps, stages, GROUP_M=group, WARP_SPECIALIZE=ws)
+        tile(bm, bn, bk, warps, stages)
         for bm in (64, 128, 256)
         for bn in (64, 128, 256)
-        for bk in (64, 128)
         for warps in (4, 8)
-        for stages in (2, 3, 4, 5)
-        for group in (8, 32)
-        for ws in (False, True)
+        for stages in (3, 4, 5)
         if fits(bm, bn, bk, warps, stages, elem) and not (problem.M <= 64 and bm > 64)
     ]
     return quick + [c for c in more if c not in quick]
