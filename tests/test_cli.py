@@ -54,6 +54,7 @@ BUILTIN_FAMILIES = {
     "triton_moe_grouped": "triton_moe",
     "triton_moe_splitk": "triton_moe",
     "inductor_mm": "inductor",
+    "triton_persistent": "triton_persistent",
 }
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 

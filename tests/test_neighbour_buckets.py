@@ -45,7 +45,8 @@ def fake(tmp_path, monkeypatch):
 def _store(problem: Problem, buckets: dict[int, DenseConfig]) -> str:
     for m, config in buckets.items():
         tuning.save(NAME, problem.with_(M=m), GPU, config, 1.0, {})
-    return str(tuning.config_path(NAME, problem, GPU).relative_to(tuning.configs_root()))
+    # the user's folder (tune writes there): a row names a user's file by its full path (README, stored configs)
+    return str(tuning.config_path(NAME, problem, GPU))
 
 
 @pytest.mark.parametrize(
