@@ -342,3 +342,20 @@ def test_grouped_is_vllms_order_and_row_is_grouped_by_one(grid_m, grid_n, group_
     # (blocks of rows) grows with the tokens, so a fixed GROUP_SIZE_M below it walks another order
     assert _order("col", grid_m, grid_n, 1) == _vllm_order(grid_m, grid_n, grid_m)
     assert _order("col", grid_m, grid_n, 1) != _vllm_order(grid_m, grid_n, min(group_m, grid_m - 1))
+
+
+@pytest.mark.parametrize("gpu,warned", [("NVIDIA H100 80GB HBM3", False), ("NVIDIA H200", True)])
+def test_import_on_a_gpu_names_where_the_file_was_tuned(monkeypatch, capsys, gpu, warned):
+    """The GPU path of `--import-config` (the engine's name for this GPU against the file's), with detect() faked."""
+    import gemmbench.device
+    from gemmbench.cli.engines import import_configs
+    from gemmbench.device import DeviceInfo
+
+    monkeypatch.setattr(gemmbench.device, "detect", lambda: DeviceInfo(kind="cuda", name=gpu, capability=(9, 0)))
+    try:
+        variants, env = import_configs([f"vllm:{FIXTURE}"], "triton_moe_grouped")
+    finally:
+        registry.unregister("triton_moe_grouped@vllm")
+    assert variants == "triton_moe_grouped,triton_moe_grouped@vllm" and env
+    warning = "was tuned on NVIDIA_H100_80GB_HBM3; this GPU is NVIDIA_H200"
+    assert (warning in capsys.readouterr().err) == warned

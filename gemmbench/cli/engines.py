@@ -11,7 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from gemmbench.cli.common import err, fail, out
-from gemmbench.inference_engines import InferenceEngine
+from gemmbench.inference_engines import InferenceEngine, device_name
 
 Export = Annotated[
     Optional[tuple[InferenceEngine, Path]],
@@ -101,9 +101,10 @@ def import_configs(specs: Optional[list[str]], variants: Optional[str]) -> tuple
         down = f" (w2: {t.down.path.name})" if t.down else ""
         err.print(escape(f"--import-config {t.engine.value}: {t.path.name}{down}: {t.label}, {len(keys)} entries "
                          f"{min(keys)} … {max(keys)} tokens -> {name}"), highlight=False, soft_wrap=True)  # fmt: skip
-        here = engine_import.device_name(t.engine, dev.name) if dev.kind == "cuda" else None
+        here = device_name(t.engine, dev.name) if dev.kind == "cuda" else None
         if here is not None and here != t.device:
-            err.print(escape(f"warning: {t.path.name} was tuned on {t.device}; this GPU is {here}"), highlight=False)
+            err.print(escape(f"warning: {t.path.name} was tuned on {t.device}; this GPU is {here}"), highlight=False,
+                      soft_wrap=True)  # fmt: skip
     names = sorted({engine_import.variant_name(t.engine) for t in tables})
     if variants is not None:
         variants = ",".join([variants, *names])
