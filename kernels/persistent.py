@@ -229,14 +229,15 @@ class PersistentGemm:
 # ---------------------------------------------------------------- configs
 
 
-def fits(bm: int, bn: int, bk: int, warps: int, stages: int, elem: int) -> bool:
+def fits(bm: int, bn: int, bk: int, warps: int, stages: int, elem: int, tiles: int = 1) -> bool:
     """A tile the SM can hold, roughly: its pipeline's A and B stages and SMEM_SCRATCH in shared memory, and its fp32
     accumulator within ACC_REGS_MAX registers a thread (and at least 32: eight warps on a 64 x 64 tile idle half the
     time).  Measured on the H100 (Triton 3.6): 128 x 256 x 64 bf16 and 256 x 128 x 128 fp8 with 4 stages (196608
     bytes of stages) compiled and were the fastest; 256 x 128 x 64 bf16 with 4 stages asked for 278568 bytes and
-    failed, as a few such configs do: the search drops a config that fails to compile."""
+    failed, as a few such configs do: the search drops a config that fails to compile.  tiles: the fp32 tiles a
+    thread holds (block scales: 2, the sum and each K step's dot before it is scaled, tile_loop.add_scaled)."""
     smem = stages * (bm + bn) * bk * elem + SMEM_SCRATCH
-    regs = bm * bn // (32 * warps)
+    regs = tiles * bm * bn // (32 * warps)
     return smem <= SMEM_BYTES and 32 <= regs <= ACC_REGS_MAX
 
 
@@ -262,8 +263,13 @@ def _space(problem, on_gpu: bool, full: bool) -> list[PersistentConfig]:
         if fp8
         else [tile(128, 256, bk, 8, 4), tile(128, 128, bk, 8, 4)]
     )
+    tiles = 2 if block_scaled(problem) else 1
+    if tiles == 2:
+        # block scales hold a second fp32 tile: 256 x 128 on 8 warps spilled and ran at 0.27-0.35x cuBLAS (H100,
+        # DeepSeek-V3's GEMMs at M 4096); the block-scaled dp kernel's tuned winners there are these two
+        quick = [tile(128, 128, bk, 8, 4), tile(64, 128, bk, 4, 3)]
     if problem.M <= 64:
-        quick = [tile(64, 128, bk, 4, 4), tile(64, 256, bk, 8, 3)]
+        quick = [tile(64, 128, bk, 4, 4), tile(64, 256, bk, 8, 3)][: 2 if tiles == 1 else 1]
     if not full:
         return quick
     more = [
@@ -272,7 +278,7 @@ def _space(problem, on_gpu: bool, full: bool) -> list[PersistentConfig]:
         for bn in (64, 128, 256)
         for warps in (4, 8)
         for stages in (3, 4, 5)
-        if fits(bm, bn, bk, warps, stages, elem) and not (problem.M <= 64 and bm > 64)
+        if fits(bm, bn, bk, warps, stages, elem, tiles) and not (problem.M <= 64 and bm > 64)
     ]
     return quick + [c for c in more if c not in quick]
 

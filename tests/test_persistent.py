@@ -82,9 +82,11 @@ def test_search_space_rules(monkeypatch):
         space = search_space(p, True, True)
         elem = 1 if dtype == "fp8" else 2
         assert space and len(space) == len(set(space))
-        assert all(fits(c.BLOCK_M, c.BLOCK_N, c.BLOCK_K, c.num_warps, c.num_stages, elem) for c in space)
+        tiles = 2 if scaling == "block" else 1  # block scales: a second fp32 tile a thread
+        assert all(fits(c.BLOCK_M, c.BLOCK_N, c.BLOCK_K, c.num_warps, c.num_stages, elem, tiles) for c in space)
         if scaling == "block":
             assert {c.BLOCK_K for c in space} <= {64, 128}
+            assert all(c.BLOCK_M * c.BLOCK_N * 2 // (32 * c.num_warps) <= 128 for c in space)
         if M <= 64:
             assert max(c.BLOCK_M for c in space) == 64
         quick = search_space(p, True, False)
