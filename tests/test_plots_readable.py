@@ -157,7 +157,7 @@ def test_colors_are_distinct_keep_the_registry_colour_and_avoid_greys():
         assert got[n] == style.variant_color(n) == style.colors([n])[n]  # whatever else the figure holds
     assert not owned & {got[lab] for lab in plans + runs}  # a plan never looks like a kernel of another figure
     # the first colours a figure's non-variant series get are the palette's own, in the order given
-    # (the palette's colours from 20 on that no built-in wears: 21 built-ins since cublas_fp8_block own 0..20)
+    # (the palette's colours from 20 on that no built-in wears: the built-ins own the first ones, in registration order)
     spare = [c for c in style.PALETTE[20:] if c not in owned]
     assert style.colors(["b+c", "a+b"]) == {"b+c": spare[0], "a+b": spare[1]}
 

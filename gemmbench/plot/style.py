@@ -46,7 +46,7 @@ GREY_STAND_INS = {"#7f7f7f": "#1b9e77", "#c7c7c7": "#e7ba52"}
 
 
 def _palette() -> list[str]:
-    """tab20's strong halves, then its light halves (the registry's 18 built-ins fit in these 20), greys stood in
+    """tab20's strong halves, then its light halves (the registry's first 20 built-ins wear these), greys stood in
     for; then tab20b's colours by shade and Dark2's: colours for plugins and for series that are not a variant."""
     tab20, tab20b = colormaps["tab20"].colors, colormaps["tab20b"].colors
     base = [GREY_STAND_INS.get(to_hex(c), to_hex(c)) for c in tab20[0::2] + tab20[1::2]]
