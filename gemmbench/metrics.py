@@ -175,6 +175,41 @@ def noisy(p20: float, p80: float) -> bool:
     return bool(p20 > 0 and p80 / p20 > NOISY_SPREAD)
 
 
+def spread_pct(p20: float, p80: float, median: float) -> float:
+    """Half the p20-p80 range as a percent of the median: the table's `±` column (p20 9.9, p80 10.3, median 10.0
+    µs -> ±2.0%)."""
+    _check_time(median)
+    return 50.0 * (p80 - p20) / median
+
+
+# A row above 100% of its roofline beat a ceiling that was measured: the ceiling is wrong for this row, the kernel did
+# not beat the hardware.  Memory-bound rows: the streaming-read ladder measures DRAM, a row whose inputs were served
+# from L2 (they fit in it, or stream timing reused them) or whose bytes_min overcounts what the kernel must
+# read goes above it.  Compute-bound rows: the peak is one cuBLAS 8192^3 GEMM (gemmbench.ceilings), cached by GPU
+# model, timing mode and torch version but not by clock state, so a ceiling measured at lower clocks (a hot or
+# power-capped GPU, another GPU of the model) or a shape that peaks above 8192^3 sits below this row (seen: fp8
+# ceiling 1460.7 TFLOP/s while cuBLAS ran Llama3-405B's M 2048 GEMMs at 1473-1549, issue 21).
+ABOVE_MEMORY = (
+    "above the measured memory ceiling: inputs served from L2 (they fit in it, or stream timing reused them) or "
+    "bytes_min above what the kernel reads"
+)
+ABOVE_COMPUTE = (
+    "above the measured compute ceiling: it was measured below this GPU's peak (one cuBLAS 8192^3 GEMM, cached "
+    "per GPU model, not per clock state: lower clocks then, or this shape peaks higher)"
+)
+
+
+def roofline_note(pct: Optional[float], flops: float, nbytes: float, bandwidth_gbps: float, peak_tflops: float
+                  ) -> Optional[str]:  # fmt: skip
+    """Why a row is above 100% of its roofline (ABOVE_MEMORY or ABOVE_COMPUTE, after which of its two bounds is
+    the larger, as roofline_bound_us takes it), or None for a row at or below it or with no roofline."""
+    if pct is None or not pct > 100.0 or not bandwidth_gbps or not peak_tflops:  # NaN: no roofline
+        return None
+    memory_us = nbytes / (bandwidth_gbps * 1e3)
+    compute_us = flops / (peak_tflops * 1e6)
+    return ABOVE_MEMORY if memory_us >= compute_us else ABOVE_COMPUTE
+
+
 # A layer's launch gap ((eager or graph time - kernel sum) / steps, gemmbench.layer) below zero is no launch cost: the
 # layer took less than its kernels took one by one.  The two are different measurements (the whole layer; each kernel
 # alone, cold L2), and on the CPU both are wall times that scheduling moves by milliseconds (seen: -5226.6 µs a step),

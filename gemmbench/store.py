@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from gemmbench import dtypes
-from gemmbench.metrics import flops, noisy
+from gemmbench.metrics import flops, noisy, roofline_note
 
 # Bump when a column is added, removed or changes meaning; load() refuses other versions
 # rather than silently mixing numbers that mean different things.
@@ -78,6 +78,7 @@ _COLUMNS = [
     ("gbps", _F),
     ("roofline_bound_us", _F),
     ("pct_of_roofline", _F),
+    ("roofline_note", _S),  # why a row is above 100% of its roofline (metrics.roofline_note); null at or below it
     # where
     ("device", _S),
     ("gpu", _S),
@@ -382,6 +383,11 @@ def _read(f: Path) -> pa.Table:
     if v == 4 and "scaling" not in table.column_names:  # written before block scales (older_scaling)
         pairs = zip(table.column("dtype").to_pylist(), table.column("variant").to_pylist(), strict=True)
         table = table.append_column("scaling", pa.array([older_scaling(d, n) for d, n in pairs], _S))
+    if "roofline_note" not in table.column_names:  # written before the note: the same rule from the row's columns
+        cols = [table.column(c).to_pylist() if c in table.column_names else [None] * table.num_rows
+                for c in ("pct_of_roofline", "flops", "bytes_min", "ceiling_bw_gbps", "ceiling_tflops")]  # fmt: skip
+        notes = [None if None in r[1:3] else roofline_note(*r) for r in zip(*cols, strict=True)]
+        table = table.append_column("roofline_note", pa.array(notes, _S))
     if v < SCHEMA_VERSION:
         raise StoreError(
             f"{f}: written by an older gemmbench (schema {v}, this one reads {SCHEMA_VERSION}); "

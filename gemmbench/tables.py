@@ -10,7 +10,7 @@ from typing import Optional
 from rich.table import Table
 from rich.text import Text
 
-from gemmbench import dtypes, registry
+from gemmbench import dtypes, metrics, ranking, registry
 from gemmbench.metrics import NOISY_SPREAD
 
 STATUS_STYLE = {"ok": "green", "wrong": "bold red", "error": "bold red", "skipped": "dim"}
@@ -45,27 +45,32 @@ def speedups(rows: list[dict]) -> dict[int, float]:
     return out
 
 
-def winners(rows: list[dict]) -> set[int]:
-    """id(row) of the fastest ok GEMM row of each cell (gemm, M, N, K, TP, EP, dtype, scaling, routing): the starred
-    row of the tables, `winner` in the JSON summary.  A noisy row is never ranked."""
-    best: dict = {}
+def marks(rows: list[dict]) -> dict[int, str]:
+    """id(row) -> ranking.WINNER (`*`) or ranking.TIED (`≈`) per cell (gemm, M, N, K, TP, EP, dtype, scaling,
+    routing), by ranking's one tie rule; rows that are neither are left out."""
+    cells: dict = defaultdict(dict)
     for r in rows:
-        if r["status"] == "ok" and _is_gemm(r) and not r.get("noisy"):
-            k = _cell(r)
-            if k not in best or r["time_us_median"] < best[k]["time_us_median"]:
-                best[k] = r
-    return {id(r) for r in best.values()}
+        cells[_cell(r)][id(r)] = r
+    return {k: m for cell in cells.values() for k, m in ranking.marks(cell).items()}
+
+
+def winners(rows: list[dict]) -> set[int]:
+    """id(row) of each cell's winner: its fastest ranked row when no other row is within noise of it (ranking).
+    The starred row of the tables, `winner` in the JSON summary."""
+    return {k for k, m in marks(rows).items() if m == ranking.WINNER}
 
 
 # the fields of each cell of `gemmbench run --format json` (README: JSON output), in this order
 SUMMARY_FIELDS = ("shape_set", "gemm", "M", "N", "K", "E", "topk", "tp", "ep", "routing", "dtype", "scaling", "variant",
-                  "timing_mode", "status", "reason", "time_us_median", "speedup", "baseline", "winner", "noisy")  # fmt: skip
+                  "timing_mode", "status", "reason", "time_us_median", "speedup", "baseline", "winner", "tied", "noisy",
+                  "spread_pct", "roofline_note")  # fmt: skip
 
 
 def summary(rows: list[dict]) -> list[dict]:
     """One dict per row, SUMMARY_FIELDS: what the tables show, for scripts.  `speedup` is against `baseline` (the
-    variant baseline_for names; null unless both are ok in this run), `winner` the table's star."""
-    sp, best = speedups(rows), winners(rows)
+    variant baseline_for names; null unless both are ok in this run), `winner` the table's `*`, `tied` its `≈`,
+    `spread_pct` its `±` column, `roofline_note` why a row is above its roofline."""
+    sp, marked = speedups(rows), marks(rows)
     out = []
     for r in rows:
         cell = {k: r.get(k) for k in SUMMARY_FIELDS[:16]}
@@ -73,7 +78,9 @@ def summary(rows: list[dict]) -> list[dict]:
         cell["scaling"] = r.get("scaling") or dtypes.REFERENCE_SCALING
         cell["time_us_median"] = r.get("time_us_median") if r["status"] == "ok" else None
         cell.update(speedup=sp.get(id(r)), baseline=baseline_for(r) if _is_gemm(r) else None,
-                    winner=id(r) in best, noisy=bool(r.get("noisy")))  # fmt: skip
+                    winner=marked.get(id(r)) == ranking.WINNER, tied=marked.get(id(r)) == ranking.TIED,
+                    noisy=bool(r.get("noisy")), spread_pct=spread(r) if r["status"] == "ok" else None,
+                    roofline_note=roofline_note(r) if r["status"] == "ok" else None)  # fmt: skip
         out.append(cell)
     return out
 
@@ -92,6 +99,23 @@ def short_config(config) -> str:
     return text + (f", {c['source']}" if c.get("source") else "")
 
 
+def spread(r: dict) -> Optional[float]:
+    """metrics.spread_pct of a row, None without percentiles."""
+    if None in (r.get("time_us_p20"), r.get("time_us_p80")) or not r.get("time_us_median"):
+        return None
+    return metrics.spread_pct(r["time_us_p20"], r["time_us_p80"], r["time_us_median"])
+
+
+def roofline_note(r: dict) -> Optional[str]:
+    """The row's roofline_note, or for a row written without one (an older file) the same rule from its columns."""
+    if r.get("roofline_note"):
+        return r["roofline_note"]
+    if any(r.get(c) is None for c in ("pct_of_roofline", "flops", "bytes_min", "ceiling_bw_gbps", "ceiling_tflops")):
+        return None
+    return metrics.roofline_note(r["pct_of_roofline"], r["flops"], r["bytes_min"], r["ceiling_bw_gbps"],
+                                 r["ceiling_tflops"])  # fmt: skip
+
+
 def _fmt(x, spec: str) -> str:
     return "" if x is None else format(x, spec)
 
@@ -101,7 +125,7 @@ def gemm_tables(rows: list[dict]) -> list[Table]:
     for r in rows:
         by_gemm[(r["gemm"], r["N"], r["K"], r["E"], r["topk"], r["tp"], r.get("ep") or 1, r.get("routing"))].append(r)
     sp = speedups(rows)
-    best_ids = winners(rows)
+    marked = marks(rows)
     tables = []
     for (gemm, N, K, E, topk, tp, ep, routing), rs in by_gemm.items():
         moe = (f", E={E} top{topk}" + (f", {routing} routing" if routing else "")) if E > 1 else ""
@@ -117,7 +141,12 @@ def gemm_tables(rows: list[dict]) -> list[Table]:
         caption = (
             f"timing: {first.get('timing_mode')} (L2 {first.get('l2_state')}); speedup vs "
             + vs
-            + ("; * = fastest at that M, dtype and scaling; config: BLOCK_MxBLOCK_NxBLOCK_K, where it came from")
+            + (
+                "; * = fastest at that M, dtype and scaling, no other row within noise; ≈ = the fastest and the rows"
+                " whose p20-p80 overlaps its own: no single winner; ± = half the p20-p80 range, % of the median;"
+                " ! = above its measured roofline (status says why); config: BLOCK_MxBLOCK_NxBLOCK_K, where it came"
+                " from"
+            )
         )
         t = Table(title=title, caption=caption, title_justify="left")
         for col, just in (
@@ -125,6 +154,7 @@ def gemm_tables(rows: list[dict]) -> list[Table]:
             ("dtype", "left"),
             ("variant", "left"),
             ("µs", "right"),
+            ("±", "right"),
             ("TFLOPS", "right"),
             ("GB/s", "right"),
             ("% roofline", "right"),
@@ -141,17 +171,23 @@ def gemm_tables(rows: list[dict]) -> list[Table]:
                 status = f"ok, noisy (p80/p20 {r['time_us_p80'] / r['time_us_p20']:.1f}x > {NOISY_SPREAD}x)" + (
                     f"; {r['reason']}" if r.get("reason") else ""
                 )
+            note = roofline_note(r) if ok else None
+            if note:
+                status += f"; {note}"
+            mark = marked.get(id(r))
+            spread_pct = spread(r) if ok else None
             t.add_row(
                 str(r["M"]),
                 dtypes.label(r["dtype"], r.get("scaling")),
-                ("* " if id(r) in best_ids else "") + r["variant"],
+                (f"{mark} " if mark else "") + r["variant"],
                 _fmt(r.get("time_us_median"), ".2f") if ok else "",
+                "" if spread_pct is None else f"±{spread_pct:.1f}%",
                 _fmt(r.get("tflops"), ".1f") if ok else "",
                 _fmt(r.get("gbps"), ".0f") if ok else "",
-                _fmt(r.get("pct_of_roofline"), ".0f") if ok else "",
+                (_fmt(r.get("pct_of_roofline"), ".0f") + ("!" if note else "")) if ok else "",
                 _fmt(sp.get(id(r)), ".2f") + ("x" if id(r) in sp else ""),
                 short_config(r.get("config")),
-                Text(status[:160], style=STATUS_STYLE[r["status"]]),  # Text: reasons may hold '['
+                Text(status[:240], style=STATUS_STYLE[r["status"]]),  # Text: reasons may hold '['
             )
         tables.append(t)
     return tables

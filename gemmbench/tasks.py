@@ -162,8 +162,9 @@ def _throughput(ctx, problem: Problem, variant, works: list, t: float) -> dict:
         bw = metrics.bandwidth_at(ctx.ceilings.bandwidth_ladder, nbytes)
         peak = ctx.ceilings.peak_for(problem.dtype)
         bound = metrics.roofline_bound_us(flops, nbytes, bw, peak)
-        out.update(ceiling_bw_gbps=bw, ceiling_tflops=peak, roofline_bound_us=bound,
-                   pct_of_roofline=metrics.pct_of_roofline(t, bound))  # fmt: skip
+        pct = metrics.pct_of_roofline(t, bound)
+        out.update(ceiling_bw_gbps=bw, ceiling_tflops=peak, roofline_bound_us=bound, pct_of_roofline=pct,
+                   roofline_note=metrics.roofline_note(pct, flops, nbytes, bw, peak))  # fmt: skip
     return out
 
 

@@ -15,6 +15,7 @@ from typing import Optional, Sequence
 import pandas as pd
 from markdown_it import MarkdownIt
 
+from gemmbench import ranking
 from gemmbench.plot import data as plotdata
 from gemmbench.plot import figures as plots
 from gemmbench.plot import roofline as plots_roofline
@@ -62,18 +63,33 @@ def _p20_p80(r) -> str:
     return style.MISSING if style.MISSING in (lo, hi) else f"{lo}–{hi}"
 
 
+def _marks(g: pd.DataFrame) -> dict:
+    """index -> ranking.WINNER or ranking.TIED at each M of one figure group (one figure group and M is one cell)."""
+    return {i: m for _, rows in g.groupby("M") for i, m in ranking.marks(dict(rows.iterrows())).items()}
+
+
 def winners(g: pd.DataFrame) -> pd.DataFrame:
-    """The fastest ok GEMM row at each M of one figure group (rows from plotdata.with_speedups)."""
-    ok = g[(g["status"] == "ok") & g["flops"].notna() & g["time_us_median"].notna()]
-    if ok.empty:
-        return ok
-    return ok.loc[ok.groupby("M")["time_us_median"].idxmin()].sort_values("M")
+    """Per M of one figure group (rows from plotdata.with_speedups): its fastest ranked row (ranking), with `tied`
+    the variants within noise of it, fastest first (none for a clear winner, which is then the only one named)."""
+    marked = _marks(g)
+    out = []
+    for _, rows in g[g.index.isin(list(marked))].groupby("M", sort=True):
+        order = rows.sort_values("time_us_median")
+        first = order.iloc[0].copy()
+        first["tied"] = list(order["variant"]) if marked[order.index[0]] == ranking.TIED else []
+        out.append(first)
+    return pd.DataFrame(out, columns=[*g.columns, "tied"])
+
+
+def winner_label(r) -> str:
+    """'cublas_fp8' for a clear winner, '≈ triton_splitk, cublas_fp8' for a tie (no single winner named)."""
+    return f"{ranking.TIED} " + ", ".join(r["tied"]) if r["tied"] else r["variant"]
 
 
 def _ranges(w: pd.DataFrame) -> str:
-    """'1-8: triton_splitk_atomic; 16-64: cublas_fp8' (M values in order, runs of one winner joined)."""
-    spans = []
-    for m, v in zip(w["M"], w["variant"], strict=False):
+    """'1-8: triton_splitk_atomic; 16-64: cublas_fp8' (M values in order, runs of one winner or one tie joined)."""
+    spans: list = []
+    for m, v in zip(w["M"], [winner_label(r) for _, r in w.iterrows()], strict=True):
         if spans and spans[-1][2] == v:
             spans[-1][1] = m
         else:
@@ -93,18 +109,23 @@ def _heading(k: dict) -> str:
 
 
 # the fields of each winner in `gemmbench report --format json` (README: JSON output): the figure group, then the row
-WINNER_FIELDS = (*plotdata.FIGURE_COLS, "gpu", "run_id", "M", "variant", "time_us_median", "speedup", "baseline",
-                 "pct_of_roofline")  # fmt: skip
+WINNER_FIELDS = (*plotdata.FIGURE_COLS, "gpu", "run_id", "M", "variant", "tied", "time_us_median", "speedup",
+                 "baseline", "pct_of_roofline")  # fmt: skip
 
 
 def winner_records(runs: Optional[pd.DataFrame]) -> list[dict]:
-    """The winners tables of the report, one dict per (figure group, M) with WINNER_FIELDS: for scripts."""
+    """The winners tables of the report, one dict per (figure group, M) with WINNER_FIELDS: for scripts.  A tie names
+    no winner: `variant` is null and `tied` lists the variants within noise (fastest first); the times, speedup and
+    % of roofline are then the fastest median's."""
     if runs is None:
         return []
     out = []
     for k, g in plotdata.groups(runs, plotdata.FIGURE_COLS):
         for _, r in winners(g).iterrows():
-            out.append({f: k.get(f) if f in plotdata.FIGURE_COLS else r.get(f) for f in WINNER_FIELDS})
+            rec = {f: k.get(f) if f in plotdata.FIGURE_COLS else r.get(f) for f in WINNER_FIELDS}
+            if r["tied"]:
+                rec["variant"] = None
+            out.append(rec)
     return out
 
 
@@ -129,8 +150,9 @@ def _summary(rep: Report, keyed: list) -> None:
         rep.add("h", 2, "Summary")
         rep.add(
             "p",
-            "Fastest variant at each M (only cells whose result passed the check), its speedup over the "
-            "baseline in the same run and its % of the measured roofline (ranges over M).",
+            "Fastest variant at each M (only cells whose result passed the check and are not noisy), its speedup "
+            "over the baseline in the same run and its % of the measured roofline (ranges over M). "
+            "≈ a, b: no single winner, the variants whose p20–p80 range overlaps the fastest's.",
         )
         rep.add("table", ["GEMM", "timing", "winner by M", "winner's speedup", "winner's % of roofline"], rows, "llllr")
 
@@ -145,7 +167,7 @@ def _gemm_section(rep: Report, k: dict, g: pd.DataFrame, figs: dict) -> None:
             [
                 [
                     str(r["M"]),
-                    r["variant"],
+                    winner_label(r),
                     _num(r["time_us_median"], ".1f"),
                     _num(r["speedup"], ".2f", "×"),
                     style.shown(r["baseline"]),
@@ -160,13 +182,17 @@ def _gemm_section(rep: Report, k: dict, g: pd.DataFrame, figs: dict) -> None:
         if d is not None:
             rep.figure(d, f"{what}: {style.gemm_title(k)}")
     table = []
-    for _, r in g.sort_values(["M", "variant"]).iterrows():
+    marked = _marks(g)
+    for i, r in g.sort_values(["M", "variant"]).iterrows():
         ok = r["status"] == "ok"
         status = "ok" if ok else f"{r['status']}: {plotdata._short(style.shown(r['reason']), 120)}"
+        note = r.get("roofline_note")
+        if ok and isinstance(note, str):
+            status += f"; {note}"
         table.append(
             [
                 str(r["M"]),
-                r["variant"],
+                f"{marked[i]} {r['variant']}" if i in marked else r["variant"],
                 _num(r["time_us_median"], ".2f") if ok else "",
                 _p20_p80(r) if ok else "",
                 _num(r["tflops"], ".1f") if ok else "",

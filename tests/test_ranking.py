@@ -1,0 +1,126 @@
+"""The tie rule (gemmbench.ranking) on hand-made rows, and where it shows: the printed table's `*`, `≈` and `±`, the
+JSON summary's `winner` and `tied`, and the roofline note of a row above its ceiling (table, summary, Parquet)."""
+
+import math
+
+import pandas as pd
+import pytest
+from rich.console import Console
+
+from gemmbench import metrics, ranking, store, tables
+from gemmbench.plot import report
+
+
+def timed(variant: str, p20: float, median: float, p80: float, **over) -> dict:
+    """An ok dense fp16 row of one cell (attn_o M 16) with the percentiles given."""
+    r = dict(run_id="r", shape_set="s", gemm="attn_o", M=16, N=64, K=32, E=1, topk=1, tp=1, ep=1, dtype="fp16",
+             scaling="none", variant=variant, status="ok", flops=65536, bytes_min=4096, tflops=1.0, gbps=1.0,
+             time_us_median=median, time_us_p20=p20, time_us_p80=p80, noisy=metrics.noisy(p20, p80), config=None)  # fmt: skip
+    r.update(over)
+    return r
+
+
+def marks_of(*rows: dict) -> dict[str, str]:
+    return ranking.marks({r["variant"]: r for r in rows})
+
+
+def test_a_clear_winner_is_starred_alone():
+    # a [9.9, 10.1] and b [10.5, 10.9]: 10.1 < 10.5, no overlap, so a is faster by its own samples
+    a, b = timed("a", 9.9, 10.0, 10.1), timed("b", 10.5, 10.7, 10.9)
+    assert marks_of(a, b) == {"a": "*"}
+
+
+def test_two_overlapping_rows_are_both_tied_and_neither_wins():
+    # issue 21's attn_qkv fp8 M 1: SplitK 33.65 [33.4, 34.1], cuBLAS 34.26 [33.3, 34.8]: the ranges share 33.4..34.1
+    splitk, cublas = timed("splitk", 33.4, 33.65, 34.1), timed("cublas", 33.3, 34.26, 34.8)
+    assert marks_of(splitk, cublas) == {"splitk": "≈", "cublas": "≈"}
+    # touching ends count as overlap: [10, 11] and [11, 12] share 11
+    assert marks_of(timed("x", 10, 10.5, 11), timed("y", 11, 11.5, 12)) == {"x": "≈", "y": "≈"}
+
+
+def test_a_tie_chain_ties_only_rows_that_overlap_the_fastest():
+    # A [10, 10.4] fastest; B [10.3, 10.8] overlaps A (10.3 <= 10.4); C [10.7, 11.2] overlaps B (10.7 <= 10.8) but
+    # not A (10.7 > 10.4): C is slower than A by its own samples, so it is not in the tie (no chaining)
+    a, b, c = timed("A", 10.0, 10.2, 10.4), timed("B", 10.3, 10.5, 10.8), timed("C", 10.7, 10.9, 11.2)
+    assert ranking.overlaps(a, b) and ranking.overlaps(b, c) and not ranking.overlaps(a, c)
+    assert marks_of(a, b, c) == {"A": "≈", "B": "≈"}
+
+
+def test_noisy_failed_and_untimed_rows_are_never_ranked():
+    # noisy: p80/p20 = 40 / 1 > 1.5; its median 5 is the lowest, its range [1, 40] covers every other row, yet it is
+    # neither starred nor tied: its own spread is too wide to rank (metrics.NOISY_SPREAD)
+    jumpy = timed("jumpy", 1.0, 5.0, 40.0)
+    assert jumpy["noisy"]
+    steady = timed("steady", 9.9, 10.0, 10.1)
+    wrong = timed("wrong", 1.0, 1.0, 1.0, status="wrong")
+    step = timed("moe_align", 0.5, 0.6, 0.7, flops=None)  # a step beside the GEMMs: no FLOPs, competes with none
+    assert marks_of(jumpy, steady, wrong, step) == {"steady": "*"}
+    assert marks_of(jumpy) == {} and marks_of() == {}
+    # a row from an older file (pandas NA for noisy) ranks as not noisy; one without percentiles is its median
+    old = timed("old", 9.0, 9.5, 9.9, noisy=pd.NA, time_us_p20=None, time_us_p80=None)
+    assert marks_of(old, steady) == {"old": "*"}
+
+
+def test_the_printed_table_marks_ties_and_shows_the_spread():
+    # cell M 16: a and b tied, c clear of both; cell M 32: d alone is the winner
+    a, b, c = timed("a", 9.9, 10.0, 10.2), timed("b", 10.1, 10.2, 10.3), timed("c", 12.0, 12.1, 12.2)
+    d = timed("d", 4.0, 5.0, 6.0, M=32)  # p80/p20 = 1.5, not above NOISY_SPREAD: ranked
+    console = Console(record=True, width=400, color_system=None)
+    for t in tables.gemm_tables([a, b, c, d]):
+        console.print(t)
+    lines = {ln.split("│")[3].strip(): ln.split("│") for ln in console.export_text().splitlines() if ln.count("│") > 3}
+    assert set(lines) >= {"≈ a", "≈ b", "c", "* d"}
+    # ± = half the p20-p80 range over the median: a (10.2-9.9)/2/10 = 1.5%, c 0.2/2/12.1 = 0.83%, d 2/2/5 = 20%
+    assert [lines[k][5].strip() for k in ("≈ a", "c", "* d")] == ["±1.5%", "±0.8%", "±20.0%"]
+    cells = tables.summary([a, b, c, d])
+    assert [(x["variant"], x["winner"], x["tied"]) for x in cells] == [
+        ("a", False, True), ("b", False, True), ("c", False, False), ("d", True, False)]  # fmt: skip
+    assert cells[0]["spread_pct"] == pytest.approx(1.5) and list(cells[0]) == list(tables.SUMMARY_FIELDS)
+
+
+def test_the_report_names_no_winner_for_a_tie():
+    rows = [timed("a", 9.9, 10.0, 10.2), timed("b", 10.1, 10.2, 10.3), timed("c", 4, 4.1, 4.2, M=32),
+            timed("e", 5, 5.1, 5.2, M=32)]  # fmt: skip
+    w = report.winners(pd.DataFrame(rows))
+    assert [(m, report.winner_label(r)) for m, (_, r) in zip(w["M"], w.iterrows(), strict=True)] == [
+        (16, "≈ a, b"), (32, "c")]  # fmt: skip
+    assert report._ranges(w) == "16: ≈ a, b; 32: c"
+
+
+# ---------------------------------------------------------------- above the roofline
+
+
+def test_roofline_note_names_the_ceiling_it_passed():
+    # 65536 FLOPs, 4096 bytes; bandwidth 1000 GB/s -> 4096 / 1e12 s = 4.096e-3 µs; peak 1 TFLOP/s -> 65536 / 1e12 s
+    # = 0.0655 µs: compute-bound, so a row above 100% passed the compute ceiling
+    assert metrics.roofline_note(101.0, 65536, 4096, 1000.0, 1.0) == metrics.ABOVE_COMPUTE
+    # peak 1000 TFLOP/s -> 6.55e-5 µs < 4.096e-3 µs: memory-bound
+    assert metrics.roofline_note(101.0, 65536, 4096, 1000.0, 1000.0) == metrics.ABOVE_MEMORY
+    assert metrics.roofline_note(100.0, 65536, 4096, 1000.0, 1.0) is None  # at the roofline is no flag
+    assert metrics.roofline_note(math.nan, 65536, 4096, 1000.0, 1.0) is None
+    assert metrics.roofline_note(None, 65536, 4096, None, None) is None  # a CPU row: no ceilings
+
+
+def test_a_row_above_its_roofline_is_flagged_in_the_table_the_summary_and_the_parquet(tmp_path):
+    ceil = dict(ceiling_bw_gbps=1000.0, ceiling_tflops=1.0)
+    over = timed("over", 9.9, 10.0, 10.1, pct_of_roofline=104.0, **ceil)
+    under = timed("under", 19.9, 20.0, 20.1, pct_of_roofline=52.0, **ceil)
+    console = Console(record=True, width=500, color_system=None)
+    for t in tables.gemm_tables([over, under]):
+        console.print(t)
+    lines = {ln.split("│")[3].strip(): ln for ln in console.export_text().splitlines() if ln.count("│") > 3}
+    assert "104!" in lines["* over"] and metrics.ABOVE_COMPUTE in lines["* over"]
+    assert "52!" not in lines["under"] and "above the measured" not in lines["under"]
+    notes = [c["roofline_note"] for c in tables.summary([over, under])]
+    assert notes == [metrics.ABOVE_COMPUTE, None]
+    # in the Parquet as written (the engine sets it: tasks._throughput), and for a file written before the column,
+    # the same rule from the row's columns when it is loaded
+    path = tmp_path / "r.parquet"
+    store.write_rows(path, [dict(over, roofline_note=metrics.ABOVE_COMPUTE), under])
+    assert store.load([path])["roofline_note"].tolist()[0] == metrics.ABOVE_COMPUTE
+    import pyarrow.parquet as pq
+
+    older = tmp_path / "older.parquet"
+    pq.write_table(pq.read_table(path).drop_columns(["roofline_note"]), older)
+    df = store.load([older])
+    assert df["roofline_note"].iloc[0] == metrics.ABOVE_COMPUTE and pd.isna(df["roofline_note"].iloc[1])
