@@ -29,7 +29,9 @@ from gemmbench.metrics import flops, noisy, roofline_note
 # from their p20/p80); 4: + ep (expert-parallel degree; older files are read as ep 1), gpu_mem_peak_bytes (the
 # cell's peak GPU memory) and cpu (the host's processor, device.processor_name); older files read those two as null;
 # and scaling (how fp8 operands were scaled, dtypes.SCALINGS; older rows: older_scaling)
-SCHEMA_VERSION = 4
+# 5: + process (which of `run --repeat N`'s processes timed the row, 0..N-1; older files are read as 0) and
+# roofline_note (why a row is above 100% of its roofline; older files get it from their own columns)
+SCHEMA_VERSION = 5
 STATUSES = ("ok", "skipped", "wrong", "error")
 # timing_mode, l2_state: see gemmbench.timing (MODES, L2_STATE); device: "cuda" | "cpu".
 
@@ -67,6 +69,7 @@ _COLUMNS = [
     ("samples_us", pa.list_(_F)),
     ("timing_mode", _S),
     ("l2_state", _S),
+    ("process", _I),  # run --repeat N: which of the N fresh processes (0..N-1) timed the row; one process: 0
     (
         "gpu_mem_peak_bytes",
         _I,
@@ -210,6 +213,8 @@ def normalize_row(row: dict) -> dict:
     out["schema_version"] = SCHEMA_VERSION
     if out["ep"] is None:  # a row made without expert parallelism in mind (before schema 4, a plugin): EP 1
         out["ep"] = 1
+    if out["process"] is None:  # a run of one process (no --repeat), a plugin's or a test's row
+        out["process"] = 0
     if out["scaling"] is None and out["dtype"] is not None:  # a row made before block scales (a plugin's, a test's)
         out["scaling"] = older_scaling(out["dtype"], out["variant"] or "")
     if out["config"] is not None and not isinstance(out["config"], str):
@@ -388,6 +393,10 @@ def _read(f: Path) -> pa.Table:
                 for c in ("pct_of_roofline", "flops", "bytes_min", "ceiling_bw_gbps", "ceiling_tflops")]  # fmt: skip
         notes = [None if None in r[1:3] else roofline_note(*r) for r in zip(*cols, strict=True)]
         table = table.append_column("roofline_note", pa.array(notes, _S))
+    if v == 4:  # one process per run before --repeat
+        if "process" not in table.column_names:
+            table = table.append_column("process", pa.array([0] * table.num_rows, _I))
+        v = 5
     if v < SCHEMA_VERSION:
         raise StoreError(
             f"{f}: written by an older gemmbench (schema {v}, this one reads {SCHEMA_VERSION}); "

@@ -29,6 +29,7 @@ class SweepOptions:
     seed: int = 0
     sanitize: bool = False
     gpus: Optional[list[int]] = None  # None: this process's one device
+    process: int = 0  # run --repeat N: which of the N sweeps (each with fresh workers) this is, stamped on its rows
 
 
 @dataclass
@@ -71,7 +72,12 @@ class _Sink(Sink):
     held: dict = field(default_factory=dict)  # sanitizer cells: label -> their rows, kept until the log is read
 
     def _emit(self, row: dict) -> None:
-        row = dict(row, run_id=self.opts.run_id, timestamp=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+        row = dict(
+            row,
+            run_id=self.opts.run_id,
+            process=self.opts.process,
+            timestamp=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        )
         self.writer.append(row)
         self.progress.row(row)
 

@@ -24,6 +24,8 @@ STYLE = {
     "slower": "bold red",
     "now-failing": "bold red",
     "noisy": "yellow",
+    "config-changed": "magenta",
+    "other-gpu": "blue",
     "faster": "green",
     "fixed": "green",
     "missing": "yellow",
@@ -52,6 +54,7 @@ def compare_runs(
     force: bool,
     allow_empty: bool = False,
     allow_stack_change: bool = False,
+    across_gpus: bool = False,
 ) -> int:
     """Load, check comparability, print the verdicts; returns the exit code (1 on a --fail-on verdict)."""
     from gemmbench import compare as cmp  # heavy (pandas), as store is
@@ -74,13 +77,20 @@ def compare_runs(
     if stack and not allow_stack_change:
         raise fail(f"refusing to compare across stacks: {stack} (measure both on one stack, or pass "
                    "--allow-stack-change: every verdict is then marked)")  # fmt: skip
-    rows = cmp.compare(base, cand, thr)
+    rows = cmp.compare(base, cand, thr, across_gpus)
     if stack:
         cmp.mark_stack_change(rows)
-    if not allow_empty and all(r.verdict in ("new", "missing") for r in rows):
-        # a gate that compared nothing must not pass: the candidate ran other shapes, variants or dtypes
+    if not allow_empty and all(r.verdict in cmp.NOT_COMPARED for r in rows):
+        # a gate that compared nothing must not pass: the candidate ran other shapes, variants or dtypes, or on
+        # other GPUs
         summary = ", ".join(f"{n} {v}" for v, n in cmp.counts(rows).items())
-        raise fail(f"nothing compared: the runs have no cell in common ({summary}); --allow-empty accepts that")
+        gpus = (
+            "; --across-gpus compares cells run on different GPUs"
+            if any(r.verdict == "other-gpu" for r in rows)
+            else ""
+        )
+        raise fail(f"nothing compared: the runs have no cell in common on one GPU ({summary}){gpus}; --allow-empty "
+                   "accepts that")  # fmt: skip
     names = " + ".join(map(str, baseline)), " + ".join(map(str, candidate))
     if fmt == "markdown":
         out.print(cmp.markdown(rows, thr, *names, failed, stack), markup=False, highlight=False, soft_wrap=True)
@@ -88,6 +98,7 @@ def compare_runs(
         out.print(cmp.to_json(rows, thr, stack), markup=False, highlight=False, soft_wrap=True)
     else:
         _table(rows, thr, stack)
+        out.print(escape(cmp.test_note(rows)), highlight=False, soft_wrap=True)
     hits = [r for r in rows if r.verdict in failed]
     summary = ", ".join(f"{n} {v}" for v, n in cmp.counts(rows).items())
     err.print(
@@ -100,7 +111,8 @@ def compare_runs(
 
 
 def _table(rows, thr: float, stack: Optional[str] = None) -> None:
-    from gemmbench.compare import STACK_MARK  # heavy (pandas): loaded by compare_runs already
+    from gemmbench import compare as cmp  # heavy (pandas): loaded by compare_runs already
+    from gemmbench.compare import STACK_MARK
 
     across = f"; {STACK_MARK}: across a stack change" if stack else ""
     t = Table(title=f"candidate vs baseline (threshold {thr:.1%}; `same` and `skipped` rows counted below{across})")
@@ -109,7 +121,7 @@ def _table(rows, thr: float, stack: Optional[str] = None) -> None:
     for r in rows:
         if r.verdict in ("same", "skipped"):
             continue
-        change = f"{r.ratio - 1:+.1%}" if r.ratio is not None else escape((r.reason or "")[:60])
+        change = escape(cmp.change_text(r, 60))
         t.add_row(
             f"[{STYLE[r.verdict]}]{escape(r.shown)}[/]",
             escape(r.cell),
@@ -139,7 +151,7 @@ def compare(
         ),
     ] = CompareFormat.table,
     fail_on: Annotated[
-        str, typer.Option(help="Exit 1 on these verdicts: slower, failing, noisy, missing.")
+        str, typer.Option(help="Exit 1 on these verdicts: slower, failing, noisy, missing, config-changed.")
     ] = "slower,failing",
     force: Annotated[bool, typer.Option(help="Compare runs of different timing modes or L2 states.")] = False,
     allow_empty: Annotated[
@@ -151,15 +163,19 @@ def compare(
             help="Compare runs of different GPU models, torch, triton, CUDA or driver; every verdict is marked."
         ),
     ] = False,
+    across_gpus: Annotated[
+        bool,
+        typer.Option(help="Compare cells run on different physical GPUs (gpu_uuid); otherwise they are other-gpu."),
+    ] = False,
 ) -> None:
-    """Verdict per cell (slower, faster, same, noisy, now-failing, fixed, new, missing) from the raw samples of two runs.
+    """Verdict per cell (slower, faster, same, noisy, config-changed, other-gpu, now-failing, fixed, new, missing) from the raw samples of two runs (per-process medians where both sides have >= 3 processes: `run --repeat`).
 
     Exit 1 when a verdict named by --fail-on occurs, 0 otherwise, 2 on misuse or when nothing was compared. Folders are read with their subfolders."""
     path = resolve(baseline)
     fmt = (
         format_ or CompareFormat.table
     ).value  # None: the GPU machine's Typer, an option left at its default (run.py)
-    code = compare_runs([path], candidate, threshold, fmt, fail_on, force, allow_empty, allow_stack_change)
+    code = compare_runs([path], candidate, threshold, fmt, fail_on, force, allow_empty, allow_stack_change, across_gpus)
     raise typer.Exit(code)
 
 
@@ -218,8 +234,9 @@ def baseline_list() -> None:
     err.print(escape(f"{len(found)} baseline file(s); searched in order: {looked}"), highlight=False, soft_wrap=True)
 
 
-def compare_after_run(spec: Optional[str], run_path: Path) -> int:
+def compare_after_run(spec: Optional[str], run_path: Path, across_gpus: bool = False) -> int:
     """`gemmbench run --compare-to NAME|PATH`: the fresh run against the baseline, as a PR-comment summary."""
     if not spec:
         return 0
-    return compare_runs([resolve(spec)], [run_path], "5%", "markdown", "slower,failing", False)
+    return compare_runs([resolve(spec)], [run_path], "5%", "markdown", "slower,failing", False, False, False,
+                        across_gpus)  # fmt: skip

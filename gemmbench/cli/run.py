@@ -75,6 +75,16 @@ Resume = Annotated[
         "timing mode and gemmbench build) and add the rest to it."
     ),  # fmt: skip
 ]
+Repeat = Annotated[
+    int,
+    typer.Option(
+        help="Run the sweep N times, one after another, each in fresh worker processes, into one file (rows carry "
+        "`process` 0..N-1); `gemmbench compare` tests per-process medians where both sides have >= 3."
+    ),  # fmt: skip
+]
+AcrossGpus = Annotated[
+    bool, typer.Option(help="--compare-to: compare cells run on different physical GPUs (else they are other-gpu).")
+]
 RunShard = Annotated[
     Optional[str],
     typer.Option(
@@ -90,7 +100,8 @@ def run(
     sanitize: Sanitize = False, seed: Seed = 0, budget: Budget = 0.5, strict: Strict = False, retune: Retune = False,
     routing: Routing = "uniform", compare_to: CompareTo = None, shard: RunShard = None, gpus: Gpus = None,
     append: Append = False, force: Force = False, resume: Resume = None, ep: Ep = "1", scaling: Scaling = None,
-    import_config: ImportConfig = None, fmt: Format = OutputFormat.table,
+    import_config: ImportConfig = None, fmt: Format = OutputFormat.table, repeat: Repeat = 1,
+    across_gpus: AcrossGpus = False,
 ) -> None:  # fmt: skip
     """Check, then time, every variant on every problem of a shape set; write Parquet and print tables."""
     from gemmbench import store, sweep  # heavy (pandas; torch); tables not at --help (yaml, importlib.metadata)
@@ -101,6 +112,7 @@ def run(
     timing, budget, as_json = (timing or TimingMode.cold).value, positive_budget(budget), fmt is OutputFormat.json
     shard_at, gpu_ids = shard_option(shard), gpus_option(gpus)
     _refuse_before_work(out_path, append, force, resume, compare_to)
+    _check_repeat(repeat, resume)
     variants, imported = import_configs(import_config, variants)  # the imported variants always run
     sset, cells = select_cells(shapes, variants, dtype, m, tp, routing, seed, plugin, ep, scaling)
     meta, cells = _shard(cells, shard_at)
@@ -121,7 +133,16 @@ def run(
             _print_json(run_id, writer.path, [], False)
         return
     worker = WorkerOptions(timing, budget, plugins=plugin or [], cpu=cpu, retune=retune, ceilings=not cpu, env=imported)
-    rows, stopped = _sweep(sweep.SweepOptions(run_id, worker, seed, sanitize, gpu_ids), cells, writer)
+    for process in range(repeat):  # N sweeps one after another, each with fresh workers: N fresh processes a cell
+        if repeat > 1:
+            err.print(f"process {process + 1} of {repeat}", highlight=False)
+        opts = sweep.SweepOptions(run_id, worker, seed, sanitize, gpu_ids, process)
+        rows, stopped = _sweep(opts, cells, writer)
+        if stopped:
+            break
+    if repeat > 1:  # the tables and the summary show the last process's rows; the file holds every process's
+        rows = [r for r in rows if r["run_id"] == run_id and r["process"] == process]
+        err.print(f"tables: process {process} of 0..{repeat - 1} (every process's rows are in the file)")
     if as_json:
         _print_json(run_id, writer.path, rows, stopped)
     else:
@@ -132,7 +153,7 @@ def run(
         raise fail(f"interrupted: {done}", 130)
     # under --format json stdout holds the run's document only: the comparison goes to stderr
     with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
-        code = cli_compare.compare_after_run(compare_to, writer.path)
+        code = cli_compare.compare_after_run(compare_to, writer.path, across_gpus)
     _summary(rows, writer.path, strict)
     if code:
         raise typer.Exit(code)
@@ -171,6 +192,13 @@ def _refuse_before_work(out_path: Path, append: bool, force: bool, resume: Optio
         raise fail(f"--resume {resume}: no such run file")
     if resume is None and out_path.suffix == ".parquet" and out_path.exists() and not (append or force):
         raise fail(f"--out {out_path} exists; --append adds this sweep's rows to it, --force replaces it")
+
+
+def _check_repeat(repeat: int, resume: Optional[Path]) -> None:
+    if repeat < 1:
+        raise fail(f"--repeat {repeat}: give a number of processes >= 1")
+    if repeat > 1 and resume is not None:  # which processes of which cells are done is not what --resume tracks
+        raise fail("--repeat runs whole sweeps; it cannot --resume one")
 
 
 def _not_done(cells: list, kept: list, timing: str) -> list:
