@@ -248,10 +248,14 @@ def test_rows_written_before_the_scaling_column_read_as_documented(tmp_path):
             _row("cublas_bf16", None, 1.0, dtype="bf16")]  # fmt: skip
     path = tmp_path / "old.parquet"
     store.write_rows(path, rows)
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
-    table = pq.read_table(path)
-    pq.write_table(table.drop(["scaling"]), path)  # a schema-4 file from before block scales
+    # a schema-4 file from before block scales: no scaling, and none of schema 5's columns
+    table = pq.read_table(path).drop(["scaling", "process", "roofline_note"]).replace_schema_metadata(None)
+    i = table.column_names.index("schema_version")
+    table = table.set_column(i, "schema_version", pa.array([4] * table.num_rows, table.schema.field(i).type))
+    pq.write_table(table, path)
     assert list(store.load([path])["scaling"]) == ["tensor", "row", "none"]
 
 

@@ -17,6 +17,7 @@ from gemmbench.cli import app
 from gemmbench.inputs import make_inputs
 from gemmbench.kernels.dense_dp import DenseConfig
 from gemmbench.kernels.fused_moe import MoeConfig
+from gemmbench.kernels.persistent import PersistentConfig
 from gemmbench.kernels.splitk import SplitKConfig
 from gemmbench.shapes import Problem
 
@@ -166,7 +167,12 @@ def test_config_files_in_the_repository_are_valid():
 
 
 # each variant's family: the dataclass its stored configs must load into
-CONFIG_TYPES = {"triton_dp": DenseConfig, "triton_splitk": SplitKConfig, "triton_moe": MoeConfig}
+CONFIG_TYPES = {
+    "triton_dp": DenseConfig,
+    "triton_splitk": SplitKConfig,
+    "triton_moe": MoeConfig,
+    "triton_persistent": PersistentConfig,
+}
 
 
 def test_every_committed_config_loads_into_its_family_dataclass():
