@@ -21,7 +21,7 @@ cuBLAS's and CUTLASS's Hopper kernels do.  Triton's tutorial 09 ("persistent mat
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Optional
 
 import torch
@@ -37,6 +37,7 @@ from gemmbench.kernels.tile_loop import (
     block_scaled,
     fit_block_k,
     fp8_promote_every,
+    scale_tile,
 )
 from gemmbench.registry import Launch, Variant, register
 
@@ -94,12 +95,9 @@ def persistent_gemm_kernel(
         pid_m, pid_n = tile_of(tile_out, grid_m, grid_n, "grouped", GROUP_M)
         offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
         offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-        if SCALE == "tensor":
-            acc = acc * (tl.load(a_scale_ptr) * tl.load(b_scale_ptr))
-        elif SCALE == "row":
-            a_s = tl.load(a_scale_ptr + offs_m, mask=offs_m < M, other=0.0)
-            b_s = tl.load(b_scale_ptr + offs_n, mask=offs_n < N, other=0.0)
-            acc = acc * a_s[:, None] * b_s[None, :]
+        rows_a = tl.where(offs_m < M, offs_m, M - 1)  # in bounds for the row-wise scales; the store masks the rest
+        rows_b = tl.where(offs_n < N, offs_n, N - 1)
+        acc = scale_tile(acc, a_scale_ptr, b_scale_ptr, rows_a, rows_b, SCALE)
         _store_tile(acc, c_ptr, pid_m, pid_n, offs_m, offs_n, M, N, stride_cm, stride_cn, BLOCK_M, BLOCK_N,
                     C_DESC, EPILOGUE_SUBTILE)  # fmt: skip
 
@@ -289,7 +287,7 @@ def _build(problem, inputs, config: PersistentConfig) -> Launch:
     if inputs.scaling == "row":
         scales = (inputs.a_scale.reshape(-1), inputs.b_scale.reshape(-1))
     gemm = PersistentGemm(inputs.a, inputs.b, out, *scales, inputs.scaling, config, BlockScales(inputs))
-    return Launch(fn=gemm, params=replace(config), out=out)
+    return Launch(fn=gemm, params=config, out=out)
 
 
 _tunable = tuning.Tunable("triton_persistent", search_space, _build, PersistentConfig)

@@ -36,6 +36,7 @@ from gemmbench.kernels.tile_loop import (
     block_scaled,
     fit_block_k,
     fp8_promote_every,
+    scale_tile,
     tma_descriptors,
 )
 from gemmbench.registry import Launch, Variant, register
@@ -175,10 +176,7 @@ def reduce_splits(acc, buf_ptr, count_ptr, tile, mn, mask, pid_k, slice_size, SP
 def _finish(acc, c_ptrs, mask, a_scale_ptr, b_scale_ptr, rows_a, rows_b, SCALE: tl.constexpr):
     """Apply the fp8 scales (once, to the full sum; block scales were applied in the K loop: SCALE "block") and
     store in the output dtype."""
-    if SCALE == "tensor":
-        acc = acc * (tl.load(a_scale_ptr) * tl.load(b_scale_ptr))
-    elif SCALE == "row":
-        acc = acc * tl.load(a_scale_ptr + rows_a)[:, None] * tl.load(b_scale_ptr + rows_b)[None, :]
+    acc = scale_tile(acc, a_scale_ptr, b_scale_ptr, rows_a, rows_b, SCALE)
     tl.store(c_ptrs, acc.to(c_ptrs.dtype.element_ty), mask=mask)
 
 

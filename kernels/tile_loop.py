@@ -131,6 +131,18 @@ def add_scaled(
         return acc + part * (a_s[:, None] * b_s[None, :])
 
 
+@triton.jit
+def scale_tile(acc, a_scale_ptr, b_scale_ptr, rows_a, rows_b, SCALE: tl.constexpr):
+    """A tile's fp32 sum times its fp8 scales, applied once after the K loop: "tensor", one scalar each; "row", one
+    per row of A and one per row of B (rows_a, rows_b: in-bounds indices, as accumulate_tile returns them).  "block"
+    (applied in the K loop) and "none": the sum as it is."""
+    if SCALE == "tensor":
+        acc = acc * (tl.load(a_scale_ptr) * tl.load(b_scale_ptr))
+    elif SCALE == "row":
+        acc = acc * tl.load(a_scale_ptr + rows_a)[:, None] * tl.load(b_scale_ptr + rows_b)[None, :]
+    return acc
+
+
 # The K columns one block scale covers (kernels take it as SCALE_BLOCK).
 SCALE_BLOCK = dtypes.BLOCK
 # The fp8 scalings the Triton GEMMs (dense_dp, splitk, fused_moe) run: per tensor, and the block scales
