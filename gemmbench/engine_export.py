@@ -176,7 +176,7 @@ def _winners(names: list[str], problem: Problem, gpu: str, notes: list[str]) -> 
     own = gpu
     for name in names:
         # the user's buckets over the shipped ones, as a run reads them; TuningError where a file is broken
-        buckets, files = tuning._overlay(name, problem, gpu)
+        buckets, files = tuning.overlay_buckets(name, problem, gpu)
         for root in (tuning.configs_root(), tuning.shipped_configs_root()):
             own = str(tuning._read(tuning.config_path(name, problem, gpu, root)).get("gpu", own))
         config_type = registry.get(name).tunable.config_type

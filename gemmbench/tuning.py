@@ -2,7 +2,7 @@
 
 A tunable variant (Tunable) has a search space and a build(problem, inputs, config) -> Launch.  Its
 make() takes, in order: the config already chosen for this problem in this process; a stored one
-(<gpu>/<variant>/N=..,K=..,dtype=...json: the user's file over the shipped one, _overlay): that of M's own bucket, or
+(<gpu>/<variant>/N=..,K=..,dtype=...json: the user's file over the shipped one, overlay_buckets): that of M's own bucket, or
 where M lies between two stored buckets the faster of those two buckets' configs at this M (neighbour_buckets, timed
 here when they differ), or where all stored buckets lie on one side of M the nearest; otherwise it times a few
 candidates right there (quick, not stored).  `gemmbench run --retune` skips the stored files.  Where the
@@ -94,7 +94,7 @@ SOURCES = ("stored", "stored-neighbour", "tuned", "only", *(e.value for e in Inf
 class Provenance:
     """Where a config came from, kept beside it (choose(), Launch.provenance), never inside it; in the row's
     `config` JSON its keys come after the config's.  "stored": from `file` (a shipped file relative to the
-    package's configs folder, a user's file as its full path: _overlay), the winner of M bucket `bucket`;
+    package's configs folder, a user's file as its full path: overlay_buckets), the winner of M bucket `bucket`;
     "stored-neighbour": the same, where M lies between two stored buckets and
     `bucket`'s config was the faster of the two at this M (`neighbours`: each bucket, lower first, with its µs in
     this process's quick timing, None where it failed to run); "tuned": the fastest of a few candidates timed
@@ -190,7 +190,7 @@ def _read(path: Path) -> dict:
     return data
 
 
-def _overlay(variant: str, problem: Problem, gpu: str) -> tuple[dict, dict[str, str]]:
+def overlay_buckets(variant: str, problem: Problem, gpu: str) -> tuple[dict, dict[str, str]]:
     """The buckets of the shipped file and the user's file of the same name, merged (the user's bucket wins), and
     for each bucket the file it came from: relative to the shipped folder (as the repository's kernels/configs
     names it), or the user's file as a full path.  A user folder that is the shipped one (GEMMBENCH_CONFIG_DIR
@@ -217,7 +217,7 @@ def stored(
 ) -> Optional[tuple[KernelConfig, Provenance]]:
     """(config, where it came from) for the nearest stored M bucket (or `bucket`, one that stored_buckets
     listed), or None.  config_type: what the file's configs load into (default: the registered variant's)."""
-    buckets, files = _overlay(variant, problem, gpu)
+    buckets, files = overlay_buckets(variant, problem, gpu)
     if not buckets:
         return None
     want = math.log2(m_bucket(problem.M, problem.is_moe) if bucket is None else bucket)
@@ -233,7 +233,7 @@ def stored(
 
 def stored_buckets(variant: str, problem: Problem, gpu: str) -> list[int]:
     """The M buckets stored for this variant and problem (any M), ascending."""
-    return sorted(int(b) for b in _overlay(variant, problem, gpu)[0])
+    return sorted(int(b) for b in overlay_buckets(variant, problem, gpu)[0])
 
 
 def neighbour_buckets(buckets: list[int], M: int, moe: bool) -> Optional[tuple[int, int]]:
