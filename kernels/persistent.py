@@ -255,19 +255,17 @@ def _space(problem, on_gpu: bool, full: bool) -> list[PersistentConfig]:
         return [tile(16, 32, 32, 4, 1, GROUP_M=2)]
     fp8 = problem.dtype == "fp8"
     elem, bk = (1, 128) if fp8 else (2, 64)
-    # the probe's winners: fp8 256 x 128, 16-bit 128 x 256, both 8 warps and 4 stages
-    quick = (
-        [tile(256, 128, bk, 8, 4), tile(128, 256, bk, 8, 3)]
-        if fp8
-        else [tile(128, 256, bk, 8, 4), tile(128, 128, bk, 8, 4)]
-    )
-    tiles = 2 if block_scaled(problem) else 1
-    if tiles == 2:
-        # block scales hold a second fp32 tile: 256 x 128 on 8 warps spilled and ran at 0.27-0.35x cuBLAS (H100,
-        # DeepSeek-V3's GEMMs at M 4096); the block-scaled dp kernel's tuned winners there are these two
-        quick = [tile(128, 128, bk, 8, 4), tile(64, 128, bk, 4, 3)]
+    tiles = 2 if block_scaled(problem) else 1  # block scales hold a second fp32 tile (fits)
     if problem.M <= 64:
-        quick = [tile(64, 128, bk, 4, 4), tile(64, 256, bk, 8, 3)][: 2 if tiles == 1 else 1]
+        quick = [tile(64, 128, bk, 4, 4)] + ([tile(64, 256, bk, 8, 3)] if tiles == 1 else [])
+    elif tiles == 2:
+        # 256 x 128 on 8 warps spilled with block scales and ran at 0.27-0.35x cuBLAS (H100, DeepSeek-V3's GEMMs at
+        # M 4096); the block-scaled dp kernel's tuned winners there are these two
+        quick = [tile(128, 128, bk, 8, 4), tile(64, 128, bk, 4, 3)]
+    elif fp8:  # the probe's winners: fp8 256 x 128, 16-bit 128 x 256, both 8 warps and 4 stages
+        quick = [tile(256, 128, bk, 8, 4), tile(128, 256, bk, 8, 3)]
+    else:
+        quick = [tile(128, 256, bk, 8, 4), tile(128, 128, bk, 8, 4)]
     if not full:
         return quick
     more = [
