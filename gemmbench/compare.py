@@ -90,17 +90,23 @@ class Row:
         return f"{self.verdict} {STACK_MARK}" if self.stack_changed else self.verdict
 
 
-def verdict_for_samples(base: np.ndarray, cand: np.ndarray, threshold: float) -> tuple[str, float, Optional[float]]:
-    """(verdict, ratio of medians, p-value or None) for two sample sets of one cell."""
-    from scipy.stats import mannwhitneyu  # heavy (scipy.stats): only when the medians differ by the threshold
-
+def _verdict(base: np.ndarray, cand: np.ndarray, threshold: float, p_value) -> tuple[str, float, Optional[float]]:
+    """(verdict, ratio of medians, p-value or None): "same" within the threshold, else the test's p-value decides
+    between a change and "noisy" (a nan p, as from every value of both sides equal, cannot support a change)."""
     ratio = float(np.median(cand) / np.median(base))
     if abs(ratio - 1) <= threshold:
         return "same", ratio, None
-    p = float(mannwhitneyu(cand, base, alternative="two-sided").pvalue)
-    if p >= ALPHA:
+    p = float(p_value())
+    if not p < ALPHA:
         return "noisy", ratio, p
     return ("slower" if ratio > 1 else "faster"), ratio, p
+
+
+def verdict_for_samples(base: np.ndarray, cand: np.ndarray, threshold: float) -> tuple[str, float, Optional[float]]:
+    """(verdict, ratio of medians, p-value or None) for two sample sets of one cell (Mann-Whitney U)."""
+    from scipy.stats import mannwhitneyu  # heavy (scipy.stats): only when the medians differ by the threshold
+
+    return _verdict(base, cand, threshold, lambda: mannwhitneyu(cand, base, alternative="two-sided").pvalue)
 
 
 def verdict_for_processes(base: list, cand: list, threshold: float) -> tuple[str, float, Optional[float]]:
@@ -109,13 +115,7 @@ def verdict_for_processes(base: list, cand: list, threshold: float) -> tuple[str
     from scipy.stats import ttest_ind  # heavy (scipy.stats), as in verdict_for_samples
 
     b, c = np.asarray(base, float), np.asarray(cand, float)
-    ratio = float(np.median(c) / np.median(b))
-    if abs(ratio - 1) <= threshold:
-        return "same", ratio, None
-    p = float(ttest_ind(np.log(c), np.log(b), equal_var=False).pvalue)
-    if not p < ALPHA:  # nan (every process of both sides equal) cannot support a change either
-        return "noisy", ratio, p
-    return ("slower" if ratio > 1 else "faster"), ratio, p
+    return _verdict(b, c, threshold, lambda: ttest_ind(np.log(c), np.log(b), equal_var=False).pvalue)
 
 
 def kernel_config(text) -> Optional[dict]:
