@@ -1,7 +1,7 @@
 """The stream-K GEMM (kernels/streamk.py) on the GPU: the TP8 QKV decode shape (N 1280, K 8192) it is built for, in
 bf16, fp8 per-tensor and fp8 row-wise, at M 1, 7 and 16, over grids whose shares cross tile boundaries (132 and 66
 programs, and 100, which divides no tile count), both reductions, BLOCK_K 128 and 256, and several calls of one
-launch (the counters and buffer it leaves clean).  No timing is asserted."""
+launch (the counters and buffer it leaves clean; ordered: the same bits every call).  No timing is asserted."""
 
 import pytest
 
@@ -20,6 +20,8 @@ TILES = [  # (BLOCK_N, BLOCK_K, warps, stages, PROGRAMS, REDUCE)
 @pytest.mark.parametrize("dtype,scaling", CASES)
 @pytest.mark.parametrize("M", [1, 7, 16])
 def test_streamk_on_gpu(M, dtype, scaling, tile):
+    import torch
+
     from gemmbench import registry
     from gemmbench.check import check_cell, reference
     from gemmbench.device import detect
@@ -40,10 +42,16 @@ def test_streamk_on_gpu(M, dtype, scaling, tile):
     launch = v.tunable.build(p, inputs, config)
     assert launch.fn.programs == programs  # 1280 / bn tiles x 8192 / bk K blocks >= 640: never capped here
     ref = reference(p, inputs)
+    outs = []
     for call in range(3):
         result = check_cell(p, None, inputs, launch=launch, ref=ref).result
         assert result.ok, f"call {call}: {result.detail}"
         assert not launch.fn.count.any()
+        if reduce == "atomic":
+            assert not launch.fn.buf.any()
+        outs.append(launch.out.clone())
+    if reduce == "ordered":  # pieces summed in piece order, whichever finished last: the same bits every call
+        assert all(torch.equal(outs[0], o) for o in outs[1:])
 
 
 def test_streamk_through_make_on_gpu():
