@@ -55,6 +55,7 @@ BUILTIN_FAMILIES = {
     "triton_moe_splitk": "triton_moe",
     "inductor_mm": "inductor",
     "triton_persistent": "triton_persistent",
+    "triton_streamk": "triton_streamk",
 }
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 

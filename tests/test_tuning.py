@@ -19,6 +19,7 @@ from gemmbench.kernels.dense_dp import DenseConfig
 from gemmbench.kernels.fused_moe import MoeConfig
 from gemmbench.kernels.persistent import PersistentConfig
 from gemmbench.kernels.splitk import SplitKConfig
+from gemmbench.kernels.streamk import StreamKConfig
 from gemmbench.shapes import Problem
 
 DEV = "cuda" if HAS_CUDA else "cpu"
@@ -172,6 +173,7 @@ CONFIG_TYPES = {
     "triton_splitk": SplitKConfig,
     "triton_moe": MoeConfig,
     "triton_persistent": PersistentConfig,
+    "triton_streamk": StreamKConfig,
 }
 
 
