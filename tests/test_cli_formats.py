@@ -61,7 +61,10 @@ def test_help_shows_the_choices(args, choices):
 @pytest.mark.parametrize(
     "args, line",
     [
-        (["run", "--shapes", "smoke", "--timing", "fast"], "--timing 'fast': choose from cold, stream, graph, wall, cupti"),
+        (
+            ["run", "--shapes", "smoke", "--timing", "fast"],
+            "--timing 'fast': choose from cold, stream, graph, wall, cupti",
+        ),
         (["run", "--shapes", "smoke", "--format", "csv"], "--format 'csv': choose from table, json"),
         (["list", "shapes", "--format", "yaml"], "--format 'yaml': choose from table, json"),
         (["list", "variants", "--format", "JSON"], "--format 'JSON': choose from table, json"),  # case counts
