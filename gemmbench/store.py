@@ -31,7 +31,8 @@ from gemmbench.metrics import flops, noisy, roofline_note
 # and scaling (how fp8 operands were scaled, dtypes.SCALINGS; older rows: older_scaling)
 # 5: + process (which of `run --repeat N`'s processes timed the row, 0..N-1; older files are read as 0) and
 # roofline_note (why a row is above 100% of its roofline; older files get it from their own columns)
-SCHEMA_VERSION = 5
+# 6: + kernels (the kernel names a timed row's launch ran, ';'-joined: gemmbench.kernel_activity; older files: null)
+SCHEMA_VERSION = 6
 STATUSES = ("ok", "skipped", "wrong", "error")
 # timing_mode, l2_state: see gemmbench.timing (MODES, L2_STATE); device: "cuda" | "cpu".
 
@@ -69,6 +70,7 @@ _COLUMNS = [
     ("samples_us", pa.list_(_F)),
     ("timing_mode", _S),
     ("l2_state", _S),
+    ("kernels", _S),  # the kernels one timed launch ran, in order, joined by ';' (cuBLAS's algorithm); CPU: null
     ("process", _I),  # run --repeat N: which of the N fresh processes (0..N-1) timed the row; one process: 0
     (
         "gpu_mem_peak_bytes",
@@ -397,6 +399,10 @@ def _read(f: Path) -> pa.Table:
         if "process" not in table.column_names:
             table = table.append_column("process", pa.array([0] * table.num_rows, _I))
         v = 5
+    if v == 5:  # no kernel names were recorded before schema 6
+        if "kernels" not in table.column_names:
+            table = table.append_column("kernels", pa.nulls(table.num_rows, _S))
+        v = 6
     if v < SCHEMA_VERSION:
         raise StoreError(
             f"{f}: written by an older gemmbench (schema {v}, this one reads {SCHEMA_VERSION}); "

@@ -100,6 +100,7 @@ def _time(ctx, problem: Problem, passed: dict, peaks: dict, seed: int) -> None:
             works[name] = [c.local_work() for c in inputs]
             prepared[name] = timer.prepare([x.fn for x in launches], all(x.graph_safe for x in launches),
                                            cell=cell_name(name, problem))  # fmt: skip
+            timer.capture_kernels(prepared[name])  # one profiled launch, before timing (cupti: while timing)
             peaks[name] = _max(peaks[name], memory.peak_bytes(ctx.devname))
         except TimingError as exc:
             ctx.result(name, [_run_row(ctx, problem, variant, "skipped", str(exc))])
@@ -121,7 +122,7 @@ def _time(ctx, problem: Problem, passed: dict, peaks: dict, seed: int) -> None:
         timer, note = plans[name]
         stats = metrics.summarize(p.samples)
         extra = dict(stats, samples_us=p.samples, max_rel_err=err, config=configs[name], timing_mode=timer.mode,
-                     l2_state=timer.l2_state, gpu_mem_peak_bytes=peaks[name])  # fmt: skip
+                     l2_state=timer.l2_state, gpu_mem_peak_bytes=peaks[name], kernels=p.kernel_names)  # fmt: skip
         if variant.gemm:  # a step beside the GEMMs (moe_align) has its time, no FLOPs or roofline
             extra.update(_throughput(ctx, problem, variant, works[name], stats["time_us_median"]))
             if extra["flops"] == 0:  # no roofline to be close to: the time is a launch that finds nothing to do

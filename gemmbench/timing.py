@@ -10,6 +10,11 @@
   graph  a CUDA graph of [eviction, start event, call, end event] replayed per sample.  L2: cold.
   wall   host wall time per call of eager launches, synchronised: what eager Python code pays
          (launch overhead included).  L2: warm.  The only mode on a CPU.
+  cupti  kernel-only: per call, the sum of the durations of the kernels it ran, from the torch profiler's CUDA
+         activity records (CUPTI), each call after the cold mode's eviction (kept out by the kernel's name);
+         launch latency and the gaps between a call's kernels are not in it (gemmbench.kernel_trace).  L2: cold.
+
+Every GPU row also records the names of the kernels its launch ran (Prepared.kernels, capture_kernels).
 
 Every sample is kept.  Warm-up >= 25 ms; >= 10 samples; then sampling stops once the median is
 known to `target_noise` ((p80 - p20) / median / sqrt(n)) or the per-cell budget is spent.
@@ -27,7 +32,8 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 import torch
 
-from gemmbench import device
+from gemmbench import device, kernel_trace
+from gemmbench.kernel_activity import ActivityError, joined
 from gemmbench.nvtx_ranges import annotate, range_name
 from gemmbench.timing_modes import L2_STATE, MODES  # the modes' names (light: the CLI lists them at --help)
 
@@ -107,6 +113,13 @@ class Prepared:
     samples: list = field(default_factory=list)
     spent_s: float = 0.0
     cell: Optional[str] = None  # nvtx_ranges.cell_name: its samples are taken inside "time <cell>" ranges
+    replay: Optional[Callable] = None  # what one sample launches (the call, or the mode's graph): capture_kernels
+    kernels: list = field(default_factory=list)  # the kernel names it ran, in order of first launch
+
+    @property
+    def kernel_names(self) -> Optional[str]:
+        """The row's `kernels` column: the names joined by ';', None where none were recorded (a CPU)."""
+        return joined(self.kernels) or None
 
 
 class Timer:
@@ -170,15 +183,34 @@ class Timer:
                     f()
                 sync()
                 calls += 1
+        replay: Callable = fn
+        kernels: list = []
         if self.mode == "cold":
             take = lambda n: self._cold(fn, n)  # noqa: E731
+        elif self.mode == "cupti":
+            # one profiled call first: the process's first profiler session sets up CUPTI (host time that would
+            # otherwise come out of the cell's --budget) and a call whose records do not split fails here
+            self._cupti(fn, 1, [])
+            take = lambda n: self._cupti(fn, n, kernels)  # noqa: E731
         elif self.mode == "wall":
             take = lambda n: self._wall(fn, n)  # noqa: E731
         elif self.mode == "stream":
-            take = self._stream_sampler(fns)
+            take, replay = self._stream_sampler(fns)
         else:
-            take = self._graph_sampler(fn)
-        return Prepared(take=take, keep=list(fns), cell=cell)
+            take, replay = self._graph_sampler(fn)
+        return Prepared(take=take, keep=list(fns), cell=cell, replay=replay, kernels=kernels)
+
+    def capture_kernels(self, p: Prepared) -> None:
+        """Fill p.kernels from one profiled replay of what a sample launches: in stream and graph mode the graph
+        itself, since cuBLAS may choose another kernel under graph capture (issue 21: 16% slower in stream mode).
+        cupti mode records its names while sampling; a CPU has no kernel records.  A profiler that records nothing
+        (another one holds CUPTI: nsys, ncu) leaves the names empty and the timing as it is."""
+        if self.mode == "cupti" or p.replay is None or not torch.cuda.is_available():
+            return
+        try:
+            p.kernels[:] = kernel_trace.launch_names(p.replay)
+        except RuntimeError:  # the profiler could not start: the names are unknown, the timing unaffected
+            p.kernels[:] = []
 
     def prepare_host(self, fn: Callable, *, evict: bool, per_sample: int = 1, cell: Optional[str] = None) -> Prepared:
         """Wall samples of a closure that launches many kernels (a model layer, eager or as a graph replay): each
@@ -211,6 +243,14 @@ class Timer:
         torch.cuda.synchronize()
         return [s.elapsed_time(e) * 1e3 for s, e in events]
 
+    def _cupti(self, fn: Callable, n: int, kernels: list) -> list:
+        try:
+            samples, names = kernel_trace.cupti_samples(fn, self._evict, n)
+        except ActivityError as exc:
+            raise TimingError(f"--timing cupti: {exc}") from exc
+        kernels.extend(x for x in names if x not in kernels)
+        return samples
+
     def _wall(self, fn: Callable, n: int) -> list:
         t0 = time.perf_counter()
         fn()
@@ -226,7 +266,7 @@ class Timer:
             out.append((time.perf_counter() - t0) / reps * 1e6)
         return out
 
-    def _stream_sampler(self, fns: Sequence[Callable]) -> Callable[[int], list]:
+    def _stream_sampler(self, fns: Sequence[Callable]) -> tuple[Callable[[int], list], Callable]:
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             for f in fns:
@@ -244,9 +284,9 @@ class Timer:
             torch.cuda.synchronize()
             return [s.elapsed_time(e) * 1e3 / per_call for s, e in events]
 
-        return take
+        return take, graph.replay
 
-    def _graph_sampler(self, fn: Callable) -> Callable[[int], list]:
+    def _graph_sampler(self, fn: Callable) -> tuple[Callable[[int], list], Callable]:
         # Event-record nodes inside the graph (external=True) bracket the call alone, so the
         # eviction runs in the same replay but outside the measured interval.
         try:
@@ -270,7 +310,7 @@ class Timer:
                 out.append(start.elapsed_time(end) * 1e3)
             return out
 
-        return take
+        return take, graph.replay
 
     # -- stopping rule ----------------------------------------------------------------------
     def enough(self, p: Prepared) -> bool:

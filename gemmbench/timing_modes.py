@@ -12,7 +12,8 @@ class TimingMode(str, Enum):
     stream = "stream"  # a CUDA graph over distinct copies of the inputs
     graph = "graph"  # a CUDA graph of [eviction, call] replayed
     wall = "wall"  # host wall time per eager call (the only mode on a CPU)
+    cupti = "cupti"  # kernel-only: the call's kernel durations from CUPTI activity records, L2 emptied before each
 
 
 MODES = tuple(m.value for m in TimingMode)
-L2_STATE = {"cold": "cold", "graph": "cold", "stream": "streaming", "wall": "warm"}
+L2_STATE = {"cold": "cold", "graph": "cold", "stream": "streaming", "wall": "warm", "cupti": "cold"}

@@ -44,7 +44,7 @@ def test_help_paragraphs_are_one_line_each():
 @pytest.mark.parametrize(
     "args, choices",
     [
-        (["run"], ["<cold|stream|graph|wall>", "<table|json>"]),
+        (["run"], ["<cold|stream|graph|wall|cupti>", "<table|json>"]),
         (["compare"], ["<table|markdown|json>"]),
         (["report"], ["<table|json>"]),
         (["list", "shapes"], ["<table|json>"]),
@@ -61,7 +61,10 @@ def test_help_shows_the_choices(args, choices):
 @pytest.mark.parametrize(
     "args, line",
     [
-        (["run", "--shapes", "smoke", "--timing", "fast"], "--timing 'fast': choose from cold, stream, graph, wall"),
+        (
+            ["run", "--shapes", "smoke", "--timing", "fast"],
+            "--timing 'fast': choose from cold, stream, graph, wall, cupti",
+        ),
         (["run", "--shapes", "smoke", "--format", "csv"], "--format 'csv': choose from table, json"),
         (["list", "shapes", "--format", "yaml"], "--format 'yaml': choose from table, json"),
         (["list", "variants", "--format", "JSON"], "--format 'JSON': choose from table, json"),  # case counts
@@ -93,7 +96,7 @@ def test_shell_completion(monkeypatch):
     monkeypatch.setattr(typer.completion, "_get_shell_name", lambda: "bash")
     res = invoke("--help")
     assert "--install-completion" in text(res.stdout) and "--show-completion" in text(res.stdout)
-    assert _complete("gemmbench run --timing ") == ["cold", "stream", "graph", "wall"]
+    assert _complete("gemmbench run --timing ") == ["cold", "stream", "graph", "wall", "cupti"]
     assert _complete("gemmbench list ") == ["shapes", "variants"]
     assert _complete("gemmbench compare a b --format m") == ["markdown"]
     assert "--format" in _complete("gemmbench report --fo")

@@ -202,7 +202,7 @@ def test_inductor_mm_on_gpu(dtype, scaling):
     assert len(samples) >= 10 and counters["stats"]["unique_graphs"] == graphs
 
 
-@pytest.mark.parametrize("mode", ["cold", "stream", "graph", "wall"])
+@pytest.mark.parametrize("mode", ["cold", "stream", "graph", "wall", "cupti"])
 def test_every_timing_mode_samples(mode):
     import torch
 

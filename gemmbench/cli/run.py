@@ -44,7 +44,8 @@ Timing = Annotated[
     TimingMode,
     typer.Option(
         parser=choice(TimingMode, "--timing"),
-        help="cold (L2 emptied by a read), stream (CUDA graph over distinct copies), graph, wall.",
+        help="cold (L2 emptied by a read), stream (CUDA graph over distinct copies), graph, wall, "
+        "cupti (kernel durations only, from CUPTI activity records, L2 emptied).",
     ),
 ]
 Format = Annotated[

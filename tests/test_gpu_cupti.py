@@ -1,0 +1,94 @@
+"""`--timing cupti` against `cold` and against Nsight Compute on the GPU (marker `gpu`; the ncu part needs ncu on the
+PATH), and the `kernels` column of every GPU mode.  Cells: Llama3-70B attn_o (8192 x 8192) and mlp_down (8192 x 28672)
+at TP 1, M 512 and 2048, bf16 and fp8 (per tensor), cuBLAS and the data-parallel Triton kernel: 16 cells whose
+kernels all take >= 20 µs (2 * 512 * 8192 * 8192 FLOP = 68.7 GFLOP, the smallest, is ~50 µs at 1400 TFLOP/s fp8).
+
+The bound, 5%: docs/BENCHMARKS.md measured cold medians against ncu's kernel duration (one cold call, --clock-control
+none, --cache-control all) on 25 single-kernel cells of 16-750 µs: all within -3.3% ... +3.8% (issue 21).  5% is that
+spread and about a point of margin for a second process's clocks.  cupti's samples are the same kernel durations
+ncu reports, of calls after an L2 eviction, so they must agree with ncu at least as well as cold does; and a kernel-only
+time cannot exceed the cold time that contains it by more than the same noise."""
+
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+BOUND = 0.05
+MIN_KERNEL_US = 20.0
+VARIANTS = "cublas_bf16,cublas_fp8,triton_dp_row"
+SHAPES = """name: cupti-check
+description: Llama3-70B attn_o and mlp_down at TP 1 (the cupti cross-check)
+m: [512, 2048]
+gemms:
+  - {id: attn_o, N: 8192, K: 8192, parallel: row}
+  - {id: mlp_down, N: 8192, K: 28672, parallel: row}
+"""
+
+
+def _run(tmp_path, mode):
+    from gemmbench.store import load
+
+    shapes = tmp_path / "cupti-check.yaml"
+    shapes.write_text(SHAPES)
+    out = tmp_path / f"{mode}.parquet"
+    cmd = [sys.executable, "-m", "gemmbench", "run", "--shapes", str(shapes), "--dtype", "bf16,fp8",
+           "--variants", VARIANTS, "--timing", mode, "--out", str(out)]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    df = load([out])
+    ok = df[df["status"] == "ok"]
+    # bf16: cublas_bf16 and triton_dp_row; fp8: cublas_fp8 and triton_dp_row; 2 GEMMs x 2 M each
+    assert len(ok) == 16, df[df["status"] != "ok"][["variant", "dtype", "status", "reason"]].to_string()
+    return ok.set_index(["gemm", "M", "dtype", "variant"])
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("cupti")
+    return {mode: _run(tmp, mode) for mode in ("cold", "cupti", "stream")}
+
+
+def test_every_gpu_row_names_its_kernels(runs):
+    """Stream mode's names come from a replay of its CUDA graph: CUPTI reports the kernels of graph launches."""
+    for mode, rows in runs.items():
+        assert rows["kernels"].notna().all() and (rows["kernels"].str.len() > 0).all(), mode
+        assert not rows["kernels"].str.contains("read_kernel").any(), mode  # the eviction is never named
+        assert (rows["l2_state"] == {"cold": "cold", "cupti": "cold", "stream": "streaming"}[mode]).all()
+    # cold and cupti both profile eager calls of the same launch: the same kernels
+    cold, cupti = runs["cold"]["kernels"], runs["cupti"]["kernels"].reindex(runs["cold"].index)
+    assert (cold == cupti).all(), (cold[cold != cupti], cupti[cold != cupti])
+
+
+def test_cupti_is_kernel_time_within_the_cold_time(runs):
+    cold, cupti = runs["cold"]["time_us_median"], runs["cupti"]["time_us_median"].reindex(runs["cold"].index)
+    assert (cupti > 0).all()
+    over = cupti[cupti > cold * (1 + BOUND)]
+    assert over.empty, f"cupti above cold by more than {BOUND:.0%}: {over.to_dict()} vs {cold[over.index].to_dict()}"
+
+
+def test_cold_and_cupti_agree_with_ncu(runs, tmp_path):
+    if shutil.which("ncu") is None:
+        pytest.skip("ncu (Nsight Compute) is not on the PATH")
+    from gemmbench import registry
+    from gemmbench.profile.sweep import CellProfiler, ProfileOptions
+    from gemmbench.shapes import Problem
+
+    profiler = CellProfiler(ProfileOptions(out_dir=tmp_path, run_id="cupti-check"))
+    bad = []
+    for (gemm, M, dtype, variant), row in runs["cold"].iterrows():
+        p = Problem("cupti-check", gemm, int(M), int(row["N"]), int(row["K"]), dtype, scaling=row["scaling"])
+        rows = profiler.cell(p, registry.get(variant))
+        total = rows[-1]
+        assert total["status"] == "ok", total["reason"]
+        kernels = [r["ncu_duration_us"] for r in rows[:-1]]
+        assert min(kernels) >= MIN_KERNEL_US, (gemm, M, dtype, variant, kernels)  # the cells were chosen so
+        ncu_us = total["ncu_duration_us"]
+        for mode in ("cold", "cupti"):
+            t = runs[mode].loc[(gemm, M, dtype, variant), "time_us_median"]
+            if abs(t / ncu_us - 1) > BOUND:
+                bad.append(f"{mode} {gemm} M{M} {dtype} {variant}: {t:.1f} µs vs ncu {ncu_us:.1f} µs")
+    assert not bad, "\n".join(bad)
