@@ -66,10 +66,6 @@ class Probe:
 
     def __init__(self, nvml: Any, handle: Any):
         self.nvml, self.handle = nvml, handle
-        # nvmlDeviceGetCurrentClocksEventReasons replaced ...ThrottleReasons (deprecated) in nvidia-ml-py 12.535
-        self._reasons = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
-            nvml, "nvmlDeviceGetCurrentClocksThrottleReasons"
-        )
 
     def _ask(self, fn: Callable, *args: Any) -> Any:
         try:
@@ -85,7 +81,7 @@ class Probe:
             mem_mhz=self._ask(nv.nvmlDeviceGetClockInfo, nv.NVML_CLOCK_MEM),
             power_w=None if power_mw is None else power_mw / 1e3,
             temp_c=self._ask(nv.nvmlDeviceGetTemperature, nv.NVML_TEMPERATURE_GPU),
-            reasons=self._ask(self._reasons) or 0,
+            reasons=self._ask(nv.nvmlDeviceGetCurrentClocksEventReasons) or 0,  # nvidia-ml-py >= 12.535 (pyproject)
         )
 
     def energy_mj(self) -> Optional[int]:

@@ -12,7 +12,17 @@ import pyarrow.parquet as pq
 import pytest
 
 from gemmbench import store
-from gemmbench.store import COLUMNS, SCHEMA, SCHEMA_VERSION, TELEMETRY_COLUMNS, RunWriter, StoreError, load, normalize_row, write_rows
+from gemmbench.store import (
+    COLUMNS,
+    SCHEMA,
+    SCHEMA_VERSION,
+    TELEMETRY_COLUMNS,
+    RunWriter,
+    StoreError,
+    load,
+    normalize_row,
+    write_rows,
+)
 
 
 def row(**over):
