@@ -171,7 +171,10 @@ def gemm_tables(rows: list[dict]) -> list[Table]:
             )
         )
         # the GPU's clocks, power and temperature (store.TELEMETRY_COLUMNS): shown where NVML read them (not on a CPU)
-        telemetry = any(r.get("sm_clock_mhz_median") is not None for r in rs)
+        telemetry = any(not _absent(r.get("sm_clock_mhz_median")) for r in rs)
+        if telemetry:
+            caption += "; SM MHz: the SM clock's median over the samples (min-max where it moved), W: median power, °C:"
+            caption += " the hottest, read through NVML while the row was timed"
         if any(throttled(r) for r in rs):
             caption += f"; {THROTTLED} = samples taken while the GPU throttled its clocks (status: how many, why)"
         t = Table(title=title, caption=caption, title_justify="left")

@@ -198,7 +198,10 @@ def test_the_table_marks_throttled_rows_and_shows_the_clocks():
     assert cool_cells[at["SM MHz"]] == "1980"
     assert "throttled 15/25 samples: sw_power_cap,hw_thermal" in hot_cells[at["status"]]
     assert "throttled" not in cool_cells[at["status"]]
-    assert "† = samples taken while the GPU throttled its clocks" in " ".join(text.split())
+    legend = " ".join(text.split())
+    assert (
+        "† = samples taken while the GPU throttled its clocks" in legend and "SM MHz: the SM clock's median" in legend
+    )
 
 
 def test_a_table_without_telemetry_has_no_clock_columns():
