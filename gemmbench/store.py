@@ -31,7 +31,9 @@ from gemmbench.metrics import flops, noisy, roofline_note
 # and scaling (how fp8 operands were scaled, dtypes.SCALINGS; older rows: older_scaling)
 # 5: + process (which of `run --repeat N`'s processes timed the row, 0..N-1; older files are read as 0) and
 # roofline_note (why a row is above 100% of its roofline; older files get it from their own columns)
-# 6: + kernels (the kernel names a timed row's launch ran, ';'-joined: gemmbench.kernel_activity; older files: null)
+# 6: + kernels (the kernel names a timed row's launch ran, ';'-joined: gemmbench.kernel_activity) and the GPU's
+# telemetry while the cell was timed (TELEMETRY_COLUMNS: clocks, power, temperature, energy per call, throttle
+# reasons); older files read them all as null
 SCHEMA_VERSION = 6
 STATUSES = ("ok", "skipped", "wrong", "error")
 # timing_mode, l2_state: see gemmbench.timing (MODES, L2_STATE); device: "cuda" | "cpu".
@@ -99,6 +101,18 @@ _COLUMNS = [
     ("cpu", _S),  # the host's processor, "" where unknown: a CPU run is titled "CPU (<cpu>)"
     ("ceiling_bw_gbps", _F),
     ("ceiling_tflops", _F),
+    # the GPU while the cell was timed, read through NVML after each timed batch (gemmbench.telemetry); null where
+    # NVML is missing (a CPU run) or the GPU does not report the quantity
+    ("sm_clock_mhz_min", _F),  # SM clock over the samples (each batch's reading counts once per sample)
+    ("sm_clock_mhz_median", _F),
+    ("sm_clock_mhz_max", _F),
+    ("mem_clock_mhz_median", _F),
+    ("power_w", _F),  # median board power
+    ("temp_c", _F),  # hottest GPU temperature
+    ("energy_j_per_call", _F),  # energy counter over the timed calls (cold, graph: the L2 eviction included)
+    ("tflop_per_j", _F),
+    ("throttled_samples", _I),  # samples whose batch ended with a throttle reason active
+    ("throttle", _S),  # the reasons seen, comma-separated names (telemetry.REASONS); "" none
     ("schema_version", _I),
 ]
 REQUIRED = (
@@ -124,6 +138,7 @@ SCHEMA = pa.schema(
     metadata={_META_KEY: str(SCHEMA_VERSION).encode()},
 )
 COLUMNS = [name for name, _ in _COLUMNS]
+TELEMETRY_COLUMNS = COLUMNS[COLUMNS.index("sm_clock_mhz_min") : COLUMNS.index("throttle") + 1]  # CellRecorder.columns
 _TYPES = dict(_COLUMNS)
 
 
@@ -399,9 +414,10 @@ def _read(f: Path) -> pa.Table:
         if "process" not in table.column_names:
             table = table.append_column("process", pa.array([0] * table.num_rows, _I))
         v = 5
-    if v == 5:  # no kernel names were recorded before schema 6
-        if "kernels" not in table.column_names:
-            table = table.append_column("kernels", pa.nulls(table.num_rows, _S))
+    if v == 5:  # before schema 6 no kernel names nor telemetry were recorded: the columns are null
+        for name in ("kernels", *TELEMETRY_COLUMNS):
+            if name not in table.column_names:
+                table = table.append_column(name, pa.nulls(table.num_rows, _TYPES[name]))
         v = 6
     if v < SCHEMA_VERSION:
         raise StoreError(

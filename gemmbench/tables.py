@@ -4,6 +4,8 @@ registry declares for its dtype and kind (never from a wrong or failed result)."
 from __future__ import annotations
 
 import json
+import math
+import numbers
 from collections import defaultdict
 from typing import Optional
 
@@ -14,6 +16,7 @@ from gemmbench import dtypes, metrics, ranking, registry
 from gemmbench.metrics import NOISY_SPREAD
 
 STATUS_STYLE = {"ok": "green", "wrong": "bold red", "error": "bold red", "skipped": "dim"}
+THROTTLED = "†"  # after the µs of a row with samples taken while the GPU throttled (throttled_samples > 0)
 
 
 def baseline_for(row: dict) -> Optional[str]:
@@ -116,8 +119,27 @@ def roofline_note(r: dict) -> Optional[str]:
                                  r["ceiling_tflops"])  # fmt: skip
 
 
+def _absent(x) -> bool:
+    return x is None or (isinstance(x, float) and math.isnan(x))  # NaN: a loaded file's missing float
+
+
 def _fmt(x, spec: str) -> str:
-    return "" if x is None else format(x, spec)
+    return "" if _absent(x) else format(x, spec)
+
+
+def throttled(r: dict) -> bool:
+    """Whether some of the row's samples were taken while NVML reported a throttle reason (telemetry.REASONS)."""
+    n = r.get("throttled_samples")
+    return isinstance(n, numbers.Real) and n > 0  # not None, NaN or NA (a row without telemetry)
+
+
+def clock_range(r: dict) -> str:
+    """The SM clock's median over the samples, with its min-max range where the clock moved: '1980' or
+    '1755 (1500-1980)'."""
+    med, lo, hi = (r.get(c) for c in ("sm_clock_mhz_median", "sm_clock_mhz_min", "sm_clock_mhz_max"))
+    if _absent(med):
+        return ""
+    return f"{med:.0f}" if _absent(lo) or lo == hi else f"{med:.0f} ({lo:.0f}-{hi:.0f})"
 
 
 def gemm_tables(rows: list[dict]) -> list[Table]:
@@ -148,6 +170,13 @@ def gemm_tables(rows: list[dict]) -> list[Table]:
                 " from"
             )
         )
+        # the GPU's clocks, power and temperature (store.TELEMETRY_COLUMNS): shown where NVML read them (not on a CPU)
+        telemetry = any(not _absent(r.get("sm_clock_mhz_median")) for r in rs)
+        if telemetry:
+            caption += "; SM MHz: the SM clock's median over the samples (min-max where it moved), W: median power, °C:"
+            caption += " the hottest, read through NVML while the row was timed"
+        if any(throttled(r) for r in rs):
+            caption += f"; {THROTTLED} = samples taken while the GPU throttled its clocks (status: how many, why)"
         t = Table(title=title, caption=caption, title_justify="left")
         for col, just in (
             ("M", "right"),
@@ -160,6 +189,7 @@ def gemm_tables(rows: list[dict]) -> list[Table]:
             ("% roofline", "right"),
             ("speedup", "right"),
             ("config", "left"),
+            *((("SM MHz", "right"), ("W", "right"), ("°C", "right")) if telemetry else ()),
             ("status", "left"),
         ):
             t.add_column(col, justify=just)
@@ -174,19 +204,22 @@ def gemm_tables(rows: list[dict]) -> list[Table]:
             note = roofline_note(r) if ok else None
             if note:
                 status += f"; {note}"
+            if ok and throttled(r):
+                status += f"; throttled {r['throttled_samples']}/{r.get('n_samples')} samples: {r.get('throttle')}"
             mark = marked.get(id(r))
             spread_pct = spread(r) if ok else None
             t.add_row(
                 str(r["M"]),
                 dtypes.label(r["dtype"], r.get("scaling")),
                 (f"{mark} " if mark else "") + r["variant"],
-                _fmt(r.get("time_us_median"), ".2f") if ok else "",
+                (_fmt(r.get("time_us_median"), ".2f") + (THROTTLED if throttled(r) else "")) if ok else "",
                 "" if spread_pct is None else f"±{spread_pct:.1f}%",
                 _fmt(r.get("tflops"), ".1f") if ok else "",
                 _fmt(r.get("gbps"), ".0f") if ok else "",
                 (_fmt(r.get("pct_of_roofline"), ".0f") + ("!" if note else "")) if ok else "",
                 _fmt(sp.get(id(r)), ".2f") + ("x" if id(r) in sp else ""),
                 short_config(r.get("config")),
+                *((clock_range(r), _fmt(r.get("power_w"), ".0f"), _fmt(r.get("temp_c"), ".0f")) if telemetry else ()),
                 Text(status[:240], style=STATUS_STYLE[r["status"]]),  # Text: reasons may hold '['
             )
         tables.append(t)

@@ -17,7 +17,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from gemmbench import layer as L
-from gemmbench import memory, metrics, registry, tuning
+from gemmbench import memory, metrics, registry, telemetry, tuning
 from gemmbench.check import check_cell, reference
 from gemmbench.inputs import make_inputs
 from gemmbench.nvtx_ranges import annotate, cell_name, domain_in_use, range_name
@@ -86,6 +86,8 @@ def time_task(ctx, task: dict) -> None:
 def _time(ctx, problem: Problem, passed: dict, peaks: dict, seed: int) -> None:
     copies: Optional[tuple] = None  # (inputs copies, their timer, the plan's note): one set for all the variants
     prepared, configs, works, plans = {}, {}, {}, {}
+    recorders = {}  # telemetry.CellRecorder per variant, where NVML sees the GPU
+    probe = telemetry.probe(ctx.provenance.get("gpu_uuid"))
     for name, (variant, _) in passed.items():
         ctx.begin(name, "time")
         memory.reset_peak(ctx.devname)  # what the copies and earlier variants' launches hold counts: it is in use
@@ -101,6 +103,9 @@ def _time(ctx, problem: Problem, passed: dict, peaks: dict, seed: int) -> None:
             prepared[name] = timer.prepare([x.fn for x in launches], all(x.graph_safe for x in launches),
                                            cell=cell_name(name, problem))  # fmt: skip
             timer.capture_kernels(prepared[name])  # one profiled launch, before timing (cupti: while timing)
+            if probe is not None:
+                rec = telemetry.CellRecorder(probe, telemetry.calls_per_sample(timer.mode, len(launches)))
+                prepared[name].take, recorders[name] = rec.wrap(prepared[name].take), rec
             peaks[name] = _max(peaks[name], memory.peak_bytes(ctx.devname))
         except TimingError as exc:
             ctx.result(name, [_run_row(ctx, problem, variant, "skipped", str(exc))])
@@ -127,6 +132,8 @@ def _time(ctx, problem: Problem, passed: dict, peaks: dict, seed: int) -> None:
             extra.update(_throughput(ctx, problem, variant, works[name], stats["time_us_median"]))
             if extra["flops"] == 0:  # no roofline to be close to: the time is a launch that finds nothing to do
                 note = "; ".join(filter(None, [note, IDLE_RANK]))
+        if name in recorders:
+            extra.update(recorders[name].columns(extra.get("flops")))
         ctx.result(name, [_run_row(ctx, problem, variant, "ok", note, **extra)])
 
 

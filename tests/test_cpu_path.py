@@ -130,3 +130,10 @@ def test_a_run_file_of_schema_3_reads_without_the_processor_titled_cpu(sleepy_ru
     assert old.cpu.isna().all() and (old.schema_version == 3).all() and len(old) == len(df)
     for d in plots.figures("speedup", prepared(None, df=old, gpu="cpu")):
         assert "\nCPU · " in title(d.figure) and "CPU (" not in title(d.figure), title(d.figure)
+
+
+@cpu_only
+def test_a_cpu_run_has_empty_telemetry_columns(sleepy_run):
+    """No GPU, no NVML reading (telemetry.probe has no UUID to open): the run works and the columns are null."""
+    df, _ = sleepy_run
+    assert (df["status"] == "ok").all() and df[list(store.TELEMETRY_COLUMNS)].isna().all().all()

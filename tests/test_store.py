@@ -12,7 +12,17 @@ import pyarrow.parquet as pq
 import pytest
 
 from gemmbench import store
-from gemmbench.store import COLUMNS, SCHEMA, SCHEMA_VERSION, RunWriter, StoreError, load, normalize_row, write_rows
+from gemmbench.store import (
+    COLUMNS,
+    SCHEMA,
+    SCHEMA_VERSION,
+    TELEMETRY_COLUMNS,
+    RunWriter,
+    StoreError,
+    load,
+    normalize_row,
+    write_rows,
+)
 
 
 def row(**over):
@@ -36,7 +46,7 @@ def row(**over):
 
 def test_schema_columns_and_nullability():
     assert COLUMNS[:4] == ["run_id", "timestamp", "shape_set", "gemm"]
-    assert COLUMNS[-1] == "schema_version" and len(COLUMNS) == 54
+    assert COLUMNS[-1] == "schema_version" and len(COLUMNS) == 64
     assert SCHEMA.names == COLUMNS
     assert SCHEMA.field("samples_us").type == pa.list_(pa.float64())
     assert not SCHEMA.field("M").nullable and not SCHEMA.field("status").nullable
@@ -311,3 +321,22 @@ def test_an_ok_rows_note_is_shown_and_the_peak_memory_is_not():
     text = console.export_text()
     assert f"ok: {note}" in text and text.count("ok: ") == 1
     assert "17179869184" not in text and "gpu_mem" not in text and "16.0 GiB" not in text
+
+
+def test_telemetry_round_trips_and_schema_5_files_read_it_as_null(tmp_path):
+    """The telemetry columns (schema 6: clocks, power, temperature, energy, throttle) keep their values; a file
+    written before them (schema 5) loads with every one null and its other values as they were."""
+    path = tmp_path / "now.parquet"
+    write_rows(path, [row(sm_clock_mhz_median=1755.0, throttled_samples=15, throttle="sw_power_cap"), row(gemm="g2")])
+    df = load([path])
+    assert df["sm_clock_mhz_median"].iloc[0] == 1755.0 and df["throttled_samples"].iloc[0] == 15
+    assert df["throttle"].iloc[0] == "sw_power_cap" and df.iloc[1][list(TELEMETRY_COLUMNS)].isna().all()
+    before = pa.Table.from_pylist([normalize_row(row(time_us_median=3.5))], schema=SCHEMA)
+    before = before.drop_columns(list(TELEMETRY_COLUMNS))  # what schema 5 had
+    version = before.schema.get_field_index("schema_version")
+    before = before.set_column(version, "schema_version", pa.array([5], pa.int64()))
+    old = tmp_path / "before.parquet"
+    pq.write_table(before, old)
+    df = load([old])
+    assert list(df.columns) == COLUMNS and df.iloc[0][list(TELEMETRY_COLUMNS)].isna().all()
+    assert df["time_us_median"].iloc[0] == 3.5 and df["schema_version"].iloc[0] == 5
