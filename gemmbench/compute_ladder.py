@@ -112,21 +112,23 @@ def cuda_samples(dtype: str, m: int, n: int, k: int) -> list:
 
     from gemmbench.timing import Timer
 
-    d = dtypes.get(dtype)
     # warm-up 200 ms: the GPU reaches its clocks under load before the first sample (the sweep's default is 25 ms)
     timer = Timer("cold", warmup_ms=200.0, min_samples=10, budget_s=0.5)
     try:
-        a = torch.zeros((m, k), device="cuda", dtype=torch.bfloat16)
-        b = torch.zeros((n, k), device="cuda", dtype=torch.bfloat16)
-        if d.scaled:
-            a, b = a.to(d.torch), b.to(d.torch)
-            one = torch.ones((), device="cuda")
-            out = dtypes.get(d.out).torch
-            fn = lambda: torch._scaled_mm(a, b.t(), scale_a=one, scale_b=one, out_dtype=out)  # noqa: E731
-        else:
-            a, b = a.to(d.torch), b.to(d.torch)
-            fn = lambda: a @ b.t()  # noqa: E731
-        return timer.measure([fn], graph_safe=True)
+        return timer.measure([_cublas_gemm(dtype, m, n, k)], graph_safe=True)
     finally:
-        a = b = None  # noqa: F841  (the next rung's operands need this memory)
-        torch.cuda.empty_cache()
+        torch.cuda.empty_cache()  # the operands went with the closure: the next rung needs the memory
+
+
+def _cublas_gemm(dtype: str, m: int, n: int, k: int) -> Callable[[], object]:
+    """The call the cublas_* variants make (kernels/cublas.py) on zero operands of this dtype: A (M x K) @ B^T."""
+    import torch  # heavy
+
+    d = dtypes.get(dtype)
+    a = torch.zeros((m, k), device="cuda", dtype=torch.bfloat16).to(d.torch)
+    b = torch.zeros((n, k), device="cuda", dtype=torch.bfloat16).to(d.torch)
+    if not d.scaled:
+        return lambda: a @ b.t()
+    one = torch.ones((), device="cuda")  # fp32 per-tensor scales
+    out = dtypes.get(d.out).torch
+    return lambda: torch._scaled_mm(a, b.t(), scale_a=one, scale_b=one, out_dtype=out)
