@@ -1,19 +1,21 @@
 """Measured ceilings: the bandwidth a streaming read reaches at a ladder of sizes (a 6 µs kernel cannot reach the
-bandwidth of a 2 GiB copy, docs/GPU-FACTS.md §2) and the matmul rate of large cuBLAS GEMMs.  Measured, not taken from
-a datasheet; cached per GPU, timing mode and torch version in ~/.cache/gemmbench (override with GEMMBENCH_CACHE) and
-stored in each row."""
+bandwidth of a 2 GiB copy, docs/GPU-FACTS.md §2) and the matmul rate of each dtype, the best cuBLAS median over a
+ladder of large GEMMs (gemmbench.compute_ladder).  Measured, not taken from a datasheet; cached in ~/.cache/gemmbench
+(override with GEMMBENCH_CACHE) per physical GPU (its uuid, else its name), clock state (the maximum and the
+application SM clock NVML reports: a cache taken at other clocks is not reused; without NVML the key has no clocks),
+timing mode and torch version, and stored in each row."""
 
 from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import torch
 
-from gemmbench import dtypes, metrics
+from gemmbench import compute_ladder, dtypes, metrics
 from gemmbench.device import detect
 from gemmbench.store import write_atomic
 from gemmbench.streamread import StreamReader
@@ -30,32 +32,88 @@ def cache_dir() -> Path:
 class Ceilings:
     mode: str
     bandwidth_ladder: list  # [[bytes, GB/s], ...] of the streaming-read kernel in this timing mode
-    peak_tflops: dict  # "bf16" | "fp8" -> TFLOP/s of a large cuBLAS GEMM (8192^3); DType.peak names the one it uses
+    peak_tflops: dict  # dtype -> the best median TFLOP/s of its compute ladder (compute_ladder.best)
+    compute_ladder: list = field(default_factory=list)  # compute_ladder.as_rows: every rung, timed or skipped
+    key: dict = field(default_factory=dict)  # what the cache is keyed by (cache_key_parts)
 
     def peak_for(self, dtype: str) -> float:
-        return self.peak_tflops[dtypes.get(dtype).peak]
+        """The dtype's own measured peak, else the one it shares (dtypes.DType.peak: fp16 runs at bf16's rate)."""
+        own = self.peak_tflops.get(dtype)
+        return own if own else self.peak_tflops[dtypes.get(dtype).peak]
+
+
+def clock_state(uuid: Optional[str]) -> Optional[dict]:
+    """{"sm_max_mhz", "sm_app_mhz"} of the GPU with this uuid from NVML (nvidia-ml-py), or None where NVML, the
+    package or the GPU is not there.  The application clock is what a user or admin pins (nvidia-smi -ac); the
+    maximum moves with the GPU's clock limits (nvidia-smi -lgc): a ceiling from other clocks would be wrong here."""
+    if not uuid:
+        return None
+    try:
+        import pynvml
+    except ImportError:
+        return None
+    try:
+        pynvml.nvmlInit()
+        try:
+            # torch writes the uuid without NVML's "GPU-" prefix
+            h = pynvml.nvmlDeviceGetHandleByUUID(uuid if uuid.startswith("GPU-") else f"GPU-{uuid}")
+            return {
+                "sm_max_mhz": int(pynvml.nvmlDeviceGetMaxClockInfo(h, pynvml.NVML_CLOCK_SM)),
+                "sm_app_mhz": int(pynvml.nvmlDeviceGetApplicationsClock(h, pynvml.NVML_CLOCK_SM)),
+            }
+        finally:
+            pynvml.nvmlShutdown()
+    except pynvml.NVMLError:
+        return None
+
+
+def cache_key_parts(name: str, uuid: Optional[str], clocks: Optional[dict], mode: str, torch_version: str) -> dict:
+    """What a cached ceiling is valid for: this physical GPU (uuid; the name where torch gives none), its clock state
+    (absent without NVML: then a cache of the same GPU at other clocks is reused, as before issue 21), the timing mode
+    and torch (another cuBLAS)."""
+    key: dict[str, Any] = {"gpu": name}
+    if uuid:
+        key["uuid"] = uuid
+    if clocks:
+        key.update(clocks)
+    key.update(mode=mode, torch=torch_version)
+    return key
+
+
+def cache_path(key: dict) -> Path:
+    text = "_".join(str(v) for v in key.values())
+    return cache_dir() / "ceilings" / f"{''.join(c if c.isalnum() or c in '.-' else '-' for c in text)}.json"
+
+
+def _load(path: Path) -> Optional[Ceilings]:
+    """The cached ceilings, or None for a missing, damaged or older file (it is measured again)."""
+    try:
+        got = Ceilings(**json.loads(path.read_text()))
+    except (OSError, ValueError, TypeError):
+        return None
+    return (
+        got if got.compute_ladder and set(compute_ladder.best(compute_ladder.from_rows(got.compute_ladder))) else None
+    )
 
 
 def ceilings(timer_mode: str, remeasure: bool = False) -> Optional[Ceilings]:
-    """Measured ceilings for this GPU and timing mode (None on the CPU), from the cache when present."""
+    """Measured ceilings for this GPU, clock state and timing mode (None on the CPU), from the cache when present."""
     dev = detect()
     if dev.kind != "cuda":
         return None
     mode = "stream" if timer_mode == "stream" else "cold"  # graph and wall share the cold ladder
-    safe = "".join(c if c.isalnum() else "-" for c in f"{dev.name}_{mode}_{torch.__version__}")
-    path = cache_dir() / "ceilings" / f"{safe}.json"
-    if path.exists() and not remeasure:
-        try:
-            return Ceilings(**json.loads(path.read_text()))
-        except (ValueError, TypeError):
-            pass  # a damaged cache file is measured again
-    result = _measure(mode)
-    # workers on several GPUs of one host may measure the same GPU model at once: each write is whole
+    key = cache_key_parts(dev.name, dev.uuid, clock_state(dev.uuid), mode, torch.__version__)
+    path = cache_path(key)
+    cached = None if remeasure else _load(path)
+    if cached is not None:
+        return cached
+    result = _measure(mode, key)
+    # workers on several GPUs of one host may measure the same GPU at once: each write is whole
     write_atomic(path, json.dumps(asdict(result), indent=1).encode())
     return result
 
 
-def _measure(mode: str) -> Ceilings:
+def _measure(mode: str, key: dict) -> Ceilings:
     timer = Timer(mode)
     ladder = []
     for mib in LADDER_MIB:
@@ -66,21 +124,10 @@ def _measure(mode: str) -> Ceilings:
         samples = timer.measure(readers, graph_safe=True)
         ladder.append([nbytes, metrics.gbps(nbytes, metrics.summarize(samples)["time_us_median"])])
         del readers
-    peaks = {}
-    n = 8192
-    gen = torch.Generator(device="cpu").manual_seed(0)
-    a = torch.randn((n, n), generator=gen).cuda()
-    b = torch.randn((n, n), generator=gen).cuda()
-    a16, b16 = a.bfloat16(), b.bfloat16()
-    samples = Timer("cold").measure([lambda: a16 @ b16.t()], graph_safe=True)
-    peaks["bf16"] = metrics.tflops(2 * n**3, metrics.summarize(samples)["time_us_median"])
-    try:
-        a8, b8 = a.to(torch.float8_e4m3fn), b.to(torch.float8_e4m3fn)
-        one = torch.ones((), device="cuda")
-        samples = Timer("cold").measure(
-            [lambda: torch._scaled_mm(a8, b8.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16)], graph_safe=True
-        )
-        peaks["fp8"] = metrics.tflops(2 * n**3, metrics.summarize(samples)["time_us_median"])
-    except RuntimeError:
-        peaks["fp8"] = peaks["bf16"]  # no fp8 path on this GPU: fp8 variants are skipped anyway
-    return Ceilings(mode=mode, bandwidth_ladder=ladder, peak_tflops=peaks)
+    torch.cuda.empty_cache()
+    rungs = compute_ladder.climb(compute_ladder.cuda_samples, torch.cuda.mem_get_info()[0])
+    peaks = compute_ladder.best(rungs)
+    if "bf16" not in peaks:
+        raise RuntimeError("no bf16 rung of the compute ladder could be timed (GPU memory?)")
+    peaks.setdefault("fp8", peaks["bf16"])  # no fp8 path on this GPU: fp8 variants are skipped anyway
+    return Ceilings(mode, ladder, peaks, compute_ladder.as_rows(rungs), key)

@@ -185,17 +185,18 @@ def spread_pct(p20: float, p80: float, median: float) -> float:
 # A row above 100% of its roofline beat a ceiling that was measured: the ceiling is wrong for this row, the kernel did
 # not beat the hardware.  Memory-bound rows: the streaming-read ladder measures DRAM, a row whose inputs were served
 # from L2 (they fit in it, or stream timing reused them) or whose bytes_min overcounts what the kernel must
-# read goes above it.  Compute-bound rows: the peak is one cuBLAS 8192^3 GEMM (gemmbench.ceilings), cached by GPU
-# model, timing mode and torch version but not by clock state, so a ceiling measured at lower clocks (a hot or
-# power-capped GPU, another GPU of the model) or a shape that peaks above 8192^3 sits below this row (seen: fp8
-# ceiling 1460.7 TFLOP/s while cuBLAS ran Llama3-405B's M 2048 GEMMs at 1473-1549, issue 21).
+# read goes above it.  Compute-bound rows: the peak is the best cuBLAS median over a ladder of large GEMMs of zeros
+# (gemmbench.compute_ladder), cached per GPU and clock state; a row passes it when the GPU ran at higher clocks than
+# when the ladder was measured (a cache from a cooler or hotter GPU at the same clock settings, or NVML missing, so
+# no clocks in the cache key) or a shape peaks above every rung.  Before the ladder one 8192^3 GEMM set the peak: fp8
+# ceiling 1460.7 TFLOP/s while cuBLAS ran Llama3-405B's M 2048 GEMMs at 1473-1549 (issue 21).
 ABOVE_MEMORY = (
     "above the measured memory ceiling: inputs served from L2 (they fit in it, or stream timing reused them) or "
     "bytes_min above what the kernel reads"
 )
 ABOVE_COMPUTE = (
-    "above the measured compute ceiling: it was measured below this GPU's peak (one cuBLAS 8192^3 GEMM, cached "
-    "per GPU model, not per clock state: lower clocks then, or this shape peaks higher)"
+    "above the measured compute ceiling (the best cuBLAS median over a ladder of GEMM sizes): the GPU ran at higher "
+    "clocks than when it was measured (`gemmbench ceilings --remeasure`), or this shape peaks above every rung"
 )
 
 

@@ -62,7 +62,7 @@ def test_unknown_dtype_and_scaling_are_errors():
 
 
 def test_every_peak_is_one_ceilings_measures():
-    # ceilings._measure times one cuBLAS 8192³ GEMM in bf16 and one in fp8: those are the only peaks there are
+    # the shared peaks (DType.peak): fp16 falls back to bf16's where the ladder has no fp16 rung (an older cache)
     assert {d.peak for d in dtypes.ALL.values()} == {"bf16", "fp8"}
     c = Ceilings(mode="cold", bandwidth_ladder=[], peak_tflops={"bf16": 700.0, "fp8": 1300.0})
     assert [c.peak_for(d) for d in dtypes.NAMES] == [700.0, 700.0, 1300.0]  # fp16 shares bf16's

@@ -7,7 +7,7 @@ what only it needs inside its functions: the heavy modules (torch, triton, panda
 gemmbench modules that import them) and the lighter ones --help does without (yaml through shapes, registry and tuning,
 hashlib through shard, sqlite3 through profile.nsys, rich.progress, the dtype table), those marked `# not at --help`."""
 
-from gemmbench.cli import compare, layer, list, merge, plot, profile, run, shapes, tune
+from gemmbench.cli import ceilings, compare, layer, list, merge, plot, profile, run, shapes, tune
 from gemmbench.cli.common import app
 
 app.command()(run.run)
@@ -19,6 +19,7 @@ app.command()(plot.report)
 app.command()(compare.compare)
 app.add_typer(compare.baseline_app, name="baseline")
 app.command()(merge.merge)
+app.command()(ceilings.ceilings)
 app.add_typer(list.list_app, name="list")
 app.add_typer(shapes.shapes_app, name="shapes")
 

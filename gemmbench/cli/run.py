@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
+import tempfile
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -12,6 +13,7 @@ import typer
 from rich.markup import escape
 
 from gemmbench import named_baselines
+from gemmbench.cli import ab as ab_mod
 from gemmbench.cli import compare as cli_compare
 from gemmbench.cli.common import (
     Dtype,
@@ -83,6 +85,16 @@ Repeat = Annotated[
         "`process` 0..N-1); `gemmbench compare` tests per-process medians where both sides have >= 3."
     ),  # fmt: skip
 ]
+Ab = Annotated[
+    Optional[str],
+    typer.Option(
+        "--ab",
+        metavar="BASELINE_COMMAND",
+        help="Interleave --repeat N processes of this command's gemmbench (another build, e.g. "
+        "'/other/venv/bin/gemmbench') with N of this one, A B A B ..., run with the same sweep options; its rows go to "
+        "<out>-baseline.parquet, then compared with this run's.",
+    ),  # fmt: skip
+]
 AcrossGpus = Annotated[
     bool, typer.Option(help="--compare-to: compare cells run on different physical GPUs (else they are other-gpu).")
 ]
@@ -102,7 +114,7 @@ def run(
     routing: Routing = "uniform", compare_to: CompareTo = None, shard: RunShard = None, gpus: Gpus = None,
     append: Append = False, force: Force = False, resume: Resume = None, ep: Ep = "1", scaling: Scaling = None,
     import_config: ImportConfig = None, fmt: Format = OutputFormat.table, repeat: Repeat = 1,
-    across_gpus: AcrossGpus = False,
+    across_gpus: AcrossGpus = False, ab: Ab = None,
 ) -> None:  # fmt: skip
     """Check, then time, every variant on every problem of a shape set; write Parquet and print tables."""
     from gemmbench import store, sweep  # heavy (pandas; torch); tables not at --help (yaml, importlib.metadata)
@@ -114,6 +126,7 @@ def run(
     shard_at, gpu_ids = shard_option(shard), gpus_option(gpus)
     _refuse_before_work(out_path, append, force, resume, compare_to)
     _check_repeat(repeat, resume)
+    baseline_cmd = _check_ab(ab, compare_to, append, resume, out_path, force)
     variants, imported = import_configs(import_config, variants)  # the imported variants always run
     sset, cells = select_cells(shapes, variants, dtype, m, tp, routing, seed, plugin, ep, scaling)
     meta, cells = _shard(cells, shard_at)
@@ -134,13 +147,35 @@ def run(
             _print_json(run_id, writer.path, [], False)
         return
     worker = WorkerOptions(timing, budget, plugins=plugin or [], cpu=cpu, retune=retune, ceilings=not cpu, env=imported)
-    for process in range(repeat):  # N sweeps one after another, each with fresh workers: N fresh processes a cell
-        if repeat > 1:
-            err.print(f"process {process + 1} of {repeat}", highlight=False)
-        opts = sweep.SweepOptions(run_id, worker, seed, sanitize, gpu_ids, process)
-        rows, stopped = _sweep(opts, cells, writer)
-        if stopped:
-            break
+    # what a baseline process is given: this sweep's options that differ from their defaults (cli.ab.sweep_args)
+    ab_args = ab_mod.sweep_args([
+        ("--shapes", shapes, None), ("--variants", variants, None), ("--dtype", dtype, "fp8,bf16"), ("--m", m, None),
+        ("--tp", tp, "1"), ("--timing", timing, None), ("--plugin", [str(f) for f in plugin or []], []),
+        ("--seed", seed, 0), ("--budget", budget, 0.5), ("--retune", retune, False), ("--routing", routing, "uniform"),
+        ("--shard", shard, None), ("--gpus", gpus, None), ("--ep", ep, "1"), ("--scaling", scaling, None),
+        ("--import-config", import_config or [], []), ("--sanitize", sanitize, False),
+    ])  # fmt: skip
+    with tempfile.TemporaryDirectory(prefix="gemmbench-ab-") as parts_dir:
+        parts: list[Path] = []
+        for side, process in ab_mod.order(repeat) if baseline_cmd else [("", p) for p in range(repeat)]:
+            if repeat > 1 or baseline_cmd:
+                err.print(escape(f"process {process + 1} of {repeat}{f' ({side})' if side else ''}"), highlight=False)
+            if side == ab_mod.BASELINE:
+                parts.append(Path(parts_dir) / f"baseline-{process}.parquet")
+                try:
+                    ab_mod.run_baseline(baseline_cmd, ab_args, parts[-1])
+                except ab_mod.AbError as exc:
+                    raise fail(f"--ab: {exc} ({writer.added} candidate rows in {writer.path})") from None
+                continue
+            # N sweeps one after another, each with fresh workers: N fresh processes a cell
+            opts = sweep.SweepOptions(run_id, worker, seed, sanitize, gpu_ids, process)
+            rows, stopped = _sweep(opts, cells, writer)
+            if stopped:
+                break
+        if baseline_cmd and not stopped:
+            compare_to = str(ab_mod.baseline_path(writer.path))
+            n = ab_mod.join_baseline(parts, Path(compare_to))
+            err.print(escape(f"--ab: {n} baseline rows of {len(parts)} processes in {compare_to}"), highlight=False)
     if repeat > 1:  # the tables and the summary show the last process's rows; the file holds every process's
         rows = [r for r in rows if r["run_id"] == run_id and r["process"] == process]
         err.print(f"tables: process {process} of 0..{repeat - 1} (every process's rows are in the file)")
@@ -193,6 +228,21 @@ def _refuse_before_work(out_path: Path, append: bool, force: bool, resume: Optio
         raise fail(f"--resume {resume}: no such run file")
     if resume is None and out_path.suffix == ".parquet" and out_path.exists() and not (append or force):
         raise fail(f"--out {out_path} exists; --append adds this sweep's rows to it, --force replaces it")
+
+
+def _check_ab(ab: Optional[str], compare_to, append: bool, resume, out_path: Path, force: bool) -> Optional[list[str]]:
+    """--ab's command as argv (None without --ab), before any work."""
+    if ab is None:
+        return None
+    if compare_to or append or resume is not None:
+        raise fail("--ab compares with the baseline it runs: it takes no --compare-to, --append or --resume")
+    base = ab_mod.baseline_path(out_path)
+    if out_path.suffix == ".parquet" and base.exists() and not force:
+        raise fail(f"--ab: the baseline file {base} exists; --force replaces it")
+    try:
+        return ab_mod.parse_command(ab)
+    except ValueError as exc:
+        raise fail(str(exc)) from None
 
 
 def _check_repeat(repeat: int, resume: Optional[Path]) -> None:

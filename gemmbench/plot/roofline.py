@@ -87,8 +87,8 @@ def ceiling_warnings(g: pd.DataFrame) -> list[str]:
     more = f", and {len(cells) - 8} more" if len(cells) > 8 else ""
     return [
         f"{len(cells)} point(s) above their measured ceiling, never a win (above the memory ceiling: data served "
-        f"from cache or a wrong byte count; above the compute ceiling: the measured peak, one cuBLAS 8192³ GEMM, "
-        f"is below what this shape reaches): " + "; ".join(cells[:8]) + more
+        f"from cache or a wrong byte count; above the compute ceiling: the measured peak, the best cuBLAS median of a "
+        f"ladder of sizes, is below what this shape reaches at these clocks): " + "; ".join(cells[:8]) + more
     ]
 
 
@@ -253,8 +253,8 @@ def roofline(g: pd.DataFrame) -> Optional[Figure]:
                 notes.append(
                     f"Solid: ceilings measured in this run: {bw_hi:.0f} GB/s, the streaming-read bandwidth at the "
                     f"largest problem's size (shaded down to {bw_lo:.0f} GB/s, the bandwidth at the smallest: each "
-                    f"point's own bound uses the bandwidth at its size), and {pk:.0f} TFLOP/s, a cuBLAS 8192³ "
-                    f"{dtype} GEMM."
+                    f"point's own bound uses the bandwidth at its size), and {pk:.0f} TFLOP/s, the best cuBLAS "
+                    f"{dtype} median over a ladder of GEMM sizes."
                 )
         elif first:
             notes.append("No measured ceilings in these rows (a CPU run, or no ceiling measurement).")
@@ -320,8 +320,8 @@ def roofline(g: pd.DataFrame) -> Optional[Figure]:
         mem = sum(_memory_bound(r) for _, r in over.iterrows())
         why = ([f"{mem} above the memory ceiling (data from cache, or a wrong byte count)"] if mem else []) + (
             [
-                f"{len(over) - mem} above the compute ceiling (the measured peak, one 8192³ GEMM, is below what this "
-                f"shape reaches)"
+                f"{len(over) - mem} above the compute ceiling (the measured peak, the best cuBLAS median over a ladder "
+                f"of sizes, is below what this shape reaches at these clocks)"
             ]
             if len(over) > mem
             else []

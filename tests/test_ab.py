@@ -1,0 +1,139 @@
+"""`gemmbench run --repeat N --ab BASELINE_COMMAND` (issue 21, item 2): the baseline build's processes interleaved
+with this build's, A B A B, into two files that `compare` tests per process.  The baseline here is a fake: a script
+that logs when it ran and with what, and writes one row of the same cell (1 s a sample, so the candidate is faster)."""
+
+import json
+import stat
+import sys
+from datetime import datetime, timezone
+
+import pytest
+from typer.testing import CliRunner
+
+from gemmbench import device
+from gemmbench.cli import ab, app
+from gemmbench.store import load
+
+SHAPES = """name: ab
+description: one tiny GEMM (smoke_square's shape)
+m: [1]
+gemms:
+  - {id: g, N: 64, K: 64, parallel: none}
+"""
+
+# The fake baseline: logs its argv and start and end times (UTC, µs), then writes the template's rows to --out.
+FAKE = """#!{python}
+import json, sys
+from datetime import datetime, timezone
+start = datetime.now(timezone.utc).isoformat()
+from gemmbench import store
+args = sys.argv[1:]
+rows = json.load(open({template!r}))
+n = sum(1 for _ in open({log!r})) if __import__("os").path.exists({log!r}) else 0
+store.write_rows(args[args.index("--out") + 1], [dict(r, run_id=f"base-{{n}}") for r in rows])
+with open({log!r}, "a") as f:
+    f.write(json.dumps({{"argv": args, "start": start, "end": datetime.now(timezone.utc).isoformat()}}) + "\\n")
+"""
+
+
+def invoke(*args):
+    return CliRunner().invoke(app, [str(a) for a in args])
+
+
+def fake_baseline(tmp_path, fail: bool = False):
+    """(the fake's path, its log); fail: it prints 'boom' on stderr and exits 3 instead."""
+    row = dict(shape_set="ab", gemm="g", M=1, N=64, K=64, E=1, topk=1, tp=1, ep=1, dtype="fp16", scaling="none",
+               variant="cublas_fp16", family="cublas", status="ok", timing_mode="wall", l2_state="warm",
+               samples_us=[1e6] * 5, time_us_median=1e6, time_us_p20=1e6, time_us_p80=1e6, n_samples=5,
+               timestamp="2026-11-24T00:00:00+00:00", config="{}", **device.provenance())  # fmt: skip
+    (tmp_path / "template.json").write_text(json.dumps([row]))
+    log = tmp_path / "baseline.log"
+    text = FAKE.format(python=sys.executable, template=str(tmp_path / "template.json"), log=str(log))
+    if fail:
+        text = f"#!{sys.executable}\nimport sys\nprint('starting', file=sys.stderr)\nprint('boom', file=sys.stderr)\nsys.exit(3)\n"
+    script = tmp_path / "fake-gemmbench"
+    script.write_text(text)
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    return script, log
+
+
+def test_the_order_is_baseline_then_candidate_each_process():
+    assert ab.order(3) == [("baseline", 0), ("candidate", 0), ("baseline", 1), ("candidate", 1),
+                           ("baseline", 2), ("candidate", 2)]  # fmt: skip
+
+
+def test_only_options_off_their_default_are_passed_on():
+    got = ab.sweep_args([("--shapes", "s.yaml", None), ("--dtype", "fp8,bf16", "fp8,bf16"), ("--m", None, None),
+                         ("--retune", True, False), ("--sanitize", False, False), ("--plugin", ["a.py", "b.py"], []),
+                         ("--seed", 3, 0)])  # fmt: skip
+    assert got == ["--shapes", "s.yaml", "--retune", "--plugin", "a.py", "--plugin", "b.py", "--seed", "3"]
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--ab", "no-such-gemmbench-xyz"], "'no-such-gemmbench-xyz' is not an executable program"),
+        (["--ab", "'unclosed"], "No closing quotation"),
+        (["--ab", "   "], "give the command that runs the baseline"),
+        (["--ab", sys.executable, "--compare-to", "h100"], "it takes no --compare-to"),
+    ],
+)
+def test_bad_ab_is_one_line_and_exit_2(tmp_path, args, message):
+    got = invoke("run", "--shapes", "smoke", "--m", "1", "--out", tmp_path / "r.parquet", *args)
+    assert got.exit_code == 2 and message in got.output and "Traceback" not in got.output
+    assert not (tmp_path / "r.parquet").exists()
+
+
+def test_a_failing_baseline_stops_the_run_with_its_last_line(tmp_path):
+    script, _ = fake_baseline(tmp_path, fail=True)
+    (tmp_path / "ab.yaml").write_text(SHAPES)
+    got = invoke("run", "--shapes", tmp_path / "ab.yaml", "--variants", "cublas_fp16", "--dtype", "fp16",
+                 "--out", tmp_path / "r.parquet", "--ab", script)  # fmt: skip
+    assert got.exit_code == 2 and "exited 3: boom" in got.output and "Traceback" not in got.output
+
+
+@pytest.fixture(scope="module")
+def ab_run(tmp_path_factory):
+    """One A/B run of 2 processes a side on the CPU (two candidate workers start: the few seconds of this file)."""
+    tmp = tmp_path_factory.mktemp("ab")
+    script, log = fake_baseline(tmp)
+    (tmp / "ab.yaml").write_text(SHAPES)
+    out = tmp / "cand.parquet"
+    got = invoke("run", "--shapes", tmp / "ab.yaml", "--variants", "cublas_fp16", "--dtype", "fp16", "--repeat", 2,
+                 "--out", out, "--ab", script)  # fmt: skip
+    return got, tmp, out, [json.loads(line) for line in log.read_text().splitlines()]
+
+
+def test_ab_runs_the_baseline_with_the_same_sweep_options(ab_run):
+    got, tmp, _, calls = ab_run
+    assert got.exit_code == 0, got.output
+    assert len(calls) == 2
+    for call in calls:
+        # the sweep's options given (timing: wall on the CPU path), then the part file it is to write
+        assert call["argv"][:-1] == ["run", "--shapes", str(tmp / "ab.yaml"), "--variants", "cublas_fp16",
+                                     "--dtype", "fp16", "--timing", "wall", "--out"]  # fmt: skip
+
+
+def test_ab_interleaves_baseline_and_candidate_processes(ab_run):
+    _, _, out, calls = ab_run
+    cand = load([out])
+    assert sorted(cand["process"]) == [0, 1]
+
+    def t(text):
+        return datetime.fromisoformat(text).astimezone(timezone.utc)
+
+    made = {int(r.process): t(r.timestamp) for r in cand.itertuples()}  # row timestamps: whole seconds
+    b0, b1 = ((t(c["start"]), t(c["end"])) for c in calls)
+    # A0 B0 A1 B1: each candidate row was made after the baseline process before it ended, and before the next began
+    assert b0[1].replace(microsecond=0) <= made[0] < b1[0] and b1[1].replace(microsecond=0) <= made[1]
+
+
+def test_ab_writes_one_baseline_file_of_numbered_processes_and_compares(ab_run):
+    got, _, out, _ = ab_run
+    base = load([ab.baseline_path(out)])
+    assert ab.baseline_path(out).name == "cand-baseline.parquet"
+    # the two parts, as processes 0 and 1 of one run (compare keeps a cell's latest run: it must be one)
+    assert sorted(base["process"]) == [0, 1] and set(base["run_id"]) == {"base-0"}
+    assert "2 baseline rows of 2 processes" in got.output
+    # the comparison ran: 1 s a sample against the CPU's microseconds is faster; 2 processes a side: pooled samples
+    assert "faster" in got.output and "within-process" in got.output
