@@ -1,6 +1,6 @@
 """Measured ceilings: the bandwidth a streaming read reaches at a ladder of sizes (a 6 µs kernel cannot reach the
-bandwidth of a 2 GiB copy, docs/GPU-FACTS.md §2) and the matmul rate of each dtype, the best cuBLAS median over a
-ladder of large GEMMs (gemmbench.compute_ladder).  Measured, not taken from a datasheet; cached in ~/.cache/gemmbench
+bandwidth of a 2 GiB copy, docs/GPU-FACTS.md §2) and the matmul rate of each dtype, the best cuBLAS rate (at its fastest tenth of
+samples) over a ladder of large GEMMs (gemmbench.compute_ladder).  Measured, not taken from a datasheet; cached in ~/.cache/gemmbench
 (override with GEMMBENCH_CACHE) per physical GPU (its uuid, else its name), clock state (the maximum and the
 application SM clock NVML reports: a cache taken at other clocks is not reused; without NVML the key has no clocks),
 timing mode and torch version, and stored in each row."""
@@ -32,7 +32,7 @@ def cache_dir() -> Path:
 class Ceilings:
     mode: str
     bandwidth_ladder: list  # [[bytes, GB/s], ...] of the streaming-read kernel in this timing mode
-    peak_tflops: dict  # dtype -> the best median TFLOP/s of its compute ladder (compute_ladder.best)
+    peak_tflops: dict  # dtype -> the best TFLOP/s of its compute ladder (at the fast tenth) (compute_ladder.best)
     compute_ladder: list = field(default_factory=list)  # compute_ladder.as_rows: every rung, timed or skipped
     key: dict = field(default_factory=dict)  # what the cache is keyed by (cache_key_parts)
 

@@ -3,11 +3,15 @@
 One 8192³ GEMM was not the peak: on an H100 cuBLAS fp8 ran Llama3-405B's GEMMs at M 2048 at 1473-1549 TFLOP/s against
 a ceiling of 1460.7 measured at 8192³ (issue 21), so rows showed 101-106% of their roofline.  The ladder times cuBLAS
 (torch.mm; torch._scaled_mm for fp8, per-tensor scales, bf16 out: the cublas_* variants' calls) at each rung and
-takes, per dtype, the best rung's *median* TFLOP/s (a single fast sample is not a rate the GPU sustains).
+takes, per dtype, the best rung's rate at its fastest tenth of samples (the 10th percentile of its times).
 
-The operands are zeros: a power-capped GPU (the H100 SXM at 700 W) clocks higher on operands that toggle fewer bits,
-so zeros give the highest rate cuBLAS reaches on this GPU at this clock state, a ceiling that random data (what the
-sweep times) stays under.  Rungs that would not fit in 80% of the free GPU memory are skipped, and say so.
+Why not the median: the ladder's 405B rungs are the very shapes a sweep times, with the same kernel, so a median
+ceiling would put those rows at 100% +- their noise and call half of them "above the ceiling".  The fast tenth is a
+rate the GPU reached on that kernel in this clock state: a row's *median* passes it only when the GPU ran faster than
+when the ladder was measured (clocks), or a kernel beats every rung.  Why not zeros: a power-capped GPU (the H100 SXM
+at 700 W) clocks higher on operands that toggle no bits, a rate no model's data reaches; the operands are random
+normal values, like the sweep's (gemmbench.inputs).  Rungs that would not fit in 80% of the free GPU memory are
+skipped, and say so.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ RUNGS: tuple[tuple[int, int, int], ...] = (
     (2048, 106496, 16384),
 )
 DTYPES = ("fp8", "bf16", "fp16")
+FAST_PERCENTILE = 10  # the ceiling's rate: this percentile of a rung's times (module docstring)
 MEMORY_SHARE = 0.8  # of the free GPU memory a rung may take: the rest is left to the allocator and other tensors
 
 
@@ -42,7 +47,8 @@ class Rung:
     n: int
     k: int
     median_us: Optional[float] = None
-    tflops: Optional[float] = None  # of the median
+    fast_us: Optional[float] = None  # the 10th percentile of the samples (FAST_PERCENTILE)
+    tflops: Optional[float] = None  # at fast_us
     skipped: Optional[str] = None  # why this rung was not timed (memory; no fp8 path)
 
     @property
@@ -81,8 +87,10 @@ def climb(
                 )
             else:
                 try:
-                    rung.median_us = float(np.median(samples_us(dtype, m, n, k)))
-                    rung.tflops = metrics.tflops(rung.flops, rung.median_us)
+                    samples = samples_us(dtype, m, n, k)
+                    rung.median_us = float(np.median(samples))
+                    rung.fast_us = float(np.percentile(samples, FAST_PERCENTILE))
+                    rung.tflops = metrics.tflops(rung.flops, rung.fast_us)
                 except RuntimeError as exc:
                     no_path = rung.skipped = f"no {dtype} path: {str(exc).splitlines()[0][:120]}"
             out.append(rung)
@@ -90,7 +98,7 @@ def climb(
 
 
 def best(rungs: Sequence[Rung]) -> dict[str, float]:
-    """dtype -> the highest median TFLOP/s over its timed rungs (dtypes with none timed are left out)."""
+    """dtype -> the highest TFLOP/s (at the fast tenth) over its timed rungs (dtypes with none timed are left out)."""
     peaks: dict[str, float] = {}
     for r in rungs:
         if r.tflops is not None and r.tflops > peaks.get(r.dtype, 0.0):
@@ -107,7 +115,7 @@ def from_rows(rows: Sequence[dict]) -> list[Rung]:
 
 
 def cuda_samples(dtype: str, m: int, n: int, k: int) -> list:
-    """The cold-L2 samples (µs) of one cuBLAS GEMM of zeros on this GPU (gemmbench.timing: the sweep's own timer)."""
+    """The cold-L2 samples (µs) of one cuBLAS GEMM of random operands on this GPU (gemmbench.timing: the sweep's own timer)."""
     import torch  # heavy
 
     from gemmbench.timing import Timer
@@ -121,12 +129,13 @@ def cuda_samples(dtype: str, m: int, n: int, k: int) -> list:
 
 
 def _cublas_gemm(dtype: str, m: int, n: int, k: int) -> Callable[[], object]:
-    """The call the cublas_* variants make (kernels/cublas.py) on zero operands of this dtype: A (M x K) @ B^T."""
+    """The call the cublas_* variants make (kernels/cublas.py) on random normal operands of this dtype: A (M x K) @ B^T."""
     import torch  # heavy
 
     d = dtypes.get(dtype)
-    a = torch.zeros((m, k), device="cuda", dtype=torch.bfloat16).to(d.torch)
-    b = torch.zeros((n, k), device="cuda", dtype=torch.bfloat16).to(d.torch)
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    a = torch.randn((m, k), device="cuda", dtype=torch.bfloat16, generator=gen).to(d.torch)
+    b = torch.randn((n, k), device="cuda", dtype=torch.bfloat16, generator=gen).to(d.torch)
     if not d.scaled:
         return lambda: a @ b.t()
     one = torch.ones((), device="cuda")  # fp32 per-tensor scales

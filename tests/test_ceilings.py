@@ -19,13 +19,17 @@ CLOCKS = {"sm_max_mhz": 1980, "sm_app_mhz": 1755}
 # ---------------------------------------------------------------- the ladder
 
 
-def test_the_best_median_wins_not_the_best_sample():
-    # rung 1: 2 * 1000³ = 2e9 FLOPs, median 2 µs -> 2e9 / 2e6 = 1000 TFLOP/s.
-    # rung 2: 4e9 FLOPs, median 5 µs -> 800 TFLOP/s, though its 1 µs sample alone would be 4000.
-    samples = {(1000, 1000, 1000): [2.0, 2.0, 2.1], (2000, 1000, 1000): [1.0, 5.0, 5.0]}
+def test_the_rate_is_the_fast_tenth_not_the_best_sample_nor_the_median():
+    # rung 1: 2 * 1000³ = 2e9 FLOPs; 11 samples 2.0, 2.1, ..., 3.0 µs: the 10th percentile (numpy's linear rule:
+    # index 0.1 * 10 = 1) is 2.1 µs -> 2e9 / 2.1e6 = 952.4 TFLOP/s; the median 2.5 µs would give 800.
+    # rung 2: 4e9 FLOPs; one 1 µs outlier among ten 5 µs: the 10th percentile is 5 µs -> 800 TFLOP/s, though the
+    # outlier alone would be 4000.
+    fast = [2.0 + i / 10 for i in range(11)]
+    samples = {(1000, 1000, 1000): fast, (2000, 1000, 1000): [1.0] + [5.0] * 10}
     rungs = compute_ladder.climb(lambda d, m, n, k: samples[(m, n, k)], 10**12, ["bf16"], list(samples))
-    assert [(r.m, r.median_us, r.tflops) for r in rungs] == [(1000, 2.0, 1000.0), (2000, 5.0, 800.0)]
-    assert compute_ladder.best(rungs) == {"bf16": 1000.0}
+    got = [(r.m, round(r.median_us, 6), round(r.fast_us, 6), round(r.tflops, 1)) for r in rungs]
+    assert got == [(1000, 2.5, 2.1, 952.4), (2000, 5.0, 5.0, 800.0)]
+    assert compute_ladder.best(rungs) == {"bf16": rungs[0].tflops}
 
 
 def test_a_rung_that_does_not_fit_is_skipped_and_says_so():
@@ -121,7 +125,7 @@ def _fake_gpu(monkeypatch, tmp_path, clocks):
 
     def measure(mode, key):
         measured.append(dict(key))
-        rungs = [compute_ladder.Rung("bf16", 1000, 1000, 1000, 2.0, 1000.0)]
+        rungs = [compute_ladder.Rung("bf16", 1000, 1000, 1000, median_us=2.0, fast_us=2.0, tflops=1000.0)]
         return Ceilings(mode, [[1 << 20, 3000.0]], {"bf16": 1000.0, "fp8": 1000.0}, compute_ladder.as_rows(rungs), key)
 
     monkeypatch.setattr(ceilings, "_measure", measure)

@@ -29,16 +29,17 @@ def ceilings(remeasure: Remeasure = False, stream: Stream = False) -> None:
     got = measured.ceilings("stream" if stream else "cold", remeasure=remeasure)
     assert got is not None  # a CUDA GPU is there
     rungs = compute_ladder.from_rows(got.compute_ladder)
-    t = Table(title="compute ladder: cuBLAS, zero operands, cold L2; the peak is each dtype's best median (*)")
-    for col in ("dtype", "M x N x K", "median µs", "TFLOP/s"):
+    t = Table(title="compute ladder: cuBLAS, random operands, cold L2; TFLOP/s at each rung's fastest tenth of "
+              "samples (p10 µs); the peak is each dtype's best (*)")  # fmt: skip
+    for col in ("dtype", "M x N x K", "median µs", "p10 µs", "TFLOP/s"):
         t.add_column(col, justify="left" if col in ("dtype", "M x N x K") else "right")
     for r in rungs:
         shape = f"{r.m} x {r.n} x {r.k}"
         if r.tflops is None:
-            t.add_row(r.dtype, shape, "-", f"skipped: {escape(r.skipped or '')}")
+            t.add_row(r.dtype, shape, "-", "-", f"skipped: {escape(r.skipped or '')}")
             continue
         star = " *" if r.tflops == got.peak_tflops.get(r.dtype) else ""
-        t.add_row(r.dtype, shape, f"{r.median_us:.1f}", f"{r.tflops:.1f}{star}")
+        t.add_row(r.dtype, shape, f"{r.median_us:.1f}", f"{r.fast_us:.1f}", f"{r.tflops:.1f}{star}")
     out.print(t)
     bw = Table(title=f"bandwidth ladder: streaming read, {got.mode} timing")
     bw.add_column("bytes", justify="right")
