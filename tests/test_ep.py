@@ -14,6 +14,7 @@ import torch
 from test_cli import bad, invoke
 
 from gemmbench import layer as L
+from gemmbench import layer_plan as P
 from gemmbench import metrics, registry, shapes, store, tuning
 from gemmbench.check import check_cell, compare, reference
 from gemmbench.compare import compare as compare_runs
@@ -295,8 +296,8 @@ def test_tuned_config_files_are_named_by_the_local_experts_and_ep():
 
 def test_layer_routes_over_all_experts_and_keeps_rank_0s(tiny_set):
     dev = detect()
-    problems = L.layer_problems(shapes.load(str(tiny_set)), 3, "fp16", 1, ep=2)
-    built = L.build(L.steps_for(problems, L.chooser("cublas_*,torch_moe_loop", dev)), 0, "cpu")
+    problems = P.layer_problems(shapes.load(str(tiny_set)), 3, "fp16", 1, ep=2)
+    built = L.build(P.steps_for(problems, P.chooser("cublas_*,torch_moe_loop", dev)), 0, "cpu")
     routing = next(b.fn for b in built if not b.step.is_gemm)
     # the router's own top-2 over all 8 experts, by hand; rank 0 of 2 holds experts 0..3
     glob = torch.topk(torch.softmax((routing.x @ routing.w.t()).float(), dim=-1), 2, dim=-1).indices
