@@ -18,8 +18,7 @@ from gemmbench import ranking
 from gemmbench.md_table import md_table, md_text
 from gemmbench.plot import data as plotdata
 from gemmbench.plot import figures as plots
-from gemmbench.plot import roofline as plots_roofline
-from gemmbench.plot import style
+from gemmbench.plot import ncu_figure, style
 from gemmbench.store import write_atomic
 from gemmbench.tables import short_config
 
@@ -213,7 +212,7 @@ def _gemm_section(rep: Report, k: dict, g: pd.DataFrame, figs: dict) -> None:
 
 def _profile_section(rep: Report, profiles: pd.DataFrame) -> None:
     drawn = plots.figures("profile", profiles=profiles)
-    rows = plots_roofline.summed_profiles(profiles)
+    rows = ncu_figure.summed_profiles(profiles)
     rep.add("h", 2, "Nsight Compute profiles")
     rep.add(
         "p",
