@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
-from gemmbench import dtypes, hf_config, registry, shapes
+from gemmbench import dtypes, hf_config, registry, shape_sets, shapes
 from gemmbench.shapes import Problem, ShapeSet
 from gemmbench.store import StoreError, result_files, table_kind
 
@@ -38,13 +38,13 @@ class LayerError(ValueError):
 def resolve_model(spec: str) -> ShapeSet:
     """A --model: a name of MODELS, a built-in shape set, a shape-set YAML or a Hugging Face config.json."""
     if spec in MODELS:
-        return shapes.load(MODELS[spec])
+        return shape_sets.load(MODELS[spec])
     path = Path(spec)
     if path.suffix == ".json":
         name, text = hf_config.from_hf_config(path)
-        return shapes.load_text(str(path), text)
+        return shape_sets.load_text(str(path), text)
     try:
-        return shapes.load(spec)
+        return shape_sets.load(spec)
     except shapes.ShapeError as exc:
         if path.exists() or len(path.parts) > 1 or path.suffix:
             raise

@@ -18,7 +18,7 @@ import torch
 from conftest import HAS_CUDA
 from typer.testing import CliRunner
 
-from gemmbench import dtypes, registry, shapes, store
+from gemmbench import dtypes, registry, shape_sets, shapes, store
 from gemmbench import layer as L
 from gemmbench import layer_plan as P
 from gemmbench.cli import app
@@ -141,7 +141,7 @@ def test_mixtral_steps(model, tp):
 
 
 def test_routing_comes_right_before_the_first_moe_gemm_only():
-    sset = shapes.load_text(
+    sset = shape_sets.load_text(
         "x.yaml",
         "name: x\ngemms:\n"
         "  - {id: moe_a, N: 64, K: 64, parallel: none, E: 4, topk: 2}\n"
@@ -156,7 +156,7 @@ def test_layer_problems_drop_lm_head_and_refuse_a_set_of_only_lm_head():
     sset = P.resolve_model("llama70b")  # a built-in shape set name works as --model too
     assert "lm_head" in [g.name for g in sset.gemms]
     assert [p.gemm for p in P.layer_problems(sset, 4, "fp16", 1)] == ["attn_qkv", "attn_o", "mlp_gate_up", "mlp_down"]
-    only = shapes.load_text("head.yaml", "name: head\ngemms:\n  - {id: lm_head, N: 64, K: 64, parallel: column}\n")
+    only = shape_sets.load_text("head.yaml", "name: head\ngemms:\n  - {id: lm_head, N: 64, K: 64, parallel: column}\n")
     with pytest.raises(P.LayerError, match="lm_head"):
         P.layer_problems(only, 1, "fp16", 1)
 
