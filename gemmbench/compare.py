@@ -36,6 +36,7 @@ from typing import Optional
 import numpy as np
 import pandas as pd
 
+from gemmbench.md_table import md_table
 from gemmbench.shard import describe
 from gemmbench.store import cell_key, cell_keys
 
@@ -347,17 +348,23 @@ def change_text(r: Row, width: int) -> str:
 def _md_table(rows: list[Row]) -> list[str]:
     if not rows:
         return []
-    out = [
-        "| verdict | cell | variant | baseline µs | candidate µs | change | p |",
-        "|---|---|---|---:|---:|---:|---:|",
-    ]
-    for r in rows:
-        change = change_text(r, 80).replace("|", "/")
-        out.append(
-            f"| {r.shown} | {r.cell} | {r.variant} | {_fmt(r.base_us, '.2f')} | {_fmt(r.cand_us, '.2f')} "
-            f"| {change} | {_fmt(r.p_value, '.2g')} |"
-        )
-    return out
+    head = ["verdict", "cell", "variant", "baseline µs", "candidate µs", "change", "p"]
+    return md_table(
+        head,
+        [
+            [
+                r.shown,
+                r.cell,
+                r.variant,
+                _fmt(r.base_us, ".2f"),
+                _fmt(r.cand_us, ".2f"),
+                change_text(r, 80),
+                _fmt(r.p_value, ".2g"),
+            ]
+            for r in rows
+        ],
+        "lllrrrr",
+    )
 
 
 def to_json(rows: list[Row], threshold: float, stack_change: Optional[str] = None) -> str:

@@ -1,7 +1,7 @@
 """What a dtype and an fp8 scaling mean to gemmbench, in one table that every module reads: the --dtype choices
 (shapes), the operands and output the input factory makes (inputs), the check's tolerance (check), the bytes of the
 FLOP/byte model (metrics), the measured peak that bounds a row (ceilings) and the datasheet peaks of the roofline
-plot (plot.roofline).  Which variant is the speedup reference is declared by the variants (registry.Variant.baseline).
+plot (plot.datasheet).  Which variant is the speedup reference is declared by the variants (registry.Variant.baseline).
 
 No torch here: shapes, metrics and the plots import this module and stay light; `DType.torch` imports torch when a
 tensor is made.
@@ -21,7 +21,7 @@ class DType:
     out: str  # the output's dtype, a name in ALL
     tolerance: float  # check.compare's budget on max|out - ref| / max|ref|: see the note above ALL
     peak: str  # the measured peak that bounds it: a key of ceilings.Ceilings.peak_tflops
-    datasheet_tflops: dict[str, float]  # NVIDIA's dense tensor-core TFLOP/s by product (plot.roofline.DATASHEET)
+    datasheet_tflops: dict[str, float]  # NVIDIA's dense tensor-core TFLOP/s by product (plot.datasheet.DATASHEET)
     scaled: bool = False  # its operands carry fp32 scales, laid out as one of SCALINGS
     max_value: Optional[float] = None  # largest finite value: where quantisation clamps
 

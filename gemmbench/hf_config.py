@@ -1,4 +1,4 @@
-"""A Hugging Face config.json -> a shape set (YAML that shapes.load_text accepts).
+"""A Hugging Face config.json -> a shape set (YAML that shape_sets.load_text accepts).
 
     from_hf_config(config, name=None, source=None) -> (set name, YAML text)
 

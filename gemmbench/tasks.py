@@ -20,6 +20,7 @@ from gemmbench import layer as L
 from gemmbench import memory, metrics, registry, telemetry, tuning
 from gemmbench.check import check_cell, reference
 from gemmbench.inputs import make_inputs
+from gemmbench.layer_plan import steps_from_wire
 from gemmbench.nvtx_ranges import annotate, cell_name, domain_in_use, range_name
 from gemmbench.shapes import Problem
 from gemmbench.store import cell_columns
@@ -248,7 +249,7 @@ def profile_task(ctx, task: dict) -> None:
 def layer_task(ctx, task: dict) -> None:
     """One layer plan (its item is the plan's label): build `layers` copies, check every GEMM, then measure."""
     [label] = task["items"]
-    steps = L.steps_from_wire(task["steps"])
+    steps = steps_from_wire(task["steps"])
     meta, seed, layers = task["meta"], task["seed"], task["layers"]
     built: list = []
     checks: list = []

@@ -17,6 +17,7 @@ import json
 from collections import Counter
 
 from gemmbench import store
+from gemmbench.md_table import md_table
 from gemmbench.tables import baseline_for
 
 
@@ -25,6 +26,11 @@ def _groups(rows, specs):
         return [tuple(s.split("=", 1)) for s in specs]
     fams = sorted({r["family"] for r in rows if r["family"] != "cublas"})
     return [(f, next(r["variant"] for r in rows if r["family"] == f).rsplit("_", 1)[0] + "_*") for f in fams]
+
+
+def _table(head: str, cols: list[str], body: list[list[str]]) -> str:
+    """The counts line, then the table: the first three columns (names) left-aligned, the numbers right."""
+    return "\n".join([head, "", *md_table(cols, body, "lll" + "r" * (len(cols) - 3))])
 
 
 def render(path: str, specs: list[str] | None = None) -> str:
@@ -44,12 +50,7 @@ def render(path: str, specs: list[str] | None = None) -> str:
     cols = ["GEMM (N, K)", "TP", "dtype", "M", "cuBLAS µs", "% roof"] + (["fp8 row-wise µs"] if rowwise else [])
     for name, _ in groups:
         cols += [f"best {name}", "µs", "% roof", "vs cuBLAS"]
-    lines = [
-        head,
-        "",
-        "| " + " | ".join(cols) + " |",
-        "|" + "|".join("---" if i < 3 else "---:" for i in range(len(cols))) + "|",
-    ]
+    body = []
     first_seen = {g: i for i, g in reversed(list(enumerate(r["gemm"] for r in rows)))}
     order = sorted(cells, key=lambda k: (first_seen[k[0]], k[3], k[4] != "fp8", k[5]))
     for k in order:
@@ -73,8 +74,8 @@ def render(path: str, specs: list[str] | None = None) -> str:
             label += f" k{split}" if split else ""
             speed = f"{base['time_us_median'] / best['time_us_median']:.2f}x" if base else ""
             out += [label or best["variant"], f"{best['time_us_median']:.1f}", f"{best['pct_of_roofline']:.0f}", speed]
-        lines.append("| " + " | ".join(out) + " |")
-    return "\n".join(lines)
+        body.append(out)
+    return _table(head, cols, body)
 
 
 MOE_COLUMNS = [
@@ -101,12 +102,7 @@ def render_moe(path: str) -> str:
             cells.setdefault(key, {})[r["variant"]] = r
     cols = ["GEMM (N, K)", "TP", "EP", "dtype", "tokens"] + [f"{c} µs" for c, _ in MOE_COLUMNS]
     cols += ["best fused", "% roof", "vs loop", "vs grouped_mm"]
-    lines = [
-        head,
-        "",
-        "| " + " | ".join(cols) + " |",
-        "|" + "|".join("---" if i < 3 else "---:" for i in range(len(cols))) + "|",
-    ]
+    body = []
     t = lambda r: r["time_us_median"] if r else None  # noqa: E731
     for k in sorted(cells):
         by = cells[k]
@@ -124,8 +120,8 @@ def render_moe(path: str) -> str:
             f"{t(loop) / t(best):.2f}x" if best and loop else "",
             f"{t(gmm) / t(best):.2f}x" if best and gmm else "",
         ]
-        lines.append("| " + " | ".join(out) + " |")
-    return "\n".join(lines)
+        body.append(out)
+    return _table(head, cols, body)
 
 
 def main() -> None:

@@ -25,7 +25,7 @@ from conftest import HAS_CUDA, PLUGINS
 from test_shapes import BUILTINS as BUILTIN_SETS  # one list of the built-in sets
 from typer.testing import CliRunner
 
-from gemmbench import dtypes, registry, shapes, store
+from gemmbench import dtypes, registry, shape_sets, store
 from gemmbench.cli import app
 from gemmbench.shapes import DECODE_M, PREFILL_M
 from gemmbench.worker import CPU_SAMPLES
@@ -141,7 +141,7 @@ def main_run(tmp_path_factory):
 def expected_main_cells() -> set:
     """(gemm, M, dtype, variant) of every cell: dense variants on dense GEMMs, MoE ones on MoE GEMMs,
     each only in the dtypes it lists."""
-    sset = shapes.load("smoke")
+    sset = shape_sets.load("smoke")
     chosen = [
         registry.get(n)
         for n in ("cublas_bf16", "cublas_fp16", "cublas_fp8", "cublas_fp8_rowwise", "cublas_fp8_block", "triton_dp_row",
@@ -207,7 +207,7 @@ def test_run_smoke_one_row_per_cell(main_run):
 def test_run_smoke_ok_rows_are_timed_and_checked(main_run):
     _, out = main_run
     df = load_rows(out)
-    sset = {g.name: g for g in shapes.load("smoke").gemms}
+    sset = {g.name: g for g in shape_sets.load("smoke").gemms}
     ok = df[df.status == "ok"]
     assert (ok.timing_mode == "wall").all() and (ok.l2_state == "warm").all()
     assert (ok.device == "cpu").all()
@@ -530,7 +530,7 @@ def test_list_shapes_lists_every_builtin_set_with_its_gemms():
             listed.setdefault(current, []).append((cells[1], int(cells[2]), int(cells[3])))
     assert list(listed) == BUILTIN_SETS
     for name in BUILTIN_SETS:
-        assert listed[name] == [(g.name, g.N, g.K) for g in shapes.load(name).gemms], name
+        assert listed[name] == [(g.name, g.N, g.K) for g in shape_sets.load(name).gemms], name
 
 
 def _variant_rows(out: str) -> dict[str, list]:
@@ -601,7 +601,7 @@ def test_shapes_from_config_writes_a_loadable_set_the_cpu_path_refuses(tmp_path)
     assert res.exit_code == 0, res.stderr
     assert "llama-3.1-8b" in text(res.stderr)
     assert out.is_file() and res.stdout == ""
-    s = shapes.load(str(out))
+    s = shape_sets.load(str(out))
     assert s.name == "llama-3.1-8b"
     assert [(g.name, g.N, g.K, g.parallel) for g in s.gemms] == LLAMA_GEMMS
     assert all(not g.is_moe for g in s.gemms)

@@ -18,7 +18,7 @@ from test_cli import BUILTIN_FAMILIES, bad, invoke, text
 from test_plots import TP8
 from typer.testing import CliRunner
 
-from gemmbench import shapes, store, tables
+from gemmbench import shape_sets, store, tables
 from gemmbench.cli import app
 
 # ---------------------------------------------------------------- help, choices, completion
@@ -124,9 +124,9 @@ def test_list_shapes_json():
     assert res.exit_code == 0, res.stderr
     doc = json.loads(res.stdout)
     assert doc["schema"] == "gemmbench.shapes/1"
-    assert [s["name"] for s in doc["sets"]] == shapes.builtin_names()
+    assert [s["name"] for s in doc["sets"]] == shape_sets.builtin_names()
     for s in doc["sets"]:
-        want = shapes.load(s["name"])
+        want = shape_sets.load(s["name"])
         assert s["description"] == want.description and s["m"] == list(want.m_values)
         assert [
             (g["id"], g["N"], g["K"], g["E"], g["topk"], g["parallel"], g["layer"], g["role"]) for g in s["gemms"]

@@ -2,7 +2,7 @@
 registry.baseline_for, tables.baseline_for).
 
 The values pinned here are those of the seven tables the dtype table replaced (shapes.DTYPES, inputs.TORCH_DTYPES,
-metrics ACT_BYTES/OUT_BYTES, check.TOLERANCE, tables.BASELINE, ceilings.Ceilings.peak_for, plot.roofline.DATASHEET):
+metrics ACT_BYTES/OUT_BYTES, check.TOLERANCE, tables.BASELINE, ceilings.Ceilings.peak_for, plot.datasheet.DATASHEET):
 moving them must change no number."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import torch
 from gemmbench import dtypes, registry, shapes, store, tables
 from gemmbench.ceilings import Ceilings
 from gemmbench.inputs import make_inputs
-from gemmbench.plot import roofline
+from gemmbench.plot import datasheet
 from gemmbench.registry import Launch, RegistryError, Variant
 
 # ---------------------------------------------------------------- the dtype table
@@ -70,10 +70,10 @@ def test_every_peak_is_one_ceilings_measures():
 
 def test_datasheet_peaks_are_the_old_ones():
     for gpu, product, bw in (("NVIDIA H100 80GB HBM3", "H100 SXM", 3350.0), ("NVIDIA H200", "H200 SXM", 4800.0)):
-        sheet = roofline.datasheet(gpu)
+        sheet = datasheet.datasheet(gpu)
         assert (sheet.product, sheet.bw_gbps) == (product, bw)
         assert sheet.tflops == {"bf16": 989.0, "fp16": 989.0, "fp8": 1979.0}
-    assert roofline.datasheet("NVIDIA A100-SXM4-80GB") is None
+    assert datasheet.datasheet("NVIDIA A100-SXM4-80GB") is None
 
 
 def test_make_inputs_follows_the_table():

@@ -14,7 +14,8 @@ import torch
 from test_cli import bad, invoke
 
 from gemmbench import layer as L
-from gemmbench import metrics, registry, shapes, store, tuning
+from gemmbench import layer_plan as P
+from gemmbench import metrics, registry, shape_sets, shapes, store, tuning
 from gemmbench.check import check_cell, compare, reference
 from gemmbench.compare import compare as compare_runs
 from gemmbench.device import detect
@@ -53,7 +54,7 @@ def moe(M=9, E=4, topk=2, ep=2, dtype="fp16", routing="uniform", N=32, K=32) -> 
 
 
 def test_apply_ep_divides_the_experts_and_tp_the_rest(tiny_set):
-    got = {p.gemm: p for p in shapes.problems(shapes.load(str(tiny_set)), ["fp16"], tp=2, ep=4)}
+    got = {p.gemm: p for p in shapes.problems(shape_sets.load(str(tiny_set)), ["fp16"], tp=2, ep=4)}
     # by hand from SET_YAML: tp 2 halves N of the column-parallel GEMMs (96 -> 48, 64 -> 32, 128 -> 64) and K of
     # the row-parallel one (64 -> 32); ep 4 leaves E = 8 (global) and gives rank 0 8 / 4 = 2 experts; the dense
     # GEMMs, the shared expert included, are not divided by EP (ep 1)
@@ -71,16 +72,16 @@ def test_apply_ep_divides_the_experts_and_tp_the_rest(tiny_set):
 
 def test_ep_that_does_not_divide_the_experts_names_the_set_and_the_gemm(tiny_set):
     with pytest.raises(ShapeError) as e:
-        shapes.problems(shapes.load(str(tiny_set)), ["fp16"], ep=3)
+        shapes.problems(shape_sets.load(str(tiny_set)), ["fp16"], ep=3)
     assert str(e.value) == f"{tiny_set}: gemm 'moe_w13': E=8 experts are not divisible by ep=3"
     with pytest.raises(ShapeError, match="E=8 experts are not divisible by ep=16"):
-        shapes.problems(shapes.load(str(tiny_set)), ["fp16"], ep=16)  # more ranks than experts
+        shapes.problems(shape_sets.load(str(tiny_set)), ["fp16"], ep=16)  # more ranks than experts
     with pytest.raises(ShapeError, match="ep must be a positive integer, got 0"):
-        shapes.problems(shapes.load(str(tiny_set)), ["fp16"], ep=0)
+        shapes.problems(shape_sets.load(str(tiny_set)), ["fp16"], ep=0)
 
 
 def test_ep_on_a_set_without_experts_is_an_error():
-    sset = shapes.load("llama70b-attn")
+    sset = shape_sets.load("llama70b-attn")
     with pytest.raises(ShapeError, match=r"ep=8 needs expert GEMMs \(E > 1\), and set 'llama70b-attn' has none"):
         shapes.problems(sset, ["bf16"], ep=8)
     assert {p.ep for p in shapes.problems(sset, ["bf16"], ep=1)} == {1}
@@ -295,8 +296,8 @@ def test_tuned_config_files_are_named_by_the_local_experts_and_ep():
 
 def test_layer_routes_over_all_experts_and_keeps_rank_0s(tiny_set):
     dev = detect()
-    problems = L.layer_problems(shapes.load(str(tiny_set)), 3, "fp16", 1, ep=2)
-    built = L.build(L.steps_for(problems, L.chooser("cublas_*,torch_moe_loop", dev)), 0, "cpu")
+    problems = P.layer_problems(shape_sets.load(str(tiny_set)), 3, "fp16", 1, ep=2)
+    built = L.build(P.steps_for(problems, P.chooser("cublas_*,torch_moe_loop", dev)), 0, "cpu")
     routing = next(b.fn for b in built if not b.step.is_gemm)
     # the router's own top-2 over all 8 experts, by hand; rank 0 of 2 holds experts 0..3
     glob = torch.topk(torch.softmax((routing.x @ routing.w.t()).float(), dim=-1), 2, dim=-1).indices

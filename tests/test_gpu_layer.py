@@ -9,11 +9,11 @@ pytestmark = pytest.mark.gpu
 
 
 def _steps(model, M, dtype, tp, variants):
-    from gemmbench import layer
+    from gemmbench import layer_plan as P
     from gemmbench.device import detect
 
-    sset = layer.resolve_model(model)
-    return layer.steps_for(layer.layer_problems(sset, M, dtype, tp), layer.chooser(variants, detect()))
+    sset = P.resolve_model(model)
+    return P.steps_for(P.layer_problems(sset, M, dtype, tp), P.chooser(variants, detect()))
 
 
 @pytest.mark.parametrize(

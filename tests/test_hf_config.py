@@ -16,7 +16,8 @@ from typer.testing import CliRunner
 from gemmbench import shapes
 from gemmbench.cli import app
 from gemmbench.hf_config import from_hf_config
-from gemmbench.shapes import ShapeError, load, load_text, problems
+from gemmbench.shape_sets import load, load_text
+from gemmbench.shapes import ShapeError, problems
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "hf-configs"

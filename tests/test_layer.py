@@ -18,8 +18,9 @@ import torch
 from conftest import HAS_CUDA
 from typer.testing import CliRunner
 
-from gemmbench import dtypes, registry, shapes, store
+from gemmbench import dtypes, registry, shape_sets, shapes, store
 from gemmbench import layer as L
+from gemmbench import layer_plan as P
 from gemmbench.cli import app
 from gemmbench.device import detect, processor_name
 from gemmbench.store import StoreError
@@ -76,7 +77,7 @@ def dims(steps) -> dict:
 
 def sequence(model: str, tp: int, M: int = 1, dtype: str = "bf16"):
     """The steps of a model's layer with a dummy variant: no registry, no buffers."""
-    return L.steps_for(L.layer_problems(L.resolve_model(model), M, dtype, tp), lambda p: "dummy")
+    return P.steps_for(P.layer_problems(P.resolve_model(model), M, dtype, tp), lambda p: "dummy")
 
 
 @pytest.fixture(scope="module")
@@ -140,24 +141,24 @@ def test_mixtral_steps(model, tp):
 
 
 def test_routing_comes_right_before_the_first_moe_gemm_only():
-    sset = shapes.load_text(
+    sset = shape_sets.load_text(
         "x.yaml",
         "name: x\ngemms:\n"
         "  - {id: moe_a, N: 64, K: 64, parallel: none, E: 4, topk: 2}\n"
         "  - {id: dense, N: 64, K: 64, parallel: none}\n"
         "  - {id: moe_b, N: 64, K: 64, parallel: none, E: 4, topk: 2}\n",
     )
-    steps = L.steps_for(L.layer_problems(sset, 1, "fp16", 1), lambda p: "v")
+    steps = P.steps_for(P.layer_problems(sset, 1, "fp16", 1), lambda p: "v")
     assert names(steps) == ["routing", "moe_a", "dense", "moe_b"]
 
 
 def test_layer_problems_drop_lm_head_and_refuse_a_set_of_only_lm_head():
-    sset = L.resolve_model("llama70b")  # a built-in shape set name works as --model too
+    sset = P.resolve_model("llama70b")  # a built-in shape set name works as --model too
     assert "lm_head" in [g.name for g in sset.gemms]
-    assert [p.gemm for p in L.layer_problems(sset, 4, "fp16", 1)] == ["attn_qkv", "attn_o", "mlp_gate_up", "mlp_down"]
-    only = shapes.load_text("head.yaml", "name: head\ngemms:\n  - {id: lm_head, N: 64, K: 64, parallel: column}\n")
-    with pytest.raises(L.LayerError, match="lm_head"):
-        L.layer_problems(only, 1, "fp16", 1)
+    assert [p.gemm for p in P.layer_problems(sset, 4, "fp16", 1)] == ["attn_qkv", "attn_o", "mlp_gate_up", "mlp_down"]
+    only = shape_sets.load_text("head.yaml", "name: head\ngemms:\n  - {id: lm_head, N: 64, K: 64, parallel: column}\n")
+    with pytest.raises(P.LayerError, match="lm_head"):
+        P.layer_problems(only, 1, "fp16", 1)
 
 
 def test_tiny_model_steps_from_yaml(tiny):
@@ -185,9 +186,9 @@ HF_MIXTRAL = dict(
 def test_hf_config_json_dense(tmp_path, tp):
     cfg = tmp_path / "config.json"
     cfg.write_text(json.dumps(HF_LLAMA))
-    sset = L.resolve_model(str(cfg))
+    sset = P.resolve_model(str(cfg))
     assert sset.name == "tiny-llama"
-    steps = L.steps_for(L.layer_problems(sset, 1, "bf16", tp), lambda p: "v")
+    steps = P.steps_for(P.layer_problems(sset, 1, "bf16", tp), lambda p: "v")
     assert names(steps) == ["attn_qkv", "attn_o", "mlp_gate_up", "mlp_down"]
     # head dim 64 / 4 = 16; qkv (4 + 2 * 2) * 16 = 128; gate_up 2 * 128
     assert dims(steps) == {
@@ -201,23 +202,23 @@ def test_hf_config_json_dense(tmp_path, tp):
 def test_hf_config_json_moe(tmp_path):
     cfg = tmp_path / "config.json"
     cfg.write_text(json.dumps(HF_MIXTRAL))
-    steps = L.steps_for(L.layer_problems(L.resolve_model(str(cfg)), 3, "fp16", 1), lambda p: "v")
+    steps = P.steps_for(P.layer_problems(P.resolve_model(str(cfg)), 3, "fp16", 1), lambda p: "v")
     assert names(steps) == ["attn_qkv", "attn_o", "routing", "moe_w13", "moe_w2"]
     assert dims(steps)["moe_w13"] == (256, 64, 4, 2) and dims(steps)["moe_w2"] == (64, 128, 4, 2)
 
 
 def test_unknown_model_is_a_layer_error():
-    with pytest.raises(L.LayerError) as exc:
-        L.resolve_model("llama3-7000b")
+    with pytest.raises(P.LayerError) as exc:
+        P.resolve_model("llama3-7000b")
     msg = str(exc.value)
     assert "llama3-7000b" in msg and "mixtral-8x7b" in msg and "\n" not in msg
 
 
 def test_missing_model_file_is_a_shape_error(tmp_path):
     with pytest.raises(shapes.ShapeError, match="cannot read"):
-        L.resolve_model(str(tmp_path / "nope.yaml"))
+        P.resolve_model(str(tmp_path / "nope.yaml"))
     with pytest.raises(shapes.ShapeError, match="cannot read"):
-        L.resolve_model(str(tmp_path / "config.json"))
+        P.resolve_model(str(tmp_path / "config.json"))
 
 
 def test_tp_that_does_not_divide_is_one_line():
@@ -231,11 +232,11 @@ def test_tp_that_does_not_divide_is_one_line():
 
 
 def tiny_problems(tiny, M=1, dtype="fp16", tp=1):
-    return L.layer_problems(L.resolve_model(str(tiny)), M, dtype, tp)
+    return P.layer_problems(P.resolve_model(str(tiny)), M, dtype, tp)
 
 
 def plan(tiny, spec, dev, **kw) -> dict:
-    return {s.name: s.variant for s in L.steps_for(tiny_problems(tiny, **kw), L.chooser(spec, dev))}
+    return {s.name: s.variant for s in P.steps_for(tiny_problems(tiny, **kw), P.chooser(spec, dev))}
 
 
 def test_chooser_glob_picks_the_dtype_that_runs(tiny, dev):
@@ -270,12 +271,12 @@ def test_chooser_pin_overrides_globs(tiny, dev):
     [
         ("mixtral-8x7b", "bf16", "cublas_*,torch_moe_loop"),
         ("mixtral-8x22b", "fp16", "cublas_*,torch_moe_loop"),
-        ("tiny", "fp16", L.DEFAULT_VARIANTS),
+        ("tiny", "fp16", P.DEFAULT_VARIANTS),
     ],
 )
 def test_moe_gemms_get_an_moe_variant(dev, tiny, model, dtype, spec):
-    sset = L.resolve_model(str(tiny) if model == "tiny" else model)
-    steps = L.steps_for(L.layer_problems(sset, 16, dtype, 8 if model != "tiny" else 1), L.chooser(spec, dev))
+    sset = P.resolve_model(str(tiny) if model == "tiny" else model)
+    steps = P.steps_for(P.layer_problems(sset, 16, dtype, 8 if model != "tiny" else 1), P.chooser(spec, dev))
     for s in steps:
         if not s.is_gemm:
             continue
@@ -284,7 +285,7 @@ def test_moe_gemms_get_an_moe_variant(dev, tiny, model, dtype, spec):
         assert v.unsupported_reason(s.problem, dev) is None
     got = {s.name: s.variant for s in steps}
     assert got["attn_o"] == f"cublas_{dtype}"
-    if spec == L.DEFAULT_VARIANTS:
+    if spec == P.DEFAULT_VARIANTS:
         assert got["moe_w13"] == got["moe_w2"] == "triton_moe_col"  # runs under the interpreter at this size
     else:
         assert got["moe_w13"] == got["moe_w2"] == "torch_moe_loop"
@@ -293,9 +294,9 @@ def test_moe_gemms_get_an_moe_variant(dev, tiny, model, dtype, spec):
 @cpu_only
 def test_chooser_error_gives_the_reason_of_a_variant_of_the_right_kind(dev):
     # on a CPU, triton_moe_col cannot run bf16 (the interpreter's bf16 tl.dot is wrong)
-    choose = L.chooser(L.DEFAULT_VARIANTS, dev)
-    with pytest.raises(L.LayerError) as exc:
-        L.steps_for(L.layer_problems(L.resolve_model("mixtral-8x7b"), 16, "bf16", 8), choose)
+    choose = P.chooser(P.DEFAULT_VARIANTS, dev)
+    with pytest.raises(P.LayerError) as exc:
+        P.steps_for(P.layer_problems(P.resolve_model("mixtral-8x7b"), 16, "bf16", 8), choose)
     assert "moe_w13" in str(exc.value)
     msg = str(exc.value)
     assert "does not run MoE GEMMs" not in msg and "interpreter" in msg, msg
@@ -303,32 +304,32 @@ def test_chooser_error_gives_the_reason_of_a_variant_of_the_right_kind(dev):
 
 def test_chooser_unknown_variant(dev):
     with pytest.raises(registry.RegistryError, match="no_such_variant"):
-        L.chooser("cublas_*,attn_o=no_such_variant", dev)
+        P.chooser("cublas_*,attn_o=no_such_variant", dev)
     with pytest.raises(registry.RegistryError, match="no_such_"):
-        L.chooser("no_such_*", dev)
-    with pytest.raises(L.LayerError, match="empty"):
-        L.chooser(" , ", dev)
+        P.chooser("no_such_*", dev)
+    with pytest.raises(P.LayerError, match="empty"):
+        P.chooser(" , ", dev)
 
 
 def test_chooser_glob_that_runs_nothing_names_the_gemm(tiny, dev):
-    choose = L.chooser("cublas_*", dev)
+    choose = P.chooser("cublas_*", dev)
     problems = tiny_problems(tiny)
-    with pytest.raises(L.LayerError) as exc:
-        L.steps_for(problems, choose)
+    with pytest.raises(P.LayerError) as exc:
+        P.steps_for(problems, choose)
     msg = str(exc.value)
     assert msg.startswith("moe_w13 fp16 M1 N64 K64 E4 top2: no variant of --variants 'cublas_*' runs it here")
     assert "pin one with moe_w13=VARIANT" in msg and "\n" not in msg
 
 
 def test_chooser_pin_that_cannot_run_the_gemm(tiny, dev):
-    choose = L.chooser("cublas_*,torch_moe_loop,attn_o=cublas_bf16", dev)
-    with pytest.raises(L.LayerError, match=r"attn_o=cublas_bf16: .*no fp16 path"):
-        L.steps_for(tiny_problems(tiny, dtype="fp16"), choose)
+    choose = P.chooser("cublas_*,torch_moe_loop,attn_o=cublas_bf16", dev)
+    with pytest.raises(P.LayerError, match=r"attn_o=cublas_bf16: .*no fp16 path"):
+        P.steps_for(tiny_problems(tiny, dtype="fp16"), choose)
 
 
 def test_chooser_pin_of_an_unknown_gemm_is_an_error(tiny, dev):
-    with pytest.raises((L.LayerError, registry.RegistryError)):
-        L.chooser("cublas_*,torch_moe_loop,atn_o=triton_dp_row", dev, L.layer_gemms(L.resolve_model(str(tiny))))
+    with pytest.raises((P.LayerError, registry.RegistryError)):
+        P.chooser("cublas_*,torch_moe_loop,atn_o=triton_dp_row", dev, P.layer_gemms(P.resolve_model(str(tiny))))
 
 
 def test_chooser_pin_with_spaces(tiny, dev):
@@ -336,8 +337,8 @@ def test_chooser_pin_with_spaces(tiny, dev):
 
 
 def test_chooser_pin_of_a_non_gemm_variant_is_refused(tiny, dev):
-    with pytest.raises((L.LayerError, registry.RegistryError)):
-        L.steps_for(tiny_problems(tiny), L.chooser("cublas_*,torch_moe_loop,moe_w13=moe_align", dev))
+    with pytest.raises((P.LayerError, registry.RegistryError)):
+        P.steps_for(tiny_problems(tiny), P.chooser("cublas_*,torch_moe_loop,moe_w13=moe_align", dev))
 
 
 # ---------------------------------------------------------------- 3. --best-from
@@ -403,7 +404,7 @@ def best_runs(tmp_path_factory):
 
 
 def pick(runs, dev, tiny, gemm, M):
-    choose, notes = L.best_chooser(runs, dev)
+    choose, notes = P.best_chooser(runs, dev)
     p = next(p for p in tiny_problems(tiny, M=M) if p.gemm == gemm)
     return choose(p), notes[p.label]
 
@@ -448,13 +449,13 @@ def test_best_chooser_without_cold_rows_uses_the_others(dev, tiny):
 
 
 def test_best_chooser_gemm_absent_is_a_layer_error(best_runs, dev, tiny):
-    choose, _ = L.best_chooser(best_runs, dev)
+    choose, _ = P.best_chooser(best_runs, dev)
     p = next(p for p in tiny_problems(tiny) if p.gemm == "attn_o")
-    with pytest.raises(L.LayerError) as exc:
+    with pytest.raises(P.LayerError) as exc:
         choose(p)
     assert "attn_o" in str(exc.value) and "N=64 K=64" in str(exc.value)
     bf16 = next(p for p in tiny_problems(tiny, dtype="bf16") if p.gemm == "attn_qkv")
-    with pytest.raises(L.LayerError, match="attn_qkv"):  # rows of fp16 only
+    with pytest.raises(P.LayerError, match="attn_qkv"):  # rows of fp16 only
         choose(bf16)
 
 
@@ -463,8 +464,8 @@ def test_best_chooser_only_unusable_rows_is_a_layer_error(dev, tiny):
         run_row("attn_qkv", 1, "gone_plugin_variant", 1.0),
         run_row("attn_qkv", 1, "cublas_fp16", 1.0, status="wrong"),
     ]
-    choose, _ = L.best_chooser(pd.DataFrame(rows), dev)
-    with pytest.raises(L.LayerError, match="attn_qkv"):
+    choose, _ = P.best_chooser(pd.DataFrame(rows), dev)
+    with pytest.raises(P.LayerError, match="attn_qkv"):
         choose(tiny_problems(tiny)[0])
 
 
@@ -473,7 +474,7 @@ def test_best_chooser_only_unusable_rows_is_a_layer_error(dev, tiny):
 
 @pytest.fixture(scope="module")
 def tiny_steps(tiny, dev):
-    return L.steps_for(tiny_problems(tiny, M=5), L.chooser(CPU_VARIANTS, dev))
+    return P.steps_for(tiny_problems(tiny, M=5), P.chooser(CPU_VARIANTS, dev))
 
 
 @pytest.fixture(scope="module")
@@ -509,7 +510,7 @@ def test_graph_blockers_name_the_host_syncing_variant(built, tiny, dev):
     assert len(blockers) == 2, blockers
     assert "torch_moe_loop" in blockers[0] and "moe_w13" in blockers[0]
     assert "torch_moe_loop" in blockers[1] and "moe_w2" in blockers[1]
-    dense = L.build(L.steps_for([p for p in tiny_problems(tiny) if not p.is_moe], L.chooser("cublas_*", dev)), 0, "cpu")
+    dense = L.build(P.steps_for([p for p in tiny_problems(tiny) if not p.is_moe], P.chooser("cublas_*", dev)), 0, "cpu")
     assert L.graph_blockers(dense) == []
 
 
@@ -838,7 +839,7 @@ def test_best_chooser_prefers_cold_rows_per_gemm_and_uniform_routing(dev, tiny):
         run_row("moe_w13", 1, "torch_moe_loop", 50.0, **w13),
         dict(run_row("moe_w13", 1, "torch_grouped_mm", 1.0, **w13), routing="one-expert"),
     ]
-    choose, _ = L.best_chooser(pd.DataFrame(rows), dev)
+    choose, _ = P.best_chooser(pd.DataFrame(rows), dev)
     got = {p.gemm: choose(p) for p in tiny_problems(tiny, M=1) if p.gemm != "moe_w2"}
     assert got == {"attn_qkv": "cublas_fp16", "attn_o": "cublas_fp16", "moe_w13": "torch_moe_loop"}
 

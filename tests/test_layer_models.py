@@ -8,13 +8,13 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
-from gemmbench import layer as L
-from gemmbench import shapes, store
+from gemmbench import layer_plan as P
+from gemmbench import shape_sets, store
 from gemmbench.cli import app
 
 
 def steps_of(model: str, kind: str, tp: int = 1, ep: int = 1, M: int = 16):
-    return L.steps_for(L.layer_problems(L.resolve_model(model), M, "bf16", tp, ep, kind), lambda p: "v")
+    return P.steps_for(P.layer_problems(P.resolve_model(model), M, "bf16", tp, ep, kind), lambda p: "v")
 
 
 def dims(steps) -> dict:
@@ -25,7 +25,7 @@ MLA = ["mla_q_a", "mla_q_b", "mla_kv_a", "mla_kv_b", "attn_o"]
 
 
 def test_deepseek_v3_has_a_dense_and_an_moe_layer_mla_first_router_in_the_routing_step():
-    assert L.layer_kinds(shapes.load("deepseek-v3")) == ["dense", "moe"]
+    assert P.layer_kinds(shape_sets.load("deepseek-v3")) == ["dense", "moe"]
     dense = steps_of("deepseek-v3", "dense")
     assert [s.name for s in dense] == MLA + ["mlp_gate_up", "mlp_down"]
     moe = steps_of("deepseek-v3", "moe")
@@ -62,14 +62,14 @@ def test_deepseek_v3_dims_at_tp8_ep8():
     ],
 )
 def test_moe_models_layer_kinds_and_steps(model, kinds, moe_steps):
-    assert L.layer_kinds(shapes.load(model)) == kinds
+    assert P.layer_kinds(shape_sets.load(model)) == kinds
     assert [s.name for s in steps_of(model, kinds[-1])] == moe_steps
     if "dense" in kinds:
         assert [s.name for s in steps_of(model, "dense")] == ["attn_qkv", "attn_o", "mlp_gate_up", "mlp_down"]
 
 
 def test_kind_empty_is_every_gemm_and_dense_models_have_one_kind():
-    assert L.layer_kinds(shapes.load("llama70b")) == [""]
+    assert P.layer_kinds(shape_sets.load("llama70b")) == [""]
     every = [s.name for s in steps_of("deepseek-v3", "")]
     assert "mlp_gate_up" in every and "moe_w13" in every and "moe_router" not in every and "lm_head" not in every
 

@@ -22,7 +22,7 @@ from gemmbench import store
 from gemmbench.plot import data as plotdata
 from gemmbench.plot import figures as plots
 from gemmbench.plot import report
-from gemmbench.plot import roofline as plots_roofline
+from gemmbench.plot.datasheet import datasheet
 
 ROOT = Path(__file__).resolve().parent.parent
 TP8 = ROOT / "results/h100-2026-11-22/llama70b-attn-tp8-cold.parquet"  # attn at TP=8, fp8 + bf16, 6 variants
@@ -444,4 +444,4 @@ def test_report_markdown_and_html_hold_the_same_tables(tp8):
     assert page.count("<table>") == len(tables) == sum(ln.startswith("|---") for ln in md.splitlines())
     for row in tables[-1][2]:  # the full table of attn_o fp8: µs right-aligned (markdown-it's table rule, "---:")
         assert '<td style="text-align:right">' + row[2] + "</td>" in page
-    assert plots_roofline.datasheet(GPU).bw_gbps == 3350.0
+    assert datasheet(GPU).bw_gbps == 3350.0

@@ -17,6 +17,7 @@ from test_cli import invoke
 from test_plots import TP8, prepared
 
 from gemmbench import store
+from gemmbench.md_table import md_table, md_text
 from gemmbench.plot import report
 
 MARKUP_TAGS = {"em", "strong", "a", "code", "b", "script"}
@@ -102,7 +103,20 @@ def test_data_that_looks_like_markup_is_shown_as_it_is():
     assert not page.tags_in_cells
     # the Markdown: one table line per row, a name with '_' inside a word left as it is
     assert sum(ln.startswith("|") for ln in md.splitlines()) == 2 + len(TRICKY) + 1
-    assert report._md_text("triton_splitk_atomic") == "triton_splitk_atomic"
+    assert md_text("triton_splitk_atomic") == "triton_splitk_atomic"
+
+
+def test_md_table_aligns_by_letter_and_escapes_every_cell():
+    # the header, its separator ("r" -> "---:", any other letter or a column past `align` -> "---"), a line a row;
+    # "|" in a cell escaped (else the row gains a column), "_" at a word's edge escaped, inside a word kept
+    lines = md_table(["name", "µs", "note"], [["triton_dp", 1.5, "A | B"], ["_x", 2, ""]], "lr")
+    assert lines == [
+        "| name | µs | note |",
+        "|---|---:|---|",
+        "| triton_dp | 1.5 | A \\| B |",
+        "| \\_x | 2 |  |",
+    ]
+    assert md_table(["a"], []) == ["| a |", "|---|"]
 
 
 def test_report_format_json_holds_the_winners(tmp_path, tp8):

@@ -9,7 +9,7 @@ import pytest
 from test_cli import bad, invoke, text
 
 from gemmbench import shard, store
-from gemmbench.shapes import load as load_set
+from gemmbench.shape_sets import load as load_set
 from gemmbench.shapes import problems
 
 

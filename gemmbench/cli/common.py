@@ -172,7 +172,7 @@ def select_cells(
     """The selection options `run` and `profile` share -> (shape set, [(problem, [variant names])]).
     A cell is a problem and a variant made for its kind (dense/MoE) and dtype; a variant that lacks the problem's
     scaling is a cell too (its skipped row names the scalings it has), unless no variant has it: one line, exit 2."""
-    from gemmbench import registry  # not at --help; inputs imports torch
+    from gemmbench import registry, shape_sets  # not at --help; inputs imports torch, shape_sets yaml
     from gemmbench import shapes as shapes_mod
     from gemmbench.inputs import ROUTINGS
 
@@ -185,7 +185,7 @@ def select_cells(
     if variants is not None and not variants.strip(" ,"):
         raise fail("--variants is empty (give globs such as 'triton_*,cublas_fp8')")
     try:
-        sset = shapes_mod.load(shapes)
+        sset = shape_sets.load(shapes)
         m_values = shapes_mod.parse_m_list(m) if m is not None else None
         problems = _problems(sset, dtype_names, m_values, tps, routings, tuple(eps), scalings)
         _load_plugins(plugin or [])

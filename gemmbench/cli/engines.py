@@ -41,11 +41,10 @@ ImportConfig = Annotated[
 def export_plan(export: tuple[InferenceEngine, Path], shapes: str, problems: list, variants: list) -> tuple:
     """(the files the export names, lines on the GEMMs it leaves out), checked before any tuning: one line and exit 2
     where nothing could be exported."""
-    from gemmbench import engine_export  # not at --help (torch through tuning)
-    from gemmbench import shapes as shapes_mod
+    from gemmbench import engine_export, shape_sets  # not at --help (torch through tuning, yaml)
 
     try:
-        return engine_export.plan(export[0], shapes_mod.load(shapes), problems, variants)
+        return engine_export.plan(export[0], shape_sets.load(shapes), problems, variants)
     except engine_export.ExportError as exc:
         raise fail(str(exc)) from None
 

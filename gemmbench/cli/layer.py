@@ -106,7 +106,7 @@ def _plans(model, tp, dtype, m, variants, best_from, plugin, ep="1", scaling=Non
     """(shape set, [(tp, ep, dtype, scaling, M, layer kind, steps)], --best-from notes) of the options, or a one-line
     error.  A 16-bit dtype's layer runs once, unscaled, whatever --scaling asks (it applies to fp8 only)."""
     from gemmbench import dtypes, registry, shapes
-    from gemmbench import layer as L  # heavy (pandas, torch), as device and store are; the rest not at --help
+    from gemmbench import layer_plan as P  # heavy (pandas, torch), as device and store are; the rest not at --help
     from gemmbench.device import detect
     from gemmbench.store import StoreError, load
 
@@ -114,24 +114,24 @@ def _plans(model, tp, dtype, m, variants, best_from, plugin, ep="1", scaling=Non
     dtype_names = _dtypes(dtype)
     scalings = _scalings(scaling, dtype_names)
     try:
-        sset = L.resolve_model(model)
+        sset = P.resolve_model(model)
         m_values = shapes.parse_m_list(m)
         _load_plugins(plugin or [])
         notes: dict = {}
         if best_from:
-            choose, notes = L.best_chooser(load(L.run_files(best_from)), dev)
+            choose, notes = P.best_chooser(load(P.run_files(best_from)), dev)
         else:
-            choose = L.chooser(variants or L.DEFAULT_VARIANTS, dev, L.layer_gemms(sset))
+            choose = P.chooser(variants or P.DEFAULT_VARIANTS, dev, P.layer_gemms(sset))
         plans = [
-            (t, e, d, s, M, kind, L.steps_for(L.layer_problems(sset, M, d, t, e, kind, s), choose))
+            (t, e, d, s, M, kind, P.steps_for(P.layer_problems(sset, M, d, t, e, kind, s), choose))
             for t in _tp_list(tp)
             for e in _ep_list(ep)
             for d in dtype_names
             for s in (scalings if dtypes.get(d).scaled else [dtypes.REFERENCE_SCALING])  # a 16-bit one: "none"
             for M in m_values
-            for kind in L.layer_kinds(sset)
+            for kind in P.layer_kinds(sset)
         ]
-    except (shapes.ShapeError, registry.RegistryError, L.LayerError, StoreError) as exc:
+    except (shapes.ShapeError, registry.RegistryError, P.LayerError, StoreError) as exc:
         raise fail(str(exc)) from None
     return sset, plans, notes
 
@@ -155,16 +155,16 @@ def _device_path(plans: list) -> bool:
 
 def _cell(sset, model, run_id, plan, seed, layers, budget):
     """One layer plan as an engine cell: the worker's `layer` task builds, checks and times it."""
-    from gemmbench import layer as L  # heavy (pandas, torch), as device is
     from gemmbench.device import provenance
     from gemmbench.dtypes import label as dtype_label
+    from gemmbench.layer_plan import steps_to_wire  # heavy (pandas, torch), as device is
 
     t, e, d, s, M, kind, steps = plan
     label = f"{sset.name}{f' {kind}' if kind else ''} tp{t}{f' ep{e}' if e > 1 else ''} {dtype_label(d, s)} M{M}"
     meta = dict(provenance(), run_id=run_id, timestamp=_now(), model=model, shape_set=sset.name, layer_kind=kind,
                 tp=t, ep=e, dtype=d, scaling=s, M=M, layers=layers, l2_state="cold at layer start",
                 timing_mode="wall")  # fmt: skip
-    payload = dict(steps=L.steps_to_wire(steps), meta=meta, seed=seed, layers=layers, budget=budget)
+    payload = dict(steps=steps_to_wire(steps), meta=meta, seed=seed, layers=layers, budget=budget)
     return Cell("layer", payload, (label,), label)
 
 
@@ -188,10 +188,11 @@ class _LayerSink(Sink):
         self.progress.advance(self.bar)
 
     def lost(self, cell, item, reason, gpu) -> None:
-        from gemmbench import layer as L  # heavy (pandas, torch)
+        from gemmbench.layer import rows_for  # heavy (pandas, torch)
+        from gemmbench.layer_plan import steps_from_wire
 
-        steps = L.steps_from_wire(cell.payload["steps"])
-        self.result(cell, item, L.rows_for(cell.payload["meta"], steps, [], None, "error", reason), False, gpu)
+        steps = steps_from_wire(cell.payload["steps"])
+        self.result(cell, item, rows_for(cell.payload["meta"], steps, [], None, "error", reason), False, gpu)
 
     def note(self, text: str) -> None:
         self.progress.console.print(escape(text), highlight=False)

@@ -30,9 +30,9 @@ Format = Annotated[OutputFormat, format_option("table, or json: one JSON documen
 @list_app.command("shapes")
 def list_shapes(fmt: Format = OutputFormat.table) -> None:
     """Built-in shape sets with their GEMMs and default M lists."""
-    from gemmbench import shapes as shapes_mod  # not at --help (yaml)
+    from gemmbench import shape_sets  # not at --help (yaml)
 
-    sets = [shapes_mod.load(name) for name in shapes_mod.builtin_names()]
+    sets = [shape_sets.load(name) for name in shape_sets.builtin_names()]
     if fmt is OutputFormat.json:
         print_json({"schema": "gemmbench.shapes/1", "sets": [_set_json(s) for s in sets]})
         return

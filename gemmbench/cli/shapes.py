@@ -25,11 +25,11 @@ def shapes_from_config(
     """Write a shape set from a model's config.json (README: "from-config").
 
     Families: Llama, Mistral, Qwen2/3 dense; Mixtral, Qwen2/3-MoE, DeepSeek-V2/V3 (MLA), Llama 4, gpt-oss MoE."""
-    from gemmbench import hf_config, shapes  # not at --help (yaml)
+    from gemmbench import hf_config, shape_sets, shapes  # not at --help (yaml)
 
     try:
         set_name, text = hf_config.from_hf_config(path, name)
-        shapes.load_text(f"the set made from {path}", text)  # only a set that `run --shapes` accepts is written
+        shape_sets.load_text(f"the set made from {path}", text)  # only a set that `run --shapes` accepts is written
     except shapes.ShapeError as exc:
         raise fail(str(exc)) from None
     if out_file is None:

@@ -114,14 +114,14 @@ def tune(
 
 def _select(shapes, variants, dtype, m, tp, plugin, ep="1", scaling=None) -> tuple[list, list]:
     """(problems, tunable variants) of the options, or a one-line error."""
-    from gemmbench import registry  # not at --help (yaml, importlib.metadata)
+    from gemmbench import registry, shape_sets  # not at --help (yaml, importlib.metadata)
     from gemmbench import shapes as shapes_mod
 
     tps, eps = _tp_list(tp), _ep_list(ep)
     dtype_names = _dtypes(dtype)
     scalings = _scalings(scaling, dtype_names)
     try:
-        sset = shapes_mod.load(shapes)
+        sset = shape_sets.load(shapes)
         m_values = shapes_mod.parse_m_list(m) if m is not None else None
         # configs are stored per shape, not per routing: tuned on uniform routing
         problems = _problems(sset, dtype_names, m_values, tps, ["uniform"], tuple(eps), scalings)

@@ -1,5 +1,5 @@
 """Figures from result rows: speedup, TFLOP/s and latency by M, MoE schedules by tokens (this module) and the
-roofline and Nsight Compute profile plots (gemmbench.plot.roofline).  matplotlib from a DataFrame only: every function returns
+roofline (gemmbench.plot.roofline) and Nsight Compute profile (gemmbench.plot.ncu_figure) plots.  matplotlib from a DataFrame only: every function returns
 a Figure drawn with the Agg canvas (pyplot is never imported, so no GUI backend and no global figure state); the
 only I/O is save().
 
@@ -16,6 +16,7 @@ from matplotlib.figure import Figure
 
 from gemmbench import metrics
 from gemmbench.plot import data as plotdata
+from gemmbench.plot import ncu_figure
 from gemmbench.plot import roofline as plots_roofline
 from gemmbench.plot.style import Drawn, colors, finish, gemm_title, legend, m_axis, new_figure, render, shown, subtitle
 from gemmbench.store import write_atomic
@@ -196,9 +197,9 @@ def figures(kind: str, runs: Optional[pd.DataFrame] = None, profiles: Optional[p
     """Every figure of `kind` for the selected rows (runs: plotdata.select, with_speedups, keep_variants;
     profiles: plotdata.select of profile rows), one per figure group."""
     if kind == "profile":
-        rows = plots_roofline.summed_profiles(profiles)
+        rows = ncu_figure.summed_profiles(profiles)
         keyed = plotdata.groups(rows, plotdata.PROFILE_COLS)
-        draw = plots_roofline.profile
+        draw = ncu_figure.profile
     elif kind == "roofline":
         keyed = plotdata.groups(runs[runs["flops"].notna()], plotdata.ROOFLINE_COLS)
         draw = plots_roofline.roofline

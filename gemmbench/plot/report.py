@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import base64
 import math
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Sequence
@@ -16,10 +15,10 @@ import pandas as pd
 from markdown_it import MarkdownIt
 
 from gemmbench import ranking
+from gemmbench.md_table import md_table, md_text
 from gemmbench.plot import data as plotdata
 from gemmbench.plot import figures as plots
-from gemmbench.plot import roofline as plots_roofline
-from gemmbench.plot import style
+from gemmbench.plot import ncu_figure, style
 from gemmbench.store import write_atomic
 from gemmbench.tables import short_config
 
@@ -213,7 +212,7 @@ def _gemm_section(rep: Report, k: dict, g: pd.DataFrame, figs: dict) -> None:
 
 def _profile_section(rep: Report, profiles: pd.DataFrame) -> None:
     drawn = plots.figures("profile", profiles=profiles)
-    rows = plots_roofline.summed_profiles(profiles)
+    rows = ncu_figure.summed_profiles(profiles)
     rep.add("h", 2, "Nsight Compute profiles")
     rep.add(
         "p",
@@ -307,36 +306,17 @@ def build(runs: Optional[pd.DataFrame], profiles: Optional[pd.DataFrame], files:
 # ------------------------------------------------------------------ rendering
 
 
-# Markdown's inline syntax where data could hold it: a reason with "*", a name starting with "_", "<…>" (an autolink),
-# "&lt;" (an entity).  "_" inside a word (triton_splitk_atomic) is no emphasis in CommonMark and stays as it is.
-_INLINE = re.compile(r"[\\`*\[\]<&|]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])")
-
-
-def _md_text(text) -> str:
-    """Data (a name, a reason, a number) as Markdown that renders as exactly that text, on one line."""
-    return _INLINE.sub(lambda m: "\\" + m.group(0), str(text).replace("\n", " "))
-
-
 def to_markdown(rep: Report) -> str:
     out = []
     for b in rep.blocks:
         if b[0] == "h":
-            out.append("#" * b[1] + " " + _md_text(b[2]))
+            out.append("#" * b[1] + " " + md_text(b[2]))
         elif b[0] == "p":
             out.append(b[1])
         elif b[0] == "img":
-            out.append(f"![{_md_text(b[2])}]({IMG_DIR}/{b[1]}.png)")
+            out.append(f"![{md_text(b[2])}]({IMG_DIR}/{b[1]}.png)")
         elif b[0] == "table":
-            head, rows, align = b[1], b[2], b[3]
-            out.append(
-                "\n".join(
-                    [
-                        "| " + " | ".join(_md_text(h) for h in head) + " |",
-                        "|" + "|".join("---:" if a == "r" else "---" for a in align) + "|",
-                    ]
-                    + ["| " + " | ".join(_md_text(c) for c in r) + " |" for r in rows]
-                )
-            )
+            out.append("\n".join(md_table(*b[1:])))
     return "\n\n".join(out) + "\n"
 
 

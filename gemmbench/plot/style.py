@@ -1,5 +1,5 @@
 """What every figure shares: the canvas, title and footnote, legend placement, axis labels, series colours, and the
-Drawn record a figure travels in.  Imported by figures, roofline and layer (which never import each other's
+Drawn record a figure travels in.  Imported by figures, roofline, ncu_figure and layer (which never import each other's
 drawing code)."""
 
 from __future__ import annotations
@@ -110,7 +110,7 @@ def shown(value) -> str:
     return str(value)
 
 
-# ------------------------------------------------------------------ figure scaffolding shared with plot.roofline
+# ------------------------------------------------------------------ figure scaffolding shared with plot.roofline and plot.ncu_figure
 
 
 def new_figure(width: float, height: float, nrows: int = 1, ncols: int = 1, **kw):
