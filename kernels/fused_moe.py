@@ -297,27 +297,37 @@ def _space(problem, on_gpu: bool, full: bool) -> list[MoeConfig]:
         return [tile(16, 32, 32, 4, 1, GROUP_M=2)]  # Triton's CPU interpreter: one small tile
     bm0 = block_m_for(problem.M, problem.topk, problem.E)
     fp8 = problem.dtype == "fp8"
-    if problem.M * problem.topk <= 64 * problem.E:  # decode: stream the experts' weights
+    rows = problem.M * problem.topk / problem.E  # per expert, on average
+    decode = [
+        tile(bm, bn, bk, 4, st)
+        for bm in sorted({16, bm0})
+        for bn in (32, 64, 128)
+        for bk in ((128, 256) if fp8 else (64, 128))
+        for st in (3, 4, 5)
+    ]
+    prefill = [
+        tile(bm, bn, bk, 4 if bm * bn <= 64 * 128 else 8, st)
+        for bm in (64, 128)
+        for bn in (64, 128, 256)
+        for bk in ((64, 128) if fp8 else (64,))
+        for st in (3, 4)
+    ]
+    # Hopper's large tiles with wide L2 groups (issue 20): vLLM's H100 config for Mixtral 8x7B at 2048 tokens,
+    # 128 x 256 x 64, GROUP_M 32, 8 warps, 4 stages, was 1.2x faster than this space's best (GROUP_M 8)
+    prefill += [tile(128, 256, 64, 8, st, GROUP_M=g) for st in (3, 4) for g in (32, 64)]
+    # Between the two (32-128 rows an expert): 64-row tiles on 4 warps with K 128 and wide or no L2 groups.  vLLM's
+    # H100 configs for Mixtral 8x7B at TP 2 use these at 128-512 tokens, and at 256 tokens (64 rows an expert) theirs
+    # (64 x 128 x 128, GROUP_M 64; 64 x 256 x 64, GROUP_M 32 at 512) was 9% (w13) and 20% (w2) faster than the best of the decode space, which
+    # had no 64-row tile there (H100, docs/BENCHMARKS.md)
+    middle = [tile(64, 128, 128, 4, 4, GROUP_M=g) for g in (1, 64)] + [
+        tile(64, 256, 64, 4, 4, GROUP_M=g) for g in (1, 32)
+    ]
+    if rows <= 64:  # decode: stream the experts' weights
         quick = [tile(bm0, 64, 256 if fp8 else 128, 4, 4), tile(bm0, 128, 128, 4, 4)]
-        more = [
-            tile(bm, bn, bk, 4, st)
-            for bm in sorted({16, bm0})
-            for bn in (32, 64, 128)
-            for bk in ((128, 256) if fp8 else (64, 128))
-            for st in (3, 4, 5)
-        ]
+        more = decode + (middle + prefill if rows >= 32 else [])
     else:
         quick = [tile(64, 128, 64, 4, 4), tile(128, 128, 64, 8, 3)]
-        more = [
-            tile(bm, bn, bk, 4 if bm * bn <= 64 * 128 else 8, st)
-            for bm in (64, 128)
-            for bn in (64, 128, 256)
-            for bk in ((64, 128) if fp8 else (64,))
-            for st in (3, 4)
-        ]
-        # Hopper's large tiles with wide L2 groups (issue 20): vLLM's H100 config for Mixtral 8x7B at 2048 tokens,
-        # 128 x 256 x 64, GROUP_M 32, 8 warps, 4 stages, was 1.2x faster than this space's best (GROUP_M 8)
-        more += [tile(128, 256, 64, 8, st, GROUP_M=g) for st in (3, 4) for g in (32, 64)]
+        more = prefill + (middle if rows <= 128 else [])
     return quick + [c for c in more if c not in quick] if full else quick
 
 

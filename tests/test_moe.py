@@ -151,6 +151,22 @@ def test_moe_splitk_space_splits_the_few_tile_case():
     assert len(quick) == 1 and quick[0].SPLIT_K > 1
 
 
+def test_moe_space_between_decode_and_prefill_has_vllms_mixtral_tiles():
+    """Mixtral 8x7B at TP 2 (E 8, top 2, w13 N 7168, K 4096): 256 tokens put 256 * 2 / 8 = 64 rows on an expert, the
+    decode side of the split; vLLM's H100 entry there (64 x 128 x 128, GROUP_M 64, 4 warps, 4 stages) must be a
+    candidate, and at 512 tokens (128 rows, the prefill side) its 64 x 256 x 64, GROUP_M 32; at 16 tokens (4 rows)
+    no 64-row tile is (a decode GEMM streams weights)."""
+    from gemmbench.kernels.fused_moe import search_space
+
+    def space(m):
+        return {(c.BLOCK_M, c.BLOCK_N, c.BLOCK_K, c.GROUP_M, c.num_warps, c.num_stages)
+                for c in search_space(moe(m, 7168, 4096, 8, 2, dtype="bf16"), on_gpu=True)}  # fmt: skip
+
+    assert (64, 128, 128, 64, 4, 4) in space(256)
+    assert (64, 256, 64, 32, 4, 4) in space(512)
+    assert not any(bm == 64 for bm, *_ in space(16))
+
+
 def test_moe_sweep_with_routings_on_the_cpu(tmp_path):
     """`gemmbench run` on the smoke set's two MoE GEMMs: every MoE variant checked and timed under two
     routings; moe_align is its own row, with no FLOPs or roofline (it is not a GEMM)."""
