@@ -18,7 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
-KERNEL_ACTIVITY = "kernel"  # kineto's activity type of a kernel record (its others: gpu_memcpy, gpu_memset, ...)
+# The device's records that are not kernels, by kineto's names ("Memcpy DtoD (Device -> Device)", "Memset (Device)")
+NOT_KERNELS = ("Memcpy", "Memset")
 NAME_SEPARATOR = ";"  # the `kernels` column: a launch's kernel names in order of first launch, joined by this
 
 
@@ -37,12 +38,14 @@ class KernelRecord:
 
 
 def kernel_records(events: Iterable) -> list[KernelRecord]:
-    """The kernel records among profiler events (torch's _KinetoEvent: name(), activity_type(), start_ns(),
-    duration_ns(), correlation_id()), in device-start order."""
+    """The kernel records among profiler events (torch's _KinetoEvent: name(), device_type(), start_ns(),
+    duration_ns(), correlation_id()), in device-start order: the records that ran on the GPU (device_type CUDA; the
+    runtime calls and annotations are the CPU's) and are not copies or fills.  By the device type and the name, not
+    activity_type(): torch 2.11's _KinetoEvent has no activity_type (H100, 2026-11-24)."""
     out = [
         KernelRecord(e.name(), e.start_ns(), e.duration_ns(), e.correlation_id())
         for e in events
-        if e.activity_type() == KERNEL_ACTIVITY
+        if str(e.device_type()).rsplit(".", 1)[-1] == "CUDA" and not e.name().startswith(NOT_KERNELS)
     ]
     return sorted(out, key=lambda r: r.start_ns)
 

@@ -209,8 +209,8 @@ class Timer:
             return
         try:
             p.kernels[:] = kernel_trace.launch_names(p.replay)
-        except RuntimeError:  # the profiler could not start: the names are unknown, the timing unaffected
-            p.kernels[:] = []
+        except Exception:  # noqa: BLE001 - the names are a note beside the timing and never cost the cell; a GPU test
+            p.kernels[:] = []  # (tests/test_gpu_cupti.py) fails where they go missing
 
     def prepare_host(self, fn: Callable, *, evict: bool, per_sample: int = 1, cell: Optional[str] = None) -> Prepared:
         """Wall samples of a closure that launches many kernels (a model layer, eager or as a graph replay): each

@@ -41,8 +41,8 @@ class FakeEvent:
     def name(self):
         return self.n
 
-    def activity_type(self):
-        return self.kind
+    def device_type(self):  # torch's DeviceType enum prints as "DeviceType.CUDA" / "DeviceType.CPU"
+        return f"DeviceType.{self.kind}"
 
     def start_ns(self):
         return self.t
@@ -73,10 +73,11 @@ TWO_CALLS = [
 
 def test_only_kernel_records_are_kept_in_device_order():
     events = [
-        FakeEvent(GEMM, "kernel", 500, 30, 7),
-        FakeEvent("Memset (Device)", "gpu_memset", 100, 2, 5),
-        FakeEvent("cudaLaunchKernel", "cuda_runtime", 50, 4, 6),
-        FakeEvent(EVICT, "kernel", 200, 100, 6),
+        FakeEvent(GEMM, "CUDA", 500, 30, 7),
+        FakeEvent("Memset (Device)", "CUDA", 100, 2, 5),
+        FakeEvent("Memcpy DtoD (Device -> Device)", "CUDA", 120, 2, 5),
+        FakeEvent("cudaLaunchKernel", "CPU", 50, 4, 6),
+        FakeEvent(EVICT, "CUDA", 200, 100, 6),
     ]
     assert kernel_records(events) == [KernelRecord(EVICT, 200, 100, 6), KernelRecord(GEMM, 500, 30, 7)]
 
