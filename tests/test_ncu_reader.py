@@ -205,6 +205,19 @@ def test_module_found_in_the_cuda_toolkit(tmp_path, clean_import):
     assert ncu_reader.load_module(str(tmp_path / "bin" / "ncu")).VERSION == "2025.10.0"
 
 
+def test_module_found_in_the_standalone_install_when_ncu_is_the_toolkits_script(tmp_path, clean_import):
+    """The H100 machine: /usr/local/cuda/bin/ncu (a script; no nsight-compute-* beside the toolkit) and the module in
+    /opt/nvidia/nsight-compute/<version>/extras/python: found there, the newest first."""
+    (tmp_path / "cuda" / "bin").mkdir(parents=True)
+    (tmp_path / "cuda" / "bin" / "ncu").write_text("#!/bin/sh\n")
+    opt = tmp_path / "opt" / "nvidia" / "nsight-compute"
+    _nsight(opt / "2025.1.0", "2025.1.0")
+    _nsight(opt / "2025.3.1", "2025.3.1")
+    dirs = ncu_reader.module_dirs(str(tmp_path / "cuda" / "bin" / "ncu"), standalone=opt)
+    assert [d.parent.parent.name for d in dirs] == ["2025.3.1", "2025.1.0"]
+    assert ncu_reader.module_dirs(str(tmp_path / "cuda" / "bin" / "ncu"), standalone=tmp_path / "none") == []
+
+
 def test_module_found_beside_a_linked_standalone_ncu(tmp_path, clean_import):
     tool = tmp_path / "nsight-compute" / "2025.3.1"
     _nsight(tool, "standalone")

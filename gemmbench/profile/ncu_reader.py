@@ -20,16 +20,25 @@ from typing import Callable, Optional
 
 from gemmbench.profile import ncu
 
-READERS = ("ncu_report", "csv")  # the `ncu_reader` column of a profile row: which path read its counters
+READERS = ("ncu_report", "csv")
+# Where Nsight Compute's own installers put it (the .deb/.run of a standalone install, and the CUDA toolkit's
+# /usr/local/cuda/bin/ncu, which is a script that runs it from there, not a link): the H100 machine has
+# /opt/nvidia/nsight-compute/2025.3.1/extras/python/ncu_report.py beside /usr/local/cuda/bin/ncu (2026-11-24)
+STANDALONE = Path(
+    "/opt/nvidia/nsight-compute"
+)  # the `ncu_reader` column of a profile row: which path read its counters
 
 
-def module_dirs(ncu_exe: Optional[str]) -> list[Path]:
-    """The `extras/python` folders holding an ncu_report.py that belong to the ncu at `ncu_exe`, most likely first."""
+def module_dirs(ncu_exe: Optional[str], standalone: Path = STANDALONE) -> list[Path]:
+    """The `extras/python` folders holding an ncu_report.py that belong to the ncu at `ncu_exe`, most likely first:
+    its own folder's, the toolkit's nsight-compute-*, then the standalone installs' (newest first in each)."""
     if not ncu_exe:
         return []
     exe = Path(ncu_exe).resolve()  # a link to the tool: its own folder holds extras/
     toolkit = sorted(exe.parent.parent.glob("nsight-compute*/extras/python"), key=_version, reverse=True)
-    return [d for d in [exe.parent / "extras" / "python", *toolkit] if (d / "ncu_report.py").is_file()]
+    installed = sorted(standalone.glob("*/extras/python"), key=_version, reverse=True)
+    found = [exe.parent / "extras" / "python", *toolkit, *installed]
+    return [d for d in found if (d / "ncu_report.py").is_file()]
 
 
 def _version(extras: Path) -> tuple[int, ...]:
