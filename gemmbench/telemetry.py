@@ -15,12 +15,17 @@ and clocks are read just after the GPU went idle, before they fall.
 Energy per call is the difference of nvmlDeviceGetTotalEnergyConsumption (mJ since the driver loaded) around each
 of the cell's timed batches, summed, over the calls those batches ran.  In cold and graph mode a call is preceded by
 the L2 eviction read (>= 256 MiB, timing.evict_l2), which the counter sees too: there J/call is an upper bound; in
-stream mode it is the calls alone.  Wall mode's calls per sample are chosen per sample: no J/call.
+stream mode it is the calls alone.  Wall mode's calls per sample are chosen per sample: no J/call.  The counter
+advances in steps: on the H100 (driver 580, 2026-11-24) cells whose batches spanned ~10-50 ms read 4.6 and 6.8 J a
+call (6.7 and 1.4 kW: one step of the counter landing in a short window) or did not move at all, while lm_head's
+batches, 2.3 s together, read 8.2 J a call at 11.5 ms: 713 W, at the GPU's 700 W cap.  So J/call is given only for
+cells whose batches span MIN_ENERGY_WINDOW_S together.
 """
 
 from __future__ import annotations
 
 import functools
+import time
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
@@ -111,11 +116,15 @@ def calls_per_sample(mode: str, copies: int) -> Optional[int]:
     return {"cold": 1, "graph": 1, "stream": copies}.get(mode)
 
 
+MIN_ENERGY_WINDOW_S = 1.0  # the timed batches' total span below which J/call is not given (module docstring)
+
+
 class CellRecorder:
     """One variant's telemetry over its timed batches: wrap() its sampler, then columns() for its row."""
 
-    def __init__(self, probe: Probe, calls_per_sample: Optional[int]):
-        self.probe, self.calls_per_sample = probe, calls_per_sample
+    def __init__(self, probe: Probe, calls_per_sample: Optional[int], clock: Callable[[], float] = time.perf_counter):
+        self.probe, self.calls_per_sample, self.clock = probe, calls_per_sample, clock
+        self.energy_window_s = 0.0  # the batches' host time between the counter's readings, summed
         self.readings: list[tuple[Reading, int]] = []  # each batch's closing reading and its number of samples
         self.energy_mj = 0
         self.energy_samples = 0
@@ -125,9 +134,10 @@ class CellRecorder:
         """The sampler `take` (n -> n samples), with the energy counter read around it and a reading after it."""
 
         def recorded(n: int) -> list:
-            before = self.probe.energy_mj()
+            before, t0 = self.probe.energy_mj(), self.clock()
             samples = take(n)  # ends with a synchronise: the GPU is idle from here
-            after = self.probe.energy_mj()
+            after, t1 = self.probe.energy_mj(), self.clock()
+            self.energy_window_s += t1 - t0
             self.readings.append((self.probe.read(), len(samples)))
             if before is None or after is None or after < before:  # not supported, or the counter restarted
                 self.energy_known = False
@@ -171,7 +181,9 @@ class CellRecorder:
 
     def joules_per_call(self) -> Optional[float]:
         """The counter's mJ over the batches' calls; None where the GPU has no counter, the calls per sample are
-        not known (wall mode), or the counter did not advance (a cell shorter than its update interval)."""
+        not known (wall mode), or the batches spanned less than MIN_ENERGY_WINDOW_S (the counter's steps)."""
         if not (self.energy_known and self.calls_per_sample and self.energy_samples and self.energy_mj > 0):
+            return None
+        if self.energy_window_s < MIN_ENERGY_WINDOW_S:
             return None
         return self.energy_mj / 1e3 / (self.energy_samples * self.calls_per_sample)

@@ -9,8 +9,10 @@ the csv module: what a report holds is the export's cells, thousands separators 
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -143,15 +145,29 @@ def test_module_values_in_base_units():
     assert gemm["device__attribute_display_name"] is None  # a string is no number
 
 
-def _never_run(*args, **kwargs):
-    raise AssertionError("ncu --import ran although ncu_report read the report")
+def _child(cmd) -> bool:
+    """Whether cmd is read_kernels' child reader (python -m gemmbench.profile.ncu_reader REPORT NCU)."""
+    return cmd[1:3] == ["-m", "gemmbench.profile.ncu_reader"]
 
 
-def test_read_kernels_prefers_the_module(tmp_path):
+def test_read_kernels_prefers_the_module_in_a_child_process(tmp_path, monkeypatch, capsys):
+    """The child prints the kernels ncu_report read as JSON (main(), run here in-process with a fake module); the
+    parent takes them and never runs `ncu --import`."""
     loaded: list = []
     report = tmp_path / "cell.ncu-rep"
-    kernels, reader = ncu_reader.read_kernels(report, "ncu", fake_module(EXPORTS[1], loaded), _never_run, 60)
-    assert reader == "ncu_report" and loaded == [str(report)] and len(kernels) == 2
+    monkeypatch.setattr(ncu_reader, "load_module", lambda exe: fake_module(EXPORTS[1], loaded))
+    assert ncu_reader.main([str(report), "ncu"]) == 0
+    printed = capsys.readouterr().out
+    calls = []
+
+    def run(cmd, **kwargs):
+        calls.append(cmd)
+        assert _child(cmd), "ncu --import ran although ncu_report read the report"
+        return subprocess.CompletedProcess(cmd, 0, printed, "")
+
+    kernels, reader = ncu_reader.read_kernels(report, "ncu", fake_module(EXPORTS[1], []), run, 60)
+    assert reader == "ncu_report" and loaded == [str(report)] and len(kernels) == 2 and len(calls) == 1
+    assert kernels == json.loads(json.dumps(ncu_reader.kernels_from_module(fake_module(EXPORTS[1]), report)))
 
 
 class _Broken:
@@ -162,17 +178,31 @@ class _Broken:
         raise RuntimeError("unsupported report version")
 
 
-@pytest.mark.parametrize("module", [None, _Broken], ids=["no-module", "module-fails"])
-def test_read_kernels_falls_back_to_the_csv(module):
+def test_the_child_exits_1_where_the_module_cannot_read_the_report(monkeypatch, capsys):
+    monkeypatch.setattr(ncu_reader, "load_module", lambda exe: _Broken)
+    assert ncu_reader.main(["r.ncu-rep", "ncu"]) == 1
+    assert "unsupported report version" in capsys.readouterr().err
+    monkeypatch.setattr(ncu_reader, "load_module", lambda exe: None)
+    assert ncu_reader.main(["r.ncu-rep", "ncu"]) == 1
+
+
+# module None: no ncu_report; -11: the child crashed (Nsight Compute 2025.3.1's module on the H100 machine);
+# 1: it could not read the report
+@pytest.mark.parametrize("module, child_rc", [(None, None), (_Broken, -11), (_Broken, 1)],
+                         ids=["no-module", "child-crashes", "child-fails"])  # fmt: skip
+def test_read_kernels_falls_back_to_the_csv(module, child_rc):
     export = (FIXTURES / EXPORTS[1]).read_text()
     calls = []
 
     def run(cmd, **kwargs):
         calls.append(cmd)
+        if _child(cmd):
+            return subprocess.CompletedProcess(cmd, child_rc, "", "Segmentation fault")
         return subprocess.CompletedProcess(cmd, 0, export, "")
 
     kernels, reader = ncu_reader.read_kernels(Path("r.ncu-rep"), "/x/ncu", module, run, 60)
-    assert reader == "csv" and calls == [ncu.import_command("/x/ncu", Path("r.ncu-rep"))]
+    csv_call = ncu.import_command("/x/ncu", Path("r.ncu-rep"))
+    assert reader == "csv" and calls[-1] == csv_call and len(calls) == (1 if module is None else 2)
     assert kernels == ncu.parse_raw_csv(export)
 
 
@@ -244,8 +274,17 @@ def test_profiler_reads_through_the_module(monkeypatch, tmp_path):
     for reader, module in (("csv", None), ("ncu_report", fake_module(EXPORTS[0]))):
         monkeypatch.setattr(ncu_reader, "load_module", lambda exe, m=module: m)
         fake = FakeTools(outcome=ok_outcome(), import_text=(FIXTURES / EXPORTS[0]).read_text())
+
+        def run(cmd, fake=fake, **kwargs):  # the child reader runs here, in-process, on the fake module
+            if not _child(cmd):
+                return fake(cmd, **kwargs)
+            out = io.StringIO()
+            with contextlib.redirect_stdout(out):
+                rc = ncu_reader.main(cmd[3:])
+            return subprocess.CompletedProcess(cmd, rc, out.getvalue(), "")
+
         opts = profile.ProfileOptions(out_dir=tmp_path / reader, run_id="r")
-        rows[reader] = profile.CellProfiler(opts, run=fake, start=fake.start).cell(DENSE, registry.get("cublas_bf16"))
+        rows[reader] = profile.CellProfiler(opts, run=run, start=fake.start).cell(DENSE, registry.get("cublas_bf16"))
         assert {r["ncu_reader"] for r in rows[reader]} == {reader}
         assert sum("--import" in c for c in fake.calls) == (reader == "csv")
     assert len(rows["csv"]) == 3 and rows["csv"][-1]["ncu_kernel"] == ncu.SUM_KERNEL

@@ -3,6 +3,7 @@ the throttle flag and the table's mark; no NVML (a CPU, pynvml missing, NVML tha
 
 from __future__ import annotations
 
+import itertools
 import sys
 from dataclasses import asdict
 
@@ -82,10 +83,14 @@ def test_a_cells_readings_become_its_rows_columns():
         # the counter around each batch; between batches other variants ran (1000 -> 2000 mJ is not this cell's)
         energy=[1_000_000, 1_000_500, 1_002_000, 1_002_700, 1_003_000, 1_003_300],
     )
-    rec = telemetry.CellRecorder(telemetry.Probe(nv, "handle"), telemetry.calls_per_sample("stream", 4))
+    seconds = itertools.count(0.0, 0.25)  # each batch spans 0.25 s: 0.75 s in all, under MIN_ENERGY_WINDOW_S...
+    rec = telemetry.CellRecorder(telemetry.Probe(nv, "handle"), telemetry.calls_per_sample("stream", 4),
+                                 clock=lambda: next(seconds))  # fmt: skip
     wrapped = rec.wrap(take)
     assert [len(wrapped(n)) for n in (10, 10, 5)] == [10, 10, 5]
     flops = 2 * 4096 * 8192 * 8192  # 549_755_813_888 FLOPs per call
+    assert rec.columns(flops)["energy_j_per_call"] is None  # ...so the counter's steps could dominate: no J/call
+    rec.energy_window_s = 1.5  # as if each batch had spanned 0.5 s
     cols = rec.columns(flops)
     assert tuple(cols) == tuple(TELEMETRY_COLUMNS)
     # per sample the SM clock is 1500 x5, 1755 x10, 1980 x10 (sorted): the 13th of 25 is 1755
@@ -116,7 +121,9 @@ def test_what_the_gpu_does_not_report_is_empty_not_an_error():
 def test_wall_mode_and_a_counter_that_did_not_move_have_no_energy_per_call():
     assert [telemetry.calls_per_sample(m, 8) for m in ("cold", "graph", "stream", "wall")] == [1, 1, 8, None]
     for calls, energy in ((None, [0, 500]), (1, [700, 700])):
-        rec = telemetry.CellRecorder(telemetry.Probe(FakeNVML([batch(1980, 1, 1, 0)], energy), "h"), calls)
+        seconds = itertools.count(0.0, 2.0)  # a 2 s batch: long enough, so only the mode or the counter says no
+        probe = telemetry.Probe(FakeNVML([batch(1980, 1, 1, 0)], energy), "h")
+        rec = telemetry.CellRecorder(probe, calls, clock=seconds.__next__)
         rec.wrap(take)(10)
         assert rec.columns(1000)["energy_j_per_call"] is None
 
@@ -157,6 +164,7 @@ class ColdOnCpu(Timer):
 
 def test_a_timed_row_carries_its_telemetry(monkeypatch, fresh_probe):
     monkeypatch.setitem(sys.modules, "pynvml", FakeNVML([batch(1410, 500_000, 55, 0x4)], energy=[5_000, 6_000]))
+    monkeypatch.setattr(telemetry, "MIN_ENERGY_WINDOW_S", 0.0)  # a CPU batch of 2 samples spans microseconds
     ctx = TaskContext("cold", "cpu", ColdOnCpu())
     ctx.provenance = {"gpu_uuid": "GPU-1234"}
     p = Problem("test", "g", 4, 32, 16, "fp16")

@@ -12,6 +12,7 @@ as_uint64(), unit().  One kernel is one action, numbered across the ranges as nc
 from __future__ import annotations
 
 import importlib
+import json
 import re
 import sys
 from pathlib import Path
@@ -92,14 +93,42 @@ def kernels_from_module(module: ModuleType, report: Path) -> list[dict]:
 def read_kernels(
     report: Path, ncu_exe: str, module: Optional[ModuleType], run: Callable, timeout: float
 ) -> tuple[list[dict], str]:
-    """(the report's kernels, the reader: a name in READERS); [] where the report holds no kernel table."""
+    """(the report's kernels, the reader: a name in READERS); [] where the report holds no kernel table.
+
+    Where ncu_report imports (module), it reads the report in a child process (`python -m
+    gemmbench.profile.ncu_reader REPORT NCU`, which prints the kernels as JSON): on the H100 machine, Nsight Compute
+    2025.3.1's module crashed the interpreter (a segmentation fault in IMetric.unit(), 2026-11-24), which in this
+    process would end the whole sweep.  A child that fails or crashes costs nothing: the CSV path reads the report."""
     if module is not None:
-        try:
-            return kernels_from_module(module, report), "ncu_report"
-        except Exception:  # a report this version of the module cannot read (a newer ncu wrote it): the CSV path can
-            pass
+        child = run([sys.executable, "-m", __name__, str(report), ncu_exe], capture_output=True, text=True,
+                    timeout=timeout)  # fmt: skip
+        if child.returncode == 0:
+            try:
+                return json.loads(child.stdout), "ncu_report"
+            except ValueError:  # not the JSON main() prints: read it the other way
+                pass
     proc = run(ncu.import_command(ncu_exe, report), capture_output=True, text=True, timeout=timeout)
     try:
         return (ncu.parse_raw_csv(proc.stdout) if proc.returncode == 0 else []), "csv"
     except ncu.NcuError:  # an export with no kernel table: the cell's error row, not the sweep's end
         return [], "csv"
+
+
+def main(argv: list[str]) -> int:
+    """The child of read_kernels: REPORT NCU -> the report's kernels as JSON on stdout; exit 1 where ncu_report does
+    not import or cannot read the report."""
+    report, ncu_exe = Path(argv[0]), argv[1]
+    module = load_module(ncu_exe)
+    if module is None:
+        return 1
+    try:
+        kernels = kernels_from_module(module, report)
+    except Exception as exc:  # noqa: BLE001 - one line to the parent, which reads the report the other way
+        print(f"ncu_report could not read {report}: {exc}", file=sys.stderr)
+        return 1
+    json.dump(kernels, sys.stdout)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
