@@ -7,10 +7,15 @@ takes, per dtype, the best rung's rate at its fastest tenth of samples (the 10th
 
 Why not the median: the ladder's 405B rungs are the very shapes a sweep times, with the same kernel, so a median
 ceiling would put those rows at 100% +- their noise and call half of them "above the ceiling".  The fast tenth is a
-rate the GPU reached on that kernel in this clock state: a row's *median* passes it only when the GPU ran faster than
-when the ladder was measured (clocks), or a kernel beats every rung.  Why not zeros: a power-capped GPU (the H100 SXM
-at 700 W) clocks higher on operands that toggle no bits, a rate no model's data reaches; the operands are random
-normal values, like the sweep's (gemmbench.inputs).  Rungs that would not fit in 80% of the free GPU memory are
+rate the GPU reached on that kernel in this clock state.
+
+The operands are zeros.  A GEMM's rate depends on its data only through power: random operands draw more, and a
+rung's 0.7 s of sustained calls can take a 700 W H100 to its power cap and lower clocks (Llama3-70B's lm_head at
+M 4096, random bf16, ran at 1275-1695 MHz under sw_power_cap, 2026-11-24).  Zeros keep the power low and the
+clocks at their maximum: the rate of the tensor cores at this clock state, which real data reaches in bursts short
+enough to stay under the cap, and no higher.  One ladder of random operands read a bf16 ceiling of 753.6 TFLOP/s
+while cuBLAS ran mlp_down at M 4096 at 837 in a short cell (111%); that session may also have shared the GPU with a
+crashed profiler's processes, which was not separated.  Rungs that would not fit in 80% of the free GPU memory are
 skipped, and say so.
 """
 
@@ -115,7 +120,7 @@ def from_rows(rows: Sequence[dict]) -> list[Rung]:
 
 
 def cuda_samples(dtype: str, m: int, n: int, k: int) -> list:
-    """The cold-L2 samples (µs) of one cuBLAS GEMM of random operands on this GPU (gemmbench.timing: the sweep's own timer)."""
+    """The cold-L2 samples (µs) of one cuBLAS GEMM of zeros on this GPU (gemmbench.timing: the sweep's own timer)."""
     import torch  # heavy
 
     from gemmbench.timing import Timer
@@ -129,13 +134,12 @@ def cuda_samples(dtype: str, m: int, n: int, k: int) -> list:
 
 
 def _cublas_gemm(dtype: str, m: int, n: int, k: int) -> Callable[[], object]:
-    """The call the cublas_* variants make (kernels/cublas.py) on random normal operands of this dtype: A (M x K) @ B^T."""
+    """The call the cublas_* variants make (kernels/cublas.py) on zero operands of this dtype: A (M x K) @ B^T."""
     import torch  # heavy
 
     d = dtypes.get(dtype)
-    gen = torch.Generator(device="cuda").manual_seed(0)
-    a = torch.randn((m, k), device="cuda", dtype=torch.bfloat16, generator=gen).to(d.torch)
-    b = torch.randn((n, k), device="cuda", dtype=torch.bfloat16, generator=gen).to(d.torch)
+    a = torch.zeros((m, k), device="cuda", dtype=torch.bfloat16).to(d.torch)
+    b = torch.zeros((n, k), device="cuda", dtype=torch.bfloat16).to(d.torch)
     if not d.scaled:
         return lambda: a @ b.t()
     one = torch.ones((), device="cuda")  # fp32 per-tensor scales

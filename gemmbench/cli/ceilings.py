@@ -29,7 +29,7 @@ def ceilings(remeasure: Remeasure = False, stream: Stream = False) -> None:
     got = measured.ceilings("stream" if stream else "cold", remeasure=remeasure)
     assert got is not None  # a CUDA GPU is there
     rungs = compute_ladder.from_rows(got.compute_ladder)
-    t = Table(title="compute ladder: cuBLAS, random operands, cold L2; TFLOP/s at each rung's fastest tenth of "
+    t = Table(title="compute ladder: cuBLAS, zero operands, cold L2; TFLOP/s at each rung's fastest tenth of "
               "samples (p10 µs); the peak is each dtype's best (*)")  # fmt: skip
     for col in ("dtype", "M x N x K", "median µs", "p10 µs", "TFLOP/s"):
         t.add_column(col, justify="left" if col in ("dtype", "M x N x K") else "right")
