@@ -10,7 +10,7 @@ TP8="--shapes+llama70b-attn+--tp+8+--m+16+--dtype+fp8+--budget+0.2+--variants+cu
 G405="--shapes+llama3-405b+--m+16+--dtype+fp8+--budget+0.2+--variants+cublas_fp8,triton_splitk_atomic"
 OUT=$O TESTS=1 PYTEST_ARGS="-rA --tb=short tests/test_gpu_ceilings.py tests/test_gpu_cupti.py" \
   PROFILES="fp8-prefill:--shapes+llama70b-attn+--tp+1+--m+2048+--dtype+fp8+--variants+cublas_fp8,triton_persistent+--ncu+--metrics+$M " \
-  SWEEPS="heat:--shapes+llama70b+--tp+1+--m+4096+--dtype+bf16+--variants+cublas_bf16+--budget+8 tp8-cold:$TP8 tp8-cupti:$TP8+--timing+cupti g405-cold:$G405 g405-stream:$G405+--timing+stream" \
+  SWEEPS="tp8-cold:$TP8 tp8-cupti:$TP8+--timing+cupti g405-cold:$G405 g405-stream:$G405+--timing+stream heat:--shapes+llama70b+--tp+1+--m+4096+--dtype+bf16+--variants+cublas_bf16+--budget+8" \
   BUDGET_S=${BUDGET_S:-420} bash scripts/device-run.sh
 # Issue 21 item 2: AB_REPEAT (5) processes of each side, interleaved (--ab); the candidate plants a 3% slowdown into
 # planted_slow_bf16 (tests/plugins/planted_slowdown.py), the baseline runs the same build without it
