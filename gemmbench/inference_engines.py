@@ -29,12 +29,13 @@ The format, as the engines' code reads and writes it (read with the `search` too
 
 from __future__ import annotations
 
-import enum
 import re
 from typing import Any, Optional
 
+from gemmbench.choices import Choice
 
-class InferenceEngine(str, enum.Enum):
+
+class InferenceEngine(Choice):
     """The inference engines whose fused-MoE config files gemmbench writes and runs."""
 
     vllm = "vllm"

@@ -4,10 +4,10 @@ torch, and `gemmbench --help` lists the modes without importing it."""
 
 from __future__ import annotations
 
-from enum import Enum
+from gemmbench.choices import Choice
 
 
-class TimingMode(str, Enum):
+class TimingMode(Choice):
     cold = "cold"  # the default: L2 emptied by a read before every sample
     stream = "stream"  # a CUDA graph over distinct copies of the inputs
     graph = "graph"  # a CUDA graph of [eviction, call] replayed

@@ -245,3 +245,17 @@ def test_run_format_json_with_a_comparison(json_runs):
     err = text(second.stderr)
     assert "### gemmbench perf:" in err
     assert second.exit_code == (1 if "regression(s)" in err else 0), err  # 1 only on a slower cell
+
+
+def test_a_parsed_choice_survives_typers_enum_converter():
+    """Typer (the GPU machine's, Python 3.12) converts a parsed option's value back through str(value) and a map of
+    the Enum's values, and gives None where the lookup misses: with str() "TimingMode.stream", `--timing stream`
+    became None and ran cold.  Every single-choice Enum's members must read as their values (gemmbench.choices)."""
+    from gemmbench.cli.formats import CompareFormat, OutputFormat
+    from gemmbench.inference_engines import InferenceEngine
+    from gemmbench.timing_modes import TimingMode
+
+    for kind in (TimingMode, OutputFormat, CompareFormat, InferenceEngine):
+        by_value = {str(m.value): m for m in kind}  # what typer's generate_enum_convertor builds
+        for member in kind:
+            assert by_value.get(str(member)) is member, (kind, member)

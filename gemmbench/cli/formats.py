@@ -15,18 +15,20 @@ from typing import Any, Callable
 
 import typer
 
+from gemmbench.choices import Choice
+
 try:  # Typer >= 0.29 carries its own copy of click (as in common.py)
     from typer._click.exceptions import UsageError
 except ImportError:  # pragma: no cover - older Typer on click
     from click.exceptions import UsageError
 
 
-class OutputFormat(str, Enum):
+class OutputFormat(Choice):
     table = "table"  # rich tables for people
     json = "json"  # one JSON document for scripts
 
 
-class CompareFormat(str, Enum):
+class CompareFormat(Choice):
     table = "table"
     markdown = "markdown"  # a PR comment
     json = "json"

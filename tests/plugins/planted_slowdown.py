@@ -41,7 +41,9 @@ def _make(problem, inputs):
         torch.cuda._sleep(cycles)
         return result
 
-    return Launch(fn=slowed, out=out, config={"planted_slowdown": fraction, "sleep_cycles": cycles})
+    # no config: a planted regression must look like a code change, not a new kernel config (`compare` calls a cell
+    # whose config changed `config-changed`, never slower: so it did with the fraction in the config, H100 2026-11-24)
+    return Launch(fn=slowed, out=out)
 
 
 register(
