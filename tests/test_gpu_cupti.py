@@ -8,8 +8,8 @@ Two bounds, both measured on the H100 (2026-11-24, these 16 cells, each mode in 
   a cupti median may not exceed its cold median by more than the variation between two processes; it did not on
   any of the 16 cells.
 - either against Nsight Compute, 15% (NCU_BOUND): 26 of the 32 comparisons were within 5%, the other six at
-  -11.8% ... +8.8% (harness / ncu - 1; ncu above cold on the Triton dp_row attn_o cells: 125.9 µs against cold 111.0 and cupti 111.1 at
-  M 512 bf16; below on cuBLAS bf16 attn_o M 2048: 335.5 against cupti 365.0).  ncu times one replayed launch per
+  -11.8% ... +8.8% (harness / ncu - 1; ncu above cold on the Triton dp_row attn_o cells: 125.9 µs against cold
+  111.0 and cupti 111.1 at M 512 bf16; below on cuBLAS bf16 attn_o M 2048: 335.5 against cupti 365.0).  ncu times one replayed launch per
   pass with the GPU idle between passes (`--clock-control none` keeps the clocks wherever they are), the harness
   the median of back-to-back calls: 15% bounds that difference as measured, not a tighter one hoped for."""
 
