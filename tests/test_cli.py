@@ -739,9 +739,12 @@ def test_interrupted_run_keeps_its_rows(tmp_path):
     assert not _alive(workers[0])
 
 
-def test_resume_runs_only_the_cells_a_run_file_lacks(tmp_path):
+def test_resume_runs_only_the_cells_a_run_file_lacks(tmp_path, monkeypatch):
     """An interrupted run's file (here: the first two GEMMs of the sweep) is finished by --resume: the missing cells
     run, the kept rows stay as they were, every cell ends once, under the file's own run id."""
+    # the build is part of what makes a row done (resume_key): pin it, so that a checkout edited while the suite runs
+    # (git_sha's "-dirty" flips) cannot make the kept rows another build's
+    monkeypatch.setenv("GEMMBENCH_GIT_SHA", "0123456789ab")
     out = tmp_path / "r.parquet"
     args = ("run", "--shapes", "smoke", "--dtype", "fp16", "--m", "1", "--variants", "cublas_fp16", "--budget", "0.01")
     first = invoke(*args, "--out", out)
