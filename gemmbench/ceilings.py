@@ -15,7 +15,7 @@ from typing import Any, Optional
 
 import torch
 
-from gemmbench import compute_ladder, dtypes, metrics
+from gemmbench import compute_ladder, dtypes, metrics, telemetry
 from gemmbench.device import detect
 from gemmbench.store import write_atomic
 from gemmbench.streamread import StreamReader
@@ -43,28 +43,10 @@ class Ceilings:
 
 
 def clock_state(uuid: Optional[str]) -> Optional[dict]:
-    """{"sm_max_mhz", "sm_app_mhz"} of the GPU with this uuid from NVML (nvidia-ml-py), or None where NVML, the
-    package or the GPU is not there.  The application clock is what a user or admin pins (nvidia-smi -ac); the
-    maximum moves with the GPU's clock limits (nvidia-smi -lgc): a ceiling from other clocks would be wrong here."""
-    if not uuid:
-        return None
-    try:
-        import pynvml
-    except ImportError:
-        return None
-    try:
-        pynvml.nvmlInit()
-        try:
-            # torch writes the uuid without NVML's "GPU-" prefix
-            h = pynvml.nvmlDeviceGetHandleByUUID(uuid if uuid.startswith("GPU-") else f"GPU-{uuid}")
-            return {
-                "sm_max_mhz": int(pynvml.nvmlDeviceGetMaxClockInfo(h, pynvml.NVML_CLOCK_SM)),
-                "sm_app_mhz": int(pynvml.nvmlDeviceGetApplicationsClock(h, pynvml.NVML_CLOCK_SM)),
-            }
-        finally:
-            pynvml.nvmlShutdown()
-    except pynvml.NVMLError:
-        return None
+    """{"sm_max_mhz", "sm_app_mhz"} of the GPU with this uuid from NVML (telemetry.Probe.clock_limits), or None where
+    NVML, the package or the GPU is not there: a ceiling from other clocks would be wrong here."""
+    found = telemetry.probe(uuid)
+    return None if found is None else found.clock_limits()
 
 
 def cache_key_parts(name: str, uuid: Optional[str], clocks: Optional[dict], mode: str, torch_version: str) -> dict:

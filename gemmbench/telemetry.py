@@ -92,6 +92,16 @@ class Probe:
     def energy_mj(self) -> Optional[int]:
         return self._ask(self.nvml.nvmlDeviceGetTotalEnergyConsumption)
 
+    def clock_limits(self) -> Optional[dict]:
+        """{"sm_max_mhz", "sm_app_mhz"}: the SM clock's maximum (it moves with nvidia-smi -lgc) and the application
+        clock (nvidia-smi -ac); None where NVML reports either not (gemmbench.ceilings keys its cache by them)."""
+        nv = self.nvml
+        most, app = (
+            self._ask(nv.nvmlDeviceGetMaxClockInfo, nv.NVML_CLOCK_SM),
+            self._ask(nv.nvmlDeviceGetApplicationsClock, nv.NVML_CLOCK_SM),
+        )
+        return None if most is None or app is None else {"sm_max_mhz": int(most), "sm_app_mhz": int(app)}
+
 
 @functools.lru_cache(maxsize=None)
 def probe(uuid: Optional[str]) -> Optional[Probe]:

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 from typer.testing import CliRunner
 
-from gemmbench import ceilings, compute_ladder, metrics
+from gemmbench import ceilings, compute_ladder, metrics, telemetry
 from gemmbench.ceilings import Ceilings
 from gemmbench.device import DeviceInfo
 
@@ -96,13 +96,21 @@ def test_the_cache_key_names_the_gpu_its_clocks_and_torch(monkeypatch, tmp_path)
                                                                              "torch": "2.13.0"}  # fmt: skip
 
 
-def test_clock_state_without_nvml_is_none(monkeypatch):
+@pytest.fixture
+def fresh_probe():
+    """telemetry.probe caches one NVML probe per uuid and process: each test starts without one."""
+    telemetry.probe.cache_clear()
+    yield
+    telemetry.probe.cache_clear()
+
+
+def test_clock_state_without_nvml_is_none(monkeypatch, fresh_probe):
     monkeypatch.setitem(sys.modules, "pynvml", None)  # `import pynvml` raises ImportError
     assert ceilings.clock_state("abc-1") is None
     assert ceilings.clock_state(None) is None
 
 
-def test_clock_state_reads_the_max_and_application_sm_clocks_by_uuid(monkeypatch):
+def test_clock_state_reads_the_max_and_application_sm_clocks_by_uuid(monkeypatch, fresh_probe):
     asked = []
     fake = SimpleNamespace(
         NVMLError=RuntimeError, NVML_CLOCK_SM=1, nvmlInit=lambda: None, nvmlShutdown=lambda: None,
