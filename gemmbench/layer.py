@@ -17,7 +17,7 @@ Attention, norms and activations are not part of it: the seed's simulated layer 
 these are what gemmbench measures.  `--layers N` builds N copies (distinct weights, as N layers of a model have)
 and launches them back to back: steady-state throughput, per layer.
 
-Rows go to a layer table (store.LAYER_SCHEMA), not a run file: one `part=layer` row per (model, TP, dtype, M) and one
+Rows go to a layer table (side_tables.LAYER_SCHEMA), not a run file: one `part=layer` row per (model, TP, dtype, M) and one
 `part=step` row per step with its own kernel time; every row has family "layer".
 """
 
@@ -37,7 +37,7 @@ from gemmbench.inputs import cell_seed, local_ids, make_inputs
 from gemmbench.layer_plan import Step, plan_label
 from gemmbench.metrics import gap_note, summarize
 from gemmbench.shapes import Problem
-from gemmbench.store import LAYER_SCHEMA
+from gemmbench.side_tables import LAYER_SCHEMA
 
 # ---------------------------------------------------------------- buffers and launches
 

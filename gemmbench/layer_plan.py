@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 from gemmbench import dtypes, hf_config, registry, shape_sets, shapes
 from gemmbench.shapes import Problem, ShapeSet
-from gemmbench.store import StoreError, result_files, table_kind
+from gemmbench.side_tables import table_kind
+from gemmbench.store import StoreError, result_files
 
 if TYPE_CHECKING:
     import pandas as pd

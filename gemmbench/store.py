@@ -1,4 +1,5 @@
-"""Result rows: the Parquet schema, crash-safe writes, and loading many runs into one DataFrame.
+"""Result rows: checked against the run schema (gemmbench.run_schema), crash-safe writes, and loading many runs
+(older schemas upgraded) into one DataFrame.
 
 One row per measured cell (problem x variant).  A run is one Parquet file that is rewritten whole
 after every row, so a run killed at any moment still leaves every finished cell readable.
@@ -22,124 +23,16 @@ import pyarrow.parquet as pq
 
 from gemmbench import dtypes
 from gemmbench.metrics import flops, noisy, roofline_note
-
-# Bump when a column is added, removed or changes meaning; load() refuses other versions
-# rather than silently mixing numbers that mean different things.
-# 2: + routing (MoE token routing; schema 1 files are read as routing "uniform"); 3: + noisy (schema 2 files get it
-# from their p20/p80); 4: + ep (expert-parallel degree; older files are read as ep 1), gpu_mem_peak_bytes (the
-# cell's peak GPU memory) and cpu (the host's processor, device.processor_name); older files read those two as null;
-# and scaling (how fp8 operands were scaled, dtypes.SCALINGS; older rows: older_scaling)
-# 5: + process (which of `run --repeat N`'s processes timed the row, 0..N-1; older files are read as 0) and
-# roofline_note (why a row is above 100% of its roofline; older files get it from their own columns)
-# 6: + kernels (the kernel names a timed row's launch ran, ';'-joined: gemmbench.kernel_activity) and the GPU's
-# telemetry while the cell was timed (TELEMETRY_COLUMNS: clocks, power, temperature, energy per call, throttle
-# reasons); older files read them all as null
-SCHEMA_VERSION = 6
-STATUSES = ("ok", "skipped", "wrong", "error")
-# timing_mode, l2_state: see gemmbench.timing (MODES, L2_STATE); device: "cuda" | "cpu".
-
-_S, _I, _F = pa.string(), pa.int64(), pa.float64()
-_COLUMNS = [
-    # what was measured
-    ("run_id", _S),
-    ("timestamp", _S),  # timestamp: ISO 8601 UTC
-    ("shape_set", _S),
-    ("gemm", _S),
-    ("M", _I),
-    ("N", _I),
-    ("K", _I),
-    ("E", _I),
-    ("topk", _I),
-    ("routing", _S),
-    ("tp", _I),
-    ("ep", _I),  # expert-parallel degree that divided the GEMM's experts (shapes.apply_ep); dense 1
-    ("dtype", _S),
-    ("scaling", _S),  # fp8: a name in dtypes.SCALINGS ("tensor", "row", "block", "block-ue8m0"); 16-bit: "none"
-    # by which kernel
-    ("variant", _S),
-    ("family", _S),
-    ("variant_source", _S),
-    ("config", _S),  # config: JSON text
-    # outcome
-    ("status", _S),
-    ("reason", _S),
-    ("max_rel_err", _F),
-    ("time_us_median", _F),
-    ("time_us_p20", _F),
-    ("time_us_p80", _F),
-    ("n_samples", _I),
-    ("noisy", pa.bool_()),  # p80/p20 above metrics.NOISY_SPREAD: never ranked fastest
-    ("samples_us", pa.list_(_F)),
-    ("timing_mode", _S),
-    ("l2_state", _S),
-    ("kernels", _S),  # the kernels one timed launch ran, in order, joined by ';' (cuBLAS's algorithm); CPU: null
-    ("process", _I),  # run --repeat N: which of the N fresh processes (0..N-1) timed the row; one process: 0
-    (
-        "gpu_mem_peak_bytes",
-        _I,
-    ),  # the most GPU memory PyTorch allocated while the cell ran (gemmbench.memory); CPU: null
-    # derived by gemmbench.metrics
-    ("flops", _I),
-    ("bytes_min", _I),
-    ("tflops", _F),
-    ("gbps", _F),
-    ("roofline_bound_us", _F),
-    ("pct_of_roofline", _F),
-    ("roofline_note", _S),  # why a row is above 100% of its roofline (metrics.roofline_note); null at or below it
-    # where
-    ("device", _S),
-    ("gpu", _S),
-    ("gpu_uuid", _S),
-    ("sm_count", _I),
-    ("driver", _S),
-    ("cuda", _S),
-    ("torch", _S),
-    ("triton", _S),
-    ("gemmbench_version", _S),
-    ("git_sha", _S),
-    ("host", _S),
-    ("cpu", _S),  # the host's processor, "" where unknown: a CPU run is titled "CPU (<cpu>)"
-    ("ceiling_bw_gbps", _F),
-    ("ceiling_tflops", _F),
-    # the GPU while the cell was timed, read through NVML after each timed batch (gemmbench.telemetry); null where
-    # NVML is missing (a CPU run) or the GPU does not report the quantity
-    ("sm_clock_mhz_min", _F),  # SM clock over the samples (each batch's reading counts once per sample)
-    ("sm_clock_mhz_median", _F),
-    ("sm_clock_mhz_max", _F),
-    ("mem_clock_mhz_median", _F),
-    ("power_w", _F),  # median board power
-    ("temp_c", _F),  # hottest GPU temperature
-    ("energy_j_per_call", _F),  # energy counter over the timed calls (cold, graph: the L2 eviction included)
-    ("tflop_per_j", _F),
-    ("throttled_samples", _I),  # samples whose batch ended with a throttle reason active
-    ("throttle", _S),  # the reasons seen, comma-separated names (telemetry.REASONS); "" none
-    ("schema_version", _I),
-]
-REQUIRED = (
-    "run_id",
-    "shape_set",
-    "gemm",
-    "M",
-    "N",
-    "K",
-    "E",
-    "topk",
-    "tp",
-    "ep",
-    "dtype",
-    "scaling",
-    "variant",
-    "status",
-    "schema_version",
+from gemmbench.run_schema import (
+    COLUMNS,
+    META_KEY,
+    REQUIRED,
+    SCHEMA,
+    SCHEMA_VERSION,
+    STATUSES,
+    TELEMETRY_COLUMNS,
+    TYPES,
 )
-_META_KEY = b"gemmbench.schema_version"  # also in the file metadata, so an empty run is versioned
-SCHEMA = pa.schema(
-    [pa.field(name, typ, nullable=name not in REQUIRED) for name, typ in _COLUMNS],
-    metadata={_META_KEY: str(SCHEMA_VERSION).encode()},
-)
-COLUMNS = [name for name, _ in _COLUMNS]
-TELEMETRY_COLUMNS = COLUMNS[COLUMNS.index("sm_clock_mhz_min") : COLUMNS.index("throttle") + 1]  # CellRecorder.columns
-_TYPES = dict(_COLUMNS)
 
 
 def older_scaling(dtype: str, variant: str) -> str:
@@ -223,7 +116,7 @@ def normalize_row(row: dict) -> dict:
 
     A dict `config` is serialized to JSON text (sorted keys, so equal configs compare equal).
     """
-    unknown = [k for k in row if k not in _TYPES]
+    unknown = [k for k in row if k not in TYPES]
     if unknown:
         raise StoreError(f"unknown column {unknown[0]!r} in result row")
     out = {name: row.get(name) for name in COLUMNS}
@@ -248,7 +141,7 @@ def normalize_row(row: dict) -> dict:
     for name, value in out.items():
         if value is not None:
             try:
-                pa.array([value], type=_TYPES[name])
+                pa.array([value], type=TYPES[name])
             except (pa.ArrowException, TypeError, ValueError) as e:
                 raise StoreError(f"column {name!r}: bad value {value!r} ({_one_line(e)})") from None
     return out
@@ -364,7 +257,7 @@ def _schema_version(f: Path, table: pa.Table) -> int:
             return min(versions)
         if versions:
             return versions.pop()
-    meta = (table.schema.metadata or {}).get(_META_KEY)
+    meta = (table.schema.metadata or {}).get(META_KEY)
     if meta is not None and meta.isdigit():
         return int(meta)
     if not {"variant", "status", "run_id"} <= set(table.column_names):  # not a run file at all
@@ -387,7 +280,7 @@ def _read(f: Path) -> pa.Table:
     v = _schema_version(f, table)
     if v == 1:  # schema 1 knew one routing: uniform (MoE rows); dense rows have none
         moe = [e is not None and e > 1 for e in table.column("E").to_pylist()]
-        table = table.append_column("routing", pa.array(["uniform" if x else None for x in moe], _S))
+        table = table.append_column("routing", pa.array(["uniform" if x else None for x in moe], pa.string()))
         v = 2
     if v == 2 and "noisy" not in table.column_names:  # the noisy mark, from the percentiles every timed row has
         p20, p80 = table.column("time_us_p20").to_pylist(), table.column("time_us_p80").to_pylist()
@@ -396,28 +289,28 @@ def _read(f: Path) -> pa.Table:
     v = max(v, 3) if v == 2 else v
     if v == 3:  # before expert parallelism every row ran on EP 1
         if "ep" not in table.column_names:
-            table = table.append_column("ep", pa.array([1] * table.num_rows, _I))
+            table = table.append_column("ep", pa.array([1] * table.num_rows, pa.int64()))
         if "gpu_mem_peak_bytes" not in table.column_names:  # not recorded before schema 4
-            table = table.append_column("gpu_mem_peak_bytes", pa.nulls(table.num_rows, _I))
+            table = table.append_column("gpu_mem_peak_bytes", pa.nulls(table.num_rows, pa.int64()))
         if "cpu" not in table.column_names:  # null: a CPU run's titles say "CPU", as they did
-            table = table.append_column("cpu", pa.nulls(len(table), _S))
+            table = table.append_column("cpu", pa.nulls(len(table), pa.string()))
         v = 4
     if v == 4 and "scaling" not in table.column_names:  # written before block scales (older_scaling)
         pairs = zip(table.column("dtype").to_pylist(), table.column("variant").to_pylist(), strict=True)
-        table = table.append_column("scaling", pa.array([older_scaling(d, n) for d, n in pairs], _S))
+        table = table.append_column("scaling", pa.array([older_scaling(d, n) for d, n in pairs], pa.string()))
     if "roofline_note" not in table.column_names:  # written before the note: the same rule from the row's columns
         cols = [table.column(c).to_pylist() if c in table.column_names else [None] * table.num_rows
                 for c in ("pct_of_roofline", "flops", "bytes_min", "ceiling_bw_gbps", "ceiling_tflops")]  # fmt: skip
         notes = [None if None in r[1:3] else roofline_note(*r) for r in zip(*cols, strict=True)]
-        table = table.append_column("roofline_note", pa.array(notes, _S))
+        table = table.append_column("roofline_note", pa.array(notes, pa.string()))
     if v == 4:  # one process per run before --repeat
         if "process" not in table.column_names:
-            table = table.append_column("process", pa.array([0] * table.num_rows, _I))
+            table = table.append_column("process", pa.array([0] * table.num_rows, pa.int64()))
         v = 5
     if v == 5:  # before schema 6 no kernel names nor telemetry were recorded: the columns are null
         for name in ("kernels", *TELEMETRY_COLUMNS):
             if name not in table.column_names:
-                table = table.append_column(name, pa.nulls(table.num_rows, _TYPES[name]))
+                table = table.append_column(name, pa.nulls(table.num_rows, TYPES[name]))
         v = 6
     if v < SCHEMA_VERSION:
         raise StoreError(
@@ -435,22 +328,6 @@ def _read(f: Path) -> pa.Table:
         return table.select(COLUMNS).cast(SCHEMA)  # drop extras, unify column order and types
     except (pa.ArrowException, ValueError) as e:
         raise StoreError(f"{f}: columns do not match schema {SCHEMA_VERSION} ({_one_line(e)})") from None
-
-
-def load_side_tables(paths, column: str, not_one: str) -> list[tuple[Path, pd.DataFrame]]:
-    """The files of a side table (profile, layer: not run files), each whole, with its path.  A file without the
-    table's schema `column` is the one-line error "<file>: not_one"."""
-    out = []
-    for p in [paths] if isinstance(paths, (str, Path)) else paths:
-        for f in result_files(Path(p)):
-            try:
-                df = pd.read_parquet(f)
-            except Exception as exc:  # noqa: BLE001 - any unreadable file is the same one-line error
-                raise StoreError(f"{f}: not a readable Parquet file ({str(exc).splitlines()[0][:200]})") from None
-            if column not in df.columns:
-                raise StoreError(f"{f}: {not_one}")
-            out.append((f, df))
-    return out
 
 
 def records(df: pd.DataFrame) -> list[dict]:
@@ -484,149 +361,6 @@ def load(paths: Sequence[str | Path]) -> pd.DataFrame:
     # depending on whether some row (e.g. a skipped cell) has a null.
     df = table.to_pandas(types_mapper={pa.int64(): pd.Int64Dtype()}.get)
     for name in REQUIRED:
-        if _TYPES[name] == pa.int64():
+        if TYPES[name] == pa.int64():
             df[name] = df[name].astype("int64")
     return df
-
-
-# ---------------------------------------------------------------- side tables: profile and layer
-
-PROFILE_SCHEMA = 1  # in every profile row (profile_schema)
-LAYER_SCHEMA = 1  # in every layer row (layer_schema)
-
-
-def table_kind(f: Path) -> str:
-    """ "profile" (a profile_schema column), "layer" (a layer_schema column)
-    or "run"."""
-    try:
-        names = pq.read_schema(f).names
-    except (pa.ArrowException, OSError) as e:
-        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-        raise StoreError(f"{f}: not a readable Parquet file, truncated or not Parquet ({first})") from None
-    return "profile" if "profile_schema" in names else "layer" if "layer_schema" in names else "run"
-
-
-def write_profile_table(path: Path, rows: list[dict]) -> None:
-    """A `gemmbench profile` table, atomically: rewritten after every cell."""
-    write_table(path, pa.Table.from_pandas(pd.DataFrame(rows), preserve_index=False))
-
-
-def load_profile_tables(paths) -> pd.DataFrame:
-    """Profile tables (write_profile_table), one DataFrame; a file that is not one is a one-line error."""
-    tables = load_side_tables(paths, "profile_schema", "not a gemmbench profile table (no profile_schema column)")
-    df = _scaling_as_before(_ep_one(pd.concat([df for _, df in tables], ignore_index=True)))
-    # tables written before layer kinds (issue 18) held one kind of layer: ""
-    kinds = df["layer_kind"].map(lambda k: k if isinstance(k, str) else "") if "layer_kind" in df.columns else ""
-    return df.assign(layer_kind=kinds)
-
-
-def _scaling_as_before(df: pd.DataFrame) -> pd.DataFrame:
-    """A side table written before the scaling column: each row's scaling as older_scaling reads it."""
-    if "scaling" in df.columns:
-        return df
-    return df.assign(scaling=[older_scaling(d, v) for d, v in zip(df["dtype"], df["variant"], strict=True)])
-
-
-def _ep_one(df: pd.DataFrame) -> pd.DataFrame:
-    """A side table written before expert parallelism (no `ep` column): every row ran on EP 1."""
-    return df if "ep" in df.columns else df.assign(ep=1)
-
-
-# Every column, whether or not a row has it (a CPU run has no graph time: its graph columns are null, not absent).
-LAYER_COLUMNS = (
-    "run_id",
-    "timestamp",
-    "family",
-    "model",
-    "shape_set",
-    "layer_kind",  # "" when every layer of the model is alike; "dense" / "moe" for DeepSeek-V3, Llama-4 Maverick
-    "tp",
-    "ep",
-    "dtype",
-    "scaling",  # the fp8 scaling of every GEMM of the layer (dtypes.SCALINGS); 16-bit: "none"
-    "M",
-    "layers",
-    "part",
-    "step",
-    "gemm",
-    "N",
-    "K",
-    "E",
-    "topk",
-    "variant",
-    "plan",
-    "config",
-    "steps",
-    "status",
-    "reason",
-    "max_rel_err",
-    "timing_mode",
-    "l2_state",
-    "kernel_us",
-    "kernel_us_p20",
-    "kernel_us_p80",
-    "samples_us",
-    "eager_us",
-    "eager_samples",
-    "gap_us",
-    "graph_us",
-    "graph_samples",
-    "graph_gap_us",
-    "gap_note",  # why a gap below zero is shown as N/A (metrics.gap_note)
-    "graph_speedup",
-    "graph_reason",
-    "graph_max_rel_err",
-    "device",
-    "gpu",
-    "gpu_uuid",
-    "sm_count",
-    "driver",
-    "cuda",
-    "torch",
-    "triton",
-    "gemmbench_version",
-    "git_sha",
-    "host",
-    "cpu",
-    "layer_schema",
-)
-
-
-def write_layer_table(path: Path, rows: list[dict]) -> None:
-    """A `gemmbench layer` table, atomically: rewritten after every layer."""
-    df = pd.DataFrame(rows).reindex(columns=list(LAYER_COLUMNS))
-    for c in ("step", "N", "K", "E", "topk", "ep", "steps", "sm_count"):
-        df[c] = df[c].astype("Int64")
-    for c in (
-        "kernel_us",
-        "kernel_us_p20",
-        "kernel_us_p80",
-        "eager_us",
-        "gap_us",
-        "graph_us",
-        "graph_gap_us",
-        "graph_speedup",
-        "max_rel_err",
-        "graph_max_rel_err",
-    ):
-        df[c] = df[c].astype("float64")
-    write_table(path, pa.Table.from_pandas(df, preserve_index=False))
-
-
-def load_layer_tables(paths) -> pd.DataFrame:
-    """Layer tables (files, or folders of them) as one frame; a file of another kind or version is refused."""
-    if not isinstance(paths, (str, Path)) and not paths:
-        raise StoreError("no layer tables given")
-    tables = load_side_tables(paths, "layer_schema", "not a layer table (`gemmbench layer` output)")
-    for f, df in tables:
-        if set(df["layer_schema"].dropna().astype(int)) != {LAYER_SCHEMA}:
-            raise StoreError(
-                f"{f}: layer table of another gemmbench version (layer schema "
-                f"{sorted(set(df['layer_schema']))}, this one reads {LAYER_SCHEMA})"
-            )
-    df = _ep_one(pd.concat([df for _, df in tables], ignore_index=True))
-    if "scaling" not in df.columns:  # before block scales: per tensor, or none for a 16-bit layer
-        df = df.assign(scaling=[older_scaling(d, "") for d in df["dtype"]])
-    # tables written before layer kinds (issue 18) held one kind of layer: ""
-    kinds = df["layer_kind"].map(lambda k: k if isinstance(k, str) else "") if "layer_kind" in df.columns else ""
-    return df.assign(layer_kind=kinds)

@@ -170,7 +170,7 @@ def gemm_tables(rows: list[dict]) -> list[Table]:
                 " from"
             )
         )
-        # the GPU's clocks, power and temperature (store.TELEMETRY_COLUMNS): shown where NVML read them (not on a CPU)
+        # the GPU's clocks, power and temperature (run_schema.TELEMETRY_COLUMNS): shown where NVML read them (not on a CPU)
         telemetry = any(not _absent(r.get("sm_clock_mhz_median")) for r in rs)
         if telemetry:
             caption += "; SM MHz: the SM clock's median over the samples (min-max where it moved), W: median power, °C:"

@@ -159,7 +159,7 @@ class CellRecorder:
         return recorded
 
     def columns(self, flops: Optional[int]) -> dict:
-        """The row's telemetry columns (store.TELEMETRY_COLUMNS); flops: its FLOPs per call, for TFLOP/J.
+        """The row's telemetry columns (run_schema.TELEMETRY_COLUMNS); flops: its FLOPs per call, for TFLOP/J.
         {} before any batch (no reading)."""
         if not self.readings:
             return {}

@@ -18,7 +18,7 @@ from conftest import HAS_CUDA
 from test_cli import invoke, text
 from test_plots import prepared, title
 
-from gemmbench import device, store
+from gemmbench import device, run_schema, store
 from gemmbench.plot import figures as plots
 from gemmbench.worker import CPU_SAMPLES
 
@@ -122,7 +122,7 @@ def test_cpu_rows_name_the_processor_and_their_figures_say_it(sleepy_run):
 def test_a_run_file_of_schema_3_reads_without_the_processor_titled_cpu(sleepy_run, tmp_path):
     """Schema 3 had no `cpu` column: such a file loads, its `cpu` null, and a CPU run's figures say "CPU"."""
     df, _ = sleepy_run
-    table = pa.Table.from_pylist(store.records(df), schema=store.SCHEMA).drop_columns(["cpu"])
+    table = pa.Table.from_pylist(store.records(df), schema=run_schema.SCHEMA).drop_columns(["cpu"])
     i = table.column_names.index("schema_version")
     table = table.set_column(i, "schema_version", pa.array([3] * len(table), pa.int64()))
     pq.write_table(table.replace_schema_metadata({b"gemmbench.schema_version": b"3"}), tmp_path / "v3.parquet")
@@ -136,4 +136,4 @@ def test_a_run_file_of_schema_3_reads_without_the_processor_titled_cpu(sleepy_ru
 def test_a_cpu_run_has_empty_telemetry_columns(sleepy_run):
     """No GPU, no NVML reading (telemetry.probe has no UUID to open): the run works and the columns are null."""
     df, _ = sleepy_run
-    assert (df["status"] == "ok").all() and df[list(store.TELEMETRY_COLUMNS)].isna().all().all()
+    assert (df["status"] == "ok").all() and df[list(run_schema.TELEMETRY_COLUMNS)].isna().all().all()

@@ -53,7 +53,7 @@ def test_uncapturable_variant_is_named_and_eager_still_timed():
 def test_layer_command_on_gpu(tmp_path):
     from typer.testing import CliRunner
 
-    from gemmbench import store
+    from gemmbench import side_tables
     from gemmbench.cli import app
 
     out = tmp_path / "l.parquet"
@@ -78,7 +78,7 @@ def test_layer_command_on_gpu(tmp_path):
         ],
     )
     assert res.exit_code == 0, res.output
-    df = store.load_layer_tables([out])
+    df = side_tables.load_layer_tables([out])
     top = df[df["part"] == "layer"]
     assert list(top["M"]) == [1, 16] and (top["status"] == "ok").all()
     assert top["graph_us"].notna().all() and top["graph_speedup"].notna().all()

@@ -18,7 +18,7 @@ import torch
 from conftest import HAS_CUDA
 from typer.testing import CliRunner
 
-from gemmbench import dtypes, registry, shape_sets, shapes, store
+from gemmbench import dtypes, registry, shape_sets, shapes, side_tables, store
 from gemmbench import layer as L
 from gemmbench import layer_plan as P
 from gemmbench.cli import app
@@ -529,7 +529,8 @@ def test_rows_for_a_failed_layer(tiny_steps):
     rows = L.rows_for(meta, tiny_steps, [], None, "error", "RuntimeError: boom")
     assert [r["part"] for r in rows] == ["layer"] + ["step"] * 5
     assert all(
-        r["family"] == "layer" and r["layer_schema"] == store.LAYER_SCHEMA and r["status"] == "error" for r in rows
+        r["family"] == "layer" and r["layer_schema"] == side_tables.LAYER_SCHEMA and r["status"] == "error"
+        for r in rows
     )
     assert rows[0]["reason"] == "RuntimeError: boom" and rows[0]["steps"] == 5
     assert "kernel_us" not in rows[0] and "eager_us" not in rows[0]
@@ -578,8 +579,8 @@ def test_layer_cli_exit_and_streams(main_layer):
 @cpu_only
 def test_layer_cli_rows(main_layer, tiny):
     _, out = main_layer
-    df = store.load_layer_tables([out])
-    assert (df["family"] == "layer").all() and (df["layer_schema"] == store.LAYER_SCHEMA).all()
+    df = side_tables.load_layer_tables([out])
+    assert (df["family"] == "layer").all() and (df["layer_schema"] == side_tables.LAYER_SCHEMA).all()
     assert df["run_id"].nunique() == 1 and "tiny-layer" in df["run_id"].iloc[0]
     assert (df["shape_set"] == "tiny-layer").all() and (df["model"] == str(tiny)).all()
     assert (df["tp"] == 1).all() and (df["dtype"] == "fp16").all() and (df["layers"] == 1).all()
@@ -609,7 +610,7 @@ def test_layer_cli_rows(main_layer, tiny):
 @cpu_only
 def test_layer_cli_layer_row(main_layer):
     _, out = main_layer
-    df = store.load_layer_tables([out])
+    df = side_tables.load_layer_tables([out])
     steps = df[df["part"] == "step"]
     for r in df[df["part"] == "layer"].itertuples():
         assert r.gemm == "layer" and r.variant == "cublas_fp16+torch_moe_loop" and int(r.steps) == 5
@@ -736,7 +737,7 @@ def test_best_from_end_to_end(tiny, tmp_path):
     assert "Traceback" not in err
     assert re.search(r"--best-from attn_qkv fp16 M2 N96 K64: cublas_fp16 5\.0 µs at M=1 \(nearest to M=2\)", err), err
     assert re.search(r"--best-from attn_o fp16 M2 N64 K64: cublas_fp16 5\.0 µs at M=16 \(nearest to M=2\)", err), err
-    df = store.load_layer_tables([out])
+    df = side_tables.load_layer_tables([out])
     lay = df[df["part"] == "layer"]
     assert len(lay) == 1 and lay["status"].iloc[0] == "ok"
     assert json.loads(lay["plan"].iloc[0]) == {
@@ -754,13 +755,13 @@ def test_best_from_end_to_end(tiny, tmp_path):
 
 def test_write_load_round_trip_and_folder(tmp_path, tiny_steps):
     meta = dict(run_id="a", model="tiny", shape_set="tiny-layer", tp=1, dtype="fp16", M=1, layers=1)
-    store.write_layer_table(tmp_path / "a.parquet", L.rows_for(meta, tiny_steps, [], None, "error", "x"))
-    store.write_layer_table(
+    side_tables.write_layer_table(tmp_path / "a.parquet", L.rows_for(meta, tiny_steps, [], None, "error", "x"))
+    side_tables.write_layer_table(
         tmp_path / "b.parquet", L.rows_for(dict(meta, run_id="b"), tiny_steps, [], None, "error", "y")
     )
-    one = store.load_layer_tables([tmp_path / "a.parquet"])
+    one = side_tables.load_layer_tables([tmp_path / "a.parquet"])
     assert len(one) == 6 and set(one["run_id"]) == {"a"}
-    both = store.load_layer_tables([tmp_path])  # a folder: its .parquet files
+    both = side_tables.load_layer_tables([tmp_path])  # a folder: its .parquet files
     assert len(both) == 12 and set(both["run_id"]) == {"a", "b"}
 
 
@@ -768,29 +769,29 @@ def test_load_refuses_a_run_file(tmp_path):
     path = tmp_path / "run.parquet"
     store.write_rows(path, [run_row("attn_qkv", 1, "cublas_fp16", 5.0)])
     with pytest.raises(StoreError) as exc:
-        store.load_layer_tables([path])
+        side_tables.load_layer_tables([path])
     msg = str(exc.value)
     assert str(path) in msg and "not a layer table" in msg and "\n" not in msg
 
 
 def test_load_refuses_junk_and_other_versions(tmp_path, not_a_run, tiny_steps):
     with pytest.raises(StoreError, match="not a readable Parquet file"):
-        store.load_layer_tables([not_a_run])
+        side_tables.load_layer_tables([not_a_run])
     with pytest.raises(StoreError, match="no such file"):
-        store.load_layer_tables([tmp_path / "gone.parquet"])
+        side_tables.load_layer_tables([tmp_path / "gone.parquet"])
     rows = L.rows_for(dict(run_id="a", M=1), tiny_steps, [], None, "error", "x")
     for r in rows:
-        r["layer_schema"] = store.LAYER_SCHEMA + 1
-    store.write_layer_table(tmp_path / "new.parquet", rows)
+        r["layer_schema"] = side_tables.LAYER_SCHEMA + 1
+    side_tables.write_layer_table(tmp_path / "new.parquet", rows)
     with pytest.raises(StoreError, match="another gemmbench version"):
-        store.load_layer_tables([tmp_path / "new.parquet"])
+        side_tables.load_layer_tables([tmp_path / "new.parquet"])
 
 
 def test_load_takes_one_path(tmp_path, tiny_steps):
-    store.write_layer_table(
+    side_tables.write_layer_table(
         tmp_path / "a.parquet", L.rows_for(dict(run_id="a", M=1), tiny_steps, [], None, "error", "x")
     )
-    assert len(store.load_layer_tables(str(tmp_path / "a.parquet"))) == 6
+    assert len(side_tables.load_layer_tables(str(tmp_path / "a.parquet"))) == 6
 
 
 # ---------------------------------------------------------------- measure() stops once its medians are known
@@ -860,7 +861,7 @@ def test_plot_kind_layer_draws_kernels_and_gaps(main_layer, tmp_path):
     assert (tmp_path / "figs" / "layer-tiny-layer-tp1-fp16.png").stat().st_size > 0
     (drawn,) = plots_layer.figures(plotdata.read([out]).layers)
     gids = {a.get_gid() for a in drawn.figure.findobj() if a.get_gid()}
-    plan = store.load_layer_tables(out).query("part == 'layer'")["variant"].iloc[0]
+    plan = side_tables.load_layer_tables(out).query("part == 'layer'")["variant"].iloc[0]
     assert {f"kernels:{plan}:eager", f"gaps:{plan}:eager"} <= gids
     assert not any(g.endswith(":graph") for g in gids)
     foot = next(a for a in drawn.figure.findobj() if a.get_gid() == "footnote").get_text()
@@ -878,7 +879,7 @@ def test_a_set_whose_moe_gemms_differ_in_experts_gets_one_routing_each(tmp_path,
     res = invoke("layer", "--model", "smoke", "--m", "1,5", "--variants", f"cublas_*,{moe}", "--budget", "0.01",
                  "--out", out)  # fmt: skip
     assert res.exit_code == 0, text(res.stderr)
-    df = store.load_layer_tables([out])
+    df = side_tables.load_layer_tables([out])
     assert (df["status"] == "ok").all(), df[df["status"] != "ok"][["gemm", "reason"]].to_string()
     steps = list(df[(df["part"] == "step") & (df["M"] == 1)]["gemm"])
     assert (
@@ -894,7 +895,7 @@ def test_layer_smoke_runs_on_the_cpu_with_its_defaults(tmp_path):
     out = tmp_path / "l.parquet"
     res = invoke("layer", "--model", "smoke", "--m", "1", "--budget", "0.01", "--out", out)
     assert res.exit_code == 0, text(res.stderr)
-    top = store.load_layer_tables([out]).query("part == 'layer'")
+    top = side_tables.load_layer_tables([out]).query("part == 'layer'")
     assert list(top["dtype"]) == ["fp16"] and (top["status"] == "ok").all()
 
 

@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from gemmbench import layer_plan as P
-from gemmbench import shape_sets, store
+from gemmbench import shape_sets, side_tables
 from gemmbench.cli import app
 
 
@@ -99,7 +99,7 @@ def test_a_model_with_two_kinds_of_layer_runs_end_to_end_on_the_cpu_at_ep2(tmp_p
     res = CliRunner().invoke(app, ["layer", "--model", str(model), "--ep", "2", "--m", "3", "--dtype", "fp16", "--budget", "0.01",
                                    "--variants", "cublas_*,torch_moe_loop", "--out", str(out)])  # fmt: skip
     assert res.exit_code == 0, res.stderr
-    df = store.load_layer_tables([out])
+    df = side_tables.load_layer_tables([out])
     layers = df[df["part"] == "layer"]
     assert sorted(layers["layer_kind"]) == ["dense", "moe"] and (layers["status"] == "ok").all()
     moe = df[(df["part"] == "step") & (df["layer_kind"] == "moe")]

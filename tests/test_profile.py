@@ -18,7 +18,7 @@ import pytest
 from conftest import HAS_CUDA
 from typer.testing import CliRunner
 
-from gemmbench import metrics, nvtx_ranges, registry, store
+from gemmbench import metrics, nvtx_ranges, registry, side_tables, store
 from gemmbench.cli import app
 from gemmbench.inputs import cell_seed
 from gemmbench.profile import ncu, ncu_reader, nsys
@@ -491,7 +491,7 @@ def test_profiler_success(profiler, tmp_path):
     assert {r["ncu_report"] for r in rows} == {str(report)}
     assert total["gemm"] == "attn_o" and total["M"] == 16 and total["variant"] == "cublas_bf16"
     assert total["routing"] is None and total["run_id"] == "run 1"
-    assert total["profile_schema"] == store.PROFILE_SCHEMA
+    assert total["profile_schema"] == side_tables.PROFILE_SCHEMA
     assert total["config"] == json.dumps({"algo": "cublas"}) and total["max_rel_err"] == 0.001
     assert total["bytes_min"] == metrics.bytes_min(DENSE) and total["flops"] == metrics.flops(DENSE)
     assert total["ncu_tensor_flops_ratio"] == pytest.approx(1.0)
@@ -613,7 +613,7 @@ def test_profiler_nsys_without_the_range(profiler):
 def _profile_rows():
     fake_base = dict(
         run_id="p1",
-        profile_schema=store.PROFILE_SCHEMA,
+        profile_schema=side_tables.PROFILE_SCHEMA,
         timestamp="2025-01-01T00:00:00+00:00",
         shape_set="llama70b-attn",
         gemm="attn_o",
@@ -638,29 +638,29 @@ def _profile_rows():
 def test_write_and_load_profiles(tmp_path):
     rows = _profile_rows()
     path = tmp_path / "p" / "p1-profile.parquet"
-    store.write_profile_table(path, rows)
-    df = store.load_profile_tables(path)
+    side_tables.write_profile_table(path, rows)
+    df = side_tables.load_profile_tables(path)
     assert len(df) == 4
     assert df["ncu_kernel"].tolist()[:3] == [GEMM_KERNEL, rows[1]["ncu_kernel"], ncu.SUM_KERNEL]
     assert df["status"].tolist() == ["ok", "ok", "ok", "error"] and df["reason"].iloc[3] == "boom"
     assert df["ncu_duration_ns"].iloc[2] == pytest.approx(57_056)
     assert pd.isna(df["ncu_duration_ns"].iloc[3])
-    assert (df["profile_schema"] == store.PROFILE_SCHEMA).all()
+    assert (df["profile_schema"] == side_tables.PROFILE_SCHEMA).all()
     assert df["M"].tolist() == [16, 16, 16, 32]
     # a folder of profile tables reads too
-    store.write_profile_table(tmp_path / "p" / "p2-profile.parquet", rows[:1])
-    assert len(store.load_profile_tables([tmp_path / "p"])) == 5
+    side_tables.write_profile_table(tmp_path / "p" / "p2-profile.parquet", rows[:1])
+    assert len(side_tables.load_profile_tables([tmp_path / "p"])) == 5
 
 
 def test_load_profiles_refuses_a_run_file(tmp_path):
     path = tmp_path / "run.parquet"
     store.write_rows(path, [_run_row()])
     with pytest.raises(store.StoreError, match="not a gemmbench profile table"):
-        store.load_profile_tables([path])
+        side_tables.load_profile_tables([path])
     bad = tmp_path / "junk.parquet"
     bad.write_text("not parquet")
     with pytest.raises(store.StoreError, match="not a readable Parquet file"):
-        store.load_profile_tables(bad)
+        side_tables.load_profile_tables(bad)
 
 
 def _run_row(**over):
@@ -739,8 +739,8 @@ def test_join_takes_the_latest_summed_row(runs, tmp_path):
         + _cell_profile("2025-01-01T00:00:00+00:00", 700.0, **dict(moe, routing="skewed"))
     )  # another cell
     path = tmp_path / "prof.parquet"
-    store.write_profile_table(path, rows)
-    joined = profile.join(runs, store.load_profile_tables(path))
+    side_tables.write_profile_table(path, rows)
+    joined = profile.join(runs, side_tables.load_profile_tables(path))
     assert len(joined) == len(runs) == 3
     assert joined["M"].tolist() == [16, 32, 16] and joined["gemm"].tolist() == runs["gemm"].tolist()
     d = joined["ncu_duration_ns"].tolist()
@@ -754,10 +754,10 @@ def test_join_takes_the_latest_summed_row(runs, tmp_path):
 
 def test_join_with_no_successful_profile(runs, tmp_path):
     path = tmp_path / "prof.parquet"
-    store.write_profile_table(
+    side_tables.write_profile_table(
         path, _cell_profile("2025-01-01T00:00:00+00:00", 0.0, status="error", ncu_report="r.ncu-rep")
     )
-    joined = profile.join(runs, store.load_profile_tables(path))
+    joined = profile.join(runs, side_tables.load_profile_tables(path))
     assert len(joined) == 3 and joined["ncu_report"].isna().all()
 
 
@@ -963,7 +963,7 @@ def test_cli_profiles_and_joins(tmp_path, monkeypatch):
     assert len(fake.calls) == 6  # ncu and its import, per cell
     profiles = list((tmp_path / "out").glob("*-profile.parquet"))
     assert len(profiles) == 1
-    df = store.load_profile_tables(profiles)
+    df = side_tables.load_profile_tables(profiles)
     assert len(df) == 9 and (df["ncu_kernel"] == ncu.SUM_KERNEL).sum() == 3
     assert sorted(df["gemm"].unique()) == ["smoke_deep", "smoke_square", "smoke_tails"]
     reports = {Path(p) for p in df["ncu_report"]}

@@ -12,11 +12,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from gemmbench import store
+from gemmbench.run_schema import COLUMNS, SCHEMA, SCHEMA_VERSION, TELEMETRY_COLUMNS
 from gemmbench.store import (
-    COLUMNS,
-    SCHEMA,
-    SCHEMA_VERSION,
-    TELEMETRY_COLUMNS,
     RunWriter,
     StoreError,
     load,

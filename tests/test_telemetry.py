@@ -12,8 +12,9 @@ from conftest import TaskContext
 from rich.console import Console
 
 from gemmbench import tables, tasks, telemetry
+from gemmbench.run_schema import TELEMETRY_COLUMNS
 from gemmbench.shapes import Problem
-from gemmbench.store import TELEMETRY_COLUMNS, normalize_row
+from gemmbench.store import normalize_row
 from gemmbench.timing import Prepared, Timer
 
 

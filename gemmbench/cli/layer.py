@@ -178,11 +178,11 @@ class _LayerSink(Sink):
         self.progress.update(self.bar, description=escape(f"{item} ({phase})"))
 
     def result(self, cell, item, rows, passed, gpu) -> None:
-        from gemmbench import store  # heavy (pandas, pyarrow)
+        from gemmbench import side_tables  # heavy (pandas, pyarrow)
 
         self.rows += rows
         try:
-            store.write_layer_table(self.path, self.rows)
+            side_tables.write_layer_table(self.path, self.rows)
         except OSError as exc:
             raise fail(f"cannot write {self.path}: {exc}") from None
         self.progress.advance(self.bar)

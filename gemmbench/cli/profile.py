@@ -108,7 +108,7 @@ def _profiler(out_path, run_id, use_ncu, use_nsys, seed, plugin, ncu_set, timeou
 
 def _sweep(profiler, cells: list, path: Path) -> list:
     """Every cell through the profiler, the table rewritten after each; a sweep that cannot go on keeps its rows."""
-    from gemmbench import registry, store  # store, profile.sweep: heavy (pandas); registry not at --help
+    from gemmbench import registry, side_tables  # side_tables, profile.sweep: heavy (pandas); registry not at --help
     from gemmbench.profile.sweep import ProfileError
 
     rows: list = []
@@ -119,7 +119,7 @@ def _sweep(profiler, cells: list, path: Path) -> list:
                 for name in names:
                     progress.update(bar, description=f"{problem.label}  {name}")
                     rows += profiler.cell(problem, registry.get(name))
-                    store.write_profile_table(path, rows)
+                    side_tables.write_profile_table(path, rows)
                     progress.advance(bar)
         except ProfileError as exc:
             progress.stop()
@@ -133,10 +133,10 @@ def _sweep(profiler, cells: list, path: Path) -> list:
 def _join(runs, path: Path, joined: Path) -> None:
     import pyarrow as pa  # heavy, as store and profile.sweep (pandas) are
 
-    from gemmbench import store
+    from gemmbench import side_tables, store
     from gemmbench.profile.sweep import join
 
-    table = pa.Table.from_pandas(join(runs, store.load_profile_tables([path])), preserve_index=False)
+    table = pa.Table.from_pandas(join(runs, side_tables.load_profile_tables([path])), preserve_index=False)
     store.write_table(joined, table)
     err.print(escape(f"the run's rows with the profile's columns: {joined}"), highlight=False)
 

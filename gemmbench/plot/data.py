@@ -14,14 +14,8 @@ from typing import Optional, Sequence
 import pandas as pd
 
 from gemmbench import store, tables
-from gemmbench.store import (
-    PROFILE_SCHEMA,
-    StoreError,
-    load_layer_tables,
-    load_profile_tables,
-    records,
-    table_kind,
-)
+from gemmbench.side_tables import PROFILE_SCHEMA, load_layer_tables, load_profile_tables, table_kind
+from gemmbench.store import StoreError, records
 
 # One figure of the per-GEMM kinds: one GEMM (at its TP degree and MoE routing) in one dtype, scaling and timing mode.
 # Timing modes are never mixed in one figure: cold and stream times of one cell answer different questions; nor are
@@ -36,10 +30,10 @@ PROFILE_COLS = GEMM_COLS + ("dtype", "scaling")  # ncu profiles one eager launch
 @dataclass
 class Results:
     runs: Optional[pd.DataFrame]  # store.load rows; None where RESULTS held no run file
-    profiles: Optional[pd.DataFrame]  # store.load_profile_tables rows; None where it held no profile table
+    profiles: Optional[pd.DataFrame]  # side_tables.load_profile_tables rows; None where it held no profile table
     files: list[Path]
     layers: Optional[pd.DataFrame] = (
-        None  # store.load_layer_tables rows (`gemmbench layer` tables); None where it held none
+        None  # side_tables.load_layer_tables rows (`gemmbench layer` tables); None where it held none
     )
 
 

@@ -27,7 +27,8 @@ from gemmbench.nvtx_ranges import cell_name, domain_in_use, range_name
 from gemmbench.pool import Cell, Pool, Sink, WorkerOptions, exit_hint
 from gemmbench.profile import ncu, ncu_reader, nsys
 from gemmbench.shapes import Problem
-from gemmbench.store import CELL_KEY, PROFILE_SCHEMA, cell_columns, cell_keys
+from gemmbench.side_tables import PROFILE_SCHEMA
+from gemmbench.store import CELL_KEY, cell_columns, cell_keys
 
 
 class ProfileError(RuntimeError):
