@@ -739,12 +739,17 @@ def test_interrupted_run_keeps_its_rows(tmp_path):
     assert not _alive(workers[0])
 
 
-def test_resume_runs_only_the_cells_a_run_file_lacks(tmp_path, monkeypatch):
+def test_resume_runs_only_the_cells_a_run_file_lacks(tmp_path, monkeypatch, request):
     """An interrupted run's file (here: the first two GEMMs of the sweep) is finished by --resume: the missing cells
     run, the kept rows stay as they were, every cell ends once, under the file's own run id."""
-    # the build is part of what makes a row done (resume_key): pin it, so that a checkout edited while the suite runs
-    # (git_sha's "-dirty" flips) cannot make the kept rows another build's
+    # the build is part of what makes a row done (resume_key), and this process caches it (device.git_sha): pin it,
+    # so that another test's cached value, or a checkout whose "-dirty" flips while the suite runs, cannot make the
+    # kept rows another build's than the workers' (as after tests/test_ab.py, in one process)
     monkeypatch.setenv("GEMMBENCH_GIT_SHA", "0123456789ab")
+    from gemmbench import device
+
+    device.git_sha.cache_clear()
+    request.addfinalizer(device.git_sha.cache_clear)  # the pinned value does not outlive the test
     out = tmp_path / "r.parquet"
     args = ("run", "--shapes", "smoke", "--dtype", "fp16", "--m", "1", "--variants", "cublas_fp16", "--budget", "0.01")
     first = invoke(*args, "--out", out)
