@@ -137,3 +137,26 @@ def test_ab_writes_one_baseline_file_of_numbered_processes_and_compares(ab_run):
     assert "2 baseline rows of 2 processes" in got.output
     # the comparison ran: 1 s a sample against the CPU's microseconds is faster; 2 processes a side: pooled samples
     assert "faster" in got.output and "within-process" in got.output
+
+
+def test_an_interrupted_ab_run_keeps_the_baseline_processes_that_ended(tmp_path, monkeypatch):
+    """Ctrl-C (or `timeout -s INT`) during the second baseline process: the first baseline process's rows are joined
+    into the baseline file and the first candidate process's rows stay in the run file; exit 130, one line.  (On the
+    H100 an A/B run stopped this way had lost its four finished baseline processes.)"""
+    script, _ = fake_baseline(tmp_path)
+    (tmp_path / "ab.yaml").write_text(SHAPES)
+    real, calls = ab.run_baseline, []
+
+    def second_is_interrupted(command, args, out):
+        calls.append(out)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        real(command, args, out)
+
+    monkeypatch.setattr(ab, "run_baseline", second_is_interrupted)
+    out = tmp_path / "cand.parquet"
+    got = invoke("run", "--shapes", tmp_path / "ab.yaml", "--variants", "cublas_fp16", "--dtype", "fp16",
+                 "--repeat", 3, "--out", out, "--ab", script)  # fmt: skip
+    assert got.exit_code == 130 and "interrupted" in got.output and "Traceback" not in got.output
+    assert "1 baseline rows of 1 processes" in got.output
+    assert sorted(load([ab.baseline_path(out)])["process"]) == [0] and sorted(load([out])["process"]) == [0]

@@ -157,6 +157,7 @@ def run(
     ])  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="gemmbench-ab-") as parts_dir:
         parts: list[Path] = []
+        stopped, rows = False, []
         for side, process in ab_mod.order(repeat) if baseline_cmd else [("", p) for p in range(repeat)]:
             if repeat > 1 or baseline_cmd:
                 err.print(escape(f"process {process + 1} of {repeat}{f' ({side})' if side else ''}"), highlight=False)
@@ -166,16 +167,20 @@ def run(
                     ab_mod.run_baseline(baseline_cmd, ab_args, parts[-1])
                 except ab_mod.AbError as exc:
                     raise fail(f"--ab: {exc} ({writer.added} candidate rows in {writer.path})") from None
+                except KeyboardInterrupt:  # Ctrl-C or SIGINT during a baseline process (subprocess.run killed it)
+                    stopped = True
+                    break
                 continue
             # N sweeps one after another, each with fresh workers: N fresh processes a cell
             opts = sweep.SweepOptions(run_id, worker, seed, sanitize, gpu_ids, process)
             rows, stopped = _sweep(opts, cells, writer)
             if stopped:
                 break
-        if baseline_cmd and not stopped:
+        finished = [p for p in parts if p.is_file()]  # an interrupted run keeps the baseline processes that ended
+        if baseline_cmd and finished:
             compare_to = str(ab_mod.baseline_path(writer.path))
-            n = ab_mod.join_baseline(parts, Path(compare_to))
-            err.print(escape(f"--ab: {n} baseline rows of {len(parts)} processes in {compare_to}"), highlight=False)
+            n = ab_mod.join_baseline(finished, Path(compare_to))
+            err.print(escape(f"--ab: {n} baseline rows of {len(finished)} processes in {compare_to}"), highlight=False)
     if repeat > 1:  # the tables and the summary show the last process's rows; the file holds every process's
         rows = [r for r in rows if r["run_id"] == run_id and r["process"] == process]
         err.print(f"tables: process {process} of 0..{repeat - 1} (every process's rows are in the file)")
