@@ -37,7 +37,8 @@ from gemmbench.cli.common import (
 )  # fmt: skip
 from gemmbench.cli.engines import Export, ExportForce, ExportOnly, export_plan
 from gemmbench.cli.engines import export as export_files
-from gemmbench.pool import Cell, Pool, PoolError, Sink, WorkerOptions
+from gemmbench.pool import Cell, Pool, PoolError, Sink
+from gemmbench.worker_process import WorkerOptions
 
 TuneShapes = Annotated[str, typer.Option(help="Built-in shape set or a YAML path.")]
 TuneVariants = Annotated[str, typer.Option(help="Comma-separated globs of tunable (Triton) variants.")]
@@ -69,8 +70,8 @@ def tune(
     export_only: ExportOnly = False, force: ExportForce = False,
 ) -> None:  # fmt: skip
     """Search each Triton variant's config space per (GPU, N, K, dtype, scaling, M bucket); store the winners as JSON."""
-    from gemmbench import shard as shard_mod  # not at --help (hashlib; tuning: yaml)
     from gemmbench import config_files
+    from gemmbench import shard as shard_mod  # not at --help (hashlib; tuning: yaml)
 
     if (export_only or force) and export is None:
         raise fail(f"{'--export-only' if export_only else '--force'} goes with --export ENGINE DIR")
