@@ -51,7 +51,7 @@ FAIL_ON = {
     "config-changed": ("config-changed",),
 }
 NOT_COMPARED = ("new", "missing", "other-gpu")  # verdicts of cells whose two sides were not set against each other
-# the keys tuning.Provenance.to_dict() puts in a row's `config` JSON beside the config's own: where it came from, not
+# the keys provenance.Provenance.to_dict() puts in a row's `config` JSON beside the config's own: where it came from, not
 # what ran (tests/test_compare.py holds the two lists equal)
 PROVENANCE_KEYS = ("source", "file", "bucket", "key", "neighbours_us")
 MIN_PROCESSES = 3  # per side, for the between-process test: Welch's t on 2 + 2 values has 1-2 degrees of freedom

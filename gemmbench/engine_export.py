@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from gemmbench import dtypes, registry, tuning
+from gemmbench import config_files, dtypes, kernel_config, registry, tuning
 from gemmbench.inference_engines import InferenceEngine, device_name, engine_dtype, file_name, to_entry
 from gemmbench.shapes import Problem, ShapeSet
 from gemmbench.store import write_atomic
@@ -135,7 +135,7 @@ def build(
                 notes.append(f"{group.label()} on {gpu_name}: only w2 is tuned, and the file's entries are w13's")
         if not found:
             notes.append(f"{group.label()}: no stored config of {' or '.join(names)} for its w13 GEMM on any GPU "
-                         f"({tuning.configs_root()})")  # fmt: skip
+                         f"({config_files.configs_root()})")  # fmt: skip
         files += found
     if not files:
         raise ExportError(f"--export {engine.value}: nothing to export: " + "; ".join(dict.fromkeys(notes)))
@@ -164,8 +164,8 @@ class _Winner:
 
 def _gpus() -> list[str]:
     """The GPUs with stored configs: the folders of the user's and the shipped configs roots, named as
-    tuning.gpu_dirname names them."""
-    roots = [r for r in (tuning.configs_root(), tuning.shipped_configs_root()) if r.is_dir()]
+    config_files.gpu_dirname names them."""
+    roots = [r for r in (config_files.configs_root(), config_files.shipped_configs_root()) if r.is_dir()]
     return sorted({d.name for root in roots for d in root.iterdir() if d.is_dir()})
 
 
@@ -176,15 +176,15 @@ def _winners(names: list[str], problem: Problem, gpu: str, notes: list[str]) -> 
     own = gpu
     for name in names:
         # the user's buckets over the shipped ones, as a run reads them; TuningError where a file is broken
-        buckets, files = tuning.overlay_buckets(name, problem, gpu)
-        for root in (tuning.configs_root(), tuning.shipped_configs_root()):
-            own = str(tuning._read(tuning.config_path(name, problem, gpu, root)).get("gpu", own))
+        buckets, files = config_files.overlay_buckets(name, problem, gpu)
+        for root in (config_files.configs_root(), config_files.shipped_configs_root()):
+            own = str(config_files._read(config_files.config_path(name, problem, gpu, root)).get("gpu", own))
         config_type = registry.get(name).tunable.config_type
         for bucket, stored in buckets.items():
             path = files[bucket]
             try:
                 config: Any = config_type.from_dict(stored["config"])
-            except (tuning.ConfigError, KeyError, TypeError) as exc:
+            except (kernel_config.ConfigError, KeyError, TypeError) as exc:
                 raise tuning.TuningError(f"stored config file {path}, bucket {bucket}: {exc}") from None
             schedule = name.removeprefix("triton_moe_")
             if config.SPLIT_K is not None or config.FP8_PROMOTE is not None or config.schedule not in (None, schedule):

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Optional
 
-from gemmbench import registry, tuning
+from gemmbench import kernel_config, registry
 from gemmbench.inference_engines import (
     BLOCK,
     FORM,
@@ -29,8 +29,8 @@ from gemmbench.inference_engines import (
     engine_dtype,
     nearest_key,
 )
+from gemmbench.provenance import Provenance
 from gemmbench.shapes import Problem
-from gemmbench.tuning import Provenance
 
 IMPORT_ENV = "GEMMBENCH_IMPORT_CONFIGS"  # the run's --import-config specs, for its workers (JSON list)
 RUNS_ON = "triton_moe_grouped"  # the schedule the engines' kernel has
@@ -124,7 +124,7 @@ def _entries(engine: InferenceEngine, path: Path, block: bool, down: bool) -> tu
             raise EngineConfigError(f"{where}: {bad} (an entry has {', '.join(KEYS)})")
         try:
             config: Any = config_type(**{ours: entry[theirs] for theirs, ours in KEYS.items()})
-        except tuning.ConfigError as exc:
+        except kernel_config.ConfigError as exc:
             raise EngineConfigError(f"{where}: {_their_names(str(exc))}") from None
         if block and config.BLOCK_K > min(BLOCK):  # the engines' launcher: BLOCK_SIZE_K = min(it, min(block_shape))
             config = replace(config, BLOCK_K=min(BLOCK))

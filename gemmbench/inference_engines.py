@@ -1,6 +1,6 @@
 """The fused-MoE config files of the inference engines (vLLM, SGLang): their names, their entries, the engine's rule
 for picking an entry.  Pure (no torch): `tune --export` writes them (engine_export.py), `run --import-config` reads
-them (engine_import.py), and tuning.Provenance names an imported config's source by InferenceEngine.
+them (engine_import.py), and provenance.Provenance names an imported config's source by InferenceEngine.
 
 The format, as the engines' code reads and writes it (read with the `search` tool, public code):
   vLLM `vllm/model_executor/layers/fused_moe/fused_moe.py` (commit 13cb3e44373b): `get_config_file_name`,

@@ -1,7 +1,7 @@
 """What a Triton kernel's config is: a frozen dataclass per kernel family (kernels/*.py), a KernelConfig, with one
 field per key of its JSON (stored files, the row's `config`), its values checked where it is made (a ConfigError
-names the key).  Where a config came from is tuning.Provenance, kept beside it.  Split out of tuning.py, which
-re-exports both names: the kernels and plugins subclass tuning.KernelConfig."""
+names the key).  Where a config came from is provenance.Provenance, kept beside it.  Split out of tuning.py, which
+re-exports KernelConfig: the kernels and plugins subclass tuning.KernelConfig."""
 
 from __future__ import annotations
 

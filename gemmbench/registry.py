@@ -32,7 +32,7 @@ class Launch:
     fn: what is timed.  graph_safe: False if fn syncs with the host (cannot be captured in a CUDA graph).
     out: the preallocated output fn writes, if any: filled with NaN before the check.
     params: the typed config it was built with (a tuning.KernelConfig: the Triton variants), else None;
-    provenance: where params came from (a tuning.Provenance), kept beside it.  A variant without a typed
+    provenance: where params came from (a provenance.Provenance), kept beside it.  A variant without a typed
     config (cuBLAS has none; a plugin's) may give `config`, a plain dict, instead.
     """
 

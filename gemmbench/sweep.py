@@ -14,10 +14,11 @@ from typing import Callable, Optional
 
 from gemmbench import device, registry, shard
 from gemmbench.inputs import cell_seed
-from gemmbench.pool import Cell, Pool, PoolError, Sink, WorkerOptions
+from gemmbench.pool import Cell, Pool, PoolError, Sink
 from gemmbench.shapes import Problem
 from gemmbench.store import cell_columns
 from gemmbench.timing import L2_STATE
+from gemmbench.worker_process import WorkerOptions
 
 SANITIZER_PADDING = 1 << 20  # bytes of guard after every allocation under --sanitize
 

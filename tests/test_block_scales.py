@@ -12,7 +12,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from gemmbench import dtypes, metrics, registry, store, tables, tuning
+from gemmbench import config_files, dtypes, metrics, registry, store, tables, tuning
 from gemmbench.check import check_cell, reference
 from gemmbench.cli import app
 from gemmbench.device import DeviceInfo
@@ -207,11 +207,12 @@ def test_bytes_count_the_block_scales():
 
 def test_stored_configs_are_named_by_a_scaling_other_than_tensor(tmp_path, monkeypatch):
     monkeypatch.setenv(tuning.CONFIG_DIR_ENV, str(tmp_path))
-    assert tuning.config_path("v", dense(scaling="tensor"), "H100").name == "N=200,K=320,dtype=fp8.json"
-    assert tuning.config_path("v", dense(), "H100").name == "N=200,K=320,dtype=fp8,scaling=block.json"
+    assert config_files.config_path("v", dense(scaling="tensor"), "H100").name == "N=200,K=320,dtype=fp8.json"
+    assert config_files.config_path("v", dense(), "H100").name == "N=200,K=320,dtype=fp8,scaling=block.json"
     # ue8m0 scales run the same kernel (only the scales' values differ): they share the block configs
     assert (
-        tuning.config_path("v", dense(scaling="block-ue8m0"), "H100").name == "N=200,K=320,dtype=fp8,scaling=block.json"
+        config_files.config_path("v", dense(scaling="block-ue8m0"), "H100").name
+        == "N=200,K=320,dtype=fp8,scaling=block.json"
     )
 
 

@@ -52,7 +52,7 @@ def test_a_config_on_one_side_only_is_a_change(tmp_path):
 
 
 def test_provenance_keys_are_the_ones_tuning_writes():
-    from gemmbench.tuning import Provenance  # heavy (torch): only this test needs it
+    from gemmbench.provenance import Provenance
 
     made = [
         Provenance("stored-neighbour", file="f.json", bucket=16, neighbours=((16, 1.0), (32, None))),

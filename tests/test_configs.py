@@ -9,7 +9,7 @@ import dataclasses
 import pytest
 import torch
 
-from gemmbench import registry, tuning
+from gemmbench import kernel_config, provenance, registry, tuning
 from gemmbench.inputs import make_inputs
 from gemmbench.kernels.dense_dp import DenseConfig
 from gemmbench.kernels.fused_moe import MoeConfig
@@ -88,7 +88,7 @@ def test_from_dict_round_trips(cls, knobs):
     ],
 )
 def test_from_dict_names_the_key_it_refuses(cls, data, message):
-    with pytest.raises(tuning.ConfigError, match=message.replace("(", r"\(")):
+    with pytest.raises(kernel_config.ConfigError, match=message.replace("(", r"\(")):
         cls.from_dict(data)
 
 
@@ -101,21 +101,21 @@ def test_fp8_promotion_default_and_override():
 
 
 def test_provenance():
-    stored = tuning.Provenance("stored", "GPU/v/N=1,K=2,dtype=fp8.json", 16)
+    stored = provenance.Provenance("stored", "GPU/v/N=1,K=2,dtype=fp8.json", 16)
     assert stored.to_dict() == {"source": "stored", "file": "GPU/v/N=1,K=2,dtype=fp8.json", "bucket": 16}
     assert stored["bucket"] == 16  # read by key, as `gemmbench tune --skip-stored` does
-    assert tuning.Provenance("only").to_dict() == {"source": "only"}
-    assert tuning.Provenance("tuned").to_dict() == {"source": "tuned"}
+    assert provenance.Provenance("only").to_dict() == {"source": "only"}
+    assert provenance.Provenance("tuned").to_dict() == {"source": "tuned"}
     for bad in (("stored",), ("stored", "f.json"), ("tuned", "f.json", 16), ("imported",)):
         with pytest.raises(ValueError, match="not a provenance"):
-            tuning.Provenance(*bad)
+            provenance.Provenance(*bad)
 
 
 def test_launch_config_is_the_typed_config_then_its_provenance():
     config = SplitKConfig.tile(16, 32, 32, 4, 1, SPLIT_K=2)
     launch = Launch(fn=lambda: None, params=config)
     assert launch.config == config.to_dict()
-    launch.provenance = tuning.Provenance("stored", "f.json", 16)
+    launch.provenance = provenance.Provenance("stored", "f.json", 16)
     assert list(launch.config)[-3:] == ["source", "file", "bucket"] and launch.config["BLOCK_M"] == 16
     launch.config["BLOCK_M"] = 64  # a copy: the config itself is frozen
     assert launch.config["BLOCK_M"] == 16 and launch.params is config
@@ -149,7 +149,7 @@ def test_row_config_has_the_keys_it_had(name):
     tuning._chosen.clear()
     launch = v.make(p, make_inputs(p, 1, "cpu", scaling=v.fp8_scaling))
     assert sorted(launch.config) == sorted(ROW_KEYS[name]) and launch.config["source"] == "only"
-    assert isinstance(launch.params, v.tunable.config_type) and launch.provenance == tuning.Provenance("only")
+    assert isinstance(launch.params, v.tunable.config_type) and launch.provenance == provenance.Provenance("only")
 
 
 def test_built_configs_record_what_was_launched():

@@ -13,7 +13,7 @@ import torch
 from test_cli import bad, invoke, text
 from test_kernels import tile_order
 
-from gemmbench import engine_import, registry, tuning
+from gemmbench import config_files, engine_import, provenance, registry, tuning
 from gemmbench.check import check_cell
 from gemmbench.inference_engines import InferenceEngine, device_name, file_name, nearest_key
 from gemmbench.inputs import make_inputs
@@ -53,10 +53,16 @@ def stored(tmp_path, monkeypatch):
     monkeypatch.setenv(tuning.CONFIG_DIR_ENV, str(tmp_path / "configs"))
     about = {"triton": "3.6.0"}
     for p in (W13, W2):
-        tuning.save("triton_moe_grouped", p.with_(M=1), H100, MoeConfig.tile(16, 32, 32, 4, 3, GROUP_M=4), 9.0, about)
-    tuning.save("triton_moe_grouped", W13.with_(M=4), H100, MoeConfig.tile(16, 32, 64, 4, 3, GROUP_M=8), 20.0, about)
-    tuning.save("triton_moe_row", W13.with_(M=4), H100, MoeConfig.tile(16, 64, 32, 8, 2), 12.0, about)
-    tuning.save("triton_moe_grouped", W2.with_(M=4), H100, MoeConfig.tile(32, 32, 32, 4, 4, GROUP_M=2), 15.0, about)
+        config_files.save(
+            "triton_moe_grouped", p.with_(M=1), H100, MoeConfig.tile(16, 32, 32, 4, 3, GROUP_M=4), 9.0, about
+        )
+    config_files.save(
+        "triton_moe_grouped", W13.with_(M=4), H100, MoeConfig.tile(16, 32, 64, 4, 3, GROUP_M=8), 20.0, about
+    )
+    config_files.save("triton_moe_row", W13.with_(M=4), H100, MoeConfig.tile(16, 64, 32, 8, 2), 12.0, about)
+    config_files.save(
+        "triton_moe_grouped", W2.with_(M=4), H100, MoeConfig.tile(32, 32, 32, 4, 4, GROUP_M=2), 15.0, about
+    )
     (tmp_path / "tiny.yaml").write_text(TINY)
     return tmp_path
 
@@ -93,11 +99,11 @@ def test_the_entry_for_m_is_the_nearest_key_first_in_file_order():
 
 
 def test_provenance_of_an_imported_config():
-    p = tuning.Provenance("vllm", file="E=8,N=7168,device_name=X.json", key=4)
+    p = provenance.Provenance("vllm", file="E=8,N=7168,device_name=X.json", key=4)
     assert p.to_dict() == {"source": "vllm", "file": "E=8,N=7168,device_name=X.json", "key": 4}
     for wrong in (dict(source="vllm"), dict(source="vllm", file="f", bucket=4), dict(source="stored", file="f", key=1)):
         with pytest.raises(ValueError, match="not a provenance"):
-            tuning.Provenance(**wrong)
+            provenance.Provenance(**wrong)
 
 
 # ---------------------------------------------------------------- tune --export
@@ -143,7 +149,7 @@ def test_export_block_fp8_names(tmp_path, monkeypatch):
     monkeypatch.setenv(tuning.CONFIG_DIR_ENV, str(tmp_path / "configs"))
     for p in (W13, W2):
         p = p.with_(dtype="fp8", scaling="block", M=1)
-        tuning.save("triton_moe_grouped", p, H100, MoeConfig.tile(16, 32, 64, 4, 3), 9.0, {"triton": "3.6.0"})
+        config_files.save("triton_moe_grouped", p, H100, MoeConfig.tile(16, 32, 64, 4, 3), 9.0, {"triton": "3.6.0"})
     (tmp_path / "tiny.yaml").write_text(TINY)
     args = ("tune", "--shapes", tmp_path / "tiny.yaml", "--dtype", "fp8", "--scaling", "block", "--export-only")
     assert invoke(*args, "--export", "vllm", tmp_path / "v").exit_code == 0
@@ -165,7 +171,7 @@ def test_export_refusals(stored, monkeypatch):
     assert "would both be w13 of E=4,N=32" in line
     assert "--export-only goes with --export" in bad(invoke("tune", "--shapes", "smoke", "--export-only"))
     assert not (stored / "o").exists()
-    path = tuning.config_path("triton_moe_grouped", W13, H100)
+    path = config_files.config_path("triton_moe_grouped", W13, H100)
     data = json.loads(path.read_text())
     data["buckets"]["4"]["config"]["BLOCK_N"] = 48
     path.write_text(json.dumps(data))
@@ -247,7 +253,7 @@ def test_the_committed_vllm_fixture_is_mixtrals_tp2_file():
     w2 = Problem("mixtral-moe", "moe_w2", 20, 4096, 7168, "bf16", tp=2, E=8, topk=2)
     for p in (w13, w2):  # 20 tokens: |16 - 20| = 4 = |24 - 20|: the tie goes to 16, the first in the file
         (config, where), why = engine_import.entry_for([table], p)
-        assert config == table.entries[16] and where == tuning.Provenance("vllm", file=FIXTURE.name, key=16)
+        assert config == table.entries[16] and where == provenance.Provenance("vllm", file=FIXTURE.name, key=16)
     assert "is for E=8, N=7168" in engine_import.entry_for([table], w13.with_(N=28672, tp=1))[1]  # TP 1: another file
     assert "for fp8" in engine_import.entry_for([table], w13.with_(dtype="fp8"))[1]
 

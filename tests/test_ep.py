@@ -13,9 +13,9 @@ import pytest
 import torch
 from test_cli import bad, invoke
 
+from gemmbench import config_files, metrics, registry, shape_sets, shapes, store
 from gemmbench import layer as L
 from gemmbench import layer_plan as P
-from gemmbench import metrics, registry, shape_sets, shapes, store, tuning
 from gemmbench.check import check_cell, compare, reference
 from gemmbench.compare import compare as compare_runs
 from gemmbench.device import detect
@@ -282,13 +282,15 @@ def test_committed_run_files_read_as_ep_1():
 def test_tuned_config_files_are_named_by_the_local_experts_and_ep():
     gpu = "NVIDIA H100 80GB HBM3"
     dsv3 = Problem("s", "moe_w13", 8, 4096, 7168, "bf16", E=256, topk=8, ep=8)
-    assert tuning.config_path("triton_moe_col", dsv3, gpu).name == "E=32,ep=8,topk=8,N=4096,K=7168,dtype=bf16.json"
+    assert (
+        config_files.config_path("triton_moe_col", dsv3, gpu).name == "E=32,ep=8,topk=8,N=4096,K=7168,dtype=bf16.json"
+    )
     # ep 1 keeps the name of the files committed before EP, and they still load
     mixtral = Problem("s", "moe_w13", 8, 28672, 4096, "bf16", E=8, topk=2)
-    assert tuning.config_path("triton_moe_col", mixtral, gpu).name == "E=8,topk=2,N=28672,K=4096,dtype=bf16.json"
-    assert tuning.stored("triton_moe_col", mixtral, gpu) is not None
+    assert config_files.config_path("triton_moe_col", mixtral, gpu).name == "E=8,topk=2,N=28672,K=4096,dtype=bf16.json"
+    assert config_files.stored("triton_moe_col", mixtral, gpu) is not None
     # the same GEMM at ep 2 (4 local experts) sees another load: not that file
-    assert tuning.stored("triton_moe_col", mixtral.with_(ep=2), gpu) is None
+    assert config_files.stored("triton_moe_col", mixtral.with_(ep=2), gpu) is None
 
 
 # ---------------------------------------------------------------- 7. layer

@@ -14,7 +14,7 @@ import pytest
 from test_cli import bad, invoke, table_rows, text
 from test_compare import row
 
-from gemmbench import locations, named_baselines, store, tuning
+from gemmbench import config_files, locations, named_baselines, store, tuning
 from gemmbench.kernels.splitk import SplitKConfig
 from gemmbench.shapes import Problem
 
@@ -145,7 +145,7 @@ def test_the_user_folders_default_to_platformdirs(monkeypatch, tmp_path):
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
     assert locations.user_baselines_dir() == tmp_path / "data" / "gemmbench" / "baselines"
     assert locations.user_configs_dir() == tmp_path / "config" / "gemmbench" / "configs"
-    assert tuning.configs_root() == tmp_path / "config" / "gemmbench" / "configs"
+    assert config_files.configs_root() == tmp_path / "config" / "gemmbench" / "configs"
 
 
 # ---------------------------------------------------------------- tuned configs: the user's over the shipped
@@ -183,7 +183,7 @@ def shipped_and_user(tmp_path, monkeypatch):
 def _block_n(M: int) -> tuple[int, str]:
     """(BLOCK_N, file) of the stored config for M; the tests ask for M that are buckets of their own (1 is in
     bucket 16), so that which bucket is nearest never decides."""
-    config, where = tuning.stored(NAME, P.with_(M=M), GPU, SplitKConfig)
+    config, where = config_files.stored(NAME, P.with_(M=M), GPU, SplitKConfig)
     return config.BLOCK_N, where.file
 
 
@@ -203,7 +203,7 @@ def test_shipped_configs_alone_and_user_configs_alone(shipped_and_user):
     shipped, user = shipped_and_user
     _file(shipped, {16: 32})
     assert _block_n(16) == (32, FILE)
-    assert tuning.stored(NAME, P.with_(N=2560), GPU, SplitKConfig) is None  # no file of that shape in either
+    assert config_files.stored(NAME, P.with_(N=2560), GPU, SplitKConfig) is None  # no file of that shape in either
     (shipped / FILE).unlink()
     mine = _file(user, {16: 64})
     assert _block_n(16) == (64, str(mine))
@@ -214,7 +214,7 @@ def test_save_writes_only_the_users_file(shipped_and_user):
     read from the package, so that an upgrade's new shipped configs reach the user)."""
     shipped, user = shipped_and_user
     before = _file(shipped, {16: 32, 64: 64}).read_bytes()
-    path = tuning.save(NAME, P.with_(M=64), GPU, SplitKConfig.tile(16, 128, 128, 4, 3, SPLIT_K=2), 9.0, {})
+    path = config_files.save(NAME, P.with_(M=64), GPU, SplitKConfig.tile(16, 128, 128, 4, 3, SPLIT_K=2), 9.0, {})
     assert path == user / FILE and (shipped / FILE).read_bytes() == before
     assert list(json.loads(path.read_text())["buckets"]) == ["64"]  # only what was tuned
     assert _block_n(1) == (32, FILE) and _block_n(64) == (128, str(path))
@@ -228,7 +228,7 @@ def test_a_user_folder_that_is_the_shipped_one_is_read_once(shipped_and_user, mo
     _file(shipped, {16: 32})
     assert _block_n(1) == (32, FILE)
     assert (
-        tuning.save(NAME, P.with_(M=64), GPU, SplitKConfig.tile(16, 128, 128, 4, 3, SPLIT_K=2), 9.0, {})
+        config_files.save(NAME, P.with_(M=64), GPU, SplitKConfig.tile(16, 128, 128, 4, 3, SPLIT_K=2), 9.0, {})
         == shipped / FILE
     )
     assert _block_n(64) == (128, FILE)
@@ -240,7 +240,7 @@ def test_an_unreadable_user_file_is_named(shipped_and_user):
     (user / FILE).parent.mkdir(parents=True)
     (user / FILE).write_text("{not json")
     with pytest.raises(tuning.TuningError, match=re.escape(str(user / FILE))):
-        tuning.stored(NAME, P, GPU, SplitKConfig)
+        config_files.stored(NAME, P, GPU, SplitKConfig)
 
 
 @linux_only
@@ -248,9 +248,9 @@ def test_tune_by_default_writes_under_the_users_config_folder(monkeypatch, tmp_p
     """No GEMMBENCH_CONFIG_DIR: a stored winner lands in XDG_CONFIG_HOME/gemmbench/configs, not in the package."""
     monkeypatch.delenv(locations.CONFIG_DIR_ENV)
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-    shipped = tuning.shipped_configs_root()
+    shipped = config_files.shipped_configs_root()
     files_before = sorted(shipped.rglob("*.json"))
-    path = tuning.save(NAME, P, GPU, SplitKConfig.tile(16, 32, 128, 4, 3, SPLIT_K=2), 1.0, {})
+    path = config_files.save(NAME, P, GPU, SplitKConfig.tile(16, 32, 128, 4, 3, SPLIT_K=2), 1.0, {})
     assert path == tmp_path / "config" / "gemmbench" / "configs" / FILE
     assert sorted(shipped.rglob("*.json")) == files_before  # nothing new in the package
 

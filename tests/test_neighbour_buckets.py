@@ -1,4 +1,4 @@
-"""M between two stored buckets (tuning.neighbour_buckets, choose()): the faster neighbour's config at this M, timed
+"""M between two stored buckets (config_files.neighbour_buckets, choose()): the faster neighbour's config at this M, timed
 only where the two configs differ, and the choice in the row's `config`.  No kernel runs: a fake tunable's launches
 count their calls, and the quick timer is replaced by one that returns the µs each config is given here."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from gemmbench import registry, tuning
+from gemmbench import config_files, provenance, registry, tuning
 from gemmbench.kernels.dense_dp import DenseConfig
 from gemmbench.shapes import Problem
 
@@ -44,9 +44,9 @@ def fake(tmp_path, monkeypatch):
 
 def _store(problem: Problem, buckets: dict[int, DenseConfig]) -> str:
     for m, config in buckets.items():
-        tuning.save(NAME, problem.with_(M=m), GPU, config, 1.0, {})
+        config_files.save(NAME, problem.with_(M=m), GPU, config, 1.0, {})
     # the user's folder (tune writes there): a row names a user's file by its full path (README, stored configs)
-    return str(tuning.config_path(NAME, problem, GPU))
+    return str(config_files.config_path(NAME, problem, GPU))
 
 
 @pytest.mark.parametrize(
@@ -56,7 +56,7 @@ def _store(problem: Problem, buckets: dict[int, DenseConfig]) -> str:
         ([16, 32], 17, False, (16, 32)),  # and its M 17
         ([16, 64, 256], 100, False, (64, 256)),  # the stored ones around M, whatever lies unstored between
         ([64, 128], 64, False, None),  # M is a stored bucket
-        ([16, 32], 5, False, None),  # dense decode M 1..16 is bucket 16 (tuning.m_bucket)
+        ([16, 32], 5, False, None),  # dense decode M 1..16 is bucket 16 (config_files.m_bucket)
         ([32, 64], 5, False, None),  # every bucket above M: stored()'s nearest (32)
         ([64, 128], 300, False, None),  # every bucket below M
         ([2, 4], 3, True, (2, 4)),  # MoE buckets are powers of two from 1: 3 tokens lie between 2 and 4
@@ -65,7 +65,7 @@ def _store(problem: Problem, buckets: dict[int, DenseConfig]) -> str:
     ],
 )
 def test_neighbour_buckets(buckets, M, moe, want):
-    assert tuning.neighbour_buckets(buckets, M, moe) == want
+    assert config_files.neighbour_buckets(buckets, M, moe) == want
 
 
 @pytest.mark.parametrize("faster", [64, 128])
@@ -152,8 +152,8 @@ def test_retune_skips_the_neighbours(fake, monkeypatch):
 
 def test_only_a_stored_neighbour_provenance_has_neighbours():
     with pytest.raises(ValueError, match="has neighbours"):
-        tuning.Provenance("stored", "f.json", 64, ((64, 1.0), (128, 2.0)))
+        provenance.Provenance("stored", "f.json", 64, ((64, 1.0), (128, 2.0)))
     with pytest.raises(ValueError, match="has neighbours"):
-        tuning.Provenance("stored-neighbour", "f.json", 64)
+        provenance.Provenance("stored-neighbour", "f.json", 64)
     with pytest.raises(ValueError, match="has a file and a bucket"):
-        tuning.Provenance("stored-neighbour", neighbours=((64, 1.0), (128, 2.0)))
+        provenance.Provenance("stored-neighbour", neighbours=((64, 1.0), (128, 2.0)))

@@ -198,10 +198,10 @@ def test_installed_wheel_runs_from_an_unrelated_folder(installed, dist):
         (ROOT / "kernels/configs/NVIDIA_H100_80GB_HBM3/triton_splitk_atomic/N=1280,K=8192,dtype=fp8.json").read_text()
     )
     lookup = (
-        "import json; from gemmbench import tuning; from gemmbench.shapes import Problem\n"
+        "import json; from gemmbench import config_files; from gemmbench.shapes import Problem\n"
         "p = Problem('s', 'attn_qkv', 16, 1280, 8192, 'fp8', tp=8)\n"
-        "config, where = tuning.stored('triton_splitk_atomic', p, 'NVIDIA H100 80GB HBM3')\n"
-        "print(json.dumps([config.to_dict(), where.to_dict(), str(tuning.shipped_configs_root())]))"
+        "config, where = config_files.stored('triton_splitk_atomic', p, 'NVIDIA H100 80GB HBM3')\n"
+        "print(json.dumps([config.to_dict(), where.to_dict(), str(config_files.shipped_configs_root())]))"
     )
     res = _run(installed, bin_dir / "python", "-c", lookup)
     assert res.returncode == 0, res.stderr

@@ -9,7 +9,8 @@ import collections
 import pytest
 
 from gemmbench import pool as pool_mod
-from gemmbench.pool import Cell, Pool, PoolError, WorkerOptions, exit_hint, split
+from gemmbench.pool import Cell, Pool, PoolError, split
+from gemmbench.worker_process import WorkerOptions, exit_hint, visible_device
 
 KEYS = [f"job{i}" for i in range(10)]
 
@@ -172,9 +173,9 @@ def test_a_task_that_answers_no_outcome_for_an_item_loses_it_by_name():
 
 def test_a_gpu_index_is_a_position_in_an_outer_cuda_visible_devices(monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,6")
-    assert [pool_mod.visible_device(g) for g in (0, 1)] == ["4", "6"]
+    assert [visible_device(g) for g in (0, 1)] == ["4", "6"]
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
-    assert pool_mod.visible_device(1) == "1"
+    assert visible_device(1) == "1"
 
 
 @pytest.mark.parametrize(

@@ -439,7 +439,7 @@ class _FakeWorker:
         return self.tools.code
 
     def death_reason(self):
-        from gemmbench.pool import exit_hint
+        from gemmbench.worker_process import exit_hint
 
         return f"worker died ({exit_hint(self.output(), self.wait())})"
 

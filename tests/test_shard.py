@@ -195,7 +195,7 @@ def test_gpus_on_a_machine_without_one_is_one_line(tmp_path, monkeypatch):
 def _multi(tmp_path, variants, plugins=()):
     """sweep.run over two 'GPUs' on the CPU path (the workers ignore CUDA_VISIBLE_DEVICES there): one row writer."""
     from gemmbench import registry, sweep
-    from gemmbench.pool import WorkerOptions
+    from gemmbench.worker_process import WorkerOptions
 
     for p in plugins:
         registry.load_plugin(p)

@@ -200,7 +200,7 @@ def fake_workers(two_fake_gpus, monkeypatch):
         started.append(gpu)
         return FakeTuneWorker(gpu, crash)
 
-    monkeypatch.setattr("gemmbench.pool.start_worker", start)
+    monkeypatch.setattr("gemmbench.worker_process.start_worker", start)
     jobs = build_jobs(variants="triton_dp_row,triton_moe_row", dtype="fp16", m="1,32", tp="1")
     return SimpleNamespace(jobs=jobs, crash=crash, started=started)
 

@@ -11,7 +11,7 @@ import torch
 from conftest import HAS_CUDA
 from typer.testing import CliRunner
 
-from gemmbench import registry, tuning
+from gemmbench import config_files, provenance, registry, tuning
 from gemmbench.check import reference
 from gemmbench.cli import app
 from gemmbench.inputs import make_inputs
@@ -35,7 +35,7 @@ def config_dir(tmp_path, monkeypatch):
 
 
 def test_m_buckets():
-    assert [tuning.m_bucket(m) for m in (1, 2, 16, 17, 32, 33, 64, 100, 4096)] == [
+    assert [config_files.m_bucket(m) for m in (1, 2, 16, 17, 32, 33, 64, 100, 4096)] == [
         16,
         16,
         16,
@@ -47,7 +47,7 @@ def test_m_buckets():
         4096,
     ]
     # MoE: the tokens decide how many experts a call touches, so decode buckets are finer
-    assert [tuning.m_bucket(m, moe=True) for m in (1, 2, 3, 5, 16, 17, 4096)] == [1, 2, 4, 8, 16, 32, 4096]
+    assert [config_files.m_bucket(m, moe=True) for m in (1, 2, 3, 5, 16, 17, 4096)] == [1, 2, 4, 8, 16, 32, 4096]
 
 
 def test_store_and_nearest_bucket(config_dir):
@@ -55,7 +55,7 @@ def test_store_and_nearest_bucket(config_dir):
     name = "triton_splitk_atomic"
     for M, bn in ((16, 32), (64, 128)):
         config = SplitKConfig.tile(16, bn, 128, 4, 3, SPLIT_K=2)
-        tuning.save(name, p.with_(M=M), GPU, config, 5.0 + M, {"date": "2026-11-22"})
+        config_files.save(name, p.with_(M=M), GPU, config, 5.0 + M, {"date": "2026-11-22"})
     path = config_dir / "NVIDIA_Test_GPU_80GB" / name / "N=1280,K=8192,dtype=fp8.json"
     data = json.loads(path.read_text())
     assert list(data["buckets"]) == ["16", "64"] and data["buckets"]["64"]["time_us"] == 69.0
@@ -71,24 +71,24 @@ def test_store_and_nearest_bucket(config_dir):
         ("num_stages", 3),
         ("TMA", False),
     ]
-    assert tuning.stored(name, p.with_(M=1), GPU)[0].BLOCK_N == 32
-    cfg, where = tuning.stored(name, p.with_(M=40), GPU)  # bucket 64 is nearest to 64
+    assert config_files.stored(name, p.with_(M=1), GPU)[0].BLOCK_N == 32
+    cfg, where = config_files.stored(name, p.with_(M=40), GPU)  # bucket 64 is nearest to 64
     assert cfg == SplitKConfig.tile(16, 128, 128, 4, 3, SPLIT_K=2)
     # a config from the user's folder is named by its full path (a shipped one relative to the package's folder)
-    assert where == tuning.Provenance("stored", str(path), 64)
+    assert where == provenance.Provenance("stored", str(path), 64)
     assert where.to_dict() == {"source": "stored", "file": str(path), "bucket": 64}
-    assert tuning.stored(name, p.with_(M=32), GPU)[1]["bucket"] == 64  # a tie goes to the larger bucket
-    assert tuning.stored(name, p.with_(N=2560), GPU) is None  # another shape
-    assert tuning.stored(name, p, "Other GPU") is None  # another GPU
+    assert config_files.stored(name, p.with_(M=32), GPU)[1]["bucket"] == 64  # a tie goes to the larger bucket
+    assert config_files.stored(name, p.with_(N=2560), GPU) is None  # another shape
+    assert config_files.stored(name, p, "Other GPU") is None  # another GPU
 
 
 def test_unreadable_config_file_is_one_clear_error(config_dir):
     p = Problem("s", "qkv", 16, 1280, 8192, "fp8")
-    path = tuning.config_path("triton_dp_row", p, GPU)
+    path = config_files.config_path("triton_dp_row", p, GPU)
     path.parent.mkdir(parents=True)
     path.write_text("{not json")
     with pytest.raises(tuning.TuningError, match="unreadable"):
-        tuning.stored("triton_dp_row", p, GPU)
+        config_files.stored("triton_dp_row", p, GPU)
 
 
 @pytest.mark.parametrize(
@@ -102,13 +102,13 @@ def test_unreadable_config_file_is_one_clear_error(config_dir):
 )
 def test_a_stored_config_that_is_not_one_names_the_file_and_the_key(config_dir, change, message):
     p = Problem("s", "qkv", 16, 1280, 8192, "fp8")
-    tuning.save("triton_dp_row", p, GPU, DenseConfig.tile(16, 64, 128, 4, 3), 1.0, {})
-    path = tuning.config_path("triton_dp_row", p, GPU)
+    config_files.save("triton_dp_row", p, GPU, DenseConfig.tile(16, 64, 128, 4, 3), 1.0, {})
+    path = config_files.config_path("triton_dp_row", p, GPU)
     data = json.loads(path.read_text())
     data["buckets"]["16"]["config"].update(change)
     path.write_text(json.dumps(data))
     with pytest.raises(tuning.TuningError, match=f"{path}, bucket 16: DenseConfig: {message}"):
-        tuning.stored("triton_dp_row", p, GPU)
+        config_files.stored("triton_dp_row", p, GPU)
 
 
 def test_search_never_picks_a_wrong_config():
@@ -135,7 +135,7 @@ def test_run_uses_the_stored_config_and_retune_ignores_it(config_dir, monkeypatc
     v = registry.get("triton_splitk_reduce")
     p = Problem("t", "g", 3, 48, 96, "fp16")
     stored_cfg = SplitKConfig.tile(16, 32, 32, 4, 1, SPLIT_K=3)
-    tuning.save(v.name, p, GPU, stored_cfg, 1.0, {})
+    config_files.save(v.name, p, GPU, stored_cfg, 1.0, {})
     inputs = make_inputs(p, 1, DEV)
     launch = v.make(p, inputs)
     assert launch.params == stored_cfg and launch.provenance.source == "stored"
@@ -149,11 +149,11 @@ def test_run_uses_the_stored_config_and_retune_ignores_it(config_dir, monkeypatc
 
 def test_config_files_in_the_repository_are_valid():
     """Every committed file parses, names its own shape and holds configs the kernels accept."""
-    root = tuning.shipped_configs_root()
+    root = config_files.shipped_configs_root()
     files = sorted(root.glob("*/*/*.json"))
     for f in files:
         data = json.loads(f.read_text())
-        assert f.parent.name == data["variant"] and f.parent.parent.name == tuning.gpu_dirname(data["gpu"])
+        assert f.parent.name == data["variant"] and f.parent.parent.name == config_files.gpu_dirname(data["gpu"])
         # E is the experts one rank holds; ep and a scaling other than per tensor are named only where they apply
         ep = f"ep={data['ep']}," if data.get("ep", 1) > 1 else ""
         moe = f"E={data['E']},{ep}topk={data['topk']}," if "E" in data else ""
@@ -161,7 +161,7 @@ def test_config_files_in_the_repository_are_valid():
         assert f.name == f"{moe}N={data['N']},K={data['K']},dtype={data['dtype']}{scaling}.json"
         v = registry.get(data["variant"])
         for bucket, entry in data["buckets"].items():
-            assert int(bucket) == tuning.m_bucket(int(bucket), bool(moe)) and entry["time_us"] > 0
+            assert int(bucket) == config_files.m_bucket(int(bucket), bool(moe)) and entry["time_us"] > 0
             cfg = entry["config"]
             assert {"BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps", "num_stages"} <= set(cfg)
             assert cfg["BLOCK_M"] >= min(int(bucket), 16) and v.tunable is not None
@@ -180,7 +180,7 @@ CONFIG_TYPES = {
 def test_every_committed_config_loads_into_its_family_dataclass():
     """Every committed config goes through from_dict into its variant's dataclass, and back to the same JSON: the
     keys it has, in their order (a SplitK file from before TMA existed gets only TMA=false added)."""
-    files = sorted(tuning.shipped_configs_root().glob("*/*/*.json"))
+    files = sorted(config_files.shipped_configs_root().glob("*/*/*.json"))
     assert files
     for f in files:
         data = json.loads(f.read_text())
@@ -197,7 +197,7 @@ def test_every_committed_config_loads_into_its_family_dataclass():
             E, topk, ep = data.get("E", 1), data.get("topk", 1), data.get("ep", 1)
             problem = Problem("s", "g", int(bucket), data["N"], data["K"], data["dtype"], E=E * ep, topk=topk, ep=ep,
                               scaling=data.get("scaling", "tensor"))  # fmt: skip
-            assert tuning.stored(v.name, problem, data["gpu"])[0] == config
+            assert config_files.stored(v.name, problem, data["gpu"])[0] == config
 
 
 runner = CliRunner()

@@ -31,7 +31,8 @@ from gemmbench.cli.common import (
     progress_bar,
 )  # fmt: skip
 from gemmbench.cli.engines import ImportConfig, import_configs
-from gemmbench.pool import Cell, Pool, PoolError, Sink, WorkerOptions
+from gemmbench.pool import Cell, Pool, PoolError, Sink
+from gemmbench.worker_process import WorkerOptions
 
 LayerModel = Annotated[
     str,

@@ -39,8 +39,9 @@ from gemmbench.cli.common import (
 )  # fmt: skip
 from gemmbench.cli.engines import ImportConfig, import_configs
 from gemmbench.cli.formats import OutputFormat, choice, format_option, print_json
-from gemmbench.pool import PoolError, WorkerOptions
+from gemmbench.pool import PoolError
 from gemmbench.timing_modes import TimingMode
+from gemmbench.worker_process import WorkerOptions
 
 Timing = Annotated[
     TimingMode,

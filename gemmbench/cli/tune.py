@@ -37,7 +37,8 @@ from gemmbench.cli.common import (
 )  # fmt: skip
 from gemmbench.cli.engines import Export, ExportForce, ExportOnly, export_plan
 from gemmbench.cli.engines import export as export_files
-from gemmbench.pool import Cell, Pool, PoolError, Sink, WorkerOptions
+from gemmbench.pool import Cell, Pool, PoolError, Sink
+from gemmbench.worker_process import WorkerOptions
 
 TuneShapes = Annotated[str, typer.Option(help="Built-in shape set or a YAML path.")]
 TuneVariants = Annotated[str, typer.Option(help="Comma-separated globs of tunable (Triton) variants.")]
@@ -69,8 +70,8 @@ def tune(
     export_only: ExportOnly = False, force: ExportForce = False,
 ) -> None:  # fmt: skip
     """Search each Triton variant's config space per (GPU, N, K, dtype, scaling, M bucket); store the winners as JSON."""
+    from gemmbench import config_files
     from gemmbench import shard as shard_mod  # not at --help (hashlib; tuning: yaml)
-    from gemmbench import tuning
 
     if (export_only or force) and export is None:
         raise fail(f"{'--export-only' if export_only else '--force'} goes with --export ENGINE DIR")
@@ -89,14 +90,16 @@ def tune(
         jobs = shard_mod.split_jobs(jobs, shard_at[1])[shard_at[0]]
         err.print(escape(f"shard {shard_at[0]}/{shard_at[1]}: {len(jobs)} of {total} jobs"), highlight=False)
     if skip_stored:
-        jobs = [(p, v) for p, v in jobs if not ((s := tuning.stored(v.name, p, dev.name)) and s[1]["bucket"] == p.M)]
+        jobs = [
+            (p, v) for p, v in jobs if not ((s := config_files.stored(v.name, p, dev.name)) and s[1]["bucket"] == p.M)
+        ]
     if not jobs:
         err.print("nothing to tune: " + ("every selected (variant, shape, M bucket) already has a stored config"
                                          if skip_stored else "the tune has fewer jobs than shards"))  # fmt: skip
         if export:
             export_files(export, plan, chosen, force, tuned=False)
         return
-    title = f"tuned on {dev.name} (cold L2) -> {tuning.configs_root() / tuning.gpu_dirname(dev.name)}"
+    title = f"tuned on {dev.name} (cold L2) -> {config_files.configs_root() / config_files.gpu_dirname(dev.name)}"
     title += f", shard {shard_at[0]}/{shard_at[1]} ({len(jobs)} of {total} jobs)" if shard_at else ""
     title += f", GPUs {','.join(map(str, gpu_ids))}" if gpu_ids else ""
     report = _tune(jobs, seed, gpu_ids, plugin or [])
@@ -157,12 +160,12 @@ def _gpus_and_device(gpus: Optional[str]):
 def _jobs(problems: list, chosen: list, dev) -> list:
     """[(problem at its M bucket, variant)], in a fixed order: every shard's host builds this same list from the
     same options.  M = 1..16 share a bucket, so they are tuned once."""
-    from gemmbench import tuning  # not at --help (yaml; shard: hashlib)
+    from gemmbench import config_files  # not at --help (yaml; shard: hashlib)
     from gemmbench.shard import cell_key
 
     seen, jobs = set(), []
     for p in problems:
-        p = p.with_(M=tuning.m_bucket(p.M, p.is_moe))
+        p = p.with_(M=config_files.m_bucket(p.M, p.is_moe))
         for v in chosen:
             key = cell_key(p, v.name)
             if key not in seen and not v.unsupported_reason(p, dev):

@@ -24,11 +24,12 @@ import pandas as pd
 from gemmbench import device, metrics
 from gemmbench.inputs import cell_seed
 from gemmbench.nvtx_ranges import cell_name, domain_in_use, range_name
-from gemmbench.pool import Cell, Pool, Sink, WorkerOptions, exit_hint
+from gemmbench.pool import Cell, Pool, Sink
 from gemmbench.profile import ncu, ncu_reader, nsys
 from gemmbench.shapes import Problem
 from gemmbench.side_tables import PROFILE_SCHEMA
 from gemmbench.store import CELL_KEY, cell_columns, cell_keys
+from gemmbench.worker_process import WorkerOptions, exit_hint
 
 
 class ProfileError(RuntimeError):

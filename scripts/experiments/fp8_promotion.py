@@ -2,7 +2,7 @@
 time, beside cuBLAS fp8; prefill shapes on the DP kernel, M = 64 on the stored SplitK config."""
 import json
 import torch
-from gemmbench import registry, tuning
+from gemmbench import config_files, registry
 from gemmbench.check import poison, reference
 from gemmbench.inputs import make_inputs
 from gemmbench.shapes import Problem
@@ -46,7 +46,7 @@ dp = registry.get("triton_dp_grouped").tunable
 sk = registry.get("triton_splitk_atomic").tunable
 for (M, N, K) in [(64, 1280, 8192), (64, 2560, 8192), (64, 8192, 8192)]:
     p = Problem("p", "g", M, N, K, "fp8")
-    base = tuning.stored("triton_splitk_atomic", p, gpu)[0]
+    base = config_files.stored("triton_splitk_atomic", p, gpu)[0]
     probe(p, sk, {f"sk_p{x}": dict(base, FP8_PROMOTE=x) for x in (32, 128, 1 << 30)})
 for (M, N, K) in [(1024, 8192, 8192), (4096, 8192, 8192), (4096, 57344, 8192), (4096, 8192, 28672), (256, 8192, 8192)]:
     p = Problem("p", "g", M, N, K, "fp8")

@@ -5,7 +5,7 @@ import json
 import torch
 import triton
 import triton.language as tl
-from gemmbench import registry, tuning
+from gemmbench import config_files, registry
 from gemmbench.inputs import make_inputs
 from gemmbench.shapes import Problem
 from gemmbench.timing import Timer
@@ -38,7 +38,7 @@ gpu = torch.cuda.get_device_name()
 for (N, K) in [(1280, 8192), (2560, 8192)]:
     for M in (1, 16):
         p = Problem("probe", "g", M, N, K, "fp8")
-        cfg = tuning.stored("triton_splitk_atomic", p, gpu)[0]
+        cfg = config_files.stored("triton_splitk_atomic", p, gpu)[0]
         sk = cfg["SPLIT_K"]
         tv = registry.get("triton_splitk_atomic").tunable
         nbytes = N * K

@@ -4,7 +4,7 @@ import sys
 import time
 import json
 import torch
-from gemmbench import registry, tuning
+from gemmbench import config_files, registry, tuning
 from gemmbench.check import reference
 from gemmbench.inputs import make_inputs
 from gemmbench.shapes import Problem
@@ -25,7 +25,7 @@ for dt in dts:
             space = [c for c in tv.space(p, True, True) if c["TMA"]]
             tr = tuning.search(tv, p, inp, space, ref, refine=4)
             best_tma = tr[0]
-            st = tuning.stored("triton_splitk_atomic", p, torch.cuda.get_device_name())
+            st = config_files.stored("triton_splitk_atomic", p, torch.cuda.get_device_name())
             cfgs = {"tma": best_tma.config}
             if st:
                 cfgs["ptr"] = st[0]
