@@ -84,7 +84,7 @@ def import_configs(specs: Optional[list[str]], variants: Optional[str]) -> tuple
     """Register the imported variants (one line and exit 2 for a bad file); say on stderr what each file is and where
     it runs.  Returns the --variants globs with the imported variants added (they always run) and the environment
     the workers need to register them too."""
-    from gemmbench import engine_import  # not at --help (torch through tuning)
+    from gemmbench import engine_import  # only when --import-config is given
     from gemmbench.device import detect
 
     if not specs:
