@@ -365,5 +365,5 @@ def test_ci_perf_script_confirms_a_regression_by_rerunning(tmp_path):
     art = tmp_path / "a2"
     assert (art / "retry.txt").read_text().split() == ["smoke", "cublas_fp16"]
     retry = json.loads((art / "compare-retry.json").read_text())
-    assert retry["counts"]["slower"] == len(store.load(art / "retry" / "smoke.parquet")) == 6
+    assert retry["counts"]["slower"] == len(store.load(art / "retry" / "smoke.parquet")) == 6, retry
     assert "Re-run of the flagged variants" in bad_.stdout
