@@ -83,6 +83,16 @@ def test_verdict_from_samples(change, noise, want):
     assert (p is None) == (want == "same")
 
 
+def test_five_separated_samples_a_side_are_slower_even_with_a_tie():
+    # the CPU path's 5 samples a cell, every candidate sample above every baseline one: the exact two-sided p is
+    # 2 / C(10, 5) = 2 / 252 = 0.0079 < 0.01, with or without a tie inside a side (the normal approximation SciPy
+    # takes on ties gives 0.0119: "noisy", as the CI-script test flaked)
+    base = np.array([1.0, 1.0, 3.0, 4.0, 5.0])  # one tie
+    cand = np.array([10.0, 11.0, 12.0, 13.0, 14.0])
+    verdict, _, p = cmp.verdict_for_samples(base, cand, 0.05)
+    assert verdict == "slower" and p == pytest.approx(2 / 252)
+
+
 def test_verdicts_for_status_changes_and_missing_cells(tmp_path):
     base = [
         row("a"),
