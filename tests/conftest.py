@@ -68,3 +68,14 @@ class TaskContext:
 
     def failed(self, item, rows_for, phase, exc):
         raise AssertionError(f"{item} failed in {phase}: {exc}")
+
+
+@pytest.fixture
+def fresh_probe():
+    """telemetry.probe caches one NVML probe per uuid and process (NVML opened once): each test using a fake pynvml
+    starts and ends without one."""
+    from gemmbench import telemetry
+
+    telemetry.probe.cache_clear()
+    yield
+    telemetry.probe.cache_clear()

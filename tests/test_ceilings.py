@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 from typer.testing import CliRunner
 
-from gemmbench import ceilings, compute_ladder, metrics, telemetry
+from gemmbench import ceilings, compute_ladder, metrics
 from gemmbench.ceilings import Ceilings
 from gemmbench.device import DeviceInfo
 
@@ -94,14 +94,6 @@ def test_the_cache_key_names_the_gpu_its_clocks_and_torch(monkeypatch, tmp_path)
     # no NVML: no clocks; no uuid from torch: the name alone
     assert ceilings.cache_key_parts(H100, None, None, "cold", "2.13.0") == {"gpu": H100, "mode": "cold",
                                                                              "torch": "2.13.0"}  # fmt: skip
-
-
-@pytest.fixture
-def fresh_probe():
-    """telemetry.probe caches one NVML probe per uuid and process: each test starts without one."""
-    telemetry.probe.cache_clear()
-    yield
-    telemetry.probe.cache_clear()
 
 
 def test_clock_state_without_nvml_is_none(monkeypatch, fresh_probe):

@@ -134,13 +134,6 @@ def test_reasons_idle_and_application_clocks_are_not_throttling():
     assert telemetry.reason_names(0x8 | 0x10) == ["hw_slowdown", "sync_boost"]
 
 
-@pytest.fixture
-def fresh_probe():
-    telemetry.probe.cache_clear()
-    yield
-    telemetry.probe.cache_clear()
-
-
 def test_the_gpu_is_found_by_its_uuid_and_no_nvml_is_no_probe(monkeypatch, fresh_probe):
     nv = FakeNVML()
     monkeypatch.setitem(sys.modules, "pynvml", nv)
