@@ -18,6 +18,12 @@ from gemmbench import dtypes
 from gemmbench.shapes import Problem
 
 
+def missing(v) -> bool:
+    """Whether a row's value is absent: None, NaN (a loaded file's missing float) or pandas' NA (a DataFrame row's),
+    told without importing pandas."""
+    return v is None or (isinstance(v, float) and math.isnan(v)) or type(v).__name__ == "NAType"
+
+
 def flops(p: Problem, pairs: int | None = None) -> int:
     """Useful FLOPs of one GEMM call (a multiply-add counts 2).
 

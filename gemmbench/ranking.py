@@ -14,16 +14,12 @@ would let a run of overlapping ranges pull an arbitrarily slower row into the ti
 
 from __future__ import annotations
 
-import math
 from typing import Hashable, Mapping
+
+from gemmbench.metrics import missing
 
 WINNER = "*"  # the fastest row of its cell, no other row within noise of it
 TIED = "≈"  # within noise of the fastest row of its cell (the fastest itself included): no single winner
-
-
-def _missing(v) -> bool:
-    # None, NaN and pandas' NA (a DataFrame row's), without importing pandas here
-    return v is None or (isinstance(v, float) and math.isnan(v)) or type(v).__name__ == "NAType"
 
 
 def ranked(row: Mapping) -> bool:
@@ -32,9 +28,9 @@ def ranked(row: Mapping) -> bool:
     noisy = row.get("noisy")
     return (
         row.get("status") == "ok"
-        and not _missing(row.get("flops"))
-        and not _missing(row.get("time_us_median"))
-        and not (not _missing(noisy) and bool(noisy))
+        and not missing(row.get("flops"))
+        and not missing(row.get("time_us_median"))
+        and not (not missing(noisy) and bool(noisy))
     )
 
 
@@ -42,7 +38,7 @@ def _range(row: Mapping) -> tuple[float, float]:
     """p20-p80 of a row; a row without percentiles (made by hand) is its median alone."""
     med = float(row["time_us_median"])
     ends = [row.get("time_us_p20"), row.get("time_us_p80")]
-    lo, hi = (med if v is None or _missing(v) else float(v) for v in ends)
+    lo, hi = (med if v is None or missing(v) else float(v) for v in ends)
     return lo, hi
 
 

@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from gemmbench import dtypes
-from gemmbench.metrics import flops, noisy, roofline_note
+from gemmbench.metrics import flops, missing, noisy, roofline_note
 from gemmbench.run_schema import (
     COLUMNS,
     META_KEY,
@@ -85,11 +85,7 @@ def resume_key(row) -> str:
 def cell_key(row) -> str:
     """One cell's key from a mapping with the CELL_KEY columns (a result row, or a problem's fields and its
     variant): the string cell_keys makes for the cell's row, missing values as ""."""
-    return "|".join("" if _missing(row.get(c)) else str(row[c]) for c in CELL_KEY)
-
-
-def _missing(v) -> bool:
-    return v is None or v is pd.NA or (isinstance(v, float) and v != v)
+    return "|".join("" if missing(row.get(c)) else str(row[c]) for c in CELL_KEY)
 
 
 def cell_keys(df: pd.DataFrame) -> pd.Series:
@@ -336,7 +332,7 @@ def records(df: pd.DataFrame) -> list[dict]:
     def plain(v):
         if isinstance(v, np.ndarray):  # samples_us
             return v.tolist()
-        if _missing(v):
+        if missing(v):
             return None
         return v.item() if isinstance(v, np.generic) else v
 

@@ -4,8 +4,6 @@ registry declares for its dtype and kind (never from a wrong or failed result)."
 from __future__ import annotations
 
 import json
-import math
-import numbers
 from collections import defaultdict
 from typing import Optional
 
@@ -13,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gemmbench import dtypes, metrics, ranking, registry
-from gemmbench.metrics import NOISY_SPREAD
+from gemmbench.metrics import NOISY_SPREAD, missing
 
 STATUS_STYLE = {"ok": "green", "wrong": "bold red", "error": "bold red", "skipped": "dim"}
 THROTTLED = "†"  # after the µs of a row with samples taken while the GPU throttled (throttled_samples > 0)
@@ -119,27 +117,23 @@ def roofline_note(r: dict) -> Optional[str]:
                                  r["ceiling_tflops"])  # fmt: skip
 
 
-def _absent(x) -> bool:
-    return x is None or (isinstance(x, float) and math.isnan(x))  # NaN: a loaded file's missing float
-
-
 def _fmt(x, spec: str) -> str:
-    return "" if _absent(x) else format(x, spec)
+    return "" if missing(x) else format(x, spec)
 
 
 def throttled(r: dict) -> bool:
     """Whether some of the row's samples were taken while NVML reported a throttle reason (telemetry.REASONS)."""
     n = r.get("throttled_samples")
-    return isinstance(n, numbers.Real) and n > 0  # not None, NaN or NA (a row without telemetry)
+    return not missing(n) and n > 0  # a row without telemetry has none
 
 
 def clock_range(r: dict) -> str:
     """The SM clock's median over the samples, with its min-max range where the clock moved: '1980' or
     '1755 (1500-1980)'."""
     med, lo, hi = (r.get(c) for c in ("sm_clock_mhz_median", "sm_clock_mhz_min", "sm_clock_mhz_max"))
-    if _absent(med):
+    if missing(med):
         return ""
-    return f"{med:.0f}" if _absent(lo) or lo == hi else f"{med:.0f} ({lo:.0f}-{hi:.0f})"
+    return f"{med:.0f}" if missing(lo) or lo == hi else f"{med:.0f} ({lo:.0f}-{hi:.0f})"
 
 
 def gemm_tables(rows: list[dict]) -> list[Table]:
@@ -171,7 +165,7 @@ def gemm_tables(rows: list[dict]) -> list[Table]:
             )
         )
         # the GPU's clocks, power and temperature (run_schema.TELEMETRY_COLUMNS): shown where NVML read them (not on a CPU)
-        telemetry = any(not _absent(r.get("sm_clock_mhz_median")) for r in rs)
+        telemetry = any(not missing(r.get("sm_clock_mhz_median")) for r in rs)
         if telemetry:
             caption += "; SM MHz: the SM clock's median over the samples (min-max where it moved), W: median power, °C:"
             caption += " the hottest, read through NVML while the row was timed"
