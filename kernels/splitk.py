@@ -121,14 +121,14 @@ def splitk_gemm_kernel(
     mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
     c_ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn
     if not SPLIT:
-        _finish(acc, c_ptrs, mask, a_scale_ptr, b_scale_ptr, rows_a, rows_b, SCALE)
+        scale_store(acc, c_ptrs, mask, a_scale_ptr, b_scale_ptr, rows_a, rows_b, SCALE)
     else:
         mn = offs_m[:, None] * N + offs_n[None, :]  # the buffer is contiguous (M, N) fp32
         last, total = reduce_splits(
             acc, buf_ptr, count_ptr, pid_m * grid_n + pid_n, mn, mask, pid_k, M * N, SPLIT_K, REDUCE
         )
         if last:
-            _finish(total, c_ptrs, mask, a_scale_ptr, b_scale_ptr, rows_a, rows_b, SCALE)
+            scale_store(total, c_ptrs, mask, a_scale_ptr, b_scale_ptr, rows_a, rows_b, SCALE)
 
 
 @triton.jit
@@ -173,9 +173,9 @@ def reduce_splits(acc, buf_ptr, count_ptr, tile, mn, mask, pid_k, slice_size, SP
 
 
 @triton.jit
-def _finish(acc, c_ptrs, mask, a_scale_ptr, b_scale_ptr, rows_a, rows_b, SCALE: tl.constexpr):
+def scale_store(acc, c_ptrs, mask, a_scale_ptr, b_scale_ptr, rows_a, rows_b, SCALE: tl.constexpr):
     """Apply the fp8 scales (once, to the full sum; block scales were applied in the K loop: SCALE "block") and
-    store in the output dtype."""
+    store in the output dtype (also the stream-K kernel's epilogue)."""
     acc = scale_tile(acc, a_scale_ptr, b_scale_ptr, rows_a, rows_b, SCALE)
     tl.store(c_ptrs, acc.to(c_ptrs.dtype.element_ty), mask=mask)
 

@@ -40,7 +40,7 @@ import triton.language as tl
 from gemmbench import tuning
 from gemmbench.kernels.persistent import ACC_REGS_MAX, SMEM_BYTES, SMEM_SCRATCH
 from gemmbench.kernels.schedules import tile_of
-from gemmbench.kernels.splitk import reduce_splits
+from gemmbench.kernels.splitk import reduce_splits, scale_store
 from gemmbench.kernels.tile_loop import (
     TRITON_SCALINGS,
     BlockScales,
@@ -48,7 +48,6 @@ from gemmbench.kernels.tile_loop import (
     block_scaled,
     fit_block_k,
     fp8_promote_every,
-    scale_tile,
     tma_descriptors,
 )
 from gemmbench.registry import Launch, Variant, register
@@ -113,16 +112,14 @@ def streamk_gemm_kernel(
         mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
         c_ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn
         if kb_end - kb_start == k_blocks:  # the whole tile in this program: no one to meet
-            acc = scale_tile(acc, a_scale_ptr, b_scale_ptr, rows_a, rows_b, SCALE)
-            tl.store(c_ptrs, acc.to(c_ptrs.dtype.element_ty), mask=mask)
+            scale_store(acc, c_ptrs, mask, a_scale_ptr, b_scale_ptr, rows_a, rows_b, SCALE)
         else:
             first = owner_of(tile * k_blocks, total, PROGRAMS)
             pieces = owner_of(tile * k_blocks + k_blocks - 1, total, PROGRAMS) - first + 1
             mn = offs_m[:, None] * N + offs_n[None, :]  # the buffer is contiguous (M, N) fp32
             last, tile_sum = reduce_splits(acc, buf_ptr, count_ptr, tile, mn, mask, pid - first, M * N, pieces, REDUCE)
             if last:
-                tile_sum = scale_tile(tile_sum, a_scale_ptr, b_scale_ptr, rows_a, rows_b, SCALE)
-                tl.store(c_ptrs, tile_sum.to(c_ptrs.dtype.element_ty), mask=mask)
+                scale_store(tile_sum, c_ptrs, mask, a_scale_ptr, b_scale_ptr, rows_a, rows_b, SCALE)
         it += kb_end - kb_start
 
 
