@@ -172,10 +172,9 @@ def compare(
 
     Exit 1 when a verdict named by --fail-on occurs, 0 otherwise, 2 on misuse or when nothing was compared. Folders are read with their subfolders."""
     path = resolve(baseline)
-    fmt = (
-        format_ or CompareFormat.table
-    ).value  # None: the GPU machine's Typer, an option left at its default (run.py)
-    code = compare_runs([path], candidate, threshold, fmt, fail_on, force, allow_empty, allow_stack_change, across_gpus)
+    code = compare_runs(
+        [path], candidate, threshold, format_.value, fail_on, force, allow_empty, allow_stack_change, across_gpus
+    )
     raise typer.Exit(code)
 
 

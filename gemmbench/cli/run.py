@@ -121,9 +121,7 @@ def run(
     from gemmbench import store, sweep  # heavy (pandas; torch); tables not at --help (yaml, importlib.metadata)
     from gemmbench.tables import gemm_tables
 
-    # `or`: the GPU machine's Typer passed None for an option left at its default that has a parser (H100 image,
-    # 2026-11-24); the default is the annotated one
-    timing, budget, as_json = (timing or TimingMode.cold).value, positive_budget(budget), fmt is OutputFormat.json
+    timing, budget, as_json = timing.value, positive_budget(budget), fmt is OutputFormat.json
     shard_at, gpu_ids = shard_option(shard), gpus_option(gpus)
     _refuse_before_work(out_path, append, force, resume, compare_to)
     _check_repeat(repeat, resume)
