@@ -227,16 +227,16 @@ class PersistentGemm:
 # ---------------------------------------------------------------- configs
 
 
-def fits(bm: int, bn: int, bk: int, warps: int, stages: int, elem: int, tiles: int = 1) -> bool:
+def fits(bm: int, bn: int, bk: int, warps: int, stages: int, elem: int, tiles: int = 1, min_regs: int = 32) -> bool:
     """A tile the SM can hold, roughly: its pipeline's A and B stages and SMEM_SCRATCH in shared memory, and its fp32
-    accumulator within ACC_REGS_MAX registers a thread (and at least 32: eight warps on a 64 x 64 tile idle half the
-    time).  Measured on the H100 (Triton 3.6): 128 x 256 x 64 bf16 and 256 x 128 x 128 fp8 with 4 stages (196608
+    accumulator within ACC_REGS_MAX registers a thread (and at least min_regs, 32 here: eight warps on a 64 x 64 tile
+    idle half the time; stream-K's decode tiles allow fewer).  Measured on the H100 (Triton 3.6): 128 x 256 x 64 bf16 and 256 x 128 x 128 fp8 with 4 stages (196608
     bytes of stages) compiled and were the fastest; 256 x 128 x 64 bf16 with 4 stages asked for 278568 bytes and
     failed, as a few such configs do: the search drops a config that fails to compile.  tiles: the fp32 tiles a
     thread holds (block scales: 2, the sum and each K step's dot before it is scaled, tile_loop.add_scaled)."""
     smem = stages * (bm + bn) * bk * elem + SMEM_SCRATCH
     regs = tiles * bm * bn // (32 * warps)
-    return smem <= SMEM_BYTES and 32 <= regs <= ACC_REGS_MAX
+    return smem <= SMEM_BYTES and min_regs <= regs <= ACC_REGS_MAX
 
 
 def search_space(problem, on_gpu: bool, full: bool = True) -> list[PersistentConfig]:

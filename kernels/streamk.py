@@ -38,7 +38,7 @@ import triton
 import triton.language as tl
 
 from gemmbench import tuning
-from gemmbench.kernels.persistent import ACC_REGS_MAX, SMEM_BYTES, SMEM_SCRATCH
+from gemmbench.kernels import persistent
 from gemmbench.kernels.schedules import tile_of
 from gemmbench.kernels.splitk import reduce_splits, scale_store
 from gemmbench.kernels.tile_loop import (
@@ -227,12 +227,8 @@ ACC_REGS_MIN = 4
 
 
 def fits(bm: int, bn: int, bk: int, warps: int, stages: int, elem: int, tiles: int = 1) -> bool:
-    """persistent.fits for decode tiles: the pipeline's A and B stages and the scratch in shared memory, the fp32
-    accumulator (tiles of it: 2 with block scales) within ACC_REGS_MAX registers a thread and at least
-    ACC_REGS_MIN."""
-    smem = stages * (bm + bn) * bk * elem + SMEM_SCRATCH
-    regs = tiles * bm * bn // (32 * warps)
-    return smem <= SMEM_BYTES and ACC_REGS_MIN <= regs <= ACC_REGS_MAX
+    """persistent.fits with the decode tiles' register floor, ACC_REGS_MIN."""
+    return persistent.fits(bm, bn, bk, warps, stages, elem, tiles, min_regs=ACC_REGS_MIN)
 
 
 def search_space(problem, on_gpu: bool, full: bool = True) -> list[StreamKConfig]:
