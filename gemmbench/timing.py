@@ -2,11 +2,11 @@
 
   cold   (default) before every sample L2 is emptied by *reading* a buffer (>= 2x L2, >= 256 MiB) -
          zero-filling it would leave dirty lines whose write-back lands inside the timed kernel.
-         The eviction is queued before the start event, so host launch latency stays out.
-         CUDA events per sample.  L2 state: cold.
+         CUDA events per sample; each batch of samples is queued behind a GPU spin that outlasts the host's
+         queuing (gemmbench.launch_hold), so host launch latency stays out.  L2 state: cold.
   stream a CUDA graph of consecutive calls over distinct input copies (>= 4x L2 and >= 512 MiB in
          all, at most 1024 copies, as many as free memory holds: plan_copies), time per call: what a
-         model sees layer after layer.  L2: streaming.  Inputs too big for two copies: timed cold.
+         model sees layer after layer; batches held as in cold mode.  L2: streaming.  Inputs too big for two copies: timed cold.
   graph  a CUDA graph of [eviction, start event, call, end event] replayed per sample.  L2: cold.
   wall   host wall time per call of eager launches, synchronised: what eager Python code pays
          (launch overhead included).  L2: warm.  The only mode on a CPU.
@@ -34,6 +34,7 @@ import torch
 
 from gemmbench import device, kernel_trace
 from gemmbench.kernel_activity import ActivityError, joined
+from gemmbench.launch_hold import LaunchHold, cuda_hold
 from gemmbench.nvtx_ranges import annotate, range_name
 from gemmbench.timing_modes import L2_STATE, MODES  # the modes' names (light: the CLI lists them at --help)
 
@@ -44,6 +45,9 @@ MAX_COPIES = 1024
 # What stream mode's copies leave free (plan_copies): the eviction buffer (256 MiB), cuBLAS's and Triton's
 # workspaces, the graph's private memory pool, and the caching allocator's fragmentation.
 COPY_HEADROOM_BYTES = 2 << 30
+# Samples queued behind one launch hold (_held): a cold sample is 4 entries of the GPU's queue of pending work
+# (eviction, start event, call, end event), well inside it at 64.
+HELD_SAMPLES = 64
 
 
 class TimingError(RuntimeError):
@@ -143,6 +147,7 @@ class Timer:
         self.warmup_ms, self.min_samples, self.max_samples = warmup_ms, min_samples, max_samples
         self.budget_s, self.target_noise, self.batch = budget_s, target_noise, batch
         self.warmup_calls = warmup_calls
+        self._hold: Optional[LaunchHold] = None  # made on the first held batch (a GPU's)
 
     @property
     def l2_state(self) -> str:
@@ -232,16 +237,30 @@ class Timer:
         return Prepared(take=lambda n: [one() for _ in range(n)], keep=[fn], cell=cell)
 
     def _cold(self, fn: Callable, n: int) -> list:
-        events = []
-        for _ in range(n):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            self._evict()  # queued ahead of the start event: its ~0.1 ms hides the host's launch latency
-            start.record()
-            fn()
-            end.record()
-            events.append((start, end))
-        torch.cuda.synchronize()
-        return [s.elapsed_time(e) * 1e3 for s, e in events]
+        def enqueue(k: int) -> list:
+            events = []
+            for _ in range(k):
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                self._evict()  # queued ahead of the start event: L2 holds none of what ran before
+                start.record()
+                fn()
+                end.record()
+                events.append((start, end))
+            return events
+
+        return _elapsed_us(self._held(enqueue, n))
+
+    def _held(self, enqueue: Callable[[int], list], n: int) -> list:
+        """enqueue(k) for n samples in all, each chunk behind a GPU spin that outlasts its queuing
+        (gemmbench.launch_hold: host launch latency stays out).  Chunks of at most HELD_SAMPLES: the launches
+        held behind a spin must fit the GPU's queue of pending work, or the host would block on it."""
+        if self._hold is None:
+            self._hold = cuda_hold()
+        hold = self._hold
+        out: list = []
+        for first in range(0, n, HELD_SAMPLES):
+            out += hold.run(functools.partial(enqueue, min(HELD_SAMPLES, n - first)))
+        return out
 
     def _cupti(self, fn: Callable, n: int, kernels: list) -> list:
         try:
@@ -273,16 +292,18 @@ class Timer:
                 f()
         per_call = len(fns)
 
-        def take(n: int) -> list:
+        def enqueue(k: int) -> list:
             events = []
-            for _ in range(n):
+            for _ in range(k):
                 start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                 start.record()
                 graph.replay()
                 end.record()
                 events.append((start, end))
-            torch.cuda.synchronize()
-            return [s.elapsed_time(e) * 1e3 / per_call for s, e in events]
+            return events
+
+        def take(n: int) -> list:
+            return [us / per_call for us in _elapsed_us(self._held(enqueue, n))]
 
         return take, graph.replay
 
@@ -347,6 +368,12 @@ class Timer:
     def measure(self, fns: Sequence[Callable], graph_safe: bool = True) -> list:
         """All samples of one launch (or of its copies in stream mode), in µs."""
         return self.run({"x": self.prepare(fns, graph_safe)})["x"]
+
+
+def _elapsed_us(events: list) -> list:
+    """Each (start, end) event pair's interval in µs, once the GPU has run them all."""
+    torch.cuda.synchronize()
+    return [s.elapsed_time(e) * 1e3 for s, e in events]
 
 
 def quick_median_us(fn: Callable, budget_s: float = 0.05) -> float:

@@ -304,6 +304,17 @@ def test_cell_rows_on_the_fixture():
     assert total["ncu_grid_size"] is None and total["ncu_block_size"] is None
 
 
+def test_cell_rows_give_the_sm_clock_each_kernel_ran_at():
+    """ncu_sm_mhz: the SM clock under ncu (its launches may start on a GPU idled between passes), per kernel and,
+    for the cell, weighted by duration; missing where the export has no such metric (older reports)."""
+    ks = fixture_kernels()
+    assert ncu.cell_rows(ks, _dense_model())[-1]["ncu_sm_mhz"] is None
+    ks[0]["sm__cycles_elapsed.avg.per_second"], ks[1]["sm__cycles_elapsed.avg.per_second"] = 1.755e9, 1.2e9
+    gemm, reduce_, total = ncu.cell_rows(ks, _dense_model())
+    assert gemm["ncu_sm_mhz"] == pytest.approx(1755) and reduce_["ncu_sm_mhz"] == pytest.approx(1200)
+    assert total["ncu_sm_mhz"] == pytest.approx((1755 * 50_208 + 1200 * 6_848) / (50_208 + 6_848))
+
+
 def test_cell_rows_weight_hit_rates_by_sectors():
     ks = fixture_kernels()
     ks[0]["lts__t_sectors.sum"], ks[1]["lts__t_sectors.sum"] = 4_000_000.0, 1_000_000.0

@@ -27,6 +27,9 @@ METRICS = {
     "ncu_dram_pct_peak": "dram__throughput.avg.pct_of_peak_sustained_elapsed",
     "ncu_dram_peak_bytes_per_cycle": "dram__bytes.sum.peak_sustained",
     "ncu_dram_cycles_per_s": "dram__cycles_elapsed.avg.per_second",
+    # the SM clock the kernel ran at: with --clock-control none a replayed launch may start on a GPU that idled
+    # between passes (issue 21), so a duration is compared with the harness's at the clocks each saw
+    "ncu_sm_hz": "sm__cycles_elapsed.avg.per_second",
     "ncu_l1_hit_pct": "l1tex__t_sector_hit_rate.pct",  # reads 0 for TMA loads (they bypass L1)
     "ncu_l1_sectors": "l1tex__t_sectors.sum",
     "ncu_l2_hit_pct": "lts__t_sector_hit_rate.pct",
@@ -70,7 +73,7 @@ _ADDITIVE = (
     "ncu_tensor_flops",
 )
 _BY_SECTORS = {"ncu_l1_hit_pct": "ncu_l1_sectors", "ncu_l2_hit_pct": "ncu_l2_sectors"}
-_BY_DURATION = ("ncu_occupancy_pct", "ncu_tensor_pipe_pct", "ncu_sm_pct")
+_BY_DURATION = ("ncu_occupancy_pct", "ncu_tensor_pipe_pct", "ncu_sm_pct", "ncu_sm_mhz")
 _LARGEST = ("ncu_registers", "ncu_smem_bytes", "ncu_dram_peak_gbps")
 SUM_KERNEL = "(all kernels)"
 
@@ -218,6 +221,8 @@ def kernel_columns(kernel: dict) -> dict:
     cols["ncu_smem_bytes"] = (static or 0) + (dynamic or 0) if static is not None or dynamic is not None else None
     per_cycle, cycles = cols.pop("ncu_dram_peak_bytes_per_cycle"), cols.pop("ncu_dram_cycles_per_s")
     cols["ncu_dram_peak_gbps"] = per_cycle * cycles / 1e9 if per_cycle and cycles else None
+    hz = cols.pop("ncu_sm_hz")
+    cols["ncu_sm_mhz"] = hz / 1e6 if hz else None
     return cols
 
 

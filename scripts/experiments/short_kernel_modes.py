@@ -2,10 +2,12 @@
 ~10 µs GEMMs of Llama3-70B at TP 8 (M 16, fp8), in opposite directions for cuBLAS and SplitK?
 
 For each cell it times the same launch several ways, interleaved in one process, and prints one JSON line:
-- `cold`: the harness's cold mode (L2 evicted by a read queued before the start event, events around the call);
+- `cold`: the harness's cold mode (L2 evicted by a read queued before the start event, events around the call,
+  each batch queued behind a GPU spin that outlasts the host's queuing: gemmbench.launch_hold);
+- `cold_unheld`: the same without the spin (the cold mode before launch_hold), to see the host's launch latency;
 - `cold_idle`: the same, but the GPU idles IDLE_MS before each sample (as between ncu's replay passes), to see the
   clock state's share;
-- `warm`: events around the call with no eviction (operands in L2);
+- `warm`: events around the call with no eviction and no spin (operands in L2, host launch latency in);
 - from one CUPTI session of cold calls (the profiler's kernel records): each kernel's median duration, the median
   gap from the eviction kernel's end to the first kernel's start (the eviction's tail), the gaps between the call's
   kernels (launch latency, programmatic dependent launch), and the median first-to-last span.
@@ -114,7 +116,7 @@ def probe(name, M, N, K, variants):
             "cold_us": median(cold),
             "cold_idle_us": median(events_us(launch.fn, SAMPLES // 4, evict=True, idle_ms=IDLE_MS)),
             "warm_us": median(events_us(launch.fn, SAMPLES, evict=False)),
-            "cold_again_us": median(events_us(launch.fn, SAMPLES, evict=True)),
+            "cold_unheld_us": median(events_us(launch.fn, SAMPLES, evict=True)),
         }
         row.update(cupti_breakdown(launch.fn, SAMPLES))
         print(json.dumps(row), flush=True)
