@@ -106,7 +106,7 @@ def _time(ctx, problem: Problem, passed: dict, peaks: dict, seed: int) -> None:
             timer.capture_kernels(prepared[name])  # one profiled launch, before timing (cupti: while timing)
             if probe is not None:
                 rec = telemetry.CellRecorder(probe, telemetry.calls_per_sample(timer.mode, len(launches)))
-                prepared[name].take, recorders[name] = rec.wrap(prepared[name].take), rec
+                prepared[name].take, recorders[name] = rec.wrap(prepared[name].take, timer), rec
             peaks[name] = _max(peaks[name], memory.peak_bytes(ctx.devname))
         except TimingError as exc:
             ctx.result(name, [_run_row(ctx, problem, variant, "skipped", str(exc))])

@@ -2,15 +2,18 @@
 (throttle) reasons seen, and energy per call.  Without NVML (a CPU, pynvml not installed, NVML that does not start,
 a GPU it cannot find) there is no probe and the row's telemetry columns stay empty; nothing else changes.
 
-When it reads: on the host, right after each timed batch's synchronise (Timer.rounds takes a variant's samples in
-batches of 10, and every sampler ends a batch with a synchronise), never between a batch's launches.  One reading is
-7 NVML calls (energy before and after, SM and memory clock, power, temperature, reasons), each tens of microseconds
-of host time, while the GPU is idle: no CUDA event interval contains it.  Not a background thread at a fixed
-interval: its Python wrapper around each NVML call holds the GIL, and a switch to it between `start.record()` and
-the call's launch (cold mode queues them back to back) would put up to a switch interval (5 ms by default,
-sys.getswitchinterval) of host stall inside the timed interval.  The cost of reading after the batch: a reading
-stands for the batch's samples (a sample counts as throttled when the reading that closes its batch shows a reason),
-and clocks are read just after the GPU went idle, before they fall.
+When it reads: halfway through each timed batch in cold and stream mode (Timer.rounds takes a variant's samples in
+batches of 10): the host waits for the middle sample's end event, reads, and the GPU runs the other half meanwhile.
+Every launch of those batches was queued behind the launch hold (gemmbench.launch_hold) before the GPU started it,
+so the reading's host time falls inside no CUDA event interval.  In the other modes (graph, cupti, wall), right after
+the batch's synchronise.  One reading is 7 NVML calls (energy before and after, SM and memory clock, power,
+temperature, reasons), each tens of microseconds of host time.  Not a background thread at a fixed interval: its
+Python wrapper around each NVML call holds the GIL, and a switch to it in the middle of queuing a batch would stall
+the host.  Why halfway, not after (measured on the H100, 2026-11-24, tests/test_gpu_cupti.py's cells): read after
+the batch, with the GPU just gone idle, NVML said 1965-1980 MHz for GEMMs that Nsight Compute measured at 1494-1719
+MHz (its sm__cycles_elapsed.avg.per_second over the kernel) at the same durations within 4.5%: the clock had already
+risen back.  A reading stands for its batch's samples (a sample counts as throttled when its batch's reading shows a
+reason).
 
 Energy per call is the difference of nvmlDeviceGetTotalEnergyConsumption (mJ since the driver loaded) around each
 of the cell's timed batches, summed, over the calls those batches ran.  In cold and graph mode a call is preceded by
@@ -140,15 +143,24 @@ class CellRecorder:
         self.energy_samples = 0
         self.energy_known = True
 
-    def wrap(self, take: Callable[[int], list]) -> Callable[[int], list]:
-        """The sampler `take` (n -> n samples), with the energy counter read around it and a reading after it."""
+    def wrap(self, take: Callable[[int], list], timer: Any = None) -> Callable[[int], list]:
+        """The sampler `take` (n -> n samples), with the energy counter read around it and a reading of the clocks,
+        power, temperature and reasons: halfway through the batch where the timer calls its `midway` (cold and
+        stream mode: timing.Timer._elapsed_us), else after it."""
 
         def recorded(n: int) -> list:
+            midway: list[Reading] = []
+            if timer is not None:
+                timer.midway = lambda: midway.append(self.probe.read())
             before, t0 = self.probe.energy_mj(), self.clock()
-            samples = take(n)  # ends with a synchronise: the GPU is idle from here
+            try:
+                samples = take(n)  # ends with a synchronise: the GPU is idle from here
+            finally:
+                if timer is not None:
+                    timer.midway = None
             after, t1 = self.probe.energy_mj(), self.clock()
             self.energy_window_s += t1 - t0
-            self.readings.append((self.probe.read(), len(samples)))
+            self.readings.append((midway[0] if midway else self.probe.read(), len(samples)))
             if before is None or after is None or after < before:  # not supported, or the counter restarted
                 self.energy_known = False
             else:

@@ -148,6 +148,8 @@ class Timer:
         self.budget_s, self.target_noise, self.batch = budget_s, target_noise, batch
         self.warmup_calls = warmup_calls
         self._hold: Optional[LaunchHold] = None  # made on the first held batch (a GPU's)
+        # called halfway through each cold or stream batch (_elapsed_us): telemetry.CellRecorder sets it
+        self.midway: Optional[Callable[[], None]] = None
 
     @property
     def l2_state(self) -> str:
@@ -191,7 +193,7 @@ class Timer:
         replay: Callable = fn
         kernels: list = []
         if self.mode == "cold":
-            take = lambda n: self._cold(fn, n)  # noqa: E731
+            take = lambda n: self._cold(fn, n, held=graph_safe)  # noqa: E731
         elif self.mode == "cupti":
             # one profiled call first: the process's first profiler session sets up CUPTI (host time that would
             # otherwise come out of the cell's --budget) and a call whose records do not split fails here
@@ -236,7 +238,10 @@ class Timer:
                 one()
         return Prepared(take=lambda n: [one() for _ in range(n)], keep=[fn], cell=cell)
 
-    def _cold(self, fn: Callable, n: int) -> list:
+    def _cold(self, fn: Callable, n: int, held: bool = True) -> list:
+        """n cold samples; held (gemmbench.launch_hold) unless the launch waits on the host itself (not graph-safe:
+        a spin ahead of it would only make the host wait out the spin)."""
+
         def enqueue(k: int) -> list:
             events = []
             for _ in range(k):
@@ -248,7 +253,7 @@ class Timer:
                 events.append((start, end))
             return events
 
-        return _elapsed_us(self._held(enqueue, n))
+        return self._elapsed_us(self._held(enqueue, n) if held else enqueue(n))
 
     def _held(self, enqueue: Callable[[int], list], n: int) -> list:
         """enqueue(k) for n samples in all, each chunk behind a GPU spin that outlasts its queuing
@@ -261,6 +266,16 @@ class Timer:
         for first in range(0, n, HELD_SAMPLES):
             out += hold.run(functools.partial(enqueue, min(HELD_SAMPLES, n - first)))
         return out
+
+    def _elapsed_us(self, events: list) -> list:
+        """Each (start, end) event pair's interval in µs, once the GPU has run them all; `midway` (telemetry's
+        reading) is called when half the pairs have run, while the GPU runs the rest: every launch of the batch
+        was queued behind the hold, so host work now falls inside no timed interval."""
+        if self.midway is not None and events:
+            events[(len(events) - 1) // 2][1].synchronize()
+            self.midway()
+        torch.cuda.synchronize()
+        return [s.elapsed_time(e) * 1e3 for s, e in events]
 
     def _cupti(self, fn: Callable, n: int, kernels: list) -> list:
         try:
@@ -303,7 +318,7 @@ class Timer:
             return events
 
         def take(n: int) -> list:
-            return [us / per_call for us in _elapsed_us(self._held(enqueue, n))]
+            return [us / per_call for us in self._elapsed_us(self._held(enqueue, n))]
 
         return take, graph.replay
 
@@ -368,12 +383,6 @@ class Timer:
     def measure(self, fns: Sequence[Callable], graph_safe: bool = True) -> list:
         """All samples of one launch (or of its copies in stream mode), in µs."""
         return self.run({"x": self.prepare(fns, graph_safe)})["x"]
-
-
-def _elapsed_us(events: list) -> list:
-    """Each (start, end) event pair's interval in µs, once the GPU has run them all."""
-    torch.cuda.synchronize()
-    return [s.elapsed_time(e) * 1e3 for s, e in events]
 
 
 def quick_median_us(fn: Callable, budget_s: float = 0.05) -> float:

@@ -209,3 +209,27 @@ def test_the_table_marks_throttled_rows_and_shows_the_clocks():
 def test_a_table_without_telemetry_has_no_clock_columns():
     text = _printed([_row("a"), _row("b", time_us_median=float("nan"), status="error", reason="x")])
     assert "SM MHz" not in text and "†" not in text
+
+
+def test_the_reading_is_taken_halfway_when_the_timer_offers_it():
+    """Cold and stream mode: the timer calls `midway` while the GPU still runs half the batch; that reading, not one
+    after the batch (the GPU idle, its clock back up), is the batch's.  The hook is cleared after each batch."""
+
+    class FakeTimer:
+        midway = None
+
+    timer = FakeTimer()
+    # while the batch runs NVML answers 1650 MHz with sw_power_cap; once it is done (the counter's second read),
+    # 1980 MHz and idle
+    nv = FakeNVML([batch(1980, 120_000, 60, 0x1)], energy=[0, 10])
+    nv.current = batch(1650, 690_000, 70, 0x4)
+
+    def take_with_midway(n):
+        timer.midway()
+        return [1.0] * n
+
+    rec = telemetry.CellRecorder(telemetry.Probe(nv, "handle"), 1)
+    rec.wrap(take_with_midway, timer)(10)
+    cols = rec.columns(1000)
+    assert cols["sm_clock_mhz_median"] == 1650 and cols["throttle"] == "sw_power_cap"
+    assert timer.midway is None
