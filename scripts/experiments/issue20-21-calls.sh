@@ -3,8 +3,8 @@
 #   CALL=tests  short_kernel_modes.py on a fresh GPU, every `-m gpu` test but the cupti one (4 workers), then the
 #               cupti one alone (-rA: its ncu comparison lines are the BENCHMARKS table)
 #   CALL=llama  the issue 20 target table for llama70b at TP 1, 2, 4, 8 in stream mode, and TP 8 cold again
-#   CALL=rest   a clean heating sweep; Qwen2.5-72B's table in stream mode; TP 8 QKV fp8 decode in stream; Llama3-405B
-#               cuBLAS fp8 cold and stream (kernel names); ncu on the TP 8 M 16 cells; the A/B of issue 21 item 2
+#   CALL=rest   the GPU tests of layer and telemetry (changed since the tests call); a clean heating sweep; Qwen2.5-72B's table in stream mode; TP 8 QKV fp8 decode in stream; Llama3-405B
+#               cuBLAS fp8 cold and stream (kernel names); the A/B of issue 21 item 2
 # Run from the repository root on the GPU machine with OUT set (and GEMMBENCH_GIT_SHA); results in docs/BENCHMARKS.md.
 set -uo pipefail
 O=$OUT
@@ -30,8 +30,7 @@ llama)
   ;;
 rest)
   D="--dtype+fp8+--budget+0.2+--variants+cublas_fp8"
-  OUT=$O TESTS=0 BUDGET_S=330 \
-    PROFILES="tp8-ncu:--shapes+llama70b+--tp+8+--m+16+--dtype+fp8+--variants+cublas_fp8,triton_splitk_atomic+--ncu" \
+  OUT=$O TESTS=1 BUDGET_S=330 PYTEST_ARGS="-rA --tb=short tests/test_gpu_layer.py tests/test_gpu_telemetry.py" \
     SWEEPS="heat:--shapes+llama70b+--tp+1+--m+4096+--dtype+bf16+--variants+cublas_bf16+--budget+8 $(table qwen2.5-72b $R/qwen2.5-72b-qkv-down.yaml 1,8 stream) tp8-qkv-decode-stream:--shapes+$R/llama70b-tp8-qkv.yaml+--m+1,2,4,8,16+$D,triton_splitk_atomic,triton_streamk+--timing+stream g405-cold:--shapes+llama3-405b+--m+16+$D g405-stream:--shapes+llama3-405b+--m+16+$D+--timing+stream" \
     bash scripts/device-run.sh
   # Issue 21 item 2: five processes a side, interleaved; the candidate plants a 3% slowdown (tests/plugins/planted_slowdown.py)
