@@ -6,7 +6,8 @@ Why (measured on the H100, 2026-11-24, scripts/experiments/short_kernel_modes.py
 before each start event was meant to hide the host's launch latency, and it does while the host queues a sample
 faster than the GPU runs it (a 256 MiB read, ~85 µs).  A Triton launch takes the host tens of µs; when a batch's
 host time per sample passed the GPU's, the GPU idled inside the timed interval: a SplitK kernel of 7.2 µs (CUPTI)
-read 28.9-35.5 µs cold, a cuBLAS kernel of 5.4 µs read 8.5 µs in one batch and 11.4 in another.
+read 28.9-35.5 µs cold, a cuBLAS kernel of 5.4 µs read 8.5 µs in one batch and 11.4 in another.  Cold mode holds
+its batches; stream mode does not (gemmbench.timing says why).
 
 The check is exact, not a guess: the spin is queued first and lasts at least `hold_us` from the moment it was
 queued; if the host has queued the whole batch within `hold_us` of that moment, no launch can have reached the
@@ -43,7 +44,9 @@ class LaunchHold:
 
     def run(self, enqueue: Callable[[], list]) -> list:
         host_us: Optional[float] = None
+        held_us = self.hold_us
         for _ in range(TRIES):
+            held_us = self.hold_us
             t0 = self.now()
             self.spin(int(self.hold_us * SPIN_CYCLES_PER_US))
             queued = enqueue()
@@ -57,7 +60,7 @@ class LaunchHold:
             self.sync()  # the late batch's events are dropped once its work has run
         raise HostTooSlow(
             f"the host took {host_us:.0f} µs to queue a batch of timed launches, longer than the GPU was held "
-            f"({MAX_HOLD_US:.0f} µs at most): samples would include host launch latency"
+            f"({held_us:.0f} µs, the {TRIES}th try): samples would include host launch latency"
         )
 
 

@@ -4,8 +4,8 @@ a GPU it cannot find) there is no probe and the row's telemetry columns stay emp
 
 When it reads: halfway through each timed batch in cold and stream mode (Timer.rounds takes a variant's samples in
 batches of 10): the host waits for the middle sample's end event, reads, and the GPU runs the other half meanwhile.
-Every launch of those batches was queued behind the launch hold (gemmbench.launch_hold) before the GPU started it,
-so the reading's host time falls inside no CUDA event interval.  In the other modes (graph, cupti, wall), right after
+Every launch of the batch has been queued by then (in cold mode behind the launch hold, gemmbench.launch_hold), so
+the reading's host time falls inside no CUDA event interval.  In the other modes (graph, cupti, wall), right after
 the batch's synchronise.  One reading is 7 NVML calls (energy before and after, SM and memory clock, power,
 temperature, reasons), each tens of microseconds of host time.  Not a background thread at a fixed interval: its
 Python wrapper around each NVML call holds the GIL, and a switch to it in the middle of queuing a batch would stall

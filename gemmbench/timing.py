@@ -6,7 +6,9 @@
          queuing (gemmbench.launch_hold), so host launch latency stays out.  L2 state: cold.
   stream a CUDA graph of consecutive calls over distinct input copies (>= 4x L2 and >= 512 MiB in
          all, at most 1024 copies, as many as free memory holds: plan_copies), time per call: what a
-         model sees layer after layer; batches held as in cold mode.  L2: streaming.  Inputs too big for two copies: timed cold.
+         model sees layer after layer.  L2: streaming.  Inputs too big for two copies: timed cold.  Not
+         held (launch_hold): a replay streams >= 512 MiB, hundreds of µs, and a graph launch queued behind
+         a spin blocked the host (H100, 2026-11-24: 12-21 ms, 2 of 1,400 cells).
   graph  a CUDA graph of [eviction, start event, call, end event] replayed per sample.  L2: cold.
   wall   host wall time per call of eager launches, synchronised: what eager Python code pays
          (launch overhead included).  L2: warm.  The only mode on a CPU.
@@ -318,7 +320,7 @@ class Timer:
             return events
 
         def take(n: int) -> list:
-            return [us / per_call for us in self._elapsed_us(self._held(enqueue, n))]
+            return [us / per_call for us in self._elapsed_us(enqueue(n))]
 
         return take, graph.replay
 
