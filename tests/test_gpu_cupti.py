@@ -11,9 +11,10 @@ Two bounds, both measured on the H100 (2026-11-24, these 16 cells, each mode in 
   -11.8% ... +8.8% (harness / ncu - 1; ncu above cold on the Triton dp_row attn_o cells: 125.9 µs against cold
   111.0 and cupti 111.1 at M 512 bf16; below on cuBLAS bf16 attn_o M 2048: 335.5 against cupti 365.0).  ncu times one replayed launch per
   pass with the GPU idle between passes (`--clock-control none` keeps the clocks wherever they are), the harness
-  the median of back-to-back calls.  Three runs of the test: 26 of 32, 30 of 32 and 32 of 32 comparisons within 5%,
-  the worst -17.0% (Triton dp_row attn_o M 512 bf16: cold 110.4 µs against ncu 132.9; ncu read 114.1 µs for the
-  same kernel in the next run: ncu alone moved by 16%).  20% bounds that as measured."""
+  the median of back-to-back calls.  Three runs of the test: 26 of 32 within 5% in the first; in the second two
+  at -17.0% and -18.1% (Triton dp_row attn_o M 512 bf16: cold 110.4 µs, cupti 108.8, against ncu 132.9); in the third
+  30 of 32 within 5%, all within -7.3% ... +4.3%, ncu reading 114.1 µs for that same kernel (ncu alone moved by 16%).
+  20% bounds that as measured."""
 
 import shutil
 import subprocess
