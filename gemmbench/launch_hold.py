@@ -29,7 +29,7 @@ TRIES = 4
 
 
 class HostTooSlow(RuntimeError):
-    """The host could not queue a batch within the longest hold (MAX_HOLD_US)."""
+    """The host queued a batch slower than its hold on every one of TRIES tries."""
 
 
 class LaunchHold:

@@ -49,7 +49,8 @@ def events_us(fn, n, evict, idle_ms=0.0):
         start.record()
         fn()
         end.record()
-        end.synchronize() if idle_ms else None
+        if idle_ms:
+            end.synchronize()
         out.append((start, end))
     torch.cuda.synchronize()
     return [s.elapsed_time(e) * 1e3 for s, e in out]
