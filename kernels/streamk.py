@@ -55,7 +55,7 @@ from gemmbench.registry import Launch, Variant, register
 REDUCES = ("atomic", "ordered")
 
 
-@triton.jit(do_not_specialize=["M", "PROGRAMS"])
+@triton.jit(do_not_specialize=["M", "PROGRAMS", "DP_TILES"])
 def streamk_gemm_kernel(
     a_ptr,  # (M, K), or its tensor descriptor where TMA
     b_ptr,  # (N, K), or its tensor descriptor where TMA
@@ -73,7 +73,8 @@ def streamk_gemm_kernel(
     M,
     N,
     K,
-    PROGRAMS,  # the persistent grid; <= tiles x K blocks (the host caps it)
+    PROGRAMS,  # the persistent grid; <= the stream-K part's tiles x K blocks (the host caps it)
+    DP_TILES,  # HYBRID: the first DP_TILES tiles (whole waves) go whole to programs; 0: all stream-K
     stride_am,
     stride_ak,
     stride_bn,
@@ -96,12 +97,25 @@ def streamk_gemm_kernel(
     grid_m = tl.cdiv(M, BLOCK_M)
     grid_n = tl.cdiv(N, BLOCK_N)
     k_blocks = tl.cdiv(K, BLOCK_K)
-    total = grid_m * grid_n * k_blocks
+    # Data-parallel part (HYBRID): tiles [0, DP_TILES), whole, program p taking p, p + PROGRAMS, ... (grouped order)
+    for tile in range(pid, DP_TILES, PROGRAMS):
+        pid_m, pid_n = tile_of(tile, grid_m, grid_n, "grouped", GROUP_M)
+        acc, offs_m, offs_n, rows_a, rows_b = accumulate_tile(
+            a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bn, stride_bk, pid_m, pid_n, 0, k_blocks,
+            BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, EVEN_N, PRECISE_ACC, TMA, a_bscale_ptr, b_bscale_ptr,
+            stride_asm, stride_ask, stride_bsn, stride_bsk, SCALE_BLOCK,
+        )  # fmt: skip
+        mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+        c_ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn
+        scale_store(acc, c_ptrs, mask, a_scale_ptr, b_scale_ptr, rows_a, rows_b, SCALE)
+    # Stream-K part: the other tiles' MAC iterations, one line shared evenly; i counts from tile DP_TILES's first
+    total = (grid_m * grid_n - DP_TILES) * k_blocks
     it = pid * total // PROGRAMS
     end = (pid + 1) * total // PROGRAMS
     while it < end:
-        tile = it // k_blocks
-        kb_start = it - tile * k_blocks
+        local = it // k_blocks
+        tile = DP_TILES + local
+        kb_start = it - local * k_blocks
         kb_end = tl.minimum(k_blocks, kb_start + (end - it))
         pid_m, pid_n = tile_of(tile, grid_m, grid_n, "grouped", GROUP_M)
         acc, offs_m, offs_n, rows_a, rows_b = accumulate_tile(
@@ -114,8 +128,8 @@ def streamk_gemm_kernel(
         if kb_end - kb_start == k_blocks:  # the whole tile in this program: no one to meet
             scale_store(acc, c_ptrs, mask, a_scale_ptr, b_scale_ptr, rows_a, rows_b, SCALE)
         else:
-            first = owner_of(tile * k_blocks, total, PROGRAMS)
-            pieces = owner_of(tile * k_blocks + k_blocks - 1, total, PROGRAMS) - first + 1
+            first = owner_of(local * k_blocks, total, PROGRAMS)
+            pieces = owner_of(local * k_blocks + k_blocks - 1, total, PROGRAMS) - first + 1
             mn = offs_m[:, None] * N + offs_n[None, :]  # the buffer is contiguous (M, N) fp32
             last, tile_sum = reduce_splits(acc, buf_ptr, count_ptr, tile, mn, mask, pid - first, M * N, pieces, REDUCE)
             if last:
@@ -155,6 +169,15 @@ class StreamKConfig(tuning.KernelConfig):
     REDUCE: str = field(default="atomic", metadata={"choices": REDUCES})
     TMA: bool = False  # read through tensor descriptors where the rows allow (tile_loop.py); built: whether it did
     FP8_PROMOTE: Optional[int] = None  # fp8: K summed before fp32 promotion; None: tile_loop.FP8_PROMOTE
+    HYBRID: bool = False  # whole waves of tiles data-parallel but the last one or two (dp_tiles); the rest stream-K
+
+
+def dp_tiles(tiles: int, programs: int, hybrid: bool) -> int:
+    """The tiles a HYBRID grid gives whole to its programs, data-parallel: every full wave but the last, so that the
+    stream-K part keeps between one and two waves' tiles (the Stream-K paper's "DP + one-tile SK" split).  The
+    last full wave stays in it: shared with the partial wave, every program gets the same work; left whole, the
+    partial wave alone would leave SMs idle.  0 (all stream-K) where there are fewer than two waves."""
+    return max(0, tiles // programs - 1) * programs if hybrid else 0
 
 
 class StreamKGemm:
@@ -173,10 +196,12 @@ class StreamKGemm:
         tiles = triton.cdiv(M, config.BLOCK_M) * triton.cdiv(N, config.BLOCK_N)
         k_blocks = triton.cdiv(K, config.BLOCK_K)
         wanted = config.PROGRAMS or (tuning.sm_count() if a.is_cuda else 4)
-        # at most one program per MAC iteration, so that every program has work (owner_of relies on it)
-        self.programs = max(1, min(wanted, tiles * k_blocks))
-        assert (tiles * k_blocks + 1) * self.programs < 2**31, "the iteration arithmetic is int32"
-        slices = 1 if config.REDUCE == "atomic" else max_pieces(tiles, k_blocks, self.programs)
+        self.dp_tiles = dp_tiles(tiles, wanted, config.HYBRID)
+        streamed = tiles - self.dp_tiles  # >= wanted where dp_tiles > 0: the grid is never capped below it then
+        # at most one program per MAC iteration of the stream-K part, so that every program has work (owner_of)
+        self.programs = max(1, min(wanted, streamed * k_blocks))
+        assert (streamed * k_blocks + 1) * self.programs < 2**31, "the iteration arithmetic is int32"
+        slices = 1 if config.REDUCE == "atomic" else max_pieces(streamed, k_blocks, self.programs)
         # zeroed once here; the kernel leaves them zero after every call
         self.buf = torch.zeros((slices, M, N), dtype=torch.float32, device=a.device)
         self.count = torch.zeros(tiles, dtype=torch.int32, device=a.device)
@@ -196,6 +221,7 @@ class StreamKGemm:
             N,
             K,
             self.programs,
+            self.dp_tiles,
             a.stride(0),
             a.stride(1),
             b.stride(0),
@@ -241,6 +267,8 @@ def _space(problem, on_gpu: bool, full: bool) -> list[StreamKConfig]:
     tile = StreamKConfig.tile
     if not on_gpu:  # Triton's CPU interpreter: one small tile over 3 programs (pieces that cross tiles)
         return [tile(16, 32, 32, 4, 1, PROGRAMS=3)]
+    if problem.M > 64:
+        return _prefill_space(problem, full)
     M = problem.M
     fp8 = problem.dtype == "fp8"
     elem = 1 if fp8 else 2
@@ -260,6 +288,35 @@ def _space(problem, on_gpu: bool, full: bool) -> list[StreamKConfig]:
         if fits(bm, bn, bk, warps, stages, elem, tiles)
     ]
     return quick + [c for c in more if c not in quick]
+
+
+# The prefill tiles (BLOCK_M, BLOCK_N, warps, stages): those that won three or more of the persistent kernel's 216
+# stored prefill buckets (Llama3-70B and Qwen2.5-72B, TP 1-8, M 128-4096, H100), in order of wins.  A stream-K
+# program runs the same K loop over the same tiles; what it changes is which SM gets which part of them.
+PREFILL_TILES = {
+    "16-bit": [(128, 256, 8, 4), (128, 128, 4, 5), (128, 256, 8, 3), (64, 128, 4, 5), (128, 64, 4, 5), (64, 64, 4, 5)],
+    "fp8": [(256, 128, 8, 4), (128, 128, 8, 5), (64, 128, 4, 5), (256, 128, 8, 3), (128, 128, 8, 4), (64, 64, 4, 5)],
+}
+
+
+def _prefill_space(problem, full: bool) -> list[StreamKConfig]:
+    """Prefill (M > 64): PREFILL_TILES on one program per SM, read through tensor descriptors, atomic reduction (the
+    ordered one keeps an (M, N) fp32 slice per piece).  Stream-K's use here is the last wave: 80 tiles of 128 x 256
+    on 132 SMs (TP 8 QKV at M 2048) leave 52 SMs idle in a data-parallel or persistent grid.  HYBRID is searched
+    only where it differs from all stream-K, at two or more waves of tiles.  Block scales keep the tiles whose two
+    fp32 tiles fit (persistent.fits)."""
+    fp8 = problem.dtype == "fp8"
+    elem, bk = (1, 128) if fp8 else (2, 64)
+    scale_tiles = 2 if block_scaled(problem) else 1
+    sms = tuning.sm_count()
+    rows = []  # per PREFILL_TILES row that fits: the config, and its hybrid twin
+    for bm, bn, warps, stages in PREFILL_TILES["fp8" if fp8 else "16-bit"]:
+        if not persistent.fits(bm, bn, bk, warps, stages, elem, scale_tiles):
+            continue
+        pure = StreamKConfig.tile(bm, bn, bk, warps, stages, PROGRAMS=sms, TMA=True)
+        tiles = -(-problem.M // bm) * -(-problem.N // bn)
+        rows.append([pure] + ([replace(pure, HYBRID=True)] if tiles >= 2 * sms else []))
+    return [c for row in rows for c in row] if full else rows[0]
 
 
 def _build(problem, inputs, config: StreamKConfig) -> Launch:

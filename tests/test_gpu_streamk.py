@@ -66,3 +66,36 @@ def test_streamk_through_make_on_gpu():
         p = Problem("test", "g", 16, 1280, 8192, dtype, scaling=scaling)
         result = check_cell(p, v, make_inputs(p, 4, "cuda")).result
         assert result.ok, result.detail
+
+
+PREFILL = [  # (M, dtype, scaling, BLOCK_M, BLOCK_N, warps, stages, HYBRID): TP 8 QKV (N 1280, K 8192) at prefill
+    (333, "bf16", "none", 128, 256, 8, 4, False),  # 3 x 5 = 15 tiles over 132 programs: every tile in pieces
+    (2048, "bf16", "none", 128, 64, 4, 5, True),  # 16 x 20 = 320 tiles: 132 whole, 188 shared
+    (2048, "fp8", "tensor", 256, 128, 8, 4, False),
+    (4096, "fp8", "row", 128, 128, 8, 5, True),  # 32 x 10 = 320 tiles, row-wise scales after the sum
+    (1000, "fp8", "block", 128, 128, 8, 4, False),  # 8 x 10 = 80 tiles, block scales in the K loop
+]
+
+
+@pytest.mark.parametrize("case", PREFILL, ids=lambda c: "-".join(map(str, c)))
+def test_streamk_prefill_tiles_on_gpu(case):
+    """The prefill space's tiles (TMA, atomic reduction), all stream-K and hybrid, checked twice on one launch."""
+    from gemmbench import registry
+    from gemmbench.check import check_cell, reference
+    from gemmbench.inputs import make_inputs
+    from gemmbench.kernels.streamk import StreamKConfig
+    from gemmbench.shapes import Problem
+
+    M, dtype, scaling, bm, bn, warps, stages, hybrid = case
+    v = registry.get("triton_streamk")
+    p = Problem("test", "g", M, 1280, 8192, dtype, scaling=scaling)
+    inputs = make_inputs(p, 5, "cuda")
+    bk = 128 if dtype == "fp8" else 64
+    config = StreamKConfig.tile(bm, bn, bk, warps, stages, PROGRAMS=132, TMA=True, HYBRID=hybrid)
+    launch = v.tunable.build(p, inputs, config)
+    assert launch.params.TMA and launch.fn.dp_tiles == (132 if hybrid else 0)
+    ref = reference(p, inputs)
+    for call in range(2):
+        result = check_cell(p, None, inputs, launch=launch, ref=ref).result
+        assert result.ok, f"call {call}: {result.detail}"
+        assert not launch.fn.count.any() and not launch.fn.buf.any()

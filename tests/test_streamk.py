@@ -5,13 +5,15 @@ TP8 QKV shape run on the GPU (tests/test_gpu_streamk.py)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 
 from gemmbench import registry
 from gemmbench.check import check_cell
 from gemmbench.inputs import make_inputs
-from gemmbench.kernels.streamk import StreamKConfig, fits, max_pieces, owner, search_space
+from gemmbench.kernels.streamk import PREFILL_TILES, StreamKConfig, dp_tiles, fits, max_pieces, owner, search_space
 from gemmbench.shapes import Problem
 
 V = registry.get("triton_streamk")
@@ -65,6 +67,30 @@ def test_streamk_is_right_and_leaves_its_buffers_clean(case, reduce):
         assert torch.equal(outs[0], outs[1])
 
 
+@pytest.mark.parametrize("reduce", ["atomic", "ordered"])
+def test_hybrid_gives_whole_waves_whole_and_shares_the_rest(reduce):
+    # 8 tiles of 16 x 32 (N 256), 2 K blocks of 32 each, 3 programs: (8 // 3 - 1) * 3 = 3 tiles whole (one each);
+    # the other 5 tiles' 10 iterations shared [0,3) [3,6) [6,10): stream-K tile 1 (iterations 2, 3) is p0's and p1's
+    p = Problem("t", "g", 5, 256, 64, "fp16")
+    x = make_inputs(p, 1, "cpu")
+    launch = V.tunable.build(p, x, StreamKConfig.tile(16, 32, 32, 4, 1, PROGRAMS=3, REDUCE=reduce, HYBRID=True))
+    gemm = launch.fn
+    assert (gemm.dp_tiles, gemm.programs) == (3, 3)
+    assert max_pieces(5, 2, 3) == 2 and gemm.buf.shape[0] == (1 if reduce == "atomic" else 2)
+    for call in range(2):
+        r = check_cell(p, V, x, launch=launch).result
+        assert r.ok, f"call {call}: {r.detail}"
+        assert not gemm.count.any() and not (reduce == "atomic" and gemm.buf.any())
+
+
+def test_dp_tiles_by_hand():
+    assert dp_tiles(320, 132, True) == 132  # 2.4 waves: one whole, 1.4 shared
+    assert dp_tiles(264, 132, True) == 132  # exactly 2: the second is shared out one whole tile each
+    assert dp_tiles(263, 132, True) == 0  # under two waves: all stream-K
+    assert dp_tiles(1000, 132, True) == 792  # 7.6 waves: 6 whole
+    assert dp_tiles(1000, 132, False) == 0
+
+
 def test_owner_by_hand():
     # 16 iterations over 3 programs: starts 0, 5, 10 (16 * p // 3), so iteration 4 is p0's, 5 and 9 p1's, 10 p2's
     assert [owner(i, 16, 3) for i in (0, 4, 5, 9, 10, 15)] == [0, 0, 1, 1, 2, 2]
@@ -109,3 +135,27 @@ def test_search_space_rules(monkeypatch):
     assert search_space(Problem("t", "g", 4, 64, 64, "fp16"), on_gpu=False) == [
         StreamKConfig.tile(16, 32, 32, 4, 1, PROGRAMS=3)
     ]
+
+
+def test_prefill_space_rules(monkeypatch):
+    from gemmbench import tuning
+
+    monkeypatch.setattr(tuning, "sm_count", lambda: 132)
+    for dtype, scaling, M, N in (
+        ("bf16", "none", 333, 8192),
+        ("fp8", "tensor", 4096, 1280),
+        ("fp8", "block", 2048, 7168),
+    ):
+        p = Problem("t", "g", M, N, 8192, dtype, scaling=scaling)
+        space = search_space(p, on_gpu=True)
+        quick = search_space(p, on_gpu=True, full=False)
+        assert space[: len(quick)] == quick and len({(c.BLOCK_M, c.BLOCK_N, c.num_stages) for c in quick}) == 1
+        assert len(set(space)) == len(space) >= 4
+        for c in space:
+            assert c.PROGRAMS == 132 and c.TMA and c.REDUCE == "atomic"
+            tiles_of_dtype = PREFILL_TILES["fp8" if dtype == "fp8" else "16-bit"]
+            assert (c.BLOCK_M, c.BLOCK_N, c.num_warps, c.num_stages) in tiles_of_dtype
+            tiles = -(-M // c.BLOCK_M) * -(-N // c.BLOCK_N)
+            # the hybrid twin exactly where the grid has two waves or more (elsewhere it is all stream-K anyway)
+            assert (replace(c, HYBRID=True) in space) == (tiles >= 264)
+            assert scaling != "block" or c.BLOCK_M * c.BLOCK_N * 2 // (32 * c.num_warps) <= 128  # two fp32 tiles fit
