@@ -2,6 +2,9 @@
 # Issue 20, third session (H100, 2026-11-24): stream-K at prefill (kernels/streamk.py's prefill space and HYBRID).
 #   CALL=probe  the stream-K GPU tests; stream-K tuned at TP 8 attn (every prefill bucket) and at TP 1 (M 256 and 512,
 #               the neighbours of 333); TP 8 attn and TP 1 at M 256-512 cold against cuBLAS and the persistent kernel
+#   CALL=ncu    why stream-K loses at prefill: ncu on TP 1 attn at M 333 and TP 8 attn at M 2048, bf16, stream-K (the
+#               probe's stored configs, carried) against the persistent kernel and cuBLAS: DRAM bytes, L2 hits,
+#               registers, local-memory (spill) loads and the main stall reasons
 # Run from the repository root on the GPU machine with OUT set (and GEMMBENCH_GIT_SHA); results in docs/BENCHMARKS.md.
 set -uo pipefail
 V=cublas_bf16,cublas_fp8,triton_persistent,triton_streamk
@@ -11,6 +14,15 @@ probe)
   OUT=$OUT TESTS=1 BUDGET_S=560 PYTEST_ARGS="-rA --tb=short tests/test_gpu_streamk.py" \
     TUNES="tp8attn:--shapes+llama70b-attn+--tp+8+--m+prefill+$T tp1:--shapes+llama70b+--tp+1+--m+256,512+$T" \
     SWEEPS="tp8attn-cold:--shapes+llama70b-attn+--tp+8+--m+128,256,333,512,1000,2048,3000,4096+--dtype+fp8,bf16+--budget+0.05+--variants+$V tp1-cold:--shapes+llama70b+--tp+1+--m+256,333,512+--dtype+fp8,bf16+--budget+0.05+--variants+$V" \
+    bash scripts/device-run.sh
+  ;;
+ncu)
+  M="launch__registers_per_thread,l1tex__t_sectors_pipe_lsu_mem_local_op_ld.sum"
+  for s in long_scoreboard barrier wait math_pipe_throttle lg_throttle; do
+    M="$M,smsp__average_warps_issue_stalled_${s}_per_issue_active.ratio"
+  done
+  P="--ncu+--dtype+bf16+--variants+cublas_bf16,triton_persistent,triton_streamk+--metrics+$M"
+  OUT=$OUT TESTS=0 BUDGET_S=400 PROFILES="tp1-m333:--shapes+llama70b-attn+--tp+1+--m+333+$P tp8-m2048:--shapes+llama70b-attn+--tp+8+--m+2048+$P" \
     bash scripts/device-run.sh
   ;;
 esac
