@@ -5,6 +5,8 @@
 #   CALL=ncu    why stream-K loses at prefill: ncu on TP 1 attn at M 333 and TP 8 attn at M 2048, bf16, stream-K (the
 #               probe's stored configs, carried) against the persistent kernel and cuBLAS: DRAM bytes, L2 hits,
 #               registers, local-memory (spill) loads and the main stall reasons
+#   CALL=moe    the four Mixtral 8x7B TP 2 bf16 cells where vLLM's file or the fixed 128x256x64 config was ahead of ours
+#               (w13 at 4, 2048, 3072 tokens; w2 at 64), with 1024 and 4096 beside them, three processes each
 # Run from the repository root on the GPU machine with OUT set (and GEMMBENCH_GIT_SHA); results in docs/BENCHMARKS.md.
 set -uo pipefail
 V=cublas_bf16,cublas_fp8,triton_persistent,triton_streamk
@@ -23,6 +25,13 @@ ncu)
   done
   P="--ncu+--dtype+bf16+--variants+cublas_bf16,triton_persistent,triton_streamk+--metrics+$M"
   OUT=$OUT TESTS=0 BUDGET_S=400 PROFILES="tp1-m333:--shapes+llama70b-attn+--tp+1+--m+333+$P tp8-m2048:--shapes+llama70b-attn+--tp+8+--m+2048+$P" \
+    bash scripts/device-run.sh
+  ;;
+moe)
+  F=results/h100-2026-11-24-issue20/fixed-config/E=8,N=7168,device_name=NVIDIA_H100_80GB_HBM3.json
+  R="--shapes+mixtral-moe+--tp+2+--dtype+bf16+--m+4,64,1024,2048,3072,4096+--budget+0.1+--repeat+3+--variants+triton_moe_grouped,triton_moe_col"
+  OUT=$OUT TESTS=0 BUDGET_S=500 \
+    SWEEPS="moe-vllm:$R+--import-config+vllm:tests/fixtures/engine-configs/vllm/E=8,N=7168,device_name=NVIDIA_H100_80GB_HBM3.json moe-fixed:$R+--import-config+vllm:$F" \
     bash scripts/device-run.sh
   ;;
 esac
