@@ -165,6 +165,10 @@ def test_moe_space_between_decode_and_prefill_has_vllms_mixtral_tiles():
     assert (64, 128, 128, 64, 4, 4) in space(256)
     assert (64, 256, 64, 32, 4, 4) in space(512)
     assert not any(bm == 64 for bm, *_ in space(16))
+    # 64 tokens: 16 rows an expert on average, more than half a 16-row tile: 32-row tiles too (vLLM's 32 x 128 x 128
+    # there, GROUP_M 1, which does not matter with one row of tiles an expert); 32 tokens (8 rows): 16 only
+    assert {bm for bm, *_ in space(64)} == {16, 32} and (32, 128, 128, 8, 4, 4) in space(64)
+    assert {bm for bm, *_ in space(32)} == {16}
 
 
 def test_moe_sweep_with_routings_on_the_cpu(tmp_path):

@@ -7,6 +7,8 @@
 #               registers, local-memory (spill) loads and the main stall reasons
 #   CALL=moe    the four Mixtral 8x7B TP 2 bf16 cells where vLLM's file or the fixed 128x256x64 config was ahead of ours
 #               (w13 at 4, 2048, 3072 tokens; w2 at 64), with 1024 and 4096 beside them, three processes each
+#   CALL=moe64  Mixtral TP 2 bf16 re-tuned at 64 tokens with 32-row tiles in the space (fused_moe.py), the 64-token
+#               cells again beside vLLM's file, three processes; then every -m gpu test but the cupti one (4 workers)
 # Run from the repository root on the GPU machine with OUT set (and GEMMBENCH_GIT_SHA); results in docs/BENCHMARKS.md.
 set -uo pipefail
 V=cublas_bf16,cublas_fp8,triton_persistent,triton_streamk
@@ -33,5 +35,13 @@ moe)
   OUT=$OUT TESTS=0 BUDGET_S=500 \
     SWEEPS="moe-vllm:$R+--import-config+vllm:tests/fixtures/engine-configs/vllm/E=8,N=7168,device_name=NVIDIA_H100_80GB_HBM3.json moe-fixed:$R+--import-config+vllm:$F" \
     bash scripts/device-run.sh
+  ;;
+moe64)
+  O=$OUT
+  OUT=$O TESTS=0 BUDGET_S=200 \
+    TUNES="moe64:--shapes+mixtral-moe+--tp+2+--dtype+bf16+--m+64+--variants+triton_moe_grouped,triton_moe_col" \
+    SWEEPS="moe64-vllm:--shapes+mixtral-moe+--tp+2+--dtype+bf16+--m+64+--budget+0.1+--repeat+3+--variants+triton_moe_grouped,triton_moe_col+--import-config+vllm:tests/fixtures/engine-configs/vllm/E=8,N=7168,device_name=NVIDIA_H100_80GB_HBM3.json" \
+    bash scripts/device-run.sh
+  OUT=$O/suite TESTS=1 BUDGET_S=330 PYTEST_ARGS="-n 4 -p xdist --ignore=tests/test_gpu_cupti.py tests" bash scripts/device-run.sh
   ;;
 esac
