@@ -1,4 +1,4 @@
-"""Stream-K Triton GEMM (Osama et al., 2023) for skinny decode GEMMs (issue 20: TP8 QKV fp8, M <= 16).
+"""Stream-K Triton GEMM (Osama et al., 2023), built for skinny decode GEMMs (issue 20: TP8 QKV fp8, M <= 16).
 
 out (M, N) = a (M, K) @ b (N, K)^T, the operands, scales and output dtypes of splitk.py.  A decode GEMM has few
 output tiles over a deep K (N 1280, K 8192 at BLOCK_N 64: 20 tiles for 132 SMs), so SplitK cuts each tile's K loop
@@ -23,9 +23,16 @@ of its last (owner_of).  So neither the counter's target nor a piece's slice nee
 
 The K loop is tile_loop.accumulate_tile's (pointers, or tensor descriptors where TMA; block scales per K step).
 
+Prefill (M > 64, _prefill_space): the persistent kernel's winning tiles, read through TMA.  HYBRID gives every full
+wave of tiles but the last to the programs whole (data-parallel, dp_tiles) and shares out only the rest, so that
+fewer tiles are met in pieces.
+
 Measured on the H100 (docs/BENCHMARKS.md, 2026-11-24): on TP 8 QKV fp8 at M 1-16 the best of 116 configs (16 x 64 x
 256, one program per SM) ran at 10.7-10.9 µs, 0.98-1.01x cuBLAS and slower than SplitK (9.3-9.5 µs): even shares do
-not pay where SplitK's splits already fill the SMs, and the pieces still meet in L2.
+not pay where SplitK's splits already fill the SMs, and the pieces still meet in L2.  At prefill it was faster than
+the persistent kernel on 9 of 62 cells (TP 8 QKV at M 128-256 by up to 1.6x, where 40-80 tiles leave SMs idle) and
+slower on the rest, down to 0.37x: programs working at different K offsets share no operand tiles in L2 (ncu: 3.2-4.6x
+the persistent kernel's DRAM bytes), and this kernel holds 255 registers a thread against its 159-160.
 """
 
 from __future__ import annotations
@@ -334,9 +341,10 @@ register(
         name="triton_streamk",
         family="triton_streamk",
         dtypes=("fp16", "bf16", "fp8"),
-        description="Triton stream-K GEMM for skinny (decode) GEMMs: a persistent grid splits tiles x K blocks evenly, "
-        "shares crossing tile boundaries; a tile's pieces meet in fp32 (atomic or ordered), the last to finish scales "
-        "and stores (one launch, no spin-wait); fp8: per-tensor, row-wise or block scales, bf16 out",
+        description="Triton stream-K GEMM: a persistent grid splits tiles x K blocks evenly, shares crossing tile "
+        "boundaries; a tile's pieces meet in fp32 (atomic or ordered), the last to finish scales and stores (one "
+        "launch, no spin-wait); prefill: HYBRID keeps whole waves data-parallel; fp8: per-tensor, row-wise or block "
+        "scales, bf16 out",
         make=_tunable.make,
         supports=tuning.needs_triton_device,
         tunable=_tunable,
