@@ -30,8 +30,8 @@ fewer tiles are met in pieces.
 Measured on the H100 (docs/BENCHMARKS.md, 2026-11-24): on TP 8 QKV fp8 at M 1-16 the best of 116 configs (16 x 64 x
 256, one program per SM) ran at 10.7-10.9 µs, 0.98-1.01x cuBLAS and slower than SplitK (9.3-9.5 µs): even shares do
 not pay where SplitK's splits already fill the SMs, and the pieces still meet in L2.  At prefill it was faster than
-the persistent kernel on 9 of 62 cells (TP 8 QKV at M 128-256 by up to 1.6x, where 40-80 tiles leave SMs idle) and
-slower on the rest, down to 0.37x: programs working at different K offsets share no operand tiles in L2 (ncu: 3.2-4.6x
+the persistent kernel on 9 of 62 cells (up to 1.6x, TP 8 QKV bf16 at M 128; never as fast as cuBLAS) and slower on
+the rest, down to 0.37x: programs working at different K offsets share no operand tiles in L2 (ncu: 3.2-4.6x
 the persistent kernel's DRAM bytes), and this kernel holds 255 registers a thread against its 159-160.
 """
 
@@ -181,7 +181,7 @@ class StreamKConfig(tuning.KernelConfig):
 
 def dp_tiles(tiles: int, programs: int, hybrid: bool) -> int:
     """The tiles a HYBRID grid gives whole to its programs, data-parallel: every full wave but the last, so that the
-    stream-K part keeps between one and two waves' tiles (the Stream-K paper's "DP + one-tile SK" split).  The
+    stream-K part keeps between one and two waves' tiles (the Stream-K paper's "two-tile SK + DP" hybrid).  The
     last full wave stays in it: shared with the partial wave, every program gets the same work; left whole, the
     partial wave alone would leave SMs idle.  0 (all stream-K) where there are fewer than two waves."""
     return max(0, tiles // programs - 1) * programs if hybrid else 0
