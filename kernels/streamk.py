@@ -32,7 +32,8 @@ Measured on the H100 (docs/BENCHMARKS.md, 2026-11-24): on TP 8 QKV fp8 at M 1-16
 not pay where SplitK's splits already fill the SMs, and the pieces still meet in L2.  At prefill it was faster than
 the persistent kernel on 9 of 62 cells (up to 1.6x, TP 8 QKV bf16 at M 128; never as fast as cuBLAS) and slower on
 the rest, down to 0.37x: programs working at different K offsets share no operand tiles in L2 (ncu, K 8192: 2.0-4.6x
-the persistent kernel's DRAM bytes), and this kernel holds 255 registers a thread against its 159-160.
+the persistent kernel's DRAM bytes), and on 128-wide tiles this kernel holds 255 registers a thread
+(the persistent kernel 159-160).
 """
 
 from __future__ import annotations
