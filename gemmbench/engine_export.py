@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from gemmbench import config_files, dtypes, kernel_config, registry, tuning
+from gemmbench import config_files, dtypes, kernel_config, registry
 from gemmbench.inference_engines import InferenceEngine, device_name, engine_dtype, file_name, to_entry
 from gemmbench.shapes import Problem, ShapeSet
 from gemmbench.store import write_atomic
@@ -185,7 +185,7 @@ def _winners(names: list[str], problem: Problem, gpu: str, notes: list[str]) -> 
             try:
                 config: Any = config_type.from_dict(stored["config"])
             except (kernel_config.ConfigError, KeyError, TypeError) as exc:
-                raise tuning.TuningError(f"stored config file {path}, bucket {bucket}: {exc}") from None
+                raise config_files.TuningError(f"stored config file {path}, bucket {bucket}: {exc}") from None
             schedule = name.removeprefix("triton_moe_")
             if config.SPLIT_K is not None or config.FP8_PROMOTE is not None or config.schedule not in (None, schedule):
                 notes.append(f"{path}, bucket {bucket}: not exported (SPLIT_K, FP8_PROMOTE or another schedule: "

@@ -20,9 +20,15 @@ import threading
 from dataclasses import dataclass, replace
 from typing import Callable, Optional
 
-from gemmbench.worker_process import PoolError, WorkerOptions, WorkerProcess, _start
+from gemmbench import worker_process
+from gemmbench.worker_process import PoolError, WorkerOptions, WorkerProcess
 
 MAX_DEATHS = 3
+
+
+def _start(opts: WorkerOptions, gpu: Optional[int], prefix: tuple = ()) -> WorkerProcess:
+    """worker_process.start_worker, looked up at each call (a test patches it there)."""
+    return worker_process.start_worker(opts, gpu, prefix)
 
 
 @dataclass(frozen=True)

@@ -276,7 +276,7 @@ def _read(f: Path) -> pa.Table:
     v = _schema_version(f, table)
     if v == 1:  # schema 1 knew one routing: uniform (MoE rows); dense rows have none
         moe = [e is not None and e > 1 for e in table.column("E").to_pylist()]
-        table = table.append_column("routing", pa.array(["uniform" if x else None for x in moe], pa.string()))
+        table = table.append_column("routing", pa.array(["uniform" if x else None for x in moe], TYPES["routing"]))
         v = 2
     if v == 2 and "noisy" not in table.column_names:  # the noisy mark, from the percentiles every timed row has
         p20, p80 = table.column("time_us_p20").to_pylist(), table.column("time_us_p80").to_pylist()
@@ -285,23 +285,23 @@ def _read(f: Path) -> pa.Table:
     v = max(v, 3) if v == 2 else v
     if v == 3:  # before expert parallelism every row ran on EP 1
         if "ep" not in table.column_names:
-            table = table.append_column("ep", pa.array([1] * table.num_rows, pa.int64()))
+            table = table.append_column("ep", pa.array([1] * table.num_rows, TYPES["ep"]))
         if "gpu_mem_peak_bytes" not in table.column_names:  # not recorded before schema 4
-            table = table.append_column("gpu_mem_peak_bytes", pa.nulls(table.num_rows, pa.int64()))
+            table = table.append_column("gpu_mem_peak_bytes", pa.nulls(table.num_rows, TYPES["gpu_mem_peak_bytes"]))
         if "cpu" not in table.column_names:  # null: a CPU run's titles say "CPU", as they did
-            table = table.append_column("cpu", pa.nulls(len(table), pa.string()))
+            table = table.append_column("cpu", pa.nulls(len(table), TYPES["cpu"]))
         v = 4
     if v == 4 and "scaling" not in table.column_names:  # written before block scales (older_scaling)
         pairs = zip(table.column("dtype").to_pylist(), table.column("variant").to_pylist(), strict=True)
-        table = table.append_column("scaling", pa.array([older_scaling(d, n) for d, n in pairs], pa.string()))
+        table = table.append_column("scaling", pa.array([older_scaling(d, n) for d, n in pairs], TYPES["scaling"]))
     if "roofline_note" not in table.column_names:  # written before the note: the same rule from the row's columns
         cols = [table.column(c).to_pylist() if c in table.column_names else [None] * table.num_rows
                 for c in ("pct_of_roofline", "flops", "bytes_min", "ceiling_bw_gbps", "ceiling_tflops")]  # fmt: skip
         notes = [None if None in r[1:3] else roofline_note(*r) for r in zip(*cols, strict=True)]
-        table = table.append_column("roofline_note", pa.array(notes, pa.string()))
+        table = table.append_column("roofline_note", pa.array(notes, TYPES["roofline_note"]))
     if v == 4:  # one process per run before --repeat
         if "process" not in table.column_names:
-            table = table.append_column("process", pa.array([0] * table.num_rows, pa.int64()))
+            table = table.append_column("process", pa.array([0] * table.num_rows, TYPES["process"]))
         v = 5
     if v == 5:  # before schema 6 no kernel names nor telemetry were recorded: the columns are null
         for name in ("kernels", *TELEMETRY_COLUMNS):
@@ -317,9 +317,9 @@ def _read(f: Path) -> pa.Table:
         raise StoreError(
             f"{f}: written by a newer gemmbench (schema {v}, this one reads {SCHEMA_VERSION}); upgrade gemmbench"
         )
-    missing = [c for c in COLUMNS if c not in table.column_names]
-    if missing:
-        raise StoreError(f"{f}: missing column {missing[0]!r} for schema {SCHEMA_VERSION}")
+    absent = [c for c in COLUMNS if c not in table.column_names]
+    if absent:
+        raise StoreError(f"{f}: missing column {absent[0]!r} for schema {SCHEMA_VERSION}")
     try:
         return table.select(COLUMNS).cast(SCHEMA)  # drop extras, unify column order and types
     except (pa.ArrowException, ValueError) as e:

@@ -309,18 +309,15 @@ class Timer:
                 f()
         per_call = len(fns)
 
-        def enqueue(k: int) -> list:
+        def take(n: int) -> list:
             events = []
-            for _ in range(k):
+            for _ in range(n):
                 start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                 start.record()
                 graph.replay()
                 end.record()
                 events.append((start, end))
-            return events
-
-        def take(n: int) -> list:
-            return [us / per_call for us in self._elapsed_us(enqueue(n))]
+            return [us / per_call for us in self._elapsed_us(events)]
 
         return take, graph.replay
 

@@ -132,10 +132,6 @@ class WorkerProcess:
         os.unlink(self.log.name)
 
 
-def _start(opts: WorkerOptions, gpu: Optional[int], prefix: tuple = ()) -> WorkerProcess:
-    return start_worker(opts, gpu, prefix)
-
-
 def start_worker(opts: WorkerOptions, gpu: Optional[int], prefix: tuple = ()) -> WorkerProcess:
     """A worker that has said it is ready; PoolError with its reason when it cannot start."""
     w = WorkerProcess(opts, gpu, prefix)

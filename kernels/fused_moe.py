@@ -298,11 +298,11 @@ def _space(problem, on_gpu: bool, full: bool) -> list[MoeConfig]:
     bm0 = block_m_for(problem.M, problem.topk, problem.E)
     fp8 = problem.dtype == "fp8"
     rows = problem.M * problem.topk / problem.E  # per expert, on average
-    # Also the next larger row tile once the average expert's rows pass half of bm0's: routing is uneven, and the
-    # experts over bm0 rows would read their weights twice.  vLLM's H100 entry for Mixtral 8x7B at TP 2 and 64
+    # 32-row tiles too once 16-row ones are more than half full on average (8-16 rows an expert): routing is uneven,
+    # and an expert over 16 rows would read its weights twice.  vLLM's H100 entry for Mixtral 8x7B at TP 2 and 64
     # tokens (16 rows an expert) is 32 x 128 x 128: it took 4.2% less time on w2 than this space's best without it, in
-    # each of three processes (docs/BENCHMARKS.md, 2026-11-24, third session)
-    larger = {min(2 * bm0, 64)} if rows > bm0 / 2 else set()
+    # each of three processes (docs/BENCHMARKS.md, 2026-11-24, third session).  From 17 rows bm0 is 32 already.
+    larger = {32} if bm0 == 16 and rows > 8 else set()
     decode = [
         tile(bm, bn, bk, 4, st)
         for bm in sorted({16, bm0} | larger)

@@ -322,8 +322,8 @@ def _prefill_space(problem, full: bool) -> list[StreamKConfig]:
         if not persistent.fits(bm, bn, bk, warps, stages, elem, scale_tiles):
             continue
         pure = StreamKConfig.tile(bm, bn, bk, warps, stages, PROGRAMS=sms, TMA=True)
-        tiles = -(-problem.M // bm) * -(-problem.N // bn)
-        rows.append([pure] + ([replace(pure, HYBRID=True)] if tiles >= 2 * sms else []))
+        tiles = triton.cdiv(problem.M, bm) * triton.cdiv(problem.N, bn)
+        rows.append([pure] + ([replace(pure, HYBRID=True)] if dp_tiles(tiles, sms, True) else []))
     return [c for row in rows for c in row] if full else rows[0]
 
 

@@ -169,6 +169,9 @@ def test_moe_space_between_decode_and_prefill_has_vllms_mixtral_tiles():
     # there, GROUP_M 1, which does not matter with one row of tiles an expert); 32 tokens (8 rows): 16 only
     assert {bm for bm, *_ in space(64)} == {16, 32} and (32, 128, 128, 8, 4, 4) in space(64)
     assert {bm for bm, *_ in space(32)} == {16}
+    for m in (32, 64, 128, 200, 256):  # no candidate twice (the search would time it twice)
+        configs = search_space(moe(m, 7168, 4096, 8, 2, dtype="bf16"), on_gpu=True)
+        assert len(set(configs)) == len(configs), m
 
 
 def test_moe_sweep_with_routings_on_the_cpu(tmp_path):

@@ -165,7 +165,7 @@ def test_read_kernels_prefers_the_module_in_a_child_process(tmp_path, monkeypatc
         assert _child(cmd), "ncu --import ran although ncu_report read the report"
         return subprocess.CompletedProcess(cmd, 0, printed, "")
 
-    kernels, reader = ncu_reader.read_kernels(report, "ncu", fake_module(EXPORTS[1], []), run, 60)
+    kernels, reader = ncu_reader.read_kernels(report, "ncu", True, run, 60)
     assert reader == "ncu_report" and loaded == [str(report)] and len(kernels) == 2 and len(calls) == 1
     assert kernels == json.loads(json.dumps(ncu_reader.kernels_from_module(fake_module(EXPORTS[1]), report)))
 
@@ -200,7 +200,7 @@ def test_read_kernels_falls_back_to_the_csv(module, child_rc):
             return subprocess.CompletedProcess(cmd, child_rc, "", "Segmentation fault")
         return subprocess.CompletedProcess(cmd, 0, export, "")
 
-    kernels, reader = ncu_reader.read_kernels(Path("r.ncu-rep"), "/x/ncu", module, run, 60)
+    kernels, reader = ncu_reader.read_kernels(Path("r.ncu-rep"), "/x/ncu", module is not None, run, 60)
     csv_call = ncu.import_command("/x/ncu", Path("r.ncu-rep"))
     assert reader == "csv" and calls[-1] == csv_call and len(calls) == (1 if module is None else 2)
     assert kernels == ncu.parse_raw_csv(export)

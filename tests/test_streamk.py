@@ -55,15 +55,22 @@ def test_streamk_is_right_and_leaves_its_buffers_clean(case, reduce):
     tiles, k_blocks = -(-N // bn), -(-K // bk)
     assert max_pieces(tiles, k_blocks, programs) == pieces
     assert gemm.buf.shape[0] == (1 if reduce == "atomic" else pieces)
+    _right_twice_and_clean(p, x, launch, reduce)
+
+
+def _right_twice_and_clean(p, x, launch, reduce: str) -> None:
+    """Two calls of one launch, each checked against the reference; the second call finds the counters zero again
+    (and, atomic, the buffer); ordered: pieces summed in piece order, so the same bits every call."""
+    gemm = launch.fn
     outs = []
-    for call in range(2):  # the second call finds the counters zero again (and, atomic, the buffer)
+    for call in range(2):
         r = check_cell(p, V, x, launch=launch).result  # the output is filled with NaN before each launch
         assert r.ok, f"call {call}: {r.detail}"
         assert not gemm.count.any()
         if reduce == "atomic":
             assert not gemm.buf.any()
         outs.append(launch.out.clone())
-    if reduce == "ordered":  # pieces summed in piece order: the same bits every call
+    if reduce == "ordered":
         assert torch.equal(outs[0], outs[1])
 
 
@@ -77,10 +84,7 @@ def test_hybrid_gives_whole_waves_whole_and_shares_the_rest(reduce):
     gemm = launch.fn
     assert (gemm.dp_tiles, gemm.programs) == (3, 3)
     assert max_pieces(5, 2, 3) == 2 and gemm.buf.shape[0] == (1 if reduce == "atomic" else 2)
-    for call in range(2):
-        r = check_cell(p, V, x, launch=launch).result
-        assert r.ok, f"call {call}: {r.detail}"
-        assert not gemm.count.any() and not (reduce == "atomic" and gemm.buf.any())
+    _right_twice_and_clean(p, x, launch, reduce)
 
 
 def test_dp_tiles_by_hand():

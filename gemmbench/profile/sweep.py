@@ -84,7 +84,8 @@ class CellProfiler:
     def __init__(self, opts: ProfileOptions, run: Callable = subprocess.run, start: Optional[Callable] = None):
         self.opts, self.run, self.start = opts, run, start
         self.ncu = ncu.find_ncu() if opts.use_ncu else None
-        self.ncu_module = ncu_reader.load_module(self.ncu) if self.ncu else None  # None: `ncu --import --csv`
+        # without ncu_report: `ncu --import --csv`
+        self.ncu_module = bool(self.ncu) and ncu_reader.load_module(self.ncu) is not None
         self.nsys = nsys.find_nsys() if opts.use_nsys else None
         self.reports = opts.out_dir / opts.run_id
 
