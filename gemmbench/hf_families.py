@@ -4,14 +4,22 @@ One function per family reads the fields that family's model code reads (vLLM,
 vllm/model_executor/models/{llama,qwen2,qwen3,mixtral,qwen2_moe,qwen3_moe,deepseek_v2,llama4,gpt_oss}.py) and lists
 the GEMMs of its layers in launch order (gemmbench/hf_config.py dispatches and writes the YAML).  Conventions:
 
-  weight (N, K), out = act (M, K) @ weight^T; `parallel` is how vLLM shards the weight under tensor parallelism:
-    column (TP divides N): attn_qkv, mla_q_b / mla_q, mla_kv_b, mlp_gate_up, moe_w13, moe_shared_gate_up, lm_head
+  weight (N, K), out = act (M, K) @ weight^T; `parallel` is how vLLM shards the weight under tensor parallelism
+  (gemmbench/sharding.py has the rules):
+    qkv    attn_qkv (heads, kv_heads, head_dim: KV heads copied once TP passes them)
+    vocab  lm_head (the vocabulary, padded to 64 before TP divides it)
+    column (TP divides N): mla_q_b / mla_q, mla_kv_b, mlp_gate_up, moe_w13, moe_shared_gate_up
     row    (TP divides K): attn_o, mlp_down, moe_w2, moe_shared_down
-    none   (replicated):   mla_q_a, mla_kv_a, moe_router
+    none   (replicated):   mla_qkv_a (q_a and kv_a fused, as vLLM and SGLang run them), mla_kv_a, moe_router
   experts: moe_w13 N = 2 * moe intermediate (gate and up fused), moe_w2 K = moe intermediate; E experts, topk each.
+  parts:   the checkpoint's tensors of a fused GEMM (`--layout hf` runs them apart): gate and up, q_a and kv_a (a
+           QKV's q, k and v follow from its heads); none where the checkpoint itself fuses them (gpt-oss and
+           Llama 4 experts' gate_up_proj).
   layer:   set only where a model has layers of two kinds: `dense` on the MLP of its dense layers, `moe` on the
            router, experts and shared expert of its MoE layers; attention GEMMs and lm_head carry none.
-  role:    `router` on the MoE router GEMM (N = E).
+  role:    `router` on the MoE router GEMM (N = E), `mlp` on a dense MLP, `shared_expert` on a shared expert.
+  fold_shared: on DeepSeek-V3's experts (256 routed, 1 shared), the shared expert SGLang folds into them
+           (python/sglang/srt/models/deepseek_v2.py, determine_num_fused_shared_experts).
 
 A missing field, a size that is not a positive integer, or a field a family cannot place (an MoE field on a dense
 family, top-k above the expert count, ...) is a ShapeError naming the file and the field: a set that measures the
@@ -23,8 +31,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
-# the private helper is shapes.py's own rule (bool is not an int): reused, not copied
 from gemmbench.shapes import ShapeError, _is_int
+
+# the private helper is shapes.py's own rule (bool is not an int): reused, not copied
+from gemmbench.sharding import VOCAB_PADDING
 
 # Fields only some families read.  One that is set (not null, 0 or []) in a config whose family does not read it is an
 # error: a Llama config with `num_local_experts: 8` is not a dense model, whatever its architecture says.
@@ -57,11 +67,14 @@ class Fields:
     def __init__(self, data: dict, src: str, arch: str, prefix: str = ""):
         self.data, self.src, self.arch, self.prefix = data, src, arch, prefix
         self.read: set[str] = set()
+        self.order: list[str] = []  # the fields read that the config has, in the order first read
 
     def error(self, key: str, what: str) -> ShapeError:
         return ShapeError(f"{self.src}: field '{self.prefix}{key}' {what}")
 
     def raw(self, key: str) -> Any:
+        if key not in self.read and key in self.data:
+            self.order.append(key)
         self.read.add(key)
         return self.data.get(key)
 
@@ -121,9 +134,11 @@ class Spec:
     topk: int = 1
     layer: str = ""
     role: str = ""
+    extra: tuple[tuple[str, Any], ...] = ()  # the keys of its kind, in YAML order: heads ..., vocab ..., parts
 
     def as_yaml(self) -> dict:
         entry: dict[str, Any] = {"id": self.id, "N": self.N, "K": self.K, "parallel": self.parallel}
+        entry.update(self.extra)
         if self.E > 1:
             entry.update(E=self.E, topk=self.topk)
         if self.layer:
@@ -131,6 +146,10 @@ class Spec:
         if self.role:
             entry["role"] = self.role
         return entry
+
+    def with_(self, **keys: Any) -> "Spec":
+        """The same GEMM with more keys of its kind (appended to `extra`)."""
+        return replace(self, extra=self.extra + tuple(keys.items()))
 
 
 @dataclass
@@ -155,39 +174,42 @@ def _gqa(f: Fields) -> tuple[int, list[Spec], str]:
             "hidden_size", f"({hidden}) is not divisible by num_attention_heads ({heads}) and no head_dim is given"
         )
     head_dim = f.size("head_dim", hidden // heads)
+    qkv = Spec(
+        "attn_qkv", (heads + 2 * kv_heads) * head_dim, hidden, "qkv", f"({heads} + 2 * {kv_heads}) heads * {head_dim}"
+    )
     gemms = [
-        Spec(
-            "attn_qkv",
-            (heads + 2 * kv_heads) * head_dim,
-            hidden,
-            "column",
-            f"({heads} + 2 * {kv_heads}) heads * {head_dim}",
-        ),
+        qkv.with_(heads=heads, kv_heads=kv_heads, head_dim=head_dim),
         Spec("attn_o", hidden, heads * head_dim, "row", f"K = {heads} heads * {head_dim}"),
     ]
     return hidden, gemms, f"{heads} query heads, {kv_heads} KV heads, head dim {head_dim}"
 
 
-def _mlp(prefix: str, hidden: int, inter: int, why: str, layer: str = "") -> list[Spec]:
-    """A gated MLP (vLLM MergedColumnParallelLinear gate_up + RowParallelLinear down)."""
+def _mlp(prefix: str, hidden: int, inter: int, why: str, role: str = "mlp") -> list[Spec]:
+    """A gated MLP (vLLM MergedColumnParallelLinear gate_up + RowParallelLinear down); the checkpoint keeps gate and
+    up apart."""
+    gate_up = Spec(f"{prefix}_gate_up", 2 * inter, hidden, "column", f"gate and up fused: 2 * {why}", role=role)
     return [
-        Spec(f"{prefix}_gate_up", 2 * inter, hidden, "column", f"gate and up fused: 2 * {why}", layer=layer),
-        Spec(f"{prefix}_down", hidden, inter, "row", f"K = {why}", layer=layer),
+        gate_up.with_(parts={f"{prefix}_gate": inter, f"{prefix}_up": inter}),
+        Spec(f"{prefix}_down", hidden, inter, "row", f"K = {why}", role=role),
     ]
 
 
-def _experts(hidden: int, inter: int, experts: int, topk: int, layer: str = "") -> list[Spec]:
-    """The router (replicated, N = experts) and the routed experts (vLLM FusedMoE: w13 fused, w2)."""
+def _experts(hidden: int, inter: int, experts: int, topk: int, fused_in_checkpoint: bool = False) -> list[Spec]:
+    """The router (replicated, N = experts) and the routed experts (vLLM FusedMoE: w13 fused, w2).  The checkpoint
+    keeps each expert's gate and up apart, unless `fused_in_checkpoint` (one gate_up_proj tensor)."""
+    w13 = Spec("moe_w13", 2 * inter, hidden, "column", f"gate and up fused: 2 * {inter}", experts, topk)
     return [
-        Spec("moe_router", experts, hidden, "none", f"N = {experts} experts", layer=layer, role="router"),
-        Spec("moe_w13", 2 * inter, hidden, "column", f"gate and up fused: 2 * {inter}", experts, topk, layer),
-        Spec("moe_w2", hidden, inter, "row", f"K = {inter}", experts, topk, layer),
+        Spec("moe_router", experts, hidden, "none", f"N = {experts} experts", role="router"),
+        w13 if fused_in_checkpoint else w13.with_(parts={"moe_gate": inter, "moe_up": inter}),
+        Spec("moe_w2", hidden, inter, "row", f"K = {inter}", experts, topk),
     ]
 
 
 def _lm_head(f: Fields, hidden: int) -> Spec:
     vocab = f.size("vocab_size")
-    return Spec("lm_head", vocab, hidden, "column", f"N = vocab {vocab}")
+    padded = -(-vocab // VOCAB_PADDING) * VOCAB_PADDING
+    why = f"N = vocab {vocab}" + (f", run as {padded} (padded to {VOCAB_PADDING})" if padded != vocab else "")
+    return Spec("lm_head", vocab, hidden, "vocab", why).with_(vocab=vocab, pad_to=VOCAB_PADDING)
 
 
 def _layered(kinds: list[str], attention: list[Spec], dense: list[Spec], moe: list[Spec]) -> Model:
@@ -260,7 +282,7 @@ def _qwen_moe(f: Fields, shared_expert: bool) -> Model:
     moe = _experts(hidden, moe_inter, experts, topk)
     shared = f.count("shared_expert_intermediate_size", 0) if shared_expert else 0
     if shared:
-        moe += _mlp("moe_shared", hidden, shared, f"{shared} (shared expert)")
+        moe += _mlp("moe_shared", hidden, shared, f"{shared} (shared expert)", "shared_expert")
     model = _layered(kinds, attention, dense, moe)
     model.gemms.append(_lm_head(f, hidden))
     expert_line = f"{experts} experts top-{topk} of intermediate {moe_inter}" + (
@@ -280,16 +302,17 @@ def _deepseek(f: Fields) -> Model:
     q_lora = None if f.raw("q_lora_rank") is None else f.size("q_lora_rank")
     kv_lora, nope, rope, v = (f.size(k) for k in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"))
     qk = f"{heads} heads * ({nope} nope + {rope} rope)"
+    kv_a = Spec("mla_kv_a", kv_lora + rope, hidden, "none", f"kv_lora_rank {kv_lora} + {rope} rope")
     if q_lora is None:
-        attention = [Spec("mla_q", heads * (nope + rope), hidden, "column", qk)]
-    else:
+        attention = [Spec("mla_q", heads * (nope + rope), hidden, "column", qk), kv_a]
+    else:  # vLLM and SGLang run q_a and kv_a as one replicated GEMM (fused_qkv_a_proj)
+        qkv_a = Spec("mla_qkv_a", q_lora + kv_lora + rope, hidden, "none",
+                     f"q_a and kv_a fused: q_lora_rank {q_lora} + kv_lora_rank {kv_lora} + {rope} rope")  # fmt: skip
         attention = [
-            Spec("mla_q_a", q_lora, hidden, "none", f"N = q_lora_rank {q_lora}"),
+            qkv_a.with_(parts={"mla_q_a": q_lora, "mla_kv_a": kv_lora + rope}),
             Spec("mla_q_b", heads * (nope + rope), q_lora, "column", qk),
         ]
     attention += [
-        # vLLM fuses mla_q_a and mla_kv_a into one replicated GEMM (fused_qkv_a_proj, N = q_lora + kv_lora + rope)
-        Spec("mla_kv_a", kv_lora + rope, hidden, "none", f"kv_lora_rank {kv_lora} + {rope} rope"),
         Spec("mla_kv_b", heads * (nope + v), kv_lora, "column", f"{heads} heads * ({nope} nope + {v} v)"),
         Spec("attn_o", hidden, heads * v, "row", f"K = {heads} heads * {v} v"),
     ]
@@ -303,7 +326,9 @@ def _deepseek(f: Fields) -> Model:
     moe = _experts(hidden, moe_inter, experts, topk)
     shared = f.count("n_shared_experts", 0)  # null or 0: no shared expert
     if shared:
-        moe += _mlp("moe_shared", hidden, shared * moe_inter, f"{shared} shared * {moe_inter}")
+        moe += _mlp("moe_shared", hidden, shared * moe_inter, f"{shared} shared * {moe_inter}", "shared_expert")
+    if f.arch == "DeepseekV3ForCausalLM" and experts == 256 and shared == 1:  # SGLang's condition, word for word
+        moe = [g.with_(fold_shared=1) if g.E > 1 else g for g in moe]
     model = _layered(kinds, attention, dense, moe)
     model.gemms.append(_lm_head(f, hidden))
     q = f"q_lora {q_lora}" if q_lora else "queries not compressed"
@@ -326,7 +351,8 @@ def _llama4(f: Fields) -> Model:
     kinds = ["moe" if (i + 1) % step == 0 else "dense" for i in range(n)]
     f.raw("intermediate_size_mlp")  # read even where no layer is dense: Scout's config carries it, unused
     dense = _dense_mlp(f, hidden, "intermediate_size_mlp") if "dense" in kinds else []
-    moe = _experts(hidden, inter, experts, topk) + _mlp("moe_shared", hidden, inter, f"{inter} (shared expert)")
+    moe = _experts(hidden, inter, experts, topk, fused_in_checkpoint=True)
+    moe += _mlp("moe_shared", hidden, inter, f"{inter} (shared expert)", "shared_expert")
     model = _layered(kinds, attention, dense, moe)
     model.gemms.append(_lm_head(f, hidden))
     model.summary += [
@@ -348,7 +374,7 @@ def _gpt_oss(f: Fields) -> Model:
     if len(keys) == 2 and f.raw(keys[1]) != topk:
         raise f.error(keys[1], f"({f.raw(keys[1])!r}) differs from experts_per_token ({topk})")
     inter = f.size("intermediate_size")
-    gemms = attention + _experts(hidden, inter, experts, topk) + [_lm_head(f, hidden)]
+    gemms = attention + _experts(hidden, inter, experts, topk, fused_in_checkpoint=True) + [_lm_head(f, hidden)]
     experts_line = f"{experts} experts top-{topk} of intermediate {inter}"
     return Model(gemms, [_uniform(f, "MoE"), heads, experts_line, f"hidden {hidden}"])
 

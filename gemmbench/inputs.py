@@ -303,9 +303,11 @@ def draw(
 
 
 def route(
-    M: int, E: int, topk: int, gen: torch.Generator, routing: str = "uniform"
+    M: int, E: int, topk: int, gen: torch.Generator, routing: str = "uniform", shared: int = 0
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Router logits -> top-k distinct experts per token and their softmax weights (seeded, on the CPU).
+    shared:     the last `shared` of the E experts take every token (a shared expert folded into the routed ones,
+                weight 1); the router picks the other topk - shared among the first E - shared as below.
     uniform:    logits ~ N(0, 1): every expert equally likely;
     skewed:     logits + log(Zipf prior): expert 0 draws the most tokens, expert E-1 the fewest
                 (with E = 8, top-2: about 40% of the slots go to expert 0 and 2% to expert 7);
@@ -313,6 +315,10 @@ def route(
                 expert 0 carries all M tokens: the most unbalanced load a top-k router can give."""
     if routing not in ROUTINGS:
         raise ValueError(f"unknown routing {routing!r} (known: {', '.join(ROUTINGS)})")
+    if shared:
+        ids, weights = route(M, E - shared, topk - shared, gen, routing)
+        always = torch.arange(E - shared, E, dtype=torch.int32).expand(M, shared)
+        return torch.cat([ids, always], dim=1), torch.cat([weights, torch.ones(M, shared)], dim=1)
     logits = torch.randn((M, E), generator=gen, dtype=torch.float32)
     if routing == "skewed":
         prior = 1.0 / torch.arange(1, E + 1, dtype=torch.float32) ** ZIPF_S
@@ -327,6 +333,15 @@ def local_ids(global_ids: torch.Tensor, local_experts: int) -> torch.Tensor:
     """Global expert ids -> rank 0's local ids: rank 0 holds global experts 0 .. local_experts - 1, so they keep
     their id; a slot routed to another rank's expert becomes -1 (vLLM's expert_map).  Without EP every id stays."""
     return torch.where(global_ids < local_experts, global_ids, torch.full_like(global_ids, -1))
+
+
+def problem_routing(problem: Problem, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """An MoE problem's routing for make_inputs(problem, seed) (on the CPU): rank 0's local expert ids (-1: another
+    rank's) and the weights.  Its own stream of random numbers: on the CPU, sharing make_inputs' would make the
+    routing a copy of `a`."""
+    gen = torch.Generator().manual_seed(seed + 7919)
+    ids, weights = route(problem.M, problem.E, problem.topk, gen, problem.routing, problem.shared_experts)
+    return local_ids(ids, problem.local_experts), weights
 
 
 def make_inputs(problem: Problem, seed: int, device: str, scaling: Optional[str] = None) -> GemmInputs:
@@ -345,11 +360,7 @@ def make_inputs(problem: Problem, seed: int, device: str, scaling: Optional[str]
     b, sb = draw(b_shape, K, gen, device, dt, b_scaling, weight=True)
     topk_ids = topk_weights = None
     if problem.is_moe:
-        # its own stream of random numbers: on the CPU, sharing `gen` would make the routing a copy of `a`
-        topk_ids, topk_weights = route(
-            M, problem.E, problem.topk, torch.Generator().manual_seed(seed + 7919), problem.routing
-        )
-        topk_ids = local_ids(topk_ids, problem.local_experts)
+        topk_ids, topk_weights = problem_routing(problem, seed)
         topk_ids, topk_weights = topk_ids.to(device), topk_weights.to(device)
     out_dtype = dtypes.get(dt.out).torch
     return GemmInputs(a, b, out_dtype, sa, sb, scaling if dt.scaled else "none", topk_ids, topk_weights)

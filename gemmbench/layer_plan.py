@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
-from gemmbench import dtypes, hf_config, registry, shape_sets, shapes
+from gemmbench import dtypes, hf_config, registry, shape_sets, shapes, sharding
 from gemmbench.shapes import Problem, ShapeSet
 from gemmbench.side_tables import table_kind
 from gemmbench.store import StoreError, result_files
@@ -83,7 +83,8 @@ def in_layer(g: shapes.Gemm, kind: str = "") -> bool:
     """Whether GEMM g is launched in a decoder layer of `kind` ("" = any kind): not the LM head (once per token, after
     the last layer), not the router (`role: router`: the routing step launches it), and either in every layer (no
     `layer` key: attention) or in this kind's (DeepSeek-V3's dense-prefix MLP is `dense`, its experts `moe`)."""
-    return g.name not in NOT_IN_LAYER and g.role != "router" and (not kind or not g.layer or g.layer == kind)
+    in_every = g.name not in NOT_IN_LAYER and g.parallel != "vocab" and g.role != "router"
+    return in_every and (not kind or not g.layer or g.layer == kind)
 
 
 def layer_kinds(sset: ShapeSet) -> list[str]:
@@ -97,18 +98,29 @@ def layer_gemms(sset: ShapeSet) -> list[str]:
 
 
 def layer_problems(
-    sset: ShapeSet, M: int, dtype: str, tp: int, ep: int = 1, kind: str = "", scaling: str = dtypes.REFERENCE_SCALING
+    sset: ShapeSet,
+    M: int,
+    dtype: str,
+    tp: int,
+    ep: int = 1,
+    kind: str = "",
+    scaling: str = dtypes.REFERENCE_SCALING,
+    dp: int = 1,
+    layout: str = sharding.DEFAULT_LAYOUT,
 ) -> list[Problem]:
-    """One layer's GEMMs at one M, in the set's order (see in_layer); expert GEMMs on rank 0 of `ep`.  A kind of
-    layer without experts (a dense prefix layer) runs the same at any EP degree: its problems carry ep 1.  Every GEMM
-    of the layer has the one fp8 `scaling` (a block-fp8 layer: every variant chosen runs block)."""
-    shapes.check_ep(sset, ep)  # the whole model's experts: a dense-prefix layer alone has none and runs at ep 1
+    """One layer's GEMMs at one M (one DP rank's tokens), in the set's order (see in_layer), divided as `run` divides
+    them (gemmbench.sharding); expert GEMMs on rank 0 of `ep`.  A kind of layer without experts (a dense prefix
+    layer) runs the same at any EP degree: its problems carry ep 1.  Every GEMM of the layer has the one fp8
+    `scaling` (a block-fp8 layer: every variant chosen runs block)."""
+    # the whole model's experts decide whether the deployment is valid: a dense-prefix layer alone has none
+    sharding.check(sharding.Parallel(tp, dp, ep, layout), sset.name, any(g.is_moe for g in sset.gemms))
     gemms = [g for g in sset.gemms if in_layer(g, kind)]
     if not gemms:
         what = f"{kind} " if kind else ""
         raise LayerError(f"{sset.source}: no GEMM of a {what}decoder layer (only {', '.join(NOT_IN_LAYER)})")
     layer = ShapeSet(sset.name, sset.description, tuple(gemms), sset.m_values, sset.source)
-    return shapes.problems(layer, [dtype], [M], tp, ep=ep if any(g.is_moe for g in gemms) else 1, scalings=[scaling])
+    ep = ep if any(g.is_moe for g in gemms) else 1
+    return sharding.problems(layer, [dtype], [M], tp, ep=ep, scalings=[scaling], dp=dp, layout=layout)
 
 
 def steps_for(problems: Sequence[Problem], choose: Callable[[Problem], str]) -> list[Step]:
@@ -178,6 +190,7 @@ def best_chooser(runs: pd.DataFrame, device) -> tuple[Callable[[Problem], str], 
         same = ok[
             (ok["N"] == p.N) & (ok["K"] == p.K) & (ok["E"] == p.E) & (ok["topk"] == p.topk) & (ok["dtype"] == p.dtype)
             & (ok.get("ep", 1) == p.ep)  # frames made without an ep column (store.load always has one): EP 1
+            & (ok.get("dp", 1) == p.dp) & (ok.get("layout", "vllm") == p.layout)
             # a row of another fp8 scaling is another kernel's time (frames made without the column: as before scalings)
             & (ok.get("scaling", p.scaling) == p.scaling)
         ]  # fmt: skip

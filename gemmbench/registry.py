@@ -103,6 +103,14 @@ class Variant:
 
     def unsupported_reason(self, problem: Problem, device: Any) -> Optional[str]:
         """None if this variant can run the problem here, else a one-line reason."""
+        reason = self.declared_reason(problem)
+        if reason:
+            return reason
+        return self.supports(problem, device) if self.supports else None
+
+    def declared_reason(self, problem: Problem) -> Optional[str]:
+        """Why the variant's declarations (dtypes, scalings, dense or MoE) exclude the problem, else None: what can
+        be said without the device (`supports` may say more there)."""
         dt = dtypes.get(problem.dtype)
         if not dt.scaled and problem.scaling != dtypes.UNSCALED:
             return f"--scaling {problem.scaling} applies to fp8 only: {problem.dtype} carries no scales"
@@ -113,7 +121,7 @@ class Variant:
         if problem.is_moe != self.moe:
             kind = "MoE" if problem.is_moe else "dense"
             return f"{self.name} does not run {kind} GEMMs"
-        return self.supports(problem, device) if self.supports else None
+        return None
 
 
 class RegistryError(ValueError):

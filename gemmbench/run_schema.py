@@ -19,7 +19,8 @@ import pyarrow as pa
 # 6: + kernels (the kernel names a timed row's launch ran, ';'-joined: gemmbench.kernel_activity) and the GPU's
 # telemetry while the cell was timed (TELEMETRY_COLUMNS: clocks, power, temperature, energy per call, throttle
 # reasons); older files read them all as null
-SCHEMA_VERSION = 6
+# 7: + dp (data-parallel groups) and layout (whose GEMMs: gemmbench.sharding); older files are read as dp 1, "vllm"
+SCHEMA_VERSION = 7
 STATUSES = ("ok", "skipped", "wrong", "error")
 # timing_mode, l2_state: see gemmbench.timing (MODES, L2_STATE); device: "cuda" | "cpu".
 
@@ -37,7 +38,9 @@ _COLUMNS = [
     ("topk", _I),
     ("routing", _S),
     ("tp", _I),
-    ("ep", _I),  # expert-parallel degree that divided the GEMM's experts (shapes.apply_ep); dense 1
+    ("ep", _I),  # expert-parallel degree that divided the GEMM's experts (gemmbench.sharding); dense 1
+    ("dp", _I),  # data-parallel groups of the deployment; an expert GEMM's M holds all their tokens
+    ("layout", _S),  # whose GEMMs: vllm | sglang | hf (gemmbench.sharding.LAYOUTS)
     ("dtype", _S),
     ("scaling", _S),  # fp8: a name in dtypes.SCALINGS ("tensor", "row", "block", "block-ue8m0"); 16-bit: "none"
     # by which kernel
@@ -111,6 +114,8 @@ REQUIRED = (
     "topk",
     "tp",
     "ep",
+    "dp",
+    "layout",
     "dtype",
     "scaling",
     "variant",

@@ -10,14 +10,28 @@ A shape set is a YAML file::
     include: [llama70b-mlp]          # optional: GEMMs of BUILT-IN sets, placed before this file's own
     gemms:                           # required, non-empty; ids unique (across includes too)
       - id: attn_qkv                 # out = act (M, K) @ weight (N, K)^T
-        N: 10240
         K: 8192
-        parallel: column             # column (TP divides N) | row (TP divides K) | none
+        parallel: qkv                # qkv | vocab | column (TP divides N) | row (TP divides K) | none (replicated)
+        heads: 64                    # qkv: query heads, KV heads, head size; N = (heads + 2 kv_heads) head_dim
+        kv_heads: 8                  # (N may be given, and must be that)
+        head_dim: 128
+      - {id: lm_head, K: 8192, parallel: vocab, vocab: 128256, pad_to: 64}  # vocab: N = vocab (padded when run)
+      - id: moe_w13
+        N: 28672
+        K: 4096
+        parallel: column
         E: 8                         # optional MoE experts (default 1 = dense); E > 1 needs topk
         topk: 2                      # 1 <= topk <= E; M counts tokens for MoE
+        parts: {moe_w1: 14336, moe_w3: 14336}  # optional: the checkpoint's tensors a fused GEMM is made of (N adds
+                                     # up): --layout hf runs them apart, TP divides each
+        fold_shared: 1               # optional, experts: shared experts SGLang folds into these (E + 1, topk + 1)
         layer: moe                   # optional: the kind of layer it belongs to where a model's layers differ
                                      # (e.g. dense, moe); omitted = every layer
-        role: router                 # optional: "router" marks an MoE router (a dense GEMM, N = experts)
+        role: router                 # optional: router (an MoE router, a dense GEMM, N = experts), mlp (a dense
+                                     # MLP's), shared_expert (a shared expert's); see gemmbench.sharding
+
+How TP, DP and EP divide each kind: gemmbench/sharding.py.  A `parallel: column` GEMM whose id names a QKV is
+read with a warning: TP past its KV heads copies them, which only `parallel: qkv` can say.
 
 Every problem with a file is a ShapeError whose one-line message names the file and the entry.
 """
@@ -31,12 +45,14 @@ from typing import Any
 
 import yaml
 
-from gemmbench.shapes import PRESETS, Gemm, ShapeError, ShapeSet, _one_line, _parse_m, _positive
+from gemmbench.shapes import PRESETS, Gemm, ShapeError, ShapeSet, _is_int, _one_line, _parse_m, _positive
+from gemmbench.sharding import VOCAB_PADDING
 
-PARALLEL = ("column", "row", "none")
+PARALLEL = ("column", "row", "none", "qkv", "vocab")
 _TOP_KEYS = ("name", "description", "m", "include", "gemms")
-_GEMM_KEYS = ("id", "N", "K", "parallel", "E", "topk", "layer", "role")
-ROLES = ("router",)
+_GEMM_KEYS = ("id", "N", "K", "parallel", "E", "topk", "layer", "role", "heads", "kv_heads", "head_dim", "vocab",
+              "pad_to", "parts", "fold_shared")  # fmt: skip
+ROLES = ("router", "mlp", "shared_expert")
 
 
 def _m_from_yaml(value: Any, where: str) -> tuple[int, ...]:
@@ -141,7 +157,19 @@ def _parse(data: Any, src: str, chain: tuple[str, ...]) -> ShapeSet:
             raise ShapeError(f"{src}: gemm {g.name!r}: duplicate id (already defined by {origin[g.name]})")
         origin[g.name] = f"gemm #{i}"
         gemms.append(g)
-    return ShapeSet(name=name, description=description, gemms=tuple(gemms), m_values=m_values, source=src)
+    ids = {g.name for g in gemms}
+    for g in gemms:
+        clash = [part for part, _ in g.parts if part in ids]
+        if clash:
+            raise ShapeError(f"{src}: gemm {g.name!r}: part {clash[0]!r} is also a gemm id (--layout hf runs both)")
+    warnings = tuple(
+        f"{src}: gemm {g.name!r} is parallel: column; write it as parallel: qkv with heads, kv_heads and head_dim "
+        "(past its KV heads TP copies them, which column cannot say)"
+        for g in gemms
+        if _old_qkv(g)
+    )
+    return ShapeSet(name=name, description=description, gemms=tuple(gemms), m_values=m_values, source=src,
+                    warnings=warnings)  # fmt: skip
 
 
 def _parse_gemm(entry: Any, where: str, src: str) -> Gemm:
@@ -155,14 +183,34 @@ def _parse_gemm(entry: Any, where: str, src: str) -> Gemm:
     unknown = [k for k in entry if k not in _GEMM_KEYS]
     if unknown:
         raise ShapeError(f"{where}: unknown key {unknown[0]!r} (allowed: {', '.join(_GEMM_KEYS)})")
-    for key in ("id", "N", "K", "parallel"):
+    for key in ("id", "K", "parallel"):
         if key not in entry:
             raise ShapeError(f"{where}: missing field {key!r}")
-    N = _positive(entry["N"], "N", where)
-    K = _positive(entry["K"], "K", where)
     parallel = entry["parallel"]
     if parallel not in PARALLEL:
         raise ShapeError(f"{where}: parallel must be one of {', '.join(PARALLEL)}, got {parallel!r}")
+    if not isinstance(gid, str):  # the required keys were checked above; this narrows the type
+        raise ShapeError(f"{where}: missing key 'id'")
+    _only_for(entry, where, parallel)
+    K = _positive(entry["K"], "K", where)
+    fields: dict[str, Any] = {}
+    if parallel == "qkv":
+        fields = {k: _positive(entry.get(k), k, where) for k in ("heads", "kv_heads", "head_dim")}
+        if fields["heads"] % fields["kv_heads"]:
+            raise ShapeError(f"{where}: kv_heads ({fields['kv_heads']}) does not divide heads ({fields['heads']})")
+        derived, how = (fields["heads"] + 2 * fields["kv_heads"]) * fields["head_dim"], "(heads + 2 kv_heads) head_dim"
+    elif parallel == "vocab":
+        fields = {"vocab": _positive(entry.get("vocab"), "vocab", where),
+                  "pad_to": _positive(entry.get("pad_to", VOCAB_PADDING), "pad_to", where)}  # fmt: skip
+        derived, how = fields["vocab"], "vocab"
+    if parallel in ("qkv", "vocab"):
+        N = _positive(entry.get("N", derived), "N", where)
+        if N != derived:
+            raise ShapeError(f"{where}: N {N} is not {how} = {derived}")
+    elif "N" not in entry:
+        raise ShapeError(f"{where}: missing field 'N'")
+    else:
+        N = _positive(entry["N"], "N", where)
     E = _positive(entry.get("E", 1), "E", where)
     if "topk" in entry:
         topk = _positive(entry["topk"], "topk", where)
@@ -174,6 +222,11 @@ def _parse_gemm(entry: Any, where: str, src: str) -> Gemm:
         raise ShapeError(f"{where}: topk is required when E > 1 (E is {E})")
     else:
         topk = 1
+    if E > 1 and parallel not in ("column", "row", "none"):
+        raise ShapeError(f"{where}: experts (E > 1) are column, row or none, not {parallel}")
+    fold = _count(entry.get("fold_shared", 0), "fold_shared", where)
+    if fold and E == 1:
+        raise ShapeError(f"{where}: fold_shared is for expert GEMMs (E > 1), but E is 1")
     layer = entry.get("layer", "")
     if "layer" in entry and (not isinstance(layer, str) or not re.fullmatch(r"[A-Za-z][A-Za-z0-9_-]*", layer)):
         raise ShapeError(
@@ -184,6 +237,41 @@ def _parse_gemm(entry: Any, where: str, src: str) -> Gemm:
         raise ShapeError(f"{where}: role must be one of {', '.join(ROLES)}, got {role!r}")
     if role == "router" and E > 1:
         raise ShapeError(f"{where}: a router is one dense GEMM (N = the experts it routes to), but E is {E}")
-    if not isinstance(gid, str):  # the required keys were checked above; this narrows the type
-        raise ShapeError(f"{where}: missing key 'id'")
-    return Gemm(name=gid, N=N, K=K, parallel=parallel, E=E, topk=topk, layer=layer, role=role)
+    parts = _parts(entry, where, N, gid, fields)
+    return Gemm(name=gid, N=N, K=K, parallel=parallel, E=E, topk=topk, layer=layer, role=role, parts=parts,
+                fold_shared=fold, **fields)  # fmt: skip
+
+
+def _only_for(entry: dict, where: str, parallel: str) -> None:
+    """Keys that belong to one kind of GEMM are refused on another (a `vocab` on a row-parallel GEMM says nothing)."""
+    for kind, keys in (("qkv", ("heads", "kv_heads", "head_dim")), ("vocab", ("vocab", "pad_to"))):
+        given = [k for k in keys if k in entry]
+        if given and parallel != kind:
+            raise ShapeError(f"{where}: {given[0]} is only for parallel: {kind}, not {parallel}")
+
+
+def _count(value: Any, what: str, where: str) -> int:
+    if not _is_int(value) or value < 0:
+        raise ShapeError(f"{where}: {what} must be a non-negative integer, got {value!r}")
+    return value
+
+
+def _parts(entry: dict, where: str, N: int, gid: str, qkv: dict) -> tuple[tuple[str, int], ...]:
+    """A fused GEMM's tensors: `parts` as given (ids -> N, adding up to N), or a QKV's q, k and v from its heads."""
+    if "parts" not in entry:
+        if entry["parallel"] != "qkv":
+            return ()
+        stem = gid[: -len("qkv")] if gid.endswith("qkv") else f"{gid}_"
+        q, kv = qkv["heads"] * qkv["head_dim"], qkv["kv_heads"] * qkv["head_dim"]
+        return ((f"{stem}q", q), (f"{stem}k", kv), (f"{stem}v", kv))
+    parts = entry["parts"]
+    if not isinstance(parts, dict) or len(parts) < 2 or not all(isinstance(k, str) and k for k in parts):
+        raise ShapeError(f"{where}: parts must map two or more tensor ids to their N, got {parts!r}")
+    out = tuple((k, _positive(v, f"part {k!r}'s N", where)) for k, v in parts.items())
+    if sum(n for _, n in out) != N:
+        raise ShapeError(f"{where}: parts add up to N {sum(n for _, n in out)}, not the GEMM's N {N}")
+    return out
+
+
+def _old_qkv(g: Gemm) -> bool:
+    return g.parallel == "column" and not g.is_moe and "qkv" in g.name.lower()

@@ -1,12 +1,12 @@
-"""Shape sets as frozen data (Gemm, ShapeSet, Problem), M lists and presets, tensor- and expert-parallel division,
-and the expansion of a set into problems.  Sets are read from YAML by gemmbench.shape_sets (the format is there);
-model configs (config.json) become shape sets in gemmbench/hf_config.py."""
+"""Shape sets as frozen data (Gemm, ShapeSet, Problem), M lists and presets.  Sets are read from YAML by
+gemmbench.shape_sets (the format is there); model configs (config.json) become shape sets in gemmbench/hf_config.py;
+gemmbench.sharding divides a set's GEMMs as the engines do and expands it into problems."""
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
-from typing import Any, Sequence
+from typing import Any
 
 from gemmbench import dtypes
 
@@ -23,15 +23,23 @@ class Gemm:
     """One weight of a model: out = act (M, K) @ weight (N, K)^T.  MoE: weight is (E, N, K)."""
 
     name: str  # e.g. "attn_qkv"; unique within a set
-    N: int
+    N: int  # the whole weight's (qkv: (heads + 2 kv_heads) head_dim; vocab: the vocabulary, unpadded)
     K: int
-    parallel: str  # "column" (TP divides N) | "row" (TP divides K) | "none"
+    parallel: str  # how TP divides it (gemmbench.sharding): "column" | "row" | "none" | "qkv" | "vocab"
     E: int = 1  # experts; 1 for a dense GEMM
     topk: int = 1  # experts per token; 1 for a dense GEMM
-    layer: str = (
-        ""  # the layer kind it belongs to ("dense", "moe", ...) where a model's layers differ; "" = every layer
-    )
-    role: str = ""  # "router": the MoE router (dense, N = experts), run inside `layer`'s routing step; "" = a weight
+    # the layer kind it belongs to ("dense", "moe", ...) where a model's layers differ; "" = every layer
+    layer: str = ""
+    # "router": the MoE router (dense, N = experts), run inside `layer`'s routing step; "mlp": a dense MLP's;
+    # "shared_expert": a shared expert's (every token); "" = attention and the rest
+    role: str = ""
+    heads: int = 0  # qkv: query heads, KV heads and the head size (gemmbench.sharding copies KV heads past TP)
+    kv_heads: int = 0
+    head_dim: int = 0
+    vocab: int = 0  # vocab: the vocabulary, padded up to a multiple of pad_to before TP divides it
+    pad_to: int = 1
+    parts: tuple[tuple[str, int], ...] = ()  # a fused GEMM's checkpoint tensors (id, N), in order: --layout hf
+    fold_shared: int = 0  # experts: the shared experts SGLang folds into these routed ones (DeepSeek-V3: 1)
 
     @property
     def is_moe(self) -> bool:
@@ -45,15 +53,17 @@ class ShapeSet:
     gemms: tuple[Gemm, ...]
     m_values: tuple[int, ...]  # default M list (tokens for MoE)
     source: str  # the file it came from
+    warnings: tuple[str, ...] = ()  # what a reader should hear about the file, one line each (e.g. an old key)
 
 
 @dataclass(frozen=True)
 class Problem:
-    """One cell row's problem: a GEMM at one M, one dtype, one TP degree (N, K already divided), one EP degree.
+    """One cell row's problem: a GEMM as rank 0 of a deployment runs it (gemmbench.sharding: N, K already divided;
+    M the tokens this GEMM sees, M x dp for expert GEMMs), in one dtype and scaling.
 
     Expert parallelism (ep > 1, MoE only): E stays the model's global expert count (the M tokens are routed over all
-    E); the benchmarked rank is rank 0, which holds the `local_experts` = E // ep experts 0 .. E/ep - 1 and computes
-    only the (token, expert) pairs routed to them (inputs.make_inputs: the other slots' ids are -1)."""
+    E); the benchmarked rank is rank 0, which holds the `local_experts` = ceil(E / ep) experts 0 .. local - 1 and
+    computes only the (token, expert) pairs routed to them (inputs.make_inputs: the other slots' ids are -1)."""
 
     shape_set: str
     gemm: str
@@ -65,10 +75,14 @@ class Problem:
     E: int = 1
     topk: int = 1
     routing: str = "uniform"  # MoE: how tokens are routed to experts (inputs.ROUTINGS); dense: unused
-    ep: int = 1  # expert-parallel degree that divided E (apply_ep); 1 for a dense GEMM
+    ep: int = 1  # expert-parallel degree that divided E; 1 for a dense GEMM
     # how fp8 operands are scaled: a name in dtypes.SCALINGS; a 16-bit dtype's is "none" (its "tensor", the default,
     # becomes "none"); another scaling of a 16-bit dtype is a problem no variant runs (fp8 only: a skipped row)
     scaling: str = dtypes.REFERENCE_SCALING
+    dp: int = 1  # data-parallel groups of the deployment (gemmbench.sharding)
+    layout: str = "vllm"  # whose GEMMs: gemmbench.sharding.LAYOUTS
+    shared_experts: int = 0  # of E, the last ones every token is routed to (SGLang's folded shared expert)
+    dp_tokens: int = 1  # how many DP ranks' tokens M holds: dp where they are gathered (expert GEMMs), else 1
 
     def __post_init__(self) -> None:
         # with_(dtype=...) keeps the scaling: a 16-bit problem's "none" is fp8's "tensor", and back
@@ -84,8 +98,8 @@ class Problem:
 
     @property
     def local_experts(self) -> int:
-        """Experts this rank holds (the weight's leading dimension): E // ep."""
-        return self.E // self.ep
+        """Experts rank 0 holds (the weight's leading dimension): ceil(E / ep), vLLM's linear expert map."""
+        return -(-self.E // self.ep)
 
     def with_(self, **changes) -> "Problem":
         return replace(self, **changes)
@@ -94,11 +108,13 @@ class Problem:
     def label(self) -> str:
         """Human- and NVTX-safe name (no '/')."""
         moe = f" E{self.E} top{self.topk}" if self.is_moe else ""
+        if self.shared_experts:
+            moe += f" shared{self.shared_experts}"
         if self.is_moe and self.routing != "uniform":
             moe += f" {self.routing}"
-        tp = f" tp{self.tp}" if self.tp > 1 else ""
-        ep = f" ep{self.ep}" if self.ep > 1 else ""
-        return f"{self.gemm} {dtypes.label(self.dtype, self.scaling)} M{self.M} N{self.N} K{self.K}{moe}{tp}{ep}"
+        par = "".join(f" {k}{v}" for k, v in (("tp", self.tp), ("ep", self.ep), ("dp", self.dp)) if v > 1)
+        layout = f" {self.layout}" if self.layout != "vllm" else ""
+        return f"{self.gemm} {dtypes.label(self.dtype, self.scaling)} M{self.M} N{self.N} K{self.K}{moe}{par}{layout}"
 
 
 PRESETS = {"decode": DECODE_M, "prefill": PREFILL_M, "all": DECODE_M + PREFILL_M}
@@ -139,96 +155,3 @@ def _parse_m(text: str, where: str) -> tuple[int, ...]:
         else:
             raise ShapeError(f"{where}: M value {item!r} is not a positive integer or one of {', '.join(PRESETS)}")
     return tuple(sorted(values))
-
-
-# ---------------------------------------------------------------- problems
-
-
-def apply_tp(gemm: Gemm, tp: int) -> Gemm:
-    """The per-GPU shard: column-parallel splits N, row-parallel splits K, "none" is replicated."""
-    if not _is_int(tp) or tp < 1:
-        raise ShapeError(f"gemm {gemm.name!r}: tp must be a positive integer, got {tp!r}")
-    dim = {"column": "N", "row": "K"}.get(gemm.parallel)
-    if dim is None or tp == 1:
-        return gemm
-    size = getattr(gemm, dim)
-    if size % tp:
-        raise ShapeError(f"gemm {gemm.name!r}: {dim}={size} is not divisible by tp={tp} ({gemm.parallel}-parallel)")
-    return replace(gemm, **{dim: size // tp})
-
-
-def apply_ep(gemm: Gemm, ep: int) -> int:
-    """The EP degree of this GEMM's problems: an expert GEMM's E experts divided over `ep` ranks (E/ep each; its N or
-    K are apply_tp's business), a dense GEMM (attention, dense MLP, shared experts: every token hits them) 1."""
-    if not _is_int(ep) or ep < 1:
-        raise ShapeError(f"gemm {gemm.name!r}: ep must be a positive integer, got {ep!r}")
-    if not gemm.is_moe:
-        return 1
-    if gemm.E % ep:
-        raise ShapeError(f"gemm {gemm.name!r}: E={gemm.E} experts are not divisible by ep={ep}")
-    return ep
-
-
-def check_ep(shape_set: ShapeSet, ep: int) -> None:
-    """An EP degree the set can take: a positive integer, above 1 only for a set with expert GEMMs."""
-    if not _is_int(ep) or ep < 1:
-        raise ShapeError(f"{shape_set.source}: ep must be a positive integer, got {ep!r}")
-    if ep > 1 and not any(g.is_moe for g in shape_set.gemms):
-        raise ShapeError(f"{shape_set.source}: ep={ep} needs expert GEMMs (E > 1), and set {shape_set.name!r} has "
-                         f"none (its GEMMs: {', '.join(g.name for g in shape_set.gemms)})")  # fmt: skip
-
-
-def problems(
-    shape_set: ShapeSet,
-    dtype_names: Sequence[str],
-    m_values: Sequence[int] | None = None,
-    tp: int = 1,
-    routing: str = "uniform",
-    ep: int = 1,
-    scalings: Sequence[str] = (dtypes.REFERENCE_SCALING,),
-) -> list[Problem]:
-    """One Problem per (gemm, M, dtype, scaling): gemms in file order, M ascending, dtypes then scalings in the given
-    order.  `routing` applies to the MoE gemms (inputs.ROUTINGS); so does `ep` (apply_ep), which needs one.
-    `scalings` apply to fp8 (dtypes.problem_scaling: a 16-bit dtype runs once, unscaled, where "tensor" is asked)."""
-    dtype_names = (dtype_names,) if isinstance(dtype_names, str) else dtype_names  # not "f", "p", ... of "fp16"
-    if isinstance(scalings, str):
-        scalings = (scalings,)
-    if not dtype_names:
-        raise ShapeError(f"{shape_set.source}: no dtypes given")
-    for x in scalings:
-        if x not in dtypes.SCALINGS:
-            raise ShapeError(f"unknown scaling {x!r} (expected one of {', '.join(dtypes.SCALINGS)})")
-    if m_values is None:
-        ms = shape_set.m_values
-    else:
-        if not m_values:
-            raise ShapeError(f"{shape_set.source}: empty M list")
-        ms = tuple(sorted({_positive(m, "every M", shape_set.source) for m in m_values}))
-    check_ep(shape_set, ep)
-    out = []
-    for gemm in shape_set.gemms:
-        try:
-            g = apply_tp(gemm, tp)
-            g_ep = apply_ep(g, ep)
-        except ShapeError as e:
-            raise ShapeError(f"{shape_set.source}: {e}") from None
-        out += [
-            Problem(
-                shape_set=shape_set.name,
-                gemm=g.name,
-                M=m,
-                N=g.N,
-                K=g.K,
-                dtype=d,
-                tp=tp,
-                E=g.E,
-                topk=g.topk,
-                routing=routing if g.E > 1 else "uniform",
-                ep=g_ep,
-                scaling=s,
-            )
-            for m in ms
-            for d in dtype_names
-            for s in dict.fromkeys(dtypes.problem_scaling(d, x) for x in scalings)
-        ]
-    return out

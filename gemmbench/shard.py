@@ -44,15 +44,15 @@ def cell_key(problem, variant: str) -> str:
 
 def describe(key: str, variant: bool = True) -> str:
     """A cell key as a person reads it:
-    'smoke smoke_tails fp16 M5 N80 K48 [E8 top2 uniform] [tp2] [ep2] cublas_fp16'; fp8 names a scaling other
+    'smoke smoke_tails fp16 M5 N80 K48 [E8 top2 uniform] [tp2] [ep2] [dp2] [sglang] cublas_fp16'; fp8 names a scaling other
     than per tensor: 'fp8 block'."""
     from gemmbench.dtypes import label  # light; here with the other imports of this light module
 
-    shape_set, gemm, M, N, K, E, topk, routing, tp, ep, dtype, scaling, name = key.split("|")
+    shape_set, gemm, M, N, K, E, topk, routing, tp, ep, dp, layout, dtype, scaling, name = key.split("|")
     dtype = label(dtype, scaling)
     moe = f" E{E} top{topk} {routing}" if E not in ("", "1") else ""
-    par = f" tp{tp}" if tp not in ("", "1") else ""
-    par += f" ep{ep}" if ep not in ("", "1") else ""
+    par = "".join(f" {flag}{value}" for flag, value in (("tp", tp), ("ep", ep), ("dp", dp)) if value not in ("", "1"))
+    par += f" {layout}" if layout not in ("", "vllm") else ""
     return f"{shape_set} {gemm} {dtype} M{M} N{N} K{K}{moe}{par}" + (f" {name}" if variant else "")
 
 

@@ -68,8 +68,11 @@ def _scaling_as_before(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def _ep_one(df: pd.DataFrame) -> pd.DataFrame:
-    """A side table written before expert parallelism (no `ep` column): every row ran on EP 1."""
-    return df if "ep" in df.columns else df.assign(ep=1)
+    """A side table written before expert or data parallelism and layouts (no `ep`, `dp`, `layout` columns): every
+    row ran on EP 1, DP 1, vLLM's GEMMs."""
+    for column, value in (("ep", 1), ("dp", 1), ("layout", "vllm")):
+        df = df if column in df.columns else df.assign(**{column: value})
+    return df
 
 
 # Every column, whether or not a row has it (a CPU run has no graph time: its graph columns are null, not absent).
@@ -82,6 +85,8 @@ LAYER_COLUMNS = (
     "layer_kind",  # "" when every layer of the model is alike; "dense" / "moe" for DeepSeek-V3, Llama-4 Maverick
     "tp",
     "ep",
+    "dp",  # data-parallel groups (gemmbench.sharding); tables without it ran DP 1
+    "layout",  # whose GEMMs (gemmbench.sharding.LAYOUTS); tables without it: "vllm"
     "dtype",
     "scaling",  # the fp8 scaling of every GEMM of the layer (dtypes.SCALINGS); 16-bit: "none"
     "M",
@@ -135,7 +140,7 @@ LAYER_COLUMNS = (
 def write_layer_table(path: Path, rows: list[dict]) -> None:
     """A `gemmbench layer` table, atomically: rewritten after every layer."""
     df = pd.DataFrame(rows).reindex(columns=list(LAYER_COLUMNS))
-    for c in ("step", "N", "K", "E", "topk", "ep", "steps", "sm_count"):
+    for c in ("step", "N", "K", "E", "topk", "ep", "dp", "steps", "sm_count"):
         df[c] = df[c].astype("Int64")
     for c in (
         "kernel_us",

@@ -62,6 +62,8 @@ def cell_columns(problem, variant) -> dict:
         routing=problem.routing if problem.is_moe else None,
         tp=problem.tp,
         ep=problem.ep,
+        dp=problem.dp,
+        layout=problem.layout,
         dtype=problem.dtype,
         scaling=problem.scaling,
         variant=variant.name,
@@ -73,7 +75,8 @@ def cell_columns(problem, variant) -> dict:
 
 
 # The columns that name a cell (cell_columns' problem and variant): runs, profiles and comparisons match on them.
-CELL_KEY = ("shape_set", "gemm", "M", "N", "K", "E", "topk", "routing", "tp", "ep", "dtype", "scaling", "variant")
+CELL_KEY = ("shape_set", "gemm", "M", "N", "K", "E", "topk", "routing", "tp", "ep", "dp", "layout", "dtype", "scaling",
+            "variant")  # fmt: skip
 
 
 def resume_key(row) -> str:
@@ -119,6 +122,10 @@ def normalize_row(row: dict) -> dict:
     out["schema_version"] = SCHEMA_VERSION
     if out["ep"] is None:  # a row made without expert parallelism in mind (before schema 4, a plugin): EP 1
         out["ep"] = 1
+    if out["dp"] is None:  # a row made without data parallelism or layouts in mind (a plugin's, a test's)
+        out["dp"] = 1
+    if out["layout"] is None:
+        out["layout"] = "vllm"
     if out["process"] is None:  # a run of one process (no --repeat), a plugin's or a test's row
         out["process"] = 0
     if out["scaling"] is None and out["dtype"] is not None:  # a row made before block scales (a plugin's, a test's)
@@ -308,6 +315,11 @@ def _read(f: Path) -> pa.Table:
             if name not in table.column_names:
                 table = table.append_column(name, pa.nulls(table.num_rows, TYPES[name]))
         v = 6
+    if v == 6:  # before data parallelism and layouts every row ran DP 1, with vLLM's fusions
+        for name, value in (("dp", 1), ("layout", "vllm")):
+            if name not in table.column_names:
+                table = table.append_column(name, pa.array([value] * table.num_rows, TYPES[name]))
+        v = 7
     if v < SCHEMA_VERSION:
         raise StoreError(
             f"{f}: written by an older gemmbench (schema {v}, this one reads {SCHEMA_VERSION}); "

@@ -27,7 +27,8 @@ def baseline_for(row: dict) -> Optional[str]:
 
 def _cell(r: dict) -> tuple:
     scaling = r.get("scaling") or dtypes.REFERENCE_SCALING
-    return r["gemm"], r["M"], r["N"], r["K"], r["tp"], r.get("ep") or 1, r["dtype"], scaling, r.get("routing")
+    return (r["gemm"], r["M"], r["N"], r["K"], r["tp"], r.get("ep") or 1, r.get("dp") or 1, r.get("layout") or "vllm",
+            r["dtype"], scaling, r.get("routing"))  # fmt: skip
 
 
 def _is_gemm(r: dict) -> bool:
@@ -62,7 +63,8 @@ def winners(rows: list[dict]) -> set[int]:
 
 
 # the fields of each cell of `gemmbench run --format json` (README: JSON output), in this order
-SUMMARY_FIELDS = ("shape_set", "gemm", "M", "N", "K", "E", "topk", "tp", "ep", "routing", "dtype", "scaling", "variant",
+SUMMARY_FIELDS = ("shape_set", "gemm", "M", "N", "K", "E", "topk", "tp", "ep", "dp", "layout", "routing", "dtype",
+                  "scaling", "variant",
                   "timing_mode", "status", "reason", "time_us_median", "speedup", "baseline", "winner", "tied", "noisy",
                   "spread_pct", "roofline_note")  # fmt: skip
 
@@ -74,8 +76,9 @@ def summary(rows: list[dict]) -> list[dict]:
     sp, marked = speedups(rows), marks(rows)
     out = []
     for r in rows:
-        cell = {k: r.get(k) for k in SUMMARY_FIELDS[:16]}
+        cell = {k: r.get(k) for k in SUMMARY_FIELDS[:18]}
         cell["ep"] = r.get("ep") or 1  # rows written before expert parallelism
+        cell["dp"], cell["layout"] = r.get("dp") or 1, r.get("layout") or "vllm"
         cell["scaling"] = r.get("scaling") or dtypes.REFERENCE_SCALING
         cell["time_us_median"] = r.get("time_us_median") if r["status"] == "ok" else None
         cell.update(speedup=sp.get(id(r)), baseline=baseline_for(r) if _is_gemm(r) else None,
@@ -139,13 +142,15 @@ def clock_range(r: dict) -> str:
 def gemm_tables(rows: list[dict]) -> list[Table]:
     by_gemm = defaultdict(list)
     for r in rows:
-        by_gemm[(r["gemm"], r["N"], r["K"], r["E"], r["topk"], r["tp"], r.get("ep") or 1, r.get("routing"))].append(r)
+        par = (r["tp"], r.get("ep") or 1, r.get("dp") or 1, r.get("layout") or "vllm")
+        by_gemm[(r["gemm"], r["N"], r["K"], r["E"], r["topk"], *par, r.get("routing"))].append(r)
     sp = speedups(rows)
     marked = marks(rows)
     tables = []
-    for (gemm, N, K, E, topk, tp, ep, routing), rs in by_gemm.items():
+    for (gemm, N, K, E, topk, tp, ep, dp, layout, routing), rs in by_gemm.items():
         moe = (f", E={E} top{topk}" + (f", {routing} routing" if routing else "")) if E > 1 else ""
-        title = f"{gemm}  N={N} K={K}{moe}" + (f"  tp={tp}" if tp > 1 else "") + (f"  ep={ep}" if ep > 1 else "")
+        par = "".join(f"  {flag}={value}" for flag, value in (("tp", tp), ("ep", ep), ("dp", dp)) if value > 1)
+        title = f"{gemm}  N={N} K={K}{moe}{par}" + (f"  {layout} layout" if layout != "vllm" else "")
         first = rs[0]
         vs = (
             registry.baseline_for(first["dtype"], moe=True)

@@ -253,7 +253,7 @@ BAD_INPUTS = {
     "routing-zipf": ({"--routing": "uniform,zipf"}, ["--routing 'uniform,zipf'", "uniform, skewed, one-expert"]),
     "tp-0": ({"--tp": "0"}, ["--tp", "positive integers", "'0'"]),
     "tp-word": ({"--tp": "two"}, ["--tp", "positive integers"]),
-    "tp-3-indivisible": ({"--tp": "3"}, ["'smoke_square'", "N=64", "not divisible by tp=3"]),
+    "tp-3-indivisible": ({"--tp": "3"}, ["smoke: smoke_square: N 64 does not divide by TP 3 (column-parallel)"]),
     "m-0": ({"--m": "0"}, ["--m", "'0'", "not a positive integer"]),
     "m-abc": ({"--m": "abc"}, ["--m", "'abc'", "not a positive integer"]),
     "plugin-missing": ({"--plugin": "{d}/no_such_plugin.py"}, ["plugin file not found", "no_such_plugin.py"]),
@@ -584,11 +584,11 @@ LLAMA_CONFIG = {
     "head_dim": None,
 }
 LLAMA_GEMMS = [
-    ("attn_qkv", 6144, 4096, "column"),
+    ("attn_qkv", 6144, 4096, "qkv"),
     ("attn_o", 4096, 4096, "row"),
     ("mlp_gate_up", 28672, 4096, "column"),
     ("mlp_down", 4096, 14336, "row"),
-    ("lm_head", 128256, 4096, "column"),
+    ("lm_head", 128256, 4096, "vocab"),
 ]
 
 

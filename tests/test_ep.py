@@ -3,9 +3,9 @@ slots), the alignment and every MoE variant on those slots (fp16 and fp8 in Trit
 compares only this rank's rows, the FLOP and byte model, the run file's `ep` column, compare's cell key, tuned
 config names, the layer's routing, and bad input (exit 2, one line, nothing written).
 
-The convention under test (README "Shape sets"): E stays the model's global expert count; rank 0 holds global
-experts 0 .. E/ep - 1, which keep their ids; a slot routed to any other expert has id -1 and is not this rank's
-work."""
+The convention under test (README "Sharding"): E stays the model's global expert count; rank 0 holds global
+experts 0 .. ceil(E/ep) - 1, which keep their ids; a slot routed to any other expert has id -1 and is not this
+rank's work."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 import torch
 from test_cli import bad, invoke
 
-from gemmbench import config_files, metrics, registry, shape_sets, shapes, store
+from gemmbench import config_files, metrics, registry, shape_sets, store
 from gemmbench import layer as L
 from gemmbench import layer_plan as P
 from gemmbench.check import check_cell, compare, reference
@@ -23,6 +23,7 @@ from gemmbench.inputs import cell_seed, make_inputs
 from gemmbench.kernels.moe_align import Alignment, check_alignment, moe_align
 from gemmbench.registry import Launch
 from gemmbench.shapes import Problem, ShapeError
+from gemmbench.sharding import problems
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
 MOE_VARIANTS = ["triton_moe_col", "triton_moe_splitk", "torch_moe_loop", "torch_grouped_mm"]
@@ -32,7 +33,7 @@ SET_YAML = """\
 name: tiny-ep
 m: [3]
 gemms:
-  - {id: attn_qkv, N: 96, K: 64, parallel: column}
+  - {id: attn_qkv, N: 96, K: 64, parallel: qkv, heads: 4, kv_heads: 1, head_dim: 16}
   - {id: shared_w13, N: 64, K: 64, parallel: column}
   - {id: moe_w13, N: 128, K: 64, parallel: column, E: 8, topk: 2}
   - {id: moe_w2, N: 64, K: 64, parallel: row, E: 8, topk: 2}
@@ -53,38 +54,56 @@ def moe(M=9, E=4, topk=2, ep=2, dtype="fp16", routing="uniform", N=32, K=32) -> 
 # ---------------------------------------------------------------- 1. shapes
 
 
-def test_apply_ep_divides_the_experts_and_tp_the_rest(tiny_set):
-    got = {p.gemm: p for p in shapes.problems(shape_sets.load(str(tiny_set)), ["fp16"], tp=2, ep=4)}
-    # by hand from SET_YAML: tp 2 halves N of the column-parallel GEMMs (96 -> 48, 64 -> 32, 128 -> 64) and K of
-    # the row-parallel one (64 -> 32); ep 4 leaves E = 8 (global) and gives rank 0 8 / 4 = 2 experts; the dense
-    # GEMMs, the shared expert included, are not divided by EP (ep 1)
+def test_ep_keeps_experts_whole_and_tp_divides_the_rest(tiny_set):
+    sset = shape_sets.load(str(tiny_set))
+    got = {p.gemm: p for p in problems(sset, ["fp16"], tp=2, ep=2)}
+    # by hand from SET_YAML, vLLM's rules: TP 2 gives the QKV 4/2 query heads and its one KV head (copied): (2 + 2)
+    # * 16 = 64, and halves the dense column GEMM (64 -> 32); EP 2 = TP x DP keeps every expert whole (experts' TP
+    # 1: N 128, K 64 stay) and gives rank 0 8 / 2 = 4 of the E = 8 (global) experts
     want = {
-        "attn_qkv": (48, 64, 1, 1, 1),
+        "attn_qkv": (64, 64, 1, 1, 1),
         "shared_w13": (32, 64, 1, 1, 1),
-        "moe_w13": (64, 64, 8, 4, 2),
-        "moe_w2": (64, 32, 8, 4, 2),
+        "moe_w13": (128, 64, 8, 2, 4),
+        "moe_w2": (64, 64, 8, 2, 4),
     }
     assert {g: (p.N, p.K, p.E, p.ep, p.local_experts) for g, p in got.items()} == want
-    assert got["moe_w13"].label == "moe_w13 fp16 M3 N64 K64 E8 top2 tp2 ep4"
-    assert got["attn_qkv"].label == "attn_qkv fp16 M3 N48 K64 tp2"  # a dense GEMM's label has no ep
+    assert got["moe_w13"].label == "moe_w13 fp16 M3 N128 K64 E8 top2 tp2 ep2"
+    assert got["attn_qkv"].label == "attn_qkv fp16 M3 N64 K64 tp2"  # a dense GEMM's label has no ep
     assert all("/" not in p.label for p in got.values())  # NVTX-safe
+    # SGLang takes an EP between: TP 4, EP 2 splits each expert over 4 / 2 = 2 GPUs (N 64, K 32), rank 0 holds 4
+    sg = {p.gemm: p for p in problems(sset, ["fp16"], tp=4, ep=2, layout="sglang")}
+    assert (sg["moe_w13"].N, sg["moe_w2"].K, sg["moe_w13"].local_experts) == (64, 32, 4)
 
 
-def test_ep_that_does_not_divide_the_experts_names_the_set_and_the_gemm(tiny_set):
+def test_ep_that_does_not_divide_the_experts_gives_rank_0_one_more(tiny_set):
+    sset = shape_sets.load(str(tiny_set))
+    # 8 experts over 3 ranks: vLLM's linear map gives ranks 0 and 1 three, rank 2 two
+    w13 = next(p for p in problems(sset, ["fp16"], tp=2, dp=3, ep=3, layout="sglang") if p.gemm == "moe_w13")
+    assert (w13.local_experts, w13.N, w13.M) == (3, 128 // 2, 3 * 3)  # experts' TP 2 x 3 / 3 = 2; 3 DP ranks' tokens
+
+
+def test_ep_refusals_are_one_line(tiny_set):
+    sset = shape_sets.load(str(tiny_set))
     with pytest.raises(ShapeError) as e:
-        shapes.problems(shape_sets.load(str(tiny_set)), ["fp16"], ep=3)
-    assert str(e.value) == f"{tiny_set}: gemm 'moe_w13': E=8 experts are not divisible by ep=3"
-    with pytest.raises(ShapeError, match="E=8 experts are not divisible by ep=16"):
-        shapes.problems(shape_sets.load(str(tiny_set)), ["fp16"], ep=16)  # more ranks than experts
-    with pytest.raises(ShapeError, match="ep must be a positive integer, got 0"):
-        shapes.problems(shape_sets.load(str(tiny_set)), ["fp16"], ep=0)
+        problems(sset, ["fp16"], tp=4, ep=2)
+    assert str(e.value) == (
+        "tiny-ep: vLLM runs experts split over all TP x DP = 4 GPUs (EP 1) or whole, one set a GPU (EP = TP x DP = 4); "
+        "--ep 2 with --tp 4 --dp 1 is neither (--layout sglang takes any EP that divides TP x DP)"
+    )
+    with pytest.raises(ShapeError) as e:
+        problems(sset, ["fp16"], tp=2, ep=4, layout="sglang")
+    assert str(e.value) == "tiny-ep: --ep 4 does not divide the TP 2 x DP 1 = 2 GPUs the experts are spread over"
+    with pytest.raises(ShapeError, match="^--ep must be a positive integer, got 0$"):
+        problems(sset, ["fp16"], ep=0)
 
 
 def test_ep_on_a_set_without_experts_is_an_error():
     sset = shape_sets.load("llama70b-attn")
-    with pytest.raises(ShapeError, match=r"ep=8 needs expert GEMMs \(E > 1\), and set 'llama70b-attn' has none"):
-        shapes.problems(sset, ["bf16"], ep=8)
-    assert {p.ep for p in shapes.problems(sset, ["bf16"], ep=1)} == {1}
+    with pytest.raises(
+        ShapeError, match=r"^llama70b-attn: --ep 8 needs expert GEMMs \(E > 1\), and this set has none$"
+    ):
+        problems(sset, ["bf16"], tp=8, ep=8)
+    assert {p.ep for p in problems(sset, ["bf16"], ep=1)} == {1}
 
 
 # ---------------------------------------------------------------- 2. routing
@@ -241,7 +260,7 @@ def test_flops_and_bytes_min_count_this_ranks_share():
 @pytest.fixture(scope="module")
 def ep_run(tiny_set, tmp_path_factory):
     out = tmp_path_factory.mktemp("run") / "ep.parquet"
-    res = invoke("run", "--shapes", tiny_set, "--m", "3", "--dtype", "fp16", "--ep", "1,2", "--budget", "0.01",
+    res = invoke("run", "--shapes", tiny_set, "--m", "3", "--dtype", "fp16", "--tp", "2", "--ep", "1,2", "--budget", "0.01",
                  "--variants", "cublas_fp16,torch_moe_loop", "--out", out)  # fmt: skip
     assert res.exit_code == 0, res.stderr
     return store.load([out])
@@ -255,8 +274,8 @@ def test_a_run_row_has_ep_and_this_ranks_work(ep_run, tiny_set):
     assert got == sorted([("attn_qkv", 1, "cublas_fp16"), ("shared_w13", 1, "cublas_fp16")]
                          + [(g, e, "torch_moe_loop") for g in ("moe_w13", "moe_w2") for e in (1, 2)])  # fmt: skip
     for r in df[df.ep == 2].itertuples():
-        p = Problem("tiny-ep", r.gemm, 3, r.N, r.K, "fp16", E=8, topk=2, ep=2)
-        assert r.E == 8 and p.label.endswith(" ep2")
+        p = Problem("tiny-ep", r.gemm, 3, r.N, r.K, "fp16", tp=2, E=8, topk=2, ep=2)
+        assert r.E == 8 and p.label.endswith(" tp2 ep2")
         # wall timing (CPU) times one copy, drawn with the cell's seed + 1
         ids = make_inputs(p, cell_seed(0, p) + 1, "cpu").topk_ids.tolist()
         pairs = sum(e >= 0 for row in ids for e in row)
@@ -268,15 +287,16 @@ def test_a_run_row_has_ep_and_this_ranks_work(ep_run, tiny_set):
 def test_compare_keys_on_ep(ep_run):
     base = ep_run[ep_run.ep == 1]
     rows = {(r.cell, r.variant): r.verdict for r in compare_runs(base, ep_run)}
-    # the ep 2 cells are other cells than the ep 1 cells of the same GEMM: new, not compared with them
-    assert rows[("tiny-ep moe_w13 fp16 M3 N128 K64 E8 top2 uniform ep2", "torch_moe_loop")] == "new"
-    assert rows[("tiny-ep moe_w13 fp16 M3 N128 K64 E8 top2 uniform", "torch_moe_loop")] != "new"
+    # the ep 2 cells (whole experts) are other cells than the ep 1 cells (experts split over TP 2): new
+    assert rows[("tiny-ep moe_w13 fp16 M3 N128 K64 E8 top2 uniform tp2 ep2", "torch_moe_loop")] == "new"
+    assert rows[("tiny-ep moe_w13 fp16 M3 N64 K64 E8 top2 uniform tp2", "torch_moe_loop")] != "new"
     assert sum(v == "new" for v in rows.values()) == 2
 
 
 def test_committed_run_files_read_as_ep_1():
     df = store.load(["results/h100-2026-11-23-moe/moe-tp2-cold.parquet"])  # written with schema 2, before EP
     assert len(df) > 0 and set(df.ep) == {1} and set(df.schema_version) == {2}
+    assert set(df.dp) == {1} and set(df.layout) == {"vllm"}  # written before DP and layouts
 
 
 def test_tuned_config_files_are_named_by_the_local_experts_and_ep():
@@ -298,8 +318,8 @@ def test_tuned_config_files_are_named_by_the_local_experts_and_ep():
 
 def test_layer_routes_over_all_experts_and_keeps_rank_0s(tiny_set):
     dev = detect()
-    problems = P.layer_problems(shape_sets.load(str(tiny_set)), 3, "fp16", 1, ep=2)
-    built = L.build(P.steps_for(problems, P.chooser("cublas_*,torch_moe_loop", dev)), 0, "cpu")
+    layer = P.layer_problems(shape_sets.load(str(tiny_set)), 3, "fp16", 2, ep=2)
+    built = L.build(P.steps_for(layer, P.chooser("cublas_*,torch_moe_loop", dev)), 0, "cpu")
     routing = next(b.fn for b in built if not b.step.is_gemm)
     # the router's own top-2 over all 8 experts, by hand; rank 0 of 2 holds experts 0..3
     glob = torch.topk(torch.softmax((routing.x @ routing.w.t()).float(), dim=-1), 2, dim=-1).indices
@@ -319,14 +339,17 @@ def test_layer_routes_over_all_experts_and_keeps_rank_0s(tiny_set):
 @pytest.mark.parametrize(
     "args, fragment",
     [
-        (("run", "--shapes", "smoke", "--ep", "2"), "gemm 'smoke_moe_odd': E=3 experts are not divisible by ep=2"),
-        (("run", "--shapes", "llama70b-attn", "--ep", "8"), "set 'llama70b-attn' has none"),
+        (("run", "--shapes", "smoke", "--ep", "2"), "smoke: --ep 2 does not divide the TP 1 x DP 1 = 1 GPUs"),
+        (("run", "--shapes", "llama70b-attn", "--tp", "8", "--ep", "8"), "llama70b-attn: --ep 8 needs expert GEMMs"),
+        (("run", "--shapes", "mixtral-moe", "--tp", "8", "--ep", "4"), "--ep 4 with --tp 8 --dp 1 is neither"),
         (("run", "--shapes", "smoke", "--ep", "0"), "--ep '0': give positive integers"),
         (("run", "--shapes", "smoke", "--ep", "two"), "--ep 'two': give positive integers"),
-        (("tune", "--shapes", "smoke", "--ep", "3"), "E=4 experts are not divisible by ep=3"),
-        (("profile", "--ncu", "--shapes", "llama70b-attn", "--ep", "2"), "set 'llama70b-attn' has none"),
-        (("layer", "--model", "mixtral-8x7b", "--ep", "3"), "E=8 experts are not divisible by ep=3"),
-        (("layer", "--model", "llama3-70b", "--ep", "2"), "has none"),
+        (("run", "--shapes", "smoke", "--layout", "hf", "--tp", "2"), "--layout hf is the checkpoint's own tensors"),
+        (("run", "--shapes", "smoke", "--layout", "megatron"), "--layout 'megatron': choose from vllm, sglang, hf"),
+        (("tune", "--shapes", "smoke", "--ep", "3"), "smoke: --ep 3 does not divide the TP 1 x DP 1 = 1 GPUs"),
+        (("profile", "--ncu", "--shapes", "llama70b-attn", "--dp", "2", "--ep", "2"), "this set has none"),
+        (("layer", "--model", "mixtral-8x7b", "--tp", "8", "--ep", "2"), "--ep 2 with --tp 8 --dp 1 is neither"),
+        (("layer", "--model", "llama3-70b", "--tp", "2", "--ep", "2"), "this set has none"),
     ],
 )
 def test_bad_ep_is_one_line_exit_2_and_nothing_written(args, fragment, tmp_path):
@@ -360,11 +383,11 @@ def test_profile_outcome_carries_this_ranks_work(monkeypatch):
 def test_a_rank_with_no_pair_says_so_and_has_no_roofline(tiny_set, tmp_path):
     """One token at EP 4: its 2 experts of 8 can both lie outside rank 0's experts 0 and 1 (15 of the 28 pairs of
     experts do); that rank launches a kernel that finds nothing to do, and its row must not claim a roofline %."""
-    p = Problem("tiny-ep", "moe_w13", 1, 128, 64, "fp16", E=8, topk=2, ep=4)
+    p = Problem("tiny-ep", "moe_w13", 1, 128, 64, "fp16", tp=4, E=8, topk=2, ep=4)
     # the CPU path times one copy, drawn with the cell's seed + 1 (the check's is the cell's seed)
     seed = next(s for s in range(100) if (make_inputs(p, cell_seed(s, p) + 1, "cpu").topk_ids < 0).all())
     out = tmp_path / "idle.parquet"
-    res = invoke("run", "--shapes", tiny_set, "--m", "1", "--dtype", "fp16", "--ep", "4", "--budget", "0.01",
+    res = invoke("run", "--shapes", tiny_set, "--m", "1", "--dtype", "fp16", "--tp", "4", "--ep", "4", "--budget", "0.01",
                  "--seed", seed, "--variants", "torch_moe_loop", "--out", out)  # fmt: skip
     assert res.exit_code == 0, res.stderr
     row = store.load([out]).query("gemm == 'moe_w13'").iloc[0]

@@ -17,7 +17,8 @@ from gemmbench import shapes
 from gemmbench.cli import app
 from gemmbench.hf_config import from_hf_config
 from gemmbench.shape_sets import load, load_text
-from gemmbench.shapes import ShapeError, problems
+from gemmbench.shapes import ShapeError
+from gemmbench.sharding import problems
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "hf-configs"
@@ -46,30 +47,29 @@ def test_deepseek_v3():
     # 1 shared expert; dense intermediate 18432; vocab 129280.  Layers 0..2 dense (first_k_dense_replace 3), 3..60 MoE
     s = made(FIXTURES / "deepseek-v3.json")
     assert rows(s) == [
-        ("mla_q_a", 1536, 7168, "none", 1, 1, "", ""),  # N = q_lora_rank 1536
+        # q_a (q_lora_rank 1536) and kv_a (512 kv_lora + 64 rope) as one GEMM, as vLLM and SGLang run them
+        ("mla_qkv_a", 2112, 7168, "none", 1, 1, "", ""),  # 1536 + 576 = 2112
         ("mla_q_b", 24576, 1536, "column", 1, 1, "", ""),  # 128 heads * (128 nope + 64 rope) = 24576
-        ("mla_kv_a", 576, 7168, "none", 1, 1, "", ""),  # 512 kv_lora + 64 rope = 576
         ("mla_kv_b", 32768, 512, "column", 1, 1, "", ""),  # 128 heads * (128 nope + 128 v) = 32768
         ("attn_o", 7168, 16384, "row", 1, 1, "", ""),  # K = 128 heads * 128 v = 16384
-        ("mlp_gate_up", 36864, 7168, "column", 1, 1, "dense", ""),  # 2 * 18432 = 36864
-        ("mlp_down", 7168, 18432, "row", 1, 1, "dense", ""),
+        ("mlp_gate_up", 36864, 7168, "column", 1, 1, "dense", "mlp"),  # 2 * 18432 = 36864
+        ("mlp_down", 7168, 18432, "row", 1, 1, "dense", "mlp"),
         ("moe_router", 256, 7168, "none", 1, 1, "moe", "router"),  # N = 256 experts
         ("moe_w13", 4096, 7168, "column", 256, 8, "moe", ""),  # 2 * 2048 = 4096
         ("moe_w2", 7168, 2048, "row", 256, 8, "moe", ""),
-        ("moe_shared_gate_up", 4096, 7168, "column", 1, 1, "moe", ""),  # 2 * (1 shared * 2048) = 4096
-        ("moe_shared_down", 7168, 2048, "row", 1, 1, "moe", ""),
-        ("lm_head", 129280, 7168, "column", 1, 1, "", ""),
+        ("moe_shared_gate_up", 4096, 7168, "column", 1, 1, "moe", "shared_expert"),  # 2 * (1 shared * 2048) = 4096
+        ("moe_shared_down", 7168, 2048, "row", 1, 1, "moe", "shared_expert"),
+        ("lm_head", 129280, 7168, "vocab", 1, 1, "", ""),
     ]
     assert "61 layers: 3 dense, 58 MoE" in s.description  # 61 - 3 = 58
 
 
 def test_deepseek_v3_tensor_parallel_8():
-    # replicated: q_a, kv_a, router; column: N / 8; row: K / 8 (the experts too, without --ep)
+    # replicated: q_a + kv_a, router; column: N / 8; row: K / 8 (the experts too, without --ep)
     got = {p.gemm: (p.N, p.K) for p in problems(load("deepseek-v3"), ["bf16"], [1], tp=8)}
     assert got == {
-        "mla_q_a": (1536, 7168),
+        "mla_qkv_a": (2112, 7168),
         "mla_q_b": (3072, 1536),  # 24576 / 8
-        "mla_kv_a": (576, 7168),
         "mla_kv_b": (4096, 512),  # 32768 / 8
         "attn_o": (7168, 2048),  # 16384 / 8
         "mlp_gate_up": (4608, 7168),  # 36864 / 8
@@ -79,7 +79,7 @@ def test_deepseek_v3_tensor_parallel_8():
         "moe_w2": (7168, 256),  # 2048 / 8
         "moe_shared_gate_up": (512, 7168),
         "moe_shared_down": (7168, 256),
-        "lm_head": (16160, 7168),  # 129280 / 8
+        "lm_head": (16160, 7168),  # 129280 (a multiple of 64) / 8
     }
 
 
@@ -92,14 +92,14 @@ def test_deepseek_v2_lite_uncompressed_queries():
         ("mla_kv_a", 576, 2048, "none", 1, 1, "", ""),  # 512 + 64
         ("mla_kv_b", 4096, 512, "column", 1, 1, "", ""),  # 16 * (128 + 128) = 4096
         ("attn_o", 2048, 2048, "row", 1, 1, "", ""),  # K = 16 * 128 = 2048
-        ("mlp_gate_up", 21888, 2048, "column", 1, 1, "dense", ""),  # 2 * 10944
-        ("mlp_down", 2048, 10944, "row", 1, 1, "dense", ""),
+        ("mlp_gate_up", 21888, 2048, "column", 1, 1, "dense", "mlp"),  # 2 * 10944
+        ("mlp_down", 2048, 10944, "row", 1, 1, "dense", "mlp"),
         ("moe_router", 64, 2048, "none", 1, 1, "moe", "router"),
         ("moe_w13", 2816, 2048, "column", 64, 6, "moe", ""),  # 2 * 1408
         ("moe_w2", 2048, 1408, "row", 64, 6, "moe", ""),
-        ("moe_shared_gate_up", 5632, 2048, "column", 1, 1, "moe", ""),  # 2 * (2 shared * 1408) = 5632
-        ("moe_shared_down", 2048, 2816, "row", 1, 1, "moe", ""),  # K = 2 * 1408
-        ("lm_head", 102400, 2048, "column", 1, 1, "", ""),
+        ("moe_shared_gate_up", 5632, 2048, "column", 1, 1, "moe", "shared_expert"),  # 2 * (2 shared * 1408) = 5632
+        ("moe_shared_down", 2048, 2816, "row", 1, 1, "moe", "shared_expert"),  # K = 2 * 1408
+        ("lm_head", 102400, 2048, "vocab", 1, 1, "", ""),
     ]
     assert "27 layers: 1 dense, 26 MoE" in s.description
 
@@ -110,8 +110,8 @@ def test_deepseek_moe_layer_freq_and_all_dense():
     assert "61 layers: 32 dense, 29 MoE" in made(dict(cfg, moe_layer_freq=2)).description
     # every layer dense: no router, no experts, and no layer keys (one kind of layer)
     s = made(dict(cfg, first_k_dense_replace=61))
-    assert [g.name for g in s.gemms] == ["mla_q_a", "mla_q_b", "mla_kv_a", "mla_kv_b", "attn_o", "mlp_gate_up",
-                                         "mlp_down", "lm_head"]  # fmt: skip
+    assert [g.name for g in s.gemms] == ["mla_qkv_a", "mla_q_b", "mla_kv_b", "attn_o", "mlp_gate_up", "mlp_down",
+                                         "lm_head"]  # fmt: skip
     assert {g.layer for g in s.gemms} == {""}
     # no shared expert (null or 0): no moe_shared_*
     for none in (None, 0):
@@ -122,24 +122,24 @@ def test_qwen3_30b_a3b():
     # hidden 2048, 32 query heads, 4 KV heads, head_dim 128; 128 experts top-8 of 768; every layer MoE
     # (decoder_sparse_step 1, mlp_only_layers []): no dense MLP, no layer keys
     assert rows(made(FIXTURES / "qwen3-30b-a3b.json")) == [
-        ("attn_qkv", 5120, 2048, "column", 1, 1, "", ""),  # (32 + 2 * 4) heads * 128 = 5120
+        ("attn_qkv", 5120, 2048, "qkv", 1, 1, "", ""),  # (32 + 2 * 4) heads * 128 = 5120
         ("attn_o", 2048, 4096, "row", 1, 1, "", ""),  # K = 32 * 128 = 4096 (not hidden: head_dim is given)
         ("moe_router", 128, 2048, "none", 1, 1, "", "router"),
         ("moe_w13", 1536, 2048, "column", 128, 8, "", ""),  # 2 * 768
         ("moe_w2", 2048, 768, "row", 128, 8, "", ""),
-        ("lm_head", 151936, 2048, "column", 1, 1, "", ""),
+        ("lm_head", 151936, 2048, "vocab", 1, 1, "", ""),
     ]
 
 
 def test_qwen3_235b_a22b():
     # hidden 4096, 64 query heads, 4 KV heads, head_dim 128; 128 experts top-8 of 1536
     assert rows(made(FIXTURES / "qwen3-235b-a22b.json")) == [
-        ("attn_qkv", 9216, 4096, "column", 1, 1, "", ""),  # (64 + 2 * 4) * 128 = 9216
+        ("attn_qkv", 9216, 4096, "qkv", 1, 1, "", ""),  # (64 + 2 * 4) * 128 = 9216
         ("attn_o", 4096, 8192, "row", 1, 1, "", ""),  # K = 64 * 128
         ("moe_router", 128, 4096, "none", 1, 1, "", "router"),
         ("moe_w13", 3072, 4096, "column", 128, 8, "", ""),  # 2 * 1536
         ("moe_w2", 4096, 1536, "row", 128, 8, "", ""),
-        ("lm_head", 151936, 4096, "column", 1, 1, "", ""),
+        ("lm_head", 151936, 4096, "vocab", 1, 1, "", ""),
     ]
 
 
@@ -149,8 +149,8 @@ def test_qwen_moe_dense_layers():
     s = made(dict(cfg, mlp_only_layers=[0, 47]))
     assert "48 layers: 2 dense, 46 MoE" in s.description
     assert rows(s)[2:4] == [
-        ("mlp_gate_up", 12288, 2048, "column", 1, 1, "dense", ""),  # 2 * 6144
-        ("mlp_down", 2048, 6144, "row", 1, 1, "dense", ""),
+        ("mlp_gate_up", 12288, 2048, "column", 1, 1, "dense", "mlp"),  # 2 * 6144
+        ("mlp_down", 2048, 6144, "row", 1, 1, "dense", "mlp"),
     ]
     assert {g.layer for g in s.gemms if g.name.startswith("moe_")} == {"moe"}
     # decoder_sparse_step 4: layer i is MoE where (i + 1) % 4 == 0 -> 3, 7, ..., 47: 12 MoE, 36 dense
@@ -161,14 +161,14 @@ def test_qwen1_5_moe_shared_expert():
     # Qwen2-MoE: hidden 2048, 16 heads (MHA: 16 KV heads), head dim 2048 / 16 = 128; 60 experts top-4 of 1408; a
     # shared expert of 5632 (its Linear(2048, 1) gate is a dot product, not listed)
     assert rows(made(FIXTURES / "qwen1.5-moe-a2.7b.json")) == [
-        ("attn_qkv", 6144, 2048, "column", 1, 1, "", ""),  # (16 + 2 * 16) * 128 = 6144
+        ("attn_qkv", 6144, 2048, "qkv", 1, 1, "", ""),  # (16 + 2 * 16) * 128 = 6144
         ("attn_o", 2048, 2048, "row", 1, 1, "", ""),
         ("moe_router", 60, 2048, "none", 1, 1, "", "router"),
         ("moe_w13", 2816, 2048, "column", 60, 4, "", ""),  # 2 * 1408
         ("moe_w2", 2048, 1408, "row", 60, 4, "", ""),
-        ("moe_shared_gate_up", 11264, 2048, "column", 1, 1, "", ""),  # 2 * 5632
-        ("moe_shared_down", 2048, 5632, "row", 1, 1, "", ""),
-        ("lm_head", 151936, 2048, "column", 1, 1, "", ""),
+        ("moe_shared_gate_up", 11264, 2048, "column", 1, 1, "", "shared_expert"),  # 2 * 5632
+        ("moe_shared_down", 2048, 5632, "row", 1, 1, "", "shared_expert"),
+        ("lm_head", 151936, 2048, "vocab", 1, 1, "", ""),
     ]
     # 0 means no shared expert
     cfg = dict(fixture("qwen1.5-moe-a2.7b"), shared_expert_intermediate_size=0)
@@ -176,7 +176,7 @@ def test_qwen1_5_moe_shared_expert():
 
 
 LLAMA4_ATTN = [
-    ("attn_qkv", 7168, 5120, "column", 1, 1, "", ""),  # (40 + 2 * 8) heads * 128 = 7168
+    ("attn_qkv", 7168, 5120, "qkv", 1, 1, "", ""),  # (40 + 2 * 8) heads * 128 = 7168
     ("attn_o", 5120, 5120, "row", 1, 1, "", ""),  # K = 40 * 128 = 5120
 ]
 
@@ -188,9 +188,9 @@ def test_llama4_scout():
         ("moe_router", 16, 5120, "none", 1, 1, "", "router"),
         ("moe_w13", 16384, 5120, "column", 16, 1, "", ""),  # 2 * 8192
         ("moe_w2", 5120, 8192, "row", 16, 1, "", ""),
-        ("moe_shared_gate_up", 16384, 5120, "column", 1, 1, "", ""),  # 2 * 8192
-        ("moe_shared_down", 5120, 8192, "row", 1, 1, "", ""),
-        ("lm_head", 202048, 5120, "column", 1, 1, "", ""),
+        ("moe_shared_gate_up", 16384, 5120, "column", 1, 1, "", "shared_expert"),  # 2 * 8192
+        ("moe_shared_down", 5120, 8192, "row", 1, 1, "", "shared_expert"),
+        ("lm_head", 202048, 5120, "vocab", 1, 1, "", ""),
     ]
 
 
@@ -199,14 +199,14 @@ def test_llama4_maverick():
     # a dense MLP of intermediate_size_mlp 16384
     s = made(FIXTURES / "llama4-maverick.json")
     assert rows(s) == LLAMA4_ATTN + [
-        ("mlp_gate_up", 32768, 5120, "column", 1, 1, "dense", ""),  # 2 * 16384
-        ("mlp_down", 5120, 16384, "row", 1, 1, "dense", ""),
+        ("mlp_gate_up", 32768, 5120, "column", 1, 1, "dense", "mlp"),  # 2 * 16384
+        ("mlp_down", 5120, 16384, "row", 1, 1, "dense", "mlp"),
         ("moe_router", 128, 5120, "none", 1, 1, "moe", "router"),
         ("moe_w13", 16384, 5120, "column", 128, 1, "moe", ""),
         ("moe_w2", 5120, 8192, "row", 128, 1, "moe", ""),
-        ("moe_shared_gate_up", 16384, 5120, "column", 1, 1, "moe", ""),
-        ("moe_shared_down", 5120, 8192, "row", 1, 1, "moe", ""),
-        ("lm_head", 202048, 5120, "column", 1, 1, "", ""),
+        ("moe_shared_gate_up", 16384, 5120, "column", 1, 1, "moe", "shared_expert"),
+        ("moe_shared_down", 5120, 8192, "row", 1, 1, "moe", "shared_expert"),
+        ("lm_head", 202048, 5120, "vocab", 1, 1, "", ""),
     ]
     assert "48 layers: 24 dense, 24 MoE" in s.description
 
@@ -220,12 +220,12 @@ def test_llama4_text_only_config():
 def test_gpt_oss_120b():
     # hidden 2880, 64 query heads, 8 KV heads, head_dim 64; 128 experts top-4 of 2880
     assert rows(made(FIXTURES / "gpt-oss-120b.json")) == [
-        ("attn_qkv", 5120, 2880, "column", 1, 1, "", ""),  # (64 + 2 * 8) * 64 = 5120
+        ("attn_qkv", 5120, 2880, "qkv", 1, 1, "", ""),  # (64 + 2 * 8) * 64 = 5120
         ("attn_o", 2880, 4096, "row", 1, 1, "", ""),  # K = 64 * 64 = 4096
         ("moe_router", 128, 2880, "none", 1, 1, "", "router"),
         ("moe_w13", 5760, 2880, "column", 128, 4, "", ""),  # 2 * 2880
         ("moe_w2", 2880, 2880, "row", 128, 4, "", ""),
-        ("lm_head", 201088, 2880, "column", 1, 1, "", ""),
+        ("lm_head", 201088, 2880, "vocab", 1, 1, "", ""),
     ]
     # either top-k field alone is enough
     cfg = fixture("gpt-oss-120b")
@@ -236,22 +236,22 @@ def test_gpt_oss_120b():
 def test_llama3_405b():
     # hidden 16384, 128 query heads, 8 KV heads, head dim 16384 / 128 = 128; intermediate 53248
     assert rows(made(FIXTURES / "llama3-405b.json")) == [
-        ("attn_qkv", 18432, 16384, "column", 1, 1, "", ""),  # (128 + 2 * 8) * 128 = 18432
+        ("attn_qkv", 18432, 16384, "qkv", 1, 1, "", ""),  # (128 + 2 * 8) * 128 = 18432
         ("attn_o", 16384, 16384, "row", 1, 1, "", ""),
-        ("mlp_gate_up", 106496, 16384, "column", 1, 1, "", ""),  # 2 * 53248
-        ("mlp_down", 16384, 53248, "row", 1, 1, "", ""),
-        ("lm_head", 128256, 16384, "column", 1, 1, "", ""),
+        ("mlp_gate_up", 106496, 16384, "column", 1, 1, "", "mlp"),  # 2 * 53248
+        ("mlp_down", 16384, 53248, "row", 1, 1, "", "mlp"),
+        ("lm_head", 128256, 16384, "vocab", 1, 1, "", ""),
     ]
 
 
 def test_qwen2_5_72b():
     # hidden 8192, 64 query heads, 8 KV heads, head dim 8192 / 64 = 128; intermediate 29568
     assert rows(made(FIXTURES / "qwen2.5-72b.json")) == [
-        ("attn_qkv", 10240, 8192, "column", 1, 1, "", ""),  # (64 + 2 * 8) * 128 = 10240
+        ("attn_qkv", 10240, 8192, "qkv", 1, 1, "", ""),  # (64 + 2 * 8) * 128 = 10240
         ("attn_o", 8192, 8192, "row", 1, 1, "", ""),
-        ("mlp_gate_up", 59136, 8192, "column", 1, 1, "", ""),  # 2 * 29568
-        ("mlp_down", 8192, 29568, "row", 1, 1, "", ""),
-        ("lm_head", 152064, 8192, "column", 1, 1, "", ""),
+        ("mlp_gate_up", 59136, 8192, "column", 1, 1, "", "mlp"),  # 2 * 29568
+        ("mlp_down", 8192, 29568, "row", 1, 1, "", "mlp"),
+        ("lm_head", 152064, 8192, "vocab", 1, 1, "", ""),
     ]
 
 
@@ -265,7 +265,7 @@ def test_mixtral_8x7b_matches_the_hand_written_builtin_plus_router_and_lm_head()
     s = made(FIXTURES / "mixtral-8x7b.json")
     builtin = rows(load("mixtral-moe"))  # attn_qkv, attn_o, moe_w13 (2 * 14336, E 8 top-2), moe_w2
     assert rows(s) == builtin[:2] + [("moe_router", 8, 4096, "none", 1, 1, "", "router")] + builtin[2:] + [
-        ("lm_head", 32000, 4096, "column", 1, 1, "", "")
+        ("lm_head", 32000, 4096, "vocab", 1, 1, "", "")
     ]
 
 
@@ -274,16 +274,16 @@ def test_dense_families_and_head_dim():
     nemo = {"architectures": ["MistralForCausalLM"], "hidden_size": 5120, "intermediate_size": 14336,
             "num_attention_heads": 32, "head_dim": 128, "vocab_size": 131072}  # fmt: skip
     assert rows(made(nemo, name="nemo"))[:2] == [
-        ("attn_qkv", 12288, 5120, "column", 1, 1, "", ""),  # (32 + 2 * 32) * 128 = 12288
+        ("attn_qkv", 12288, 5120, "qkv", 1, 1, "", ""),  # (32 + 2 * 32) * 128 = 12288
         ("attn_o", 5120, 4096, "row", 1, 1, "", ""),  # K = 32 * 128 = 4096
     ]
     # Qwen3-8B (dense): hidden 4096, 32 heads, 8 KV heads, head_dim 128, intermediate 12288
     qwen3 = {"architectures": ["Qwen3ForCausalLM"], "hidden_size": 4096, "intermediate_size": 12288,
              "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936}  # fmt: skip
     assert rows(made(qwen3, name="q"))[:3] == [
-        ("attn_qkv", 6144, 4096, "column", 1, 1, "", ""),  # (32 + 16) * 128 = 6144
+        ("attn_qkv", 6144, 4096, "qkv", 1, 1, "", ""),  # (32 + 16) * 128 = 6144
         ("attn_o", 4096, 4096, "row", 1, 1, "", ""),
-        ("mlp_gate_up", 24576, 4096, "column", 1, 1, "", ""),  # 2 * 12288
+        ("mlp_gate_up", 24576, 4096, "column", 1, 1, "", "mlp"),  # 2 * 12288
     ]
     # "head_dim": null means derive it: 8192 / 64 = 128
     assert rows(made(dict(fixture("llama3-70b"), head_dim=None)))[0][1] == (64 + 16) * 128
@@ -563,7 +563,7 @@ def test_layer_and_role_keys_load():
             "layer must be a layer kind such as dense or moe (a letter, then letters, digits, _ or -), got 3",
         ),
         (", layer: 'moe layer'", "layer must be a layer kind such as dense or moe"),
-        (", role: gate", "role must be one of router, got 'gate'"),
+        (", role: gate", "role must be one of router, mlp, shared_expert, got 'gate'"),
         (", role: router, E: 8, topk: 2", "a router is one dense GEMM (N = the experts it routes to), but E is 8"),
     ],
 )

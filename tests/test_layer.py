@@ -32,7 +32,7 @@ TINY_YAML = """\
 name: tiny-layer
 m: [1, 5]
 gemms:
-  - {id: attn_qkv, N: 96, K: 64, parallel: column}
+  - {id: attn_qkv, N: 96, K: 64, parallel: qkv, heads: 4, kv_heads: 1, head_dim: 16}
   - {id: attn_o, N: 64, K: 64, parallel: row}
   - {id: moe_w13, N: 64, K: 64, parallel: column, E: 4, topk: 2}
   - {id: moe_w2, N: 64, K: 32, parallel: row, E: 4, topk: 2}
@@ -225,7 +225,7 @@ def test_tp_that_does_not_divide_is_one_line():
     with pytest.raises(shapes.ShapeError) as exc:
         sequence("llama3-70b", 3)
     msg = str(exc.value)
-    assert "attn_qkv" in msg and "not divisible by tp=3" in msg and "\n" not in msg
+    assert msg == "llama70b: attn_qkv: 64 query heads do not divide by TP 3"
 
 
 # ---------------------------------------------------------------- 2. --variants: globs and pins
@@ -657,8 +657,8 @@ def not_a_run(tmp_path_factory):
 BAD = {
     "unknown-model": ({"--model": "llama3-7000b"}, ["llama3-7000b", "llama3-70b"]),
     "missing-yaml": ({"--model": "{d}/no_such.yaml"}, ["no_such.yaml", "cannot read"]),
-    "tp-indivisible": ({"--model": "llama3-70b", "--tp": "3"}, ["attn_qkv", "not divisible by tp=3"]),
-    "tp-indivisible-tiny": ({"--tp": "5"}, ["attn_qkv", "N=96", "not divisible by tp=5"]),
+    "tp-indivisible": ({"--model": "llama3-70b", "--tp": "3"}, ["attn_qkv", "64 query heads do not divide by TP 3"]),
+    "tp-indivisible-tiny": ({"--tp": "5"}, ["attn_qkv", "4 query heads do not divide by TP 5"]),
     "variants-and-best-from": ({"--best-from": "{nr}"}, ["--variants", "--best-from"]),
     "layers-0": ({"--layers": "0"}, ["--layers", "0"]),
     "budget-0": ({"--budget": "0"}, ["--budget"]),

@@ -1,4 +1,4 @@
-"""`gemmbench layer` for today's models (issue 18, item 5): MLA projections in order, one layer per kind of layer
+"""`gemmbench layer` for today's models: MLA projections in order, one layer per kind of layer
 (DeepSeek-V3's dense prefix and its MoE layers, Llama-4 Maverick's alternating ones), the router inside the routing
 step, shared experts after the routed ones, expert parallelism; and a tiny model of that structure end to end on
 the CPU.  The large models are only turned into step sequences (no buffers)."""
@@ -21,7 +21,7 @@ def dims(steps) -> dict:
     return {s.name: (s.problem.N, s.problem.K, s.problem.E, s.problem.topk, s.problem.ep) for s in steps if s.is_gemm}
 
 
-MLA = ["mla_q_a", "mla_q_b", "mla_kv_a", "mla_kv_b", "attn_o"]
+MLA = ["mla_qkv_a", "mla_q_b", "mla_kv_b", "attn_o"]  # q_a and kv_a fused, as vLLM and SGLang run them
 
 
 def test_deepseek_v3_has_a_dense_and_an_moe_layer_mla_first_router_in_the_routing_step():
@@ -31,18 +31,17 @@ def test_deepseek_v3_has_a_dense_and_an_moe_layer_mla_first_router_in_the_routin
     moe = steps_of("deepseek-v3", "moe")
     # the router GEMM (256 x 7168) is the routing step's own first launch: not a step of its own
     assert [s.name for s in moe] == MLA + ["routing", "moe_w13", "moe_w2", "moe_shared_gate_up", "moe_shared_down"]
-    assert moe[5].routes == (256, 8)
+    assert moe[4].routes == (256, 8)
 
 
 def test_deepseek_v3_dims_at_tp8_ep8():
     d = dims(steps_of("deepseek-v3", "moe", tp=8, ep=8))
-    assert d["mla_q_a"] == (1536, 7168, 1, 1, 1)  # replicated (vLLM: ReplicatedLinear)
+    assert d["mla_qkv_a"] == (1536 + 576, 7168, 1, 1, 1)  # replicated: q_lora 1536, kv_lora 512 + rope 64
     assert d["mla_q_b"] == (24576 // 8, 1536, 1, 1, 1)  # 128 heads * 192 / TP 8 = 3072
-    assert d["mla_kv_a"] == (576, 7168, 1, 1, 1)  # replicated: kv_lora 512 + rope 64
     assert d["mla_kv_b"] == (32768 // 8, 512, 1, 1, 1)  # 128 heads * (128 + 128) / 8 = 4096
     assert d["attn_o"] == (7168, 16384 // 8, 1, 1, 1)  # row-parallel: K 128 * 128 / 8 = 2048
-    # experts: 256 over 8 ranks (32 local) and TP 8 inside an expert: w13 N 4096 / 8, w2 K 2048 / 8
-    assert d["moe_w13"] == (512, 7168, 256, 8, 8) and d["moe_w2"] == (7168, 256, 256, 8, 8)
+    # experts: 256 over 8 ranks (32 local), each whole (EP = TP x DP: experts' TP 1): w13 N 4096, w2 K 2048
+    assert d["moe_w13"] == (4096, 7168, 256, 8, 8) and d["moe_w2"] == (7168, 2048, 256, 8, 8)
     assert d["moe_shared_gate_up"] == (512, 7168, 1, 1, 1) and d["moe_shared_down"] == (7168, 256, 1, 1, 1)
     # the dense prefix layer has no experts: it is the same layer at any EP degree
     dd = dims(steps_of("deepseek-v3", "dense", tp=8, ep=8))
@@ -96,7 +95,7 @@ def test_a_model_with_two_kinds_of_layer_runs_end_to_end_on_the_cpu_at_ep2(tmp_p
     model = tmp_path / "tiny.yaml"
     model.write_text(TINY)
     out = tmp_path / "layers.parquet"
-    res = CliRunner().invoke(app, ["layer", "--model", str(model), "--ep", "2", "--m", "3", "--dtype", "fp16", "--budget", "0.01",
+    res = CliRunner().invoke(app, ["layer", "--model", str(model), "--tp", "2", "--ep", "2", "--m", "3", "--dtype", "fp16", "--budget", "0.01",
                                    "--variants", "cublas_*,torch_moe_loop", "--out", str(out)])  # fmt: skip
     assert res.exit_code == 0, res.stderr
     df = side_tables.load_layer_tables([out])

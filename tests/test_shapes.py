@@ -11,13 +11,11 @@ from gemmbench.shape_sets import builtin_names, load
 from gemmbench.shapes import (
     DECODE_M,
     PREFILL_M,
-    Gemm,
     Problem,
     ShapeError,
-    apply_tp,
     parse_m_list,
-    problems,
 )
+from gemmbench.sharding import problems
 
 ALL_M = DECODE_M + PREFILL_M
 
@@ -62,7 +60,7 @@ def test_builtin_name_matches_file_and_has_description(name):
 
 def test_llama70b_attn():
     s = load("llama70b-attn")
-    assert dims(s) == [("attn_qkv", 10240, 8192, "column", 1, 1), ("attn_o", 8192, 8192, "row", 1, 1)]
+    assert dims(s) == [("attn_qkv", 10240, 8192, "qkv", 1, 1), ("attn_o", 8192, 8192, "row", 1, 1)]
     assert s.m_values == DECODE_M == (1, 2, 4, 8, 16, 32, 64)
 
 
@@ -75,11 +73,11 @@ def test_llama70b_mlp():
 def test_llama70b_includes_come_first():
     s = load("llama70b")
     assert dims(s) == [
-        ("attn_qkv", 10240, 8192, "column", 1, 1),
+        ("attn_qkv", 10240, 8192, "qkv", 1, 1),
         ("attn_o", 8192, 8192, "row", 1, 1),
         ("mlp_gate_up", 57344, 8192, "column", 1, 1),
         ("mlp_down", 8192, 28672, "row", 1, 1),
-        ("lm_head", 128256, 8192, "column", 1, 1),
+        ("lm_head", 128256, 8192, "vocab", 1, 1),
     ]
     # its own m, not the included attn set's decode-only list
     assert s.m_values == (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
@@ -88,7 +86,7 @@ def test_llama70b_includes_come_first():
 def test_mixtral_moe():
     s = load("mixtral-moe")
     assert dims(s) == [
-        ("attn_qkv", 6144, 4096, "column", 1, 1),
+        ("attn_qkv", 6144, 4096, "qkv", 1, 1),
         ("attn_o", 4096, 4096, "row", 1, 1),
         ("moe_w13", 28672, 4096, "column", 8, 2),
         ("moe_w2", 4096, 14336, "row", 8, 2),
@@ -167,44 +165,45 @@ def test_parse_m_list_empty(text):
 # ---------------------------------------------------------------- tensor parallelism
 
 
+def _at(name: str, **par) -> dict:
+    """{gemm: (N, K)} of a built-in set on rank 0 of a deployment, M 1, bf16."""
+    return {p.gemm: (p.N, p.K) for p in problems(load(name), ["bf16"], [1], **par)}
+
+
 @pytest.mark.parametrize("tp", [2, 4, 8])
-def test_apply_tp_llama70b(tp):
-    got = {g.name: apply_tp(g, tp) for g in load("llama70b").gemms}
-    assert (got["attn_qkv"].N, got["attn_qkv"].K) == (10240 // tp, 8192)
-    assert (got["attn_o"].N, got["attn_o"].K) == (8192, 8192 // tp)
-    assert (got["mlp_gate_up"].N, got["mlp_gate_up"].K) == (57344 // tp, 8192)
-    assert (got["mlp_down"].N, got["mlp_down"].K) == (8192, 28672 // tp)
-    assert (got["lm_head"].N, got["lm_head"].K) == (128256 // tp, 8192)
+def test_tp_llama70b(tp):
+    got = _at("llama70b", tp=tp)
+    kv = max(8 // tp, 1)  # 8 KV heads: 8/tp a GPU, and never fewer than one
+    assert got["attn_qkv"] == ((64 // tp + 2 * kv) * 128, 8192)
+    assert got["attn_o"] == (8192, 8192 // tp)
+    assert got["mlp_gate_up"] == (57344 // tp, 8192)
+    assert got["mlp_down"] == (8192, 28672 // tp)
+    assert got["lm_head"] == (128256 // tp, 8192)  # 128256 is a multiple of 64: no padding
 
 
-def test_apply_tp8_exact():
-    s = {g.name: g for g in load("llama70b").gemms}
-    assert apply_tp(s["attn_qkv"], 8) == Gemm("attn_qkv", 1280, 8192, "column")
-    assert apply_tp(s["attn_o"], 8) == Gemm("attn_o", 8192, 1024, "row")
+def test_tp_replicated_and_experts():
+    got = {p.gemm: p for p in problems(load("smoke"), ["fp16"], [1], tp=2)}
+    assert (got["smoke_deep"].N, got["smoke_deep"].K) == (32, 160)  # replicated: whole at any TP
+    mix = {p.gemm: p for p in problems(load("mixtral-moe"), ["bf16"], [1], tp=4)}
+    assert (mix["moe_w13"].N, mix["moe_w13"].E, mix["moe_w13"].topk) == (28672 // 4, 8, 2)  # E and topk stay
 
 
-def test_apply_tp_keeps_moe_fields_and_none_is_unchanged():
-    moe = Gemm("w13", 28672, 4096, "column", E=8, topk=2)
-    assert apply_tp(moe, 4) == Gemm("w13", 7168, 4096, "column", E=8, topk=2)
-    deep = Gemm("smoke_deep", 32, 160, "none")
-    assert apply_tp(deep, 3) == deep  # replicated: no division, so no divisibility check
-    assert apply_tp(moe, 1) == moe
-
-
-def test_apply_tp_indivisible_names_gemm():
-    s = {g.name: g for g in load("llama70b").gemms}
+def test_tp_indivisible_names_set_gemm_and_numbers():
     with pytest.raises(ShapeError) as e:
-        apply_tp(s["attn_qkv"], 3)
-    assert str(e.value) == "gemm 'attn_qkv': N=10240 is not divisible by tp=3 (column-parallel)"
+        problems(load("llama70b"), ["fp16"], tp=3)
+    assert str(e.value) == "llama70b: attn_qkv: 64 query heads do not divide by TP 3"
     with pytest.raises(ShapeError) as e:
-        apply_tp(s["attn_o"], 3)
-    assert str(e.value) == "gemm 'attn_o': K=8192 is not divisible by tp=3 (row-parallel)"
+        problems(load("llama70b-mlp"), ["fp16"], tp=3)
+    assert (
+        str(e.value)
+        == "llama70b-mlp: mlp_gate_up: its part mlp_gate (N 28672) does not divide by TP 3 (column-parallel)"
+    )
 
 
 @pytest.mark.parametrize("tp", [0, -2, True, 2.0])
-def test_apply_tp_bad_degree(tp):
-    with pytest.raises(ShapeError, match=r"^gemm 'attn_o': tp must be a positive integer, got "):
-        apply_tp(Gemm("attn_o", 8192, 8192, "row"), tp)
+def test_tp_bad_degree(tp):
+    with pytest.raises(ShapeError, match=r"^--tp must be a positive integer, got "):
+        problems(load("llama70b-attn"), ["fp16"], tp=tp)
 
 
 # ---------------------------------------------------------------- problems()
@@ -246,9 +245,6 @@ def test_problems_bare_dtype_string_is_one_dtype():
 
 def test_problems_errors_name_the_file():
     s = load("llama70b")
-    with pytest.raises(ShapeError) as e:
-        problems(s, ["fp16"], tp=3)
-    assert str(e.value) == f"{s.source}: gemm 'attn_qkv': N=10240 is not divisible by tp=3 (column-parallel)"
     with pytest.raises(ShapeError, match=r"empty M list$"):
         problems(s, ["fp16"], m_values=[])
     with pytest.raises(ShapeError, match=r"every M must be a positive integer, got 0$"):
@@ -284,11 +280,59 @@ def test_user_file_loads(tmp_path):
     s = load(path)
     assert (s.name, s.description, s.m_values, s.source) == ("mine", "my model", (1, 3), path)
     assert dims(s) == [
-        ("attn_qkv", 10240, 8192, "column", 1, 1),
+        ("attn_qkv", 10240, 8192, "qkv", 1, 1),
         ("attn_o", 8192, 8192, "row", 1, 1),
         ("up", 96, 32, "column", 1, 1),
         ("experts", 64, 96, "row", 4, 1),
     ]
+
+
+def test_qkv_and_vocab_entries_derive_n_and_check_it(tmp_path):
+    text = """name: x
+gemms:
+  - {id: attn_qkv, K: 4096, parallel: qkv, heads: 64, kv_heads: 4, head_dim: 128}
+  - {id: lm_head, N: 32016, K: 4096, parallel: vocab, vocab: 32016}
+"""
+    qkv, head = load(write(tmp_path, text)).gemms
+    # (64 + 2 * 4) * 128 = 9216; q, k, v are the checkpoint's three tensors
+    assert (qkv.N, qkv.parts) == (9216, (("attn_q", 8192), ("attn_k", 512), ("attn_v", 512)))
+    assert (head.N, head.vocab, head.pad_to) == (32016, 32016, 64)  # vLLM's padding when none is given
+    wrong = text.replace("K: 4096, parallel: qkv", "N: 9000, K: 4096, parallel: qkv")
+    with pytest.raises(ShapeError) as e:
+        load(write(tmp_path, wrong))
+    assert str(e.value).endswith("gemm 'attn_qkv': N 9000 is not (heads + 2 kv_heads) head_dim = 9216")
+
+
+@pytest.mark.parametrize(
+    "entry, message",
+    [
+        ("{id: q, K: 8, parallel: qkv, heads: 6, kv_heads: 4, head_dim: 8}", "kv_heads (4) does not divide heads (6)"),
+        ("{id: q, K: 8, parallel: qkv, heads: 4, head_dim: 8}", "kv_heads must be a positive integer, got None"),
+        ("{id: v, N: 8, K: 8, parallel: row, vocab: 8}", "vocab is only for parallel: vocab, not row"),
+        ("{id: w, N: 8, K: 8, parallel: column, parts: {a: 3, b: 4}}", "parts add up to N 7, not the GEMM's N 8"),
+        ("{id: w, N: 8, K: 8, parallel: column, parts: {a: 8}}", "parts must map two or more tensor ids to their N"),
+        (
+            "{id: w, N: 8, K: 8, parallel: column, fold_shared: 1}",
+            "fold_shared is for expert GEMMs (E > 1), but E is 1",
+        ),
+        ("{id: w, N: 8, K: 8, parallel: qkv, E: 2, topk: 1}", "heads must be a positive integer, got None"),
+    ],
+)
+def test_kind_keys_refused_where_they_do_not_belong(tmp_path, entry, message):
+    with pytest.raises(ShapeError) as e:
+        load(write(tmp_path, f"name: x\ngemms:\n  - {entry}\n"))
+    assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_old_column_qkv_is_read_with_one_warning(tmp_path):
+    path = write(tmp_path, "name: x\ngemms: [{id: attn_qkv, N: 6144, K: 4096, parallel: column}]\n")
+    s = load(path)
+    assert s.gemms[0].parallel == "column"  # read as written: N / TP, as before
+    assert s.warnings == (
+        f"{path}: gemm 'attn_qkv' is parallel: column; write it as parallel: qkv with heads, kv_heads and head_dim "
+        "(past its KV heads TP copies them, which column cannot say)",
+    )
+    assert load("llama70b").warnings == ()  # the built-in sets say qkv
 
 
 def test_user_file_defaults(tmp_path):
@@ -375,7 +419,7 @@ MALFORMED = [
     ("name: x\ngemms: [{id: g, N: 8, K: 8}]\n", "gemm 'g': missing field 'parallel'"),
     (
         "name: x\ngemms: [{id: g, N: 8, K: 8, parallel: row, bias: 1}]\n",
-        "gemm 'g': unknown key 'bias' (allowed: id, N, K, parallel, E, topk, layer, role)",
+        "gemm 'g': unknown key 'bias' (allowed: id, N, K, parallel, E, topk, layer, role, heads, kv_heads, head_dim, vocab, pad_to, parts, fold_shared)",
     ),
     ("name: x\ngemms: [{id: g, N: -3, K: 8, parallel: row}]\n", "gemm 'g': N must be a positive integer, got -3"),
     ("name: x\ngemms: [{id: g, N: 0, K: 8, parallel: row}]\n", "gemm 'g': N must be a positive integer, got 0"),
@@ -385,7 +429,7 @@ MALFORMED = [
     ("name: x\ngemms: [{id: g, N: 8, K: yes, parallel: row}]\n", "gemm 'g': K must be a positive integer, got True"),
     (
         "name: x\ngemms: [{id: g, N: 8, K: 8, parallel: diagonal}]\n",
-        "gemm 'g': parallel must be one of column, row, none, got 'diagonal'",
+        "gemm 'g': parallel must be one of column, row, none, qkv, vocab, got 'diagonal'",
     ),
     (
         "name: x\ngemms: [{id: g, N: 8, K: 8, parallel: row, E: 0, topk: 1}]\n",
@@ -457,7 +501,7 @@ def test_nested_includes_and_cycles(tmp_path, monkeypatch):
 def test_mixtral_8x22b_moe():
     s = load("mixtral-8x22b-moe")
     assert dims(s) == [
-        ("attn_qkv", 8192, 6144, "column", 1, 1),
+        ("attn_qkv", 8192, 6144, "qkv", 1, 1),
         ("attn_o", 6144, 6144, "row", 1, 1),
         ("moe_w13", 32768, 6144, "column", 8, 2),
         ("moe_w2", 6144, 16384, "row", 8, 2),

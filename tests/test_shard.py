@@ -10,7 +10,7 @@ from test_cli import bad, invoke, text
 
 from gemmbench import shard, store
 from gemmbench.shape_sets import load as load_set
-from gemmbench.shapes import problems
+from gemmbench.sharding import problems
 
 
 def cells_of(set_name="llama70b", dtypes=("fp8", "bf16"), tp=1, variants=("cublas_x", "triton_a", "triton_b")):

@@ -16,6 +16,7 @@ from test_cli import bad, invoke, text
 
 from gemmbench import shard, tasks, tuning
 from gemmbench.cli import tune as cli_tune
+from gemmbench.cli.common import deployment
 from gemmbench.device import DeviceInfo
 from gemmbench.kernels.dense_dp import DenseConfig
 
@@ -23,7 +24,7 @@ FAKE_GPU = DeviceInfo(kind="cuda", name="NVIDIA Fake GPU 80GB", capability=(9, 0
 
 
 def build_jobs(shapes="smoke", variants="triton_*", dtype="fp16,fp8", m="1,32", tp="1,2"):
-    problems, chosen = cli_tune._select(shapes, variants, dtype, m, tp, None)
+    problems, chosen = cli_tune._select(shapes, variants, dtype, m, deployment(tp, "1", "1", "vllm"), None)
     return cli_tune._jobs(problems, chosen, FAKE_GPU)
 
 

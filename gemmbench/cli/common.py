@@ -5,6 +5,7 @@ and exit code 2, never a traceback."""
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -13,6 +14,7 @@ from rich.console import Console
 from rich.markup import escape
 from typer.core import TyperGroup
 
+from gemmbench.cli.formats import LayoutChoice, choice
 from gemmbench.pool import PoolError, parse_gpus
 
 try:  # Typer >= 0.29 carries its own copy of click
@@ -134,20 +136,46 @@ def _ep_list(text: str) -> list[int]:
     return _degrees("--ep", text, "8 or 1,8")
 
 
-def _problems(
-    sset, dtypes, m_values, tps: list[int], routings: list[str], eps: tuple[int, ...] = (1,), scalings=("tensor",)
-) -> list:
-    """Every (TP, EP, routing) expansion of the set, each GEMM in every dtype and (fp8) scaling; dense GEMMs once per
-    TP (neither EP nor routing applies to them).  ShapeError where an EP degree does not divide an expert GEMM's E, or
-    the set has no expert GEMM."""
-    from gemmbench.shapes import problems  # not at --help (yaml)
+def _dp_list(text: str) -> list[int]:
+    return _degrees("--dp", text, "8 or 1,8")
 
-    out = []
-    for t in tps:
-        for j, e in enumerate(eps):
-            for i, r in enumerate(routings):
-                out += [p for p in problems(sset, dtypes, m_values, t, r, e, scalings) if p.is_moe or i == j == 0]
+
+@dataclass(frozen=True)
+class Deployment:
+    """The parallelism options of a sweep as lists (--tp, --dp, --ep) and the one --layout."""
+
+    tps: tuple[int, ...] = (1,)
+    dps: tuple[int, ...] = (1,)
+    eps: tuple[int, ...] = (1,)
+    layout: str = "vllm"
+
+
+def deployment(tp: str, dp: str, ep: str, layout: LayoutChoice | str) -> Deployment:
+    return Deployment(tuple(_tp_list(tp)), tuple(_dp_list(dp)), tuple(_ep_list(ep)), str(layout))
+
+
+def _problems(sset, dtypes, m_values, dep: Deployment, routings: list[str], scalings=("tensor",)) -> list:
+    """Every (TP, DP, EP, routing) expansion of the set, each GEMM in every dtype and (fp8) scaling; a GEMM that
+    neither EP nor the routing changes once per (TP, DP).  ShapeError (one line) where the layout's engine would
+    refuse a deployment."""
+    from gemmbench.sharding import problems  # not at --help (yaml)
+
+    out, seen = [], set()
+    for t in dep.tps:
+        for d in dep.dps:
+            for e in dep.eps:
+                for r in routings:
+                    for p in problems(sset, dtypes, m_values, t, r, e, scalings, d, dep.layout):
+                        if p not in seen:  # a dense GEMM is the same problem at every EP and routing
+                            seen.add(p)
+                            out.append(p)
     return out
+
+
+def warn_about(sset) -> None:
+    """A shape set's warnings (gemmbench.shapes.ShapeSet.warnings), one line each on stderr."""
+    for line in sset.warnings:
+        err.print(escape(f"warning: {line}"), highlight=False, soft_wrap=True)
 
 
 def _load_plugins(plugins: list[Path]) -> None:
@@ -162,11 +190,10 @@ def select_cells(
     variants: Optional[str],
     dtype: str,
     m: Optional[str],
-    tp: str,
     routing: str,
     seed: int,
     plugin: Optional[list[Path]],
-    ep: str = "1",
+    dep: Deployment = Deployment(),
     scaling: Optional[str] = None,
 ) -> tuple:
     """The selection options `run` and `profile` share -> (shape set, [(problem, [variant names])]).
@@ -176,7 +203,6 @@ def select_cells(
     from gemmbench import shapes as shapes_mod
     from gemmbench.inputs import ROUTINGS
 
-    tps, eps = _tp_list(tp), _ep_list(ep)
     dtype_names = _dtypes(dtype)
     scalings = _scalings(scaling, dtype_names)
     routings = _choices("--routing", routing, ROUTINGS)
@@ -186,8 +212,9 @@ def select_cells(
         raise fail("--variants is empty (give globs such as 'triton_*,cublas_fp8')")
     try:
         sset = shape_sets.load(shapes)
+        warn_about(sset)
         m_values = shapes_mod.parse_m_list(m) if m is not None else None
-        problems = _problems(sset, dtype_names, m_values, tps, routings, tuple(eps), scalings)
+        problems = _problems(sset, dtype_names, m_values, dep, routings, scalings)
         _load_plugins(plugin or [])
         chosen = registry.select(variants)
     except (shapes_mod.ShapeError, registry.RegistryError) as exc:
@@ -233,9 +260,24 @@ Tp = Annotated[
 Ep = Annotated[
     str,
     typer.Option(
-        help="Expert parallelism, e.g. 8 or 1,8: the E experts over N ranks; rank 0's E/N experts and the tokens "
-        "routed to them (MoE GEMMs only)."
+        help="Expert parallelism, e.g. 8 or 1,8: whole experts over N of the TP x DP GPUs; rank 0's ceil(E/N) experts "
+        "and the tokens routed to them. vLLM runs EP 1 or TP x DP."
     ),  # fmt: skip
+]
+Dp = Annotated[
+    str,
+    typer.Option(
+        help="Data parallelism, e.g. 8 or 1,8: groups of --tp GPUs, each with its own M tokens; expert GEMMs see the "
+        "M x DP tokens of all groups."
+    ),  # fmt: skip
+]
+Layout = Annotated[
+    LayoutChoice,
+    typer.Option(
+        parser=choice(LayoutChoice, "--layout"),
+        help="Whose GEMMs: vllm (QKV, gate+up, MLA q_a+kv_a fused), sglang (the same; DeepSeek-V3's shared expert "
+        "folded into the experts; DP attention), hf (the checkpoint's tensors, one GPU). README: Sharding.",
+    ),
 ]
 Routing = Annotated[str, typer.Option(help="MoE token routing, comma-separated: uniform, skewed, one-expert.")]
 Scaling = Annotated[

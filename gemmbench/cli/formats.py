@@ -28,6 +28,14 @@ class OutputFormat(Choice):
     json = "json"  # one JSON document for scripts
 
 
+class LayoutChoice(Choice):
+    """--layout: whose GEMMs (gemmbench.sharding.LAYOUTS, which this must list)."""
+
+    vllm = "vllm"
+    sglang = "sglang"
+    hf = "hf"
+
+
 class CompareFormat(Choice):
     table = "table"
     markdown = "markdown"  # a PR comment

@@ -13,24 +13,27 @@ from rich.markup import escape
 from rich.table import Table
 
 from gemmbench.cli.common import (
+    Dp,
     Ep,
+    Layout,
     Plugins,
     Scaling,
     Seed,
     _dtypes,
-    _ep_list,
     _load_plugins,
     _scalings,
-    _tp_list,
     cpu_too_large,
+    deployment,
     err,
     fail,
     out,
     output_path,
     positive_budget,
     progress_bar,
+    warn_about,
 )  # fmt: skip
 from gemmbench.cli.engines import ImportConfig, import_configs
+from gemmbench.cli.formats import LayoutChoice
 from gemmbench.pool import Cell, Pool, PoolError, Sink
 from gemmbench.worker_process import WorkerOptions
 
@@ -72,6 +75,7 @@ def layer(
     model: LayerModel, tp: LayerTp = "1", dtype: LayerDtype = None, m: LayerMs = "decode", variants: LayerVariants = None,
     best_from: BestFrom = None, layers: Layers = 1, budget: LayerBudget = 1.0, seed: Seed = 0,
     out_path: LayerOut = Path("results/layers"), plugin: Plugins = None, ep: Ep = "1", scaling: Scaling = None,
+    dp: Dp = "1", layout: Layout = LayoutChoice.vllm,
     import_config: ImportConfig = None,
 ) -> None:  # fmt: skip
     """Time one decoder layer's GEMMs end to end: eager Python launches vs one CUDA graph, and the kernel sum."""
@@ -89,7 +93,7 @@ def layer(
         raise fail(f"--layers must be at least 1, got {layers}")
     budget = positive_budget(budget)
     _, imported = import_configs(import_config, None)  # pinned (moe_w13=triton_moe_grouped@vllm) or in a glob
-    sset, plans, notes = _plans(model, tp, dtype, m, variants, best_from, plugin, ep, scaling)
+    sset, plans, notes = _plans(model, deployment(tp, dp, ep, layout), dtype, m, variants, best_from, plugin, scaling)
     gpu = _device_path(plans)
     run_id = store.new_run_id(f"layer-{sset.name}")
     path = output_path(out_path, run_id)
@@ -103,9 +107,9 @@ def layer(
     err.print(escape(f"Results: {path}"), highlight=False)
 
 
-def _plans(model, tp, dtype, m, variants, best_from, plugin, ep="1", scaling=None) -> tuple:
-    """(shape set, [(tp, ep, dtype, scaling, M, layer kind, steps)], --best-from notes) of the options, or a one-line
-    error.  A 16-bit dtype's layer runs once, unscaled, whatever --scaling asks (it applies to fp8 only)."""
+def _plans(model, dep, dtype, m, variants, best_from, plugin, scaling=None) -> tuple:
+    """(shape set, [(tp, ep, dp, layout, dtype, scaling, M, layer kind, steps)], --best-from notes) of the options, or
+    a one-line error.  A 16-bit dtype's layer runs once, unscaled, whatever --scaling asks (it applies to fp8 only)."""
     from gemmbench import dtypes, registry, shapes
     from gemmbench import layer_plan as P  # heavy (pandas, torch), as device and store are; the rest not at --help
     from gemmbench.device import detect
@@ -116,6 +120,7 @@ def _plans(model, tp, dtype, m, variants, best_from, plugin, ep="1", scaling=Non
     scalings = _scalings(scaling, dtype_names)
     try:
         sset = P.resolve_model(model)
+        warn_about(sset)
         m_values = shapes.parse_m_list(m)
         _load_plugins(plugin or [])
         notes: dict = {}
@@ -124,9 +129,20 @@ def _plans(model, tp, dtype, m, variants, best_from, plugin, ep="1", scaling=Non
         else:
             choose = P.chooser(variants or P.DEFAULT_VARIANTS, dev, P.layer_gemms(sset))
         plans = [
-            (t, e, d, s, M, kind, P.steps_for(P.layer_problems(sset, M, d, t, e, kind, s), choose))
-            for t in _tp_list(tp)
-            for e in _ep_list(ep)
+            (
+                t,
+                e,
+                dp,
+                dep.layout,
+                d,
+                s,
+                M,
+                kind,
+                P.steps_for(P.layer_problems(sset, M, d, t, e, kind, s, dp, dep.layout), choose),
+            )  # fmt: skip
+            for t in dep.tps
+            for dp in dep.dps
+            for e in dep.eps
             for d in dtype_names
             for s in (scalings if dtypes.get(d).scaled else [dtypes.REFERENCE_SCALING])  # a 16-bit one: "none"
             for M in m_values
@@ -160,10 +176,11 @@ def _cell(sset, model, run_id, plan, seed, layers, budget):
     from gemmbench.dtypes import label as dtype_label
     from gemmbench.layer_plan import steps_to_wire  # heavy (pandas, torch), as device is
 
-    t, e, d, s, M, kind, steps = plan
-    label = f"{sset.name}{f' {kind}' if kind else ''} tp{t}{f' ep{e}' if e > 1 else ''} {dtype_label(d, s)} M{M}"
+    t, e, dp, layout, d, s, M, kind, steps = plan
+    par = f"tp{t}{f' ep{e}' if e > 1 else ''}{f' dp{dp}' if dp > 1 else ''}{f' {layout}' if layout != 'vllm' else ''}"
+    label = f"{sset.name}{f' {kind}' if kind else ''} {par} {dtype_label(d, s)} M{M}"
     meta = dict(provenance(), run_id=run_id, timestamp=_now(), model=model, shape_set=sset.name, layer_kind=kind,
-                tp=t, ep=e, dtype=d, scaling=s, M=M, layers=layers, l2_state="cold at layer start",
+                tp=t, ep=e, dp=dp, layout=layout, dtype=d, scaling=s, M=M, layers=layers, l2_state="cold at layer start",
                 timing_mode="wall")  # fmt: skip
     payload = dict(steps=steps_to_wire(steps), meta=meta, seed=seed, layers=layers, budget=budget)
     return Cell("layer", payload, (label,), label)
@@ -229,7 +246,7 @@ def _gap(v) -> str:
 
 
 def _print(rows: list) -> None:
-    """One table per (layer kind, TP, EP, dtype, scaling): a line per M; then each step's kernel time."""
+    """One table per (layer kind, TP, EP, DP, layout, dtype, scaling): a line per M; then each step's kernel time."""
     import pandas as pd  # heavy
 
     from gemmbench.dtypes import label
@@ -237,11 +254,14 @@ def _print(rows: list) -> None:
     df = pd.DataFrame(rows)
     # rows of one kind of layer, or from before expert parallelism or scalings, may lack these
     df = df.assign(layer_kind=df["layer_kind"].fillna("") if "layer_kind" in df else "", ep=df.get("ep", 1),
+                   dp=df.get("dp", 1), layout=df.get("layout", "vllm"),
                    scaling=df["scaling"].fillna("") if "scaling" in df else "")  # fmt: skip
-    for (kind, t, e, d, s), g in df.groupby(["layer_kind", "tp", "ep", "dtype", "scaling"], sort=False):
+    keys = ["layer_kind", "tp", "ep", "dp", "layout", "dtype", "scaling"]
+    for (kind, t, e, dp, layout, d, s), g in df.groupby(keys, sort=False):
+        par = f"tp {t}{f', ep {e}' if e > 1 else ''}{f', dp {dp}' if dp > 1 else ''}"
         table = Table(
-            title=f"{g['shape_set'].iloc[0]}{f' {kind}' if kind else ''} layer, tp {t}{f', ep {e}' if e > 1 else ''}, "
-            f"{label(d, s)}: µs per layer "
+            title=f"{g['shape_set'].iloc[0]}{f' {kind}' if kind else ''} layer, {par}"
+            f"{f', {layout} layout' if layout != 'vllm' else ''}, {label(d, s)}: µs per layer "
             f"({int(g['layers'].iloc[0])} layer copies per sample)"
         )
         for col in ("M", "variants", "kernels", "eager", "graph", "gap eager", "gap graph", "graph speedup", "status"):

@@ -10,8 +10,10 @@ from rich.markup import escape
 from rich.table import Table
 
 from gemmbench.cli.common import (
+    Dp,
     Dtype,
     Ep,
+    Layout,
     Ms,
     Plugins,
     Routing,
@@ -20,12 +22,14 @@ from gemmbench.cli.common import (
     Shapes,
     Tp,
     Variants,
+    deployment,
     err,
     fail,
     out,
     progress_bar,
     select_cells,
 )  # fmt: skip
+from gemmbench.cli.formats import LayoutChoice
 from gemmbench.dtypes import label
 from gemmbench.profile import ncu
 from gemmbench.profile.ncu import SUM_KERNEL
@@ -50,7 +54,8 @@ def profile(
     shapes: Shapes, ncu_: Ncu = False, nsys_: Nsys = False, variants: Variants = None, dtype: Dtype = "fp8,bf16",
     m: Ms = None, tp: Tp = "1", routing: Routing = "uniform", plugin: Plugins = None, metrics: Metrics = None,
     ncu_set: NcuSet = None, out_path: ProfileOut = Path("profiles"), join: Join = None, seed: Seed = 0,
-    timeout: Timeout = 600.0, ep: Ep = "1", scaling: Scaling = None,
+    timeout: Timeout = 600.0, ep: Ep = "1", scaling: Scaling = None, dp: Dp = "1",
+    layout: Layout = LayoutChoice.vllm,
 ) -> None:  # fmt: skip
     """Profile each selected cell once under Nsight Compute or Nsight Systems: one row per kernel, and a summed row.
 
@@ -64,7 +69,8 @@ def profile(
     if out_path.suffix == ".parquet" or out_path.is_file():
         raise fail(f"--out {out_path}: give a folder (the profile table and the reports go inside it)")
     runs = _runs_to_join(join)
-    sset, cells = select_cells(shapes, variants, dtype, m, tp, routing, seed, plugin, ep, scaling)
+    dep = deployment(tp, dp, ep, layout)
+    sset, cells = select_cells(shapes, variants, dtype, m, routing, seed, plugin, dep, scaling)
     run_id = store.new_run_id(sset.name)
     profiler = _profiler(out_path, run_id, ncu_, nsys_, seed, plugin, ncu_set, timeout, metrics)
     path = out_path / f"{run_id}-profile.parquet"

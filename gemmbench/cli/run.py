@@ -16,8 +16,10 @@ from gemmbench import named_baselines
 from gemmbench.cli import ab as ab_mod
 from gemmbench.cli import compare as cli_compare
 from gemmbench.cli.common import (
+    Dp,
     Dtype,
     Ep,
+    Layout,
     Ms,
     Plugins,
     Routing,
@@ -27,6 +29,7 @@ from gemmbench.cli.common import (
     Tp,
     Variants,
     cpu_too_large,
+    deployment,
     err,
     fail,
     gpus_option,
@@ -37,8 +40,9 @@ from gemmbench.cli.common import (
     select_cells,
     shard_option,
 )  # fmt: skip
+from gemmbench.cli.dry_run import DryRun, print_dry_run
 from gemmbench.cli.engines import ImportConfig, import_configs
-from gemmbench.cli.formats import OutputFormat, choice, format_option, print_json
+from gemmbench.cli.formats import LayoutChoice, OutputFormat, choice, format_option, print_json
 from gemmbench.pool import PoolError
 from gemmbench.timing_modes import TimingMode
 from gemmbench.worker_process import WorkerOptions
@@ -115,19 +119,26 @@ def run(
     routing: Routing = "uniform", compare_to: CompareTo = None, shard: RunShard = None, gpus: Gpus = None,
     append: Append = False, force: Force = False, resume: Resume = None, ep: Ep = "1", scaling: Scaling = None,
     import_config: ImportConfig = None, fmt: Format = OutputFormat.table, repeat: Repeat = 1,
-    across_gpus: AcrossGpus = False, ab: Ab = None,
+    across_gpus: AcrossGpus = False, ab: Ab = None, dp: Dp = "1", layout: Layout = LayoutChoice.vllm,
+    dry_run: DryRun = False,
 ) -> None:  # fmt: skip
     """Check, then time, every variant on every problem of a shape set; write Parquet and print tables."""
     from gemmbench import store, sweep  # heavy (pandas; torch); tables not at --help (yaml, importlib.metadata)
     from gemmbench.tables import gemm_tables
 
     timing, budget, as_json = timing.value, positive_budget(budget), fmt is OutputFormat.json
+    dep = deployment(tp, dp, ep, layout)
+    if dry_run:  # nothing written, nothing run, no GPU needed
+        variants, _ = import_configs(import_config, variants)
+        sset, cells = select_cells(shapes, variants, dtype, m, routing, seed, plugin, dep, scaling)
+        print_dry_run(sset, cells, dep, as_json)
+        return
     shard_at, gpu_ids = shard_option(shard), gpus_option(gpus)
     _refuse_before_work(out_path, append, force, resume, compare_to)
     _check_repeat(repeat, resume)
     baseline_cmd = _check_ab(ab, compare_to, append, resume, out_path, force)
     variants, imported = import_configs(import_config, variants)  # the imported variants always run
-    sset, cells = select_cells(shapes, variants, dtype, m, tp, routing, seed, plugin, ep, scaling)
+    sset, cells = select_cells(shapes, variants, dtype, m, routing, seed, plugin, dep, scaling)
     meta, cells = _shard(cells, shard_at)
     timing = timing if _on_gpu() else "wall"  # no CUDA events on a CPU
     _comparable_baseline(compare_to, timing)
@@ -152,6 +163,7 @@ def run(
         ("--tp", tp, "1"), ("--timing", timing, None), ("--plugin", [str(f) for f in plugin or []], []),
         ("--seed", seed, 0), ("--budget", budget, 0.5), ("--retune", retune, False), ("--routing", routing, "uniform"),
         ("--shard", shard, None), ("--gpus", gpus, None), ("--ep", ep, "1"), ("--scaling", scaling, None),
+        ("--dp", dp, "1"), ("--layout", str(layout), "vllm"),
         ("--import-config", import_config or [], []), ("--sanitize", sanitize, False),
     ])  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="gemmbench-ab-") as parts_dir:

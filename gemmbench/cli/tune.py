@@ -16,17 +16,18 @@ from rich.markup import escape
 from rich.table import Table
 
 from gemmbench.cli.common import (
+    Dp,
     Dtype,
     Ep,
+    Layout,
     Plugins,
     Scaling,
     Seed,
     _dtypes,
-    _ep_list,
     _load_plugins,
     _problems,
     _scalings,
-    _tp_list,
+    deployment,
     err,
     fail,
     gpus_option,
@@ -34,9 +35,11 @@ from gemmbench.cli.common import (
     progress_bar,
     runs_a_scaling,
     shard_option,
+    warn_about,
 )  # fmt: skip
 from gemmbench.cli.engines import Export, ExportForce, ExportOnly, export_plan
 from gemmbench.cli.engines import export as export_files
+from gemmbench.cli.formats import LayoutChoice
 from gemmbench.pool import Cell, Pool, PoolError, Sink
 from gemmbench.worker_process import WorkerOptions
 
@@ -67,7 +70,7 @@ def tune(
     shapes: TuneShapes, variants: TuneVariants = "triton_*", dtype: Dtype = "fp8,bf16", m: TuneMs = None,
     tp: TuneTp = "1", plugin: Plugins = None, seed: Seed = 0, skip_stored: SkipStored = False,
     shard: TuneShard = None, gpus: TuneGpus = None, ep: Ep = "1", scaling: Scaling = None, export: Export = None,
-    export_only: ExportOnly = False, force: ExportForce = False,
+    export_only: ExportOnly = False, force: ExportForce = False, dp: Dp = "1", layout: Layout = LayoutChoice.vllm,
 ) -> None:  # fmt: skip
     """Search each Triton variant's config space per (GPU, N, K, dtype, scaling, M bucket); store the winners as JSON."""
     from gemmbench import config_files
@@ -76,7 +79,7 @@ def tune(
     if (export_only or force) and export is None:
         raise fail(f"{'--export-only' if export_only else '--force'} goes with --export ENGINE DIR")
     shard_at = shard_option(shard)
-    problems, chosen = _select(shapes, variants, dtype, m, tp, plugin, ep, scaling)
+    problems, chosen = _select(shapes, variants, dtype, m, deployment(tp, dp, ep, layout), plugin, scaling)
     plan = export_plan(export, shapes, problems, chosen) if export else ([], [])  # refused before tuning
     if export and export_only:
         export_files(export, plan, chosen, force, tuned=False)
@@ -115,19 +118,19 @@ def tune(
 # ---------------------------------------------------------------- what to tune
 
 
-def _select(shapes, variants, dtype, m, tp, plugin, ep="1", scaling=None) -> tuple[list, list]:
+def _select(shapes, variants, dtype, m, dep, plugin, scaling=None) -> tuple[list, list]:
     """(problems, tunable variants) of the options, or a one-line error."""
     from gemmbench import registry, shape_sets  # not at --help (yaml, importlib.metadata)
     from gemmbench import shapes as shapes_mod
 
-    tps, eps = _tp_list(tp), _ep_list(ep)
     dtype_names = _dtypes(dtype)
     scalings = _scalings(scaling, dtype_names)
     try:
         sset = shape_sets.load(shapes)
         m_values = shapes_mod.parse_m_list(m) if m is not None else None
         # configs are stored per shape, not per routing: tuned on uniform routing
-        problems = _problems(sset, dtype_names, m_values, tps, ["uniform"], tuple(eps), scalings)
+        warn_about(sset)
+        problems = _problems(sset, dtype_names, m_values, dep, ["uniform"], scalings)
         _load_plugins(plugin or [])
         chosen = [v for v in registry.select(variants) if v.tunable is not None]
     except (shapes_mod.ShapeError, registry.RegistryError) as exc:
