@@ -138,6 +138,9 @@ def check_cell(
     try:
         on_phase("make")
         launch = launch if launch is not None else variant.make(problem, inputs)
+        if not callable(getattr(launch, "fn", None)):  # a plugin's make() that forgot its Launch: say so, by name
+            where = f" ({variant.source})" if getattr(variant, "source", "builtin") != "builtin" else ""
+            raise TypeError(f"{name}.make(){where} returned {type(launch).__name__}, not a gemmbench.registry.Launch")
     except Exception as exc:
         raise CellError("make", exc) from exc
     try:

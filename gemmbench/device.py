@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
 import platform
 import subprocess
@@ -51,17 +52,30 @@ def _run(cmd: list[str], cwd: Optional[Path] = None) -> Optional[str]:
         return None
 
 
+BUILD_FILE = "_build_commit.txt"  # written into a wheel at build time (setup.py): the commit it was built from
+
+
 @functools.lru_cache(maxsize=None)
-def git_sha() -> Optional[str]:
-    """The commit of the gemmbench source that ran (with -dirty for local changes), if it is a checkout.
+def git_sha(package: Optional[Path] = None) -> Optional[str]:
+    """The build of the gemmbench source that ran, never the repository of the folder it happens to sit in: the
+    commit of gemmbench's own checkout (a source tree or an editable install), with "-dirty.<hash of the uncommitted
+    changes>" when it has any; a wheel's commit written at build time; None where neither is known.
     GEMMBENCH_GIT_SHA names it where the source is a copy without .git (e.g. shipped to a GPU host)."""
     if os.environ.get("GEMMBENCH_GIT_SHA"):
         return os.environ["GEMMBENCH_GIT_SHA"]
-    src = Path(gemmbench.__file__).resolve().parent.parent
-    sha = _run(["git", "rev-parse", "--short=12", "HEAD"], cwd=src)
-    if sha and _run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=src):
-        sha += "-dirty"
-    return sha
+    package = package or Path(gemmbench.__file__).resolve().parent
+    src = package.parent
+    top = _run(["git", "rev-parse", "--show-toplevel"], cwd=src)
+    # installed in site-packages of a .venv inside the user's own repository, git would answer for that repository
+    if top and Path(top).resolve() == src.resolve() and _run(["git", "ls-files", "--error-unmatch",
+                                                                "gemmbench/__init__.py"], cwd=src) is not None:  # fmt: skip
+        sha = _run(["git", "rev-parse", "--short=12", "HEAD"], cwd=src)
+        diff = _run(["git", "diff", "HEAD", "--no-ext-diff"], cwd=src)
+        if sha and diff:
+            sha += f"-dirty.{hashlib.sha256(diff.encode()).hexdigest()[:8]}"
+        return sha
+    built = package / BUILD_FILE
+    return built.read_text().strip() or None if built.is_file() else None
 
 
 @functools.lru_cache(maxsize=None)
@@ -80,14 +94,15 @@ def processor_name(cpuinfo: str = "/proc/cpuinfo") -> str:
 
 
 @functools.lru_cache(maxsize=None)
-def provenance() -> dict:
-    """The provenance columns of every row."""
+def provenance(index: int = 0) -> dict:
+    """The provenance columns of every row, of this process's GPU `index` (a row made for a worker's GPU names it)."""
     import triton  # heavy: only provenance needs it; run's option checks import this module (sweep, timing)
 
-    dev = detect()
+    dev = detect(index)
     driver = None
     if dev.kind == "cuda":
-        driver = _run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader", "-i", "0"])
+        which = dev.uuid or str(index)  # nvidia-smi counts GPUs past CUDA_VISIBLE_DEVICES: its UUID is sure
+        driver = _run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader", "-i", which])
     return {
         "device": dev.kind,
         "gpu": dev.name if dev.kind == "cuda" else None,

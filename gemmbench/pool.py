@@ -266,20 +266,21 @@ class Pool:
         """Reads one task's events.  True when the task completed; False when the worker died (or was stopped) and
         its in-flight item was recorded as lost."""
         current, phase, fatal = None, "before start", False
+        limit = cell.timeout_s if cell.timeout_s is not None else self.opts.watchdog_s
         while True:
             try:
-                ev = w.next_event(cell.timeout_s)
-            except TimeoutError:
+                ev = w.next_event(limit)
+            except TimeoutError:  # the watchdog: a phase silent this long is a hang, not a slow cell
                 w.kill()
-                ev, why = None, f"ran past {cell.timeout_s:.0f} s and was stopped"
+                ev, why = None, f"timeout after {limit:.0f} s ({phase})"
             else:
                 why = None
             if ev is None:
-                why = why or w.death_reason()
-                self.last_death[slot] = why
+                self.last_death[slot] = why = why or w.death_reason()
+                lost = why if why.startswith("timeout after") else f"{phase}: {why}"
                 if not fatal and left:  # the worker reports its own casualty before a fatal exit
                     blame = current if current in left else left[0]
-                    self._call("lost", cell, blame, f"{phase}: {why}", slot)
+                    self._call("lost", cell, blame, lost, slot)
                     left.remove(blame)
                 if cell.prefix:  # after `lost`: the tool's own report (a sanitizer's finding) may explain the death
                     self._call("closed", cell, w.output(), w.wait())

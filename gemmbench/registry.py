@@ -16,7 +16,7 @@ import importlib
 import importlib.metadata
 import importlib.util
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -130,14 +130,18 @@ class RegistryError(ValueError):
 
 _VARIANTS: dict[str, Variant] = {}
 _builtins_loaded = False
+_loading: list[Path] = []  # the plugin file being imported: what its variants' `source` says unless they name one
 
 
 def register(variant: Variant) -> Variant:
     """Add a variant; a second registration under the same name, or a second baseline of one dtype, kind and
     fp8 scaling, is an error."""
+    if _loading and variant.source == "builtin":  # a plugin that did not name itself: its file does
+        variant = replace(variant, source=str(_loading[-1]))
     if variant.name in _VARIANTS:
         old = _VARIANTS[variant.name]
-        raise RegistryError(f"variant {variant.name!r} from {variant.source} is already registered by {old.source}")
+        raise RegistryError(f"variant {variant.name!r} from {variant.source} is already registered by {old.source}"
+                            " (give it another name)")  # fmt: skip
     try:
         keys = _baseline_keys(variant)
     except ValueError as exc:
@@ -197,8 +201,16 @@ def _load_builtins() -> None:
 
 
 def load_plugin(path: str | Path) -> None:
-    """Import a user's Python file; it registers its variants by calling register()."""
+    """Import a user's Python file, or every .py file of a folder (in name order); each registers its variants by
+    calling register()."""
     path = Path(path)
+    if path.is_dir():
+        files = sorted(path.glob("*.py"))
+        if not files:
+            raise RegistryError(f"plugin folder {path} holds no .py file")
+        for f in files:
+            load_plugin(f)
+        return
     if not path.is_file():
         raise RegistryError(f"plugin file not found: {path}")
     _load_builtins()
@@ -211,6 +223,7 @@ def load_plugin(path: str | Path) -> None:
     module = importlib.util.module_from_spec(spec)
     sys.modules[module_name] = module
     before = set(_VARIANTS)
+    _loading.append(path)
     try:
         spec.loader.exec_module(module)
     except Exception as exc:
@@ -221,6 +234,8 @@ def load_plugin(path: str | Path) -> None:
         if isinstance(exc, RegistryError):
             raise
         raise RegistryError(f"plugin {path} failed to import: {type(exc).__name__}: {exc}") from exc
+    finally:
+        _loading.pop()
 
 
 def all_variants() -> list[Variant]:

@@ -240,6 +240,11 @@ class RunWriter:
             raise
 
 
+def file_metadata(path: str | Path) -> dict:
+    """A Parquet file's key-value metadata (bytes -> bytes); {} where it has none."""
+    return dict(pq.read_schema(path).metadata or {})
+
+
 def result_files(p: Path) -> list[Path]:
     """A file as given, or every .parquet file under a folder, its subfolders included (results/h100-*/…)."""
     if p.is_dir():

@@ -56,10 +56,10 @@ def time_cells(cells: list, seed: int) -> list[Cell]:
     ]
 
 
-def error_row(problem: Problem, variant: str, reason: str, timing: str) -> dict:
-    """The row of a cell whose worker died on it (the worker could not write it)."""
+def error_row(problem: Problem, variant: str, reason: str, timing: str, gpu: Optional[int] = None) -> dict:
+    """The row of a cell whose worker died on it (the worker could not write it), naming the GPU it ran on."""
     return dict(cell_columns(problem, registry.get(variant)), status="error", reason=reason, timing_mode=timing,
-                l2_state=L2_STATE[timing], **device.provenance())  # fmt: skip
+                l2_state=L2_STATE[timing], **device.provenance(gpu or 0))  # fmt: skip
 
 
 @dataclass
@@ -95,7 +95,7 @@ class _Sink(Sink):
             self._emit(row)
 
     def lost(self, cell: Cell, item: str, reason: str, gpu: Optional[int]) -> None:
-        row = error_row(Problem(**cell.payload["problem"]), item, reason, self.opts.worker.timing)
+        row = error_row(Problem(**cell.payload["problem"]), item, reason, self.opts.worker.timing, gpu)
         if cell.task == "check":  # compute-sanitizer's log, read when the worker has exited, may explain it
             self.held.setdefault(cell.label, []).append(row)
         else:

@@ -192,7 +192,9 @@ def tune_task(ctx, task: dict) -> None:
         if ctx.cache.get("tune") != share:
             inputs = make_inputs(problem, task["seed"], ctx.devname)
             ctx.cache.update(tune=share, inputs=inputs, ref=reference(problem, inputs))
-        best, path, tried = tuning.tune_and_store(variant.tunable, problem, ctx.cache["inputs"], ctx.cache["ref"])
+        inputs, ref = ctx.cache["inputs"], ctx.cache["ref"]
+        # each candidate is a sign of life to the pool's watchdog
+        best, path, tried = tuning.tune_and_store(variant.tunable, problem, inputs, ref, lambda: ctx.begin(key, "tune"))
     except tuning.TuningError as exc:  # no config runs it: the next job can still run
         ctx.result(key, [{"failed": key, "reason": str(exc)}])
         return

@@ -161,15 +161,23 @@ class Trial:
 
 
 def search(
-    t: Tunable, problem: Problem, inputs, candidates: list[KernelConfig], reference=None, refine: int = 0
+    t: Tunable,
+    problem: Problem,
+    inputs,
+    candidates: list[KernelConfig],
+    reference=None,
+    refine: int = 0,
+    beat: Callable[[], None] = lambda: None,
 ) -> list[Trial]:
     """Time every candidate (cold L2, short); with `reference`, first check each one through the one check
     (check.check_cell, against that shared reference: a wrong config is never chosen); then re-time the `refine`
     fastest side by side, longer.  Returns the trials fastest first; failed ones last, with their error.  Without a
-    reference (a run's quick choice) the chosen config is checked by the run's own check of the cell."""
+    reference (a run's quick choice) the chosen config is checked by the run's own check of the cell.  `beat` is called before each candidate: the worker's sign of life to the pool's
+    watchdog (a whole search may outlast one phase's limit)."""
 
     trials = []
     for config in candidates:
+        beat()
         trial = Trial(config)
         try:
             launch = t.build(problem, inputs, config)
@@ -211,10 +219,12 @@ def _tool_versions() -> dict:
     return {"triton": triton.__version__, "torch": torch.__version__, "git_sha": device.git_sha()}
 
 
-def tune_and_store(t: Tunable, problem: Problem, inputs, reference) -> tuple[Trial, Path, int]:
+def tune_and_store(
+    t: Tunable, problem: Problem, inputs, reference, beat: Callable[[], None] = lambda: None
+) -> tuple[Trial, Path, int]:
     """`gemmbench tune` for one (variant, problem): full search with the check, store the winner."""
     candidates = t.space(problem, True, True)
-    trials = search(t, problem, inputs, candidates, reference, refine=4)
+    trials = search(t, problem, inputs, candidates, reference, refine=4, beat=beat)
     best = trials[0]
     about = {
         "timing": "cold",

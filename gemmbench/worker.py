@@ -20,10 +20,14 @@ import argparse
 import json
 import os
 import sys
+import threading
+import time
 import traceback
 from typing import Any, Callable, Optional
 
 FATAL_EXIT = 3
+OWNER_GONE_EXIT = 4  # the sweep that started this worker is gone: nobody will read a result
+OWNER_POLL_S = 0.5
 # The CPU path measures no GPU number, and Triton's interpreter takes 25-250 ms a call on the smoke set (measured on the
 # 2-core CI machine, 2026-11-24): there a cell takes exactly 5 samples, after the wall sampler's first call (which
 # also decides the calls per sample) as its only warm-up; not >= 25 ms of warm-up, >= 10 samples and then more until
@@ -81,6 +85,12 @@ class Context:
         self.args, self.events = args, events
         self.dev = device.detect()
         self.devname = "cuda" if self.dev.kind == "cuda" else "cpu"
+        import torch
+
+        if self.dev.kind == "cuda":  # a GPU that a stopped worker left unusable fails here, not in the next cell
+            torch.ones(1, device="cuda").add_(1).item()
+        else:  # the CPU path: one thread, so a small matmul is not timed in the scheduler's ticks of a busy machine
+            torch.set_num_threads(1)
         # measured (or read from the cache) here, so that a failure is one start-up error, not a cell's
         self.ceilings = ceilings.ceilings(args.timing) if args.ceilings and self.dev.kind == "cuda" else None
         self.provenance = device.provenance()
@@ -121,6 +131,23 @@ class Context:
             sys.exit(FATAL_EXIT)
 
 
+def watch_owner(owner: int, parent: int) -> None:
+    """Ends this worker once the sweep that started it is gone, however it went (SIGKILL included): a worker must
+    never hold a GPU for nobody.  `parent` is the process that started this one (the sweep, or the tool around
+    this worker), `owner` the sweep."""
+    while True:
+        time.sleep(OWNER_POLL_S)
+        try:
+            os.kill(owner, 0)
+            gone = os.getppid() != parent  # re-parented: the parent died (a zombie owner still answers kill 0)
+        except ProcessLookupError:
+            gone = True
+        except PermissionError:
+            gone = False
+        if gone:
+            os._exit(OWNER_GONE_EXIT)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description="gemmbench worker (started by the engine's pool)")
     parser.add_argument("--timing", default="cold")
@@ -130,6 +157,9 @@ def main() -> None:
     parser.add_argument("--ceilings", action="store_true", help="measure the GPU's ceilings at start-up")
     args = parser.parse_args()
     events = Events(int(os.environ["GEMMBENCH_EVENT_FD"]))
+    owner = os.environ.get("GEMMBENCH_OWNER_PID")
+    if owner:
+        threading.Thread(target=watch_owner, args=(int(owner), os.getppid()), daemon=True).start()
     try:
         from gemmbench import tasks  # heavy, in the try: a failed import (torch, pandas) is startup_failed
 

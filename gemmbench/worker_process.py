@@ -35,6 +35,9 @@ class WorkerOptions:
     retune: bool = False  # ignore stored Triton configs (read by tuning.choose)
     ceilings: bool = False  # measure the GPU's ceilings at start-up (rows of `run` carry them)
     env: dict = field(default_factory=dict)
+    # the pool's watchdog: a worker silent this long in one phase of a cell (no begin, result or done) is stopped
+    # and the item in flight recorded as timed out; None: no limit (a cell's own Cell.timeout_s comes first)
+    watchdog_s: Optional[float] = None
 
 
 def visible_device(gpu: int) -> str:
@@ -48,7 +51,7 @@ def exit_hint(output: str, code: int) -> str:
     """'exit code 1: RuntimeError: …' from a dead process's exit code and output: its last line naming an error,
     else its last line (a profiler's ==PROF== lines skipped)."""
     lines = [ln.strip() for ln in output.splitlines() if ln.strip() and not ln.startswith("==PROF==")]
-    hint = next((ln for ln in reversed(lines) if "rror" in ln), lines[-1] if lines else "")
+    hint = next((ln for ln in reversed(lines) if "rror" in ln), lines[-1] if lines else "it printed nothing")
     how = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
     return f"{how}: {hint[:300]}"
 
@@ -60,7 +63,9 @@ class WorkerProcess:
     def __init__(self, opts: WorkerOptions, gpu: Optional[int], prefix: tuple = ()):
         self.log = tempfile.NamedTemporaryFile(prefix="gemmbench-worker-", suffix=".log", delete=False)
         read_fd, write_fd = os.pipe()
-        env = dict(os.environ, GEMMBENCH_EVENT_FD=str(write_fd), PYTHONUNBUFFERED="1", **opts.env)
+        # GEMMBENCH_OWNER_PID: the worker exits by itself once this process is gone (worker.watch_owner)
+        env = dict(os.environ, GEMMBENCH_EVENT_FD=str(write_fd), PYTHONUNBUFFERED="1", GEMMBENCH_OWNER_PID=str(os.getpid()),
+                   **opts.env)  # fmt: skip
         if gpu is not None:
             env["CUDA_VISIBLE_DEVICES"] = visible_device(gpu)
         if opts.retune:

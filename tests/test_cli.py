@@ -756,7 +756,7 @@ def test_resume_runs_only_the_cells_a_run_file_lacks(tmp_path, monkeypatch, requ
     assert first.exit_code == 0, text(first.stderr)
     full = store.load(out)
     partial = full[full.gemm != "smoke_deep"]
-    store.write_rows(out, store.records(partial))
+    store.write_rows(out, store.records(partial), store.file_metadata(out))  # as if killed: the sweep's metadata kept
     res = invoke(*args, "--resume", out)
     assert res.exit_code == 0, text(res.stderr)
     assert "--resume: 2 rows kept, 1 cells to run" in text(res.stderr)
@@ -765,6 +765,23 @@ def test_resume_runs_only_the_cells_a_run_file_lacks(tmp_path, monkeypatch, requ
     assert df[df.gemm != "smoke_deep"].timestamp.tolist() == partial.timestamp.tolist()
     again = invoke(*args, "--resume", out)
     assert again.exit_code == 0 and "every cell is already in" in text(again.stderr)
+
+    # another sweep's file is never resumed into: other M, other budget, a file without the sweep's fingerprint
+    def refused(*more) -> str:  # the last line (select_cells warns first that no selected variant runs the MoE GEMMs)
+        res = invoke(*more)
+        assert res.exit_code == 2 and "Traceback" not in res.stderr
+        return text(res.stderr).strip().splitlines()[-1]
+
+    kept = out.read_bytes()
+    line = refused(*args[:-1], "0.02", "--resume", out)
+    assert line.endswith("its --budget was 0.01, this run's is 0.02; a resumed file holds one sweep: start a new run")
+    line = refused(*args[:5], "--m", "1,2", *args[7:], "--resume", out)
+    assert "it is another sweep (3 cells of 'smoke' there, 6 of 'smoke' here" in line
+    assert out.read_bytes() == kept
+    assert refused(*args, "--resume", out, "--out", tmp_path / "b.parquet") == (
+        "error: --resume writes into the file it resumes: give --resume or --out, not both")  # fmt: skip
+    store.write_rows(out, store.records(partial))  # no metadata: written by an older gemmbench, or by hand
+    assert "without a sweep fingerprint" in refused(*args, "--resume", out)
 
 
 def test_an_existing_out_file_is_never_replaced_silently(tmp_path):

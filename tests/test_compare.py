@@ -53,8 +53,10 @@ def row(
 
 
 def write(tmp_path, name, rows) -> str:
+    """The rows as <name>.parquet; rows of the default run id "r" become run `name`'s (each file is a run of its own:
+    compare refuses the same run on both sides)."""
     path = tmp_path / f"{name}.parquet"
-    store.write_rows(path, rows)
+    store.write_rows(path, [dict(r, run_id=name) if r.get("run_id") == "r" else r for r in rows])
     return str(path)
 
 
@@ -276,7 +278,9 @@ def test_baseline_save_and_compare_by_name(tmp_path, monkeypatch):
     saved = store.load(tmp_path / "results" / "baselines" / "h100.parquet")
     assert len(saved) == 2 and list(saved.variant) == ["a", "b"]
     assert np.allclose(saved.samples_us[0], store.load(run).samples_us[0])
-    assert invoke("compare", "h100", run).exit_code == 0
+    # the saved baseline is that very run: compared with it, refused (nothing can be learnt); with another, compared
+    assert "run run is on both sides" in bad(invoke("compare", "h100", run))
+    assert invoke("compare", "h100", write(tmp_path, "again", [row("a")])).exit_code == 0
     assert "--name" in bad(invoke("baseline", "save", run, "--name", "../evil"))
     assert invoke("baseline", "save", run, "--name", "only-a", "--variants", "a,x*").exit_code == 0
     assert list(store.load(tmp_path / "results" / "baselines" / "only-a.parquet").variant) == ["a"]

@@ -142,7 +142,8 @@ def test_within_process_only_is_in_the_json_and_the_table(tmp_path):
     assert js["rows"][0]["base_processes"] == 2
     assert "1 within-process only" in text(invoke("compare", base, cand).stdout)
     base3 = write(tmp_path, "base3", processes("a", [100, 101, 99]))
-    js = json.loads(invoke("compare", base3, base3, "--format", "json").stdout)
+    cand3 = write(tmp_path, "cand3", processes("a", [100, 101, 99]))
+    js = json.loads(invoke("compare", base3, cand3, "--format", "json").stdout)
     assert js["within_process_only"] is False and js["rows"][0]["within_process"] is False
 
 

@@ -183,10 +183,14 @@ def test_installed_wheel_runs_from_an_unrelated_folder(installed, dist):
     res = _run(installed, "gemmbench", "list", "shapes")
     assert res.returncode == 0 and "llama70b-attn" in res.stdout and "smoke" in res.stdout, res.stderr
 
-    # a named baseline outside a checkout: the shipped one, compared with a copy of itself (every cell the same)
+    # a named baseline outside a checkout: the shipped one, compared with a copy of itself under another run id
+    # (every cell the same; the same run on both sides is refused)
     shipped = site_dir / "gemmbench" / "baselines" / "h100.parquet"
     copy = bin_dir.parent.parent / "elsewhere" / "candidate.parquet"
-    shutil.copy(shipped, copy)
+    relabel = ("import sys, pyarrow as pa, pyarrow.parquet as pq; t = pq.read_table(sys.argv[1]); "
+               "i = t.column_names.index('run_id'); "
+               "pq.write_table(t.set_column(i, 'run_id', pa.array(['copy'] * t.num_rows)), sys.argv[2])")  # fmt: skip
+    assert _run(installed, bin_dir / "python", "-c", relabel, shipped, copy).returncode == 0
     res = _run(installed, "gemmbench", "baseline", "list")
     assert res.returncode == 0 and re.search(r"h100\s+│\s+shipped", res.stdout), res.stdout + res.stderr
     res = _run(installed, "gemmbench", "compare", "h100", copy, "--format", "markdown")

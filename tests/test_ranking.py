@@ -46,6 +46,16 @@ def test_a_tie_chain_ties_only_rows_that_overlap_the_fastest():
     assert marks_of(a, b, c) == {"A": "≈", "B": "≈"}
 
 
+def test_a_noisy_row_clear_of_every_other_still_wins():
+    # the noisy row [132, 215] against [47000, 48000]: its p80 215 lies below the other's p20, so however wide its
+    # spread (215 / 132 > 1.5) its samples say it is faster: it wins, and the tables still mark it noisy
+    fast, slow = timed("grouped", 132.0, 144.0, 215.0), timed("loop", 47000.0, 47546.0, 48000.0)
+    assert fast["noisy"] and marks_of(fast, slow) == {"grouped": "*"}
+    # its p80 at or above another's p20: not clear, and not ranked (the other wins alone)
+    assert marks_of(timed("grouped", 132.0, 144.0, 215.0), timed("x", 215.0, 216.0, 217.0)) == {"x": "*"}
+    assert marks_of(fast) == {}  # alone: clear of nothing, so not ranked
+
+
 def test_noisy_failed_and_untimed_rows_are_never_ranked():
     # noisy: p80/p20 = 40 / 1 > 1.5; its median 5 is the lowest, its range [1, 40] covers every other row, yet it is
     # neither starred nor tied: its own spread is too wide to rank (metrics.NOISY_SPREAD)

@@ -191,8 +191,26 @@ def plugin_modules(stem: str) -> list[str]:
 def test_load_plugin_missing_file(tmp_path):
     with pytest.raises(RegistryError, match=r"plugin file not found: .*absent_plugin\.py"):
         registry.load_plugin(tmp_path / "absent_plugin.py")
-    with pytest.raises(RegistryError, match="plugin file not found"):
-        registry.load_plugin(tmp_path)  # a folder is not a plugin file
+    with pytest.raises(RegistryError, match="^plugin folder .* holds no .py file$"):
+        registry.load_plugin(tmp_path)  # an empty folder: nothing to load
+
+
+def test_load_plugin_folder_loads_each_py_file_and_names_each_variants_file(tmp_path):
+    a, b = uniq("fa"), uniq("fb")
+    # neither passes source=: the file that registered the variant is its source all the same
+    (tmp_path / "a.py").write_text(plugin_source(a).replace(", source=__file__", ""))
+    (tmp_path / "b.py").write_text(plugin_source(b).replace(", source=__file__", ""))
+    (tmp_path / "notes.txt").write_text("not a plugin")
+    registry.load_plugin(tmp_path)
+    assert registry.get(a).source == str(tmp_path / "a.py") and registry.get(b).source == str(tmp_path / "b.py")
+    dup = tmp_path / "dup" / "mine.py"
+    dup.parent.mkdir()
+    dup.write_text(plugin_source(a).replace(", source=__file__", ""))
+    with pytest.raises(RegistryError) as e:
+        registry.load_plugin(dup)
+    assert (
+        str(e.value) == f"variant '{a}' from {dup} is already registered by {tmp_path / 'a.py'} (give it another name)"
+    )
 
 
 @pytest.mark.parametrize(
@@ -352,3 +370,27 @@ def test_gemm_tables_render_rows_with_missing_metrics():
     assert "1.00x" in lines["cublas_fp16"] and "10.00" in lines["cublas_fp16"]
     assert "x" not in lines["test_wrong"].split("│")[9]  # no speedup for a wrong row
     assert "1.00x" in lines["* torch_moe_loop"]
+
+
+def test_a_make_that_returns_no_launch_is_named_with_its_plugin(tmp_path):
+    from gemmbench.check import CellError, check_cell
+    from gemmbench.inputs import make_inputs
+    from gemmbench.shapes import Problem
+
+    name = uniq("nolaunch")
+    path = tmp_path / f"{name}.py"
+    path.write_text(f"from gemmbench.registry import Variant, register\nregister(Variant({name!r}, 't', ('fp16',), "
+                    "'forgets its Launch', lambda p, i: None))\n")  # fmt: skip
+    registry.load_plugin(path)
+    p = Problem("s", "g", 2, 8, 8, "fp16")
+    with pytest.raises(CellError) as e:
+        check_cell(p, registry.get(name), make_inputs(p, 0, "cpu"))
+    assert e.value.phase == "make"
+    assert str(e.value.exc) == f"{name}.make() ({path}) returned NoneType, not a gemmbench.registry.Launch"
+
+
+def test_a_worker_that_died_silently_says_so():
+    from gemmbench.worker_process import exit_hint
+
+    assert exit_hint("", 1) == "exit code 1: it printed nothing"
+    assert exit_hint("loading\nRuntimeError: out of memory\n", -9) == "killed by signal 9: RuntimeError: out of memory"

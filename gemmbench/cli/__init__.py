@@ -7,7 +7,7 @@ what only it needs inside its functions: the heavy modules (torch, triton, panda
 gemmbench modules that import them) and the lighter ones --help does without (yaml through shapes, registry and tuning,
 hashlib through shard, sqlite3 through profile.nsys, rich.progress, the dtype table), those marked `# not at --help`."""
 
-from gemmbench.cli import ceilings, compare, layer, list, merge, plot, profile, run, shapes, tune
+from gemmbench.cli import ceilings, compare, layer, list, merge, plot, profile, run, shapes, signals, tune
 from gemmbench.cli.common import app
 
 app.command()(run.run)
@@ -25,4 +25,8 @@ app.add_typer(shapes.shapes_app, name="shapes")
 
 
 def main() -> None:
-    app()
+    signals.install()
+    try:
+        app()
+    finally:
+        signals.end_by_signal()

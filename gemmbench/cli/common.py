@@ -4,6 +4,8 @@ and exit code 2, never a traceback."""
 
 from __future__ import annotations
 
+import atexit
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -317,6 +319,27 @@ def cpu_too_large(problems: list, set_option: str = "--shapes") -> Optional[str]
             f"{set_option} smoke")  # fmt: skip
 
 
+WATCHDOG_FLOOR_S = 300.0  # compiling a Triton kernel or drawing DeepSeek-V3's experts stays well inside this
+CellTimeout = Annotated[
+    Optional[float],
+    typer.Option(
+        help="Seconds one phase of a cell (compile, make, check, warm-up, a batch of samples, a tuning candidate) "
+        "may go silent before its worker is stopped and the cell recorded as 'error: timeout after N s (phase)'; "
+        "the sweep goes on with a fresh worker. Default: max(300, 20 x --budget); 0: no limit."
+    ),
+]
+
+
+def watchdog(cell_timeout: Optional[float], budget: float = 0.5, factor: float = 1.0) -> Optional[float]:
+    """--cell-timeout in seconds for the pool (None: no limit); the default max(300, 20 x budget), times `factor`
+    (a profiler's replays make every phase slower)."""
+    if cell_timeout is None:
+        return max(WATCHDOG_FLOOR_S, 20 * budget) * factor
+    if not 0 <= cell_timeout < float("inf"):
+        raise fail(f"--cell-timeout must be a number of seconds >= 0 (0: no limit), got {cell_timeout}")
+    return cell_timeout or None
+
+
 def positive_budget(budget: float) -> float:
     if not budget > 0 or budget == float("inf"):
         raise fail(f"--budget must be a positive number of seconds, got {budget}")
@@ -342,6 +365,53 @@ def gpus_option(gpus: Optional[str]) -> Optional[list[int]]:
         return parse_gpus(gpus, torch.cuda.device_count() if torch.cuda.is_available() else 0)
     except PoolError as exc:
         raise fail(str(exc)) from None
+
+
+Force = Annotated[bool, typer.Option(help="Replace the --out files that exist (without it: refused, nothing written).")]
+
+
+def refuse_existing(paths: list[Path], force: bool) -> None:
+    """Results already written are never replaced without --force: one line naming the first that exists."""
+    there = [p for p in paths if p.exists()]
+    if there and not force:
+        more = f" (and {len(there) - 1} more)" if len(there) > 1 else ""
+        raise fail(f"--out: {there[0]} exists{more}; --force replaces it")
+
+
+_HELD: dict = {}  # the lock files this process holds, open until it ends (a command run again in it holds them)
+
+
+def lock_output(path: Path) -> None:
+    """One writer per results file: a second gemmbench writing the same file at the same time is refused in one
+    line (the lock is a hidden file beside it, held until this process ends)."""
+    import fcntl  # POSIX; the commands that write results run where the GPUs are
+
+    lock = path.with_name(f".{path.name}.lock").resolve()
+    if lock in _HELD:
+        return
+    handle = open(lock, "a+")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        who = handle.read().strip() or "another process"
+        handle.close()
+        raise fail(f"--out {path}: gemmbench {who} is writing it now; wait for it, or give another --out") from None
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"pid {os.getpid()}")
+    handle.flush()
+    if not _HELD:
+        atexit.register(_release)
+    _HELD[lock] = handle
+
+
+def _release() -> None:
+    """At exit: the lock files go (a writer that starts after this finds none, and takes its own)."""
+    for lock, handle in _HELD.items():
+        lock.unlink(missing_ok=True)
+        handle.close()
+    _HELD.clear()
 
 
 def output_path(out: Path, run_id: str) -> Path:

@@ -65,9 +65,19 @@ def compare_runs(
     try:
         thr = cmp.parse_threshold(threshold)
         failed = cmp.parse_fail_on(fail_on)
-        base, cand = load(baseline), load(candidate)
-    except (cmp.CompareError, StoreError) as exc:
+    except cmp.CompareError as exc:
         raise fail(str(exc)) from None
+    same = {p.resolve() for p in baseline} & {p.resolve() for p in candidate}
+    if same:
+        raise fail(f"{sorted(same)[0]} is both the baseline and the candidate: a run compared with itself says nothing")
+    try:
+        base, cand = load(baseline), load(candidate)
+    except StoreError as exc:
+        raise fail(str(exc)) from None
+    shared = set(base["run_id"]) & set(cand["run_id"])
+    if shared:  # a copy of the file, say: the same samples on both sides
+        raise fail(f"run {sorted(shared)[0]} is on both sides (the baseline and the candidate hold the same run): "
+                   "compare two runs")  # fmt: skip
     why = cmp.check_comparable(base, cand)
     if why and not force:
         raise fail(f"refusing to compare: {why} (compare like with like, or pass --force)")

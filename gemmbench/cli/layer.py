@@ -13,8 +13,10 @@ from rich.markup import escape
 from rich.table import Table
 
 from gemmbench.cli.common import (
+    CellTimeout,
     Dp,
     Ep,
+    Force,
     Layout,
     Plugins,
     Scaling,
@@ -30,7 +32,9 @@ from gemmbench.cli.common import (
     output_path,
     positive_budget,
     progress_bar,
+    refuse_existing,
     warn_about,
+    watchdog,
 )  # fmt: skip
 from gemmbench.cli.engines import ImportConfig, import_configs
 from gemmbench.cli.formats import LayoutChoice
@@ -76,7 +80,7 @@ def layer(
     best_from: BestFrom = None, layers: Layers = 1, budget: LayerBudget = 1.0, seed: Seed = 0,
     out_path: LayerOut = Path("results/layers"), plugin: Plugins = None, ep: Ep = "1", scaling: Scaling = None,
     dp: Dp = "1", layout: Layout = LayoutChoice.vllm,
-    import_config: ImportConfig = None,
+    import_config: ImportConfig = None, cell_timeout: CellTimeout = None, force: Force = False,
 ) -> None:  # fmt: skip
     """Time one decoder layer's GEMMs end to end: eager Python launches vs one CUDA graph, and the kernel sum."""
     import torch  # heavy, as store (pandas) is
@@ -92,6 +96,9 @@ def layer(
     if layers < 1:
         raise fail(f"--layers must be at least 1, got {layers}")
     budget = positive_budget(budget)
+    watchdog_s = watchdog(cell_timeout, budget)
+    if out_path.suffix == ".parquet":
+        refuse_existing([out_path], force)
     _, imported = import_configs(import_config, None)  # pinned (moe_w13=triton_moe_grouped@vllm) or in a glob
     sset, plans, notes = _plans(model, deployment(tp, dp, ep, layout), dtype, m, variants, best_from, plugin, scaling)
     gpu = _device_path(plans)
@@ -100,9 +107,9 @@ def layer(
     for label, note in notes.items():
         err.print(escape(f"--best-from {label}: {note}"), highlight=False)
     cells = [_cell(sset, model, run_id, plan, seed, layers, budget) for plan in plans]
-    rows = _sweep(
-        cells, path, WorkerOptions("cold" if gpu else "wall", plugins=plugin or [], cpu=not gpu, env=imported)
-    )
+    worker = WorkerOptions("cold" if gpu else "wall", plugins=plugin or [], cpu=not gpu, env=imported,
+                           watchdog_s=watchdog_s)  # fmt: skip
+    rows = _sweep(cells, path, worker)
     _print(rows)
     err.print(escape(f"Results: {path}"), highlight=False)
 

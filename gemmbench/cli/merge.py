@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from gemmbench.cli.common import err, fail
+from gemmbench.cli.common import Force, err, fail, refuse_existing
 
 SHOWN = 10  # cells named in a message; the rest are counted
 
@@ -26,6 +26,7 @@ def merge(
     allow_missing: Annotated[
         bool, typer.Option(help="Write the merged file even when cells or shards are missing.")
     ] = False,
+    force: Force = False,
 ) -> None:
     """Join the parts of a sweep run with `--shard I/N` into one file, after checking that every cell is there once.
 
@@ -35,6 +36,7 @@ def merge(
 
     if out_path.suffix != ".parquet":
         raise fail(f"--out {out_path}: give a .parquet file path")
+    refuse_existing([out_path], force)
     try:
         files = [f for p in parts for f in result_files(p)]
         if out_path.resolve() in {f.resolve() for f in files}:

@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 import typer
 from rich.markup import escape
 
-from gemmbench.cli.common import _choices, _dtypes, _tp_list, err, fail
+from gemmbench.cli.common import Force, _choices, _dtypes, _tp_list, err, fail, refuse_existing
 from gemmbench.cli.formats import OutputFormat, format_option, print_json
 
 RESULTS_HELP = "Run files or profile tables (.parquet), or folders of them."
@@ -102,6 +102,7 @@ def plot(
         "plots"
     ),
     fmt: Annotated[str, typer.Option("--format", help="Comma-separated: png, svg.")] = "png",
+    force: Force = False,
 ) -> None:
     """Draw figures from result files: one per GEMM and dtype (a roofline: one per dtype); prints each path written."""
     from gemmbench.plot import figures as plots  # heavy (matplotlib, pandas)
@@ -115,6 +116,7 @@ def plot(
     drawn = _draw(kinds, runs, profiles, layers)
     if not any(d.figure is not None for d in drawn):
         raise fail("nothing to draw: " + ("; ".join(d.note for d in drawn) or f"no rows that --kind {kind} draws"))
+    refuse_existing([out_path / f"{d.stem}.{f}" for d in drawn if d.figure is not None for f in formats], force)
     for d in drawn:
         if d.figure is None:
             _warn(d.note)
@@ -173,6 +175,7 @@ def report(
             "(README: JSON output)."
         ),
     ] = OutputFormat.table,
+    force: Force = False,
 ) -> None:
     """Write a Markdown report and a self-contained HTML one; prints each path written.
 
@@ -189,6 +192,7 @@ def report(
         raise fail(str(exc)) from None
     for w in rep.warnings:
         _warn(w)
+    refuse_existing(rep_mod.paths(rep, out_path), force)
     try:
         paths = rep_mod.write(rep, out_path)
     except OSError as exc:

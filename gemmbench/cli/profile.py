@@ -10,6 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from gemmbench.cli.common import (
+    CellTimeout,
     Dp,
     Dtype,
     Ep,
@@ -28,11 +29,14 @@ from gemmbench.cli.common import (
     out,
     progress_bar,
     select_cells,
+    watchdog,
 )  # fmt: skip
 from gemmbench.cli.formats import LayoutChoice
 from gemmbench.dtypes import label
 from gemmbench.profile import ncu
 from gemmbench.profile.ncu import SUM_KERNEL
+
+PROFILED_SLOWDOWN = 20  # the default --cell-timeout under ncu, as a multiple of a run's
 
 
 def _fmt(value, spec: str) -> str:
@@ -47,14 +51,13 @@ ProfileOut = Annotated[Path, typer.Option("--out", help="Folder for <run_id>-pro
 Join = Annotated[
     Optional[list[Path]], typer.Option(help="A run's Parquet file(s): also write its rows with the profile's columns.")
 ]
-Timeout = Annotated[float, typer.Option(help="Seconds one cell's profile may take.")]
 
 
 def profile(
     shapes: Shapes, ncu_: Ncu = False, nsys_: Nsys = False, variants: Variants = None, dtype: Dtype = "fp8,bf16",
     m: Ms = None, tp: Tp = "1", routing: Routing = "uniform", plugin: Plugins = None, metrics: Metrics = None,
     ncu_set: NcuSet = None, out_path: ProfileOut = Path("profiles"), join: Join = None, seed: Seed = 0,
-    timeout: Timeout = 600.0, ep: Ep = "1", scaling: Scaling = None, dp: Dp = "1",
+    cell_timeout: CellTimeout = None, ep: Ep = "1", scaling: Scaling = None, dp: Dp = "1",
     layout: Layout = LayoutChoice.vllm,
 ) -> None:  # fmt: skip
     """Profile each selected cell once under Nsight Compute or Nsight Systems: one row per kernel, and a summed row.
@@ -64,8 +67,8 @@ def profile(
 
     if not (ncu_ or nsys_):
         raise fail("say which profiler: --ncu (Nsight Compute counters), --nsys (Nsight Systems), or both")
-    if not 0 < timeout < float("inf"):  # subprocess's timeout overflows on inf
-        raise fail(f"--timeout must be a positive number of seconds, got {timeout}")
+    # a profiler replays each kernel many times: its phases get PROFILED_SLOWDOWN times the limit of a run's
+    timeout = watchdog(cell_timeout, factor=PROFILED_SLOWDOWN if ncu_ else 1.0)
     if out_path.suffix == ".parquet" or out_path.is_file():
         raise fail(f"--out {out_path}: give a folder (the profile table and the reports go inside it)")
     runs = _runs_to_join(join)

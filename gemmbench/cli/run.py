@@ -12,10 +12,11 @@ from typing import Annotated, Optional
 import typer
 from rich.markup import escape
 
-from gemmbench import named_baselines
+from gemmbench import named_baselines, sweep_fingerprint
 from gemmbench.cli import ab as ab_mod
 from gemmbench.cli import compare as cli_compare
 from gemmbench.cli.common import (
+    CellTimeout,
     Dp,
     Dtype,
     Ep,
@@ -33,12 +34,14 @@ from gemmbench.cli.common import (
     err,
     fail,
     gpus_option,
+    lock_output,
     out,
     output_path,
     positive_budget,
     progress_bar,
     select_cells,
     shard_option,
+    watchdog,
 )  # fmt: skip
 from gemmbench.cli.dry_run import DryRun, print_dry_run
 from gemmbench.cli.engines import ImportConfig, import_configs
@@ -59,7 +62,10 @@ Format = Annotated[
     OutputFormat,
     format_option("table: one table per GEMM; json: one JSON document of every cell on stdout (README: JSON output)."),
 ]
-Out = Annotated[Path, typer.Option("--out", help="Folder for <run_id>.parquet, or a .parquet file path.")]
+Out = Annotated[
+    Optional[Path],
+    typer.Option("--out", help="Folder for <run_id>.parquet, or a .parquet file path. [default: results]"),
+]
 Sanitize = Annotated[bool, typer.Option(help="Run each check under compute-sanitizer memcheck first.")]
 Budget = Annotated[float, typer.Option(help="Seconds of sampling per cell at most (after >= 10 samples).")]
 Strict = Annotated[bool, typer.Option(help="Exit 1 if any cell is wrong or failed.")]
@@ -114,26 +120,29 @@ RunShard = Annotated[
 
 def run(
     shapes: Shapes, variants: Variants = None, dtype: Dtype = "fp8,bf16", m: Ms = None, tp: Tp = "1",
-    timing: Timing = TimingMode.cold, out_path: Out = Path("results"), plugin: Plugins = None,
+    timing: Timing = TimingMode.cold, out_path: Out = None, plugin: Plugins = None,
     sanitize: Sanitize = False, seed: Seed = 0, budget: Budget = 0.5, strict: Strict = False, retune: Retune = False,
     routing: Routing = "uniform", compare_to: CompareTo = None, shard: RunShard = None, gpus: Gpus = None,
     append: Append = False, force: Force = False, resume: Resume = None, ep: Ep = "1", scaling: Scaling = None,
     import_config: ImportConfig = None, fmt: Format = OutputFormat.table, repeat: Repeat = 1,
     across_gpus: AcrossGpus = False, ab: Ab = None, dp: Dp = "1", layout: Layout = LayoutChoice.vllm,
-    dry_run: DryRun = False,
+    dry_run: DryRun = False, cell_timeout: CellTimeout = None,
 ) -> None:  # fmt: skip
     """Check, then time, every variant on every problem of a shape set; write Parquet and print tables."""
     from gemmbench import store, sweep  # heavy (pandas; torch); tables not at --help (yaml, importlib.metadata)
     from gemmbench.tables import gemm_tables
 
     timing, budget, as_json = timing.value, positive_budget(budget), fmt is OutputFormat.json
-    dep = deployment(tp, dp, ep, layout)
+    dep, watchdog_s = deployment(tp, dp, ep, layout), watchdog(cell_timeout, budget)
     if dry_run:  # nothing written, nothing run, no GPU needed
         variants, _ = import_configs(import_config, variants)
         sset, cells = select_cells(shapes, variants, dtype, m, routing, seed, plugin, dep, scaling)
         print_dry_run(sset, cells, dep, as_json)
         return
     shard_at, gpu_ids = shard_option(shard), gpus_option(gpus)
+    if resume is not None and out_path is not None:  # a resumed run goes on in its own file
+        raise fail("--resume writes into the file it resumes: give --resume or --out, not both")
+    out_path = out_path or Path("results")
     _refuse_before_work(out_path, append, force, resume, compare_to)
     _check_repeat(repeat, resume)
     baseline_cmd = _check_ab(ab, compare_to, append, resume, out_path, force)
@@ -143,8 +152,13 @@ def run(
     timing = timing if _on_gpu() else "wall"  # no CUDA events on a CPU
     _comparable_baseline(compare_to, timing)
     run_id = store.new_run_id(sset.name) + (f"-shard{shard_at[0]}of{shard_at[1]}" if shard_at else "")
+    fp = _fingerprint(sset, cells, timing, budget, seed, sanitize, plugin, import_config)
+    meta = {**(meta or {}), **sweep_fingerprint.encode(fp)}
+    _check_resume(resume, fp)
+    cpu = _cpu_path(cells, sanitize)  # refused before anything is written
     writer, run_id, cells = _writer(out_path, run_id, meta, cells, timing, append, force, resume)
-    cpu = _cpu_path(cells, sanitize)
+    if cpu and cells:
+        _say_cpu_path()
     if not cells and resume is not None:
         err.print(escape(f"--resume: every cell is already in {writer.path}; nothing to run"), highlight=False)
         if as_json:
@@ -156,14 +170,15 @@ def run(
         if as_json:
             _print_json(run_id, writer.path, [], False)
         return
-    worker = WorkerOptions(timing, budget, plugins=plugin or [], cpu=cpu, retune=retune, ceilings=not cpu, env=imported)
+    worker = WorkerOptions(timing, budget, plugins=plugin or [], cpu=cpu, retune=retune, ceilings=not cpu, env=imported,
+                           watchdog_s=watchdog_s)  # fmt: skip
     # what a baseline process is given: this sweep's options that differ from their defaults (cli.ab.sweep_args)
     ab_args = ab_mod.sweep_args([
         ("--shapes", shapes, None), ("--variants", variants, None), ("--dtype", dtype, "fp8,bf16"), ("--m", m, None),
         ("--tp", tp, "1"), ("--timing", timing, None), ("--plugin", [str(f) for f in plugin or []], []),
         ("--seed", seed, 0), ("--budget", budget, 0.5), ("--retune", retune, False), ("--routing", routing, "uniform"),
         ("--shard", shard, None), ("--gpus", gpus, None), ("--ep", ep, "1"), ("--scaling", scaling, None),
-        ("--dp", dp, "1"), ("--layout", str(layout), "vllm"),
+        ("--dp", dp, "1"), ("--layout", str(layout), "vllm"), ("--cell-timeout", cell_timeout, None),
         ("--import-config", import_config or [], []), ("--sanitize", sanitize, False),
     ])  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="gemmbench-ab-") as parts_dir:
@@ -211,12 +226,42 @@ def run(
         raise typer.Exit(code)
 
 
+def _fingerprint(sset, cells, timing, budget, seed, sanitize, plugins, import_config) -> dict:
+    """This sweep's fingerprint (gemmbench.sweep_fingerprint), stored in its file for --resume to check."""
+    import gemmbench
+    from gemmbench import device
+    from gemmbench.shard import cell_key
+
+    files = [Path(spec.split(":", 1)[-1]) for spec in import_config or []]  # ENGINE:FILE
+    return sweep_fingerprint.fingerprint(
+        (cell_key(p, n) for p, names in cells for n in names), sset.name, timing=timing, budget=budget, seed=seed,
+        sanitize=sanitize, plugins=sweep_fingerprint.content(plugins or []),
+        imported=sweep_fingerprint.content(files), build=f"{gemmbench.__version__} {device.git_sha()}",
+    )  # fmt: skip
+
+
+def _check_resume(resume: Optional[Path], fp: dict) -> None:
+    """--resume takes only a file of this very sweep, measured the same way by this build."""
+    from gemmbench import store
+
+    if resume is None:
+        return
+    try:
+        stored = sweep_fingerprint.decode(store.file_metadata(resume))
+    except Exception as exc:  # noqa: BLE001 - any unreadable file is the same one line
+        raise fail(f"--resume {resume}: not a readable run file ({exc})") from None
+    why = sweep_fingerprint.difference(stored, fp)
+    if why:
+        raise fail(f"--resume {resume}: {why}; a resumed file holds one sweep: start a new run")
+
+
 def _writer(out_path, run_id, meta, cells, timing, append, force, resume) -> tuple:
     """(the run's writer, its run id, the cells still to run): a new file; an existing --out only with --append
     (its rows kept) or --force; --resume: the file's own run, less the cells it has finished."""
     from gemmbench import store
 
     path = resume if resume is not None else output_path(out_path, run_id)
+    lock_output(path)
     kept: list = []
     if resume is not None or (append and path.exists()):
         option = "--resume" if resume is not None else "--append"
@@ -331,7 +376,7 @@ def _shard(cells: list, shard_at: Optional[tuple[int, int]]) -> tuple[Optional[d
 
 
 def _cpu_path(cells: list, sanitize: bool) -> bool:
-    """True without CUDA, after refusing what the CPU path cannot do; says so on stderr."""
+    """True without CUDA, after refusing what the CPU path cannot do (before anything is written)."""
     import torch  # heavy
 
     if torch.cuda.is_available() or not cells:
@@ -341,12 +386,15 @@ def _cpu_path(cells: list, sanitize: bool) -> bool:
         raise fail(f"no CUDA GPU here, so this would be the CPU path, and {reason}")
     if sanitize:
         raise fail("--sanitize needs a CUDA GPU")
+    return True
+
+
+def _say_cpu_path() -> None:
     err.print(
-        "[bold yellow]No CUDA GPU: CPU path.[/] Baselines run torch's CPU matmul, Triton variants run in "
-        "Triton's interpreter; timings are CPU wall-clock times, not GPU numbers.",
+        "[bold yellow]No CUDA GPU: CPU path.[/] Baselines run torch's CPU matmul on one thread, Triton variants run "
+        "in Triton's interpreter; timings are CPU wall-clock times, not GPU numbers.",
         highlight=False,
     )
-    return True
 
 
 def _sweep(opts, cells: list, writer) -> tuple[list, bool]:

@@ -16,6 +16,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from gemmbench.cli.common import (
+    CellTimeout,
     Dp,
     Dtype,
     Ep,
@@ -36,6 +37,7 @@ from gemmbench.cli.common import (
     runs_a_scaling,
     shard_option,
     warn_about,
+    watchdog,
 )  # fmt: skip
 from gemmbench.cli.engines import Export, ExportForce, ExportOnly, export_plan
 from gemmbench.cli.engines import export as export_files
@@ -71,6 +73,7 @@ def tune(
     tp: TuneTp = "1", plugin: Plugins = None, seed: Seed = 0, skip_stored: SkipStored = False,
     shard: TuneShard = None, gpus: TuneGpus = None, ep: Ep = "1", scaling: Scaling = None, export: Export = None,
     export_only: ExportOnly = False, force: ExportForce = False, dp: Dp = "1", layout: Layout = LayoutChoice.vllm,
+    cell_timeout: CellTimeout = None,
 ) -> None:  # fmt: skip
     """Search each Triton variant's config space per (GPU, N, K, dtype, scaling, M bucket); store the winners as JSON."""
     from gemmbench import config_files
@@ -78,7 +81,7 @@ def tune(
 
     if (export_only or force) and export is None:
         raise fail(f"{'--export-only' if export_only else '--force'} goes with --export ENGINE DIR")
-    shard_at = shard_option(shard)
+    shard_at, watchdog_s = shard_option(shard), watchdog(cell_timeout)
     problems, chosen = _select(shapes, variants, dtype, m, deployment(tp, dp, ep, layout), plugin, scaling)
     plan = export_plan(export, shapes, problems, chosen) if export else ([], [])  # refused before tuning
     if export and export_only:
@@ -105,7 +108,8 @@ def tune(
     title = f"tuned on {dev.name} (cold L2) -> {config_files.configs_root() / config_files.gpu_dirname(dev.name)}"
     title += f", shard {shard_at[0]}/{shard_at[1]} ({len(jobs)} of {total} jobs)" if shard_at else ""
     title += f", GPUs {','.join(map(str, gpu_ids))}" if gpu_ids else ""
-    report = _tune(jobs, seed, gpu_ids, plugin or [])
+    report = _tune(jobs, seed, gpu_ids, WorkerOptions("cold", plugins=[Path(p).resolve() for p in plugin or []],
+                                                      watchdog_s=watchdog_s))  # fmt: skip
     out.print(report.table(title))
     for line in report.failure_lines():
         err.print(escape(line), highlight=False, soft_wrap=True)
@@ -245,12 +249,12 @@ class Report(Sink):
         return [f"failed: {v.name} {p.label}: {self.failed[k]}" for k, (p, v) in self.jobs.items() if k in self.failed]
 
 
-def _tune(jobs: list, seed: int, gpu_ids: Optional[list], plugins: list) -> Report:
+def _tune(jobs: list, seed: int, gpu_ids: Optional[list], worker: WorkerOptions) -> Report:
     """Every job in the engine's workers (one per GPU), under one progress bar."""
     with progress_bar() as progress:
         report = Report(jobs, progress)
         try:
-            with Pool(WorkerOptions("cold", plugins=[Path(p).resolve() for p in plugins]), report, gpu_ids) as pool:
+            with Pool(worker, report, gpu_ids) as pool:
                 pool.run(cells(jobs, seed))
         except PoolError as exc:
             progress.stop()

@@ -23,6 +23,7 @@ from gemmbench.store import write_atomic
 from gemmbench.tables import short_config
 
 IMG_DIR = "img"
+REPORT_MD, REPORT_HTML = "report.md", "report.html"
 
 
 @dataclass
@@ -342,15 +343,17 @@ def to_html(rep: Report) -> str:
     )
 
 
+def paths(rep: Report, out_dir: Path) -> list[Path]:
+    """The files write() writes: the images (img/), report.md, report.html."""
+    out_dir = Path(out_dir)
+    return [out_dir / IMG_DIR / f"{stem}.png" for stem in rep.images] + [out_dir / REPORT_MD, out_dir / REPORT_HTML]
+
+
 def write(rep: Report, out_dir: Path) -> list[Path]:
     """report.md (images in img/), report.html (images inside), each written atomically; the paths written."""
-    out_dir = Path(out_dir)
-    paths = []
-    for stem, png in rep.images.items():
-        path = out_dir / IMG_DIR / f"{stem}.png"
+    files = paths(rep, out_dir)
+    for path, png in zip(files[:-2], rep.images.values(), strict=True):
         write_atomic(path, png)
-        paths.append(path)
-    for name, text in (("report.md", to_markdown(rep)), ("report.html", to_html(rep))):
-        write_atomic(out_dir / name, text.encode("utf-8"))
-        paths.append(out_dir / name)
-    return paths
+    write_atomic(files[-2], to_markdown(rep).encode("utf-8"))
+    write_atomic(files[-1], to_html(rep).encode("utf-8"))
+    return files

@@ -88,7 +88,9 @@ def kernels_from_module(module: ModuleType, report: Path) -> list[dict]:
     return kernels
 
 
-def read_kernels(report: Path, ncu_exe: str, has_module: bool, run: Callable, timeout: float) -> tuple[list[dict], str]:
+def read_kernels(
+    report: Path, ncu_exe: str, has_module: bool, run: Callable, timeout: Optional[float]
+) -> tuple[list[dict], str]:
     """(the report's kernels, the reader: a name in READERS); [] where the report holds no kernel table.
 
     Where ncu_report imports here (has_module: load_module found it), it reads the report in a child process (`python -m

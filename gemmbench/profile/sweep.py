@@ -46,7 +46,9 @@ class ProfileOptions:
     plugins: list = field(default_factory=list)
     extra_metrics: list = field(default_factory=list)
     ncu_set: Optional[str] = None  # e.g. "full": ncu's section set, passed through
-    timeout_s: float = 600.0
+    # the watchdog of each cell's worker (silent this long in one phase: stopped, the cell an error) and the limit of
+    # reading its report; None: no limit
+    timeout_s: Optional[float] = 6000.0
 
 
 def report_stem(variant: str, problem: Problem) -> str:

@@ -1,0 +1,50 @@
+"""The build a row names is gemmbench's own: its checkout's commit, or the commit a wheel was built from; never the
+repository of whatever folder the installed package sits in."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from gemmbench import device
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(autouse=True)
+def _no_override(monkeypatch):
+    monkeypatch.delenv("GEMMBENCH_GIT_SHA", raising=False)
+    device.git_sha.cache_clear()
+    yield
+    device.git_sha.cache_clear()
+
+
+def git(*args, cwd) -> str:
+    return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=True).stdout.strip()
+
+
+def test_a_checkout_names_its_head_and_a_hash_of_its_changes():
+    if not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout (an unpacked source distribution)")
+    head = git("rev-parse", "--short=12", "HEAD", cwd=ROOT)
+    sha = device.git_sha()
+    assert sha is not None and sha.split("-dirty.")[0] == head
+    # uncommitted changes: "-dirty." and 8 hex digits of their diff, so two different edits are two builds
+    assert ("-dirty." in sha) == bool(git("diff", "HEAD", "--no-ext-diff", cwd=ROOT))
+
+
+def test_installed_inside_another_repository_it_does_not_name_that_repository(tmp_path):
+    repo = tmp_path / "my-project"
+    package = repo / ".venv" / "lib" / "python3.12" / "site-packages" / "gemmbench"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    git("init", "-q", cwd=repo)
+    (repo / "x.txt").write_text("x")
+    git("add", "x.txt", cwd=repo)
+    git("-c", "user.email=a@b", "-c", "user.name=a", "commit", "-qm", "theirs", cwd=repo)
+    assert device.git_sha(package) is None  # git would answer for my-project: not gemmbench's build
+    (package / device.BUILD_FILE).write_text("0123456789ab\n")  # what setup.py writes into a wheel
+    device.git_sha.cache_clear()
+    assert device.git_sha(package) == "0123456789ab"

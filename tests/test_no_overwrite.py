@@ -1,0 +1,74 @@
+"""Results already written are never replaced without --force: every option that names an output, walked here, and
+two runs that would write one file at the same time.  The first call writes, the second is refused in one line
+(the file untouched), the third with --force replaces."""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+from pathlib import Path
+
+import pytest
+from test_cli import bad, invoke
+
+RUN = "results/h100-2026-11-22/llama70b-attn-cold.parquet"  # a committed run file: plots and reports from it
+CONFIG = "tests/fixtures/hf-configs/qwen2-7b.json"
+
+
+def digest(paths: list[Path]) -> dict:
+    return {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in paths}
+
+
+# (id, the command given its output path, the files that output makes)
+WRITERS = {
+    "plot": (lambda o: ("plot", RUN, "--kind", "tflops", "--out", o), lambda o: sorted(o.glob("*.png"))),
+    "report": (lambda o: ("report", RUN, "--out", o), lambda o: [o / "report.md", o / "report.html"]),
+    "shapes-from-config": (
+        lambda o: ("shapes", "from-config", CONFIG, "--out", o / "s.yaml"),
+        lambda o: [o / "s.yaml"],
+    ),
+    "baseline-save": (lambda o: ("baseline", "save", RUN, "--name", "b", "--dir", o), lambda o: [o / "b.parquet"]),
+}
+
+
+@pytest.mark.parametrize("writer", list(WRITERS))
+def test_a_second_write_is_refused_and_force_replaces(writer, tmp_path):
+    command, made = WRITERS[writer]
+    first = invoke(*command(tmp_path))
+    assert first.exit_code == 0, first.stderr
+    files = made(tmp_path)
+    assert files and all(f.is_file() for f in files)
+    before = digest(files)
+    line = bad(invoke(*command(tmp_path)))
+    assert "exists" in line and "--force replaces it" in line
+    assert digest(files) == before  # untouched
+    assert invoke(*command(tmp_path), "--force").exit_code == 0
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("run", "--shapes", "smoke"),
+        ("merge", RUN),
+        ("layer", "--model", "llama3-70b"),
+    ],
+)
+def test_an_existing_out_file_is_refused_before_any_work(args, tmp_path):
+    out = tmp_path / "r.parquet"
+    out.write_bytes(b"not even parquet")  # whatever it holds, it is the user's
+    line = bad(invoke(*args, "--out", out))
+    assert "exists" in line and "--force" in line
+    assert out.read_bytes() == b"not even parquet"
+
+
+def test_two_runs_writing_one_file_at_once_the_second_is_refused(tmp_path):
+    out = tmp_path / "r.parquet"
+    with open(tmp_path / ".r.parquet.lock", "a+") as held:  # as a running gemmbench holds it
+        held.write("pid 4242")
+        held.flush()
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        res = invoke("run", "--shapes", "smoke", "--m", "1", "--dtype", "fp16", "--out", out)
+    assert res.exit_code == 2
+    line = res.stderr.strip().splitlines()[-1]  # after the CPU path's banner
+    assert line == f"error: --out {out}: gemmbench pid 4242 is writing it now; wait for it, or give another --out"
+    assert not out.exists()

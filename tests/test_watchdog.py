@@ -1,0 +1,126 @@
+"""A hanging kernel costs its cell, not the sweep (the watchdog), and a stopped or killed sweep leaves no worker
+behind (SIGTERM and SIGHUP as Ctrl-C, the worker's watch on its owner).  Real processes, on the CPU path."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from test_cli import invoke
+
+from gemmbench import store
+
+PLUGIN = Path(__file__).parent / "plugins" / "hang_plugin.py"
+# the first GEMM's cells finish (cuBLAS ok, test_hang skipped); the second's test_hang hangs
+ONE_GEMM = (
+    "name: one\nm: [1]\ngemms: [{id: first, N: 32, K: 32, parallel: none}, {id: hang, N: 32, K: 32, parallel: none}]\n"
+)
+
+
+@pytest.fixture
+def one(tmp_path) -> Path:
+    path = tmp_path / "one.yaml"
+    path.write_text(ONE_GEMM)
+    return path
+
+
+def test_a_hanging_cell_is_a_timeout_row_and_the_sweep_goes_on(one, tmp_path):
+    out = tmp_path / "r.parquet"
+    args = ("run", "--shapes", one, "--dtype", "fp16", "--variants", "test_hang,cublas_fp16", "--plugin", PLUGIN,
+            "--budget", "0.01", "--cell-timeout", "3", "--out", out)  # fmt: skip
+    res = invoke(*args)
+    assert res.exit_code == 0, res.stderr
+    rows = {r.variant: r for r in store.load([out]).itertuples() if r.gemm == "hang"}
+    # the hang was in the check's launch: stopped after 3 silent seconds; cuBLAS checked and timed beside it
+    assert rows["test_hang"].status == "error" and rows["test_hang"].reason == "timeout after 3 s (check)"
+    assert rows["cublas_fp16"].status == "ok"
+    assert invoke(*args[:-2], "--out", tmp_path / "s.parquet", "--strict").exit_code == 1  # --strict counts it
+
+
+@pytest.mark.parametrize("value, line", [("-1", ">= 0 (0: no limit), got -1.0"), ("inf", "got inf")])
+def test_a_bad_cell_timeout_is_one_line(value, line):
+    res = invoke("run", "--shapes", "smoke", "--cell-timeout", value)
+    assert res.exit_code == 2 and line in res.stderr and "Traceback" not in res.stderr
+
+
+def _children(pid: int) -> set[int]:
+    """The processes whose parent is `pid` (Linux /proc)."""
+    kids = set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            kids.add(int(stat.parent.name))
+    return kids
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def _hung_sweep(tmp_path: Path, one: Path, fmt: str = "table") -> tuple[subprocess.Popen, set[int]]:
+    """A sweep whose worker is stuck in test_hang's kernel (no watchdog): the process and its workers."""
+    marker = tmp_path / "spinning"
+    env = dict(os.environ, GEMMBENCH_TEST_HANG_MARKER=str(marker))
+    cmd = [sys.executable, "-m", "gemmbench", "run", "--shapes", str(one), "--dtype", "fp16", "--variants",
+           "cublas_fp16,test_hang", "--plugin", str(PLUGIN), "--budget", "0.01", "--cell-timeout", "0", "--out",
+           str(tmp_path / "r.parquet"), "--format", fmt]  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.monotonic() + 120
+    while not marker.exists():
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "the worker never reached the hanging kernel"
+        time.sleep(0.1)
+    workers = _children(proc.pid)
+    assert workers
+    return proc, workers
+
+
+def _gone_within(pids: set[int], seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while any(_alive(p) for p in pids):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGHUP, 129)])
+def test_sigterm_and_sighup_stop_like_ctrl_c_and_end_by_the_signal(tmp_path, one, sig, code):
+    proc, workers = _hung_sweep(tmp_path, one, fmt="json")
+    start = time.monotonic()
+    proc.send_signal(sig)
+    stdout, stderr = proc.communicate(timeout=30)
+    assert time.monotonic() - start < 5  # cleanup within 5 s
+    assert proc.returncode == -sig and 128 + sig == code  # the shell sees 128 + the signal
+    assert _gone_within(workers, 5), "a worker outlived the sweep"
+    assert '"interrupted": true' in stdout  # the JSON document still printed
+    assert "interrupted: 2 finished rows in" in stderr  # the first GEMM's rows were kept
+    assert len(store.load([tmp_path / "r.parquet"])) == 2
+
+
+def test_a_killed_sweep_leaves_no_worker_behind(tmp_path, one):
+    proc, workers = _hung_sweep(tmp_path, one)
+    proc.kill()  # SIGKILL: no handler runs; the worker notices its owner is gone
+    proc.communicate(timeout=30)
+    assert _gone_within(workers, 5), "a worker outlived a SIGKILLed sweep"
+
+
+def test_a_second_signal_ends_the_sweep_at_once(tmp_path, one):
+    proc, workers = _hung_sweep(tmp_path, one)
+    proc.send_signal(signal.SIGINT)
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=30)
+    assert proc.returncode in (130, -signal.SIGINT)
+    assert _gone_within(workers, 5)
