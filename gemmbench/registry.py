@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from gemmbench import dtypes
+from gemmbench.builtin_baselines import BASELINES
 from gemmbench.shapes import Problem
 
 ENTRY_POINT_GROUP = "gemmbench.variants"
@@ -177,13 +178,18 @@ def baseline_for(dtype: str, moe: bool, scaling: str = dtypes.REFERENCE_SCALING)
     Variant.baseline and scalings); a scaling that no variant declares falls back to dtypes.REFERENCE_SCALING's
     (torch_moe_loop for MoE fp8 of any scaling: it runs no fp8, so those rows show no speedup).  None where no
     variant declares either.  Only the baseline's row of the same cell counts, and the scaling is part of a cell:
-    a speedup never compares two scalings."""
-    variants = all_variants()
+    a speedup never compares two scalings.  Where the kernels cannot be imported (no torch or triton: an install that
+    only reads results), the built-in baselines' table answers."""
+    try:
+        declared = [(v.name, _baseline_keys(v)) for v in all_variants()]
+    except ImportError:
+        declared = [(name, {_baseline_key(d, b.moe, s) for d in b.dtypes for s in b.scalings})
+                    for name, b in BASELINES.items()]  # fmt: skip
     for s in dict.fromkeys((scaling, dtypes.REFERENCE_SCALING)):
         key = _baseline_key(dtype, moe, s)
-        for v in variants:
-            if key in _baseline_keys(v):
-                return v.name
+        for name, keys in declared:
+            if key in keys:
+                return name
     return None
 
 
@@ -191,8 +197,8 @@ def _load_builtins() -> None:
     global _builtins_loaded
     if _builtins_loaded:
         return
+    importlib.import_module("gemmbench.kernels")  # ImportError without torch or triton: asked again next time
     _builtins_loaded = True
-    importlib.import_module("gemmbench.kernels")
     for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
         try:
             ep.load()
@@ -241,6 +247,15 @@ def load_plugin(path: str | Path) -> None:
 def all_variants() -> list[Variant]:
     _load_builtins()
     return list(_VARIANTS.values())
+
+
+def names() -> list[str]:
+    """The registered variants' names in registration order; the built-in baselines' alone where the kernels cannot
+    be imported (no torch or triton: an install that only reads results)."""
+    try:
+        return [v.name for v in all_variants()]
+    except ImportError:
+        return list(BASELINES)
 
 
 def get(name: str) -> Variant:

@@ -10,11 +10,14 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import tempfile
+import threading
+import time
 import uuid
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 import pandas as pd
@@ -208,20 +211,36 @@ def usual_mode() -> int:
     return 0o666 & ~mask
 
 
-class RunWriter:
-    """Accumulates the rows of one run and keeps `path` a complete Parquet file after each append.
+PART_ROWS, PART_S = 64, 5.0  # a part is written once it holds this many rows, or its first row is this old
 
-    The whole file is rewritten per row: runs have hundreds of rows at most, and rewriting is far
-    simpler than appending to Parquet (which has no append).  `rows`: the file's rows so far (run --append or
-    --resume: they are kept, the new ones added); without them an existing file at `path` is replaced at the first
-    append (the command refuses that without --force).
-    """
+
+def parts_dir(path: str | Path) -> Path:
+    """Where a run file's rows go while its sweep runs: <file>.parts/, one Parquet part per batch of rows."""
+    path = Path(path)
+    return path.with_name(path.name + ".parts")
+
+
+class RunWriter:
+    """The rows of one run, written as they come at a cost that grows with the rows, not with their square.
+
+    New rows go to parts in `parts_dir(path)` (each part written once, atomically: every PART_ROWS rows, or when the
+    oldest unwritten row is PART_S old: a thread of its own looks, so a cell that hangs for minutes does not hold the
+    rows before it); `close` joins the file's rows into `path` by one atomic rename and removes the parts.  A sweep killed on the way leaves `path` as it was and the parts beside
+    it: every loader reads them as the file's rows (result_files), and `run --resume` finishes them into one file.
+    `rows`: the file's rows so far (run --append or --resume: kept, the new ones added); without them an existing
+    file at `path` is replaced at `close` (the command refuses that without --force)."""
 
     def __init__(self, path: str | Path, meta: dict | None = None, rows: Sequence[dict] = ()):
         self.path = Path(path)
-        self.meta = meta  # extra file metadata, written with every rewrite (write_rows)
-        self._rows: list[dict] = [normalize_row(r) for r in rows]  # nothing is written until the first new row
+        self.meta = meta  # extra file metadata, in every part and the joined file (write_rows)
+        self._rows: list[dict] = [normalize_row(r) for r in rows]
         self.kept = len(self._rows)
+        self._pending: list[dict] = []
+        self._since = 0.0  # when the oldest pending row came (time.monotonic)
+        parts = parts_dir(self.path)
+        self._next = 1 + max((int(p.stem.split("-")[1]) for p in parts.glob("part-*.parquet")), default=0)
+        self._lock = threading.RLock()
+        self._stop: Optional[threading.Event] = None  # the clock thread's, started with the first row
 
     @property
     def added(self) -> int:
@@ -232,28 +251,71 @@ class RunWriter:
         return list(self._rows)
 
     def append(self, row: dict) -> None:
-        self._rows.append(normalize_row(row))
-        try:
+        with self._lock:
+            self._rows.append(normalize_row(row))
+            if not self._pending:
+                self._since = time.monotonic()
+            self._pending.append(self._rows[-1])
+            if len(self._pending) >= PART_ROWS:
+                self.flush()
+            if self._stop is None:
+                self._stop = threading.Event()
+                threading.Thread(target=self._watch, args=(self._stop,), daemon=True).start()
+
+    def _watch(self, stop: threading.Event) -> None:
+        while not stop.wait(PART_S / 5):
+            try:
+                self.tick()
+            except OSError:  # a full disk: the sweep's own next write says so, in its thread
+                pass
+
+    def tick(self) -> None:
+        """Writes the pending rows once the oldest is PART_S old."""
+        with self._lock:
+            if self._pending and time.monotonic() - self._since >= PART_S:
+                self.flush()
+
+    def flush(self) -> None:
+        """The pending rows as the next part (atomic: a part is whole or absent)."""
+        with self._lock:
+            if not self._pending:
+                return
+            write_rows(parts_dir(self.path) / f"part-{self._next:05d}.parquet", self._pending, self.meta)
+            self._pending, self._next = [], self._next + 1
+
+    def close(self) -> None:
+        """Every row of the file (kept and new) as `path`, one atomic rename; then the parts go.  A file that gained
+        no row is left as it was."""
+        with self._lock:
+            if self._stop is not None:  # a later row (run --repeat's next sweep) starts a clock of its own
+                self._stop.set()
+                self._stop = None
+            self._pending = []
+            if not self.added and not parts_dir(self.path).exists():
+                return
             write_rows(self.path, self._rows, self.meta)
-        except BaseException:
-            self._rows.pop()  # memory stays equal to what is on disk
-            raise
+            shutil.rmtree(parts_dir(self.path), ignore_errors=True)
 
 
 def file_metadata(path: str | Path) -> dict:
-    """A Parquet file's key-value metadata (bytes -> bytes); {} where it has none."""
-    return dict(pq.read_schema(path).metadata or {})
+    """A run file's key-value metadata (bytes -> bytes), or its first part's where the file is not written yet (a
+    sweep killed on the way); {} where it has none."""
+    files = result_files(Path(path))
+    return dict(pq.read_schema(files[0]).metadata or {})
 
 
 def result_files(p: Path) -> list[Path]:
-    """A file as given, or every .parquet file under a folder, its subfolders included (results/h100-*/…)."""
-    if p.is_dir():
+    """A file as given, with the parts of a sweep still writing it or killed on the way (RunWriter), or every
+    .parquet file under a folder, its subfolders included (results/h100-*/…)."""
+    p = Path(p)
+    if p.is_dir() and not p.name.endswith(".parts"):
         files = sorted(f for f in p.rglob("*.parquet") if f.is_file() and not f.name.endswith(".tmp"))
         if not files:
             raise StoreError(f"{p}: no .parquet file in the folder or its subfolders")
         return files
-    if p.exists():
-        return [p]
+    parts = sorted(parts_dir(p).glob("part-*.parquet"))
+    if p.exists() or parts:
+        return ([p] if p.is_file() else []) + parts
     raise StoreError(f"{p}: no such file or folder")
 
 

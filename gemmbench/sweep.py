@@ -146,7 +146,17 @@ def _sanitizer_cells(cells: list, seed: int, folder: Path) -> list[Cell]:
 
 
 def run(cells: list, opts: SweepOptions, writer, progress: Optional[Progress] = None) -> None:
-    """Every (problem, variant) of `cells` ends as one row in `writer`.  PoolError when no worker can start."""
+    """Every (problem, variant) of `cells` ends as one row in `writer`, on disk when this returns (its parts: the
+    command joins them, store.RunWriter.close).  PoolError when no worker can start."""
+    try:
+        _run(cells, opts, writer, progress)
+    finally:  # whatever ended it (Ctrl-C too), the rows so far are written
+        flush = getattr(writer, "flush", None)
+        if flush is not None:
+            flush()
+
+
+def _run(cells: list, opts: SweepOptions, writer, progress: Optional[Progress]) -> None:
     if opts.sanitize and not shutil.which("compute-sanitizer"):
         raise PoolError("--sanitize needs compute-sanitizer on the PATH (it ships with the CUDA toolkit, in "
                         "<cuda>/bin or the Nsight Compute install)")  # fmt: skip

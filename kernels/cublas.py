@@ -15,6 +15,7 @@ from typing import Optional
 import torch
 
 from gemmbench import dtypes
+from gemmbench.builtin_baselines import BASELINES
 from gemmbench.registry import Launch, Variant, register
 
 
@@ -70,8 +71,10 @@ def fp8_supports(scaling: str):
     return supports
 
 
-register(Variant("cublas_bf16", "cublas", ("bf16",), "torch.mm, bf16 (cuBLAS on a GPU)", _make_mm, baseline=("bf16",)))
-register(Variant("cublas_fp16", "cublas", ("fp16",), "torch.mm, fp16 (cuBLAS on a GPU)", _make_mm, baseline=("fp16",)))
+register(Variant("cublas_bf16", "cublas", ("bf16",), "torch.mm, bf16 (cuBLAS on a GPU)", _make_mm,
+                 baseline=BASELINES["cublas_bf16"].dtypes))  # fmt: skip
+register(Variant("cublas_fp16", "cublas", ("fp16",), "torch.mm, fp16 (cuBLAS on a GPU)", _make_mm,
+                 baseline=BASELINES["cublas_fp16"].dtypes))  # fmt: skip
 register(
     Variant(
         "cublas_fp8",
@@ -80,8 +83,8 @@ register(
         "torch._scaled_mm, fp8 e4m3, per-tensor scales, bf16 out",
         _make_scaled_mm,
         supports=fp8_supports("tensor"),
-        baseline=("fp8",),
-        scalings=("tensor",),
+        baseline=BASELINES["cublas_fp8"].dtypes,
+        scalings=BASELINES["cublas_fp8"].scalings,
     )
 )
 register(
@@ -92,7 +95,7 @@ register(
         "torch._scaled_mm, fp8 e4m3, row-wise scales, bf16 out",
         _make_scaled_mm,
         supports=fp8_supports("row"),
-        baseline=("fp8",),
-        scalings=("row",),
+        baseline=BASELINES["cublas_fp8_rowwise"].dtypes,
+        scalings=BASELINES["cublas_fp8_rowwise"].scalings,
     )
 )

@@ -14,6 +14,7 @@ from typing import Optional
 import torch
 
 from gemmbench import dtypes
+from gemmbench.builtin_baselines import BASELINES
 from gemmbench.registry import Launch, Variant, register
 
 # torch._scaled_mm took block scales in 2.9 (pytorch/pytorch#158037, cuBLAS 12.9's block-scaled GEMM), but laid
@@ -89,7 +90,7 @@ register(
         "torch._scaled_mm, fp8 e4m3, block scales (activations 1x128, weights 128x128; cuBLAS, Hopper), bf16 out",
         _make_block_scaled_mm,
         supports=_block_supports,
-        baseline=("fp8",),
-        scalings=("block", "block-ue8m0"),
+        baseline=BASELINES["cublas_fp8_block"].dtypes,
+        scalings=BASELINES["cublas_fp8_block"].scalings,
     )
 )

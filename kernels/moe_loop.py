@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import torch
 
+from gemmbench.builtin_baselines import BASELINES
 from gemmbench.registry import Launch, Variant, register
 
 
@@ -37,6 +38,6 @@ register(
         "MoE reference: per-expert gather + torch matmul (cuBLAS) + scatter; syncs with the host",
         _make,
         moe=True,
-        baseline=("fp16", "bf16", "fp8"),
+        baseline=BASELINES["torch_moe_loop"].dtypes,
     )
 )

@@ -21,10 +21,13 @@ gemms:
   - {id: g, N: 64, K: 64, parallel: none}
 """
 
-# The fake baseline: logs its argv and start and end times (UTC, µs), then writes the template's rows to --out.
+# The fake baseline: `run --help` is this build's; `run ...` logs its argv and start and end times (UTC, µs), then
+# writes the template's rows to --out.
 FAKE = """#!{python}
-import json, sys
+import json, subprocess, sys
 from datetime import datetime, timezone
+if "--help" in sys.argv:
+    sys.exit(subprocess.call([sys.executable, "-m", "gemmbench", *sys.argv[1:]]))
 start = datetime.now(timezone.utc).isoformat()
 from gemmbench import store
 args = sys.argv[1:]
@@ -69,6 +72,22 @@ def test_only_options_off_their_default_are_passed_on():
     assert got == ["--shapes", "s.yaml", "--retune", "--plugin", "a.py", "--plugin", "b.py", "--seed", "3"]
 
 
+def test_every_option_the_baseline_knows_is_passed_defaults_too():
+    options = [("--shapes", "s.yaml", None), ("--dtype", "fp8,bf16", "fp8,bf16"), ("--m", None, None),
+               ("--retune", False, False), ("--dp", "1", "1"), ("--budget", 0.5, 0.5)]  # fmt: skip
+    # an older build without --dp: left out at its default; its other options passed at their defaults too, so a
+    # build whose own defaults differ sweeps the same cells
+    got = ab.sweep_args(options, known={"--shapes", "--dtype", "--m", "--retune", "--budget"})
+    assert got == ["--shapes", "s.yaml", "--dtype", "fp8,bf16", "--budget", "0.5"]
+    with pytest.raises(ab.AbError, match="^this sweep sets --dp, which the baseline build's `run` does not have$"):
+        ab.sweep_args([*options[:4], ("--dp", "8", "1")], known={"--shapes", "--dtype", "--m", "--retune"})
+
+
+def test_the_baseline_builds_options_come_from_its_help():
+    known = ab.baseline_options([sys.executable, "-m", "gemmbench"])
+    assert {"--shapes", "--dtype", "--dp", "--layout", "--cell-timeout", "--budget"} <= known
+
+
 @pytest.mark.parametrize(
     "args, message",
     [
@@ -109,9 +128,12 @@ def test_ab_runs_the_baseline_with_the_same_sweep_options(ab_run):
     assert got.exit_code == 0, got.output
     assert len(calls) == 2
     for call in calls:
-        # the sweep's options given (timing: wall on the CPU path), then the part file it is to write
+        # every sweep option the baseline's `run --help` lists, defaults included (timing: wall on the CPU path),
+        # then the part file it is to write
         assert call["argv"][:-1] == ["run", "--shapes", str(tmp / "ab.yaml"), "--variants", "cublas_fp16",
-                                     "--dtype", "fp16", "--timing", "wall", "--out"]  # fmt: skip
+                                     "--dtype", "fp16", "--tp", "1", "--timing", "wall", "--seed", "0", "--budget",
+                                     "0.5", "--routing", "uniform", "--ep", "1", "--dp", "1", "--layout", "vllm",
+                                     "--out"]  # fmt: skip
 
 
 def test_ab_interleaves_baseline_and_candidate_processes(ab_run):

@@ -445,3 +445,20 @@ def test_report_markdown_and_html_hold_the_same_tables(tp8):
     for row in tables[-1][2]:  # the full table of attn_o fp8: µs right-aligned (markdown-it's table rule, "---:")
         assert '<td style="text-align:right">' + row[2] + "</td>" in page
     assert datasheet(GPU).bw_gbps == 3350.0
+
+
+def test_an_empty_speedup_figure_names_the_real_cause():
+    import pandas as pd
+
+    from gemmbench.plot.figures import _why_empty
+
+    # the baseline's rows are ok, every other row failed: the baseline is there, there is nothing to compare with it
+    only_base = pd.DataFrame({"status": ["ok", "error"], "variant": ["cublas_bf16", "triton_x"],
+                              "baseline": ["cublas_bf16", "cublas_bf16"]})  # fmt: skip
+    assert (
+        _why_empty("speedup", only_base)
+        == "only cublas_bf16 has ok rows here: no other variant to measure a speedup of"
+    )
+    no_base = pd.DataFrame({"status": ["error", "ok"], "variant": ["cublas_bf16", "triton_x"],
+                            "baseline": ["cublas_bf16", "cublas_bf16"]})  # fmt: skip
+    assert _why_empty("speedup", no_base).startswith("no ok cublas_bf16 rows to measure a speedup against")

@@ -72,6 +72,7 @@ def test_round_trip_through_runwriter(tmp_path):
     )
     w.append(row(gemm="mlp_down", status="skipped", reason="K not a multiple of 16"))
     assert len(w.rows) == 2 and w.rows[1]["schema_version"] == SCHEMA_VERSION
+    w.close()  # the rows joined into the file
 
     df = load([path])
     assert list(df.columns) == COLUMNS
@@ -111,21 +112,69 @@ def test_normalize_errors(bad, message):
         normalize_row(bad)
 
 
-def test_failed_write_keeps_previous_file(tmp_path, monkeypatch):
+def test_failed_write_keeps_what_was_written(tmp_path, monkeypatch):
     path = tmp_path / "run.parquet"
     w = RunWriter(path)
     w.append(row())
+    w.flush()  # the first part
 
     def interrupted(src, dst):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(store.os, "replace", interrupted)
+    w.append(row(gemm="second"))
     with pytest.raises(KeyboardInterrupt):
-        w.append(row(gemm="second"))
+        w.flush()
     monkeypatch.undo()
-    assert load([path])["gemm"].tolist() == ["attn_qkv"]
-    assert len(w.rows) == 1
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.parquet"]  # temp file removed
+    assert load([path])["gemm"].tolist() == ["attn_qkv"]  # the file's rows so far: its parts
+    parts = store.parts_dir(path)
+    assert sorted(p.name for p in parts.iterdir()) == ["part-00001.parquet"]  # temp file removed
+
+
+def test_writes_grow_with_the_rows_not_their_square(tmp_path, monkeypatch):
+    """A part per PART_ROWS rows and one join at the end: the file writes per row are constant, where rewriting the
+    whole file per row made them grow with the row count."""
+    writes: list = []
+    real = store.write_atomic
+    monkeypatch.setattr(store, "write_atomic", lambda path, data: (writes.append(len(data)), real(path, data)))
+    for n in (store.PART_ROWS * 2, store.PART_ROWS * 8):
+        writes.clear()
+        w = RunWriter(tmp_path / f"r{n}.parquet")
+        for m in range(n):
+            w.append(row(M=m + 1))
+        w.close()
+        assert len(writes) == n // store.PART_ROWS + 1  # the parts, then the joined file
+        assert len(load([tmp_path / f"r{n}.parquet"])) == n and not store.parts_dir(w.path).exists()
+
+
+def test_a_full_disk_keeps_the_parts_written(tmp_path, monkeypatch):
+    import errno
+
+    path = tmp_path / "run.parquet"
+    w = RunWriter(path)
+    for m in range(store.PART_ROWS):
+        w.append(row(M=m + 1))  # the 64th row writes the first part
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(store.tempfile, "mkstemp", full)
+    with pytest.raises(OSError, match="No space left"):
+        for m in range(store.PART_ROWS):
+            w.append(row(M=1000 + m))
+    monkeypatch.undo()
+    assert len(load([path])) == store.PART_ROWS  # every row of the part that was written, intact
+
+
+def test_an_earlier_run_file_plus_the_parts_of_its_resumed_sweep_load_as_one(tmp_path):
+    path = tmp_path / "run.parquet"
+    write_rows(path, [row(M=1)])
+    w = RunWriter(path, rows=[row(M=1)])  # run --resume: the file's rows kept, new ones to parts
+    w.append(row(M=2))
+    w.flush()  # then the sweep is killed: the file and its parts are its rows
+    assert sorted(load([path])["M"]) == [1, 2] and sorted(load([tmp_path])["M"]) == [1, 2]
+    RunWriter(path, rows=store.records(load([path]))).close()  # the next --resume joins them
+    assert sorted(load([path])["M"]) == [1, 2] and not store.parts_dir(path).exists()
 
 
 def test_folder_of_two_runs_concatenates(tmp_path):
@@ -225,12 +274,14 @@ def test_run_killed_after_three_rows(tmp_path):
         for m in (1, 2, 4):
             w.append(dict(run_id="killed", shape_set="s", gemm="g", M=m, N=64, K=64, E=1, topk=1,
                           tp=1, dtype="bf16", variant="v", status="ok", samples_us=[1.0, 2.0]))
+        w.flush()  # as after PART_ROWS rows, or PART_S seconds
         os.kill(os.getpid(), signal.SIGKILL)
     """)
     proc = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=120)
     assert proc.returncode == -signal.SIGKILL, proc.stderr
-    # what a writer killed mid-rewrite leaves behind must not confuse load()
-    (tmp_path / ".run.parquet.x1y2.tmp").write_bytes(path.read_bytes()[:100])
+    # what a writer killed mid-write leaves behind must not confuse load()
+    part = store.parts_dir(path) / "part-00001.parquet"
+    (store.parts_dir(path) / ".part-00002.parquet.x1y2.tmp").write_bytes(part.read_bytes()[:100])
     df = load([tmp_path])
     assert df["M"].tolist() == [1, 2, 4]
     assert (df["run_id"] == "killed").all()

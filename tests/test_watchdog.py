@@ -124,3 +124,27 @@ def test_a_second_signal_ends_the_sweep_at_once(tmp_path, one):
     proc.communicate(timeout=30)
     assert proc.returncode in (130, -signal.SIGINT)
     assert _gone_within(workers, 5)
+
+
+def test_a_killed_sweeps_rows_are_kept_and_resume_finishes_the_file(tmp_path, one, monkeypatch, request):
+    from gemmbench import device
+
+    # one build for the killed sweep (its own process) and the resume (this one): a checkout edited while the suite
+    # runs has another "-dirty" hash each time it is asked
+    monkeypatch.setenv("GEMMBENCH_GIT_SHA", "0123456789ab")
+    device.git_sha.cache_clear()
+    request.addfinalizer(device.git_sha.cache_clear)
+    proc, _ = _hung_sweep(tmp_path, one)
+    time.sleep(store.PART_S + 2)  # the writer's clock writes the first GEMM's rows while the second hangs
+    proc.kill()
+    proc.communicate(timeout=30)
+    out = tmp_path / "r.parquet"
+    assert not out.exists() and len(store.load([out])) == 2  # the file's rows so far: its parts
+    args = ("run", "--shapes", one, "--dtype", "fp16", "--variants", "cublas_fp16,test_hang", "--plugin", PLUGIN,
+            "--budget", "0.01")  # fmt: skip
+    assert "an unfinished sweep's rows are in" in invoke(*args, "--out", out).stderr  # not replaced in silence
+    res = invoke(*args, "--resume", out, "--cell-timeout", "2")  # the watchdog ends the hang this time
+    assert res.exit_code == 0, res.stderr
+    df = store.load([out])
+    assert len(df) == 4 and df.run_id.nunique() == 1 and not store.parts_dir(out).exists()
+    assert df.set_index(["gemm", "variant"]).loc[("hang", "test_hang"), "reason"] == "timeout after 2 s (check)"

@@ -7,8 +7,10 @@ what only it needs inside its functions: the heavy modules (torch, triton, panda
 gemmbench modules that import them) and the lighter ones --help does without (yaml through shapes, registry and tuning,
 hashlib through shard, sqlite3 through profile.nsys, rich.progress, the dtype table), those marked `# not at --help`."""
 
+import sys
+
 from gemmbench.cli import ceilings, compare, layer, list, merge, plot, profile, run, shapes, signals, tune
-from gemmbench.cli.common import app
+from gemmbench.cli.common import app, err
 
 app.command()(run.run)
 app.command()(tune.tune)
@@ -24,9 +26,20 @@ app.add_typer(list.list_app, name="list")
 app.add_typer(shapes.shapes_app, name="shapes")
 
 
+GPU_STACK = ("torch", "triton", "nvtx", "pynvml")  # the `gpu` extra's modules (pynvml: nvidia-ml-py)
+
+
 def main() -> None:
     signals.install()
     try:
         app()
+    except ModuleNotFoundError as exc:  # a command that runs kernels, on an install that only reads results
+        if (exc.name or "").split(".")[0] not in GPU_STACK:
+            raise
+        command = " ".join(sys.argv[1:2]) or "this command"
+        err.print(f"[bold red]error:[/] gemmbench {command} needs {exc.name} (the `gpu` extra: pip install "
+                  "'gemmbench[gpu]'); plot, report, compare, merge, baseline and list shapes run without it",
+                  highlight=False, soft_wrap=True)  # fmt: skip
+        sys.exit(2)
     finally:
         signals.end_by_signal()

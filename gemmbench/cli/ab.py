@@ -4,8 +4,9 @@ that a drift of the machine during the run (clocks, temperature, a neighbour's l
 of on the side that ran last.
 
 The baseline is any command that runs a gemmbench build (another venv's `gemmbench`, `python -m gemmbench` under
-another checkout): it is called as `BASELINE_COMMAND run <this run's sweep options> --out PART.parquet`, with only
-the sweep options given other than their defaults (an older build may not know newer options it is not asked for).
+another checkout): it is called as `BASELINE_COMMAND run <this run's sweep options> --out PART.parquet`, with every
+sweep option its `run --help` lists, defaults included (two builds with other defaults still sweep the same cells); an
+option it does not list is left out where this sweep leaves it at its default, and refused where it does not.
 Its N part files are joined into one baseline file beside the candidate's, `<candidate>-baseline.parquet`, with one
 run id and `process` 0..N-1, so `gemmbench compare` tests per-process medians on both sides."""
 
@@ -42,12 +43,33 @@ def parse_command(text: str) -> list[str]:
     return argv
 
 
-def sweep_args(options: Sequence[tuple[str, object, object]]) -> list[str]:
-    """(flag, value, default) -> the command-line words of those that differ from their default: a list value is
-    the flag once per item, True is the bare flag (False is the default of every flag here)."""
+def baseline_options(command: list[str]) -> set[str]:
+    """The options the baseline build's `run --help` lists; AbError when it cannot say."""
+    import os
+    import re
+
+    cmd = [*command, "run", "--help"]
+    try:  # wide and plain: every option on a line of its own, whole
+        done = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, COLUMNS="300", NO_COLOR="1"))
+    except OSError as exc:
+        raise AbError(f"baseline `{shlex.join(cmd)}` could not start: {exc}") from None
+    if done.returncode != 0:
+        raise AbError(f"baseline `{shlex.join(cmd)}` exited {done.returncode}{_last_line(done.stderr)}")
+    return set(re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", done.stdout))
+
+
+def sweep_args(options: Sequence[tuple[str, object, object]], known: Optional[set[str]] = None) -> list[str]:
+    """(flag, value, default) -> the command-line words for the baseline: every option `known` lists (its `run
+    --help`), defaults too; without `known`, those that differ from their default.  A list value is the flag once per
+    item, True the bare flag (False, the default of every flag here, is no word).  An option set off its default that
+    `known` lacks is an AbError naming it."""
     words: list[str] = []
     for flag, value, default in options:
-        if value == default or value is None:
+        if known is not None and flag not in known:
+            if value != default and value is not None:
+                raise AbError(f"this sweep sets {flag}, which the baseline build's `run` does not have")
+            continue
+        if value is None or value is False or (known is None and value == default):
             continue
         if value is True:
             words.append(flag)
@@ -71,9 +93,12 @@ def run_baseline(command: list[str], args: list[str], out: Path) -> None:
     except OSError as exc:
         raise AbError(f"baseline `{shlex.join(cmd)}` could not start: {exc}") from None
     if done.returncode != 0 or not out.is_file():
-        lines = [line for line in (done.stderr or "").splitlines() if line.strip()]
-        last = f": {lines[-1].strip()}" if lines else ""
-        raise AbError(f"baseline `{shlex.join(cmd)}` exited {done.returncode}{last}")
+        raise AbError(f"baseline `{shlex.join(cmd)}` exited {done.returncode}{_last_line(done.stderr)}")
+
+
+def _last_line(stderr: Optional[str]) -> str:
+    lines = [line for line in (stderr or "").splitlines() if line.strip()]
+    return f": {lines[-1].strip()}" if lines else ""
 
 
 def join_baseline(parts: Sequence[Path], path: Path) -> Optional[int]:

@@ -172,15 +172,23 @@ def run(
         return
     worker = WorkerOptions(timing, budget, plugins=plugin or [], cpu=cpu, retune=retune, ceilings=not cpu, env=imported,
                            watchdog_s=watchdog_s)  # fmt: skip
-    # what a baseline process is given: this sweep's options that differ from their defaults (cli.ab.sweep_args)
-    ab_args = ab_mod.sweep_args([
+    # what a baseline process is given: every sweep option its build has (cli.ab.sweep_args)
+    try:
+        known = ab_mod.baseline_options(baseline_cmd) if baseline_cmd else None
+    except ab_mod.AbError as exc:
+        raise fail(f"--ab: {exc}") from None
+    ab_options = [
         ("--shapes", shapes, None), ("--variants", variants, None), ("--dtype", dtype, "fp8,bf16"), ("--m", m, None),
         ("--tp", tp, "1"), ("--timing", timing, None), ("--plugin", [str(f) for f in plugin or []], []),
         ("--seed", seed, 0), ("--budget", budget, 0.5), ("--retune", retune, False), ("--routing", routing, "uniform"),
         ("--shard", shard, None), ("--gpus", gpus, None), ("--ep", ep, "1"), ("--scaling", scaling, None),
         ("--dp", dp, "1"), ("--layout", str(layout), "vllm"), ("--cell-timeout", cell_timeout, None),
         ("--import-config", import_config or [], []), ("--sanitize", sanitize, False),
-    ])  # fmt: skip
+    ]  # fmt: skip
+    try:
+        ab_args = ab_mod.sweep_args(ab_options, known)
+    except ab_mod.AbError as exc:
+        raise fail(f"--ab: {exc}") from None
     with tempfile.TemporaryDirectory(prefix="gemmbench-ab-") as parts_dir:
         parts: list[Path] = []
         stopped, rows = False, []
@@ -285,10 +293,16 @@ def _refuse_before_work(out_path: Path, append: bool, force: bool, resume: Optio
             raise fail(f"--compare-to {compare_to!r}: no such baseline ({baseline})")
     if append and force:
         raise fail("give --append or --force, not both")
-    if resume is not None and not resume.is_file():
+    from gemmbench.store import parts_dir  # heavy (pandas)
+
+    if resume is not None and not (resume.is_file() or parts_dir(resume).is_dir()):
         raise fail(f"--resume {resume}: no such run file")
-    if resume is None and out_path.suffix == ".parquet" and out_path.exists() and not (append or force):
-        raise fail(f"--out {out_path} exists; --append adds this sweep's rows to it, --force replaces it")
+    if resume is None and out_path.suffix == ".parquet" and not (append or force):
+        if out_path.exists():
+            raise fail(f"--out {out_path} exists; --append adds this sweep's rows to it, --force replaces it")
+        if parts_dir(out_path).exists():
+            raise fail(f"--out {out_path}: an unfinished sweep's rows are in {parts_dir(out_path)}; --resume "
+                       f"{out_path} finishes it, --force replaces it")  # fmt: skip
 
 
 def _check_ab(ab: Optional[str], compare_to, append: bool, resume, out_path: Path, force: bool) -> Optional[list[str]]:
@@ -400,7 +414,7 @@ def _say_cpu_path() -> None:
 def _sweep(opts, cells: list, writer) -> tuple[list, bool]:
     """gemmbench.sweep.run under one progress bar -> (the file's rows, whether Ctrl-C stopped it); a sweep that
     cannot go on is one line, its rows kept."""
-    from gemmbench import sweep  # heavy (torch)
+    from gemmbench import store, sweep  # heavy (torch, pandas)
 
     with progress_bar() as progress:
         bar = progress.add_task(
@@ -412,11 +426,15 @@ def _sweep(opts, cells: list, writer) -> tuple[list, bool]:
             note=lambda text: progress.console.print(escape(text), highlight=False),
         )
         try:
-            sweep.run(cells, opts, writer, hooks)
+            try:
+                sweep.run(cells, opts, writer, hooks)
+            finally:  # the finished rows as one file, whatever stopped the sweep (a full disk keeps its parts)
+                writer.close()
         except PoolError as exc:
             raise fail(f"{exc} ({len(writer.rows)} rows saved to {writer.path})") from None
-        except OSError as exc:  # the results file could not be written
-            raise fail(f"cannot write {writer.path}: {exc}") from None
+        except OSError as exc:  # the results file could not be written (a full disk, say): the parts written stay
+            raise fail(f"cannot write {writer.path}: {exc.strerror or exc}; the rows written so far are in "
+                       f"{store.parts_dir(writer.path)} (--resume {writer.path} finishes the sweep)") from None  # fmt: skip
         except KeyboardInterrupt:
             progress.stop()
             return writer.rows, True

@@ -226,8 +226,10 @@ def _why_empty(kind: str, g: pd.DataFrame) -> str:
     if ok.empty:
         return f"no ok rows; {len(g)} {', '.join(sorted(g['status'].astype(str).unique()))}"
     if kind == "speedup":
-        bases = ", ".join(sorted(g["baseline"].dropna().astype(str).unique()))
-        return f"no ok {bases} rows to measure a speedup against in the same run; try --baseline"
+        bases = sorted(g["baseline"].dropna().astype(str).unique())
+        if set(ok["variant"].astype(str)) <= set(bases):  # only the baseline itself is ok: nothing to compare to it
+            return f"only {', '.join(bases)} has ok rows here: no other variant to measure a speedup of"
+        return f"no ok {', '.join(bases)} rows to measure a speedup against in the same run; try --baseline"
     if kind == "schedules":
         return "no fused MoE schedule (triton_moe_*) rows"
     return "no ok rows with the values this kind draws"

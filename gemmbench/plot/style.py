@@ -72,7 +72,7 @@ def _generated(i: int) -> str:
 def variant_color(variant: str) -> Optional[str]:
     """A registered variant's own colour: its place in the registry (built-ins first, in registration order, then
     plugins), so that a kernel keeps its colour from figure to figure.  None for anything else."""
-    names = [v.name for v in registry.all_variants()]  # its first call imports every kernel module
+    names = registry.names()  # its first call imports every kernel module
     return PALETTE[names.index(variant) % len(PALETTE)] if variant in names else None
 
 
@@ -83,7 +83,7 @@ def colors(labels: Iterable[str]) -> dict[str, str]:
     colours left, in the order given: first the palette's colours that no registered variant owns, so that such a
     series does not look like a kernel of another figure, then generated ones (never a grey)."""
     labels = list(dict.fromkeys(str(x) for x in labels))
-    owned = {variant_color(v.name) for v in registry.all_variants()}
+    owned = {variant_color(name) for name in registry.names()}
     out: dict[str, str] = {}
     for label in labels:
         c = variant_color(label)
