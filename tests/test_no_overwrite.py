@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from test_cli import bad, invoke
 
-RUN = "results/h100-2026-11-22/llama70b-attn-cold.parquet"  # a committed run file: plots and reports from it
+RUN = "results/baselines/h100.parquet"  # the shipped baseline: a run file to plot, report, merge and save
 CONFIG = "tests/fixtures/hf-configs/qwen2-7b.json"
 
 

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from test_cli import invoke
+from test_cli import _alive, _children, invoke
 
 from gemmbench import store
 
@@ -48,27 +48,6 @@ def test_a_bad_cell_timeout_is_one_line(value, line):
     assert res.exit_code == 2 and line in res.stderr and "Traceback" not in res.stderr
 
 
-def _children(pid: int) -> set[int]:
-    """The processes whose parent is `pid` (Linux /proc)."""
-    kids = set()
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == pid:
-            kids.add(int(stat.parent.name))
-    return kids
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
-
-
 def _hung_sweep(tmp_path: Path, one: Path, fmt: str = "table") -> tuple[subprocess.Popen, set[int]]:
     """A sweep whose worker is stuck in test_hang's kernel (no watchdog): the process and its workers."""
     marker = tmp_path / "spinning"
@@ -82,7 +61,7 @@ def _hung_sweep(tmp_path: Path, one: Path, fmt: str = "table") -> tuple[subproce
         assert proc.poll() is None, proc.communicate()
         assert time.monotonic() < deadline, "the worker never reached the hanging kernel"
         time.sleep(0.1)
-    workers = _children(proc.pid)
+    workers = set(_children(proc.pid))
     assert workers
     return proc, workers
 
