@@ -394,3 +394,13 @@ def test_a_worker_that_died_silently_says_so():
 
     assert exit_hint("", 1) == "exit code 1: it printed nothing"
     assert exit_hint("loading\nRuntimeError: out of memory\n", -9) == "killed by signal 9: RuntimeError: out of memory"
+
+
+def test_a_lost_cells_row_names_the_gpu_it_ran_on(monkeypatch):
+    from gemmbench import device, sweep
+    from gemmbench.shapes import Problem
+
+    asked: list = []
+    monkeypatch.setattr(device, "provenance", lambda index=0: asked.append(index) or {"gpu_uuid": f"GPU-{index}"})
+    row = sweep.error_row(Problem("s", "g", 1, 8, 8, "fp16"), "cublas_fp16", "worker died", "cold", gpu=1)
+    assert asked == [1] and row["gpu_uuid"] == "GPU-1"  # the worker's GPU under --gpus, not this process's GPU 0

@@ -127,3 +127,20 @@ def test_a_killed_sweeps_rows_are_kept_and_resume_finishes_the_file(tmp_path, on
     df = store.load([out])
     assert len(df) == 4 and df.run_id.nunique() == 1 and not store.parts_dir(out).exists()
     assert df.set_index(["gemm", "variant"]).loc[("hang", "test_hang"), "reason"] == "timeout after 2 s (check)"
+
+
+def test_the_cpu_path_times_on_one_thread(tmp_path, one):
+    """A small matmul timed on a loaded many-thread CPU measures the scheduler's ticks: the CPU path uses one thread."""
+    plugin = tmp_path / "threads_plugin.py"
+    plugin.write_text(
+        "import torch\nfrom gemmbench.registry import Launch, Variant, register\n"
+        "def make(p, i):\n    return Launch(lambda: i.a @ i.b.t(), config={'threads': torch.get_num_threads()})\n"
+        "register(Variant('test_threads', 't', ('fp16',), 'says its threads', make))\n"
+    )  # fmt: skip
+    out = tmp_path / "t.parquet"
+    res = invoke("run", "--shapes", one, "--dtype", "fp16", "--variants", "test_threads", "--plugin", plugin,
+                 "--budget", "0.01", "--out", out)  # fmt: skip
+    assert res.exit_code == 0, res.stderr
+    assert "on one thread" in res.stderr  # the banner says so
+    configs = store.load([out]).query("status == 'ok'")["config"]
+    assert len(configs) and all('"threads": 1' in c for c in configs)
