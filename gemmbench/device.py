@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import hashlib
 import os
 import platform
 import subprocess
@@ -14,6 +13,7 @@ from typing import Optional
 import torch
 
 import gemmbench
+from gemmbench import build_id
 
 
 @dataclass(frozen=True)
@@ -52,9 +52,6 @@ def _run(cmd: list[str], cwd: Optional[Path] = None) -> Optional[str]:
         return None
 
 
-BUILD_FILE = "_build_commit.txt"  # written into a wheel at build time (setup.py): the commit it was built from
-
-
 @functools.lru_cache(maxsize=None)
 def git_sha(package: Optional[Path] = None) -> Optional[str]:
     """The build of the gemmbench source that ran, never the repository of the folder it happens to sit in: the
@@ -63,19 +60,7 @@ def git_sha(package: Optional[Path] = None) -> Optional[str]:
     GEMMBENCH_GIT_SHA names it where the source is a copy without .git (e.g. shipped to a GPU host)."""
     if os.environ.get("GEMMBENCH_GIT_SHA"):
         return os.environ["GEMMBENCH_GIT_SHA"]
-    package = package or Path(gemmbench.__file__).resolve().parent
-    src = package.parent
-    top = _run(["git", "rev-parse", "--show-toplevel"], cwd=src)
-    # installed in site-packages of a .venv inside the user's own repository, git would answer for that repository
-    if top and Path(top).resolve() == src.resolve() and _run(["git", "ls-files", "--error-unmatch",
-                                                                "gemmbench/__init__.py"], cwd=src) is not None:  # fmt: skip
-        sha = _run(["git", "rev-parse", "--short=12", "HEAD"], cwd=src)
-        diff = _run(["git", "diff", "HEAD", "--no-ext-diff"], cwd=src)
-        if sha and diff:
-            sha += f"-dirty.{hashlib.sha256(diff.encode()).hexdigest()[:8]}"
-        return sha
-    built = package / BUILD_FILE
-    return built.read_text().strip() or None if built.is_file() else None
+    return build_id.build_commit(package or Path(gemmbench.__file__).resolve().parent)
 
 
 @functools.lru_cache(maxsize=None)
@@ -101,7 +86,8 @@ def provenance(index: int = 0) -> dict:
     dev = detect(index)
     driver = None
     if dev.kind == "cuda":
-        which = dev.uuid or str(index)  # nvidia-smi counts GPUs past CUDA_VISIBLE_DEVICES: its UUID is sure
+        # nvidia-smi counts GPUs past CUDA_VISIBLE_DEVICES: the UUID is sure (nvidia-smi wants torch's with "GPU-")
+        which = (dev.uuid if dev.uuid.startswith("GPU-") else f"GPU-{dev.uuid}") if dev.uuid else str(index)
         driver = _run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader", "-i", which])
     return {
         "device": dev.kind,

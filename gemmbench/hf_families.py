@@ -31,9 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
-from gemmbench.shapes import ShapeError, _is_int
-
-# the private helper is shapes.py's own rule (bool is not an int): reused, not copied
+from gemmbench.shapes import ShapeError, _is_int  # _is_int: shapes.py's own rule (bool is not an int), not copied
 from gemmbench.sharding import VOCAB_PADDING
 
 # Fields only some families read.  One that is set (not null, 0 or []) in a config whose family does not read it is an

@@ -93,8 +93,9 @@ def layer_kinds(sset: ShapeSet) -> list[str]:
     return list(dict.fromkeys(g.layer for g in sset.gemms if g.layer)) or [""]
 
 
-def layer_gemms(sset: ShapeSet) -> list[str]:
-    return [g.name for g in sset.gemms if in_layer(g)]
+def layer_gemms(sset: ShapeSet, layout: str = sharding.DEFAULT_LAYOUT) -> list[str]:
+    """The ids a layer's GEMMs have under `layout` (hf: the checkpoint's tensors), for --variants GEMM=VARIANT."""
+    return [g.name for g in sharding.for_layout(sset.gemms, sharding.Parallel(layout=layout)) if in_layer(g)]
 
 
 def layer_problems(

@@ -157,11 +157,12 @@ def _parse(data: Any, src: str, chain: tuple[str, ...]) -> ShapeSet:
             raise ShapeError(f"{src}: gemm {g.name!r}: duplicate id (already defined by {origin[g.name]})")
         origin[g.name] = f"gemm #{i}"
         gemms.append(g)
-    ids = {g.name for g in gemms}
-    for g in gemms:
-        clash = [part for part, _ in g.parts if part in ids]
-        if clash:
-            raise ShapeError(f"{src}: gemm {g.name!r}: part {clash[0]!r} is also a gemm id (--layout hf runs both)")
+    taken = {g.name: "a gemm id" for g in gemms}
+    for g in gemms:  # --layout hf runs the parts as GEMMs of their own: every name once
+        for part, _ in g.parts:
+            if part in taken:
+                raise ShapeError(f"{src}: gemm {g.name!r}: part {part!r} is also {taken[part]} (--layout hf runs both)")
+            taken[part] = f"a part of {g.name!r}"
     warnings = tuple(
         f"{src}: gemm {g.name!r} is parallel: column; write it as parallel: qkv with heads, kv_heads and head_dim "
         "(past its KV heads TP copies them, which column cannot say)"
@@ -258,6 +259,8 @@ def _count(value: Any, what: str, where: str) -> int:
 
 def _parts(entry: dict, where: str, N: int, gid: str, qkv: dict) -> tuple[tuple[str, int], ...]:
     """A fused GEMM's tensors: `parts` as given (ids -> N, adding up to N), or a QKV's q, k and v from its heads."""
+    if "parts" in entry and entry["parallel"] == "vocab":
+        raise ShapeError(f"{where}: parts are not for parallel: vocab (an LM head is one tensor)")
     if "parts" not in entry:
         if entry["parallel"] != "qkv":
             return ()

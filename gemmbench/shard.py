@@ -114,7 +114,18 @@ def read_metadata(path: Path) -> dict | None:
         meta = pq.read_schema(path).metadata or {}
     except Exception:  # noqa: BLE001 - store.load reports an unreadable file in its own words
         return None
-    return json.loads(meta[META_KEY]) if META_KEY in meta else None
+    if META_KEY not in meta:
+        return None
+    found = json.loads(meta[META_KEY])
+    found["cells"] = [_with_dp_and_layout(k) for k in found["cells"]]
+    return found
+
+
+def _with_dp_and_layout(key: str) -> str:
+    """A cell key of a part written before `dp` and `layout` were in it (13 fields): DP 1, vLLM's layout, as its rows
+    read (store._read)."""
+    fields = key.split("|")
+    return "|".join(fields[:10] + ["1", "vllm"] + fields[10:]) if len(fields) == 13 else key
 
 
 @dataclass

@@ -298,23 +298,25 @@ class RunWriter:
 
 
 def file_metadata(path: str | Path) -> dict:
-    """A run file's key-value metadata (bytes -> bytes), or its first part's where the file is not written yet (a
-    sweep killed on the way); {} where it has none."""
+    """A run file's key-value metadata (bytes -> bytes): its newest part's where a sweep writing it was killed on the
+    way (that sweep's, for --resume), else the file's; {} where it has none."""
     files = result_files(Path(path))
-    return dict(pq.read_schema(files[0]).metadata or {})
+    return dict(pq.read_schema(files[-1]).metadata or {})
 
 
 def result_files(p: Path) -> list[Path]:
     """A file as given, with the parts of a sweep still writing it or killed on the way (RunWriter), or every
     .parquet file under a folder, its subfolders included (results/h100-*/…)."""
     p = Path(p)
-    if p.is_dir() and not p.name.endswith(".parts"):
+    if p.name.endswith(".parts") and p.is_dir():  # a run's parts folder given for the run file it belongs to
+        p = p.with_name(p.name[: -len(".parts")])
+    if p.is_dir():
         files = sorted(f for f in p.rglob("*.parquet") if f.is_file() and not f.name.endswith(".tmp"))
         if not files:
             raise StoreError(f"{p}: no .parquet file in the folder or its subfolders")
         return files
     parts = sorted(parts_dir(p).glob("part-*.parquet"))
-    if p.exists() or parts:
+    if p.is_file() or parts:
         return ([p] if p.is_file() else []) + parts
     raise StoreError(f"{p}: no such file or folder")
 

@@ -16,6 +16,7 @@ SAME = {
     "budget": "--budget",
     "seed": "--seed",
     "sanitize": "--sanitize",
+    "retune": "--retune",
     "plugins": "plugins (by content)",
     "imported": "--import-config files (by content)",
     "build": "gemmbench build",
@@ -27,8 +28,10 @@ def _sha(data: bytes) -> str:
 
 
 def content(paths: Iterable) -> dict[str, str]:
-    """{file name: hash of its bytes}: a plugin or an imported config, edited between the two runs, is another one."""
-    return {Path(p).name: _sha(Path(p).read_bytes()) for p in paths if Path(p).is_file()}
+    """{file: hash of its bytes}, a folder's .py files each (registry.load_plugin loads them): a plugin or an
+    imported config edited between the two runs is another one."""
+    files = [f for p in map(Path, paths) for f in (sorted(p.glob("*.py")) if p.is_dir() else [p]) if f.is_file()]
+    return {str(f.resolve()): _sha(f.read_bytes()) for f in files}
 
 
 def fingerprint(cell_keys: Iterable[str], shape_set: str, **same) -> dict:

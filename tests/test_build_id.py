@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gemmbench import device
+from gemmbench import build_id, device
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -45,6 +45,6 @@ def test_installed_inside_another_repository_it_does_not_name_that_repository(tm
     git("add", "x.txt", cwd=repo)
     git("-c", "user.email=a@b", "-c", "user.name=a", "commit", "-qm", "theirs", cwd=repo)
     assert device.git_sha(package) is None  # git would answer for my-project: not gemmbench's build
-    (package / device.BUILD_FILE).write_text("0123456789ab\n")  # what setup.py writes into a wheel
+    (package / build_id.BUILD_FILE).write_text("0123456789ab\n")  # what setup.py writes into a wheel
     device.git_sha.cache_clear()
     assert device.git_sha(package) == "0123456789ab"

@@ -200,3 +200,38 @@ def test_tune_uses_the_same_rule_as_run():
     got = {p.gemm: (p.N, p.K, p.local_experts) for p in tuned}
     # QKV: (64 / 8 + 2 x 1) x 128 = 1280; experts whole at EP 8 = TP 8: w13 N 2 x 1536, 128 / 8 = 16 on rank 0
     assert got["attn_qkv"] == (1280, 4096, 1) and got["moe_w13"] == (3072, 4096, 16)
+
+
+def test_the_layout_option_lists_every_layout():
+    from gemmbench.cli.formats import LayoutChoice
+    from gemmbench.sharding import LAYOUTS
+
+    assert [c.value for c in LayoutChoice] == list(LAYOUTS)
+
+
+def test_lists_of_degrees_run_the_combinations_the_engine_can():
+    res = invoke("run", "--shapes", "mixtral-moe", "--tp", "1,8", "--ep", "1,8", "--m", "1", "--dtype", "bf16",
+                 "--dry-run", "--format", "json")  # fmt: skip
+    assert res.exit_code == 0, res.stderr
+    # TP 1 EP 8: EP 8 does not divide the 1 GPU; the other three run
+    assert "left out 1 of the --tp/--dp/--ep combinations: mixtral-moe: --ep 8 does not divide the TP 1" in res.stderr
+    w13 = {(c["tp"], c["ep"]) for c in json.loads(res.stdout)["cells"] if c["gemm"] == "moe_w13"}
+    assert w13 == {(1, 1), (8, 1), (8, 8)}
+    line = bad(invoke("run", "--shapes", "mixtral-moe", "--ep", "2,4", "--dry-run"))  # none left: the first refusal
+    assert line == "error: mixtral-moe: --ep 2 does not divide the TP 1 x DP 1 = 1 GPUs the experts are spread over"
+
+
+def test_hf_part_names_are_each_one_gemm(tmp_path):
+    text = """name: x
+gemms:
+  - {id: a, N: 4, K: 8, parallel: column, parts: {x: 2, y: 2}}
+  - {id: b, N: 4, K: 8, parallel: column, parts: {x: 2, z: 2}}
+"""
+    (tmp_path / "x.yaml").write_text(text)
+    with pytest.raises(ValueError, match="part 'x' is also a part of 'a' \\(--layout hf runs both\\)"):
+        shape_sets.load(str(tmp_path / "x.yaml"))
+    (tmp_path / "v.yaml").write_text(
+        "name: v\ngemms: [{id: h, K: 8, parallel: vocab, vocab: 4, parts: {a: 2, b: 2}}]\n"
+    )
+    with pytest.raises(ValueError, match="parts are not for parallel: vocab"):
+        shape_sets.load(str(tmp_path / "v.yaml"))

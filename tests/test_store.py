@@ -388,3 +388,31 @@ def test_telemetry_round_trips_and_schema_5_files_read_it_as_null(tmp_path):
     df = load([old])
     assert list(df.columns) == COLUMNS and df.iloc[0][list(TELEMETRY_COLUMNS)].isna().all()
     assert df["time_us_median"].iloc[0] == 3.5 and df["schema_version"].iloc[0] == 5
+
+
+def test_a_parts_folder_given_reads_as_its_run_file(tmp_path):
+    path = tmp_path / "run.parquet"
+    w = RunWriter(path)
+    w.append(row(M=3))
+    w.flush()
+    assert load([store.parts_dir(path)])["M"].tolist() == [3]
+    empty = tmp_path / "none.parquet.parts"
+    empty.mkdir()
+    with pytest.raises(StoreError, match="no such file or folder"):
+        load([empty])
+
+
+def test_shard_parts_of_an_older_gemmbench_merge(tmp_path):
+    """Parts written before `dp` and `layout` named cells without them: their keys read as DP 1, vLLM's layout."""
+    import json as json_mod
+
+    from gemmbench import shard
+
+    old_key = "smoke|g|16|64|64|1|1||1|1|fp16|none|v"  # 13 fields, as written then
+    meta = {shard.META_KEY: json_mod.dumps({"shard": 0, "of": 1, "sweep": "s", "shard_cells": [1],
+                                            "cells": [old_key]}).encode()}  # fmt: skip
+    path = tmp_path / "part.parquet"
+    write_rows(path, [row(shape_set="smoke", gemm="g", M=16, N=64, K=64, dtype="fp16", variant="v")], meta)
+    assert shard.read_metadata(path)["cells"] == ["smoke|g|16|64|64|1|1||1|1|1|vllm|fp16|none|v"]
+    rows, report = shard.read_parts([path])
+    assert len(rows) == 1 and report.missing == [] and report.duplicated == []

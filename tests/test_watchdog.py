@@ -144,3 +144,22 @@ def test_the_cpu_path_times_on_one_thread(tmp_path, one):
     assert "on one thread" in res.stderr  # the banner says so
     configs = store.load([out]).query("status == 'ok'")["config"]
     assert len(configs) and all('"threads": 1' in c for c in configs)
+
+
+def test_a_sweep_killed_after_its_last_part_is_finished_by_resume(tmp_path, monkeypatch, request):
+    from gemmbench import device
+
+    monkeypatch.setenv("GEMMBENCH_GIT_SHA", "0123456789ab")  # one build for both runs (see above)
+    device.git_sha.cache_clear()
+    request.addfinalizer(device.git_sha.cache_clear)
+    out = tmp_path / "r.parquet"
+    args = ("run", "--shapes", "smoke", "--m", "1", "--dtype", "fp16", "--variants", "cublas_fp16", "--budget", "0.01")
+    assert invoke(*args, "--out", out).exit_code == 0
+    parts = store.parts_dir(out)
+    parts.mkdir()
+    out.rename(parts / "part-00001.parquet")  # every row written, the join never happened
+    res = invoke(*args, "--resume", out)
+    assert res.exit_code == 0 and "every cell is already in" in res.stderr
+    assert out.is_file() and not parts.exists() and len(store.load([out])) == 3
+    # --force replaces at once: the old rows and any parts go before this sweep writes
+    assert invoke(*args, "--out", out, "--force").exit_code == 0 and len(store.load([out])) == 3

@@ -9,8 +9,10 @@ hashlib through shard, sqlite3 through profile.nsys, rich.progress, the dtype ta
 
 import sys
 
+from rich.markup import escape
+
 from gemmbench.cli import ceilings, compare, layer, list, merge, plot, profile, run, shapes, signals, tune
-from gemmbench.cli.common import app, err
+from gemmbench.cli.common import app, err, release_locks
 
 app.command()(run.run)
 app.command()(tune.tune)
@@ -37,9 +39,10 @@ def main() -> None:
         if (exc.name or "").split(".")[0] not in GPU_STACK:
             raise
         command = " ".join(sys.argv[1:2]) or "this command"
-        err.print(f"[bold red]error:[/] gemmbench {command} needs {exc.name} (the `gpu` extra: pip install "
-                  "'gemmbench[gpu]'); plot, report, compare, merge, baseline and list shapes run without it",
+        err.print("[bold red]error:[/] " + escape(f"gemmbench {command} needs {exc.name} (the `gpu` extra: pip install "
+                  "'gemmbench[gpu]'); plot, report, compare, merge, baseline and list shapes run without it"),
                   highlight=False, soft_wrap=True)  # fmt: skip
         sys.exit(2)
     finally:
+        release_locks()  # before a signal ends the process (no atexit then)
         signals.end_by_signal()

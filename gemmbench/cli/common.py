@@ -158,20 +158,42 @@ def deployment(tp: str, dp: str, ep: str, layout: LayoutChoice | str) -> Deploym
 
 def _problems(sset, dtypes, m_values, dep: Deployment, routings: list[str], scalings=("tensor",)) -> list:
     """Every (TP, DP, EP, routing) expansion of the set, each GEMM in every dtype and (fp8) scaling; a GEMM that
-    neither EP nor the routing changes once per (TP, DP).  ShapeError (one line) where the layout's engine would
-    refuse a deployment."""
+    neither EP nor the routing changes once per (TP, DP).  Of the lists' combinations, those the layout's engine
+    cannot run (EP against TP x DP) are left out with a line on stderr; ShapeError (one line) when that leaves none,
+    and where a GEMM does not divide."""
     from gemmbench.sharding import problems  # not at --help (yaml)
 
     out, seen = [], set()
+    for t, d, e in combinations(sset, dep):
+        for r in routings:
+            for p in problems(sset, dtypes, m_values, t, r, e, scalings, d, dep.layout):
+                if p not in seen:  # a dense GEMM is the same problem at every EP and routing
+                    seen.add(p)
+                    out.append(p)
+    return out
+
+
+def combinations(sset, dep: Deployment) -> list[tuple[int, int, int]]:
+    """The (TP, DP, EP) of the lists that the layout's engine can run on the set; the others are named on stderr, one
+    line.  ShapeError with the first refusal when none is left."""
+    from gemmbench.shapes import ShapeError
+    from gemmbench.sharding import Parallel, check  # not at --help (yaml)
+
+    combos, refused = [], []
     for t in dep.tps:
         for d in dep.dps:
             for e in dep.eps:
-                for r in routings:
-                    for p in problems(sset, dtypes, m_values, t, r, e, scalings, d, dep.layout):
-                        if p not in seen:  # a dense GEMM is the same problem at every EP and routing
-                            seen.add(p)
-                            out.append(p)
-    return out
+                try:
+                    check(Parallel(t, d, e, dep.layout), sset.name, any(g.is_moe for g in sset.gemms))
+                    combos.append((t, d, e))
+                except ShapeError as exc:
+                    refused.append(str(exc))
+    if not combos:
+        raise ShapeError(refused[0])
+    if refused:
+        err.print(escape(f"left out {len(refused)} of the --tp/--dp/--ep combinations: {'; '.join(refused)}"),
+                  highlight=False, soft_wrap=True)  # fmt: skip
+    return combos
 
 
 def warn_about(sset) -> None:
@@ -383,7 +405,7 @@ _HELD: dict = {}  # the lock files this process holds, open until it ends (a com
 
 def lock_output(path: Path) -> None:
     """One writer per results file: a second gemmbench writing the same file at the same time is refused in one
-    line (the lock is a hidden file beside it, held until this process ends)."""
+    line (the lock is a hidden file beside it, `.NAME.lock`, held until this process ends)."""
     import fcntl  # POSIX; the commands that write results run where the GPUs are
 
     lock = path.with_name(f".{path.name}.lock").resolve()
@@ -402,14 +424,14 @@ def lock_output(path: Path) -> None:
     handle.write(f"pid {os.getpid()}")
     handle.flush()
     if not _HELD:
-        atexit.register(_release)
+        atexit.register(release_locks)
     _HELD[lock] = handle
 
 
-def _release() -> None:
-    """At exit: the lock files go (a writer that starts after this finds none, and takes its own)."""
-    for lock, handle in _HELD.items():
-        lock.unlink(missing_ok=True)
+def release_locks() -> None:
+    """The locks this process holds, let go (at exit, or before it dies by a signal).  The files stay: one removed
+    while another process waits on it would let two writers in."""
+    for handle in _HELD.values():
         handle.close()
     _HELD.clear()
 

@@ -24,6 +24,7 @@ from gemmbench.cli.common import (
     _dtypes,
     _load_plugins,
     _scalings,
+    combinations,
     cpu_too_large,
     deployment,
     err,
@@ -134,7 +135,7 @@ def _plans(model, dep, dtype, m, variants, best_from, plugin, scaling=None) -> t
         if best_from:
             choose, notes = P.best_chooser(load(P.run_files(best_from)), dev)
         else:
-            choose = P.chooser(variants or P.DEFAULT_VARIANTS, dev, P.layer_gemms(sset))
+            choose = P.chooser(variants or P.DEFAULT_VARIANTS, dev, P.layer_gemms(sset, dep.layout))
         plans = [
             (
                 t,
@@ -147,9 +148,7 @@ def _plans(model, dep, dtype, m, variants, best_from, plugin, scaling=None) -> t
                 kind,
                 P.steps_for(P.layer_problems(sset, M, d, t, e, kind, s, dp, dep.layout), choose),
             )  # fmt: skip
-            for t in dep.tps
-            for dp in dep.dps
-            for e in dep.eps
+            for t, dp, e in combinations(sset, dep)
             for d in dtype_names
             for s in (scalings if dtypes.get(d).scaled else [dtypes.REFERENCE_SCALING])  # a 16-bit one: "none"
             for M in m_values

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -152,7 +153,7 @@ def run(
     timing = timing if _on_gpu() else "wall"  # no CUDA events on a CPU
     _comparable_baseline(compare_to, timing)
     run_id = store.new_run_id(sset.name) + (f"-shard{shard_at[0]}of{shard_at[1]}" if shard_at else "")
-    fp = _fingerprint(sset, cells, timing, budget, seed, sanitize, plugin, import_config)
+    fp = _fingerprint(sset, cells, timing, budget, seed, sanitize, retune, plugin, import_config)
     meta = {**(meta or {}), **sweep_fingerprint.encode(fp)}
     _check_resume(resume, fp)
     cpu = _cpu_path(cells, sanitize)  # refused before anything is written
@@ -160,6 +161,7 @@ def run(
     if cpu and cells:
         _say_cpu_path()
     if not cells and resume is not None:
+        writer.close()  # a sweep killed after its last part: its parts become the file
         err.print(escape(f"--resume: every cell is already in {writer.path}; nothing to run"), highlight=False)
         if as_json:
             _print_json(run_id, writer.path, writer.rows, False)
@@ -234,7 +236,7 @@ def run(
         raise typer.Exit(code)
 
 
-def _fingerprint(sset, cells, timing, budget, seed, sanitize, plugins, import_config) -> dict:
+def _fingerprint(sset, cells, timing, budget, seed, sanitize, retune, plugins, import_config) -> dict:
     """This sweep's fingerprint (gemmbench.sweep_fingerprint), stored in its file for --resume to check."""
     import gemmbench
     from gemmbench import device
@@ -243,7 +245,7 @@ def _fingerprint(sset, cells, timing, budget, seed, sanitize, plugins, import_co
     files = [Path(spec.split(":", 1)[-1]) for spec in import_config or []]  # ENGINE:FILE
     return sweep_fingerprint.fingerprint(
         (cell_key(p, n) for p, names in cells for n in names), sset.name, timing=timing, budget=budget, seed=seed,
-        sanitize=sanitize, plugins=sweep_fingerprint.content(plugins or []),
+        sanitize=sanitize, retune=retune, plugins=sweep_fingerprint.content(plugins or []),
         imported=sweep_fingerprint.content(files), build=f"{gemmbench.__version__} {device.git_sha()}",
     )  # fmt: skip
 
@@ -270,8 +272,14 @@ def _writer(out_path, run_id, meta, cells, timing, append, force, resume) -> tup
 
     path = resume if resume is not None else output_path(out_path, run_id)
     lock_output(path)
+    written = path.exists() or store.parts_dir(path).exists()
+    if written and resume is None and not (append or force):  # written by a run that ended while this one started
+        raise fail(f"--out {path} exists; --append adds this sweep's rows to it, --force replaces it")
+    if written and force:  # replaced now: never read later as one run with this sweep's parts
+        path.unlink(missing_ok=True)
+        shutil.rmtree(store.parts_dir(path), ignore_errors=True)
     kept: list = []
-    if resume is not None or (append and path.exists()):
+    if resume is not None or (append and written):
         option = "--resume" if resume is not None else "--append"
         try:
             kept = store.records(store.load(path))
