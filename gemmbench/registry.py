@@ -90,6 +90,8 @@ class Variant:
     baseline: tuple[str, ...] = ()
     # the fp8 scalings it runs (names in dtypes.SCALINGS; Problem.scaling): () means ("tensor",), or (fp8_scaling,)
     scalings: tuple[str, ...] = ()
+    # False: runs only when --variants names it (a glob that matches it): inductor_mm's compile costs seconds a cell
+    by_default: bool = True
 
     def __post_init__(self) -> None:
         scalings = tuple(self.scalings) or ((self.fp8_scaling,) if self.fp8_scaling else (dtypes.REFERENCE_SCALING,))
@@ -116,13 +118,22 @@ class Variant:
         if not dt.scaled and problem.scaling != dtypes.UNSCALED:
             return f"--scaling {problem.scaling} applies to fp8 only: {problem.dtype} carries no scales"
         if dt.scaled and problem.scaling not in self.scalings:
-            return f"{self.name} declares no {problem.scaling} support: runs {', '.join(self.scalings)}"
+            return f"{self.name}{_NO_SCALING}{problem.scaling} support: runs {', '.join(self.scalings)}"
         if problem.dtype not in self.dtypes:
             return f"{self.name} has no {problem.dtype} path (dtypes: {', '.join(self.dtypes)})"
         if problem.is_moe != self.moe:
             kind = "MoE" if problem.is_moe else "dense"
             return f"{self.name} does not run {kind} GEMMs"
         return None
+
+
+_NO_SCALING = " declares no "  # the words of a row skipped for its fp8 scaling (scaling_excluded)
+
+
+def scaling_excluded(reason: object) -> bool:
+    """Whether a skipped row's reason is that its variant does not run the problem's fp8 scaling (declared_reason):
+    a row the tables leave out, counted, since another --scaling is what would run it."""
+    return isinstance(reason, str) and _NO_SCALING in reason and reason.split(_NO_SCALING)[1].split()[1] == "support:"
 
 
 class RegistryError(ValueError):
@@ -267,10 +278,11 @@ def get(name: str) -> Variant:
 
 
 def select(patterns: str | None) -> list[Variant]:
-    """Variants matching comma-separated globs, in registration order; a glob that matches nothing is an error."""
+    """Variants matching comma-separated globs, in registration order; a glob that matches nothing is an error.
+    None: the default variants (Variant.by_default)."""
     variants = all_variants()
-    if not patterns:
-        return variants
+    if not patterns:  # the default: every variant but those that run only when named
+        return [v for v in variants if v.by_default]
     globs = [p.strip() for p in patterns.split(",") if p.strip()]
     chosen = []
     for g in globs:

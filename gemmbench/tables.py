@@ -139,7 +139,15 @@ def clock_range(r: dict) -> str:
     return f"{med:.0f}" if missing(lo) or lo == hi else f"{med:.0f} ({lo:.0f}-{hi:.0f})"
 
 
+def scaling_excluded_count(rows: list[dict]) -> int:
+    """The skipped rows the tables leave out: variants that do not run the problem's fp8 scaling."""
+    return sum(r["status"] == "skipped" and registry.scaling_excluded(r.get("reason")) for r in rows)
+
+
 def gemm_tables(rows: list[dict]) -> list[Table]:
+    """One table per GEMM; skipped rows of a variant that does not run the problem's fp8 scaling are left out
+    (scaling_excluded_count counts them; the file keeps them)."""
+    rows = [r for r in rows if not (r["status"] == "skipped" and registry.scaling_excluded(r.get("reason")))]
     by_gemm = defaultdict(list)
     for r in rows:
         par = (r["tp"], r.get("ep") or 1, r.get("dp") or 1, r.get("layout") or "vllm")

@@ -125,5 +125,6 @@ register(
         _make,
         supports=_supports,
         scalings=("tensor", "row"),
+        by_default=False,  # a max-autotune compile costs seconds a cell: only when --variants names it
     )
 )

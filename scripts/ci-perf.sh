@@ -6,8 +6,9 @@
 #   BASELINE=h100                    a named baseline (./results/baselines/$BASELINE.parquet in the checkout; the
 #                                     search path: README "CI perf gate"), or a path
 #   SHAPES="llama70b-attn llama70b-mlp"   shape sets to run, each with --m decode
-#   RUN_ARGS="--budget 0.3 --scaling tensor,row"   more `gemmbench run` options (e.g. --variants ...); the default
-#                                     runs fp8 per tensor and row-wise, the cells the committed baseline holds
+#   RUN_ARGS="--budget 0.3 --scaling tensor,row"   more `gemmbench run` options; the default runs fp8 per tensor
+#                                     and row-wise, the cells the committed baseline holds.  The variants are the
+#                                     ones the baseline holds for each set
 #   THRESHOLD=5%   FAIL_ON=slower,failing   ARTIFACTS=perf-artifacts
 # Refresh the baseline from a run you trust:  gemmbench baseline save $ARTIFACTS/runs --name h100
 set -uo pipefail
@@ -19,10 +20,22 @@ export GEMMBENCH_CONFIG_DIR
 SHAPES=${SHAPES:-"llama70b-attn llama70b-mlp"}
 ARTIFACTS=${ARTIFACTS:-perf-artifacts}
 mkdir -p "$ARTIFACTS/runs"
+# the variants the baseline holds for a set (comma-separated): the gate times nothing it cannot compare
+baseline_variants() {
+  python3 - "$BASELINE" "$1" <<'PY'
+import sys
+from gemmbench import named_baselines, store
+rows = store.load([named_baselines.resolve(sys.argv[1])])
+print(",".join(sorted(set(rows.loc[rows["shape_set"] == sys.argv[2], "variant"]))))
+PY
+}
 for set in $SHAPES; do
+  variants=$(baseline_variants "$set") || { echo "cannot read the baseline $BASELINE"; exit 2; }
+  [ -n "$variants" ] || { echo "the baseline $BASELINE holds no row of $set: nothing to compare"; exit 2; }
   # shellcheck disable=SC2086  # RUN_ARGS is a list of options
-  gemmbench run --shapes "$set" --m decode ${RUN_ARGS:---budget 0.3 --scaling tensor,row} --out "$ARTIFACTS/runs/$set.parquet" \
-    > "$ARTIFACTS/$set.txt" || { echo "gemmbench run --shapes $set failed (see $ARTIFACTS/$set.txt)"; exit 2; }
+  gemmbench run --shapes "$set" --m decode --variants "$variants" ${RUN_ARGS:---budget 0.3 --scaling tensor,row} \
+    --out "$ARTIFACTS/runs/$set.parquet" > "$ARTIFACTS/$set.txt" \
+    || { echo "gemmbench run --shapes $set failed (see $ARTIFACTS/$set.txt)"; exit 2; }
 done
 # --across-gpus: the committed baseline was measured on one GPU, which a CI runner rarely is (without it every cell
 # is other-gpu and nothing is compared); the re-run below is what confirms a regression

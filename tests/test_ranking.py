@@ -134,3 +134,23 @@ def test_a_row_above_its_roofline_is_flagged_in_the_table_the_summary_and_the_pa
     pq.write_table(pq.read_table(path).drop_columns(["roofline_note"]), older)
     df = store.load([older])
     assert df["roofline_note"].iloc[0] == metrics.ABOVE_COMPUTE and pd.isna(df["roofline_note"].iloc[1])
+
+
+def test_rows_of_another_fp8_scaling_are_counted_not_printed():
+    a = timed("cublas_fp8", 9.9, 10.0, 10.1, dtype="fp8", scaling="tensor")
+    hidden = dict(a, variant="cublas_fp8_rowwise", status="skipped", time_us_median=None,
+                  reason="cublas_fp8_rowwise declares no tensor support: runs row")  # fmt: skip
+    shown = dict(hidden, variant="x", reason="torch._scaled_mm needs N and K divisible by 16 (N=8, K=8)")
+    console = Console(record=True, width=400, color_system=None)
+    for t in tables.gemm_tables([a, hidden, shown]):
+        console.print(t)
+    body = [ln for ln in console.export_text().splitlines() if ln.startswith("│")]  # the rows, not the caption
+    assert not any("cublas_fp8_rowwise" in ln for ln in body) and any("divisible by 16" in ln for ln in body)
+    assert tables.scaling_excluded_count([a, hidden, shown]) == 1
+
+
+def test_inductor_runs_only_when_named():
+    from gemmbench import registry
+
+    assert "inductor_mm" not in [v.name for v in registry.select(None)]
+    assert [v.name for v in registry.select("inductor_mm")] == ["inductor_mm"]

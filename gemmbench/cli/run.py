@@ -131,7 +131,7 @@ def run(
 ) -> None:  # fmt: skip
     """Check, then time, every variant on every problem of a shape set; write Parquet and print tables."""
     from gemmbench import store, sweep  # heavy (pandas; torch); tables not at --help (yaml, importlib.metadata)
-    from gemmbench.tables import gemm_tables
+    from gemmbench.tables import gemm_tables, scaling_excluded_count
 
     timing, budget, as_json = timing.value, positive_budget(budget), fmt is OutputFormat.json
     dep, watchdog_s = deployment(tp, dp, ep, layout), watchdog(cell_timeout, budget)
@@ -225,6 +225,10 @@ def run(
     else:
         for table in gemm_tables(rows):
             out.print(table)
+        hidden = scaling_excluded_count(rows)
+        if hidden:
+            out.print(f"{hidden} skipped rows not shown: variants that run another fp8 scaling (--scaling row or "
+                      "block runs them; the rows are in the file)", highlight=False)  # fmt: skip
     if stopped:  # Ctrl-C or SIGINT: the finished rows are on disk, and their tables above
         done = f"{writer.added} finished rows in {writer.path}" if writer.added else "no cell finished; nothing written"
         raise fail(f"interrupted: {done}", 130)
