@@ -78,7 +78,7 @@ class Scaling:
     """How scaled (fp8) operands carry their scales: the block of elements one scale covers in the activations
     (M, K) and in a weight (N, K); None spans the whole dimension.  MoE weights carry one scale per expert where the
     scaling has no blocks along K (tensor, row: the layout fused MoE kernels consume), and one per block of each
-    expert where it has (block: (E/ep, ceil(N/128), ceil(K/128)))."""
+    expert where it has (block: (ceil(E/ep), ceil(N/128), ceil(K/128)))."""
 
     name: str  # the `scaling` column, --scaling, Problem.scaling and registry.Variant.scalings
     meaning: str

@@ -28,12 +28,12 @@ class GemmInputs:
     """Operands of one problem, on one device.  MoE: b is (E, N, K) and the routing is set."""
 
     a: torch.Tensor  # (M, K) activations, compute dtype
-    b: torch.Tensor  # (N, K) weight as nn.Linear stores it; MoE (E/ep, N, K): this rank's local experts
+    b: torch.Tensor  # (N, K) weight as nn.Linear stores it; MoE (ceil(E/ep), N, K): this rank's local experts
     out_dtype: torch.dtype  # fp8 GEMMs write bf16, 16-bit GEMMs their own dtype
     # fp8 only, fp32: (1,) per tensor, (M, 1) row-wise, (M, ceil(K/128)) per 1x128 group (block scalings)
     a_scale: Optional[torch.Tensor] = None
-    # fp8 only, fp32: (1,) per tensor, (N, 1) row-wise, (ceil(N/128), ceil(K/128)) per 128x128 block; MoE: (E/ep,)
-    # one per expert, or (E/ep, ceil(N/128), ceil(K/128)) per block
+    # fp8 only, fp32: (1,) per tensor, (N, 1) row-wise, (ceil(N/128), ceil(K/128)) per 128x128 block; MoE: (ceil(E/ep),)
+    # one per expert, or (ceil(E/ep), ceil(N/128), ceil(K/128)) per block
     b_scale: Optional[torch.Tensor] = None
     scaling: str = "none"  # "none" (16-bit) or a name in dtypes.SCALINGS
     # MoE: (M, topk) int32 LOCAL expert of each (token, slot); -1 where another EP rank's expert holds the slot
@@ -88,7 +88,7 @@ class GemmInputs:
         return [int(e) for e in torch.unique(ids[ids >= 0]).tolist()]
 
     def experts_hit(self) -> int:
-        """Local experts hit (ids >= 0): 0 .. E/ep; a dense GEMM 1."""
+        """Local experts hit (ids >= 0): 0 .. ceil(E/ep); a dense GEMM 1."""
         if self.topk_ids is None:
             return 1
         return len(self.hit_experts())

@@ -70,7 +70,7 @@ def bytes_min(
     may be None or 1.
 
     Expert parallelism (ep > 1) counts this rank's share (GemmInputs.local_work): its local experts hit (0 ..
-    E/ep), the activations of the `tokens` with a pair here (tokens * K) and the outputs of its `pairs` (pairs * N),
+    ceil(E/ep)), the activations of the `tokens` with a pair here (tokens * K) and the outputs of its `pairs` (pairs * N),
     both required.  A rank with no pair moves nothing: 0 bytes.
 
     A scaled dtype (fp8) adds its scales, as many as dtypes.SCALINGS[p.scaling] (fp8_scaling: another scaling's)
