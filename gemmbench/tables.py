@@ -62,7 +62,7 @@ def winners(rows: list[dict]) -> set[int]:
     return {k for k, m in marks(rows).items() if m == ranking.WINNER}
 
 
-# the fields of each cell of `gemmbench run --format json` (README: JSON output), in this order
+# the fields of each cell of `gemmbench run --format json` (docs/USAGE.md: JSON output), in this order
 SUMMARY_FIELDS = ("shape_set", "gemm", "M", "N", "K", "E", "topk", "tp", "ep", "dp", "layout", "routing", "dtype",
                   "scaling", "variant",
                   "timing_mode", "status", "reason", "time_us_median", "speedup", "baseline", "winner", "tied", "noisy",

@@ -4,7 +4,7 @@
 # confirmed regression (a `slower` or `now-failing` cell that is flagged again when its variants are re-run;
 # CONFIRM=0 fails on the first comparison), 0 otherwise.
 #   BASELINE=h100                    a named baseline (./results/baselines/$BASELINE.parquet in the checkout; the
-#                                     search path: README "CI perf gate"), or a path
+#                                     search path: docs/CI.md), or a path
 #   SHAPES="llama70b-attn llama70b-mlp"   shape sets to run, each with --m decode
 #   RUN_ARGS="--budget 0.3 --scaling tensor,row"   more `gemmbench run` options; the default runs fp8 per tensor
 #                                     and row-wise, the cells the committed baseline holds.  The variants are the

@@ -3,7 +3,7 @@ slots), the alignment and every MoE variant on those slots (fp16 and fp8 in Trit
 compares only this rank's rows, the FLOP and byte model, the run file's `ep` column, compare's cell key, tuned
 config names, the layer's routing, and bad input (exit 2, one line, nothing written).
 
-The convention under test (README "Sharding"): E stays the model's global expert count; rank 0 holds global
+The convention under test (docs/USAGE.md "Sharding"): E stays the model's global expert count; rank 0 holds global
 experts 0 .. ceil(E/ep) - 1, which keep their ids; a slot routed to any other expert has id -1 and is not this
 rank's work."""
 

@@ -1,7 +1,7 @@
 """Engine layouts (vllm, sglang, hf), DP, the dry run, and `shapes from-config --as`.
 
 Expected sizes are worked by hand in each test from the model's published config (tests/fixtures/hf-configs) and
-the engines' rules (README "Sharding"), never read back from gemmbench."""
+the engines' rules (docs/USAGE.md "Sharding"), never read back from gemmbench."""
 
 from __future__ import annotations
 

@@ -300,7 +300,7 @@ Layout = Annotated[
     typer.Option(
         parser=choice(LayoutChoice, "--layout"),
         help="Whose GEMMs: vllm (QKV, gate+up, MLA q_a+kv_a fused), sglang (the same; DeepSeek-V3's shared expert "
-        "folded into the experts; DP attention), hf (the checkpoint's tensors, one GPU). README: Sharding.",
+        "folded into the experts; DP attention), hf (the checkpoint's tensors, one GPU). docs/USAGE.md: Sharding.",
     ),
 ]
 Routing = Annotated[str, typer.Option(help="MoE token routing, comma-separated: uniform, skewed, one-expert.")]

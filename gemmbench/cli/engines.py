@@ -18,7 +18,7 @@ Export = Annotated[
     typer.Option(
         metavar="ENGINE DIR",
         help="Then write the stored fused-MoE configs of the selected expert GEMMs as vllm's or sglang's config "
-        "files into DIR (every GPU that has some; the README says which variants map, and how).",
+        "files into DIR (every GPU that has some; docs/USAGE.md says which variants map, and how).",
     ),  # fmt: skip
 ]
 ExportOnly = Annotated[

@@ -24,7 +24,9 @@ def _m_label(m_values: tuple) -> str:
     return ",".join(map(str, m_values))
 
 
-Format = Annotated[OutputFormat, format_option("table, or json: one JSON document on stdout (README: JSON output).")]
+Format = Annotated[
+    OutputFormat, format_option("table, or json: one JSON document on stdout (docs/USAGE.md: JSON output).")
+]
 
 
 @list_app.command("shapes")
@@ -57,7 +59,7 @@ def list_shapes(fmt: Format = OutputFormat.table) -> None:
 
 
 def _set_json(s) -> dict:
-    """A shape set as `list shapes --format json` has it (README: JSON output): sizes as the YAML gives them (before
+    """A shape set as `list shapes --format json` has it (docs/USAGE.md: JSON output): sizes as the YAML gives them (before
     --tp and --ep divide them), E = topk = 1 for a dense GEMM, "" where a GEMM has no layer kind or role."""
     gemms = [{"id": g.name, "N": g.N, "K": g.K, "E": g.E, "topk": g.topk, "parallel": g.parallel, "layer": g.layer,
               "role": g.role} for g in s.gemms]  # fmt: skip
@@ -90,7 +92,7 @@ def list_variants(
 
 
 def _variant_json(v) -> dict:
-    """A variant as `list variants --format json` has it (README: JSON output)."""
+    """A variant as `list variants --format json` has it (docs/USAGE.md: JSON output)."""
     return {
         "name": v.name,
         "family": v.family,

@@ -172,7 +172,7 @@ def report(
         OutputFormat,
         format_option(
             "table: the paths written, one a line; json: one JSON document on stdout, the paths and the winners "
-            "(README: JSON output)."
+            "(docs/USAGE.md: JSON output)."
         ),
     ] = OutputFormat.table,
     force: Force = False,
@@ -197,7 +197,7 @@ def report(
         paths = rep_mod.write(rep, out_path)
     except OSError as exc:
         raise fail(f"--out {out_path}: cannot write ({exc.strerror or exc})") from None
-    if fmt is OutputFormat.json:  # the paths and the winners tables, for scripts (README: JSON output)
+    if fmt is OutputFormat.json:  # the paths and the winners tables, for scripts (docs/USAGE.md: JSON output)
         print_json({"schema": "gemmbench.report/1", "files": [str(p) for p in paths],
                     "winners": rep_mod.winner_records(runs)})  # fmt: skip
         return

@@ -61,7 +61,9 @@ Timing = Annotated[
 ]
 Format = Annotated[
     OutputFormat,
-    format_option("table: one table per GEMM; json: one JSON document of every cell on stdout (README: JSON output)."),
+    format_option(
+        "table: one table per GEMM; json: one JSON document of every cell on stdout (docs/USAGE.md: JSON output)."
+    ),
 ]
 Out = Annotated[
     Optional[Path],
@@ -455,7 +457,7 @@ def _sweep(opts, cells: list, writer) -> tuple[list, bool]:
 
 
 def _print_json(run_id: str, path: Path, rows: list, interrupted: bool) -> None:
-    """`--format json`: the run's document on stdout (README: JSON output): `tables.summary` of the file's rows, as
+    """`--format json`: the run's document on stdout (docs/USAGE.md: JSON output): `tables.summary` of the file's rows, as
     the tables show them (with --append or --resume the rows it held before too)."""
     from gemmbench.tables import status_counts, summary  # not at --help (yaml, importlib.metadata)
 

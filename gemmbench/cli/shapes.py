@@ -34,7 +34,7 @@ def shapes_from_config(
     ] = None,
     force: Annotated[bool, typer.Option(help="Replace an existing --out file.")] = False,
 ) -> None:
-    """Write a shape set from a model's config.json (README: "from-config").
+    """Write a shape set from a model's config.json (docs/USAGE.md: "from-config").
 
     Families: Llama, Mistral, Qwen2/3 dense; Mixtral, Qwen2/3-MoE, DeepSeek-V2/V3 (MLA), Llama 4, gpt-oss MoE."""
     from gemmbench import hf_config, shape_sets, shapes  # not at --help (yaml)

@@ -108,7 +108,7 @@ def _heading(k: dict) -> str:
     return f"{style.gemm_title(k)} · {k.get('timing_mode') or 'timing unknown'}"
 
 
-# the fields of each winner in `gemmbench report --format json` (README: JSON output): the figure group, then the row
+# the fields of each winner in `gemmbench report --format json` (docs/USAGE.md: JSON output): the figure group, then the row
 WINNER_FIELDS = (*plotdata.FIGURE_COLS, "gpu", "run_id", "M", "variant", "tied", "time_us_median", "speedup",
                  "baseline", "pct_of_roofline")  # fmt: skip
 
