@@ -32,7 +32,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from gemmbench.shapes import ShapeError, _is_int  # _is_int: shapes.py's own rule (bool is not an int), not copied
-from gemmbench.sharding import VOCAB_PADDING
+from gemmbench.sharding import VOCAB_PADDING, padded_vocab
 
 # Fields only some families read.  One that is set (not null, 0 or []) in a config whose family does not read it is an
 # error: a Llama config with `num_local_experts: 8` is not a dense model, whatever its architecture says.
@@ -205,7 +205,7 @@ def _experts(hidden: int, inter: int, experts: int, topk: int, fused_in_checkpoi
 
 def _lm_head(f: Fields, hidden: int) -> Spec:
     vocab = f.size("vocab_size")
-    padded = -(-vocab // VOCAB_PADDING) * VOCAB_PADDING
+    padded = padded_vocab(vocab)
     why = f"N = vocab {vocab}" + (f", run as {padded} (padded to {VOCAB_PADDING})" if padded != vocab else "")
     return Spec("lm_head", vocab, hidden, "vocab", why).with_(vocab=vocab, pad_to=VOCAB_PADDING)
 

@@ -138,11 +138,16 @@ def shard(g: Gemm, par: Parallel, name: str) -> RankGemm:
     if g.parallel == "qkv":
         return RankGemm(_qkv(g, split, where), 1, 1)
     if g.parallel == "vocab":
-        padded = g.vocab if par.layout == "hf" else -(-g.vocab // g.pad_to) * g.pad_to
+        padded = g.vocab if par.layout == "hf" else padded_vocab(g.vocab, g.pad_to)
         if padded % split:  # a pad_to that TP does not divide; vLLM's divide() asserts
             raise ShapeError(f"{where}: the vocabulary {g.vocab} padded to {padded} does not divide by TP {split}")
         return RankGemm(replace(g, N=padded // split), par.dp if world else 1, 1)
     return RankGemm(_divide(g, split, where), par.dp if world else 1, 1)
+
+
+def padded_vocab(vocab: int, pad_to: int = VOCAB_PADDING) -> int:
+    """The LM head's rows as the engines allocate them: the vocabulary rounded up to a multiple of `pad_to`."""
+    return -(-vocab // pad_to) * pad_to
 
 
 def _qkv(g: Gemm, tp: int, where: str) -> Gemm:

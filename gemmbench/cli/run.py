@@ -278,9 +278,9 @@ def _writer(out_path, run_id, meta, cells, timing, append, force, resume) -> tup
 
     path = resume if resume is not None else output_path(out_path, run_id)
     lock_output(path)
+    if resume is None and not (append or force):  # written by a run that ended while this one started
+        _refuse_written(path)
     written = path.exists() or store.parts_dir(path).exists()
-    if written and resume is None and not (append or force):  # written by a run that ended while this one started
-        raise fail(f"--out {path} exists; --append adds this sweep's rows to it, --force replaces it")
     if written and force:  # replaced now: never read later as one run with this sweep's parts
         path.unlink(missing_ok=True)
         shutil.rmtree(store.parts_dir(path), ignore_errors=True)
@@ -312,11 +312,19 @@ def _refuse_before_work(out_path: Path, append: bool, force: bool, resume: Optio
     if resume is not None and not (resume.is_file() or parts_dir(resume).is_dir()):
         raise fail(f"--resume {resume}: no such run file")
     if resume is None and out_path.suffix == ".parquet" and not (append or force):
-        if out_path.exists():
-            raise fail(f"--out {out_path} exists; --append adds this sweep's rows to it, --force replaces it")
-        if parts_dir(out_path).exists():
-            raise fail(f"--out {out_path}: an unfinished sweep's rows are in {parts_dir(out_path)}; --resume "
-                       f"{out_path} finishes it, --force replaces it")  # fmt: skip
+        _refuse_written(out_path)
+
+
+def _refuse_written(path: Path) -> None:
+    """One line where a run file, or an unfinished sweep's parts of one, is at `path` (nothing to replace without
+    --append or --force)."""
+    from gemmbench.store import parts_dir  # heavy (pandas)
+
+    if path.exists():
+        raise fail(f"--out {path} exists; --append adds this sweep's rows to it, --force replaces it")
+    if parts_dir(path).exists():
+        raise fail(f"--out {path}: an unfinished sweep's rows are in {parts_dir(path)}; --resume {path} finishes "
+                   "it, --force replaces it")  # fmt: skip
 
 
 def _check_ab(ab: Optional[str], compare_to, append: bool, resume, out_path: Path, force: bool) -> Optional[list[str]]:
