@@ -1,7 +1,7 @@
 """Where gemmbench keeps files on this machine: what the package ships, and the user's own folders.
 
 The package ships read-only data: the tuned configs (`gemmbench/kernels/configs`, from the repository's
-`kernels/configs/`) and the named baselines (`gemmbench/baselines`, from the repository's `results/baselines/`).
+`gemmbench/kernels/configs/`) and the named baselines (`gemmbench/baselines`).
 What a user makes goes to the user's folders (platformdirs: on Linux `~/.config/gemmbench` and
 `~/.local/share/gemmbench`, or where XDG_CONFIG_HOME and XDG_DATA_HOME point), never into the installed package:
 a read-only install stays usable, and an upgrade keeps what the user tuned.  An environment variable names another
@@ -36,7 +36,7 @@ def _package_dir(package: str) -> Path:
 
 
 def shipped_configs_dir() -> Path:
-    """The tuned configs the package ships (kernels/configs in the repository)."""
+    """The tuned configs the package ships (gemmbench/kernels/configs in the repository)."""
     return _package_dir("gemmbench.kernels") / "configs"
 
 
@@ -48,7 +48,7 @@ def user_configs_dir() -> Path:
 
 
 def shipped_baselines_dir() -> Path:
-    """The named baselines the package ships (results/baselines in the repository)."""
+    """The named baselines the package ships (gemmbench/baselines)."""
     return _package_dir("gemmbench.baselines")
 
 

@@ -4,7 +4,7 @@ A variant is a name, a family, the dtypes it runs, and two functions:
   supports(problem, device) -> None if it can run the problem, else the reason it cannot;
   make(problem, inputs)    -> Launch: all setup (allocation, layout, tuning) happens here,
                               the returned closure only launches (it is what gets timed).
-Built-in variants live in the package gemmbench.kernels (the repository's kernels/ folder);
+Built-in variants live in the package gemmbench.kernels (the repository's gemmbench/kernels/ folder);
 user plugins are Python files (``--plugin``) or packages exposing the entry-point group
 ``gemmbench.variants`` that call :func:`register`.
 """

@@ -1,6 +1,6 @@
 """Shape sets as frozen data (Gemm, ShapeSet, Problem), M lists and presets.  Sets are read from YAML by
-gemmbench.shape_sets (the format is there); model configs (config.json) become shape sets in gemmbench/hf_config.py;
-gemmbench.sharding divides a set's GEMMs as the engines do and expands it into problems."""
+gemmbench.models.shape_sets (the format is there); model configs (config.json) become shape sets in gemmbench/models/hf_config.py;
+gemmbench.models.sharding divides a set's GEMMs as the engines do and expands it into problems."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ class Gemm:
     name: str  # e.g. "attn_qkv"; unique within a set
     N: int  # the whole weight's (qkv: (heads + 2 kv_heads) head_dim; vocab: the vocabulary, unpadded)
     K: int
-    parallel: str  # how TP divides it (gemmbench.sharding): "column" | "row" | "none" | "qkv" | "vocab"
+    parallel: str  # how TP divides it (gemmbench.models.sharding): "column" | "row" | "none" | "qkv" | "vocab"
     E: int = 1  # experts; 1 for a dense GEMM
     topk: int = 1  # experts per token; 1 for a dense GEMM
     # the layer kind it belongs to ("dense", "moe", ...) where a model's layers differ; "" = every layer
@@ -33,7 +33,7 @@ class Gemm:
     # "router": the MoE router (dense, N = experts), run inside `layer`'s routing step; "mlp": a dense MLP's;
     # "shared_expert": a shared expert's (every token); "" = attention and the rest
     role: str = ""
-    heads: int = 0  # qkv: query heads, KV heads and the head size (gemmbench.sharding copies KV heads past TP)
+    heads: int = 0  # qkv: query heads, KV heads and the head size (gemmbench.models.sharding copies KV heads past TP)
     kv_heads: int = 0
     head_dim: int = 0
     vocab: int = 0  # vocab: the vocabulary, padded up to a multiple of pad_to before TP divides it
@@ -58,7 +58,7 @@ class ShapeSet:
 
 @dataclass(frozen=True)
 class Problem:
-    """One cell row's problem: a GEMM as rank 0 of a deployment runs it (gemmbench.sharding: N, K already divided;
+    """One cell row's problem: a GEMM as rank 0 of a deployment runs it (gemmbench.models.sharding: N, K already divided;
     M the tokens this GEMM sees, M x dp for expert GEMMs), in one dtype and scaling.
 
     Expert parallelism (ep > 1, MoE only): E stays the model's global expert count (the M tokens are routed over all
@@ -79,8 +79,8 @@ class Problem:
     # how fp8 operands are scaled: a name in dtypes.SCALINGS; a 16-bit dtype's is "none" (its "tensor", the default,
     # becomes "none"); another scaling of a 16-bit dtype is a problem no variant runs (fp8 only: a skipped row)
     scaling: str = dtypes.REFERENCE_SCALING
-    dp: int = 1  # data-parallel groups of the deployment (gemmbench.sharding)
-    layout: str = "vllm"  # whose GEMMs: gemmbench.sharding.LAYOUTS
+    dp: int = 1  # data-parallel groups of the deployment (gemmbench.models.sharding)
+    layout: str = "vllm"  # whose GEMMs: gemmbench.models.sharding.LAYOUTS
     shared_experts: int = 0  # of E, the last ones every token is routed to (SGLang's folded shared expert)
     dp_tokens: int = 1  # how many DP ranks' tokens M holds: dp where they are gathered (expert GEMMs), else 1
 

@@ -12,7 +12,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from gemmbench import store
+from gemmbench.results import store
 
 ROW = dict(run_id="r", shape_set="s", gemm="g", M=16, N=64, K=64, E=1, topk=1, tp=1, ep=1, dtype="fp16",
            scaling="none", variant="v", status="ok", samples_us=[1.0] * 50, time_us_median=1.0)  # fmt: skip

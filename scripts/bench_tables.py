@@ -16,9 +16,9 @@ import fnmatch
 import json
 from collections import Counter
 
-from gemmbench import store
-from gemmbench.md_table import md_table
-from gemmbench.tables import baseline_for
+from gemmbench.results import store
+from gemmbench.results.md_table import md_table
+from gemmbench.results.tables import baseline_for
 
 
 def _groups(rows, specs):

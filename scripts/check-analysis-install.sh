@@ -12,7 +12,7 @@ for module in torch triton nvtx pynvml; do
   if "$venv/bin/python" -c "import $module" 2>/dev/null; then echo "analysis install: $module is there"; exit 1; fi
 done
 work=$(mktemp -d)
-base=results/baselines/h100.parquet
+base=gemmbench/baselines/h100.parquet
 # a second run to compare with: the baseline's rows under another run id
 "$venv/bin/python" -c "import sys, pyarrow as pa, pyarrow.parquet as pq; t = pq.read_table(sys.argv[1]); \
 i = t.column_names.index('run_id'); pq.write_table(t.set_column(i, 'run_id', pa.array(['copy'] * t.num_rows)), sys.argv[2])" \

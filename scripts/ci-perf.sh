@@ -13,7 +13,7 @@
 # Refresh the baseline from a run you trust:  gemmbench baseline save $ARTIFACTS/runs --name h100
 set -uo pipefail
 BASELINE=${BASELINE:-h100}
-# The gate measures the configs a commit holds (the package's kernels/configs), not ones the runner's user tuned:
+# The gate measures the configs a commit holds (the package's gemmbench/kernels/configs), not ones the runner's user tuned:
 # those (~/.config/gemmbench/configs) would overlay them.  An empty folder of its own hides them.
 GEMMBENCH_CONFIG_DIR=${GEMMBENCH_CONFIG_DIR:-$(mktemp -d)}
 export GEMMBENCH_CONFIG_DIR
@@ -24,7 +24,7 @@ mkdir -p "$ARTIFACTS/runs"
 baseline_variants() {
   python3 - "$BASELINE" "$1" <<'PY'
 import sys
-from gemmbench import named_baselines, store
+from gemmbench.results import named_baselines, store
 rows = store.load([named_baselines.resolve(sys.argv[1])])
 print(",".join(sorted(set(rows.loc[rows["shape_set"] == sys.argv[2], "variant"]))))
 PY

@@ -3,7 +3,7 @@
 # tests, then the tunes named in $TUNES and the sweeps named in $SWEEPS.  Logs and Parquet files go to
 # $OUT; everything is also packed into $OUT/all.tgz (the device tool returns at most 8 files).
 #   TESTS=1|0        pytest -m gpu first (default 1)
-#   TUNES="name:args"   each: gemmbench tune args (+ for spaces); they store into kernels/configs
+#   TUNES="name:args"   each: gemmbench tune args (+ for spaces); they store into gemmbench/kernels/configs
 #                       (GEMMBENCH_CONFIG_DIR), packed as configs.tgz (configs/<gpu>/<variant>/…)
 #   SWEEPS="name:args"  each: gemmbench run args --out logs/name.parquet, e.g. attn-cold:--shapes+llama70b-attn
 #   PROFILES="name:args" each: gemmbench profile args --out logs/name/ (ncu reports and the profile table)
@@ -30,7 +30,7 @@ python3 -c "import platformdirs" 2>/dev/null || {  # a dependency the GPU image 
   exit 1
 }
 python3 -m pip install -q --no-deps --no-build-isolation -e . >"$LOG/install.log" 2>&1 || { cat "$LOG/install.log"; exit 1; }
-# The tunes write into the tree's kernels/configs (what configs.tgz packs, and what the project commits), not the
+# The tunes write into the tree's gemmbench/kernels/configs (what configs.tgz packs, and what the project commits), not the
 # user's config folder where `gemmbench tune` writes by default; the sweeps read the same files (the pytest run
 # sets its own folder: tests/conftest.py)
 export GEMMBENCH_CONFIG_DIR=$PWD/kernels/configs

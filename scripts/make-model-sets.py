@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
-"""Write the built-in model sets shapes/<name>.yaml from their configs tests/fixtures/hf-configs/<name>.json.
+"""Write the built-in model sets gemmbench/shapesets/<name>.yaml from their configs tests/fixtures/hf-configs/<name>.json.
 
     python3 scripts/make-model-sets.py           # (re)write them
     python3 scripts/make-model-sets.py --check   # exit 1, naming each set that differs from what its config makes
 
-The YAML is gemmbench.hf_config's, word for word (tests/test_hf_config.py regenerates each set and compares), so a
+The YAML is gemmbench.models.hf_config's, word for word (tests/test_hf_config.py regenerates each set and compares), so a
 set and its config cannot drift: change the fixture or the code, then run this.
 """
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from gemmbench.hf_config import from_hf_config
+from gemmbench.models.hf_config import from_hf_config
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = "tests/fixtures/hf-configs"  # relative to ROOT, as it is written in each set's header and description
@@ -29,11 +29,11 @@ MODEL_SETS = (
     "llama3-405b",
     "qwen2.5-72b",
 )
-NOTE = "# Written by scripts/make-model-sets.py from its config: edit the config or gemmbench/hf_config.py, not this file\n"
+NOTE = "# Written by scripts/make-model-sets.py from its config: edit the config or gemmbench/models/hf_config.py, not this file\n"
 
 
 def render(name: str) -> str:
-    """The text of shapes/<name>.yaml."""
+    """The text of gemmbench/shapesets/<name>.yaml."""
     source = f"{FIXTURES}/{name}.json"
     _, text = from_hf_config(ROOT / source, name=name, source=source)
     return NOTE + text
@@ -46,7 +46,7 @@ def main(argv: list[str]) -> int:
         return 2
     stale = []
     for name in MODEL_SETS:
-        path, text = ROOT / "shapes" / f"{name}.yaml", render(name)
+        path, text = ROOT / "gemmbench" / "shapesets" / f"{name}.yaml", render(name)
         if check:
             if not path.is_file() or path.read_text(encoding="utf-8") != text:
                 stale.append(name)

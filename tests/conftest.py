@@ -4,7 +4,7 @@
 No test writes outside its temporary folders: the folders gemmbench writes to on its own (the user's tuned configs
 and baselines, the ceilings cache) are set here to a folder of this process, for every test and every worker
 process it starts, before anything reads them; unconditionally, so that a GEMMBENCH_CONFIG_DIR exported around
-the tests (scripts/device-run.sh points it at kernels/configs for its tunes) is never written by one."""
+the tests (scripts/device-run.sh points it at gemmbench/kernels/configs for its tunes) is never written by one."""
 
 import atexit
 import os
@@ -54,7 +54,7 @@ class TaskContext:
     def __init__(self, timing: str, devname: str, timer):
         from types import SimpleNamespace
 
-        from gemmbench import device
+        from gemmbench.measure import device
 
         self.args = SimpleNamespace(timing=timing)
         self.dev, self.devname, self.provenance, self.ceilings = device.detect(), devname, {}, None
@@ -74,7 +74,7 @@ class TaskContext:
 def fresh_probe():
     """telemetry.probe caches one NVML probe per uuid and process (NVML opened once): each test using a fake pynvml
     starts and ends without one."""
-    from gemmbench import telemetry
+    from gemmbench.measure import telemetry
 
     telemetry.probe.cache_clear()
     yield

@@ -10,9 +10,9 @@ from datetime import datetime, timezone
 import pytest
 from typer.testing import CliRunner
 
-from gemmbench import device
 from gemmbench.cli import ab, app
-from gemmbench.store import load
+from gemmbench.measure import device
+from gemmbench.results.store import load
 
 SHAPES = """name: ab
 description: one tiny GEMM (smoke_square's shape)
@@ -29,7 +29,7 @@ from datetime import datetime, timezone
 if "--help" in sys.argv:
     sys.exit(subprocess.call([sys.executable, "-m", "gemmbench", *sys.argv[1:]]))
 start = datetime.now(timezone.utc).isoformat()
-from gemmbench import store
+from gemmbench.results import store
 args = sys.argv[1:]
 rows = json.load(open({template!r}))
 n = sum(1 for _ in open({log!r})) if __import__("os").path.exists({log!r}) else 0

@@ -12,13 +12,15 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from gemmbench import config_files, dtypes, metrics, registry, store, tables, tuning
-from gemmbench.check import check_cell, reference
+from gemmbench import dtypes, registry
 from gemmbench.cli import app
-from gemmbench.device import DeviceInfo
-from gemmbench.inputs import make_inputs, quantize_fp8_blocks
+from gemmbench.configs import config_files, tuning
+from gemmbench.measure.check import check_cell, reference
+from gemmbench.measure.device import DeviceInfo
+from gemmbench.measure.inputs import make_inputs, quantize_fp8_blocks
 from gemmbench.plot import data as plotdata
 from gemmbench.registry import Launch, Variant
+from gemmbench.results import metrics, store, tables
 from gemmbench.shapes import Problem
 
 CPU = DeviceInfo(kind="cpu", name="cpu")
@@ -132,7 +134,7 @@ def test_dense_block_variants_are_ok(name, M):
 
 @pytest.mark.parametrize("block_n", [32, 128, 256])
 def test_dense_block_tiles_inside_one_weight_block_and_across_two(block_n):
-    """kernels/tile_loop.weight_scale_ptrs: a BLOCK_N dividing 128 (32, 128) reads one weight scale per tile and K step,
+    """gemmbench/kernels/tile_loop.weight_scale_ptrs: a BLOCK_N dividing 128 (32, 128) reads one weight scale per tile and K step,
     256 one per column (its tile spans both of N = 200's block rows, the full one and the partial one)."""
     from gemmbench.kernels.dense_dp import DenseConfig
 
@@ -238,7 +240,7 @@ def test_speedups_and_figures_never_mix_two_scalings(tmp_path):
     groups = plotdata.groups(df, plotdata.FIGURE_COLS)
     assert [set(g["scaling"]) for _, g in groups] == [{"tensor"}, {"block"}]
     assert plotdata.stems("speedup", [k for k, _ in groups]) == ["speedup-g-fp8", "speedup-g-fp8-block"]
-    from gemmbench import compare
+    from gemmbench.results import compare
 
     verdicts = compare.compare(store.load([path]), store.load([path]))
     assert len(verdicts) == 4 and any("fp8 block" in v.cell for v in verdicts)  # four cells, not two

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from gemmbench import build_id, device
+from gemmbench import build_id
+from gemmbench.measure import device
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -8,9 +8,10 @@ from types import SimpleNamespace
 import pytest
 from typer.testing import CliRunner
 
-from gemmbench import ceilings, compute_ladder, metrics
-from gemmbench.ceilings import Ceilings
-from gemmbench.device import DeviceInfo
+from gemmbench.measure import ceilings, compute_ladder
+from gemmbench.measure.ceilings import Ceilings
+from gemmbench.measure.device import DeviceInfo
+from gemmbench.results import metrics
 
 H100 = "NVIDIA H100 80GB HBM3"
 CLOCKS = {"sm_max_mhz": 1980, "sm_app_mhz": 1755}
@@ -170,8 +171,8 @@ def test_fp16_is_held_to_its_own_rung_and_falls_back_to_bf16s():
 
 def test_a_row_above_its_compute_ceiling_is_flagged_in_its_row():
     from gemmbench import registry
+    from gemmbench.engine.tasks import _throughput
     from gemmbench.shapes import Problem
-    from gemmbench.tasks import _throughput
 
     # fp16 128³: 2 x 128³ = 4,194,304 FLOPs; bytes A + B + out = 3 x 128 x 128 x 2 = 98,304.
     # At 1000 GB/s the memory bound is 98,304 / 1e6 = 0.098 µs; at the fp16 peak 10 TFLOP/s the compute bound is

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from gemmbench import dtypes
-from gemmbench.check import CheckResult, compare, poison, reference
-from gemmbench.inputs import make_inputs
+from gemmbench.measure.check import CheckResult, compare, poison, reference
+from gemmbench.measure.inputs import make_inputs
 from gemmbench.shapes import Problem
 
 FP8_MAX = dtypes.FP8.max_value  # 448: the largest finite e4m3 value

@@ -25,10 +25,12 @@ from conftest import HAS_CUDA, PLUGINS
 from test_shapes import BUILTINS as BUILTIN_SETS  # one list of the built-in sets
 from typer.testing import CliRunner
 
-from gemmbench import dtypes, registry, shape_sets, store
+from gemmbench import dtypes, registry
 from gemmbench.cli import app
+from gemmbench.engine.worker import CPU_SAMPLES
+from gemmbench.models import shape_sets
+from gemmbench.results import store
 from gemmbench.shapes import DECODE_M, PREFILL_M
-from gemmbench.worker import CPU_SAMPLES
 
 cpu_only = pytest.mark.skipif(HAS_CUDA, reason="tests the CPU path (no CUDA GPU)")
 
@@ -695,7 +697,7 @@ def test_interrupted_run_keeps_its_rows(tmp_path):
                 pass
             time.sleep(0.2)
         has_proc = Path("/proc/self/stat").exists()
-        workers = [k for k in _children(proc.pid) if "gemmbench.worker" in _cmdline(k)] if has_proc else []
+        workers = [k for k in _children(proc.pid) if "gemmbench.engine.worker" in _cmdline(k)] if has_proc else []
         proc.send_signal(signal.SIGINT)
         stdout, stderr = proc.communicate(timeout=120)
     finally:
@@ -732,7 +734,7 @@ def test_resume_runs_only_the_cells_a_run_file_lacks(tmp_path, monkeypatch, requ
     # so that another test's cached value, or a checkout whose "-dirty" flips while the suite runs, cannot make the
     # kept rows another build's than the workers' (as after tests/test_ab.py, in one process)
     monkeypatch.setenv("GEMMBENCH_GIT_SHA", "0123456789ab")
-    from gemmbench import device
+    from gemmbench.measure import device
 
     device.git_sha.cache_clear()
     request.addfinalizer(device.git_sha.cache_clear)  # the pinned value does not outlive the test
@@ -824,7 +826,7 @@ def test_usage_errors_are_one_line(args, message):
 def test_options_are_refused_before_any_work(tmp_path):
     """A baseline this run could not be compared with, and an --out that cannot be written, are refused before a
     cell runs (one line, nothing written)."""
-    baseline = Path(__file__).parent.parent / "results" / "baselines" / "h100.parquet"
+    baseline = Path(__file__).parent.parent / "gemmbench" / "baselines" / "h100.parquet"
     line = bad(invoke("run", "--shapes", "smoke", "--compare-to", baseline, "--out", tmp_path / "r.parquet"))
     assert "this run is on the CPU path" in line and not (tmp_path / "r.parquet").exists()
     assert "cannot write in /proc" in bad(invoke("run", "--shapes", "smoke", "--out", "/proc/x.parquet"))

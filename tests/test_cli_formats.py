@@ -18,8 +18,9 @@ from test_cli import BUILTIN_FAMILIES, bad, invoke, text
 from test_plots import TP8
 from typer.testing import CliRunner
 
-from gemmbench import shape_sets, store, tables
 from gemmbench.cli import app
+from gemmbench.models import shape_sets
+from gemmbench.results import store, tables
 
 # ---------------------------------------------------------------- help, choices, completion
 
@@ -252,8 +253,8 @@ def test_a_parsed_choice_survives_typers_enum_converter():
     the Enum's values, and gives None where the lookup misses: with str() "TimingMode.stream", `--timing stream`
     became None and ran cold.  Every single-choice Enum's members must read as their values (gemmbench.choices)."""
     from gemmbench.cli.formats import CompareFormat, OutputFormat
-    from gemmbench.inference_engines import InferenceEngine
-    from gemmbench.timing_modes import TimingMode
+    from gemmbench.configs.inference_engines import InferenceEngine
+    from gemmbench.measure.timing_modes import TimingMode
 
     for kind in (TimingMode, OutputFormat, CompareFormat, InferenceEngine):
         by_value = {str(m.value): m for m in kind}  # what typer's generate_enum_convertor builds

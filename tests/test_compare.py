@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from test_cli import bad, cpu_only, invoke, table_rows, text
 
-from gemmbench import compare as cmp
-from gemmbench import store
+from gemmbench.results import compare as cmp
+from gemmbench.results import store
 
 RNG = np.random.default_rng(1234)
 
@@ -20,7 +20,7 @@ def samples(median: float, noise: float, n: int = 30, rng=None) -> list[float]:
     return list(np.clip((rng or RNG).normal(median, noise * median, n), 0.1 * median, None))
 
 
-# the committed baseline's stack (results/baselines/h100.parquet): every synthetic row has it unless a test changes it
+# the committed baseline's stack (gemmbench/baselines/h100.parquet): every synthetic row has it unless a test changes it
 STACK = {"torch": "2.11.0+cu130", "triton": "3.6.0", "cuda": "13.0", "driver": "580.159.04"}
 
 

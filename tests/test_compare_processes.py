@@ -12,8 +12,8 @@ import pytest
 from test_cli import bad, invoke, text
 from test_compare import row, samples, write
 
-from gemmbench import compare as cmp
-from gemmbench import store
+from gemmbench.results import compare as cmp
+from gemmbench.results import store
 
 CFG = {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 32, "num_warps": 4, "num_stages": 2}
 
@@ -52,7 +52,7 @@ def test_a_config_on_one_side_only_is_a_change(tmp_path):
 
 
 def test_provenance_keys_are_the_ones_tuning_writes():
-    from gemmbench.provenance import Provenance
+    from gemmbench.configs.provenance import Provenance
 
     made = [
         Provenance("stored-neighbour", file="f.json", bucket=16, neighbours=((16, 1.0), (32, None))),

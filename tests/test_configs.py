@@ -9,12 +9,13 @@ import dataclasses
 import pytest
 import torch
 
-from gemmbench import kernel_config, provenance, registry, tuning
-from gemmbench.inputs import make_inputs
+from gemmbench import registry
+from gemmbench.configs import kernel_config, provenance, tuning
 from gemmbench.kernels.dense_dp import DenseConfig
 from gemmbench.kernels.fused_moe import MoeConfig
 from gemmbench.kernels.splitk import SplitKConfig
 from gemmbench.kernels.tile_loop import fp8_promote_every
+from gemmbench.measure.inputs import make_inputs
 from gemmbench.registry import Launch
 from gemmbench.shapes import Problem
 

@@ -18,9 +18,10 @@ from conftest import HAS_CUDA
 from test_cli import invoke, text
 from test_plots import prepared, title
 
-from gemmbench import device, run_schema, store
+from gemmbench.engine.worker import CPU_SAMPLES
+from gemmbench.measure import device
 from gemmbench.plot import figures as plots
-from gemmbench.worker import CPU_SAMPLES
+from gemmbench.results import run_schema, store
 
 cpu_only = pytest.mark.skipif(HAS_CUDA, reason="tests the CPU path (no CUDA GPU)")
 

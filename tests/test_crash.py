@@ -6,7 +6,7 @@ import sys
 
 from conftest import PLUGINS
 
-from gemmbench.store import load
+from gemmbench.results.store import load
 
 
 def _run(tmp_path, variants):

@@ -14,11 +14,12 @@ import uuid
 import pytest
 import torch
 
-from gemmbench import dtypes, registry, shapes, store, tables
-from gemmbench.ceilings import Ceilings
-from gemmbench.inputs import make_inputs
+from gemmbench import dtypes, registry, shapes
+from gemmbench.measure.ceilings import Ceilings
+from gemmbench.measure.inputs import make_inputs
 from gemmbench.plot import datasheet
 from gemmbench.registry import Launch, RegistryError, Variant
+from gemmbench.results import store, tables
 
 # ---------------------------------------------------------------- the dtype table
 
@@ -87,7 +88,7 @@ def test_make_inputs_follows_the_table():
 
 
 def test_light_modules_do_not_import_torch():
-    code = "import sys, gemmbench.dtypes, gemmbench.shapes, gemmbench.metrics; print('torch' in sys.modules)"
+    code = "import sys, gemmbench.dtypes, gemmbench.shapes, gemmbench.results.metrics; print('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "False\n"
 
 

@@ -1,5 +1,5 @@
 """Fused-MoE configs to and from the inference engines: the engines' file names and entries (expected strings worked
-out by hand from the engines' code, cited in gemmbench/inference_engines.py), `tune --export` from a stored config
+out by hand from the engines' code, cited in gemmbench/configs/inference_engines.py), `tune --export` from a stored config
 folder, export -> import round trips, `run --import-config` on a tiny MoE problem in Triton's interpreter, bad
 files, the committed vLLM fixture, and why the grouped and row schedules map and the column-major one does not."""
 
@@ -13,13 +13,14 @@ import torch
 from test_cli import bad, invoke, text
 from test_kernels import tile_order
 
-from gemmbench import config_files, engine_import, provenance, registry, tuning
-from gemmbench.check import check_cell
-from gemmbench.inference_engines import InferenceEngine, device_name, file_name, nearest_key
-from gemmbench.inputs import make_inputs
+from gemmbench import registry
+from gemmbench.configs import config_files, engine_import, provenance, tuning
+from gemmbench.configs.inference_engines import InferenceEngine, device_name, file_name, nearest_key
 from gemmbench.kernels.fused_moe import MoeConfig
+from gemmbench.measure.check import check_cell
+from gemmbench.measure.inputs import make_inputs
+from gemmbench.results.store import load
 from gemmbench.shapes import Problem
-from gemmbench.store import load
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
 H100 = "NVIDIA H100 80GB HBM3"
@@ -353,11 +354,13 @@ def test_grouped_is_vllms_order_and_row_is_grouped_by_one(grid_m, grid_n, group_
 @pytest.mark.parametrize("gpu,warned", [("NVIDIA H100 80GB HBM3", False), ("NVIDIA H200", True)])
 def test_import_on_a_gpu_names_where_the_file_was_tuned(monkeypatch, capsys, gpu, warned):
     """The GPU path of `--import-config` (the engine's name for this GPU against the file's), with detect() faked."""
-    import gemmbench.device
+    import gemmbench.measure.device
     from gemmbench.cli.engines import import_configs
-    from gemmbench.device import DeviceInfo
+    from gemmbench.measure.device import DeviceInfo
 
-    monkeypatch.setattr(gemmbench.device, "detect", lambda: DeviceInfo(kind="cuda", name=gpu, capability=(9, 0)))
+    monkeypatch.setattr(
+        gemmbench.measure.device, "detect", lambda: DeviceInfo(kind="cuda", name=gpu, capability=(9, 0))
+    )
     try:
         variants, env = import_configs([f"vllm:{FIXTURE}"], "triton_moe_grouped")
     finally:

@@ -12,7 +12,7 @@ plain arithmetic and imports nothing from gemmbench.  The rules are vLLM's:
   determine_expert_map       rank 0 holds ceil(E / EP) experts
 
 A size a deployment cannot divide is refused by vLLM (its divide() asserts): there gemmbench must raise ShapeError.
-gemmbench's answer is gemmbench.sharding.problems on the set gemmbench.hf_config.from_hf_config makes of the file.
+gemmbench's answer is gemmbench.models.sharding.problems on the set gemmbench.models.hf_config.from_hf_config makes of the file.
 """
 
 import json
@@ -23,10 +23,10 @@ from pathlib import Path
 
 import pytest
 
-from gemmbench.hf_config import from_hf_config
-from gemmbench.shape_sets import load_text
+from gemmbench.models.hf_config import from_hf_config
+from gemmbench.models.shape_sets import load_text
+from gemmbench.models.sharding import problems
 from gemmbench.shapes import ShapeError
-from gemmbench.sharding import problems
 
 FIXTURES = Path(__file__).parent / "fixtures" / "hf-configs"
 CONFIGS = sorted(p.stem for p in FIXTURES.glob("*.json"))

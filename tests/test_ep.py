@@ -13,17 +13,20 @@ import pytest
 import torch
 from test_cli import bad, invoke
 
-from gemmbench import config_files, metrics, registry, shape_sets, store
-from gemmbench import layer as L
-from gemmbench import layer_plan as P
-from gemmbench.check import check_cell, compare, reference
-from gemmbench.compare import compare as compare_runs
-from gemmbench.device import detect
-from gemmbench.inputs import cell_seed, make_inputs
+from gemmbench import registry
+from gemmbench.configs import config_files
+from gemmbench.engine import layer as L
+from gemmbench.engine import layer_plan as P
 from gemmbench.kernels.moe_align import Alignment, check_alignment, moe_align
+from gemmbench.measure.check import check_cell, compare, reference
+from gemmbench.measure.device import detect
+from gemmbench.measure.inputs import cell_seed, make_inputs
+from gemmbench.models import shape_sets
+from gemmbench.models.sharding import problems
 from gemmbench.registry import Launch
+from gemmbench.results import metrics, store
+from gemmbench.results.compare import compare as compare_runs
 from gemmbench.shapes import Problem, ShapeError
-from gemmbench.sharding import problems
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
 MOE_VARIANTS = ["triton_moe_col", "triton_moe_splitk", "torch_moe_loop", "torch_grouped_mm"]
@@ -364,7 +367,7 @@ def test_profile_outcome_carries_this_ranks_work(monkeypatch):
     from dataclasses import asdict
     from types import SimpleNamespace
 
-    from gemmbench import tasks
+    from gemmbench.engine import tasks
 
     monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)  # the CPU has no stream to wait for
     p = moe(M=9)
@@ -398,8 +401,8 @@ def test_a_rank_with_no_pair_says_so_and_has_no_roofline(tiny_set, tmp_path):
 def test_no_roofline_for_a_rank_without_work_and_one_for_a_rank_with_work():
     from types import SimpleNamespace
 
-    from gemmbench.ceilings import Ceilings
-    from gemmbench.tasks import _throughput
+    from gemmbench.engine.tasks import _throughput
+    from gemmbench.measure.ceilings import Ceilings
 
     ctx = SimpleNamespace(ceilings=Ceilings(mode="cold", bandwidth_ladder=[(1 << 20, 1000.0), (1 << 30, 3000.0)],
                                             peak_tflops={"bf16": 700.0, "fp8": 1300.0}))  # fmt: skip

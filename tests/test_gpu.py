@@ -15,9 +15,9 @@ SHAPES = [(1, 1280, 8192), (16, 8192, 1024), (33, 100, 72), (64, 80, 48), (200, 
 
 def _check(name, M, N, K, dtype, seed=1):
     from gemmbench import registry
-    from gemmbench.check import check_cell
-    from gemmbench.device import detect
-    from gemmbench.inputs import make_inputs
+    from gemmbench.measure.check import check_cell
+    from gemmbench.measure.device import detect
+    from gemmbench.measure.inputs import make_inputs
     from gemmbench.shapes import Problem
 
     v = registry.get(name)
@@ -57,9 +57,9 @@ def test_triton_splitk_rowwise_on_gpu(name, M, N, K):
 
 def _splitk_outputs(name, dtype, split_k, calls=3):
     from gemmbench import registry
-    from gemmbench.check import check_cell, reference
-    from gemmbench.inputs import make_inputs
     from gemmbench.kernels.splitk import SplitKConfig
+    from gemmbench.measure.check import check_cell, reference
+    from gemmbench.measure.inputs import make_inputs
     from gemmbench.shapes import Problem
 
     p = Problem("test", "g", 16, 1280, 8192, dtype)
@@ -98,10 +98,10 @@ TMA_KERNELS = [
 def test_tma_descriptors_on_gpu(name, split_k, dtype, M, N, K):
     """The copy-engine K loop (TMA): its zero fill past M, N and K replaces the masks."""
     from gemmbench import registry
-    from gemmbench.check import check_cell, reference
-    from gemmbench.inputs import make_inputs
     from gemmbench.kernels.dense_dp import DenseConfig
     from gemmbench.kernels.splitk import SplitKConfig
+    from gemmbench.measure.check import check_cell, reference
+    from gemmbench.measure.inputs import make_inputs
     from gemmbench.shapes import Problem
 
     v = registry.get(name)
@@ -141,9 +141,9 @@ MOE_VARIANTS += [("torch_grouped_mm", "bf16"), ("torch_grouped_mm", "fp16"), ("t
 def test_moe_on_gpu(name, dtype, M, N, K, E, topk, routing):
     """Against the per-expert loop reference; a variant this torch cannot run says why (never silently)."""
     from gemmbench import registry
-    from gemmbench.check import check_cell
-    from gemmbench.device import detect
-    from gemmbench.inputs import make_inputs
+    from gemmbench.measure.check import check_cell
+    from gemmbench.measure.device import detect
+    from gemmbench.measure.inputs import make_inputs
     from gemmbench.shapes import Problem
 
     p = Problem("test", "moe", M, N, K, dtype, E=E, topk=topk, routing=routing)
@@ -158,8 +158,8 @@ def test_moe_on_gpu(name, dtype, M, N, K, E, topk, routing):
 
 @pytest.mark.parametrize("M,E,routing", [(1, 8, "uniform"), (4096, 8, "skewed"), (77, 5, "one-expert")])
 def test_moe_align_on_gpu(M, E, routing):
-    from gemmbench.inputs import route
     from gemmbench.kernels.moe_align import check_alignment, moe_align
+    from gemmbench.measure.inputs import route
 
     ids, _ = route(M, E, 2, torch.Generator().manual_seed(1), routing)
     ids = ids.cuda()
@@ -183,11 +183,11 @@ def test_inductor_mm_on_gpu(dtype, scaling):
     from torch._dynamo.utils import counters
 
     from gemmbench import registry
-    from gemmbench.check import check_cell
-    from gemmbench.device import detect
-    from gemmbench.inputs import make_inputs
+    from gemmbench.measure.check import check_cell
+    from gemmbench.measure.device import detect
+    from gemmbench.measure.inputs import make_inputs
+    from gemmbench.measure.timing import Timer
     from gemmbench.shapes import Problem
-    from gemmbench.timing import Timer
 
     v = registry.get("inductor_mm")
     p = Problem("test", "g", 64, 1280, 1024, dtype, scaling=scaling)
@@ -206,7 +206,7 @@ def test_inductor_mm_on_gpu(dtype, scaling):
 def test_every_timing_mode_samples(mode):
     import torch
 
-    from gemmbench.timing import Timer
+    from gemmbench.measure.timing import Timer
 
     a = torch.randn(16, 4096, device="cuda", dtype=torch.bfloat16)
     bs = [torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16) for _ in range(2)]
@@ -224,7 +224,7 @@ def _run(*args, tmp_path):
         timeout=900,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    from gemmbench.store import load
+    from gemmbench.results.store import load
 
     return load([out])
 
@@ -277,9 +277,9 @@ def test_sanitize_reports_an_overread(tmp_path):
 def test_moe_splitk_many_splits_over_many_calls(dtype):
     """The SplitK MoE form with real splits on a Mixtral 8x7B TP=8 w13 shape: 30 calls in a row, each right
     (a race in the last-split reduction would show as a wrong tile now and then)."""
-    from gemmbench.check import check_cell, reference
-    from gemmbench.inputs import make_inputs
     from gemmbench.kernels.fused_moe import MoeConfig, _build
+    from gemmbench.measure.check import check_cell, reference
+    from gemmbench.measure.inputs import make_inputs
     from gemmbench.shapes import Problem
 
     p = Problem("test", "moe", 3, 3584, 4096, dtype, E=8, topk=2, routing="uniform")

@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from gemmbench import registry
-from gemmbench.check import check_cell
-from gemmbench.device import detect
-from gemmbench.inputs import make_inputs
+from gemmbench.measure.check import check_cell
+from gemmbench.measure.device import detect
+from gemmbench.measure.inputs import make_inputs
 from gemmbench.shapes import Problem
 
 pytestmark = pytest.mark.gpu

@@ -16,7 +16,7 @@ import pytest
 
 pytestmark = pytest.mark.gpu
 
-# Llama3-405B's four layer GEMMs (shapes/llama3-405b.yaml), renamed so as not to collide with llama70b's ids
+# Llama3-405B's four layer GEMMs (gemmbench/shapesets/llama3-405b.yaml), renamed so as not to collide with llama70b's ids
 SHAPES_405B = """name: ceilings-405b-70b
 description: every Llama3-70B GEMM and Llama3-405B's four layer GEMMs
 m: [2048]
@@ -30,7 +30,7 @@ gemms:
 
 
 def test_no_cublas_row_passes_its_roofline(tmp_path):
-    from gemmbench.store import load
+    from gemmbench.results.store import load
 
     shapes, out, cache = tmp_path / "shapes.yaml", tmp_path / "run.parquet", tmp_path / "cache"
     shapes.write_text(SHAPES_405B)

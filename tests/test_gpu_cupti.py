@@ -38,7 +38,7 @@ gemms:
 
 
 def _run(tmp_path, mode):
-    from gemmbench.store import load
+    from gemmbench.results.store import load
 
     shapes = tmp_path / "cupti-check.yaml"
     shapes.write_text(SHAPES)

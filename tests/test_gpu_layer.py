@@ -9,8 +9,8 @@ pytestmark = pytest.mark.gpu
 
 
 def _steps(model, M, dtype, tp, variants):
-    from gemmbench import layer_plan as P
-    from gemmbench.device import detect
+    from gemmbench.engine import layer_plan as P
+    from gemmbench.measure.device import detect
 
     sset = P.resolve_model(model)
     return P.steps_for(P.layer_problems(sset, M, dtype, tp), P.chooser(variants, detect()))
@@ -25,7 +25,7 @@ def _steps(model, M, dtype, tp, variants):
     ],
 )
 def test_graph_replay_equals_eager(model, variants, dtype):
-    from gemmbench import layer
+    from gemmbench.engine import layer
 
     steps = _steps(model, 16, dtype, 8, variants)
     copies = [layer.build(steps, seed, "cuda") for seed in (0, 1)]  # two layers back to back in one graph
@@ -40,7 +40,7 @@ def test_graph_replay_equals_eager(model, variants, dtype):
 
 
 def test_uncapturable_variant_is_named_and_eager_still_timed():
-    from gemmbench import layer
+    from gemmbench.engine import layer
 
     steps = _steps("mixtral-8x7b", 4, "bf16", 8, "cublas_*,torch_moe_loop")
     copies = [layer.build(steps, 0, "cuda")]
@@ -53,8 +53,8 @@ def test_uncapturable_variant_is_named_and_eager_still_timed():
 def test_layer_command_on_gpu(tmp_path):
     from typer.testing import CliRunner
 
-    from gemmbench import side_tables
     from gemmbench.cli import app
+    from gemmbench.results import side_tables
 
     out = tmp_path / "l.parquet"
     res = CliRunner().invoke(

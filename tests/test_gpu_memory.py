@@ -10,11 +10,13 @@ import pytest
 import torch
 from conftest import TaskContext
 
-from gemmbench import device, memory, registry, tasks
-from gemmbench.check import check_cell
-from gemmbench.inputs import make_inputs
+from gemmbench import registry
+from gemmbench.engine import tasks
+from gemmbench.measure import device, memory
+from gemmbench.measure.check import check_cell
+from gemmbench.measure.inputs import make_inputs
+from gemmbench.measure.timing import Timer, plan_copies
 from gemmbench.shapes import Problem
-from gemmbench.timing import Timer, plan_copies
 
 pytestmark = pytest.mark.gpu
 

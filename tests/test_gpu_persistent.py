@@ -1,4 +1,4 @@
-"""The persistent TMA GEMM (kernels/persistent.py) on the GPU: every dtype and fp8 scaling, the tile shapes of its
+"""The persistent TMA GEMM (gemmbench/kernels/persistent.py) on the GPU: every dtype and fp8 scaling, the tile shapes of its
 search space (256-row tiles, 8 warps, BLOCK_K 64 and 128), both epilogues, warp specialisation, an output whose rows
 a descriptor cannot write (the masked store), and several calls of one launch.  No timing is asserted."""
 
@@ -31,10 +31,10 @@ TILES = [  # (BLOCK_M, BLOCK_N, warps, stages, extra)
 @pytest.mark.parametrize("M,N,K", SHAPES)
 def test_persistent_on_gpu(M, N, K, dtype, scaling, tile):
     from gemmbench import registry
-    from gemmbench.check import check_cell, reference
-    from gemmbench.device import detect
-    from gemmbench.inputs import make_inputs
     from gemmbench.kernels.persistent import PersistentConfig
+    from gemmbench.measure.check import check_cell, reference
+    from gemmbench.measure.device import detect
+    from gemmbench.measure.inputs import make_inputs
     from gemmbench.shapes import Problem
 
     v = registry.get("triton_persistent")
@@ -54,8 +54,8 @@ def test_persistent_on_gpu(M, N, K, dtype, scaling, tile):
 def test_persistent_through_make_on_gpu():
     """The variant as a sweep runs it: make() picks a config (stored, or a few quick candidates timed)."""
     from gemmbench import registry
-    from gemmbench.check import check_cell
-    from gemmbench.inputs import make_inputs
+    from gemmbench.measure.check import check_cell
+    from gemmbench.measure.inputs import make_inputs
     from gemmbench.shapes import Problem
 
     for dtype in ("bf16", "fp8"):

@@ -1,4 +1,4 @@
-"""The stream-K GEMM (kernels/streamk.py) on the GPU: the TP8 QKV decode shape (N 1280, K 8192) it is built for, in
+"""The stream-K GEMM (gemmbench/kernels/streamk.py) on the GPU: the TP8 QKV decode shape (N 1280, K 8192) it is built for, in
 bf16, fp8 per-tensor and fp8 row-wise, at M 1, 7 and 16, over grids whose shares cross tile boundaries (132 and 66
 programs, and 100, which divides no tile count), both reductions, BLOCK_K 128 and 256, and several calls of one
 launch (the counters and buffer it leaves clean; ordered: the same bits every call).  No timing is asserted."""
@@ -23,10 +23,10 @@ def test_streamk_on_gpu(M, dtype, scaling, tile):
     import torch
 
     from gemmbench import registry
-    from gemmbench.check import check_cell, reference
-    from gemmbench.device import detect
-    from gemmbench.inputs import make_inputs
     from gemmbench.kernels.streamk import StreamKConfig
+    from gemmbench.measure.check import check_cell, reference
+    from gemmbench.measure.device import detect
+    from gemmbench.measure.inputs import make_inputs
     from gemmbench.shapes import Problem
 
     v = registry.get("triton_streamk")
@@ -57,8 +57,8 @@ def test_streamk_on_gpu(M, dtype, scaling, tile):
 def test_streamk_through_make_on_gpu():
     """The variant as a sweep runs it: make() picks a config (stored, or the quick candidate)."""
     from gemmbench import registry
-    from gemmbench.check import check_cell
-    from gemmbench.inputs import make_inputs
+    from gemmbench.measure.check import check_cell
+    from gemmbench.measure.inputs import make_inputs
     from gemmbench.shapes import Problem
 
     v = registry.get("triton_streamk")
@@ -81,9 +81,9 @@ PREFILL = [  # (M, dtype, scaling, BLOCK_M, BLOCK_N, warps, stages, HYBRID): TP 
 def test_streamk_prefill_tiles_on_gpu(case):
     """The prefill space's tiles (TMA, atomic reduction), all stream-K and hybrid, checked twice on one launch."""
     from gemmbench import registry
-    from gemmbench.check import check_cell, reference
-    from gemmbench.inputs import make_inputs
     from gemmbench.kernels.streamk import StreamKConfig
+    from gemmbench.measure.check import check_cell, reference
+    from gemmbench.measure.inputs import make_inputs
     from gemmbench.shapes import Problem
 
     M, dtype, scaling, bm, bn, warps, stages, hybrid = case

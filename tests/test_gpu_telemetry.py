@@ -9,9 +9,10 @@ from dataclasses import asdict
 import pytest
 from conftest import TaskContext
 
-from gemmbench import device, tasks, telemetry
+from gemmbench.engine import tasks
+from gemmbench.measure import device, telemetry
+from gemmbench.measure.timing import Timer
 from gemmbench.shapes import Problem
-from gemmbench.timing import Timer
 
 pytestmark = pytest.mark.gpu
 

@@ -1,4 +1,4 @@
-"""Shape sets from Hugging Face configs (gemmbench/hf_config.py, hf_families.py): every GEMM of one real config per
+"""Shape sets from Hugging Face configs (gemmbench/models/hf_config.py, hf_families.py): every GEMM of one real config per
 architecture against sizes worked out by hand here, the built-in model sets against their configs, and every way a
 config is refused (as a ShapeError and through the CLI: exit 2, one line, nothing written).  No torch, no kernels."""
 
@@ -15,10 +15,10 @@ from typer.testing import CliRunner
 
 from gemmbench import shapes
 from gemmbench.cli import app
-from gemmbench.hf_config import from_hf_config
-from gemmbench.shape_sets import load, load_text
+from gemmbench.models.hf_config import from_hf_config
+from gemmbench.models.shape_sets import load, load_text
+from gemmbench.models.sharding import problems
 from gemmbench.shapes import ShapeError
-from gemmbench.sharding import problems
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "hf-configs"
@@ -330,8 +330,8 @@ def test_builtin_model_sets_are_what_their_configs_make():
          "llama3-405b", "qwen2.5-72b"]
     )  # fmt: skip
     for name in gen.MODEL_SETS:
-        committed = (ROOT / "shapes" / f"{name}.yaml").read_text(encoding="utf-8")
-        assert committed == gen.render(name), f"shapes/{name}.yaml: run scripts/make-model-sets.py"
+        committed = (ROOT / "gemmbench" / "shapesets" / f"{name}.yaml").read_text(encoding="utf-8")
+        assert committed == gen.render(name), f"gemmbench/shapesets/{name}.yaml: run scripts/make-model-sets.py"
         s = load(name)
         assert s.name == name and s.m_values == shapes.DECODE_M + shapes.PREFILL_M
         assert rows(s) == rows(made(FIXTURES / f"{name}.json"))

@@ -10,12 +10,12 @@ import pytest
 import torch
 
 from gemmbench import registry
-from gemmbench.check import check_cell
-from gemmbench.device import DeviceInfo
-from gemmbench.inputs import make_inputs
 from gemmbench.kernels import inductor
+from gemmbench.measure.check import check_cell
+from gemmbench.measure.device import DeviceInfo
+from gemmbench.measure.inputs import make_inputs
+from gemmbench.measure.timing import Timer
 from gemmbench.shapes import Problem
-from gemmbench.timing import Timer
 
 COMPILE_S = 0.2  # what the counting backend sleeps: a compile the config must show, and no sample may contain
 P16 = Problem("t", "g", 16, 32, 64, "fp16")

@@ -10,8 +10,8 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from gemmbench import kernel_trace, store
-from gemmbench.kernel_activity import (
+from gemmbench.measure import kernel_trace
+from gemmbench.measure.kernel_activity import (
     ActivityError,
     KernelRecord,
     call_times_us,
@@ -21,7 +21,8 @@ from gemmbench.kernel_activity import (
     names,
     split_calls,
 )
-from gemmbench.timing import Prepared, Timer, TimingError
+from gemmbench.measure.timing import Prepared, Timer, TimingError
+from gemmbench.results import store
 
 EVICT = "read_kernel"
 GEMM = "nvjet_tst_128x256_64x4_2x1_v_bz_coopA_TNT"

@@ -28,7 +28,7 @@ EDGE_SHAPES = [(1, 64, 64), (33, 80, 48), (33, 80, 16), (5, 48, 48), (17, 40, 16
 
 
 def _device():
-    from gemmbench.device import detect
+    from gemmbench.measure.device import detect
 
     return detect()
 
@@ -36,8 +36,8 @@ def _device():
 def _check(name: str, problem: Problem, seed: int = 1, inputs=None):
     """The one check (check.check_cell) on fresh inputs: make, NaN-poison the output, one launch, compare."""
     from gemmbench import registry
-    from gemmbench.check import check_cell
-    from gemmbench.inputs import make_inputs
+    from gemmbench.measure.check import check_cell
+    from gemmbench.measure.inputs import make_inputs
 
     v = registry.get(name)
     if inputs is None:
@@ -90,8 +90,8 @@ def test_triton_bf16_is_refused_by_the_interpreter():
 def test_check_path_catches_a_kernel_that_skips_a_tile():
     """The poison + compare path the edge-shape tests rely on does fail a kernel that leaves a tile out."""
     from gemmbench import registry
-    from gemmbench.check import compare, poison, reference
-    from gemmbench.inputs import make_inputs
+    from gemmbench.measure.check import compare, poison, reference
+    from gemmbench.measure.inputs import make_inputs
 
     p = Problem("test", "g", 33, 80, 48, "fp16")
     v = registry.get("triton_dp_row")
@@ -119,9 +119,9 @@ CONFIGS = [
 @pytest.mark.parametrize("schedule", ["row", "col", "grouped"])
 @pytest.mark.parametrize("bm,bn,bk,group_m", CONFIGS)
 def test_dp_gemm_explicit_configs(bm, bn, bk, group_m, schedule):
-    from gemmbench.check import compare, poison, reference
-    from gemmbench.inputs import make_inputs
     from gemmbench.kernels.dense_dp import DenseConfig, dp_gemm
+    from gemmbench.measure.check import compare, poison, reference
+    from gemmbench.measure.inputs import make_inputs
 
     p = Problem("test", "g", 37, 70, 50, "fp16")
     inputs = make_inputs(p, 3, DEV)
@@ -298,7 +298,7 @@ def _moe(M, N, K, E, topk, dtype):
 @pytest.mark.parametrize("dtype", ["fp16", "bf16"])
 def test_moe_loop_with_experts_that_get_no_tokens(dtype):
     p = _moe(1, 48, 40, 4, 2, dtype)  # one token, two slots: at least two of the four experts idle
-    from gemmbench.inputs import make_inputs
+    from gemmbench.measure.inputs import make_inputs
 
     inputs = make_inputs(p, 5, DEV)
     assert inputs.experts_hit() == 2
@@ -309,7 +309,7 @@ def test_moe_loop_with_experts_that_get_no_tokens(dtype):
 
 @pytest.mark.parametrize("topk,expert", [(1, 2), (1, 0), (1, 3)])
 def test_moe_loop_all_tokens_to_one_expert(topk, expert):
-    from gemmbench.inputs import make_inputs
+    from gemmbench.measure.inputs import make_inputs
 
     p = _moe(7, 48, 40, 4, topk, "fp16")
     inputs = make_inputs(p, 6, DEV)
@@ -320,7 +320,7 @@ def test_moe_loop_all_tokens_to_one_expert(topk, expert):
 
 
 def test_moe_loop_two_slots_on_the_same_two_experts_for_every_token():
-    from gemmbench.inputs import make_inputs
+    from gemmbench.measure.inputs import make_inputs
 
     p = _moe(7, 48, 40, 4, 2, "fp16")
     inputs = make_inputs(p, 7, DEV)

@@ -1,10 +1,10 @@
-"""gemmbench.launch_hold on a CPU, with a fake clock: a batch is kept only when the host queued it inside the hold,
+"""gemmbench.measure.launch_hold on a CPU, with a fake clock: a batch is kept only when the host queued it inside the hold,
 the next hold follows the host's pace, and a host slower than the longest hold is an error, not a sample."""
 
 import pytest
 
-from gemmbench import launch_hold
-from gemmbench.launch_hold import HostTooSlow, LaunchHold
+from gemmbench.measure import launch_hold
+from gemmbench.measure.launch_hold import HostTooSlow, LaunchHold
 
 
 class FakeGpu:

@@ -18,12 +18,14 @@ import torch
 from conftest import HAS_CUDA
 from typer.testing import CliRunner
 
-from gemmbench import dtypes, registry, shape_sets, shapes, side_tables, store
-from gemmbench import layer as L
-from gemmbench import layer_plan as P
+from gemmbench import dtypes, registry, shapes
 from gemmbench.cli import app
-from gemmbench.device import detect, processor_name
-from gemmbench.store import StoreError
+from gemmbench.engine import layer as L
+from gemmbench.engine import layer_plan as P
+from gemmbench.measure.device import detect, processor_name
+from gemmbench.models import shape_sets
+from gemmbench.results import side_tables, store
+from gemmbench.results.store import StoreError
 
 cpu_only = pytest.mark.skipif(HAS_CUDA, reason="tests the CPU path (no CUDA GPU)")
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
@@ -798,7 +800,7 @@ def test_load_takes_one_path(tmp_path, tiny_steps):
 
 
 class _SteadyTimer:
-    """Stands in for gemmbench.timing.Timer: steady samples at once, and what measure() asked of it."""
+    """Stands in for gemmbench.measure.timing.Timer: steady samples at once, and what measure() asked of it."""
 
     asked: list = []
 
@@ -819,9 +821,9 @@ class _SteadyTimer:
 def test_measure_samples_the_layer_through_the_one_timer(monkeypatch, built):
     """Eager (and graph) layer samples come from timing.Timer's host sampler under its stopping rule; layer.py has
     no sampling loop of its own."""
-    import gemmbench.timing
+    import gemmbench.measure.timing
 
-    monkeypatch.setattr(gemmbench.timing, "Timer", _SteadyTimer)
+    monkeypatch.setattr(gemmbench.measure.timing, "Timer", _SteadyTimer)
     _SteadyTimer.asked = []
     m = L.measure([built, built], 0.3, "steady")
     assert m.graph is None  # torch_moe_loop blocks the graph (and there is no GPU here)

@@ -8,9 +8,10 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
-from gemmbench import layer_plan as P
-from gemmbench import shape_sets, side_tables
 from gemmbench.cli import app
+from gemmbench.engine import layer_plan as P
+from gemmbench.models import shape_sets
+from gemmbench.results import side_tables
 
 
 def steps_of(model: str, kind: str, tp: int = 1, ep: int = 1, M: int = 16):

@@ -11,11 +11,11 @@ import pytest
 import torch
 from test_cli import bad, invoke
 
-from gemmbench import layer_plan as P
-from gemmbench import shape_sets
-from gemmbench.hf_config import convert
-from gemmbench.inputs import route
-from gemmbench.sharding import problems
+from gemmbench.engine import layer_plan as P
+from gemmbench.measure.inputs import route
+from gemmbench.models import shape_sets
+from gemmbench.models.hf_config import convert
+from gemmbench.models.sharding import problems
 
 FIXTURES = "tests/fixtures/hf-configs"
 
@@ -204,7 +204,7 @@ def test_tune_uses_the_same_rule_as_run():
 
 def test_the_layout_option_lists_every_layout():
     from gemmbench.cli.formats import LayoutChoice
-    from gemmbench.sharding import LAYOUTS
+    from gemmbench.models.sharding import LAYOUTS
 
     assert [c.value for c in LayoutChoice] == list(LAYOUTS)
 

@@ -14,8 +14,10 @@ import pytest
 from test_cli import bad, invoke, table_rows, text
 from test_compare import row
 
-from gemmbench import config_files, locations, named_baselines, store, tuning
+from gemmbench import locations
+from gemmbench.configs import config_files, tuning
 from gemmbench.kernels.splitk import SplitKConfig
+from gemmbench.results import named_baselines, store
 from gemmbench.shapes import Problem
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -122,22 +124,16 @@ def test_baseline_list_names_an_unreadable_file_and_goes_on(three_folders):
 
 
 def test_baseline_list_shows_the_shipped_h100(tmp_path, monkeypatch):
-    """The real shipped folder: the committed baseline, its stack (measured on the lent H100, docs/BENCHMARKS.md).
-    Where the package is this checkout (pip install -e), its root's ./results/baselines is that same folder:
-    listed once, as both."""
+    """The real shipped folder: the committed baseline and its stack (measured on the lent H100, docs/BENCHMARKS.md)."""
     stack = ["NVIDIA H100 80GB HBM3", "2.11.0+cu130", "3.6.0", "13.0", "580.159.04"]
     monkeypatch.chdir(tmp_path)
     rows = [r for r in table_rows(invoke("baseline", "list").stdout) if r[0] == "h100"]
     assert len(rows) == 1 and rows[0][1:7] == ["shipped", *stack]
-    if locations.shipped_baselines_dir() == (ROOT / "results" / "baselines").resolve():  # an editable install
-        monkeypatch.chdir(ROOT)
-        rows = [r for r in table_rows(invoke("baseline", "list").stdout) if r[0] == "h100"]
-        assert len(rows) == 1 and rows[0][1:7] == ["cwd = shipped", *stack]
 
 
 @linux_only
 def test_the_user_folders_default_to_platformdirs(monkeypatch, tmp_path):
-    """Without the environment variables: XDG_DATA_HOME/gemmbench/baselines and XDG_CONFIG_HOME/gemmbench/configs
+    """Without the environment variables: XDG_DATA_HOME/results/baselines and XDG_CONFIG_HOME/gemmbench/configs
     (platformdirs on Linux; ~/.local/share and ~/.config where those are unset)."""
     monkeypatch.delenv(locations.BASELINE_DIR_ENV)
     monkeypatch.delenv(locations.CONFIG_DIR_ENV)
@@ -221,7 +217,7 @@ def test_save_writes_only_the_users_file(shipped_and_user):
 
 
 def test_a_user_folder_that_is_the_shipped_one_is_read_once(shipped_and_user, monkeypatch):
-    """GEMMBENCH_CONFIG_DIR=kernels/configs, how the project commits what it tunes: configs read from there are
+    """GEMMBENCH_CONFIG_DIR=gemmbench/kernels/configs, how the project commits what it tunes: configs read from there are
     shipped ones (named relative to the folder, as the committed rows name them), and tune writes there."""
     shipped, _ = shipped_and_user
     monkeypatch.setenv(locations.CONFIG_DIR_ENV, str(shipped))

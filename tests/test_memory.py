@@ -13,12 +13,14 @@ import pytest
 import torch
 from conftest import TaskContext
 
-from gemmbench import check, dtypes, inputs, memory, tasks
-from gemmbench.check import reference
-from gemmbench.inputs import GemmInputs, draw, make_inputs, quantize_fp8
+from gemmbench import dtypes
+from gemmbench.engine import tasks
+from gemmbench.measure import check, inputs, memory
+from gemmbench.measure.check import reference
+from gemmbench.measure.inputs import GemmInputs, draw, make_inputs, quantize_fp8
+from gemmbench.measure.timing import COPY_HEADROOM_BYTES, STREAM_MIN_BYTES, CopyPlan, Prepared, Timer, plan_copies
+from gemmbench.results.store import normalize_row
 from gemmbench.shapes import Problem
-from gemmbench.store import normalize_row
-from gemmbench.timing import COPY_HEADROOM_BYTES, STREAM_MIN_BYTES, CopyPlan, Prepared, Timer, plan_copies
 
 GiB = 1 << 30
 

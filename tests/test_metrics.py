@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from gemmbench import metrics as m
+from gemmbench.results import metrics as m
 from gemmbench.shapes import Problem
 
 MiB, GiB = 2**20, 2**30
@@ -138,6 +138,6 @@ def test_metrics_does_not_import_torch():
     import subprocess
     import sys
 
-    code = "import sys, gemmbench.metrics; print('torch' in sys.modules)"
+    code = "import sys, gemmbench.results.metrics; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

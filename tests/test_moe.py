@@ -10,10 +10,10 @@ import pytest
 import torch
 
 from gemmbench import registry
-from gemmbench.check import compare, poison, reference
-from gemmbench.inputs import make_inputs, route
 from gemmbench.kernels.fused_moe import MoeConfig, _build, splitk_space
 from gemmbench.kernels.moe_align import check_alignment, moe_align
+from gemmbench.measure.check import compare, poison, reference
+from gemmbench.measure.inputs import make_inputs, route
 from gemmbench.shapes import Problem
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
@@ -142,7 +142,7 @@ def test_moe_splitk_space_splits_the_few_tile_case():
     one: data-parallel ones (SPLIT_K = 1) are."""
     from unittest import mock
 
-    with mock.patch("gemmbench.tuning.sm_count", return_value=132):
+    with mock.patch("gemmbench.configs.tuning.sm_count", return_value=132):
         decode = splitk_space(moe(1, 1792, 4096, 8, 2, dtype="bf16"), on_gpu=True)
         prefill = splitk_space(moe(4096, 14336, 4096, 8, 2, dtype="bf16"), on_gpu=True)
         quick = splitk_space(moe(1, 1792, 4096, 8, 2, dtype="bf16"), on_gpu=True, full=False)
@@ -179,7 +179,7 @@ def test_moe_sweep_with_routings_on_the_cpu(tmp_path):
     routings; moe_align is its own row, with no FLOPs or roofline (it is not a GEMM)."""
     from test_cli import invoke
 
-    from gemmbench.store import load
+    from gemmbench.results.store import load
 
     out = tmp_path / "moe.parquet"
     res = invoke(

@@ -22,9 +22,10 @@ from typing import Optional
 import pytest
 from test_profile import DENSE, FakeTools, ok_outcome
 
-from gemmbench import metrics, registry
+from gemmbench import registry
 from gemmbench.profile import ncu, ncu_reader
 from gemmbench.profile import sweep as profile
+from gemmbench.results import metrics
 
 FIXTURES = Path(__file__).parent / "fixtures"
 EXPORTS = ["ncu-raw-h100-autounits.csv", "ncu-raw-h100-baseunits.csv"]

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from gemmbench import config_files, provenance, registry, tuning
+from gemmbench import registry
+from gemmbench.configs import config_files, provenance, tuning
 from gemmbench.kernels.dense_dp import DenseConfig
 from gemmbench.shapes import Problem
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from test_cli import bad, invoke
 
-RUN = "results/baselines/h100.parquet"  # the shipped baseline: a run file to plot, report, merge and save
+RUN = "gemmbench/baselines/h100.parquet"  # the shipped baseline: a run file to plot, report, merge and save
 CONFIG = "tests/fixtures/hf-configs/qwen2-7b.json"
 
 

@@ -1,6 +1,6 @@
 """What a non-editable install ships and does, built and installed the way a user gets it: the sdist built from a
 copy of the tracked tree (never inside the source tree), the wheel built from that sdist, installed with --no-deps
-into a fresh virtualenv and run from an unrelated folder with an empty home: kernels/ and shapes/ inside the
+into a fresh virtualenv and run from an unrelated folder with an empty home: gemmbench/kernels/ and gemmbench/shapesets/ inside the
 gemmbench namespace (never a top-level `kernels`, a name an unrelated PyPI package owns), the shipped baselines and
 configs found, `--version`; an sdist that holds what its own tests read; third-party variants found through the
 `gemmbench.variants` entry-point group.  One build and one install serve the whole module: the build took 2.7 s,
@@ -81,7 +81,7 @@ def sdist(dist) -> tarfile.TarFile:
     return tarfile.open(tgz)
 
 
-def test_wheel_ships_kernels_and_shapes_inside_the_gemmbench_namespace(wheel):
+def test_wheel_holds_the_gemmbench_package_and_its_data_only(wheel):
     names = set(wheel.namelist())
     for f in (
         "gemmbench/kernels/__init__.py",
@@ -91,14 +91,14 @@ def test_wheel_ships_kernels_and_shapes_inside_the_gemmbench_namespace(wheel):
         "gemmbench/shapesets/llama70b-attn.yaml",
         "gemmbench/shapesets/smoke.yaml",
         "gemmbench/kernels/configs/NVIDIA_H100_80GB_HBM3/triton_splitk_atomic/N=1280,K=8192,dtype=fp8.json",
-        "gemmbench/baselines/h100.parquet",  # results/baselines/, shipped as gemmbench.baselines
+        "gemmbench/baselines/h100.parquet",
         "gemmbench/cli/__init__.py",
         "gemmbench/plot/style.py",
         "gemmbench/profile/ncu.py",
         "gemmbench/__main__.py",
     ):
         assert f in names, f
-    assert not [n for n in names if n.startswith(("kernels/", "shapes/", "tests/", "results/"))]
+    assert not [n for n in names if not n.startswith(("gemmbench/", "gemmbench-"))]  # no top-level kernels/, tests/
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     assert "gemmbench = gemmbench.cli:main" in wheel.read(entry_points).decode()
     license_file = next(n for n in names if n.endswith(".dist-info/licenses/LICENSE"))
@@ -199,10 +199,12 @@ def test_installed_wheel_runs_from_an_unrelated_folder(installed, dist):
 
     # a stored config found without tuning: the committed file's bucket 16 (M = 1 … 16), from the installed package
     committed = json.loads(
-        (ROOT / "kernels/configs/NVIDIA_H100_80GB_HBM3/triton_splitk_atomic/N=1280,K=8192,dtype=fp8.json").read_text()
+        (
+            ROOT / "gemmbench/kernels/configs/NVIDIA_H100_80GB_HBM3/triton_splitk_atomic/N=1280,K=8192,dtype=fp8.json"
+        ).read_text()
     )
     lookup = (
-        "import json; from gemmbench import config_files; from gemmbench.shapes import Problem\n"
+        "import json; from gemmbench.configs import config_files; from gemmbench.shapes import Problem\n"
         "p = Problem('s', 'attn_qkv', 16, 1280, 8192, 'fp8', tp=8)\n"
         "config, where = config_files.stored('triton_splitk_atomic', p, 'NVIDIA H100 80GB HBM3')\n"
         "print(json.dumps([config.to_dict(), where.to_dict(), str(config_files.shipped_configs_root())]))"

@@ -1,4 +1,4 @@
-"""The persistent TMA GEMM (kernels/persistent.py) under Triton's CPU interpreter, which emulates tensor descriptors:
+"""The persistent TMA GEMM (gemmbench/kernels/persistent.py) under Triton's CPU interpreter, which emulates tensor descriptors:
 each program walks several tiles, every fp8 scaling, both epilogues, the masked store; what it refuses; its search
 space's rules.  bf16 runs on the GPU only (tests/test_gpu_persistent.py)."""
 
@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 
 from gemmbench import registry
-from gemmbench.check import check_cell
-from gemmbench.device import DeviceInfo
-from gemmbench.inputs import make_inputs
 from gemmbench.kernels.persistent import ACC_REGS_MAX, SMEM_BYTES, PersistentConfig, fits, search_space
+from gemmbench.measure.check import check_cell
+from gemmbench.measure.device import DeviceInfo
+from gemmbench.measure.inputs import make_inputs
 from gemmbench.shapes import Problem
 
 CPU = DeviceInfo(kind="cpu", name="cpu")
@@ -69,7 +69,7 @@ def test_fits_by_hand():
 
 
 def test_search_space_rules(monkeypatch):
-    from gemmbench import tuning
+    from gemmbench.configs import tuning
 
     monkeypatch.setattr(tuning, "sm_count", lambda: 132)
     for dtype, scaling, M in (

@@ -18,11 +18,11 @@ import pyarrow.parquet as pq
 import pytest
 from test_cli import bad, invoke, text
 
-from gemmbench import store
 from gemmbench.plot import data as plotdata
 from gemmbench.plot import figures as plots
 from gemmbench.plot import report
 from gemmbench.plot.datasheet import datasheet
+from gemmbench.results import store
 
 ROOT = Path(__file__).resolve().parent.parent
 TP8 = ROOT / "results/h100-2026-11-22/llama70b-attn-tp8-cold.parquet"  # attn at TP=8, fp8 + bf16, 6 variants

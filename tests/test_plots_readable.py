@@ -24,11 +24,12 @@ from matplotlib.text import Text
 from test_cli import invoke
 from test_plots import ATTN_OLD, ATTN_TMA, MOE_COLD, ROOT, TP8, footnote, prepared, title
 
-from gemmbench import registry, store
+from gemmbench import registry
 from gemmbench.plot import data as plotdata
 from gemmbench.plot import figures as plots
 from gemmbench.plot import layer as plots_layer
 from gemmbench.plot import style
+from gemmbench.results import store
 
 LAYERS = ROOT / "results/h100-2026-11-23-layer"
 MIX = [LAYERS / "mix-grouped.parquet", LAYERS / "mix-splitk.parquet"]  # two plans that both start with cublas_bf16
@@ -116,7 +117,7 @@ def by_gid(fig, gid: str) -> list:
 
 
 def cpu_rows(df: pd.DataFrame, **extra) -> pd.DataFrame:
-    """The rows as the CPU path writes them (gemmbench.device.provenance without CUDA): device cpu, no GPU name,
+    """The rows as the CPU path writes them (gemmbench.measure.device.provenance without CUDA): device cpu, no GPU name,
     UUID, SM count, driver, CUDA or measured ceilings."""
     none = dict.fromkeys(("gpu", "gpu_uuid", "sm_count", "driver", "cuda"))
     if "ceiling_bw_gbps" in df.columns:

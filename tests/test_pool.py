@@ -8,9 +8,9 @@ import collections
 
 import pytest
 
-from gemmbench import pool as pool_mod
-from gemmbench.pool import Cell, Pool, PoolError, split
-from gemmbench.worker_process import WorkerOptions, exit_hint, visible_device
+from gemmbench.engine import pool as pool_mod
+from gemmbench.engine.pool import Cell, Pool, PoolError, split
+from gemmbench.engine.worker_process import WorkerOptions, exit_hint, visible_device
 
 KEYS = [f"job{i}" for i in range(10)]
 

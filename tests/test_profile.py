@@ -18,11 +18,13 @@ import pytest
 from conftest import HAS_CUDA
 from typer.testing import CliRunner
 
-from gemmbench import metrics, nvtx_ranges, registry, side_tables, store
+from gemmbench import registry
 from gemmbench.cli import app
-from gemmbench.inputs import cell_seed
+from gemmbench.measure import nvtx_ranges
+from gemmbench.measure.inputs import cell_seed
 from gemmbench.profile import ncu, ncu_reader, nsys
 from gemmbench.profile import sweep as profile
+from gemmbench.results import metrics, side_tables, store
 from gemmbench.shapes import Problem
 
 FIXTURE = Path(__file__).parent / "fixtures" / "ncu-raw-h100-autounits.csv"
@@ -124,7 +126,7 @@ def test_annotate_pushes_and_pops_once(monkeypatch, kind):
 
 # ---------------------------------------------------------------- ncu command lines
 
-TARGET = ["/usr/bin/python3", "-m", "gemmbench.worker", "--timing", "cold"]
+TARGET = ["/usr/bin/python3", "-m", "gemmbench.engine.worker", "--timing", "cold"]
 
 
 def _after(cmd, flag):
@@ -450,7 +452,7 @@ class _FakeWorker:
         return self.tools.code
 
     def death_reason(self):
-        from gemmbench.worker_process import exit_hint
+        from gemmbench.engine.worker_process import exit_hint
 
         return f"worker died ({exit_hint(self.output(), self.wait())})"
 
@@ -917,7 +919,7 @@ def test_cli_needs_a_gpu(tmp_path, monkeypatch):
 def _pretend_gpu(monkeypatch):
     import torch
 
-    from gemmbench import device
+    from gemmbench.measure import device
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(device, "provenance", lambda: {"device": "cuda", "gpu": "Fake H100"})

@@ -1,4 +1,4 @@
-"""The tie rule (gemmbench.ranking) on hand-made rows, and where it shows: the printed table's `*`, `≈` and `±`, the
+"""The tie rule (gemmbench.results.ranking) on hand-made rows, and where it shows: the printed table's `*`, `≈` and `±`, the
 JSON summary's `winner` and `tied`, and the roofline note of a row above its ceiling (table, summary, Parquet)."""
 
 import math
@@ -7,8 +7,8 @@ import pandas as pd
 import pytest
 from rich.console import Console
 
-from gemmbench import metrics, ranking, store, tables
 from gemmbench.plot import report
+from gemmbench.results import metrics, ranking, store, tables
 
 
 def timed(variant: str, p20: float, median: float, p80: float, **over) -> dict:

@@ -13,10 +13,10 @@ from conftest import HAS_CUDA, PLUGINS
 from rich.console import Console
 
 from gemmbench import registry
-from gemmbench.device import DeviceInfo, detect
+from gemmbench.measure.device import DeviceInfo, detect
 from gemmbench.registry import Launch, RegistryError, Variant
+from gemmbench.results.tables import gemm_tables, speedups
 from gemmbench.shapes import Problem
-from gemmbench.tables import gemm_tables, speedups
 
 CUBLAS = ["cublas_bf16", "cublas_fp16", "cublas_fp8", "cublas_fp8_rowwise"]
 BUILTINS = CUBLAS + ["triton_dp_row", "triton_dp_col", "triton_dp_grouped", "torch_moe_loop"]
@@ -55,7 +55,9 @@ def test_builtins_are_registered_in_order():
 
 
 def test_select_glob():
-    assert names(registry.select("cublas_*")) == CUBLAS + ["cublas_fp8_block"]  # registered last: kernels/__init__
+    assert names(registry.select("cublas_*")) == CUBLAS + [
+        "cublas_fp8_block"
+    ]  # registered last: gemmbench/kernels/__init__
     assert names(registry.select("triton_dp_[rc]*")) == ["triton_dp_row", "triton_dp_col"]
     assert names(registry.select("cublas_fp?")) == ["cublas_fp8"]
 
@@ -375,8 +377,8 @@ def test_gemm_tables_render_rows_with_missing_metrics():
 
 
 def test_a_make_that_returns_no_launch_is_named_with_its_plugin(tmp_path):
-    from gemmbench.check import CellError, check_cell
-    from gemmbench.inputs import make_inputs
+    from gemmbench.measure.check import CellError, check_cell
+    from gemmbench.measure.inputs import make_inputs
     from gemmbench.shapes import Problem
 
     name = uniq("nolaunch")
@@ -392,14 +394,15 @@ def test_a_make_that_returns_no_launch_is_named_with_its_plugin(tmp_path):
 
 
 def test_a_worker_that_died_silently_says_so():
-    from gemmbench.worker_process import exit_hint
+    from gemmbench.engine.worker_process import exit_hint
 
     assert exit_hint("", 1) == "exit code 1: it printed nothing"
     assert exit_hint("loading\nRuntimeError: out of memory\n", -9) == "killed by signal 9: RuntimeError: out of memory"
 
 
 def test_a_lost_cells_row_names_the_gpu_it_ran_on(monkeypatch):
-    from gemmbench import device, sweep
+    from gemmbench.engine import sweep
+    from gemmbench.measure import device
     from gemmbench.shapes import Problem
 
     asked: list = []

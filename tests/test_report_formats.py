@@ -16,9 +16,9 @@ import pytest
 from test_cli import invoke
 from test_plots import TP8, prepared
 
-from gemmbench import store
-from gemmbench.md_table import md_table, md_text
 from gemmbench.plot import report
+from gemmbench.results import store
+from gemmbench.results.md_table import md_table, md_text
 
 MARKUP_TAGS = {"em", "strong", "a", "code", "b", "script"}
 

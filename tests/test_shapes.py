@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from gemmbench.shape_sets import builtin_names, load
+from gemmbench.models.shape_sets import builtin_names, load
+from gemmbench.models.sharding import problems
 from gemmbench.shapes import (
     DECODE_M,
     PREFILL_M,
@@ -15,7 +16,6 @@ from gemmbench.shapes import (
     ShapeError,
     parse_m_list,
 )
-from gemmbench.sharding import problems
 
 ALL_M = DECODE_M + PREFILL_M
 
@@ -486,7 +486,7 @@ def test_nested_includes_and_cycles(tmp_path, monkeypatch):
     (builtins / "a.yaml").write_text("name: a\ninclude: [b]\ngemms: [{id: ga, N: 2, K: 2, parallel: none}]\n")
     (builtins / "b.yaml").write_text("name: b\ninclude: [c]\ngemms: [{id: gb, N: 2, K: 2, parallel: none}]\n")
     (builtins / "c.yaml").write_text("name: c\ngemms: [{id: gc, N: 2, K: 2, parallel: none}]\n")
-    monkeypatch.setattr("gemmbench.shape_sets._builtin_dir", lambda: builtins)
+    monkeypatch.setattr("gemmbench.models.shape_sets._builtin_dir", lambda: builtins)
     assert builtin_names() == ["a", "b", "c"]
     assert [g.name for g in load("a").gemms] == ["gc", "gb", "ga"]
     (builtins / "c.yaml").write_text("name: c\ninclude: [a]\ngemms: [{id: gc, N: 2, K: 2, parallel: none}]\n")

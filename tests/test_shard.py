@@ -8,9 +8,9 @@ import shutil
 import pytest
 from test_cli import bad, invoke, text
 
-from gemmbench import shard, store
-from gemmbench.shape_sets import load as load_set
-from gemmbench.sharding import problems
+from gemmbench.models.shape_sets import load as load_set
+from gemmbench.models.sharding import problems
+from gemmbench.results import shard, store
 
 
 def cells_of(set_name="llama70b", dtypes=("fp8", "bf16"), tp=1, variants=("cublas_x", "triton_a", "triton_b")):
@@ -194,8 +194,9 @@ def test_gpus_on_a_machine_without_one_is_one_line(tmp_path, monkeypatch):
 
 def _multi(tmp_path, variants, plugins=()):
     """sweep.run over two 'GPUs' on the CPU path (the workers ignore CUDA_VISIBLE_DEVICES there): one row writer."""
-    from gemmbench import registry, sweep
-    from gemmbench.worker_process import WorkerOptions
+    from gemmbench import registry
+    from gemmbench.engine import sweep
+    from gemmbench.engine.worker_process import WorkerOptions
 
     for p in plugins:
         registry.load_plugin(p)

@@ -10,10 +10,10 @@ import pytest
 import torch
 
 from gemmbench import registry
-from gemmbench.check import compare, poison, reference
-from gemmbench.inputs import make_inputs
 from gemmbench.kernels.dense_dp import DenseConfig
 from gemmbench.kernels.splitk import SplitKConfig, split_candidates
+from gemmbench.measure.check import compare, poison, reference
+from gemmbench.measure.inputs import make_inputs
 from gemmbench.shapes import Problem
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"

@@ -11,9 +11,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from gemmbench import store
-from gemmbench.run_schema import COLUMNS, SCHEMA, SCHEMA_VERSION, TELEMETRY_COLUMNS
-from gemmbench.store import (
+from gemmbench.results import store
+from gemmbench.results.run_schema import COLUMNS, SCHEMA, SCHEMA_VERSION, TELEMETRY_COLUMNS
+from gemmbench.results.store import (
     RunWriter,
     StoreError,
     load,
@@ -269,7 +269,7 @@ def test_run_killed_after_three_rows(tmp_path):
     path = tmp_path / "run.parquet"
     code = textwrap.dedent("""
         import os, signal, sys
-        from gemmbench.store import RunWriter
+        from gemmbench.results.store import RunWriter
         w = RunWriter(sys.argv[1])
         for m in (1, 2, 4):
             w.append(dict(run_id="killed", shape_set="s", gemm="g", M=m, N=64, K=64, E=1, topk=1,
@@ -319,7 +319,7 @@ def test_schema_2_files_get_the_noisy_mark_from_their_percentiles(tmp_path):
 def test_a_noisy_cell_is_marked_and_never_starred_fastest():
     from rich.console import Console
 
-    from gemmbench.tables import gemm_tables
+    from gemmbench.results.tables import gemm_tables
 
     base = dict(
         row(), status="ok", dtype="fp16", flops=1, bytes_min=1, tflops=1.0, gbps=1.0, config=None, E=1, topk=1, tp=1
@@ -357,7 +357,7 @@ def test_an_ok_rows_note_is_shown_and_the_peak_memory_is_not():
     column is in the file only (the table is wide enough)."""
     from rich.console import Console
 
-    from gemmbench.tables import gemm_tables
+    from gemmbench.results.tables import gemm_tables
 
     base = dict(row(), status="ok", dtype="fp16", flops=1, bytes_min=1, tflops=1.0, gbps=1.0, config=None, noisy=False)
     note = "stream mode fell back to read-evict (cold): one copy of 15.0 GiB fits (20.0 GiB free beside it, two needed)"
@@ -406,7 +406,7 @@ def test_shard_parts_of_an_older_gemmbench_merge(tmp_path):
     """Parts written before `dp` and `layout` named cells without them: their keys read as DP 1, vLLM's layout."""
     import json as json_mod
 
-    from gemmbench import shard
+    from gemmbench.results import shard
 
     old_key = "smoke|g|16|64|64|1|1||1|1|fp16|none|v"  # 13 fields, as written then
     meta = {shard.META_KEY: json_mod.dumps({"shard": 0, "of": 1, "sweep": "s", "shard_cells": [1],

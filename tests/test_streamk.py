@@ -1,4 +1,4 @@
-"""The stream-K GEMM (kernels/streamk.py) under Triton's CPU interpreter, which runs the programs one after another:
+"""The stream-K GEMM (gemmbench/kernels/streamk.py) under Triton's CPU interpreter, which runs the programs one after another:
 shares of the MAC iterations that cross tile boundaries in different places, both reductions, every fp8 scaling, K
 and N tails, a repeated call (the buffers and counters left clean), and its search space's rules.  bf16 and the real
 TP8 QKV shape run on the GPU (tests/test_gpu_streamk.py)."""
@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from gemmbench import registry
-from gemmbench.check import check_cell
-from gemmbench.inputs import make_inputs
 from gemmbench.kernels.streamk import PREFILL_TILES, StreamKConfig, dp_tiles, fits, max_pieces, owner, search_space
+from gemmbench.measure.check import check_cell
+from gemmbench.measure.inputs import make_inputs
 from gemmbench.shapes import Problem
 
 V = registry.get("triton_streamk")
@@ -120,7 +120,7 @@ def test_fits_by_hand():
 
 
 def test_search_space_rules(monkeypatch):
-    from gemmbench import tuning
+    from gemmbench.configs import tuning
 
     monkeypatch.setattr(tuning, "sm_count", lambda: 132)
     for dtype, scaling, M, bm in (("fp8", "tensor", 16, 16), ("bf16", "none", 1, 16), ("fp8", "row", 32, 32),
@@ -142,7 +142,7 @@ def test_search_space_rules(monkeypatch):
 
 
 def test_prefill_space_rules(monkeypatch):
-    from gemmbench import tuning
+    from gemmbench.configs import tuning
 
     monkeypatch.setattr(tuning, "sm_count", lambda: 132)
     for dtype, scaling, M, N in (

@@ -11,11 +11,13 @@ import pytest
 from conftest import TaskContext
 from rich.console import Console
 
-from gemmbench import tables, tasks, telemetry
-from gemmbench.run_schema import TELEMETRY_COLUMNS
+from gemmbench.engine import tasks
+from gemmbench.measure import telemetry
+from gemmbench.measure.timing import Prepared, Timer
+from gemmbench.results import tables
+from gemmbench.results.run_schema import TELEMETRY_COLUMNS
+from gemmbench.results.store import normalize_row
 from gemmbench.shapes import Problem
-from gemmbench.store import normalize_row
-from gemmbench.timing import Prepared, Timer
 
 
 class FakeNVML:

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from gemmbench.timing import L2_STATE, MODES, Prepared, Timer, TimingError
+from gemmbench.measure.timing import L2_STATE, MODES, Prepared, Timer, TimingError
 
 cpu_only = pytest.mark.skipif(torch.cuda.is_available(), reason="checks what a machine without a GPU refuses")
 
@@ -198,7 +198,7 @@ def test_rounds_yields_before_sampling():
 
 
 def test_rounds_accumulates_spent_time_and_stops_on_budget(monkeypatch):
-    import gemmbench.timing as timing
+    import gemmbench.measure.timing as timing
 
     clock = [100.0]
     monkeypatch.setattr(timing.time, "perf_counter", lambda: clock[0])
@@ -233,7 +233,7 @@ def test_warmup_and_samples_run_inside_their_nvtx_ranges(monkeypatch):
     "time <cell>"; without a cell no range is opened.  (Ranges recorded by replacing the annotate helper.)"""
     import contextlib
 
-    import gemmbench.timing as timing
+    import gemmbench.measure.timing as timing
 
     opened, calls = [], []
 
@@ -262,10 +262,10 @@ def test_the_check_call_runs_alone_inside_its_nvtx_range(monkeypatch):
     "check <variant> <problem>", the range `ncu --nvtx-include` can select from a `gemmbench run`."""
     import contextlib
 
-    import gemmbench.nvtx_ranges as nvtx_ranges
+    import gemmbench.measure.nvtx_ranges as nvtx_ranges
     from gemmbench import registry
-    from gemmbench.check import check_cell
-    from gemmbench.inputs import make_inputs
+    from gemmbench.measure.check import check_cell
+    from gemmbench.measure.inputs import make_inputs
     from gemmbench.shapes import Problem
 
     events = []
@@ -305,7 +305,7 @@ def test_prepare_host_times_a_closure_per_layer_under_the_one_stopping_rule():
     closure's wall time divided by the copies it launches, and no more once the median is known."""
     import time as _time
 
-    from gemmbench.timing import Timer
+    from gemmbench.measure.timing import Timer
 
     timer = Timer("wall", budget_s=5.0, min_samples=10, target_noise=0.5)
     p = timer.prepare_host(lambda: _time.sleep(0.002), evict=False, per_sample=2)

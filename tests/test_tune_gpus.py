@@ -14,11 +14,13 @@ import torch
 from conftest import HAS_CUDA
 from test_cli import bad, invoke, text
 
-from gemmbench import shard, tasks, tuning
 from gemmbench.cli import tune as cli_tune
 from gemmbench.cli.common import deployment
-from gemmbench.device import DeviceInfo
+from gemmbench.configs import tuning
+from gemmbench.engine import tasks
 from gemmbench.kernels.dense_dp import DenseConfig
+from gemmbench.measure.device import DeviceInfo
+from gemmbench.results import shard
 
 FAKE_GPU = DeviceInfo(kind="cuda", name="NVIDIA Fake GPU 80GB", capability=(9, 0), sm_count=132)
 
@@ -80,7 +82,7 @@ def two_fake_gpus(monkeypatch, tmp_path):
     build_jobs()  # the registry is loaded before torch is told there is CUDA
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
-    monkeypatch.setattr("gemmbench.device.detect", lambda i=0: FAKE_GPU)
+    monkeypatch.setattr("gemmbench.measure.device.detect", lambda i=0: FAKE_GPU)
     monkeypatch.setenv(tuning.CONFIG_DIR_ENV, str(tmp_path / "configs"))
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
 
@@ -92,7 +94,7 @@ def test_gpus_out_of_range_is_one_line(two_fake_gpus, spec, message):
 
 def test_gpus_of_two_models_are_refused(two_fake_gpus, monkeypatch):
     other = DeviceInfo(kind="cuda", name="NVIDIA Other GPU", capability=(8, 0))
-    monkeypatch.setattr("gemmbench.device.detect", lambda i=0: FAKE_GPU if i == 0 else other)
+    monkeypatch.setattr("gemmbench.measure.device.detect", lambda i=0: FAKE_GPU if i == 0 else other)
     assert "mixes GPU models" in bad(invoke("tune", "--shapes", "smoke", "--gpus", "all"))
 
 
@@ -201,7 +203,7 @@ def fake_workers(two_fake_gpus, monkeypatch):
         started.append(gpu)
         return FakeTuneWorker(gpu, crash)
 
-    monkeypatch.setattr("gemmbench.worker_process.start_worker", start)
+    monkeypatch.setattr("gemmbench.engine.worker_process.start_worker", start)
     jobs = build_jobs(variants="triton_dp_row,triton_moe_row", dtype="fp16", m="1,32", tp="1")
     return SimpleNamespace(jobs=jobs, crash=crash, started=started)
 

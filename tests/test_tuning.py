@@ -11,15 +11,16 @@ import torch
 from conftest import HAS_CUDA
 from typer.testing import CliRunner
 
-from gemmbench import config_files, provenance, registry, tuning
-from gemmbench.check import reference
+from gemmbench import registry
 from gemmbench.cli import app
-from gemmbench.inputs import make_inputs
+from gemmbench.configs import config_files, provenance, tuning
 from gemmbench.kernels.dense_dp import DenseConfig
 from gemmbench.kernels.fused_moe import MoeConfig
 from gemmbench.kernels.persistent import PersistentConfig
 from gemmbench.kernels.splitk import SplitKConfig
 from gemmbench.kernels.streamk import StreamKConfig
+from gemmbench.measure.check import reference
+from gemmbench.measure.inputs import make_inputs
 from gemmbench.shapes import Problem
 
 DEV = "cuda" if HAS_CUDA else "cpu"
@@ -250,7 +251,7 @@ def test_tune_writes_configs_run_reads_them(config_dir, tmp_path):
         ],
     )
     assert r.exit_code == 0, r.output
-    from gemmbench.store import load
+    from gemmbench.results.store import load
 
     df = load([out])
     df = df[df.E == 1]

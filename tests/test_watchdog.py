@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from test_cli import _alive, _children, invoke
 
-from gemmbench import store
+from gemmbench.results import store
 
 PLUGIN = Path(__file__).parent / "plugins" / "hang_plugin.py"
 # the first GEMM's cells finish (cuBLAS ok, test_hang skipped); the second's test_hang hangs
@@ -106,7 +106,7 @@ def test_a_second_signal_ends_the_sweep_at_once(tmp_path, one):
 
 
 def test_a_killed_sweeps_rows_are_kept_and_resume_finishes_the_file(tmp_path, one, monkeypatch, request):
-    from gemmbench import device
+    from gemmbench.measure import device
 
     # one build for the killed sweep (its own process) and the resume (this one): a checkout edited while the suite
     # runs has another "-dirty" hash each time it is asked
@@ -147,7 +147,7 @@ def test_the_cpu_path_times_on_one_thread(tmp_path, one):
 
 
 def test_a_sweep_killed_after_its_last_part_is_finished_by_resume(tmp_path, monkeypatch, request):
-    from gemmbench import device
+    from gemmbench.measure import device
 
     monkeypatch.setenv("GEMMBENCH_GIT_SHA", "0123456789ab")  # one build for both runs (see above)
     device.git_sha.cache_clear()

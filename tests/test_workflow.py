@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gemmbench import store
+from gemmbench.results import store
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKFLOW = ROOT / ".github" / "workflows" / "perf.yml"
@@ -84,7 +84,7 @@ def test_the_pinned_stack_is_the_committed_baselines():
     records: the gate installs what the baseline was measured with."""
     pins = dict(re.findall(r"(?m)^([a-z]+)==(\S+)$", STACK_FILE.read_text()))
     assert set(pins) == {"torch", "triton"}
-    base = store.load(ROOT / "results" / "baselines" / "h100.parquet")
+    base = store.load(ROOT / "gemmbench" / "baselines" / "h100.parquet")
     assert set(base["torch"]) == {pins["torch"]} and set(base["triton"]) == {pins["triton"]}
     # torch's local version names its CUDA build: +cu130 is CUDA 13.0, from that CUDA's index
     cu = re.fullmatch(r"[\d.]+\+cu(\d+)(\d)", pins["torch"])

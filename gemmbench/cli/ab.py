@@ -103,7 +103,7 @@ def _last_line(stderr: Optional[str]) -> str:
 
 def join_baseline(parts: Sequence[Path], path: Path) -> Optional[int]:
     """The baseline processes' part files (part i: process i) as one file of one run; its row count (None: no part)."""
-    from gemmbench import store  # heavy (pandas)
+    from gemmbench.results import store  # heavy (pandas)
 
     if not parts:
         return None

@@ -1,4 +1,4 @@
-"""`gemmbench ceilings`: this GPU's measured ceilings (gemmbench.ceilings), from the cache or measured now, with every
+"""`gemmbench ceilings`: this GPU's measured ceilings (gemmbench.measure.ceilings), from the cache or measured now, with every
 rung of the compute ladder so a user sees where the GPU peaks."""
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ def ceilings(remeasure: Remeasure = False, stream: Stream = False) -> None:
     """Measure (or read from the cache) this GPU's bandwidth and compute ceilings; print both ladders."""
     import torch  # heavy
 
-    from gemmbench import ceilings as measured  # heavy (torch)
-    from gemmbench import compute_ladder
+    from gemmbench.measure import ceilings as measured  # heavy (torch)
+    from gemmbench.measure import compute_ladder
 
     if not torch.cuda.is_available():
         raise fail("no CUDA GPU here: ceilings are measured on a GPU (a CPU run has no roofline)")

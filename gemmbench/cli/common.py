@@ -17,7 +17,7 @@ from rich.markup import escape
 from typer.core import TyperGroup
 
 from gemmbench.cli.formats import LayoutChoice, choice
-from gemmbench.pool import PoolError, parse_gpus
+from gemmbench.engine.pool import PoolError, parse_gpus
 
 try:  # Typer >= 0.29 carries its own copy of click
     from typer._click.exceptions import ClickException, NoArgsIsHelpError
@@ -161,7 +161,7 @@ def _problems(sset, dtypes, m_values, dep: Deployment, routings: list[str], scal
     neither EP nor the routing changes once per (TP, DP).  Of the lists' combinations, those the layout's engine
     cannot run (EP against TP x DP) are left out with a line on stderr; ShapeError (one line) when that leaves none,
     and where a GEMM does not divide."""
-    from gemmbench.sharding import problems  # not at --help (yaml)
+    from gemmbench.models.sharding import problems  # not at --help (yaml)
 
     out, seen = [], set()
     for t, d, e in combinations(sset, dep):
@@ -176,8 +176,8 @@ def _problems(sset, dtypes, m_values, dep: Deployment, routings: list[str], scal
 def combinations(sset, dep: Deployment) -> list[tuple[int, int, int]]:
     """The (TP, DP, EP) of the lists that the layout's engine can run on the set; the others are named on stderr, one
     line.  ShapeError with the first refusal when none is left."""
+    from gemmbench.models.sharding import Parallel, check  # not at --help (yaml)
     from gemmbench.shapes import ShapeError
-    from gemmbench.sharding import Parallel, check  # not at --help (yaml)
 
     combos, refused = [], []
     for t in dep.tps:
@@ -223,9 +223,10 @@ def select_cells(
     """The selection options `run` and `profile` share -> (shape set, [(problem, [variant names])]).
     A cell is a problem and a variant made for its kind (dense/MoE) and dtype; a variant that lacks the problem's
     scaling is a cell too (its skipped row names the scalings it has), unless no variant has it: one line, exit 2."""
-    from gemmbench import registry, shape_sets  # not at --help; inputs imports torch, shape_sets yaml
+    from gemmbench import registry
     from gemmbench import shapes as shapes_mod
-    from gemmbench.inputs import ROUTINGS
+    from gemmbench.measure.inputs import ROUTINGS
+    from gemmbench.models import shape_sets  # not at --help; inputs imports torch, shape_sets yaml
 
     dtype_names = _dtypes(dtype)
     scalings = _scalings(scaling, dtype_names)
@@ -329,7 +330,7 @@ CPU_MAX_MACS = 1 << 26
 def cpu_too_large(problems: list, set_option: str = "--shapes") -> Optional[str]:
     """The reason a set is refused on the CPU path, or None.  Advises a smaller --m only where one would fit, and
     the smoke set under the option the command has (--shapes, or layer's --model)."""
-    from gemmbench.metrics import flops_bound  # heavy (numpy)
+    from gemmbench.results.metrics import flops_bound  # heavy (numpy)
 
     worst = max(problems, key=flops_bound)
     macs = flops_bound(worst) // 2
@@ -369,7 +370,7 @@ def positive_budget(budget: float) -> float:
 
 
 def shard_option(shard: Optional[str]) -> Optional[tuple[int, int]]:
-    from gemmbench import shard as shard_mod  # not at --help (hashlib)
+    from gemmbench.results import shard as shard_mod  # not at --help (hashlib)
 
     try:
         return shard_mod.parse(shard) if shard is not None else None

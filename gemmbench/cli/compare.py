@@ -1,5 +1,5 @@
 """`gemmbench compare`, `gemmbench baseline save` and `baseline list` (registered on cli.app); the work is in
-gemmbench.compare, the baselines' search path in gemmbench.named_baselines."""
+gemmbench.results.compare, the baselines' search path in gemmbench.results.named_baselines."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from gemmbench import named_baselines
 from gemmbench.cli.common import err, fail, out
 from gemmbench.cli.formats import CompareFormat, choice
+from gemmbench.results import named_baselines
 
 BASELINE_DIR = named_baselines.SAVE_DIR
 baseline_app = typer.Typer(
@@ -57,8 +57,8 @@ def compare_runs(
     across_gpus: bool = False,
 ) -> int:
     """Load, check comparability, print the verdicts; returns the exit code (1 on a --fail-on verdict)."""
-    from gemmbench import compare as cmp  # heavy (pandas), as store is
-    from gemmbench.store import StoreError, load
+    from gemmbench.results import compare as cmp  # heavy (pandas), as store is
+    from gemmbench.results.store import StoreError, load
 
     if fmt not in FORMATS:
         raise fail(f"--format {fmt!r}: choose from {', '.join(FORMATS)}")
@@ -121,8 +121,8 @@ def compare_runs(
 
 
 def _table(rows, thr: float, stack: Optional[str] = None) -> None:
-    from gemmbench import compare as cmp  # heavy (pandas): loaded by compare_runs already
-    from gemmbench.compare import STACK_MARK
+    from gemmbench.results import compare as cmp  # heavy (pandas): loaded by compare_runs already
+    from gemmbench.results.compare import STACK_MARK
 
     across = f"; {STACK_MARK}: across a stack change" if stack else ""
     t = Table(title=f"candidate vs baseline (threshold {thr:.1%}; `same` and `skipped` rows counted below{across})")
@@ -191,7 +191,12 @@ def compare(
 @baseline_app.command("save")
 def baseline_save(
     results: Annotated[list[Path], typer.Argument(help="Run file(s) or folder(s) to keep as the baseline.")],
-    name: Annotated[str, typer.Option(help="The baseline's name: results/baselines/NAME.parquet.")],
+    name: Annotated[
+        str,
+        typer.Option(
+            help="The baseline's name: results/baselines/NAME.parquet in the working directory by default (--dir)."
+        ),
+    ],
     out_dir: Annotated[
         Path, typer.Option("--dir", help="Folder of the baselines (any folder of `gemmbench baseline list`).")
     ] = BASELINE_DIR,
@@ -199,7 +204,7 @@ def baseline_save(
     force: Annotated[bool, typer.Option(help="Replace an existing baseline of that name.")] = False,
 ) -> None:
     """Copy the rows of one or more runs into one baseline file (checked, written atomically)."""
-    from gemmbench.store import StoreError, load, records, write_rows  # heavy (pandas, pyarrow)
+    from gemmbench.results.store import StoreError, load, records, write_rows  # heavy (pandas, pyarrow)
 
     if not named_baselines.NAME.fullmatch(name):
         raise fail(f"--name {name!r}: use letters, digits, '.', '_' and '-' (it becomes a file name)")

@@ -24,7 +24,7 @@ NEEDS_GPU = "unknown: needs a GPU"  # a variant's own support check asks the dev
 
 def print_dry_run(sset, cells: list, dep: Deployment, as_json: bool) -> None:
     """The cells of `run` (select_cells') as a table, or as the `gemmbench.dry-run/1` JSON document."""
-    from gemmbench import device  # heavy (torch)
+    from gemmbench.measure import device  # heavy (torch)
 
     dev = device.detect()
     docs = [_cell(p, names, dev if dev.kind == "cuda" else None) for p, names in cells]

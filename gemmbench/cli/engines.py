@@ -1,5 +1,5 @@
 """The options that take tuned fused-MoE configs to and from the inference engines: `tune --export ENGINE DIR`
-(gemmbench.engine_export) and `run`/`layer --import-config ENGINE:FILE` (gemmbench.engine_import)."""
+(gemmbench.configs.engine_export) and `run`/`layer --import-config ENGINE:FILE` (gemmbench.configs.engine_import)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from gemmbench.cli.common import err, fail, out
-from gemmbench.inference_engines import InferenceEngine, device_name
+from gemmbench.configs.inference_engines import InferenceEngine, device_name
 
 Export = Annotated[
     Optional[tuple[InferenceEngine, Path]],
@@ -41,7 +41,8 @@ ImportConfig = Annotated[
 def export_plan(export: tuple[InferenceEngine, Path], shapes: str, problems: list, variants: list) -> tuple:
     """(the files the export names, lines on the GEMMs it leaves out), checked before any tuning: one line and exit 2
     where nothing could be exported."""
-    from gemmbench import engine_export, shape_sets  # not at --help (torch through tuning, yaml)
+    from gemmbench.configs import engine_export
+    from gemmbench.models import shape_sets  # not at --help (torch through tuning, yaml)
 
     try:
         return engine_export.plan(export[0], shape_sets.load(shapes), problems, variants)
@@ -52,7 +53,7 @@ def export_plan(export: tuple[InferenceEngine, Path], shapes: str, problems: lis
 def export(export: tuple[InferenceEngine, Path], plan: tuple, variants: list, force: bool, tuned: bool) -> None:
     """Write the engine's files from the stored configs, print what went where; one line and exit 2 where nothing
     is stored or a file exists without --force."""
-    from gemmbench import engine_export, tuning  # not at --help
+    from gemmbench.configs import engine_export, tuning  # not at --help
 
     engine, out_dir = export
     try:
@@ -84,8 +85,8 @@ def import_configs(specs: Optional[list[str]], variants: Optional[str]) -> tuple
     """Register the imported variants (one line and exit 2 for a bad file); say on stderr what each file is and where
     it runs.  Returns the --variants globs with the imported variants added (they always run) and the environment
     the workers need to register them too."""
-    from gemmbench import engine_import  # only when --import-config is given
-    from gemmbench.device import detect
+    from gemmbench.configs import engine_import  # only when --import-config is given
+    from gemmbench.measure.device import detect
 
     if not specs:
         return variants, {}

@@ -29,7 +29,7 @@ class OutputFormat(Choice):
 
 
 class LayoutChoice(Choice):
-    """--layout: whose GEMMs (gemmbench.sharding.LAYOUTS, which this must list)."""
+    """--layout: whose GEMMs (gemmbench.models.sharding.LAYOUTS, which this must list)."""
 
     vllm = "vllm"
     sglang = "sglang"

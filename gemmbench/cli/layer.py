@@ -1,5 +1,5 @@
 """`gemmbench layer` (registered on cli.app): one decoder layer's GEMMs, eager vs CUDA graph; the work is in
-gemmbench.layer."""
+gemmbench.engine.layer."""
 
 from __future__ import annotations
 
@@ -39,8 +39,8 @@ from gemmbench.cli.common import (
 )  # fmt: skip
 from gemmbench.cli.engines import ImportConfig, import_configs
 from gemmbench.cli.formats import LayoutChoice
-from gemmbench.pool import Cell, Pool, PoolError, Sink
-from gemmbench.worker_process import WorkerOptions
+from gemmbench.engine.pool import Cell, Pool, PoolError, Sink
+from gemmbench.engine.worker_process import WorkerOptions
 
 LayerModel = Annotated[
     str,
@@ -86,7 +86,7 @@ def layer(
     """Time one decoder layer's GEMMs end to end: eager Python launches vs one CUDA graph, and the kernel sum."""
     import torch  # heavy, as store (pandas) is
 
-    from gemmbench import store
+    from gemmbench.results import store
 
     if not torch.cuda.is_available():  # read when a kernel module is imported: before the registry loads them
         os.environ.setdefault("TRITON_INTERPRET", "1")
@@ -119,9 +119,11 @@ def _plans(model, dep, dtype, m, variants, best_from, plugin, scaling=None) -> t
     """(shape set, [(tp, ep, dp, layout, dtype, scaling, M, layer kind, steps)], --best-from notes) of the options, or
     a one-line error.  A 16-bit dtype's layer runs once, unscaled, whatever --scaling asks (it applies to fp8 only)."""
     from gemmbench import dtypes, registry, shapes
-    from gemmbench import layer_plan as P  # heavy (pandas, torch), as device and store are; the rest not at --help
-    from gemmbench.device import detect
-    from gemmbench.store import StoreError, load
+    from gemmbench.engine import (
+        layer_plan as P,  # heavy (pandas, torch), as device and store are; the rest not at --help
+    )
+    from gemmbench.measure.device import detect
+    from gemmbench.results.store import StoreError, load
 
     dev = detect()
     dtype_names = _dtypes(dtype)
@@ -178,9 +180,9 @@ def _device_path(plans: list) -> bool:
 
 def _cell(sset, model, run_id, plan, seed, layers, budget):
     """One layer plan as an engine cell: the worker's `layer` task builds, checks and times it."""
-    from gemmbench.device import provenance
     from gemmbench.dtypes import label as dtype_label
-    from gemmbench.layer_plan import steps_to_wire  # heavy (pandas, torch), as device is
+    from gemmbench.engine.layer_plan import steps_to_wire  # heavy (pandas, torch), as device is
+    from gemmbench.measure.device import provenance
 
     t, e, dp, layout, d, s, M, kind, steps = plan
     par = f"tp{t}{f' ep{e}' if e > 1 else ''}{f' dp{dp}' if dp > 1 else ''}{f' {layout}' if layout != 'vllm' else ''}"
@@ -202,7 +204,7 @@ class _LayerSink(Sink):
         self.progress.update(self.bar, description=escape(f"{item} ({phase})"))
 
     def result(self, cell, item, rows, passed, gpu) -> None:
-        from gemmbench import side_tables  # heavy (pandas, pyarrow)
+        from gemmbench.results import side_tables  # heavy (pandas, pyarrow)
 
         self.rows += rows
         try:
@@ -212,8 +214,8 @@ class _LayerSink(Sink):
         self.progress.advance(self.bar)
 
     def lost(self, cell, item, reason, gpu) -> None:
-        from gemmbench.layer import rows_for  # heavy (pandas, torch)
-        from gemmbench.layer_plan import steps_from_wire
+        from gemmbench.engine.layer import rows_for  # heavy (pandas, torch)
+        from gemmbench.engine.layer_plan import steps_from_wire
 
         steps = steps_from_wire(cell.payload["steps"])
         self.result(cell, item, rows_for(cell.payload["meta"], steps, [], None, "error", reason), False, gpu)
@@ -246,7 +248,7 @@ def _fmt(v, spec: str = ".1f") -> str:
 
 def _gap(v) -> str:
     """A launch gap; N/A below zero (timing noise, not a cost: metrics.gap_note)."""
-    from gemmbench.metrics import gap_below_zero  # not at --help (numpy)
+    from gemmbench.results.metrics import gap_below_zero  # not at --help (numpy)
 
     return "N/A" if gap_below_zero(v) else _fmt(v)
 

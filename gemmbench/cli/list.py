@@ -32,7 +32,7 @@ Format = Annotated[
 @list_app.command("shapes")
 def list_shapes(fmt: Format = OutputFormat.table) -> None:
     """Built-in shape sets with their GEMMs and default M lists."""
-    from gemmbench import shape_sets  # not at --help (yaml)
+    from gemmbench.models import shape_sets  # not at --help (yaml)
 
     sets = [shape_sets.load(name) for name in shape_sets.builtin_names()]
     if fmt is OutputFormat.json:

@@ -14,7 +14,7 @@ SHOWN = 10  # cells named in a message; the rest are counted
 
 
 def _named(keys: list) -> str:
-    from gemmbench.shard import describe  # not at --help (hashlib)
+    from gemmbench.results.shard import describe  # not at --help (hashlib)
 
     shown = "; ".join(describe(k) for k in keys[:SHOWN])
     return shown + (f"; and {len(keys) - SHOWN} more" if len(keys) > SHOWN else "")
@@ -31,8 +31,8 @@ def merge(
     """Join the parts of a sweep run with `--shard I/N` into one file, after checking that every cell is there once.
 
     Names the missing and duplicated cells (exit 1) and writes nothing then, unless --allow-missing (duplicates are never written: which copy is right is not the merger's call)."""
-    from gemmbench import shard as shard_mod  # not at --help (hashlib); store is heavy (pandas, pyarrow)
-    from gemmbench.store import StoreError, result_files, write_rows
+    from gemmbench.results import shard as shard_mod  # not at --help (hashlib); store is heavy (pandas, pyarrow)
+    from gemmbench.results.store import StoreError, result_files, write_rows
 
     if out_path.suffix != ".parquet":
         raise fail(f"--out {out_path}: give a .parquet file path")

@@ -38,7 +38,7 @@ def _globs(option: str, text: Optional[str]) -> Optional[list[str]]:
 def _selected(results: list[Path], shapes, variants, dtype, tp, gpu, baseline):
     """(runs, profiles, files) after the filters, speedups against the baseline; a bad input is one line, exit 2."""
     from gemmbench.plot import data as plotdata  # heavy (pandas, matplotlib), as store is
-    from gemmbench.store import StoreError
+    from gemmbench.results.store import StoreError
 
     f = plotdata.Filters(
         shapes=_globs("--shapes", shapes),
@@ -148,7 +148,7 @@ def _kinds_have_rows(kinds: list, runs, profiles, layers) -> None:
 def _draw(kinds: list, runs, profiles, layers) -> list:
     from gemmbench.plot import figures as plots  # heavy (matplotlib, pandas), as the others are
     from gemmbench.plot import layer as plots_layer
-    from gemmbench.store import StoreError
+    from gemmbench.results.store import StoreError
 
     try:
         return [d for k in kinds for d in (plots_layer.figures(layers) if k == "layer" else
@@ -181,7 +181,7 @@ def report(
 
     Per GEMM and dtype: the winner by M with its speedup and % of roofline, the tables and the figures."""
     from gemmbench.plot import report as rep_mod  # heavy (matplotlib, pandas), as store is
-    from gemmbench.store import StoreError
+    from gemmbench.results.store import StoreError
 
     if out_path.is_file():
         raise fail(f"--out {out_path}: give a folder (report.md, report.html and img/ go inside it)")

@@ -63,7 +63,7 @@ def profile(
     """Profile each selected cell once under Nsight Compute or Nsight Systems: one row per kernel, and a summed row.
 
     Each cell runs in a child process: warm-up and tuning outside its NVTX range, one eager launch inside it. The rows carry ncu_* / nsys_* columns."""
-    from gemmbench import store  # heavy (pandas, pyarrow)
+    from gemmbench.results import store  # heavy (pandas, pyarrow)
 
     if not (ncu_ or nsys_):
         raise fail("say which profiler: --ncu (Nsight Compute counters), --nsys (Nsight Systems), or both")
@@ -90,7 +90,7 @@ def profile(
 
 
 def _runs_to_join(join: Optional[list[Path]]):
-    from gemmbench import store  # heavy (pandas, pyarrow)
+    from gemmbench.results import store  # heavy (pandas, pyarrow)
 
     try:
         return store.load(join) if join else None
@@ -117,8 +117,9 @@ def _profiler(out_path, run_id, use_ncu, use_nsys, seed, plugin, ncu_set, timeou
 
 def _sweep(profiler, cells: list, path: Path) -> list:
     """Every cell through the profiler, the table rewritten after each; a sweep that cannot go on keeps its rows."""
-    from gemmbench import registry, side_tables  # side_tables, profile.sweep: heavy (pandas); registry not at --help
+    from gemmbench import registry
     from gemmbench.profile.sweep import ProfileError
+    from gemmbench.results import side_tables  # side_tables, profile.sweep: heavy (pandas); registry not at --help
 
     rows: list = []
     with progress_bar() as progress:
@@ -142,8 +143,8 @@ def _sweep(profiler, cells: list, path: Path) -> list:
 def _join(runs, path: Path, joined: Path) -> None:
     import pyarrow as pa  # heavy, as store and profile.sweep (pandas) are
 
-    from gemmbench import side_tables, store
     from gemmbench.profile.sweep import join
+    from gemmbench.results import side_tables, store
 
     table = pa.Table.from_pandas(join(runs, side_tables.load_profile_tables([path])), preserve_index=False)
     store.write_table(joined, table)

@@ -1,4 +1,4 @@
-"""`gemmbench run`: check, then time, every variant on every problem of a shape set (the work: gemmbench.sweep)."""
+"""`gemmbench run`: check, then time, every variant on every problem of a shape set (the work: gemmbench.engine.sweep)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ from typing import Annotated, Optional
 import typer
 from rich.markup import escape
 
-from gemmbench import named_baselines, sweep_fingerprint
 from gemmbench.cli import ab as ab_mod
 from gemmbench.cli import compare as cli_compare
 from gemmbench.cli.common import (
@@ -47,9 +46,11 @@ from gemmbench.cli.common import (
 from gemmbench.cli.dry_run import DryRun, print_dry_run
 from gemmbench.cli.engines import ImportConfig, import_configs
 from gemmbench.cli.formats import LayoutChoice, OutputFormat, choice, format_option, print_json
-from gemmbench.pool import PoolError
-from gemmbench.timing_modes import TimingMode
-from gemmbench.worker_process import WorkerOptions
+from gemmbench.engine import sweep_fingerprint
+from gemmbench.engine.pool import PoolError
+from gemmbench.engine.worker_process import WorkerOptions
+from gemmbench.measure.timing_modes import TimingMode
+from gemmbench.results import named_baselines
 
 Timing = Annotated[
     TimingMode,
@@ -132,8 +133,9 @@ def run(
     dry_run: DryRun = False, cell_timeout: CellTimeout = None,
 ) -> None:  # fmt: skip
     """Check, then time, every variant on every problem of a shape set; write Parquet and print tables."""
-    from gemmbench import store, sweep  # heavy (pandas; torch); tables not at --help (yaml, importlib.metadata)
-    from gemmbench.tables import gemm_tables, scaling_excluded_count
+    from gemmbench.engine import sweep  # heavy (pandas; torch); tables not at --help (yaml, importlib.metadata)
+    from gemmbench.results import store
+    from gemmbench.results.tables import gemm_tables, scaling_excluded_count
 
     timing, budget, as_json = timing.value, positive_budget(budget), fmt is OutputFormat.json
     dep, watchdog_s = deployment(tp, dp, ep, layout), watchdog(cell_timeout, budget)
@@ -243,10 +245,10 @@ def run(
 
 
 def _fingerprint(sset, cells, timing, budget, seed, sanitize, retune, plugins, import_config) -> dict:
-    """This sweep's fingerprint (gemmbench.sweep_fingerprint), stored in its file for --resume to check."""
+    """This sweep's fingerprint (gemmbench.engine.sweep_fingerprint), stored in its file for --resume to check."""
     import gemmbench
-    from gemmbench import device
-    from gemmbench.shard import cell_key
+    from gemmbench.measure import device
+    from gemmbench.results.shard import cell_key
 
     files = [Path(spec.split(":", 1)[-1]) for spec in import_config or []]  # ENGINE:FILE
     return sweep_fingerprint.fingerprint(
@@ -258,7 +260,7 @@ def _fingerprint(sset, cells, timing, budget, seed, sanitize, retune, plugins, i
 
 def _check_resume(resume: Optional[Path], fp: dict) -> None:
     """--resume takes only a file of this very sweep, measured the same way by this build."""
-    from gemmbench import store
+    from gemmbench.results import store
 
     if resume is None:
         return
@@ -274,7 +276,7 @@ def _check_resume(resume: Optional[Path], fp: dict) -> None:
 def _writer(out_path, run_id, meta, cells, timing, append, force, resume) -> tuple:
     """(the run's writer, its run id, the cells still to run): a new file; an existing --out only with --append
     (its rows kept) or --force; --resume: the file's own run, less the cells it has finished."""
-    from gemmbench import store
+    from gemmbench.results import store
 
     path = resume if resume is not None else output_path(out_path, run_id)
     lock_output(path)
@@ -307,7 +309,7 @@ def _refuse_before_work(out_path: Path, append: bool, force: bool, resume: Optio
             raise fail(f"--compare-to {compare_to!r}: no such baseline ({baseline})")
     if append and force:
         raise fail("give --append or --force, not both")
-    from gemmbench.store import parts_dir  # heavy (pandas)
+    from gemmbench.results.store import parts_dir  # heavy (pandas)
 
     if resume is not None and not (resume.is_file() or parts_dir(resume).is_dir()):
         raise fail(f"--resume {resume}: no such run file")
@@ -318,7 +320,7 @@ def _refuse_before_work(out_path: Path, append: bool, force: bool, resume: Optio
 def _refuse_written(path: Path) -> None:
     """One line where a run file, or an unfinished sweep's parts of one, is at `path` (nothing to replace without
     --append or --force)."""
-    from gemmbench.store import parts_dir  # heavy (pandas)
+    from gemmbench.results.store import parts_dir  # heavy (pandas)
 
     if path.exists():
         raise fail(f"--out {path} exists; --append adds this sweep's rows to it, --force replaces it")
@@ -352,8 +354,9 @@ def _check_repeat(repeat: int, resume: Optional[Path]) -> None:
 def _not_done(cells: list, kept: list, timing: str) -> list:
     """The cells a resumed run still has to run (a row of the same cell, timing mode and build is done)."""
     import gemmbench
-    from gemmbench import device, store
-    from gemmbench.shard import cell_key
+    from gemmbench.measure import device
+    from gemmbench.results import store
+    from gemmbench.results.shard import cell_key
 
     done = {store.resume_key(r) for r in kept}
     build = [timing, gemmbench.__version__, str(device.git_sha())]
@@ -368,8 +371,9 @@ def _comparable_baseline(spec: Optional[str], timing: str) -> None:
     timing mode) could be compared with it."""
     import pandas as pd
 
-    from gemmbench import compare, device, store
-    from gemmbench.timing import L2_STATE
+    from gemmbench.measure import device
+    from gemmbench.measure.timing import L2_STATE
+    from gemmbench.results import compare, store
 
     if not spec:
         return
@@ -403,7 +407,7 @@ def _on_gpu() -> bool:
 
 def _shard(cells: list, shard_at: Optional[tuple[int, int]]) -> tuple[Optional[dict], list]:
     """(the part file's metadata, this shard's cells); the whole sweep when not sharded."""
-    from gemmbench import shard  # not at --help (hashlib)
+    from gemmbench.results import shard  # not at --help (hashlib)
 
     if not shard_at:
         return None, cells
@@ -434,9 +438,10 @@ def _say_cpu_path() -> None:
 
 
 def _sweep(opts, cells: list, writer) -> tuple[list, bool]:
-    """gemmbench.sweep.run under one progress bar -> (the file's rows, whether Ctrl-C stopped it); a sweep that
+    """gemmbench.engine.sweep.run under one progress bar -> (the file's rows, whether Ctrl-C stopped it); a sweep that
     cannot go on is one line, its rows kept."""
-    from gemmbench import store, sweep  # heavy (torch, pandas)
+    from gemmbench.engine import sweep  # heavy (torch, pandas)
+    from gemmbench.results import store
 
     with progress_bar() as progress:
         bar = progress.add_task(
@@ -467,14 +472,14 @@ def _sweep(opts, cells: list, writer) -> tuple[list, bool]:
 def _print_json(run_id: str, path: Path, rows: list, interrupted: bool) -> None:
     """`--format json`: the run's document on stdout (docs/USAGE.md: JSON output): `tables.summary` of the file's rows, as
     the tables show them (with --append or --resume the rows it held before too)."""
-    from gemmbench.tables import status_counts, summary  # not at --help (yaml, importlib.metadata)
+    from gemmbench.results.tables import status_counts, summary  # not at --help (yaml, importlib.metadata)
 
     print_json({"schema": "gemmbench.run/1", "run_id": run_id, "file": str(path), "interrupted": interrupted,
                 "counts": status_counts(rows), "cells": summary(rows)})  # fmt: skip
 
 
 def _summary(rows, path, strict: bool) -> None:
-    from gemmbench.tables import status_counts  # not at --help (yaml, importlib.metadata)
+    from gemmbench.results.tables import status_counts  # not at --help (yaml, importlib.metadata)
 
     counts = status_counts(rows)
     parts = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))

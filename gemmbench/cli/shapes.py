@@ -37,7 +37,8 @@ def shapes_from_config(
     """Write a shape set from a model's config.json (docs/USAGE.md: "from-config").
 
     Families: Llama, Mistral, Qwen2/3 dense; Mixtral, Qwen2/3-MoE, DeepSeek-V2/V3 (MLA), Llama 4, gpt-oss MoE."""
-    from gemmbench import hf_config, shape_sets, shapes  # not at --help (yaml)
+    from gemmbench import shapes  # not at --help (yaml)
+    from gemmbench.models import hf_config, shape_sets
 
     if out_file is not None and out_file.exists() and not force:
         raise fail(f"--out {out_file} exists; --force replaces it")

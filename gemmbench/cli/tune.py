@@ -1,4 +1,4 @@
-"""`gemmbench tune`: search the Triton variants' configs and store the winners (the work: gemmbench.tuning, run in the
+"""`gemmbench tune`: search the Triton variants' configs and store the winners (the work: gemmbench.configs.tuning, run in the
 engine's workers by its `tune` task).
 
 A job is one (problem at its M bucket, variant), one cell of the engine: a faulting config costs only its job, and a
@@ -42,8 +42,8 @@ from gemmbench.cli.common import (
 from gemmbench.cli.engines import Export, ExportForce, ExportOnly, export_plan
 from gemmbench.cli.engines import export as export_files
 from gemmbench.cli.formats import LayoutChoice
-from gemmbench.pool import Cell, Pool, PoolError, Sink
-from gemmbench.worker_process import WorkerOptions
+from gemmbench.engine.pool import Cell, Pool, PoolError, Sink
+from gemmbench.engine.worker_process import WorkerOptions
 
 TuneShapes = Annotated[str, typer.Option(help="Built-in shape set or a YAML path.")]
 TuneVariants = Annotated[str, typer.Option(help="Comma-separated globs of tunable (Triton) variants.")]
@@ -76,8 +76,8 @@ def tune(
     cell_timeout: CellTimeout = None,
 ) -> None:  # fmt: skip
     """Search each Triton variant's config space per (GPU, N, K, dtype, scaling, M bucket); store the winners as JSON."""
-    from gemmbench import config_files
-    from gemmbench import shard as shard_mod  # not at --help (hashlib; tuning: yaml)
+    from gemmbench.configs import config_files
+    from gemmbench.results import shard as shard_mod  # not at --help (hashlib; tuning: yaml)
 
     if (export_only or force) and export is None:
         raise fail(f"{'--export-only' if export_only else '--force'} goes with --export ENGINE DIR")
@@ -124,8 +124,9 @@ def tune(
 
 def _select(shapes, variants, dtype, m, dep, plugin, scaling=None) -> tuple[list, list]:
     """(problems, tunable variants) of the options, or a one-line error."""
-    from gemmbench import registry, shape_sets  # not at --help (yaml, importlib.metadata)
+    from gemmbench import registry
     from gemmbench import shapes as shapes_mod
+    from gemmbench.models import shape_sets  # not at --help (yaml, importlib.metadata)
 
     dtype_names = _dtypes(dtype)
     scalings = _scalings(scaling, dtype_names)
@@ -150,7 +151,7 @@ def _gpus_and_device(gpus: Optional[str]):
     their properties: it allocates and launches nothing, so a fault can only ever hit a worker."""
     import torch  # heavy, as device is
 
-    from gemmbench.device import detect
+    from gemmbench.measure.device import detect
 
     ids = gpus_option(gpus)
     if not torch.cuda.is_available() or not torch.cuda.device_count():
@@ -167,8 +168,8 @@ def _gpus_and_device(gpus: Optional[str]):
 def _jobs(problems: list, chosen: list, dev) -> list:
     """[(problem at its M bucket, variant)], in a fixed order: every shard's host builds this same list from the
     same options.  M = 1..16 share a bucket, so they are tuned once."""
-    from gemmbench import config_files  # not at --help (yaml; shard: hashlib)
-    from gemmbench.shard import cell_key
+    from gemmbench.configs import config_files  # not at --help (yaml; shard: hashlib)
+    from gemmbench.results.shard import cell_key
 
     seen, jobs = set(), []
     for p in problems:
@@ -183,7 +184,7 @@ def _jobs(problems: list, chosen: list, dev) -> list:
 
 def cells(jobs: list, seed: int) -> list:
     """The engine's cells: one `tune` task per job, its one item the job key."""
-    from gemmbench.shard import cell_key, cost  # not at --help (hashlib)
+    from gemmbench.results.shard import cell_key, cost  # not at --help (hashlib)
 
     return [
         Cell(
@@ -201,10 +202,10 @@ def cells(jobs: list, seed: int) -> list:
 
 
 class Report(Sink):
-    """The pool's events for the jobs, as one progress bar and one table (a Sink of gemmbench.pool)."""
+    """The pool's events for the jobs, as one progress bar and one table (a Sink of gemmbench.engine.pool)."""
 
     def __init__(self, jobs: list, progress):
-        from gemmbench.shard import cell_key  # not at --help (hashlib)
+        from gemmbench.results.shard import cell_key  # not at --help (hashlib)
 
         self.jobs = {cell_key(p, v.name): (p, v) for p, v in jobs}
         self.done: dict = {}

@@ -1,5 +1,5 @@
 """What `gemmbench plot` and `gemmbench report` draw: RESULTS files sorted into runs and profile tables, the filters
-(--shapes, --variants, --dtype, --tp, --gpu), speedups against a baseline (gemmbench.tables' rules), and the groups
+(--shapes, --variants, --dtype, --tp, --gpu), speedups against a baseline (gemmbench.results.tables' rules), and the groups
 that become one figure each, with their file names.  pandas only: the drawing is gemmbench.plot.figures."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from typing import Optional, Sequence
 
 import pandas as pd
 
-from gemmbench import store, tables
-from gemmbench.side_tables import PROFILE_SCHEMA, load_layer_tables, load_profile_tables, table_kind
-from gemmbench.store import StoreError, records
+from gemmbench.results import store, tables
+from gemmbench.results.side_tables import PROFILE_SCHEMA, load_layer_tables, load_profile_tables, table_kind
+from gemmbench.results.store import StoreError, records
 
 # One figure of the per-GEMM kinds: one GEMM (at its TP degree and MoE routing) in one dtype, scaling and timing mode.
 # Timing modes are never mixed in one figure: cold and stream times of one cell answer different questions; nor are

@@ -14,12 +14,12 @@ from typing import Optional, Sequence
 import pandas as pd
 from matplotlib.figure import Figure
 
-from gemmbench import metrics
 from gemmbench.plot import data as plotdata
 from gemmbench.plot import ncu_figure
 from gemmbench.plot import roofline as plots_roofline
 from gemmbench.plot.style import Drawn, colors, finish, gemm_title, legend, m_axis, new_figure, render, shown, subtitle
-from gemmbench.store import write_atomic
+from gemmbench.results import metrics
+from gemmbench.results.store import write_atomic
 
 KINDS = ("roofline", "speedup", "tflops", "latency", "schedules", "profile", "layer")
 FORMATS = ("png", "svg")

@@ -1,4 +1,4 @@
-"""`gemmbench plot --kind layer`: a layer table (gemmbench.layer) as stacked bars per M, one pair of bars (eager,
+"""`gemmbench plot --kind layer`: a layer table (gemmbench.engine.layer) as stacked bars per M, one pair of bars (eager,
 graph) per plan (the variants the layer ran): the lower part is the kernel-time sum, the hatched part what the
 launches add on top of it.  The question the figure answers is the seed's (docs/SEEDS.md, TK-GEMM §5): how much
 of a layer is launch gaps, and how much of that a CUDA graph removes."""
@@ -15,7 +15,6 @@ from matplotlib.legend_handler import HandlerTuple
 from matplotlib.patches import Patch
 
 from gemmbench import dtypes
-from gemmbench.metrics import GAP_NOISE, gap_below_zero
 from gemmbench.plot import data as plotdata
 from gemmbench.plot.style import (
     Drawn,
@@ -29,6 +28,7 @@ from gemmbench.plot.style import (
     shown,
     subtitle,
 )
+from gemmbench.results.metrics import GAP_NOISE, gap_below_zero
 
 FIGURE_COLS = ("shape_set", "layer_kind", "tp", "ep", "dtype", "scaling", "layers")
 MODES = ("eager", "graph")

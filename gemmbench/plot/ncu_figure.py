@@ -13,7 +13,7 @@ from gemmbench.plot import data as plotdata
 from gemmbench.plot.datasheet import datasheet, unknown_gpu_note
 from gemmbench.plot.style import colors, finish, gemm_title, headroom, legend, new_figure, shown, subtitle
 from gemmbench.profile.ncu import SUM_KERNEL
-from gemmbench.store import CELL_KEY, StoreError
+from gemmbench.results.store import CELL_KEY, StoreError
 
 
 def summed_profiles(profiles: pd.DataFrame) -> pd.DataFrame:

@@ -14,13 +14,13 @@ from typing import Optional, Sequence
 import pandas as pd
 from markdown_it import MarkdownIt
 
-from gemmbench import ranking
-from gemmbench.md_table import md_table, md_text
 from gemmbench.plot import data as plotdata
 from gemmbench.plot import figures as plots
 from gemmbench.plot import ncu_figure, style
-from gemmbench.store import write_atomic
-from gemmbench.tables import short_config
+from gemmbench.results import ranking
+from gemmbench.results.md_table import md_table, md_text
+from gemmbench.results.store import write_atomic
+from gemmbench.results.tables import short_config
 
 IMG_DIR = "img"
 REPORT_MD, REPORT_HTML = "report.md", "report.html"

@@ -12,10 +12,11 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
-from gemmbench import dtypes, metrics
+from gemmbench import dtypes
 from gemmbench.plot import data as plotdata
 from gemmbench.plot.datasheet import datasheet, unknown_gpu_note
 from gemmbench.plot.style import add_note, colors, finish, legend, new_figure, subtitle
+from gemmbench.results import metrics
 
 MARKERS = ["o", "s", "^", "D", "v", "P", "X", "<", ">", "h", "p", "*", "d", "8"]
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
 
-from gemmbench.nvtx_ranges import ncu_include
+from gemmbench.measure.nvtx_ranges import ncu_include
 
 # column -> metric, for every kernel.  The percentages are of the kernel's own elapsed time or cycles.
 METRICS = {

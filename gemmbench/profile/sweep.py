@@ -21,15 +21,16 @@ from typing import Callable, Optional
 
 import pandas as pd
 
-from gemmbench import device, metrics
-from gemmbench.inputs import cell_seed
-from gemmbench.nvtx_ranges import cell_name, domain_in_use, range_name
-from gemmbench.pool import Cell, Pool, Sink
+from gemmbench.engine.pool import Cell, Pool, Sink
+from gemmbench.engine.worker_process import WorkerOptions, exit_hint
+from gemmbench.measure import device
+from gemmbench.measure.inputs import cell_seed
+from gemmbench.measure.nvtx_ranges import cell_name, domain_in_use, range_name
 from gemmbench.profile import ncu, ncu_reader, nsys
+from gemmbench.results import metrics
+from gemmbench.results.side_tables import PROFILE_SCHEMA
+from gemmbench.results.store import CELL_KEY, cell_columns, cell_keys
 from gemmbench.shapes import Problem
-from gemmbench.side_tables import PROFILE_SCHEMA
-from gemmbench.store import CELL_KEY, cell_columns, cell_keys
-from gemmbench.worker_process import WorkerOptions, exit_hint
 
 
 class ProfileError(RuntimeError):
@@ -62,7 +63,7 @@ def _last_error(output: str, code: int) -> str:
 
 
 class _Outcome(Sink):
-    """A Sink of gemmbench.pool for one profiled cell: the worker's outcome (or why it has none), the tool's output."""
+    """A Sink of gemmbench.engine.pool for one profiled cell: the worker's outcome (or why it has none), the tool's output."""
 
     def __init__(self):
         self.outcome: Optional[dict] = None

@@ -4,7 +4,8 @@ faulting config kills a worker's CUDA context.  For `gemmbench tune` on a GPU: t
 import os
 import signal
 
-from gemmbench import registry, tuning
+from gemmbench import registry
+from gemmbench.configs import tuning
 from gemmbench.registry import Variant, register
 
 _base = registry.get("triton_dp_row")  # its search space and its supports(): a GEMM the tuner would take

@@ -7,7 +7,7 @@ from gemmbench.registry import Variant, register
 
 
 def _make(problem, inputs):
-    # the worker runs as __main__ (python -m gemmbench.worker): patch the module that is running
+    # the worker runs as __main__ (python -m gemmbench.engine.worker): patch the module that is running
     sys.modules["__main__"].context_poisoned = lambda: True  # as after an illegal address on a GPU
     raise RuntimeError("CUDA error: an illegal memory access was encountered (simulated)")
 

@@ -26,7 +26,7 @@ def _cycles_per_us() -> float:
 
 
 def _make(problem, inputs):
-    from gemmbench.timing import quick_median_us
+    from gemmbench.measure.timing import quick_median_us
 
     a, bt = inputs.a, inputs.b.t()
     out = torch.empty((problem.M, problem.N), dtype=inputs.out_dtype, device=a.device)

@@ -1,0 +1,54 @@
+"""Where a config came from (Provenance), kept beside the config (Launch.provenance) and said in the row's
+`config`: from a stored file (config_files.py), tuned or the only candidate (tuning.py), or an inference engine's
+config file (engine_import.py).  Its own module so that each of those reads it without importing the others."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from gemmbench.configs.inference_engines import InferenceEngine
+
+SOURCES = ("stored", "stored-neighbour", "tuned", "only", *(e.value for e in InferenceEngine))
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """Where a config came from, kept beside it (choose(), Launch.provenance), never inside it; in the row's
+    `config` JSON its keys come after the config's.  "stored": from `file` (a shipped file relative to the
+    package's configs folder, a user's file as its full path: overlay_buckets), the winner of M bucket `bucket`;
+    "stored-neighbour": the same, where M lies between two stored buckets and
+    `bucket`'s config was the faster of the two at this M (`neighbours`: each bucket, lower first, with its µs in
+    this process's quick timing, None where it failed to run); "tuned": the fastest of a few candidates timed
+    right here (not stored); "only": nothing to choose (one candidate, or Triton's CPU interpreter); an
+    InferenceEngine's name: the engine's config `file` (its name), the entry `key` (tokens) that the engine's own
+    rule picks for the row's M."""
+
+    source: str  # one of SOURCES
+    file: Optional[str] = None
+    bucket: Optional[int] = None
+    neighbours: Optional[tuple[tuple[int, Optional[float]], ...]] = None
+    key: Optional[int] = None
+
+    def __post_init__(self) -> None:
+        stored = self.source in ("stored", "stored-neighbour")
+        engine = self.source in InferenceEngine.__members__
+        placed = (self.file is not None, self.bucket is not None, self.key is not None)
+        if self.source not in SOURCES or placed != (stored or engine, stored, engine):
+            raise ValueError(f"not a provenance (a stored config has a file and a bucket, an engine's a file and a "
+                             f"key, others neither): {self!r}")  # fmt: skip
+        if (self.neighbours is not None) != (self.source == "stored-neighbour"):
+            raise ValueError(f"not a provenance (a stored-neighbour config, and only that, has neighbours): {self!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """Its keys in the row's `config` JSON: source; where stored, file and bucket (imported: file and key); for a
+        stored-neighbour, "neighbours_us": {"<bucket>": µs or null, ...}, lower bucket first."""
+        fields = (("source", self.source), ("file", self.file), ("bucket", self.bucket), ("key", self.key))
+        out: dict[str, Any] = {k: v for k, v in fields if v is not None}
+        if self.neighbours is not None:
+            out["neighbours_us"] = {str(b): us for b, us in self.neighbours}
+        return out
+
+    def __getitem__(self, key: str) -> Any:
+        # Read by key where the dict it replaces was: `gemmbench tune --skip-stored` takes stored(...)[1]["bucket"].
+        return self.to_dict()[key]

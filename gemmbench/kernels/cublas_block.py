@@ -1,0 +1,96 @@
+"""cublas_fp8_block: fp8 with block scales (activations per 1x128 group along K, weights per 128x128 block:
+DeepSeek-V3's recipe) through cuBLAS's block-scaled GEMM (CUDA 12.9), which torch._scaled_mm reaches on Hopper (sm90)
+from torch 2.10 (BLOCKWISE_TORCH); the speedup baseline of dense block-scaled fp8 rows.  Elsewhere (the CPU, another
+GPU, an older torch) it is skipped with the reason.
+
+Registered after the Triton variants (gemmbench/kernels/__init__.py) so that the built-ins listed before it keep their colours.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Optional
+
+import torch
+
+from gemmbench import dtypes
+from gemmbench.builtin_baselines import BASELINES
+from gemmbench.registry import Launch, Variant, register
+
+# torch._scaled_mm took block scales in 2.9 (pytorch/pytorch#158037, cuBLAS 12.9's block-scaled GEMM), but laid
+# the weight's scales out wrongly where ceil(K/128) is not a multiple of 4 (silently wrong results) until 2.10
+# (pytorch/pytorch#166752): 2.10 is the first torch whose block-scaled _scaled_mm is right on every shape.
+BLOCKWISE_TORCH = (2, 10)
+_L4 = 4  # cuBLAS wants the weight scales' K extent padded to a multiple of 4 blocks (#166752)
+
+
+def _torch_version() -> tuple[int, int]:
+    major, minor = torch.__version__.split(".")[:2]
+    return int(major), int(minor)
+
+
+def block_scale_operands(a, a_scale, b_scale, M_pad: int):
+    """What torch._scaled_mm takes for block scales (its cuBLAS layouts, pytorch/pytorch#166752): the activations
+    padded to M_pad rows (cuBLAS wants M a multiple of 4: the scales' columns are M apart, 16-byte aligned), their
+    (M_pad, ceil(K/128)) scales column-major (stride (1, M_pad)), and the weight's (ceil(N/128), ceil(K/128))
+    scales transposed to (ceil(K/128), ceil(N/128)) over rows of round_up(ceil(K/128), 4).  Padded rows are zeros
+    (scale 1): they add no work anyone reads."""
+    M, K = a.shape
+    a_pad = torch.zeros((M_pad, K), dtype=a.dtype, device=a.device)
+    a_pad[:M] = a
+    sa = torch.ones((a_scale.shape[1], M_pad), dtype=torch.float32, device=a.device)
+    sa[:, :M] = a_scale.t()
+    nN, nK = b_scale.shape
+    sb = torch.zeros((nN, -(-nK // _L4) * _L4), dtype=torch.float32, device=a.device)
+    sb[:, :nK] = b_scale
+    return a_pad, sa.t(), sb[:, :nK].t()
+
+
+def _make_block_scaled_mm(problem, inputs) -> Launch:
+    M_pad = -(-problem.M // 4) * 4
+    # made once here, outside the timed call: a serving stack (vLLM's torch _scaled_mm block kernel) pads M per call
+    a, sa, sb = block_scale_operands(inputs.a, inputs.a_scale, inputs.b_scale, M_pad)
+    bt, out_dtype, M = inputs.b.t(), inputs.out_dtype, problem.M
+    return Launch(fn=lambda: torch._scaled_mm(a, bt, scale_a=sa, scale_b=sb, out_dtype=out_dtype)[:M])
+
+
+@functools.lru_cache(maxsize=None)
+def _block_error(device_kind: str, capability: tuple) -> Optional[str]:
+    """Why cuBLAS block-scaled fp8 cannot run here, or None: one tiny call (M 4, N 128, K 256) where torch may have it."""
+    if device_kind != "cuda":
+        return "cuBLAS only: torch._scaled_mm with block scales runs on an NVIDIA GPU (Hopper, sm90), not the CPU"
+    if capability != (9, 0):
+        return f"torch._scaled_mm's block scales (DeepSeek recipe) run on Hopper (sm90) only, not sm{capability[0]}{capability[1]}"
+    if _torch_version() < BLOCKWISE_TORCH:
+        return (f"torch {torch.__version__} has no right block-scaled torch._scaled_mm: torch "
+                f"{'.'.join(map(str, BLOCKWISE_TORCH))} (with CUDA 12.9+) has it")  # fmt: skip
+    fp8 = dtypes.FP8
+    try:
+        a = torch.ones((4, 256), device="cuda").to(fp8.torch)
+        b = torch.ones((128, 256), device="cuda").to(fp8.torch)
+        a, sa, sb = block_scale_operands(a, torch.ones((4, 2), device="cuda"), torch.ones((1, 2), device="cuda"), 4)
+        torch._scaled_mm(a, b.t(), scale_a=sa, scale_b=sb, out_dtype=dtypes.get(fp8.out).torch)
+        return None
+    except Exception as exc:  # noqa: BLE001 - any failure means "cannot run here"
+        return (f"torch {torch.__version__} refuses block-scaled torch._scaled_mm here (torch "
+                f"{'.'.join(map(str, BLOCKWISE_TORCH))} with CUDA 12.9+ has it): {str(exc).splitlines()[0][:160]}")  # fmt: skip
+
+
+def _block_supports(problem, device) -> Optional[str]:
+    if problem.N % 16 or problem.K % 16:
+        return f"torch._scaled_mm needs N and K divisible by 16 (N={problem.N}, K={problem.K})"
+    return _block_error(device.kind, tuple(device.capability) if device.kind == "cuda" else ())
+
+
+register(
+    Variant(
+        "cublas_fp8_block",
+        "cublas",
+        ("fp8",),
+        "torch._scaled_mm, fp8 e4m3, block scales (activations 1x128, weights 128x128; cuBLAS, Hopper), bf16 out",
+        _make_block_scaled_mm,
+        supports=_block_supports,
+        baseline=BASELINES["cublas_fp8_block"].dtypes,
+        scalings=BASELINES["cublas_fp8_block"].scalings,
+    )
+)

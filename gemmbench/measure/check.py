@@ -1,0 +1,161 @@
+"""Correctness before timing: `check_cell()`, the one check every path runs (run, tune, profile, layer and the tests):
+make the launch, poison its output, launch it once, compare with an fp32 reference on the dequantised inputs; one
+tolerance table, and a report that says where and by how much a result is wrong."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+import torch
+
+from gemmbench import dtypes
+from gemmbench.measure import memory, nvtx_ranges
+from gemmbench.measure.inputs import GemmInputs
+from gemmbench.shapes import Problem
+
+
+@dataclass
+class CheckResult:
+    ok: bool
+    max_rel_err: float
+    detail: str  # empty when ok; otherwise where and how much
+
+
+def reference(problem: Problem, inputs: GemmInputs) -> torch.Tensor:
+    """fp32 result on the dequantised inputs (TF32 off).  MoE: one row per (token, slot), (M*topk, N).
+
+    Sized to fit beside the inputs (issue 18: DeepSeek-V3's w13, 256 experts of 4096 x 7168, is 28 GiB in fp32): at
+    most one expert's fp32 weight, or one slice of its rows, exists at a time (`_product`), and an expert no slot is
+    routed to is never dequantised.  A slot routed to another rank's expert (id -1) is not computed: its row stays 0,
+    and the check does not compare it."""
+    prev = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        a = inputs.act_fp32()  # (M, K)
+        if not problem.is_moe:
+            return _product(a, inputs, None)
+        assert inputs.topk_ids is not None  # an MoE problem's inputs are routed
+        ids = inputs.topk_ids.reshape(-1)  # (M*topk,): slot s is token s // topk's (s % topk)-th expert
+        out = torch.zeros((ids.numel(), problem.N), dtype=torch.float32, device=a.device)
+        for e in inputs.hit_experts():  # a plain loop over the experts hit: the reference must be obviously right
+            slots = (ids == e).nonzero(as_tuple=True)[0]
+            out[slots] = _product(a[slots // problem.topk], inputs, e)
+        return out
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = prev
+
+
+def _product(a: torch.Tensor, inputs: GemmInputs, expert: Optional[int]) -> torch.Tensor:
+    """a (rows, K) fp32 @ the dequantised weight (of `expert`, MoE) transposed: (rows, N) fp32.  The weight is
+    dequantised in slices of its N rows, as many as fit in half the memory free now (memory.free_bytes; the other
+    half for the matmul's workspace and the allocator's leftovers): each slice costs 4 bytes per element of the
+    weight's rows and of their (rows, slice) product."""
+    n, k = inputs.b.shape[-2], inputs.b.shape[-1]
+    out = torch.empty((a.shape[0], n), dtype=torch.float32, device=a.device)
+    step = max(1, memory.free_bytes(str(a.device)) // 2 // (4 * (k + a.shape[0])))
+    for n0 in range(0, n, step):
+        n1 = min(n0 + step, n)
+        w = inputs.weight_fp32(expert, slice(n0, n1))  # (n1 - n0, K) fp32
+        out[:, n0:n1] = a @ w.t()
+        del w  # freed before the next slice is dequantised: never two at once
+    return out
+
+
+def owned_rows(inputs: GemmInputs) -> Optional[torch.Tensor]:
+    """The output rows this rank computes, as compare() takes them: an MoE problem's (token, slot) rows routed to a
+    local expert (topk_ids >= 0; under expert parallelism the other rows are another rank's work); None: all."""
+    return None if inputs.topk_ids is None else inputs.topk_ids.reshape(-1) >= 0
+
+
+def compare(problem: Problem, out: torch.Tensor, ref: torch.Tensor, rows: Optional[torch.Tensor] = None) -> CheckResult:
+    """`out` against the fp32 `ref`, in the dtype's error measure.  rows: (out rows,) bool, the rows to compare
+    (owned_rows); the others are neither compared nor part of max|ref| (the reference need not compute them, a
+    kernel need not write them).  No row to compare is a pass: this rank has no work."""
+    tol = dtypes.get(problem.dtype).tolerance  # the error measure and its budgets: gemmbench/dtypes.py
+    if tuple(out.shape) != tuple(ref.shape):
+        return CheckResult(False, float("inf"), f"output shape {tuple(out.shape)}, expected {tuple(ref.shape)}")
+    out = out.float()
+    keep = torch.ones_like(ref, dtype=torch.bool) if rows is None else rows.to(ref.device).view(-1, 1).expand_as(ref)
+    if not bool(keep.any()):
+        return CheckResult(True, 0.0, "")
+    scale = torch.where(keep, ref, torch.zeros_like(ref)).abs().max().clamp(min=1e-30)
+    nan = ~torch.isfinite(out) & keep
+    err = torch.where(keep, (out - ref).abs() / scale, torch.zeros_like(ref))
+    err = torch.where(nan, torch.full_like(err, float("inf")), err)
+    max_err = float(err.max())
+    if max_err <= tol:
+        return CheckResult(True, max_err, "")
+    bad = err > tol
+    rows, cols = bad.nonzero(as_tuple=True)
+    r0, c0 = int(rows[0]), int(cols[0])
+    worst = int(err.argmax())
+    wr, wc = divmod(worst, out.shape[1])
+    parts = [f"{int(bad.sum())} of {int(keep.sum())} outputs off by more than {tol:g} of max|ref|"]
+    if nan.any():
+        parts.append(f"{int(nan.sum())} non-finite (unwritten outputs stay NaN)")
+    parts.append(
+        f"rows {int(rows.min())}..{int(rows.max())}, cols {int(cols.min())}..{int(cols.max())}; "
+        f"first at [{r0},{c0}]; worst at [{wr},{wc}]: got {float(out[wr, wc]):.4g}, want {float(ref[wr, wc]):.4g}"
+    )
+    return CheckResult(False, max_err, "; ".join(parts))
+
+
+def poison(out: Optional[torch.Tensor]) -> None:
+    """Fill an output buffer with NaN so that any tile a kernel forgets to write fails the check."""
+    if out is not None:
+        out.fill_(float("nan"))
+
+
+class CellError(RuntimeError):
+    """A cell failed before it could be compared: `phase` is where ("make": setup, "check": the launch)."""
+
+    def __init__(self, phase: str, exc: BaseException):
+        super().__init__(f"{phase}: {exc}")
+        self.phase, self.exc = phase, exc
+
+
+@dataclass
+class CellCheck:
+    result: CheckResult
+    launch: Any  # registry.Launch: what make() returned, ready to be timed
+    out: Any  # the checked output
+
+
+def check_cell(
+    problem: Problem,
+    variant: Any,
+    inputs: GemmInputs,
+    *,
+    launch: Any = None,
+    ref: Optional[torch.Tensor] = None,
+    on_phase: Callable[[str], None] = lambda phase: None,
+) -> CellCheck:
+    """The one check: `variant.make` (unless `launch` is given), its output filled with NaN, exactly one launch inside
+    the NVTX range "check <cell>", then the variant's own check or the comparison with the fp32 reference (`ref` when
+    the caller shares one across candidates, as tuning does) on the rows this rank owns (owned_rows: under expert
+    parallelism, the slots of its local experts).  Raises CellError naming the phase that failed."""
+    name = getattr(variant, "name", None) or "config"
+    try:
+        on_phase("make")
+        launch = launch if launch is not None else variant.make(problem, inputs)
+        if not callable(getattr(launch, "fn", None)):  # a plugin's make() that forgot its Launch: say so, by name
+            where = f" ({variant.source})" if getattr(variant, "source", "builtin") != "builtin" else ""
+            raise TypeError(f"{name}.make(){where} returned {type(launch).__name__}, not a gemmbench.registry.Launch")
+    except Exception as exc:
+        raise CellError("make", exc) from exc
+    try:
+        on_phase("check")
+        poison(launch.out)
+        rng = nvtx_ranges.range_name("check", nvtx_ranges.cell_name(name, problem))
+        with nvtx_ranges.annotate(rng):  # exactly one call inside
+            out = launch.fn()
+            if inputs.a.is_cuda:
+                torch.cuda.synchronize()
+    except Exception as exc:
+        raise CellError("check", exc) from exc
+    own = getattr(variant, "check", None)
+    if own is not None:  # not a GEMM output (moe_align): the variant's own check
+        return CellCheck(own(problem, inputs, out), launch, out)
+    ref = ref if ref is not None else reference(problem, inputs)
+    return CellCheck(compare(problem, out, ref, owned_rows(inputs)), launch, out)

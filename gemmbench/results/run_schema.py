@@ -1,0 +1,132 @@
+"""The run table's schema: its columns in order, their Arrow types, which are required, and its version.
+
+One row per measured cell (problem x variant); gemmbench.results.store writes and reads the files (and upgrades older
+schemas), gemmbench.results.side_tables holds the profile and layer tables' own schemas.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+# Bump when a column is added, removed or changes meaning; store.load() refuses other versions
+# rather than silently mixing numbers that mean different things.
+# 2: + routing (MoE token routing; schema 1 files are read as routing "uniform"); 3: + noisy (schema 2 files get it
+# from their p20/p80); 4: + ep (expert-parallel degree; older files are read as ep 1), gpu_mem_peak_bytes (the
+# cell's peak GPU memory) and cpu (the host's processor, device.processor_name); older files read those two as null;
+# and scaling (how fp8 operands were scaled, dtypes.SCALINGS; older rows: store.older_scaling)
+# 5: + process (which of `run --repeat N`'s processes timed the row, 0..N-1; older files are read as 0) and
+# roofline_note (why a row is above 100% of its roofline; older files get it from their own columns)
+# 6: + kernels (the kernel names a timed row's launch ran, ';'-joined: gemmbench.measure.kernel_activity) and the GPU's
+# telemetry while the cell was timed (TELEMETRY_COLUMNS: clocks, power, temperature, energy per call, throttle
+# reasons); older files read them all as null
+# 7: + dp (data-parallel groups) and layout (whose GEMMs: gemmbench.models.sharding); older files are read as dp 1, "vllm"
+SCHEMA_VERSION = 7
+STATUSES = ("ok", "skipped", "wrong", "error")
+# timing_mode, l2_state: see gemmbench.measure.timing (MODES, L2_STATE); device: "cuda" | "cpu".
+
+_S, _I, _F = pa.string(), pa.int64(), pa.float64()
+_COLUMNS = [
+    # what was measured
+    ("run_id", _S),
+    ("timestamp", _S),  # timestamp: ISO 8601 UTC
+    ("shape_set", _S),
+    ("gemm", _S),
+    ("M", _I),
+    ("N", _I),
+    ("K", _I),
+    ("E", _I),
+    ("topk", _I),
+    ("routing", _S),
+    ("tp", _I),
+    ("ep", _I),  # expert-parallel degree that divided the GEMM's experts (gemmbench.models.sharding); dense 1
+    ("dp", _I),  # data-parallel groups of the deployment; an expert GEMM's M holds all their tokens
+    ("layout", _S),  # whose GEMMs: vllm | sglang | hf (gemmbench.models.sharding.LAYOUTS)
+    ("dtype", _S),
+    ("scaling", _S),  # fp8: a name in dtypes.SCALINGS ("tensor", "row", "block", "block-ue8m0"); 16-bit: "none"
+    # by which kernel
+    ("variant", _S),
+    ("family", _S),
+    ("variant_source", _S),
+    ("config", _S),  # config: JSON text
+    # outcome
+    ("status", _S),
+    ("reason", _S),
+    ("max_rel_err", _F),
+    ("time_us_median", _F),
+    ("time_us_p20", _F),
+    ("time_us_p80", _F),
+    ("n_samples", _I),
+    ("noisy", pa.bool_()),  # p80/p20 above metrics.NOISY_SPREAD: never ranked fastest
+    ("samples_us", pa.list_(_F)),
+    ("timing_mode", _S),
+    ("l2_state", _S),
+    ("kernels", _S),  # the kernels one timed launch ran, in order, joined by ';' (cuBLAS's algorithm); CPU: null
+    ("process", _I),  # run --repeat N: which of the N fresh processes (0..N-1) timed the row; one process: 0
+    (
+        "gpu_mem_peak_bytes",
+        _I,
+    ),  # the most GPU memory PyTorch allocated while the cell ran (gemmbench.measure.memory); CPU: null
+    # derived by gemmbench.results.metrics
+    ("flops", _I),
+    ("bytes_min", _I),
+    ("tflops", _F),
+    ("gbps", _F),
+    ("roofline_bound_us", _F),
+    ("pct_of_roofline", _F),
+    ("roofline_note", _S),  # why a row is above 100% of its roofline (metrics.roofline_note); null at or below it
+    # where
+    ("device", _S),
+    ("gpu", _S),
+    ("gpu_uuid", _S),
+    ("sm_count", _I),
+    ("driver", _S),
+    ("cuda", _S),
+    ("torch", _S),
+    ("triton", _S),
+    ("gemmbench_version", _S),
+    ("git_sha", _S),
+    ("host", _S),
+    ("cpu", _S),  # the host's processor, "" where unknown: a CPU run is titled "CPU (<cpu>)"
+    ("ceiling_bw_gbps", _F),
+    ("ceiling_tflops", _F),
+    # the GPU while the cell was timed, read through NVML after each timed batch (gemmbench.measure.telemetry); null where
+    # NVML is missing (a CPU run) or the GPU does not report the quantity
+    ("sm_clock_mhz_min", _F),  # SM clock over the samples (each batch's reading counts once per sample)
+    ("sm_clock_mhz_median", _F),
+    ("sm_clock_mhz_max", _F),
+    ("mem_clock_mhz_median", _F),
+    ("power_w", _F),  # median board power
+    ("temp_c", _F),  # hottest GPU temperature
+    ("energy_j_per_call", _F),  # energy counter over the timed calls (cold, graph: the L2 eviction included)
+    ("tflop_per_j", _F),
+    ("throttled_samples", _I),  # samples whose batch ended with a throttle reason active
+    ("throttle", _S),  # the reasons seen, comma-separated names (telemetry.REASONS); "" none
+    ("schema_version", _I),
+]
+REQUIRED = (
+    "run_id",
+    "shape_set",
+    "gemm",
+    "M",
+    "N",
+    "K",
+    "E",
+    "topk",
+    "tp",
+    "ep",
+    "dp",
+    "layout",
+    "dtype",
+    "scaling",
+    "variant",
+    "status",
+    "schema_version",
+)
+META_KEY = b"gemmbench.schema_version"  # also in the file metadata, so an empty run is versioned
+SCHEMA = pa.schema(
+    [pa.field(name, typ, nullable=name not in REQUIRED) for name, typ in _COLUMNS],
+    metadata={META_KEY: str(SCHEMA_VERSION).encode()},
+)
+COLUMNS = [name for name, _ in _COLUMNS]
+TELEMETRY_COLUMNS = COLUMNS[COLUMNS.index("sm_clock_mhz_min") : COLUMNS.index("throttle") + 1]  # CellRecorder.columns
+TYPES = dict(_COLUMNS)  # column name -> Arrow type

@@ -1,0 +1,177 @@
+"""The side tables, profile and layer (not run files): their versions, atomic writes, and loading them.
+
+`gemmbench profile` and `gemmbench layer` write them; a file is told apart from a run file by its schema column
+(profile_schema, layer_schema: table_kind).  Files written before a column existed are read as gemmbench then meant
+them (no ep: EP 1; no scaling: store.older_scaling; no layer_kind: "").
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from gemmbench.results.store import StoreError, older_scaling, result_files, write_table
+
+PROFILE_SCHEMA = 1  # in every profile row (profile_schema)
+LAYER_SCHEMA = 1  # in every layer row (layer_schema)
+
+
+def load_side_tables(paths, column: str, not_one: str) -> list[tuple[Path, pd.DataFrame]]:
+    """The files of a side table (profile, layer: not run files), each whole, with its path.  A file without the
+    table's schema `column` is the one-line error "<file>: not_one"."""
+    out = []
+    for p in [paths] if isinstance(paths, (str, Path)) else paths:
+        for f in result_files(Path(p)):
+            try:
+                df = pd.read_parquet(f)
+            except Exception as exc:  # noqa: BLE001 - any unreadable file is the same one-line error
+                raise StoreError(f"{f}: not a readable Parquet file ({str(exc).splitlines()[0][:200]})") from None
+            if column not in df.columns:
+                raise StoreError(f"{f}: {not_one}")
+            out.append((f, df))
+    return out
+
+
+def table_kind(f: Path) -> str:
+    """ "profile" (a profile_schema column), "layer" (a layer_schema column)
+    or "run"."""
+    try:
+        names = pq.read_schema(f).names
+    except (pa.ArrowException, OSError) as e:
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise StoreError(f"{f}: not a readable Parquet file, truncated or not Parquet ({first})") from None
+    return "profile" if "profile_schema" in names else "layer" if "layer_schema" in names else "run"
+
+
+def write_profile_table(path: Path, rows: list[dict]) -> None:
+    """A `gemmbench profile` table, atomically: rewritten after every cell."""
+    write_table(path, pa.Table.from_pandas(pd.DataFrame(rows), preserve_index=False))
+
+
+def load_profile_tables(paths) -> pd.DataFrame:
+    """Profile tables (write_profile_table), one DataFrame; a file that is not one is a one-line error."""
+    tables = load_side_tables(paths, "profile_schema", "not a gemmbench profile table (no profile_schema column)")
+    df = _scaling_as_before(_ep_one(pd.concat([df for _, df in tables], ignore_index=True)))
+    # tables written before layer kinds (issue 18) held one kind of layer: ""
+    kinds = df["layer_kind"].map(lambda k: k if isinstance(k, str) else "") if "layer_kind" in df.columns else ""
+    return df.assign(layer_kind=kinds)
+
+
+def _scaling_as_before(df: pd.DataFrame) -> pd.DataFrame:
+    """A side table written before the scaling column: each row's scaling as older_scaling reads it."""
+    if "scaling" in df.columns:
+        return df
+    return df.assign(scaling=[older_scaling(d, v) for d, v in zip(df["dtype"], df["variant"], strict=True)])
+
+
+def _ep_one(df: pd.DataFrame) -> pd.DataFrame:
+    """A side table written before expert or data parallelism and layouts (no `ep`, `dp`, `layout` columns): every
+    row ran on EP 1, DP 1, vLLM's GEMMs."""
+    for column, value in (("ep", 1), ("dp", 1), ("layout", "vllm")):
+        df = df if column in df.columns else df.assign(**{column: value})
+    return df
+
+
+# Every column, whether or not a row has it (a CPU run has no graph time: its graph columns are null, not absent).
+LAYER_COLUMNS = (
+    "run_id",
+    "timestamp",
+    "family",
+    "model",
+    "shape_set",
+    "layer_kind",  # "" when every layer of the model is alike; "dense" / "moe" for DeepSeek-V3, Llama-4 Maverick
+    "tp",
+    "ep",
+    "dp",  # data-parallel groups (gemmbench.models.sharding); tables without it ran DP 1
+    "layout",  # whose GEMMs (gemmbench.models.sharding.LAYOUTS); tables without it: "vllm"
+    "dtype",
+    "scaling",  # the fp8 scaling of every GEMM of the layer (dtypes.SCALINGS); 16-bit: "none"
+    "M",
+    "layers",
+    "part",
+    "step",
+    "gemm",
+    "N",
+    "K",
+    "E",
+    "topk",
+    "variant",
+    "plan",
+    "config",
+    "steps",
+    "status",
+    "reason",
+    "max_rel_err",
+    "timing_mode",
+    "l2_state",
+    "kernel_us",
+    "kernel_us_p20",
+    "kernel_us_p80",
+    "samples_us",
+    "eager_us",
+    "eager_samples",
+    "gap_us",
+    "graph_us",
+    "graph_samples",
+    "graph_gap_us",
+    "gap_note",  # why a gap below zero is shown as N/A (metrics.gap_note)
+    "graph_speedup",
+    "graph_reason",
+    "graph_max_rel_err",
+    "device",
+    "gpu",
+    "gpu_uuid",
+    "sm_count",
+    "driver",
+    "cuda",
+    "torch",
+    "triton",
+    "gemmbench_version",
+    "git_sha",
+    "host",
+    "cpu",
+    "layer_schema",
+)
+
+
+def write_layer_table(path: Path, rows: list[dict]) -> None:
+    """A `gemmbench layer` table, atomically: rewritten after every layer."""
+    df = pd.DataFrame(rows).reindex(columns=list(LAYER_COLUMNS))
+    for c in ("step", "N", "K", "E", "topk", "ep", "dp", "steps", "sm_count"):
+        df[c] = df[c].astype("Int64")
+    for c in (
+        "kernel_us",
+        "kernel_us_p20",
+        "kernel_us_p80",
+        "eager_us",
+        "gap_us",
+        "graph_us",
+        "graph_gap_us",
+        "graph_speedup",
+        "max_rel_err",
+        "graph_max_rel_err",
+    ):
+        df[c] = df[c].astype("float64")
+    write_table(path, pa.Table.from_pandas(df, preserve_index=False))
+
+
+def load_layer_tables(paths) -> pd.DataFrame:
+    """Layer tables (files, or folders of them) as one frame; a file of another kind or version is refused."""
+    if not isinstance(paths, (str, Path)) and not paths:
+        raise StoreError("no layer tables given")
+    tables = load_side_tables(paths, "layer_schema", "not a layer table (`gemmbench layer` output)")
+    for f, df in tables:
+        if set(df["layer_schema"].dropna().astype(int)) != {LAYER_SCHEMA}:
+            raise StoreError(
+                f"{f}: layer table of another gemmbench version (layer schema "
+                f"{sorted(set(df['layer_schema']))}, this one reads {LAYER_SCHEMA})"
+            )
+    df = _ep_one(pd.concat([df for _, df in tables], ignore_index=True))
+    if "scaling" not in df.columns:  # before block scales: per tensor, or none for a 16-bit layer
+        df = df.assign(scaling=[older_scaling(d, "") for d in df["dtype"]])
+    # tables written before layer kinds (issue 18) held one kind of layer: ""
+    kinds = df["layer_kind"].map(lambda k: k if isinstance(k, str) else "") if "layer_kind" in df.columns else ""
+    return df.assign(layer_kind=kinds)

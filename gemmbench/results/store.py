@@ -1,0 +1,443 @@
+"""Result rows: checked against the run schema (gemmbench.results.run_schema), crash-safe writes, and loading many runs
+(older schemas upgraded) into one DataFrame.
+
+One row per measured cell (problem x variant).  A run is one Parquet file that is rewritten whole
+after every row, so a run killed at any moment still leaves every finished cell readable.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import tempfile
+import threading
+import time
+import uuid
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Optional, Sequence
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from gemmbench import dtypes
+from gemmbench.results.metrics import flops, missing, noisy, roofline_note
+from gemmbench.results.run_schema import (
+    COLUMNS,
+    META_KEY,
+    REQUIRED,
+    SCHEMA,
+    SCHEMA_VERSION,
+    STATUSES,
+    TELEMETRY_COLUMNS,
+    TYPES,
+)
+
+
+def older_scaling(dtype: str, variant: str) -> str:
+    """The scaling of a row written before the `scaling` column: every fp8 variant then ran one scaling, per tensor
+    but for the *_rowwise ones (row); a 16-bit dtype's rows scale nothing ("none")."""
+    if dtype in dtypes.ALL and not dtypes.get(dtype).scaled:
+        return dtypes.UNSCALED
+    return "row" if variant.endswith("_rowwise") else dtypes.REFERENCE_SCALING
+
+
+def new_run_id(shape_set: str) -> str:
+    """<UTC time>-<set>-<4 hex>: sorts by time, names its set, never collides within a second."""
+    safe = re.sub(r"[^A-Za-z0-9._-]", "_", shape_set).strip(".") or "run"  # a set's name becomes a file name
+    return f"{datetime.now(timezone.utc):%Y%m%d-%H%M%S}-{safe}-{uuid.uuid4().hex[:4]}"
+
+
+def cell_columns(problem, variant) -> dict:
+    """The columns that name a cell: its problem (a shapes.Problem) and its variant (a registry.Variant)."""
+    return dict(
+        shape_set=problem.shape_set,
+        gemm=problem.gemm,
+        M=problem.M,
+        N=problem.N,
+        K=problem.K,
+        E=problem.E,
+        topk=problem.topk,
+        routing=problem.routing if problem.is_moe else None,
+        tp=problem.tp,
+        ep=problem.ep,
+        dp=problem.dp,
+        layout=problem.layout,
+        dtype=problem.dtype,
+        scaling=problem.scaling,
+        variant=variant.name,
+        family=variant.family,
+        variant_source=variant.source,
+        # under expert parallelism the FLOPs depend on the routing: an ok row has them (tasks), others none
+        flops=flops(problem) if variant.gemm and problem.ep == 1 else None,
+    )
+
+
+# The columns that name a cell (cell_columns' problem and variant): runs, profiles and comparisons match on them.
+CELL_KEY = ("shape_set", "gemm", "M", "N", "K", "E", "topk", "routing", "tp", "ep", "dp", "layout", "dtype", "scaling",
+            "variant")  # fmt: skip
+
+
+def resume_key(row) -> str:
+    """What makes a finished cell count as done for `run --resume`: the cell, its timing mode and the build."""
+    return "|".join([cell_key(row), str(row.get("timing_mode")), str(row.get("gemmbench_version")),
+                     str(row.get("git_sha"))])  # fmt: skip
+
+
+def cell_key(row) -> str:
+    """One cell's key from a mapping with the CELL_KEY columns (a result row, or a problem's fields and its
+    variant): the string cell_keys makes for the cell's row, missing values as ""."""
+    return "|".join("" if missing(row.get(c)) else str(row[c]) for c in CELL_KEY)
+
+
+def cell_keys(df: pd.DataFrame) -> pd.Series:
+    """CELL_KEY as one string per row, the same for a run row and a profile row of one cell whatever the dtypes
+    (int64 or nullable Int64, string or object, None or NA for a dense cell's routing)."""
+    if df.empty:  # agg(axis=1) of no rows is a DataFrame, not a Series
+        return pd.Series([], index=df.index, dtype=object)
+    part = df[list(CELL_KEY)].astype(object)
+    # missing as "": pandas 3's astype(str) keeps None/NA missing (a float NaN), which "|".join refuses
+    return part.where(part.notna(), "").astype(str).agg("|".join, axis=1)
+
+
+class StoreError(ValueError):
+    """A row or a file that cannot be stored or loaded; the one-line message is meant for users."""
+
+
+def _one_line(e: BaseException) -> str:
+    lines = str(e).strip().splitlines()
+    return lines[0] if lines else type(e).__name__
+
+
+def normalize_row(row: dict) -> dict:
+    """A complete row in column order: missing columns None, schema_version set, values checked.
+
+    A dict `config` is serialized to JSON text (sorted keys, so equal configs compare equal).
+    """
+    unknown = [k for k in row if k not in TYPES]
+    if unknown:
+        raise StoreError(f"unknown column {unknown[0]!r} in result row")
+    out = {name: row.get(name) for name in COLUMNS}
+    out["schema_version"] = SCHEMA_VERSION
+    if out["ep"] is None:  # a row made without expert parallelism in mind (before schema 4, a plugin): EP 1
+        out["ep"] = 1
+    if out["dp"] is None:  # a row made without data parallelism or layouts in mind (a plugin's, a test's)
+        out["dp"] = 1
+    if out["layout"] is None:
+        out["layout"] = "vllm"
+    if out["process"] is None:  # a run of one process (no --repeat), a plugin's or a test's row
+        out["process"] = 0
+    if out["scaling"] is None and out["dtype"] is not None:  # a row made before block scales (a plugin's, a test's)
+        out["scaling"] = older_scaling(out["dtype"], out["variant"] or "")
+    if out["config"] is not None and not isinstance(out["config"], str):
+        out["config"] = json.dumps(out["config"], sort_keys=True)
+    if out["samples_us"] is not None:
+        out["samples_us"] = [float(x) for x in out["samples_us"]]  # numpy arrays, tuples -> list
+    for name in REQUIRED:
+        if out[name] is None:
+            raise StoreError(f"result row is missing required column {name!r}")
+    if out["status"] not in STATUSES:
+        raise StoreError(f"bad status {out['status']!r} (expected one of {', '.join(STATUSES)})")
+    # Type-check each value now, so the error names the column and happens at append(), not
+    # later as an anonymous Arrow error while rewriting the file.
+    for name, value in out.items():
+        if value is not None:
+            try:
+                pa.array([value], type=TYPES[name])
+            except (pa.ArrowException, TypeError, ValueError) as e:
+                raise StoreError(f"column {name!r}: bad value {value!r} ({_one_line(e)})") from None
+    return out
+
+
+def write_rows(path: str | Path, rows: list[dict], meta: dict | None = None) -> None:
+    """Write `rows` as one Parquet file, atomically.  meta: extra file metadata (bytes -> bytes), e.g. a shard's.
+
+    Temp file in the same folder (os.replace is only atomic within one file system), fsync, then
+    rename over `path`: readers see the old complete file or the new complete file, never half.
+    """
+    table = pa.Table.from_pylist([normalize_row(r) for r in rows], schema=SCHEMA)
+    if meta:
+        table = table.replace_schema_metadata({**SCHEMA.metadata, **meta})
+    write_table(path, table)
+
+
+def write_table(path: str | Path, table: pa.Table) -> None:
+    """Any Arrow table as a Parquet file, atomically (see write_rows)."""
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink)
+    write_atomic(path, sink.getvalue().to_pybytes())
+
+
+def write_atomic(path: str | Path, data: bytes) -> None:
+    """`data` as the file `path`: a temp file of its own in the same folder, fsync, rename.  Readers see the old
+    file or the new one, never half; writers racing on one path (workers on several GPUs) each finish whole."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            os.fchmod(f.fileno(), usual_mode())  # mkstemp makes 0600: give the file the usual mode
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:  # incl. KeyboardInterrupt: leave no temp file behind
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    # Persist the rename itself; not every platform can open a directory, hence best effort.
+    try:
+        dir_fd = os.open(path.parent, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(dir_fd)
+    except OSError:
+        pass
+    finally:
+        os.close(dir_fd)
+
+
+def usual_mode() -> int:
+    """The mode an ordinary new file gets here (0666 less the umask): what a mkstemp file (0600) is given."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
+PART_ROWS, PART_S = 64, 5.0  # a part is written once it holds this many rows, or its first row is this old
+
+
+def parts_dir(path: str | Path) -> Path:
+    """Where a run file's rows go while its sweep runs: <file>.parts/, one Parquet part per batch of rows."""
+    path = Path(path)
+    return path.with_name(path.name + ".parts")
+
+
+class RunWriter:
+    """The rows of one run, written as they come at a cost that grows with the rows, not with their square.
+
+    New rows go to parts in `parts_dir(path)` (each part written once, atomically: every PART_ROWS rows, or when the
+    oldest unwritten row is PART_S old: a thread of its own looks, so a cell that hangs for minutes does not hold the
+    rows before it); `close` joins the file's rows into `path` by one atomic rename and removes the parts.  A sweep killed on the way leaves `path` as it was and the parts beside
+    it: every loader reads them as the file's rows (result_files), and `run --resume` finishes them into one file.
+    `rows`: the file's rows so far (run --append or --resume: kept, the new ones added); without them an existing
+    file at `path` is replaced at `close` (the command refuses that without --force)."""
+
+    def __init__(self, path: str | Path, meta: dict | None = None, rows: Sequence[dict] = ()):
+        self.path = Path(path)
+        self.meta = meta  # extra file metadata, in every part and the joined file (write_rows)
+        self._rows: list[dict] = [normalize_row(r) for r in rows]
+        self.kept = len(self._rows)
+        self._pending: list[dict] = []
+        self._since = 0.0  # when the oldest pending row came (time.monotonic)
+        parts = parts_dir(self.path)
+        self._next = 1 + max((int(p.stem.split("-")[1]) for p in parts.glob("part-*.parquet")), default=0)
+        self._lock = threading.RLock()
+        self._stop: Optional[threading.Event] = None  # the clock thread's, started with the first row
+
+    @property
+    def added(self) -> int:
+        return len(self._rows) - self.kept
+
+    @property
+    def rows(self) -> list[dict]:
+        return list(self._rows)
+
+    def append(self, row: dict) -> None:
+        with self._lock:
+            self._rows.append(normalize_row(row))
+            if not self._pending:
+                self._since = time.monotonic()
+            self._pending.append(self._rows[-1])
+            if len(self._pending) >= PART_ROWS:
+                self.flush()
+            if self._stop is None:
+                self._stop = threading.Event()
+                threading.Thread(target=self._watch, args=(self._stop,), daemon=True).start()
+
+    def _watch(self, stop: threading.Event) -> None:
+        while not stop.wait(PART_S / 5):
+            try:
+                self.tick()
+            except OSError:  # a full disk: the sweep's own next write says so, in its thread
+                pass
+
+    def tick(self) -> None:
+        """Writes the pending rows once the oldest is PART_S old."""
+        with self._lock:
+            if self._pending and time.monotonic() - self._since >= PART_S:
+                self.flush()
+
+    def flush(self) -> None:
+        """The pending rows as the next part (atomic: a part is whole or absent)."""
+        with self._lock:
+            if not self._pending:
+                return
+            write_rows(parts_dir(self.path) / f"part-{self._next:05d}.parquet", self._pending, self.meta)
+            self._pending, self._next = [], self._next + 1
+
+    def close(self) -> None:
+        """Every row of the file (kept and new) as `path`, one atomic rename; then the parts go.  A file that gained
+        no row is left as it was."""
+        with self._lock:
+            if self._stop is not None:  # a later row (run --repeat's next sweep) starts a clock of its own
+                self._stop.set()
+                self._stop = None
+            self._pending = []
+            if not self.added and not parts_dir(self.path).exists():
+                return
+            write_rows(self.path, self._rows, self.meta)
+            shutil.rmtree(parts_dir(self.path), ignore_errors=True)
+
+
+def file_metadata(path: str | Path) -> dict:
+    """A run file's key-value metadata (bytes -> bytes): its newest part's where a sweep writing it was killed on the
+    way (that sweep's, for --resume), else the file's; {} where it has none."""
+    files = result_files(Path(path))
+    return dict(pq.read_schema(files[-1]).metadata or {})
+
+
+def result_files(p: Path) -> list[Path]:
+    """A file as given, with the parts of a sweep still writing it or killed on the way (RunWriter), or every
+    .parquet file under a folder, its subfolders included (results/h100-*/…)."""
+    p = Path(p)
+    if p.name.endswith(".parts") and p.is_dir():  # a run's parts folder given for the run file it belongs to
+        p = p.with_name(p.name[: -len(".parts")])
+    if p.is_dir():
+        files = sorted(f for f in p.rglob("*.parquet") if f.is_file() and not f.name.endswith(".tmp"))
+        if not files:
+            raise StoreError(f"{p}: no .parquet file in the folder or its subfolders")
+        return files
+    parts = sorted(parts_dir(p).glob("part-*.parquet"))
+    if p.is_file() or parts:
+        return ([p] if p.is_file() else []) + parts
+    raise StoreError(f"{p}: no such file or folder")
+
+
+def _schema_version(f: Path, table: pa.Table) -> int:
+    if "schema_version" in table.column_names:
+        versions = set(table.column("schema_version").drop_null().to_pylist())
+        if len(versions) > 1:
+            # Mixed versions cannot come from write_rows; judge by the oldest.
+            return min(versions)
+        if versions:
+            return versions.pop()
+    meta = (table.schema.metadata or {}).get(META_KEY)
+    if meta is not None and meta.isdigit():
+        return int(meta)
+    if not {"variant", "status", "run_id"} <= set(table.column_names):  # not a run file at all
+        raise StoreError(f"{f}: not a gemmbench run file (no variant, status and run_id columns: gemmbench did not "
+                         f"write it)")  # fmt: skip
+    raise StoreError(
+        f"{f}: has no schema_version, written by an older gemmbench; re-run it or load it with "
+        f"the gemmbench version that wrote it"
+    )
+
+
+def _read(f: Path) -> pa.Table:
+    try:
+        # one open file object: pq.read_table(path) opens the path more than once, and a RunWriter's
+        # os.replace between the opens made 18 of 375 concurrent reads fail
+        with open(f, "rb") as fh:
+            table = pq.read_table(fh)
+    except (pa.ArrowException, OSError) as e:
+        raise StoreError(f"{f}: not a readable Parquet file, truncated or not Parquet ({_one_line(e)})") from None
+    v = _schema_version(f, table)
+    if v == 1:  # schema 1 knew one routing: uniform (MoE rows); dense rows have none
+        moe = [e is not None and e > 1 for e in table.column("E").to_pylist()]
+        table = table.append_column("routing", pa.array(["uniform" if x else None for x in moe], TYPES["routing"]))
+        v = 2
+    if v == 2 and "noisy" not in table.column_names:  # the noisy mark, from the percentiles every timed row has
+        p20, p80 = table.column("time_us_p20").to_pylist(), table.column("time_us_p80").to_pylist()
+        marks = [None if a is None or b is None else noisy(a, b) for a, b in zip(p20, p80, strict=True)]
+        table = table.append_column("noisy", pa.array(marks, pa.bool_()))
+    v = max(v, 3) if v == 2 else v
+    if v == 3:  # before expert parallelism every row ran on EP 1
+        if "ep" not in table.column_names:
+            table = table.append_column("ep", pa.array([1] * table.num_rows, TYPES["ep"]))
+        if "gpu_mem_peak_bytes" not in table.column_names:  # not recorded before schema 4
+            table = table.append_column("gpu_mem_peak_bytes", pa.nulls(table.num_rows, TYPES["gpu_mem_peak_bytes"]))
+        if "cpu" not in table.column_names:  # null: a CPU run's titles say "CPU", as they did
+            table = table.append_column("cpu", pa.nulls(len(table), TYPES["cpu"]))
+        v = 4
+    if v == 4 and "scaling" not in table.column_names:  # written before block scales (older_scaling)
+        pairs = zip(table.column("dtype").to_pylist(), table.column("variant").to_pylist(), strict=True)
+        table = table.append_column("scaling", pa.array([older_scaling(d, n) for d, n in pairs], TYPES["scaling"]))
+    if "roofline_note" not in table.column_names:  # written before the note: the same rule from the row's columns
+        cols = [table.column(c).to_pylist() if c in table.column_names else [None] * table.num_rows
+                for c in ("pct_of_roofline", "flops", "bytes_min", "ceiling_bw_gbps", "ceiling_tflops")]  # fmt: skip
+        notes = [None if None in r[1:3] else roofline_note(*r) for r in zip(*cols, strict=True)]
+        table = table.append_column("roofline_note", pa.array(notes, TYPES["roofline_note"]))
+    if v == 4:  # one process per run before --repeat
+        if "process" not in table.column_names:
+            table = table.append_column("process", pa.array([0] * table.num_rows, TYPES["process"]))
+        v = 5
+    if v == 5:  # before schema 6 no kernel names nor telemetry were recorded: the columns are null
+        for name in ("kernels", *TELEMETRY_COLUMNS):
+            if name not in table.column_names:
+                table = table.append_column(name, pa.nulls(table.num_rows, TYPES[name]))
+        v = 6
+    if v == 6:  # before data parallelism and layouts every row ran DP 1, with vLLM's fusions
+        for name, value in (("dp", 1), ("layout", "vllm")):
+            if name not in table.column_names:
+                table = table.append_column(name, pa.array([value] * table.num_rows, TYPES[name]))
+        v = 7
+    if v < SCHEMA_VERSION:
+        raise StoreError(
+            f"{f}: written by an older gemmbench (schema {v}, this one reads {SCHEMA_VERSION}); "
+            f"re-run it or load it with the gemmbench version that wrote it"
+        )
+    if v > SCHEMA_VERSION:
+        raise StoreError(
+            f"{f}: written by a newer gemmbench (schema {v}, this one reads {SCHEMA_VERSION}); upgrade gemmbench"
+        )
+    absent = [c for c in COLUMNS if c not in table.column_names]
+    if absent:
+        raise StoreError(f"{f}: missing column {absent[0]!r} for schema {SCHEMA_VERSION}")
+    try:
+        return table.select(COLUMNS).cast(SCHEMA)  # drop extras, unify column order and types
+    except (pa.ArrowException, ValueError) as e:
+        raise StoreError(f"{f}: columns do not match schema {SCHEMA_VERSION} ({_one_line(e)})") from None
+
+
+def records(df: pd.DataFrame) -> list[dict]:
+    """The rows of a loaded frame as write_rows takes them again (pandas' NA and NaN back to None)."""
+
+    def plain(v):
+        if isinstance(v, np.ndarray):  # samples_us
+            return v.tolist()
+        if missing(v):
+            return None
+        return v.item() if isinstance(v, np.generic) else v
+
+    return [{k: plain(v) for k, v in r.items()} for r in df.to_dict("records")]
+
+
+def load(paths: Sequence[str | Path]) -> pd.DataFrame:
+    """All rows of the given runs as one DataFrame (columns in COLUMNS order).
+
+    Each path is a .parquet file or a folder (its *.parquet files, sorted, not recursive; *.tmp
+    left by a killed writer are skipped).  dtypes do not depend on the data: strings are pandas'
+    string dtype, floats float64 (None -> NaN), required ints int64, nullable ints Int64 (None ->
+    <NA>), samples_us holds numpy float64 arrays or None.
+    """
+    if isinstance(paths, (str, Path)):
+        paths = [paths]
+    if not paths:
+        raise StoreError("no result files given")
+    tables = [_read(f) for p in paths for f in result_files(Path(p))]
+    table = pa.concat_tables(tables)
+    # Int64 for nullable ints: without it a column's dtype would flip between int64 and float64
+    # depending on whether some row (e.g. a skipped cell) has a null.
+    df = table.to_pandas(types_mapper={pa.int64(): pd.Int64Dtype()}.get)
+    for name in REQUIRED:
+        if TYPES[name] == pa.int64():
+            df[name] = df[name].astype("int64")
+    return df

@@ -1,2 +1,0 @@
-"""Named baselines for `gemmbench compare` (results/baselines/NAME.parquet), installed as package data under
-gemmbench.baselines: a baseline saved here and committed is one the package ships."""
