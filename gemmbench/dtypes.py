@@ -129,9 +129,19 @@ SCALINGS = {
 }
 NAMES_SCALING = tuple(SCALINGS)  # in --scaling's order
 UNSCALED = "none"  # Problem.scaling of a 16-bit dtype: nothing is scaled
-# The scaling a problem has when none is asked (--scaling's default), and the one older rows of fp8 were measured in
-# (store: rows before the scaling column, except the *_rowwise variants': row).
+# The scaling a problem has when none is asked (--scaling's default)
 REFERENCE_SCALING = "tensor"
+# How an fp8 GEMM's tensor-core sums reach fp32: "precise" promotes them every few K steps (cuBLAS without fast
+# accumulation, the block-scaled kernels, gemmbench's Triton kernels), "fast" lets the wgmma chain sum all of K in
+# its reduced precision (cuBLAS use_fast_accum, vLLM's CUTLASS fp8 kernels).  Every fp8 row is "precise" so far.
+FP8_ACCUMS = ("precise", "fast")
+REFERENCE_FP8_ACCUM = "precise"
+
+
+def fp8_accum(dtype: str) -> str:
+    """The accumulation contract of a problem of `dtype`: the reference one for fp8, UNSCALED for 16-bit dtypes."""
+    dt = ALL.get(dtype)
+    return REFERENCE_FP8_ACCUM if dt is not None and dt.scaled else UNSCALED
 
 
 def scaling(name: str) -> Scaling:

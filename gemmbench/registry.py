@@ -75,8 +75,8 @@ class Variant:
     make: Callable[[Problem, Any], Launch]
     supports: Optional[Callable[[Problem, Any], Optional[str]]] = None
     moe: bool = False  # True: runs MoE problems (E > 1); False: dense problems only
-    # Before issue 19 a variant ran one fp8 scaling, named here; kept so that plugins written then still load: it
-    # means scalings=(fp8_scaling,).  New code gives `scalings`.
+    # A variant once ran one fp8 scaling, named here; kept so that plugins written for that still load: it means
+    # scalings=(fp8_scaling,).  New code gives `scalings`.
     fp8_scaling: Optional[str] = None
     source: str = "builtin"  # "builtin" or the plugin it came from
     tunable: Any = None  # a tuning.Tunable: its configs are searched by `gemmbench tune` and stored
@@ -90,7 +90,8 @@ class Variant:
     baseline: tuple[str, ...] = ()
     # the fp8 scalings it runs (names in dtypes.SCALINGS; Problem.scaling): () means ("tensor",), or (fp8_scaling,)
     scalings: tuple[str, ...] = ()
-    # False: runs only when --variants names it (a glob that matches it): inductor_mm's compile costs seconds a cell
+    # False: runs only when --variants names it (a glob that matches it).  A default run has each family's one
+    # variant worth comparing (README, "Which variants run"), the baselines, and every plugin's
     by_default: bool = True
 
     def __post_init__(self) -> None:

@@ -1,8 +1,14 @@
 """Markdown tables for docs/BENCHMARKS.md from a gemmbench Parquet file.
 
-    python scripts/bench_tables.py results/h100-2026-11-22/llama70b-attn-cold.parquet \
+    python scripts/bench_tables.py --check docs/BENCHMARKS.md    # exit 1 where a table differs from its files
+    python scripts/bench_tables.py --update docs/BENCHMARKS.md   # write every table again from its files
+
+In BENCHMARKS a table stands between `<!-- bench_tables.py ARGS -->` and `<!-- /bench_tables.py -->`: ARGS are this
+script's arguments, so each table is reproduced from the committed Parquet files it names.
+
+    python scripts/bench_tables.py results/RUN/llama70b-attn-cold.parquet \
         [--group DP=triton_dp_*] [--group SplitK=triton_splitk_*]
-    python scripts/bench_tables.py --moe results/h100-2026-11-23-moe/moe-tp2-cold.parquet
+    python scripts/bench_tables.py --moe results/RUN/moe-tp2-cold.parquet
 
 One row per (GEMM, TP, dtype, M): the dtype's cuBLAS baseline (µs, % of roofline), cuBLAS fp8 row-wise
 where it ran, then for each group (default: one per non-cuBLAS family) its fastest ok variant, µs,
@@ -14,7 +20,11 @@ from __future__ import annotations
 import argparse
 import fnmatch
 import json
+import re
+import shlex
+import sys
 from collections import Counter
+from pathlib import Path
 
 from gemmbench.results import store
 from gemmbench.results.md_table import md_table
@@ -124,13 +134,41 @@ def render_moe(path: str) -> str:
     return _table(head, cols, body)
 
 
-def main() -> None:
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("parquet", nargs="+")
+    ap.add_argument("parquet", nargs="*")
     ap.add_argument("--group", action="append", help="NAME=GLOB: a column group of variants (repeatable)")
     ap.add_argument("--moe", action="store_true", help="the MoE table (fused schedules against the baselines)")
-    args = ap.parse_args()
-    print("\n\n".join(render_moe(p) if args.moe else render(p, args.group) for p in args.parquet))
+    ap.add_argument("--check", metavar="MD", help="exit 1 where a marked table of this file differs from its files")
+    ap.add_argument("--update", metavar="MD", help="write every marked table of this file again from its files")
+    return ap
+
+
+def tables(args: argparse.Namespace) -> str:
+    return "\n\n".join(render_moe(p) if args.moe else render(p, args.group) for p in args.parquet)
+
+
+MARKED = re.compile(r"(<!-- bench_tables\.py (?P<args>.*?) -->\n)(?P<body>.*?)(<!-- /bench_tables\.py -->)", re.S)
+
+
+def refreshed(text: str) -> str:
+    """The Markdown text with every marked table rendered again from the files its marker names."""
+    return MARKED.sub(lambda m: m[1] + tables(_parser().parse_args(shlex.split(m["args"]))) + "\n" + m[4], text)
+
+
+def main() -> None:
+    args = _parser().parse_args()
+    for path in filter(None, (args.check, args.update)):
+        old = Path(path).read_text(encoding="utf-8")
+        new = refreshed(old)
+        if args.update:
+            Path(path).write_text(new, encoding="utf-8")
+        elif new != old:
+            sys.exit(f"{path}: a table differs from its Parquet files: python3 scripts/bench_tables.py --update {path}")
+        return
+    if not args.parquet:
+        sys.exit("give Parquet files, or --check / --update a Markdown file")
+    print(tables(args))
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@
 #   SWEEPS="name:args"  each: gemmbench run args --out logs/name.parquet, e.g. attn-cold:--shapes+llama70b-attn
 #   PROFILES="name:args" each: gemmbench profile args --out logs/name/ (ncu reports and the profile table)
 #   LAYERS="name:args"   each: gemmbench layer args --out logs/name.parquet
+#   BENCH="decode moe"   each: scripts/bench/NAME.sh logs/NAME (the scripts of docs/BENCHMARKS.md's tables)
 #   Order: tests, tunes, profiles, layers, sweeps (the sweeps last: the longest, and a stopped one keeps its rows).  A .whl/ folder (carried) is installed first (the nvtx wheel).
 #   BUDGET_S=540        every step is stopped (and what it wrote kept) when this many seconds have passed,
 #                       so that the packing at the end still runs inside the tool's 600 s limit
@@ -33,7 +34,7 @@ python3 -m pip install -q --no-deps --no-build-isolation -e . >"$LOG/install.log
 # The tunes write into the tree's gemmbench/kernels/configs (what configs.tgz packs, and what the project commits), not the
 # user's config folder where `gemmbench tune` writes by default; the sweeps read the same files (the pytest run
 # sets its own folder: tests/conftest.py)
-export GEMMBENCH_CONFIG_DIR=$PWD/kernels/configs
+export GEMMBENCH_CONFIG_DIR=$PWD/gemmbench/kernels/configs
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv | tee "$LOG/gpu.txt"
 if [ "${TESTS:-1}" = 1 ]; then
   PYTHONUNBUFFERED=1 timeout -s INT "$(left)" python3 -m pytest -m gpu -q ${PYTEST_ARGS:-tests/test_gpu.py tests/test_tuning.py} \
@@ -51,8 +52,13 @@ step() {  # kind name args
   echo "$kind $name: exit $? in $(( $(date +%s) - start )) s" | tee -a "$OUT/steps.log"
 }
 for t in ${TUNES:-}; do step tune "${t%%:*}" "${t#*:}"; done
-[ -n "${TUNES:-}" ] && tar czf "$OUT/configs.tgz" -C kernels configs
+[ -n "${TUNES:-}" ] && tar czf "$OUT/configs.tgz" -C gemmbench/kernels configs
 for s in ${PROFILES:-}; do step profile "${s%%:*}" "${s#*:}"; done
 for s in ${LAYERS:-}; do step layer "${s%%:*}" "${s#*:}"; done
 for s in ${SWEEPS:-}; do step run "${s%%:*}" "${s#*:}"; done
+for b in ${BENCH:-}; do
+  start=$(date +%s)
+  PYTHONUNBUFFERED=1 timeout -s INT "$(left)" "scripts/bench/$b.sh" "$LOG/$b" >"$LOG/bench-$b.log" 2>&1
+  echo "bench $b: exit $? in $(( $(date +%s) - start )) s" | tee -a "$OUT/steps.log"
+done
 tar czf "$OUT/all.tgz" -C "$OUT" logs && rm -rf "$LOG"

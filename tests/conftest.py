@@ -10,6 +10,7 @@ import atexit
 import os
 import shutil
 import tempfile
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -36,6 +37,16 @@ os.environ.update(
 )
 
 PLUGINS = Path(__file__).parent / "plugins"
+# synthetic rows' time: no real run's (which day never matters to a test; which of two rows is newer may)
+EPOCH = datetime(2000, 1, 1, tzinfo=timezone.utc)
+
+
+def stamp(**delta) -> str:
+    """A synthetic row's timestamp: EPOCH + timedelta(**delta) in ISO 8601, as the run writer writes one."""
+    return (EPOCH + timedelta(**delta)).isoformat()
+
+
+TIMESTAMP = stamp()
 
 
 def pytest_collection_modifyitems(config, items):

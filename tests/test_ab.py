@@ -1,4 +1,4 @@
-"""`gemmbench run --repeat N --ab BASELINE_COMMAND` (issue 21, item 2): the baseline build's processes interleaved
+"""`gemmbench run --repeat N --ab BASELINE_COMMAND`: the baseline build's processes interleaved
 with this build's, A B A B, into two files that `compare` tests per process.  The baseline here is a fake: a script
 that logs when it ran and with what, and writes one row of the same cell (1 s a sample, so the candidate is faster)."""
 
@@ -8,6 +8,7 @@ import sys
 from datetime import datetime, timezone
 
 import pytest
+from conftest import stamp
 from typer.testing import CliRunner
 
 from gemmbench.cli import ab, app
@@ -48,7 +49,7 @@ def fake_baseline(tmp_path, fail: bool = False):
     row = dict(shape_set="ab", gemm="g", M=1, N=64, K=64, E=1, topk=1, tp=1, ep=1, dtype="fp16", scaling="none",
                variant="cublas_fp16", family="cublas", status="ok", timing_mode="wall", l2_state="warm",
                samples_us=[1e6] * 5, time_us_median=1e6, time_us_p20=1e6, time_us_p80=1e6, n_samples=5,
-               timestamp="2026-11-24T00:00:00+00:00", config="{}", **device.provenance())  # fmt: skip
+               timestamp=stamp(), config="{}", **device.provenance())  # fmt: skip
     (tmp_path / "template.json").write_text(json.dumps([row]))
     log = tmp_path / "baseline.log"
     text = FAKE.format(python=sys.executable, template=str(tmp_path / "template.json"), log=str(log))

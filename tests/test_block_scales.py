@@ -1,4 +1,4 @@
-"""fp8 with block scales (issue 19) on the CPU: quantisation, the reference, the planted neighbouring-scale kernel, every
+"""fp8 with block scales on the CPU: quantisation, the reference, the planted neighbouring-scale kernel, every
 block-scaled Triton variant under the interpreter, the skipped reasons, the CLI's bad input, rows keyed on scaling.
 
 Shapes: K = 320 is two full 128-column groups and a partial one of 64; N = 200 is one full 128-row block and a
@@ -10,6 +10,7 @@ import math
 
 import pytest
 import torch
+from conftest import stamp
 from typer.testing import CliRunner
 
 from gemmbench import dtypes, registry
@@ -222,7 +223,7 @@ def test_stored_configs_are_named_by_a_scaling_other_than_tensor(tmp_path, monke
 
 
 def _row(variant, scaling, t, dtype="fp8"):
-    return dict(run_id="r", timestamp="2026-01-01T00:00:00", shape_set="t", gemm="g", M=16, N=256, K=256, E=1,
+    return dict(run_id="r", timestamp=stamp(), shape_set="t", gemm="g", M=16, N=256, K=256, E=1,
                 topk=1, tp=1, ep=1, dtype=dtype, scaling=scaling, variant=variant, status="ok",
                 time_us_median=t, time_us_p20=t, time_us_p80=t, samples_us=[t] * 5, flops=2 * 16 * 256 * 256,
                 timing_mode="cold", gpu="H100")  # fmt: skip
@@ -244,22 +245,6 @@ def test_speedups_and_figures_never_mix_two_scalings(tmp_path):
 
     verdicts = compare.compare(store.load([path]), store.load([path]))
     assert len(verdicts) == 4 and any("fp8 block" in v.cell for v in verdicts)  # four cells, not two
-
-
-def test_rows_written_before_the_scaling_column_read_as_documented(tmp_path):
-    rows = [_row("cublas_fp8", None, 1.0), _row("triton_splitk_atomic_rowwise", None, 1.0),
-            _row("cublas_bf16", None, 1.0, dtype="bf16")]  # fmt: skip
-    path = tmp_path / "old.parquet"
-    store.write_rows(path, rows)
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    # a schema-4 file from before block scales: no scaling, and none of schema 5's columns
-    table = pq.read_table(path).drop(["scaling", "process", "roofline_note"]).replace_schema_metadata(None)
-    i = table.column_names.index("schema_version")
-    table = table.set_column(i, "schema_version", pa.array([4] * table.num_rows, table.schema.field(i).type))
-    pq.write_table(table, path)
-    assert list(store.load([path])["scaling"]) == ["tensor", "row", "none"]
 
 
 # ---------------------------------------------------------------- the CLI

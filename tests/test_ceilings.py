@@ -1,4 +1,4 @@
-"""The compute ceiling (issue 21, item 5): the ladder's best median, its cache key (GPU, clock state, torch), and the
+"""The compute ceiling: the ladder's best median, its cache key (GPU, clock state, torch), and the
 flag on a row above it.  No GPU: the timings are injected, the GPU and NVML faked."""
 
 import json

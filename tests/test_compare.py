@@ -7,6 +7,7 @@ import json
 
 import numpy as np
 import pytest
+from conftest import TIMESTAMP, stamp
 from test_cli import bad, cpu_only, invoke, table_rows, text
 
 from gemmbench.results import compare as cmp
@@ -25,7 +26,7 @@ STACK = {"torch": "2.11.0+cu130", "triton": "3.6.0", "cuda": "13.0", "driver": "
 
 
 def row(
-    variant="v", M=16, status="ok", s=None, gpu="NVIDIA H100 80GB HBM3", mode="cold", ts="2026-11-23T00:00:00", **extra
+    variant="v", M=16, status="ok", s=None, gpu="NVIDIA H100 80GB HBM3", mode="cold", ts=TIMESTAMP, **extra
 ) -> dict:
     s = samples(100.0, 0.01) if s is None and status == "ok" else s
     extra = {**STACK, **extra}
@@ -129,7 +130,7 @@ def test_verdicts_for_status_changes_and_missing_cells(tmp_path):
 
 def test_latest_row_of_a_cell_wins(tmp_path):
     base = [row("a")]
-    cand = [row("a", s=samples(150, 0.01), ts="2026-11-23T01:00:00"), row("a", ts="2026-11-23T02:00:00")]
+    cand = [row("a", s=samples(150, 0.01), ts=stamp(hours=1)), row("a", ts=stamp(hours=2))]
     rows = cmp.compare(store.load(write(tmp_path, "b", base)), store.load(write(tmp_path, "c", cand)))
     assert [r.verdict for r in rows] == ["same"]
 
@@ -265,7 +266,7 @@ def test_a_file_of_another_schema_is_refused(tmp_path):
 
     base = write(tmp_path, "base", [row("a")])
     table = pq.read_table(base)
-    old = table.drop_columns(["schema_version"]).replace_schema_metadata({b"gemmbench.schema_version": b"9"})
+    old = table.replace_schema_metadata({b"gemmbench.run_format": b"9"})
     pq.write_table(old, tmp_path / "new.parquet")
     assert "newer gemmbench" in bad(invoke("compare", base, tmp_path / "new.parquet"))
 

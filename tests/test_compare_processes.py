@@ -1,4 +1,4 @@
-"""Verdicts that see what one process's samples cannot (issue 21, item 2): config-changed cells, cells run on other
+"""Verdicts that see what one process's samples cannot: config-changed cells, cells run on other
 physical GPUs, per-process medians from `gemmbench run --repeat N`, and the `process` column of the store."""
 
 from __future__ import annotations
@@ -6,9 +6,8 @@ from __future__ import annotations
 import json
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
+from conftest import TIMESTAMP, stamp
 from test_cli import bad, invoke, text
 from test_compare import row, samples, write
 
@@ -100,7 +99,7 @@ def test_nothing_compared_on_one_gpu_is_exit_2_naming_the_flag(tmp_path):
 # ---------------------------------------------------------------- per-process medians
 
 
-def processes(variant: str, medians: list[float], run_id="r", ts="2026-11-23T00:00:00") -> list[dict]:
+def processes(variant: str, medians: list[float], run_id="r", ts=TIMESTAMP) -> list[dict]:
     """One row per process: 31 samples evenly within ±0.5% of that process's median, which is exactly `m`."""
     spread = np.linspace(0.995, 1.005, 31)
     return [dict(row(variant, s=list(m * spread), ts=ts), process=i, run_id=run_id)
@@ -128,7 +127,7 @@ def test_a_change_beyond_the_process_spread_is_slower(tmp_path):
 
 
 def test_the_latest_run_of_a_cell_is_used_with_all_its_processes(tmp_path):
-    old = processes("a", [200], run_id="old", ts="2026-11-22T00:00:00")  # an earlier run in the same folder
+    old = processes("a", [200], run_id="old", ts=stamp(days=-1))  # an earlier run in the same folder
     base = old + processes("a", [100, 101, 99], run_id="new")
     got = verdicts(tmp_path, base, processes("a", [100, 101, 99]))["a"]
     assert (got.verdict, got.base_processes) == ("same", 3)
@@ -148,16 +147,6 @@ def test_within_process_only_is_in_the_json_and_the_table(tmp_path):
 
 
 # ---------------------------------------------------------------- the store and run --repeat
-
-
-def test_a_schema_4_file_reads_as_process_0(tmp_path):
-    path = tmp_path / "old.parquet"
-    store.write_rows(path, [row("a")])
-    table = pq.read_table(path).drop_columns(["process"])
-    i = table.column_names.index("schema_version")
-    table = table.set_column(i, "schema_version", pa.array([4], pa.int64()))
-    pq.write_table(table.replace_schema_metadata({b"gemmbench.schema_version": b"4"}), path)
-    assert list(store.load([path])["process"]) == [0]
 
 
 def test_run_repeat_2_writes_each_cell_once_per_process(tmp_path):

@@ -1,5 +1,5 @@
 """The CPU path (no CUDA GPU): a cell takes exactly worker.CPU_SAMPLES samples after one warm-up call, whatever
---budget says (issue 17: the smoke run under a minute), and every row names the host's processor, so that a CPU
+--budget says (so that the smoke run takes under a minute), and every row names the host's processor, so that a CPU
 run's figures are titled "CPU (<processor>)" (older files, without the column, read "CPU")."""
 
 from __future__ import annotations
@@ -11,8 +11,6 @@ os.environ["MPLBACKEND"] = "Agg"  # before anything imports matplotlib: no GUI b
 import re
 from pathlib import Path
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 from conftest import HAS_CUDA
 from test_cli import invoke, text
@@ -120,15 +118,12 @@ def test_cpu_rows_name_the_processor_and_their_figures_say_it(sleepy_run):
 
 
 @cpu_only
-def test_a_run_file_of_schema_3_reads_without_the_processor_titled_cpu(sleepy_run, tmp_path):
-    """Schema 3 had no `cpu` column: such a file loads, its `cpu` null, and a CPU run's figures say "CPU"."""
+def test_a_run_without_the_processor_is_titled_cpu(sleepy_run, tmp_path):
+    """A row whose `cpu` is null (a plugin's, a host whose processor is unknown): a CPU run's figures say "CPU"."""
     df, _ = sleepy_run
-    table = pa.Table.from_pylist(store.records(df), schema=run_schema.SCHEMA).drop_columns(["cpu"])
-    i = table.column_names.index("schema_version")
-    table = table.set_column(i, "schema_version", pa.array([3] * len(table), pa.int64()))
-    pq.write_table(table.replace_schema_metadata({b"gemmbench.schema_version": b"3"}), tmp_path / "v3.parquet")
-    old = store.load(tmp_path / "v3.parquet")
-    assert old.cpu.isna().all() and (old.schema_version == 3).all() and len(old) == len(df)
+    store.write_rows(tmp_path / "nocpu.parquet", [dict(r, cpu=None) for r in store.records(df)])
+    old = store.load(tmp_path / "nocpu.parquet")
+    assert old.cpu.isna().all() and len(old) == len(df)
     for d in plots.figures("speedup", prepared(None, df=old, gpu="cpu")):
         assert "\nCPU · " in title(d.figure) and "CPU (" not in title(d.figure), title(d.figure)
 

@@ -19,7 +19,7 @@ from gemmbench.measure.ceilings import Ceilings
 from gemmbench.measure.inputs import make_inputs
 from gemmbench.plot import datasheet
 from gemmbench.registry import Launch, RegistryError, Variant
-from gemmbench.results import store, tables
+from gemmbench.results import tables
 
 # ---------------------------------------------------------------- the dtype table
 
@@ -111,7 +111,7 @@ def test_scale_counts(M, N, K):
 
 def old_baseline_for(row: dict) -> str:
     """tables.baseline_for before the registry declared baselines: a name table and suffix parsing; since rows
-    carry their scaling (issue 19) cublas_fp8_rowwise's own rows are its own baseline's (row-scaled cells)."""
+    carry their scaling, cublas_fp8_rowwise's own rows are its own baseline's (row-scaled cells)."""
     if row["E"] > 1:
         return "torch_moe_loop"
     if row["dtype"] == "fp8" and row["variant"].endswith("_rowwise"):
@@ -120,8 +120,10 @@ def old_baseline_for(row: dict) -> str:
 
 
 def _row(variant: str, dtype: str, E: int = 1) -> dict:
-    """A row as a file written before the scaling column reads (store.older_scaling)."""
-    return {"variant": variant, "dtype": dtype, "E": E, "scaling": store.older_scaling(dtype, variant)}
+    """A row of the one scaling each built-in ran before block scales: fp8 per tensor, but per row for the
+    *_rowwise variants; a 16-bit dtype none."""
+    scaling = "none" if dtype != "fp8" else "row" if variant.endswith("_rowwise") else "tensor"
+    return {"variant": variant, "dtype": dtype, "E": E, "scaling": scaling}
 
 
 BUILTINS = [v.name for v in registry.all_variants() if v.source == "builtin"]
@@ -177,7 +179,7 @@ def _variant(**kw) -> Variant:
 
 
 def test_a_registered_variant_is_measured_against_its_scalings_baseline():
-    v = registry.register(_variant(fp8_scaling="row"))  # the field plugins used before issue 19
+    v = registry.register(_variant(fp8_scaling="row"))  # the field older plugins use
     assert v.scalings == ("row",)
     assert tables.baseline_for({"variant": v.name, "dtype": "fp8", "E": 1, "scaling": "row"}) == "cublas_fp8_rowwise"
 

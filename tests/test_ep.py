@@ -296,12 +296,6 @@ def test_compare_keys_on_ep(ep_run):
     assert sum(v == "new" for v in rows.values()) == 2
 
 
-def test_committed_run_files_read_as_ep_1():
-    df = store.load(["results/h100-2026-11-23-moe/moe-tp2-cold.parquet"])  # written with schema 2, before EP
-    assert len(df) > 0 and set(df.ep) == {1} and set(df.schema_version) == {2}
-    assert set(df.dp) == {1} and set(df.layout) == {"vllm"}  # written before DP and layouts
-
-
 def test_tuned_config_files_are_named_by_the_local_experts_and_ep():
     gpu = "NVIDIA H100 80GB HBM3"
     dsv3 = Problem("s", "moe_w13", 8, 4096, 7168, "bf16", E=256, topk=8, ep=8)

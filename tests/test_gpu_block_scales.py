@@ -1,4 +1,4 @@
-"""GPU tests of fp8 block scales (issue 19; marker `gpu`, skipped without CUDA): every block-scaled variant against
+"""GPU tests of fp8 block scales (marker `gpu`, skipped without CUDA): every block-scaled variant against
 the fp32 reference on shapes with partial scale blocks, cuBLAS's block-scaled GEMM where this torch has it, the
 planted neighbouring-block kernel caught on the GPU too, and the fused MoE's K tail (GPT-OSS's K = 2880 is not a
 multiple of BLOCK_K 128).  No timing is asserted."""

@@ -1,6 +1,6 @@
-"""The compute ceiling is one no cuBLAS row passes (issue 21, item 5; marker `gpu`).  Before the ladder the fp8 peak
-was one 8192³ GEMM (1460.7 TFLOP/s on an H100) and cuBLAS fp8 ran Llama3-405B's GEMMs at M 2048 at 1473-1549: 101-106%
-of roofline.  This runs those GEMMs and every Llama3-70B GEMM at M 2048, TP 1, with cublas_bf16 and cublas_fp8, in a
+"""The compute ceiling is one no cuBLAS row passes (marker `gpu`).  Before the ladder the fp8 peak was one 8192³
+GEMM (1460.7 TFLOP/s on an H100) and cuBLAS fp8 ran Llama3-405B's GEMMs at M 2048 at 1473-1549: 101-106% of
+roofline (docs/GPU-FACTS.md).  This runs those GEMMs and every Llama3-70B GEMM at M 2048, TP 1, with cublas_bf16 and cublas_fp8, in a
 fresh cache (so the ladder is measured by this run), and asserts no row is above 100%.  No timing is asserted.
 
 Wall time on an H100, estimated (not measured): the bandwidth and compute ladders ~20 s (5 rungs x 3 dtypes at

@@ -3,7 +3,7 @@ PATH), and the `kernels` column of every GPU mode.  Cells: Llama3-70B attn_o (81
 at TP 1, M 512 and 2048, bf16 and fp8 (per tensor), cuBLAS and the data-parallel Triton kernel: 16 cells whose
 kernels all take >= 20 µs (2 * 512 * 8192 * 8192 FLOP = 68.7 GFLOP, the smallest, is ~50 µs at 1400 TFLOP/s fp8).
 
-Two bounds, both measured on the H100 (2026-11-24, these 16 cells, each mode in its own process):
+Two bounds, both measured on the H100 (docs/BENCHMARKS.md; these 16 cells, each mode in its own process):
 - cold and cupti, 5% (BOUND): cupti's samples are the kernel-only part of the same calls after the same eviction, so
   a cupti median may not exceed its cold median by more than the variation between two processes; it did not on
   any of the 16 cells.

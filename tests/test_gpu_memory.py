@@ -1,5 +1,5 @@
-"""GPU tests (marker `gpu`; skipped without CUDA) of issue 18, item 4: DeepSeek-V3's routed experts (256 experts,
-top-8) checked `ok` on one GPU with a peak memory bound derived from the shapes, and stream mode's copy plan through
+"""GPU tests (marker `gpu`; skipped without CUDA) of inputs that fit in memory: DeepSeek-V3's routed experts (256
+experts, top-8) checked `ok` on one GPU with a peak memory bound derived from the shapes, and stream mode's copy plan through
 the worker's time task on a real GPU.  No timing is asserted."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""GPU test (marker `gpu`; skipped without CUDA) of issue 21 item 1: a row timed on a real GPU carries NVML's
+"""GPU test (marker `gpu`; skipped without CUDA) of telemetry per row: a row timed on a real GPU carries NVML's
 clocks, power and temperature (nvidia-ml-py is on the GPU image), read from the GPU the row's gpu_uuid names.
 No timing, clock or power value is asserted beyond its being physical."""
 

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 import torch
 
@@ -155,17 +153,12 @@ def test_no_kernel_names_on_a_cpu():
     assert p.kernels == [] and p.kernel_names is None
 
 
-def test_kernel_names_round_trip_and_older_files_read_null(tmp_path):
+def test_kernel_names_round_trip(tmp_path):
     base = dict(run_id="r", shape_set="s", gemm="attn_o", M=16, N=64, K=64, E=1, topk=1, tp=1, ep=1, dtype="fp8",
                 scaling="tensor", variant="cublas_fp8", status="ok")  # fmt: skip
     path = tmp_path / "run.parquet"
     store.write_rows(path, [dict(base, kernels=f"{GEMM};{REDUCE}")])
     assert store.load([path])["kernels"].tolist() == [f"{GEMM};{REDUCE}"]
-    # a schema-5 file (before kernel names): read with kernels null
-    table = pq.read_table(path).drop_columns(["kernels"])
-    table = table.set_column(table.column_names.index("schema_version"), "schema_version", pa.array([5], pa.int64()))
-    pq.write_table(table.replace_schema_metadata({b"gemmbench.schema_version": b"5"}), path)
-    assert store.load([path])["kernels"].isna().tolist() == [True]
 
 
 def test_prepared_without_names_has_no_kernels_column_value():

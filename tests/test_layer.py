@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from conftest import HAS_CUDA
+from conftest import HAS_CUDA, TIMESTAMP
 from typer.testing import CliRunner
 
 from gemmbench import dtypes, registry, shapes
@@ -906,7 +906,7 @@ def test_layer_smoke_runs_on_the_cpu_with_its_defaults(tmp_path):
 # Five steps of 100 µs each alone: a kernel sum of 500 µs.  Eager 400 µs per layer: gap (400 - 500) / 5 = -20 µs a
 # step, below zero (seen on the CPU: -5226.6 µs); eager 600 µs: +20.  Graph 450 µs: (450 - 500) / 5 = -10.
 KERNELS = [[100.0] * 5] * 5
-GAP_META = dict(run_id="gaps", timestamp="2026-11-24T10:00:00+00:00", model="tiny", shape_set="tiny-layer", tp=1,
+GAP_META = dict(run_id="gaps", timestamp=TIMESTAMP, model="tiny", shape_set="tiny-layer", tp=1,
                 dtype="fp16", layers=1, device="cpu", gpu=None, cpu="Test CPU")  # fmt: skip
 
 

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import TIMESTAMP
 from test_cli import bad, invoke, table_rows, text
 from test_compare import row
 
@@ -105,8 +106,8 @@ def test_baseline_list_shows_each_name_where_it_resolved(three_folders):
         ("h100", "shipped"),
         ("user_and_shipped", "shipped (shadowed)"),
     ]
-    # each file is one row() of tests/test_compare.py: its stack, its day (2026-11-23), 1 row
-    assert rows[0][2:9] == ["NVIDIA H100 80GB HBM3", "2.11.0+cu130", "3.6.0", "13.0", "580.159.04", "2026-11-23", "1"]
+    # each file is one row() of tests/test_compare.py: its stack, its day, 1 row
+    assert rows[0][2:9] == ["NVIDIA H100 80GB HBM3", "2.11.0+cu130", "3.6.0", "13.0", "580.159.04", TIMESTAMP[:10], "1"]
     assert f"8 baseline file(s); searched in order: ./results/baselines, {user}, {shipped}" in " ".join(
         text(res.stderr).split()
     )

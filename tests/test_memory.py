@@ -1,4 +1,4 @@
-"""Inputs, reference and timing that fit in memory (issue 18, item 4), on the CPU with tiny shapes: the chunked draw
+"""Inputs, reference and timing that fit in memory, on the CPU with tiny shapes: the chunked draw
 (its order, distribution and fp8 scales), the fp32 reference under a forced tiny memory budget (N slices, one expert
 at a time, only the experts hit, no work for a slot of another rank), and stream mode's copies sized from free
 memory with its fallback to cold timing, through the worker's time task."""

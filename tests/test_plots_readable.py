@@ -1,4 +1,4 @@
-"""Figures a reader can decode (issue 17, item 7), read from the matplotlib objects, never from pixels: one colour
+"""Figures a reader can decode, read from the matplotlib objects, never from pixels: one colour
 per series in a figure and a variant's own colour across figures, legend swatches equal to their bars, every
 label inside its axes, a roofline split into panels when it holds many GEMM/TP groups with M labels that do not
 overlap, CPU runs titled as such, and "N/A" (never "nan") for what the rows lack."""
@@ -35,8 +35,6 @@ LAYERS = ROOT / "results/h100-2026-11-23-layer"
 MIX = [LAYERS / "mix-grouped.parquet", LAYERS / "mix-splitk.parquet"]  # two plans that both start with cublas_bf16
 MLP = ROOT / "results/h100-2026-11-22/llama70b-mlp-cold.parquet"
 PROFILES = ROOT / "results/h100-2026-11-23-profile"
-# the kernel-time grey the layer legend once used, and the greys that mean a ceiling or the GEMM marker key
-GREYS = ("#777777", "#555555", "#666666", "#000000")
 
 
 # ------------------------------------------------------------------ reading the figures
@@ -358,17 +356,19 @@ def test_cpu_rows_are_titled_cpu(tp8):
     assert set(plotdata.gpu_names(tp8)) == {"NVIDIA H100 80GB HBM3"}  # GPU rows as before
     assert set(plotdata.gpu_names(tp8.assign(gpu=None))) == {"unknown GPU"}
     rows = prepared(None, df=cpu, gpu="cpu")  # --gpu cpu picks them
+    (day,) = {str(t)[:10] for t in tp8["timestamp"]}  # the day the rows were measured
     for kind in ("roofline", "speedup"):
         for d in plots.figures(kind, rows):
             if d.figure is None:  # a row-scaled speedup figure: its one variant is its baseline
                 continue
-            assert "\nCPU · 2026-11-22 · cold timing" in title(d.figure), title(d.figure)
+            assert f"\nCPU · {day} · cold timing" in title(d.figure), title(d.figure)
             assert "unknown GPU" not in title(d.figure)
     roof = plots.figures("roofline", rows)[0].figure
     assert "A CPU run: no GPU datasheet ceilings" in footnote(roof)
     layers = plotdata.read(MIX).layers
     (d,) = plots_layer.figures(cpu_rows(layers))
-    assert "\nCPU · 2026-11-23 · gemmbench layer" in title(d.figure)
+    (day,) = {str(t)[:10] for t in layers["timestamp"]}
+    assert f"\nCPU · {day} · gemmbench layer" in title(d.figure)
 
 
 def _cpu_parquet(tmp_path: Path) -> Path:

@@ -15,7 +15,7 @@ from types import SimpleNamespace
 
 import pandas as pd
 import pytest
-from conftest import HAS_CUDA
+from conftest import HAS_CUDA, TIMESTAMP, stamp
 from typer.testing import CliRunner
 
 from gemmbench import registry
@@ -627,7 +627,7 @@ def _profile_rows():
     fake_base = dict(
         run_id="p1",
         profile_schema=side_tables.PROFILE_SCHEMA,
-        timestamp="2025-01-01T00:00:00+00:00",
+        timestamp=TIMESTAMP,
         shape_set="llama70b-attn",
         gemm="attn_o",
         M=16,
@@ -700,7 +700,7 @@ def _cell_profile(ts: str, duration: float, status="ok", **cell) -> list[dict]:
     """A cell's profile rows as CellProfiler makes them: two kernels and their sum."""
     base = dict(
         run_id=f"p{ts}",
-        profile_schema=1,
+        profile_schema=side_tables.PROFILE_SCHEMA,
         timestamp=ts,
         shape_set="llama70b-attn",
         gemm="attn_o",
@@ -711,7 +711,12 @@ def _cell_profile(ts: str, duration: float, status="ok", **cell) -> list[dict]:
         topk=1,
         routing=None,
         tp=1,
+        ep=1,
+        dp=1,
+        layout="vllm",
         dtype="bf16",
+        scaling="none",
+        fp8_accum="none",
         variant="cublas_bf16",
         status=status,
         reason=None if status == "ok" else "x",
@@ -745,11 +750,11 @@ def runs(tmp_path):
 def test_join_takes_the_latest_summed_row(runs, tmp_path):
     moe = dict(gemm="moe_w13", N=1024, K=512, E=8, topk=2, routing="uniform", variant="triton_moe_row")
     rows = (
-        _cell_profile("2025-01-02T00:00:00+00:00", 200.0)  # newer
-        + _cell_profile("2025-01-01T00:00:00+00:00", 100.0)  # older, written after
-        + _cell_profile("2025-01-03T00:00:00+00:00", 0.0, status="error")  # newest, but failed
-        + _cell_profile("2025-01-01T00:00:00+00:00", 500.0, **moe)
-        + _cell_profile("2025-01-01T00:00:00+00:00", 700.0, **dict(moe, routing="skewed"))
+        _cell_profile(stamp(days=1), 200.0)  # newer
+        + _cell_profile(stamp(), 100.0)  # older, written after
+        + _cell_profile(stamp(days=2), 0.0, status="error")  # newest, but failed
+        + _cell_profile(stamp(), 500.0, **moe)
+        + _cell_profile(stamp(), 700.0, **dict(moe, routing="skewed"))
     )  # another cell
     path = tmp_path / "prof.parquet"
     side_tables.write_profile_table(path, rows)
@@ -767,9 +772,7 @@ def test_join_takes_the_latest_summed_row(runs, tmp_path):
 
 def test_join_with_no_successful_profile(runs, tmp_path):
     path = tmp_path / "prof.parquet"
-    side_tables.write_profile_table(
-        path, _cell_profile("2025-01-01T00:00:00+00:00", 0.0, status="error", ncu_report="r.ncu-rep")
-    )
+    side_tables.write_profile_table(path, _cell_profile(TIMESTAMP, 0.0, status="error", ncu_report="r.ncu-rep"))
     joined = profile.join(runs, side_tables.load_profile_tables(path))
     assert len(joined) == 3 and joined["ncu_report"].isna().all()
 

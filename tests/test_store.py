@@ -4,15 +4,17 @@ import signal
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from conftest import TIMESTAMP
 
-from gemmbench.results import store
-from gemmbench.results.run_schema import COLUMNS, SCHEMA, SCHEMA_VERSION, TELEMETRY_COLUMNS
+from gemmbench.results import run_schema, store
+from gemmbench.results.run_schema import COLUMNS, RUN_FORMAT, SCHEMA, TELEMETRY_COLUMNS
 from gemmbench.results.store import (
     RunWriter,
     StoreError,
@@ -43,7 +45,7 @@ def row(**over):
 
 def test_schema_columns_and_nullability():
     assert COLUMNS[:4] == ["run_id", "timestamp", "shape_set", "gemm"]
-    assert COLUMNS[-1] == "schema_version" and len(COLUMNS) == 66
+    assert COLUMNS[-1] == "run_format" and len(COLUMNS) == 67
     assert SCHEMA.names == COLUMNS
     assert SCHEMA.field("samples_us").type == pa.list_(pa.float64())
     assert not SCHEMA.field("M").nullable and not SCHEMA.field("status").nullable
@@ -56,7 +58,7 @@ def test_round_trip_through_runwriter(tmp_path):
     assert not path.exists()  # nothing written before the first row
     w.append(
         row(
-            timestamp="2024-06-01T12:00:00Z",
+            timestamp=TIMESTAMP,
             config={"BLOCK_M": 64, "num_warps": 4},
             time_us_median=6.5,
             time_us_p20=6.25,
@@ -71,13 +73,13 @@ def test_round_trip_through_runwriter(tmp_path):
         )
     )
     w.append(row(gemm="mlp_down", status="skipped", reason="K not a multiple of 16"))
-    assert len(w.rows) == 2 and w.rows[1]["schema_version"] == SCHEMA_VERSION
+    assert len(w.rows) == 2 and w.rows[1]["run_format"] == RUN_FORMAT
     w.close()  # the rows joined into the file
 
     df = load([path])
     assert list(df.columns) == COLUMNS
     assert df["gemm"].tolist() == ["attn_qkv", "mlp_down"]
-    assert df["M"].dtype == np.int64 and df["schema_version"].dtype == np.int64
+    assert df["M"].dtype == np.int64 and df["run_format"].dtype == np.int64
     assert df["n_samples"].dtype == pd.Int64Dtype() and df["sm_count"].dtype == pd.Int64Dtype()
     assert df["time_us_median"].dtype == np.float64
     assert pd.api.types.is_string_dtype(df["status"])
@@ -92,9 +94,9 @@ def test_round_trip_through_runwriter(tmp_path):
 
 
 def test_normalize_fills_and_sets_version():
-    r = normalize_row(row(schema_version=0))
+    r = normalize_row(row(run_format=0))
     assert list(r) == COLUMNS
-    assert r["schema_version"] == SCHEMA_VERSION and r["gpu"] is None and r["samples_us"] is None
+    assert r["run_format"] == RUN_FORMAT and r["gpu"] is None and r["samples_us"] is None
 
 
 @pytest.mark.parametrize(
@@ -216,47 +218,54 @@ def test_load_not_parquet(tmp_path):
     assert "\n" not in str(e.value)
 
 
-def _write_with_version(path, version):
+def _write_with_format(path, metadata):
     table = pa.Table.from_pylist([normalize_row(row())], schema=SCHEMA)
-    i = COLUMNS.index("schema_version")
-    if version is None:
-        table = table.remove_column(i).replace_schema_metadata(None)
-    else:
-        table = table.set_column(i, "schema_version", pa.array([version], pa.int64()))
-    pq.write_table(table, path)
+    pq.write_table(table.replace_schema_metadata(metadata), path)
 
 
-def test_load_old_schema(tmp_path):
+def test_a_file_of_gemmbench_0_1_is_refused_naming_the_commit_that_reads_it(tmp_path):
+    """Before run formats the metadata key was gemmbench.schema_version (schemas 1-7): no upgrade, one line."""
     path = tmp_path / "old.parquet"
-    _write_with_version(path, 0)
-    with pytest.raises(StoreError, match=r"old.parquet: written by an older gemmbench \(schema 0,.*re-run it"):
+    _write_with_format(path, {b"gemmbench.schema_version": b"7"})
+    with pytest.raises(StoreError) as e:
         load([path])
+    assert str(e.value) == (f"{path}: a run file of gemmbench 0.1 (run schema 7); read it with gemmbench at commit "
+                            f"{run_schema.LAST_READER}, or re-run it")  # fmt: skip
 
 
-def test_schema_1_files_read_with_uniform_routing_on_moe_rows(tmp_path):
-    """Schema 1 had no routing column and only uniform routing: MoE rows read as "uniform", dense as none."""
-    rows = [normalize_row(row()), normalize_row(row(gemm="moe_w13", E=8, topk=2, routing="uniform"))]
-    table = pa.Table.from_pylist(rows, schema=SCHEMA).drop_columns(["routing"])
-    table = table.set_column(table.column_names.index("schema_version"), "schema_version", pa.array([1, 1], pa.int64()))
-    path = tmp_path / "v1.parquet"
-    pq.write_table(table, path)
-    df = load([path])
-    assert df["routing"].isna().tolist() == [True, False] and df["routing"].iloc[1] == "uniform"
-    assert df["schema_version"].tolist() == [1, 1]  # the file's own number stays in its rows
+def test_the_last_reader_is_a_commit_of_this_repository():
+    """LAST_READER names a commit that exists and still has the schema-7 reader (its run_schema.py at that commit)."""
+    root = Path(__file__).resolve().parent.parent
+    if not (root / ".git").exists():
+        pytest.skip("not a git checkout (an sdist): the commit cannot be looked up")
+    shown = subprocess.run(["git", "show", f"{run_schema.LAST_READER}:gemmbench/results/run_schema.py"], cwd=root,
+                           capture_output=True, text=True)  # fmt: skip
+    assert shown.returncode == 0, shown.stderr
+    assert "SCHEMA_VERSION = 7" in shown.stdout
 
 
-def test_load_missing_schema_version(tmp_path):
+def test_a_file_without_a_format_is_refused(tmp_path):
     path = tmp_path / "ancient.parquet"
-    _write_with_version(path, None)
-    with pytest.raises(StoreError, match="ancient.parquet: has no schema_version, written by an older gemmbench"):
+    _write_with_format(path, None)
+    with pytest.raises(StoreError, match="ancient.parquet: has no gemmbench.run_format metadata"):
         load([path])
 
 
-def test_load_newer_schema(tmp_path):
-    path = tmp_path / "new.parquet"
-    _write_with_version(path, SCHEMA_VERSION + 1)
-    with pytest.raises(StoreError, match=rf"new.parquet: written by a newer gemmbench \(schema {SCHEMA_VERSION + 1},"):
+@pytest.mark.parametrize("found, says", [(RUN_FORMAT + 1, "newer gemmbench: upgrade"), (0, "older gemmbench: re-run")])
+def test_a_file_of_another_format_is_refused(tmp_path, found, says):
+    path = tmp_path / "other.parquet"
+    _write_with_format(path, {b"gemmbench.run_format": str(found).encode()})
+    with pytest.raises(
+        StoreError, match=rf"other.parquet: run format {found}, this gemmbench reads {RUN_FORMAT} .*{says}"
+    ):
         load([path])
+
+
+def test_fp8_rows_are_precise_and_16_bit_rows_none():
+    """The accumulation contract a row names (dtypes.FP8_ACCUMS): fp8's reference one, "none" for 16-bit dtypes."""
+    assert normalize_row(row(dtype="fp8", scaling="tensor"))["fp8_accum"] == "precise"
+    assert normalize_row(row(dtype="bf16", scaling="none"))["fp8_accum"] == "none"
+    assert normalize_row(row(dtype="fp8", fp8_accum="fast"))["fp8_accum"] == "fast"
 
 
 def test_empty_run_file_loads(tmp_path):
@@ -299,23 +308,6 @@ def test_written_files_get_the_usual_mode_not_mkstemps_0600(tmp_path):
     assert (path.stat().st_mode & 0o777) == 0o666 & ~mask
 
 
-def test_schema_2_files_get_the_noisy_mark_from_their_percentiles(tmp_path):
-    """Schema 3 added `noisy` (p80/p20 above metrics.NOISY_SPREAD); a schema 2 file gets it from its own p20/p80."""
-    rows = [
-        normalize_row(row(time_us_median=10.0, time_us_p20=9.9, time_us_p80=10.2)),
-        normalize_row(row(gemm="g2", time_us_median=10.0, time_us_p20=5.0, time_us_p80=40.0)),
-        normalize_row(row(gemm="g3", status="error")),
-    ]
-    table = pa.Table.from_pylist(rows, schema=SCHEMA).drop_columns(["noisy"])
-    table = table.set_column(
-        table.column_names.index("schema_version"), "schema_version", pa.array([2] * 3, pa.int64())
-    )
-    path = tmp_path / "v2.parquet"
-    pq.write_table(table, path)
-    df = load([path])
-    assert df["noisy"].tolist()[:2] == [False, True] and pd.isna(df["noisy"].iloc[2])
-
-
 def test_a_noisy_cell_is_marked_and_never_starred_fastest():
     from rich.console import Console
 
@@ -334,22 +326,12 @@ def test_a_noisy_cell_is_marked_and_never_starred_fastest():
     assert "ok, noisy (p80/p20 40.0x > 1.5x)" in text
 
 
-def test_gpu_mem_peak_round_trips_and_older_files_read_it_as_null(tmp_path):
-    """gpu_mem_peak_bytes (issue 18) is an int64 a row may leave null (a CPU run); a file written before it existed
-    (schema 3, no such column) loads with it null and every other value as it was."""
+def test_gpu_mem_peak_round_trips(tmp_path):
+    """gpu_mem_peak_bytes is an int64 a row may leave null (a CPU run)."""
     path = tmp_path / "now.parquet"
     write_rows(path, [row(gpu_mem_peak_bytes=16 * 2**30), row(gemm="g2")])
     df = load([path])
     assert df["gpu_mem_peak_bytes"].iloc[0] == 16 * 2**30 and pd.isna(df["gpu_mem_peak_bytes"].iloc[1])
-    before = pa.Table.from_pylist([normalize_row(row(time_us_median=3.5))], schema=SCHEMA)
-    before = before.drop_columns(["gpu_mem_peak_bytes", "ep"])  # what schema 3 had
-    version = before.schema.get_field_index("schema_version")
-    before = before.set_column(version, "schema_version", pa.array([3], pa.int64()))
-    old = tmp_path / "before.parquet"
-    pq.write_table(before, old)
-    df = load([old])
-    assert list(df.columns) == COLUMNS and pd.isna(df["gpu_mem_peak_bytes"].iloc[0]) and df["ep"].iloc[0] == 1
-    assert df["time_us_median"].iloc[0] == 3.5 and df["schema_version"].iloc[0] == 3  # what wrote it
 
 
 def test_an_ok_rows_note_is_shown_and_the_peak_memory_is_not():
@@ -371,23 +353,14 @@ def test_an_ok_rows_note_is_shown_and_the_peak_memory_is_not():
     assert "17179869184" not in text and "gpu_mem" not in text and "16.0 GiB" not in text
 
 
-def test_telemetry_round_trips_and_schema_5_files_read_it_as_null(tmp_path):
-    """The telemetry columns (schema 6: clocks, power, temperature, energy, throttle) keep their values; a file
-    written before them (schema 5) loads with every one null and its other values as they were."""
+def test_telemetry_round_trips(tmp_path):
+    """The telemetry columns (clocks, power, temperature, energy, throttle) keep their values; a row without them
+    (a CPU run) reads them all null."""
     path = tmp_path / "now.parquet"
     write_rows(path, [row(sm_clock_mhz_median=1755.0, throttled_samples=15, throttle="sw_power_cap"), row(gemm="g2")])
     df = load([path])
     assert df["sm_clock_mhz_median"].iloc[0] == 1755.0 and df["throttled_samples"].iloc[0] == 15
     assert df["throttle"].iloc[0] == "sw_power_cap" and df.iloc[1][list(TELEMETRY_COLUMNS)].isna().all()
-    before = pa.Table.from_pylist([normalize_row(row(time_us_median=3.5))], schema=SCHEMA)
-    before = before.drop_columns(list(TELEMETRY_COLUMNS))  # what schema 5 had
-    version = before.schema.get_field_index("schema_version")
-    before = before.set_column(version, "schema_version", pa.array([5], pa.int64()))
-    old = tmp_path / "before.parquet"
-    pq.write_table(before, old)
-    df = load([old])
-    assert list(df.columns) == COLUMNS and df.iloc[0][list(TELEMETRY_COLUMNS)].isna().all()
-    assert df["time_us_median"].iloc[0] == 3.5 and df["schema_version"].iloc[0] == 5
 
 
 def test_a_parts_folder_given_reads_as_its_run_file(tmp_path):
@@ -400,19 +373,3 @@ def test_a_parts_folder_given_reads_as_its_run_file(tmp_path):
     empty.mkdir()
     with pytest.raises(StoreError, match="no such file or folder"):
         load([empty])
-
-
-def test_shard_parts_of_an_older_gemmbench_merge(tmp_path):
-    """Parts written before `dp` and `layout` named cells without them: their keys read as DP 1, vLLM's layout."""
-    import json as json_mod
-
-    from gemmbench.results import shard
-
-    old_key = "smoke|g|16|64|64|1|1||1|1|fp16|none|v"  # 13 fields, as written then
-    meta = {shard.META_KEY: json_mod.dumps({"shard": 0, "of": 1, "sweep": "s", "shard_cells": [1],
-                                            "cells": [old_key]}).encode()}  # fmt: skip
-    path = tmp_path / "part.parquet"
-    write_rows(path, [row(shape_set="smoke", gemm="g", M=16, N=64, K=64, dtype="fp16", variant="v")], meta)
-    assert shard.read_metadata(path)["cells"] == ["smoke|g|16|64|64|1|1||1|1|1|vllm|fp16|none|v"]
-    rows, report = shard.read_parts([path])
-    assert len(rows) == 1 and report.missing == [] and report.duplicated == []

@@ -1,4 +1,4 @@
-"""GPU telemetry per row (issue 21 item 1) with a fake pynvml: the aggregates over a cell's batches, energy per call,
+"""GPU telemetry per row with a fake pynvml: the aggregates over a cell's batches, energy per call,
 the throttle flag and the table's mark; no NVML (a CPU, pynvml missing, NVML that fails) leaves the columns empty."""
 
 from __future__ import annotations

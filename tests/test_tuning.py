@@ -8,7 +8,7 @@ import json
 
 import pytest
 import torch
-from conftest import HAS_CUDA
+from conftest import EPOCH, HAS_CUDA
 from typer.testing import CliRunner
 
 from gemmbench import registry
@@ -56,7 +56,7 @@ def test_store_and_nearest_bucket(config_dir):
     name = "triton_splitk_atomic"
     for M, bn in ((16, 32), (64, 128)):
         config = SplitKConfig.tile(16, bn, 128, 4, 3, SPLIT_K=2)
-        config_files.save(name, p.with_(M=M), GPU, config, 5.0 + M, {"date": "2026-11-22"})
+        config_files.save(name, p.with_(M=M), GPU, config, 5.0 + M, {"date": EPOCH.date().isoformat()})
     path = config_dir / "NVIDIA_Test_GPU_80GB" / name / "N=1280,K=8192,dtype=fp8.json"
     data = json.loads(path.read_text())
     assert list(data["buckets"]) == ["16", "64"] and data["buckets"]["64"]["time_us"] == 69.0

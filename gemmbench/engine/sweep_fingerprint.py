@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 from typing import Iterable, Optional
 
-KEY = b"gemmbench.engine.sweep"  # the file metadata key (store.file_metadata)
+KEY = b"gemmbench.sweep"  # the file metadata key (store.file_metadata)
 # what the sweep measures and how; the build that measured it: each named when it differs
 SAME = {
     "timing": "timing mode",

@@ -29,7 +29,7 @@ FATAL_EXIT = 3
 OWNER_GONE_EXIT = 4  # the sweep that started this worker is gone: nobody will read a result
 OWNER_POLL_S = 0.5
 # The CPU path measures no GPU number, and Triton's interpreter takes 25-250 ms a call on the smoke set (measured on the
-# 2-core CI machine, 2026-11-24): there a cell takes exactly 5 samples, after the wall sampler's first call (which
+# 2-core CI machine): there a cell takes exactly 5 samples, after the wall sampler's first call (which
 # also decides the calls per sample) as its only warm-up; not >= 25 ms of warm-up, >= 10 samples and then more until
 # --budget is spent (that rule gave interpreter cells 10-20 samples and each torch cell 0.5 s: half the smoke run).
 # Five, not fewer: `compare`'s Mann-Whitney U can reach p < 0.01 (two-sided) between two runs only from 5 samples each.

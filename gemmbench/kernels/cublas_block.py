@@ -21,7 +21,7 @@ from gemmbench.registry import Launch, Variant, register
 # the weight's scales out wrongly where ceil(K/128) is not a multiple of 4 (silently wrong results) until 2.10
 # (pytorch/pytorch#166752): 2.10 is the first torch whose block-scaled _scaled_mm is right on every shape.
 BLOCKWISE_TORCH = (2, 10)
-_L4 = 4  # cuBLAS wants the weight scales' K extent padded to a multiple of 4 blocks (#166752)
+_L4 = 4  # cuBLAS wants the weight scales' K extent padded to a multiple of 4 blocks (pytorch/pytorch#166752)
 
 
 def _torch_version() -> tuple[int, int]:

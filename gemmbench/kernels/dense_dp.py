@@ -204,7 +204,7 @@ def _space(problem, on_gpu: bool, full: bool) -> list[DenseConfig]:
             for bk in ((64, 128) if fp8 else (64,))
             for st in (3, 4)
         ]
-        # Hopper's large tiles (issue 20): 256 x 128 as well as 128 x 256, and L2 groups of 32 and 64 rows of tiles
+        # Hopper's large tiles: 256 x 128 as well as 128 x 256, and L2 groups of 32 and 64 rows of tiles
         # beside the default 8 for the grouped order (the other orders ignore GROUP_M: a few duplicate timings)
         more += [tile(256, 128, bk, 8, 3)] + [tile(128, 256, bk, 8, st, GROUP_M=g) for st in (3, 4) for g in (32, 64)]
     if problem.M > 16 and tuning.has_tma():  # TMA lost everywhere at M = 16 (splitk.py search_space)
@@ -233,6 +233,9 @@ _DESCRIPTIONS = {
     "grouped": "Triton data-parallel GEMM, grouped tile order (GROUP_M rows swept together, tutorial 03)",
 }
 
+# The family's one variant in a default run: the order that was fastest on most cells (docs/BENCHMARKS.md)
+DEFAULT_SCHEDULE = "grouped"
+
 for _schedule, _text in _DESCRIPTIONS.items():
     _tunable = tuning.Tunable(f"triton_dp_{_schedule}", search_space, _build(_schedule), DenseConfig)
     register(
@@ -245,5 +248,6 @@ for _schedule, _text in _DESCRIPTIONS.items():
             supports=tuning.needs_triton_device,
             tunable=_tunable,
             scalings=TRITON_SCALINGS,
+            by_default=_schedule == DEFAULT_SCHEDULE,
         )
     )

@@ -301,7 +301,7 @@ def _space(problem, on_gpu: bool, full: bool) -> list[MoeConfig]:
     # 32-row tiles too once 16-row ones are more than half full on average (8-16 rows an expert): routing is uneven,
     # and an expert over 16 rows would read its weights twice.  vLLM's H100 entry for Mixtral 8x7B at TP 2 and 64
     # tokens (16 rows an expert) is 32 x 128 x 128: it took 4.2% less time on w2 than this space's best without it, in
-    # each of three processes (docs/BENCHMARKS.md, 2026-11-24, third session).  From 17 rows bm0 is 32 already.
+    # each of three processes (docs/BENCHMARKS.md).  From 17 rows bm0 is 32 already.
     larger = {32} if bm0 == 16 and rows > 8 else set()
     decode = [
         tile(bm, bn, bk, 4, st)
@@ -317,8 +317,8 @@ def _space(problem, on_gpu: bool, full: bool) -> list[MoeConfig]:
         for bk in ((64, 128) if fp8 else (64,))
         for st in (3, 4)
     ]
-    # Hopper's large tiles with wide L2 groups (issue 20): vLLM's H100 config for Mixtral 8x7B at 2048 tokens,
-    # 128 x 256 x 64, GROUP_M 32, 8 warps, 4 stages, was 1.2x faster than this space's best (GROUP_M 8)
+    # Hopper's large tiles with wide L2 groups: vLLM's H100 config for Mixtral 8x7B at 2048 tokens, 128 x 256 x 64,
+    # GROUP_M 32, 8 warps, 4 stages, was 1.2x faster than this space's best (GROUP_M 8; docs/BENCHMARKS.md)
     prefill += [tile(128, 256, 64, 8, st, GROUP_M=g) for st in (3, 4) for g in (32, 64)]
     # Between the two (32-128 rows an expert): 64-row tiles on 4 warps with K 128 and wide or no L2 groups.  vLLM's
     # H100 configs for Mixtral 8x7B at TP 2 use these at 128-512 tokens, and at 256 tokens (64 rows an expert) theirs
@@ -392,6 +392,10 @@ _ORDER = {
     "grouped": "grouped tile order (GROUP_M blocks of rows swept together)",
 }
 
+# The family's one variant in a default run: the order that was fastest on most cells (docs/BENCHMARKS.md); the
+# others, and the SplitK form, run when --variants names them
+DEFAULT_SCHEDULE = "col"
+
 for _schedule, _text in _ORDER.items():
     _tunable = tuning.Tunable(f"triton_moe_{_schedule}", search_space, _build(_schedule), MoeConfig)
     register(
@@ -405,6 +409,7 @@ for _schedule, _text in _ORDER.items():
             moe=True,
             tunable=_tunable,
             scalings=TRITON_SCALINGS,
+            by_default=_schedule == DEFAULT_SCHEDULE,
         )
     )
 
@@ -424,5 +429,6 @@ register(
         moe=True,
         tunable=_tunable,
         scalings=TRITON_SCALINGS,
+        by_default=False,
     )
 )

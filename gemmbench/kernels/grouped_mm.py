@@ -72,5 +72,6 @@ register(
         _make,
         supports=_supports,
         moe=True,
+        by_default=False,  # the MoE references' one in a default run is torch_moe_loop, the speedups' baseline
     )
 )

@@ -88,7 +88,7 @@ def _make(problem, inputs) -> Launch:
         a, bt, sa, sb = cublas.scaled_mm_operands(inputs)
         if inputs.scaling == "tensor":
             # Inductor's scaled-mm templates load the scales at each output element's (m, n) and skip only size-1
-            # dims: a per-tensor scale of shape (1,) failed to lower on torch 2.11 (H100, 2026-11-24); (1, 1) is
+            # dims: a per-tensor scale of shape (1,) failed to lower on torch 2.11 (H100); (1, 1) is
             # the same per-tensor scale to torch._scaled_mm
             sa, sb = sa.reshape(1, 1), sb.reshape(1, 1)
         fn, args = _scaled_mm, (a, bt, sa, sb, inputs.out_dtype)

@@ -111,5 +111,6 @@ register(
         moe=True,
         check=_check,
         gemm=False,
+        by_default=False,  # not a GEMM: the step before the fused kernels, timed when named
     )
 )

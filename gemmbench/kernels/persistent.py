@@ -1,4 +1,4 @@
-"""Persistent Triton GEMM (issue 20): one program per SM, each walking output tiles in the grouped order.
+"""Persistent Triton GEMM: one program per SM, each walking output tiles in the grouped order.
 
 out (M, N) = a (M, K) @ b (N, K)^T, as dense_dp.py.  The data-parallel kernel launches one program per tile, and
 each program pays its prologue (address set-up, the pipeline's first loads) and epilogue (scales, cast, store)

@@ -1,4 +1,4 @@
-"""Stream-K Triton GEMM (Osama et al., 2023), built for skinny decode GEMMs (issue 20: TP8 QKV fp8, M <= 16).
+"""Stream-K Triton GEMM (Osama et al., 2023), built for skinny decode GEMMs (TP8 QKV fp8, M <= 16).
 
 out (M, N) = a (M, K) @ b (N, K)^T, the operands, scales and output dtypes of splitk.py.  A decode GEMM has few
 output tiles over a deep K (N 1280, K 8192 at BLOCK_N 64: 20 tiles for 132 SMs), so SplitK cuts each tile's K loop
@@ -27,7 +27,7 @@ Prefill (M > 64, _prefill_space): the persistent kernel's winning tiles, read th
 wave of tiles but the last to the programs whole (data-parallel, dp_tiles) and shares out only the rest, so that
 fewer tiles are met in pieces.
 
-Measured on the H100 (docs/BENCHMARKS.md, 2026-11-24): on TP 8 QKV fp8 at M 1-16 the best of 116 configs (16 x 64 x
+Measured on the H100 (docs/BENCHMARKS.md): on TP 8 QKV fp8 at M 1-16 the best of 116 configs (16 x 64 x
 256, one program per SM) ran at 10.7-10.9 µs, 0.98-1.01x cuBLAS and slower than SplitK (9.3-9.5 µs): even shares do
 not pay where SplitK's splits already fill the SMs, and the pieces still meet in L2.  At prefill it was faster than
 the persistent kernel on 9 of 62 cells (up to 1.6x, TP 8 QKV bf16 at M 128; never as fast as cuBLAS) and slower on

@@ -212,7 +212,7 @@ def tma_descriptors(a: torch.Tensor, b: torch.Tensor, config):
 
 
 # What a config's FP8_PROMOTE stands for when it is not set (None: no key in the config's JSON, as before
-# configs were typed).  Measured on the H100 (2026-11-22): 128 gives the same max and mean error against
+# configs were typed).  Measured on the H100 (docs/BENCHMARKS.md): 128 gives the same max and mean error against
 # the fp32 reference as cuBLAS fp8 (torch._scaled_mm, no fast accumulation) on every shape probed, and it
 # is up to 1.5x faster than promoting every 32 on prefill shapes.
 FP8_PROMOTE = 128

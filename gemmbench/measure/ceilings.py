@@ -16,7 +16,7 @@ from typing import Any, Optional
 import torch
 
 from gemmbench import dtypes
-from gemmbench.measure import compute_ladder, telemetry
+from gemmbench.measure import compute_ladder, telemetry, timing_modes
 from gemmbench.measure.device import detect
 from gemmbench.measure.streamread import StreamReader
 from gemmbench.measure.timing import Timer
@@ -53,8 +53,8 @@ def clock_state(uuid: Optional[str]) -> Optional[dict]:
 
 def cache_key_parts(name: str, uuid: Optional[str], clocks: Optional[dict], mode: str, torch_version: str) -> dict:
     """What a cached ceiling is valid for: this physical GPU (uuid; the name where torch gives none), its clock state
-    (absent without NVML: then a cache of the same GPU at other clocks is reused, as before issue 21), the timing mode
-    and torch (another cuBLAS)."""
+    (absent without NVML: then a cache of the same GPU at other clocks is reused), the timing mode and torch
+    (another cuBLAS)."""
     key: dict[str, Any] = {"gpu": name}
     if uuid:
         key["uuid"] = uuid
@@ -85,7 +85,7 @@ def ceilings(timer_mode: str, remeasure: bool = False) -> Optional[Ceilings]:
     dev = detect()
     if dev.kind != "cuda":
         return None
-    mode = "stream" if timer_mode == "stream" else "cold"  # graph and wall share the cold ladder
+    mode = timing_modes.get(timer_mode).ladder  # every mode but stream shares the cold ladder
     key = cache_key_parts(dev.name, dev.uuid, clock_state(dev.uuid), mode, torch.__version__)
     path = cache_path(key)
     cached = None if remeasure else _load(path)

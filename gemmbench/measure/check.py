@@ -25,7 +25,7 @@ class CheckResult:
 def reference(problem: Problem, inputs: GemmInputs) -> torch.Tensor:
     """fp32 result on the dequantised inputs (TF32 off).  MoE: one row per (token, slot), (M*topk, N).
 
-    Sized to fit beside the inputs (issue 18: DeepSeek-V3's w13, 256 experts of 4096 x 7168, is 28 GiB in fp32): at
+    Sized to fit beside the inputs (DeepSeek-V3's w13, 256 experts of 4096 x 7168, is 28 GiB in fp32): at
     most one expert's fp32 weight, or one slice of its rows, exists at a time (`_product`), and an expert no slot is
     routed to is never dequantised.  A slot routed to another rank's expert (id -1) is not computed: its row stays 0,
     and the check does not compare it."""

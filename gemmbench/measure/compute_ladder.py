@@ -1,7 +1,7 @@
 """The compute ceiling of each dtype: the best cuBLAS rate over a ladder of large, well-shaped GEMMs.
 
 One 8192³ GEMM was not the peak: on an H100 cuBLAS fp8 ran Llama3-405B's GEMMs at M 2048 at 1473-1549 TFLOP/s against
-a ceiling of 1460.7 measured at 8192³ (issue 21), so rows showed 101-106% of their roofline.  The ladder times cuBLAS
+a ceiling of 1460.7 measured at 8192³ (docs/GPU-FACTS.md), so rows showed 101-106% of their roofline.  The ladder times cuBLAS
 (torch.mm; torch._scaled_mm for fp8, per-tensor scales, bf16 out: the cublas_* variants' calls) at each rung and
 takes, per dtype, the best rung's rate at its fastest tenth of samples (the 10th percentile of its times).
 
@@ -11,7 +11,7 @@ rate the GPU reached on that kernel in this clock state.
 
 The operands are zeros.  A GEMM's rate depends on its data only through power: random operands draw more, and a
 rung's 0.7 s of sustained calls can take a 700 W H100 to its power cap and lower clocks (Llama3-70B's lm_head at
-M 4096, random bf16, ran at 1275-1695 MHz under sw_power_cap, 2026-11-24).  Zeros keep the power low and the
+M 4096, random bf16, ran at 1275-1695 MHz under sw_power_cap; docs/BENCHMARKS.md).  Zeros keep the power low and the
 clocks at their maximum: the rate of the tensor cores at this clock state, which real data reaches in bursts short
 enough to stay under the cap, and no higher.  One ladder of random operands read a bf16 ceiling of 753.6 TFLOP/s
 while cuBLAS ran mlp_down at M 4096 at 837 in a short cell (111%); that session may also have shared the GPU with a

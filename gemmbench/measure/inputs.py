@@ -346,8 +346,8 @@ def problem_routing(problem: Problem, seed: int) -> tuple[torch.Tensor, torch.Te
 
 def make_inputs(problem: Problem, seed: int, device: str, scaling: Optional[str] = None) -> GemmInputs:
     """Fresh operands for a problem; `scaling` is the fp8 scale layout (default: the problem's).  a, then b, drawn
-    chunk by chunk (draw): since issue 18 a seed gives other values than the one fp32 draw per operand
-    before it did, and the same ones again on the same device."""
+    chunk by chunk (draw), so a seed gives other values than one fp32 draw per operand would, and the same ones
+    again on the same device."""
     gen = torch.Generator(device=device).manual_seed(seed)
     scaling = scaling or problem.scaling
     M, N, K = problem.M, problem.N, problem.K

@@ -41,7 +41,7 @@ def kernel_records(events: Iterable) -> list[KernelRecord]:
     """The kernel records among profiler events (torch's _KinetoEvent: name(), device_type(), start_ns(),
     duration_ns(), correlation_id()), in device-start order: the records that ran on the GPU (device_type CUDA; the
     runtime calls and annotations are the CPU's) and are not copies or fills.  By the device type and the name, not
-    activity_type(): torch 2.11's _KinetoEvent has no activity_type (H100, 2026-11-24)."""
+    activity_type(): torch 2.11's _KinetoEvent has no activity_type."""
     out = [
         KernelRecord(e.name(), e.start_ns(), e.duration_ns(), e.correlation_id())
         for e in events

@@ -2,7 +2,7 @@
 outlasts the host's queuing of them (nvbench's "blocking kernel" does the same with a flag), so the GPU never
 waits on the host between a start and an end event.
 
-Why (measured on the H100, 2026-11-24, scripts/experiments/short_kernel_modes.py): in cold mode the eviction queued
+Why (measured on the H100, docs/BENCHMARKS.md): in cold mode the eviction queued
 before each start event was meant to hide the host's launch latency, and it does while the host queues a sample
 faster than the GPU runs it (a 256 MiB read, ~85 µs).  A Triton launch takes the host tens of µs; when a batch's
 host time per sample passed the GPU's, the GPU idled inside the timed interval: a SplitK kernel of 7.2 µs (CUPTI)

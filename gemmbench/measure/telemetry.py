@@ -9,7 +9,7 @@ the reading's host time falls inside no CUDA event interval.  In the other modes
 the batch's synchronise.  One reading is 7 NVML calls (energy before and after, SM and memory clock, power,
 temperature, reasons), each tens of microseconds of host time.  Not a background thread at a fixed interval: its
 Python wrapper around each NVML call holds the GIL, and a switch to it in the middle of queuing a batch would stall
-the host.  Why halfway, not after (measured on the H100, 2026-11-24, tests/test_gpu_cupti.py's cells): read after
+the host.  Why halfway, not after (measured on the H100, docs/BENCHMARKS.md): read after
 the batch, with the GPU just gone idle, NVML said 1965-1980 MHz for GEMMs that Nsight Compute measured at 1494-1719
 MHz (its sm__cycles_elapsed.avg.per_second over the kernel) at the same durations within 4.5%: the clock had already
 risen back.  A reading stands for its batch's samples (a sample counts as throttled when its batch's reading shows a
@@ -18,8 +18,9 @@ reason).
 Energy per call is the difference of nvmlDeviceGetTotalEnergyConsumption (mJ since the driver loaded) around each
 of the cell's timed batches, summed, over the calls those batches ran.  In cold and graph mode a call is preceded by
 the L2 eviction read (>= 256 MiB, timing.evict_l2), which the counter sees too: there J/call is an upper bound; in
-stream mode it is the calls alone.  Wall mode's calls per sample are chosen per sample: no J/call.  The counter
-advances in steps: on the H100 (driver 580, 2026-11-24) cells whose batches spanned ~10-50 ms read 4.6 and 6.8 J a
+stream mode it is the calls alone.  Wall mode's calls per sample are chosen per sample, and cupti mode's batches
+hold the profiler's host time with the GPU idle: no J/call in either (timing_modes.Mode.energy_per_call).  The counter
+advances in steps: on the H100 (driver 580; docs/BENCHMARKS.md) cells whose batches spanned ~10-50 ms read 4.6 and 6.8 J a
 call (6.7 and 1.4 kW: one step of the counter landing in a short window) or did not move at all, while lm_head's
 batches, 2.3 s together, read 8.2 J a call at 11.5 ms: 713 W, at the GPU's 700 W cap.  So J/call is given only for
 cells whose batches span MIN_ENERGY_WINDOW_S together.
@@ -33,6 +34,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 import numpy as np
+
+from gemmbench.measure import timing_modes
 
 # nvml.h's nvmlClocksEventReason* bits (nvmlClocksThrottleReason* before driver 535) -> the names rows carry.  Left
 # out: GpuIdle (0x1: the GPU had nothing to run, as it has right after a batch's synchronise) and
@@ -124,9 +127,11 @@ def probe(uuid: Optional[str]) -> Optional[Probe]:
 
 
 def calls_per_sample(mode: str, copies: int) -> Optional[int]:
-    """Calls one timing sample runs: stream mode replays a graph of one call per copy; cold and graph mode one call;
-    wall mode as many as fill ~1 ms, chosen inside the sampler (None: not known here)."""
-    return {"cold": 1, "graph": 1, "stream": copies}.get(mode)
+    """Calls one timing sample runs, for J/call (timing_modes.Mode.calls: stream mode replays a graph of one call per
+    copy, cold and graph mode run one); None where J/call is not given: wall mode's calls are chosen inside the
+    sampler, cupti mode's batches hold the profiler's host time with the GPU idle."""
+    spec = timing_modes.get(mode)
+    return spec.calls_per_sample(copies) if spec.energy_per_call else None
 
 
 MIN_ENERGY_WINDOW_S = 1.0  # the timed batches' total span below which J/call is not given (module docstring)

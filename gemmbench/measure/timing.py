@@ -8,7 +8,7 @@
          all, at most 1024 copies, as many as free memory holds: plan_copies), time per call: what a
          model sees layer after layer.  L2: streaming.  Inputs too big for two copies: timed cold.  Not
          held (launch_hold): a replay streams >= 512 MiB, hundreds of µs, and a graph launch queued behind
-         a spin blocked the host (H100, 2026-11-24: 12-21 ms, 2 of 1,400 cells).
+         a spin blocked the host (H100: 12-21 ms, 2 of 1,400 cells; docs/BENCHMARKS.md).
   graph  a CUDA graph of [eviction, start event, call, end event] replayed per sample.  L2: cold.
   wall   host wall time per call of eager launches, synchronised: what eager Python code pays
          (launch overhead included).  L2: warm.  The only mode on a CPU.
@@ -34,11 +34,11 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 import torch
 
-from gemmbench.measure import device, kernel_trace
+from gemmbench.measure import device, kernel_trace, timing_modes
 from gemmbench.measure.kernel_activity import ActivityError, joined
 from gemmbench.measure.launch_hold import LaunchHold, cuda_hold
 from gemmbench.measure.nvtx_ranges import annotate, range_name
-from gemmbench.measure.timing_modes import L2_STATE, MODES  # the modes' names (light: the CLI lists them at --help)
+from gemmbench.measure.timing_modes import L2_STATE, MODES  # noqa: F401 - read from here by the engine and tests
 
 STREAM_MIN_BYTES = 512 << 20  # docs/GPU-FACTS.md §1 "D": >= 512 MiB of distinct copies per graph
 # A graph of more launches only costs capture time; below STREAM_MIN_BYTES / MAX_COPIES (0.5 MiB) per
@@ -54,6 +54,10 @@ HELD_SAMPLES = 64
 
 class TimingError(RuntimeError):
     pass
+
+
+# (take: n -> n samples in µs, replay: what one sample launches, or None)
+Sampler = tuple[Callable[[int], list], Optional[Callable]]
 
 
 @dataclass(frozen=True)
@@ -76,7 +80,7 @@ def plan_copies(mode: str, wanted: int, per_copy: int, free: int) -> CopyPlan:
     COPY_HEADROOM_BYTES stay free.  Stream mode with fewer than `wanted` copies says so; with room for one copy
     only (a 15 GiB MoE weight on an 80 GiB GPU holds a few, a larger one may not) it falls back to cold timing:
     the read eviction before each call, one copy."""
-    if mode != "stream" or wanted <= 1:
+    if not timing_modes.get(mode).over_copies or wanted <= 1:
         return CopyPlan(1, mode)
     fit = 1 + max(0, free - COPY_HEADROOM_BYTES) // max(1, per_copy)
     if fit >= wanted:
@@ -84,7 +88,7 @@ def plan_copies(mode: str, wanted: int, per_copy: int, free: int) -> CopyPlan:
     if fit >= 2:
         return CopyPlan(fit, mode, f"stream mode over {fit} copies of {_gib(per_copy)}, the most that fit "
                                    f"({wanted} wanted for {_gib(STREAM_MIN_BYTES)} in all)")  # fmt: skip
-    return CopyPlan(1, "cold", f"stream mode fell back to read-evict (cold): one copy of {_gib(per_copy)} fits "
+    return CopyPlan(1, timing_modes.COLD.name, f"stream mode fell back to read-evict (cold): one copy of {_gib(per_copy)} fits "
                                f"({_gib(free)} free beside it, two needed)")  # fmt: skip
 
 
@@ -119,7 +123,9 @@ class Prepared:
     samples: list = field(default_factory=list)
     spent_s: float = 0.0
     cell: Optional[str] = None  # nvtx_ranges.cell_name: its samples are taken inside "time <cell>" ranges
-    replay: Optional[Callable] = None  # what one sample launches (the call, or the mode's graph): capture_kernels
+    # what one sample launches (the call, or the mode's graph), for capture_kernels; None where the sampler records
+    # the kernel names itself (cupti) or none are wanted
+    replay: Optional[Callable] = None
     kernels: list = field(default_factory=list)  # the kernel names it ran, in order of first launch
 
     @property
@@ -141,9 +147,11 @@ class Timer:
         batch: int = 10,
         warmup_calls: int = 3,
     ):
-        if mode not in MODES:
-            raise TimingError(f"unknown timing mode {mode!r} (choose from {', '.join(MODES)})")
-        if mode != "wall" and not torch.cuda.is_available():
+        try:
+            spec = timing_modes.get(mode)
+        except ValueError as exc:
+            raise TimingError(str(exc)) from None
+        if spec.gpu and not torch.cuda.is_available():
             raise TimingError(f"--timing {mode} needs a CUDA GPU; on a CPU only 'wall' timing exists")
         self.mode = mode
         self.warmup_ms, self.min_samples, self.max_samples = warmup_ms, min_samples, max_samples
@@ -154,8 +162,12 @@ class Timer:
         self.midway: Optional[Callable[[], None]] = None
 
     @property
+    def spec(self) -> timing_modes.Mode:
+        return timing_modes.get(self.mode)
+
+    @property
     def l2_state(self) -> str:
-        return L2_STATE[self.mode]
+        return self.spec.l2_state
 
     def in_mode(self, mode: str) -> "Timer":
         """This timer with another mode and the same sampling settings (a stream plan's cold fallback)."""
@@ -169,7 +181,7 @@ class Timer:
 
     def copies_needed(self, nbytes_per_copy: int) -> int:
         """Distinct input copies a stream-mode graph cycles through (1 in the other modes)."""
-        if self.mode != "stream":
+        if not self.spec.over_copies:
             return 1
         floor = max(STREAM_MIN_BYTES, 4 * (device.detect().l2_bytes or (50 << 20)))
         return int(min(MAX_COPIES, max(2, math.ceil(floor / max(1, nbytes_per_copy)))))
@@ -178,12 +190,11 @@ class Timer:
     def prepare(self, fns: Sequence[Callable], graph_safe: bool = True, cell: Optional[str] = None) -> Prepared:
         """Warm up and build the sampler for one variant; `fns` are its launches over distinct copies.
         cell: the warm-up runs in the NVTX range "warmup <cell>", the samples in "time <cell>"."""
-        if self.mode in ("stream", "graph") and not graph_safe:
+        if self.spec.captures_graph and not graph_safe:
             raise TimingError(
                 f"--timing {self.mode} captures a CUDA graph, and this launch cannot be captured "
                 "(it syncs with or copies from the host)"
             )
-        fn = fns[0]
         t_end = time.perf_counter() + self.warmup_ms / 1e3
         calls = 0
         with annotate(cell and range_name("warmup", cell)):
@@ -192,29 +203,16 @@ class Timer:
                     f()
                 sync()
                 calls += 1
-        replay: Callable = fn
         kernels: list = []
-        if self.mode == "cold":
-            take = lambda n: self._cold(fn, n, held=graph_safe)  # noqa: E731
-        elif self.mode == "cupti":
-            # one profiled call first: the process's first profiler session sets up CUPTI (host time that would
-            # otherwise come out of the cell's --budget) and a call whose records do not split fails here
-            self._cupti(fn, 1, [])
-            take = lambda n: self._cupti(fn, n, kernels)  # noqa: E731
-        elif self.mode == "wall":
-            take = lambda n: self._wall(fn, n)  # noqa: E731
-        elif self.mode == "stream":
-            take, replay = self._stream_sampler(fns)
-        else:
-            take, replay = self._graph_sampler(fn)
+        take, replay = SAMPLERS[self.spec.sampler](self, fns, graph_safe, kernels)
         return Prepared(take=take, keep=list(fns), cell=cell, replay=replay, kernels=kernels)
 
     def capture_kernels(self, p: Prepared) -> None:
         """Fill p.kernels from one profiled replay of what a sample launches: in stream and graph mode the graph
-        itself, since cuBLAS may choose another kernel under graph capture (issue 21: 16% slower in stream mode).
-        cupti mode records its names while sampling; a CPU has no kernel records.  A profiler that records nothing
+        itself, since cuBLAS may choose another kernel under graph capture (once 16% slower in stream mode: docs/GPU-FACTS.md).
+        A sampler that records its names while sampling (cupti) leaves no replay; a CPU has no kernel records.  A profiler that records nothing
         (another one holds CUPTI: nsys, ncu) leaves the names empty and the timing as it is."""
-        if self.mode == "cupti" or p.replay is None or not torch.cuda.is_available():
+        if p.replay is None or not torch.cuda.is_available():
             return
         try:
             p.kernels[:] = kernel_trace.launch_names(p.replay)
@@ -302,7 +300,23 @@ class Timer:
             out.append((time.perf_counter() - t0) / reps * 1e6)
         return out
 
-    def _stream_sampler(self, fns: Sequence[Callable]) -> tuple[Callable[[int], list], Callable]:
+    # -- the samplers (SAMPLERS): (fns, graph_safe, the kernel names they record) -> (take, replay) --------------
+    def _events_sampler(self, fns: Sequence[Callable], graph_safe: bool, kernels: list) -> Sampler:
+        fn = fns[0]
+        return (lambda n: self._cold(fn, n, held=graph_safe)), fn
+
+    def _cupti_sampler(self, fns: Sequence[Callable], graph_safe: bool, kernels: list) -> Sampler:
+        fn = fns[0]
+        # one profiled call first: the process's first profiler session sets up CUPTI (host time that would
+        # otherwise come out of the cell's --budget) and a call whose records do not split fails here
+        self._cupti(fn, 1, [])
+        return (lambda n: self._cupti(fn, n, kernels)), None
+
+    def _host_sampler(self, fns: Sequence[Callable], graph_safe: bool, kernels: list) -> Sampler:
+        fn = fns[0]
+        return (lambda n: self._wall(fn, n)), fn
+
+    def _stream_sampler(self, fns: Sequence[Callable], graph_safe: bool, kernels: list) -> Sampler:
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             for f in fns:
@@ -321,7 +335,8 @@ class Timer:
 
         return take, graph.replay
 
-    def _graph_sampler(self, fn: Callable) -> tuple[Callable[[int], list], Callable]:
+    def _graph_sampler(self, fns: Sequence[Callable], graph_safe: bool, kernels: list) -> Sampler:
+        fn = fns[0]
         # Event-record nodes inside the graph (external=True) bracket the call alone, so the
         # eviction runs in the same replay but outside the measured interval.
         try:
@@ -384,8 +399,18 @@ class Timer:
         return self.run({"x": self.prepare(fns, graph_safe)})["x"]
 
 
+# How each sampler of timing_modes.Mode.sampler is taken: every mode's sampler is here (a test holds them equal)
+SAMPLERS: dict[str, Callable[[Timer, Sequence[Callable], bool, list], Sampler]] = {
+    "events": Timer._events_sampler,
+    "copies_graph": Timer._stream_sampler,
+    "graph": Timer._graph_sampler,
+    "host": Timer._host_sampler,
+    "cupti": Timer._cupti_sampler,
+}
+
+
 def quick_median_us(fn: Callable, budget_s: float = 0.05) -> float:
     """A short cold (GPU) or wall (CPU) measurement for choosing between configs."""
-    mode = "cold" if torch.cuda.is_available() else "wall"
+    mode = timing_modes.default(torch.cuda.is_available())
     timer = Timer(mode, warmup_ms=5, min_samples=10, budget_s=budget_s, target_noise=0.01)
     return float(np.median(timer.measure([fn])))

@@ -322,7 +322,7 @@ def to_markdown(rep: Report) -> str:
 
 
 _CSS = """body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;max-width:1200px;margin:2em auto;
-padding:0 1em;color:#222}table{border-collapse:collapse;margin:1em 0;font-size:13px}th,td{border:1px solid #ccc;
+padding:0 1em;color:rgb(34,34,34)}table{border-collapse:collapse;margin:1em 0;font-size:13px}th,td{border:1px solid #ccc;
 padding:3px 7px}th{background:#f3f3f3}td[style*=right]{font-variant-numeric:tabular-nums}img{max-width:100%;
 display:block;margin:1em 0}code{background:#f3f3f3;padding:0 3px}"""
 

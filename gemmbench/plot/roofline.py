@@ -4,6 +4,7 @@ warnings for points above their own roofline.  Same conventions as gemmbench.plo
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Optional
 
 import numpy as np
@@ -14,7 +15,7 @@ from matplotlib.patches import Patch
 
 from gemmbench import dtypes
 from gemmbench.plot import data as plotdata
-from gemmbench.plot.datasheet import datasheet, unknown_gpu_note
+from gemmbench.plot.datasheet import Datasheet, datasheet, unknown_gpu_note
 from gemmbench.plot.style import add_note, colors, finish, legend, new_figure, subtitle
 from gemmbench.results import metrics
 
@@ -119,7 +120,7 @@ def _m_labels(ax, ok: pd.DataFrame, ridge: Optional[float]) -> int:
                 fontsize=7,
                 ha=ha,
                 va=va,
-                color="#333333",
+                color="0.2",
                 gid=f"m-label:{gl}:{m}",
                 bbox=dict(boxstyle="square,pad=0.1", fc="white", ec="none", alpha=0.75),
             )
@@ -141,112 +142,201 @@ def roofline(g: pd.DataFrame) -> Optional[Figure]:
     mode: colour = variant, marker = GEMM, M written beside each GEMM's points; the ceilings measured in the run
     (solid, with the band of bandwidths measured at the problems' sizes) and the datasheet's (dashed).  More than
     MAX_GROUPS GEMM/TP groups: one panel per TP degree (or per GEMM), on shared axes."""
-    ok = g[(g["status"] == "ok") & g["flops"].notna() & g["bytes_min"].notna() & g["time_us_median"].notna()]
-    ok = ok[(ok["flops"] > 0) & (ok["bytes_min"] > 0)]  # an expert-parallel rank with no pair: no point on log axes
+    ok = _drawable(g)
     if ok.empty:
         return None
     split = split_by(ok)
-    ok = ok.assign(
+    ok = _placed(ok, split)
+    parts = _panels(ok, split)
+    roofs = _Roofs.of(ok)
+    fig, panel_axes, cols = _canvas(len(parts))
+    handles, notes = _draw_roofs(panel_axes, roofs)
+    key = _draw_points(panel_axes, parts, ok)
+    handles, notes = handles + _ring_key(ok), notes + _ring_notes(ok)
+    _frame(panel_axes, cols, ok, roofs)
+    handles += key.handles()
+    legend(panel_axes[min(cols, len(parts)) - 1], [h for h, _ in handles], [lab for _, lab in handles])
+    fig = finish(fig, _title(ok, roofs.dtype), subtitle(g), notes + _closing_notes(g, ok, key, split))
+    fig.draw_without_rendering()  # the final layout, on which the M labels are placed
+    left_out = sum(
+        _m_labels(ax, p, roofs.ridges[0] if roofs.ridges else None)
+        for ax, (_, p) in zip(panel_axes, parts, strict=True)
+    )
+    if left_out:
+        add_note(fig, f"{left_out} M label(s) left out where every place beside the point was taken.")
+    return fig
+
+
+def _drawable(g: pd.DataFrame) -> pd.DataFrame:
+    """The ok rows that have a point on log axes: FLOPs, bytes and a time, none of them zero."""
+    ok = g[(g["status"] == "ok") & g["flops"].notna() & g["bytes_min"].notna() & g["time_us_median"].notna()]
+    return ok[(ok["flops"] > 0) & (ok["bytes_min"] > 0)]  # an expert-parallel rank with no pair: no point on log axes
+
+
+def _placed(ok: pd.DataFrame, split: Optional[str]) -> pd.DataFrame:
+    """The rows with where each point goes (ai, tf) and its labels: glabel (its GEMM/TP group), mlabel (its marker)."""
+    return ok.assign(
         ai=[metrics.intensity(f, b) for f, b in zip(ok["flops"], ok["bytes_min"], strict=False)],
         tf=[metrics.tflops(f, t) for f, t in zip(ok["flops"], ok["time_us_median"], strict=False)],
         glabel=[_label(r) for _, r in ok.iterrows()],
         # the marker's GEMM: in a panel per TP degree the panel's title says the TP, so one GEMM keeps one shape
         mlabel=[_label(r, tp=split != "tp") for _, r in ok.iterrows()],
     )
-    parts = _panels(ok, split)
-    dtype = str(ok["dtype"].iloc[0])
-    gpu = str(plotdata.gpu_names(ok).iloc[0])
-    sheet = datasheet(gpu)
-    rows, cols = _grid(len(parts))
-    if len(parts) == 1:
+
+
+@dataclass(frozen=True)
+class _Roofs:
+    """The ceilings one roofline draws, and the intensities its x axis spans: those measured in the run (bandwidth at
+    the largest and smallest problem, the peak's median and maximum; None where the rows have none) and the
+    datasheet's of the rows' GPU (None for a GPU it does not know)."""
+
+    dtype: str
+    gpu: str
+    bw_hi: Optional[float]
+    bw_lo: Optional[float]
+    peak: Optional[float]
+    peak_max: Optional[float]
+    sheet: Optional[Datasheet]
+    ridges: list[float]  # the measured ridge (by the maximum peak) first where measured, then the datasheet's
+    x: np.ndarray
+
+    @classmethod
+    def of(cls, ok: pd.DataFrame) -> "_Roofs":
+        dtype, gpu = str(ok["dtype"].iloc[0]), str(plotdata.gpu_names(ok).iloc[0])
+        bw, peak, sheet = ok["ceiling_bw_gbps"].dropna(), ok["ceiling_tflops"].dropna(), datasheet(gpu)
+        measured = len(bw) > 0 and len(peak) > 0
+        if not (sheet and dtype in sheet.tflops):
+            sheet = None
+        ridges = [float(peak.max()) * 1e3 / float(bw.max())] if measured else []
+        if sheet:
+            ridges.append(sheet.tflops[dtype] * 1e3 / sheet.bw_gbps)
+        x = np.geomspace(ok["ai"].min() / 2, max(ok["ai"].max() * 2, max(ridges, default=1.0) * 2.5), 400)
+        if not measured:
+            return cls(dtype, gpu, None, None, None, None, sheet, ridges, x)
+        return cls(dtype, gpu, float(bw.max()), float(bw.min()), float(peak.median()), float(peak.max()), sheet,
+                   ridges, x)  # fmt: skip
+
+    @property
+    def top(self) -> list[float]:
+        """The ceilings' peaks, for the y axis."""
+        return ([self.peak_max] if self.peak_max is not None else []) + (
+            [self.sheet.tflops[self.dtype]] if self.sheet else []
+        )
+
+
+def _canvas(n: int) -> tuple[Figure, list, int]:
+    """The figure with one axes per panel (a grid of shared axes for several), and the grid's columns."""
+    rows, cols = _grid(n)
+    if n == 1:
         fig, axes = new_figure(8.6, 5.6)
     else:
         side = 4.4 if cols < 3 else 3.9  # inches a panel, so that three columns stay a page wide
         fig, axes = new_figure(3.4 + side * cols, 0.8 + 0.85 * side * rows, rows, cols, sharex=True, sharey=True)
-    panel_axes = [axes[i // cols, i % cols] for i in range(len(parts))]
-    for i in range(len(parts), rows * cols):
+    for i in range(n, rows * cols):
         axes[i // cols, i % cols].remove()  # an empty cell of the grid
+    return fig, [axes[i // cols, i % cols] for i in range(n)], cols
 
-    bw = ok["ceiling_bw_gbps"].dropna()
-    peak = ok["ceiling_tflops"].dropna()
-    has_measured = len(bw) > 0 and len(peak) > 0
-    ridges = [float(peak.max()) * 1e3 / float(bw.max())] if has_measured else []
-    if sheet and dtype in sheet.tflops:
-        ridges.append(sheet.tflops[dtype] * 1e3 / sheet.bw_gbps)
-    x = np.geomspace(ok["ai"].min() / 2, max(ok["ai"].max() * 2, max(ridges, default=1.0) * 2.5), 400)
-    notes = []
-    handles = []
-    for n, ax in enumerate(panel_axes):
+
+def _draw_roofs(panel_axes: list, roofs: _Roofs) -> tuple[list, list[str]]:
+    """Every panel's ceilings on log axes -> (the legend's entries for them, the footnotes about them)."""
+    for ax in panel_axes:
         ax.set_xscale("log")
         ax.set_yscale("log")
-        first = n == 0  # the legend's entries and the notes, once
-        if has_measured:
-            bw_hi, bw_lo, pk = float(bw.max()), float(bw.min()), float(peak.median())
-            ridge = pk * 1e3 / bw_hi
-            mem = x <= ridge
-            ax.plot(x[mem], x[mem] * bw_hi / 1e3, color="black", lw=1.6, gid="ceiling:measured:memory")
-            ax.plot(x[~mem], np.full((~mem).sum(), pk), color="black", lw=1.6, gid="ceiling:measured:compute")
-            ax.fill_between(
-                x,
-                np.minimum(x * bw_lo / 1e3, pk),
-                np.minimum(x * bw_hi / 1e3, pk),
-                color="black",
-                alpha=0.07,
-                lw=0,
-                gid="ceiling:measured:band",
-            )
-            ax.plot([ridge], [pk], marker="o", ms=7, mfc="white", mec="black", mew=1.5, ls="none", gid="ridge:measured")
-            # the ridge's intensity on a dotted drop line, written at the bottom where no point sits
-            ax.axvline(ridge, color="black", lw=0.8, ls=":", gid="ridge:measured:line")
-            ax.annotate(
-                f"ridge {ridge:.0f} FLOP/B",
-                (ridge, 0.02),
-                xycoords=("data", "axes fraction"),
-                xytext=(4, 0),
-                textcoords="offset points",
-                fontsize=8,
-                rotation=90,
-                va="bottom",
-                gid="ridge:measured:label",
-            )
-            if first:
-                handles.append(
-                    (Line2D([], [], color="black", lw=1.6), f"measured: {bw_hi / 1e3:.2f} TB/s, {pk:.0f} TFLOP/s")
-                )
-                handles.append(
-                    (
-                        Patch(facecolor="black", alpha=0.12, lw=0),
-                        f"bandwidth at the problems' sizes: {bw_lo / 1e3:.2f}–{bw_hi / 1e3:.2f} TB/s",
-                    )
-                )
-                notes.append(
-                    f"Solid: ceilings measured in this run: {bw_hi:.0f} GB/s, the streaming-read bandwidth at the "
-                    f"largest problem's size (shaded down to {bw_lo:.0f} GB/s, the bandwidth at the smallest: each "
-                    f"point's own bound uses the bandwidth at its size), and {pk:.0f} TFLOP/s, the best cuBLAS "
-                    f"{dtype} median over a ladder of GEMM sizes."
-                )
-        elif first:
-            notes.append("No measured ceilings in these rows (a CPU run, or no ceiling measurement).")
-        if sheet and dtype in sheet.tflops:
-            sp, sb = sheet.tflops[dtype], sheet.bw_gbps
-            sridge = sp * 1e3 / sb
-            ax.plot(x, np.minimum(x * sb / 1e3, sp), color="#555555", lw=1.2, ls="--", gid="ceiling:datasheet")
-            ax.plot([sridge], [sp], marker="o", ms=5, mfc="white", mec="#555555", ls="none", gid="ridge:datasheet")
-            if first:
-                handles.append(
-                    (
-                        Line2D([], [], color="#555555", lw=1.2, ls="--"),
-                        f"datasheet {sheet.product}: {sb / 1e3:.2f} TB/s, {sp:.0f} TFLOP/s",
-                    )
-                )
-        elif first:
-            notes.append(unknown_gpu_note(gpu))
+        if roofs.peak is not None:
+            _draw_measured(ax, roofs)
+        if roofs.sheet:
+            _draw_datasheet(ax, roofs)
+    handles, notes = [], []
+    if roofs.peak is not None:
+        handles += _measured_key(roofs)
+        notes.append(
+            f"Solid: ceilings measured in this run: {roofs.bw_hi:.0f} GB/s, the streaming-read bandwidth at the "
+            f"largest problem's size (shaded down to {roofs.bw_lo:.0f} GB/s, the bandwidth at the smallest: each "
+            f"point's own bound uses the bandwidth at its size), and {roofs.peak:.0f} TFLOP/s, the best cuBLAS "
+            f"{roofs.dtype} median over a ladder of GEMM sizes."
+        )
+    else:
+        notes.append("No measured ceilings in these rows (a CPU run, or no ceiling measurement).")
+    if roofs.sheet:
+        sp, sb = roofs.sheet.tflops[roofs.dtype], roofs.sheet.bw_gbps
+        handles.append((Line2D([], [], color="#555555", lw=1.2, ls="--"),
+                        f"datasheet {roofs.sheet.product}: {sb / 1e3:.2f} TB/s, {sp:.0f} TFLOP/s"))  # fmt: skip
+    else:
+        notes.append(unknown_gpu_note(roofs.gpu))
+    return handles, notes
 
-    gemms = list(dict.fromkeys(ok["mlabel"]))
-    marker = {gl: MARKERS[i % len(MARKERS)] for i, gl in enumerate(gemms)}
-    hollow = {gl: len(MARKERS) <= i < 2 * len(MARKERS) for i, gl in enumerate(gemms)}  # 15th to 28th GEMM
-    variants = sorted(ok["variant"].astype(str).unique())
-    palette = colors(variants)
+
+def _draw_measured(ax, roofs: _Roofs) -> None:
+    """The measured roof (solid), its band of bandwidths and its ridge, with the ridge's intensity on a dotted drop
+    line written at the bottom, where no point sits."""
+    x, bw_hi, bw_lo, pk = roofs.x, roofs.bw_hi, roofs.bw_lo, roofs.peak
+    assert bw_hi is not None and bw_lo is not None and pk is not None
+    ridge = pk * 1e3 / bw_hi
+    mem = x <= ridge
+    ax.plot(x[mem], x[mem] * bw_hi / 1e3, color="black", lw=1.6, gid="ceiling:measured:memory")
+    ax.plot(x[~mem], np.full((~mem).sum(), pk), color="black", lw=1.6, gid="ceiling:measured:compute")
+    ax.fill_between(x, np.minimum(x * bw_lo / 1e3, pk), np.minimum(x * bw_hi / 1e3, pk), color="black", alpha=0.07,
+                    lw=0, gid="ceiling:measured:band")  # fmt: skip
+    ax.plot([ridge], [pk], marker="o", ms=7, mfc="white", mec="black", mew=1.5, ls="none", gid="ridge:measured")
+    ax.axvline(ridge, color="black", lw=0.8, ls=":", gid="ridge:measured:line")
+    ax.annotate(f"ridge {ridge:.0f} FLOP/B", (ridge, 0.02), xycoords=("data", "axes fraction"), xytext=(4, 0),
+                textcoords="offset points", fontsize=8, rotation=90, va="bottom",
+                gid="ridge:measured:label")  # fmt: skip
+
+
+def _measured_key(roofs: _Roofs) -> list:
+    assert roofs.bw_hi is not None and roofs.bw_lo is not None
+    return [
+        (Line2D([], [], color="black", lw=1.6), f"measured: {roofs.bw_hi / 1e3:.2f} TB/s, {roofs.peak:.0f} TFLOP/s"),
+        (Patch(facecolor="black", alpha=0.12, lw=0),
+         f"bandwidth at the problems' sizes: {roofs.bw_lo / 1e3:.2f}–{roofs.bw_hi / 1e3:.2f} TB/s"),
+    ]  # fmt: skip
+
+
+def _draw_datasheet(ax, roofs: _Roofs) -> None:
+    """The datasheet's roof (dashed) and its ridge."""
+    assert roofs.sheet is not None
+    sp, sb = roofs.sheet.tflops[roofs.dtype], roofs.sheet.bw_gbps
+    ax.plot(roofs.x, np.minimum(roofs.x * sb / 1e3, sp), color="#555555", lw=1.2, ls="--", gid="ceiling:datasheet")
+    ax.plot([sp * 1e3 / sb], [sp], marker="o", ms=5, mfc="white", mec="#555555", ls="none", gid="ridge:datasheet")
+
+
+@dataclass(frozen=True)
+class _Key:
+    """Who wears what: a marker per GEMM (hollow from the 15th to the 28th), a colour per variant."""
+
+    gemms: list[str]
+    marker: dict[str, str]
+    hollow: dict[str, bool]
+    variants: list[str]
+    palette: dict[str, str]
+
+    @classmethod
+    def of(cls, ok: pd.DataFrame) -> "_Key":
+        gemms = list(dict.fromkeys(ok["mlabel"]))
+        variants = sorted(ok["variant"].astype(str).unique())
+        return cls(
+            gemms,
+            {gl: MARKERS[i % len(MARKERS)] for i, gl in enumerate(gemms)},
+            {gl: len(MARKERS) <= i < 2 * len(MARKERS) for i, gl in enumerate(gemms)},
+            variants,
+            colors(variants),
+        )
+
+    def handles(self) -> list:
+        """The legend's entries: a dot per variant in its colour, then a grey marker per GEMM."""
+        dots = [(Line2D([], [], ls="none", marker="o", ms=6, color=self.palette[v]), v) for v in self.variants]
+        return dots + [
+            (Line2D([], [], ls="none", marker=self.marker[gl], ms=6, color="#666666",
+                    mfc="none" if self.hollow[gl] else "#666666"), gl)
+            for gl in self.gemms
+        ]  # fmt: skip
+
+
+def _draw_points(panel_axes: list, parts: list, ok: pd.DataFrame) -> _Key:
+    """Each panel's points (and its title), the points above their own roofline ringed in red."""
+    key = _Key.of(ok)
+    variants = key.variants
     # variants within a few % of each other sit on one spot: each later variant's marker is smaller, so every
     # colour stays visible as a ring around the next
     size = dict(zip(variants, np.linspace(64, 16, len(variants)) if len(variants) > 1 else [36], strict=False))
@@ -255,82 +345,70 @@ def roofline(g: pd.DataFrame) -> Optional[Figure]:
             ax.set_title(name, fontsize=9)
         groups = sorted(p.groupby(["glabel", "mlabel", "variant"], sort=False), key=lambda x: -size[x[0][2]])
         for (gl, ml, variant), s in groups:
-            c = palette[str(variant)]
-            ax.scatter(
-                s["ai"],
-                s["tf"],
-                marker=marker[ml],
-                s=size[variant],
-                facecolors="none" if hollow[ml] else c,
-                edgecolors=c if hollow[ml] else "white",
-                linewidths=1.2 if hollow[ml] else 0.4,
-                zorder=3,
-                gid=f"points:{gl}:{variant}",
-            )
+            c, hollow = key.palette[str(variant)], key.hollow[ml]
+            ax.scatter(s["ai"], s["tf"], marker=key.marker[ml], s=size[variant], facecolors="none" if hollow else c,
+                       edgecolors=c if hollow else "white", linewidths=1.2 if hollow else 0.4, zorder=3,
+                       gid=f"points:{gl}:{variant}")  # fmt: skip
         over = above_ceiling(p)
         if len(over):
             over = p.loc[over.index]
-            ax.scatter(
-                over["ai"],
-                over["tf"],
-                s=140,
-                facecolors="none",
-                edgecolors="red",
-                linewidths=1.4,
-                zorder=4,
-                gid="above-ceiling",
-            )
+            ax.scatter(over["ai"], over["tf"], s=140, facecolors="none", edgecolors="red", linewidths=1.4, zorder=4,
+                       gid="above-ceiling")  # fmt: skip
+    return key
+
+
+def _ring_key(ok: pd.DataFrame) -> list:
+    """The legend's entry for the red rings, where there are some."""
+    if above_ceiling(ok).empty:
+        return []
+    return [
+        (Line2D([], [], ls="none", marker="o", ms=10, mfc="none", mec="red", mew=1.4), "above its measured ceiling")
+    ]
+
+
+def _ring_notes(ok: pd.DataFrame) -> list[str]:
+    """Why the ringed points are above their roofline: above the memory ceiling, or above the compute ceiling."""
     over = above_ceiling(ok)
-    if len(over):
-        over = ok.loc[over.index]
-        handles.append(
-            (Line2D([], [], ls="none", marker="o", ms=10, mfc="none", mec="red", mew=1.4), "above its measured ceiling")
-        )
-        mem = sum(_memory_bound(r) for _, r in over.iterrows())
-        why = ([f"{mem} above the memory ceiling (data from cache, or a wrong byte count)"] if mem else []) + (
-            [
-                f"{len(over) - mem} above the compute ceiling (the measured peak, the best cuBLAS median over a ladder "
-                f"of sizes, is below what this shape reaches at these clocks)"
-            ]
-            if len(over) > mem
-            else []
-        )
-        notes.append(
-            f"Red rings: {len(over)} point(s) faster than their own measured roofline "
-            f"({over['pct_of_roofline'].max():.1f}% at most), never a win: {'; '.join(why)}."
-        )
-    ymax = max(
-        [ok["tf"].max()]
-        + ([float(peak.max())] if has_measured else [])
-        + ([sheet.tflops[dtype]] if sheet and dtype in sheet.tflops else [])
-    )
+    if over.empty:
+        return []
+    over = ok.loc[over.index]
+    mem = sum(_memory_bound(r) for _, r in over.iterrows())
+    why = [f"{mem} above the memory ceiling (data from cache, or a wrong byte count)"] if mem else []
+    if len(over) > mem:
+        why.append(f"{len(over) - mem} above the compute ceiling (the measured peak, the best cuBLAS median over a "
+                   f"ladder of sizes, is below what this shape reaches at these clocks)")  # fmt: skip
+    return [
+        f"Red rings: {len(over)} point(s) faster than their own measured roofline "
+        f"({over['pct_of_roofline'].max():.1f}% at most), never a win: {'; '.join(why)}."
+    ]
+
+
+def _frame(panel_axes: list, cols: int, ok: pd.DataFrame, roofs: _Roofs) -> None:
+    """Every panel's limits and grid; x labels on the lowest panel of each column, y labels on the first."""
+    ymax = max([ok["tf"].max()] + roofs.top)
+    n_panels = len(panel_axes)
     for n, ax in enumerate(panel_axes):
         ax.set_ylim(ok["tf"].min() / 2, ymax * 1.6)
-        ax.set_xlim(x[0], x[-1])
+        ax.set_xlim(roofs.x[0], roofs.x[-1])
         ax.grid(True, which="major", alpha=0.3)
-        if n + cols >= len(parts):  # the lowest panel of its column: shared x axes show tick labels there only
+        if n + cols >= n_panels:  # the lowest panel of its column: shared x axes show tick labels there only
             ax.tick_params(labelbottom=True)
             # the long form is wider than a panel of a grid: side by side, two would run into each other
             ax.set_xlabel(
                 "arithmetic intensity (FLOP per byte of minimum DRAM traffic)"
-                if len(parts) == 1
+                if n_panels == 1
                 else "FLOP per byte of minimum DRAM traffic"
             )
         if n % cols == 0:
             ax.set_ylabel("TFLOP/s")
-    handles += [(Line2D([], [], ls="none", marker="o", ms=6, color=palette[v]), v) for v in variants]
-    handles += [
-        (
-            Line2D(
-                [], [], ls="none", marker=marker[gl], ms=6, color="#666666", mfc="none" if hollow[gl] else "#666666"
-            ),
-            gl,
-        )
-        for gl in gemms
-    ]
-    if len(gemms) > 2 * len(MARKERS):
-        notes.append(f"{len(gemms)} GEMMs share {2 * len(MARKERS)} marker shapes: narrow with --shapes or --tp.")
-    legend(panel_axes[min(cols, len(parts)) - 1], [h for h, _ in handles], [lab for _, lab in handles])
+
+
+def _closing_notes(g: pd.DataFrame, ok: pd.DataFrame, key: _Key, split: Optional[str]) -> list[str]:
+    """The footnotes after the ceilings' and the rings': markers shared, what M and the bytes are, the panels, and
+    what is not drawn."""
+    notes = []
+    if len(key.gemms) > 2 * len(MARKERS):
+        notes.append(f"{len(key.gemms)} GEMMs share {2 * len(MARKERS)} marker shapes: narrow with --shapes or --tp.")
     notes.append(
         "Numbers beside the points: M. Minimum bytes: A and B read once, C written once"
         + (" (MoE: the weights of the experts hit)." if (ok["E"] > 1).any() else ".")
@@ -341,15 +419,12 @@ def roofline(g: pd.DataFrame) -> Optional[Figure]:
             f"on shared axes."
         )
     notes.append(plotdata.not_drawn(g))
+    return notes
+
+
+def _title(ok: pd.DataFrame, dtype: str) -> str:
     sets = ", ".join(sorted(ok["shape_set"].astype(str).unique()))
     tps = sorted(ok["tp"].unique())
     tp = f", TP={tps[0]}" if len(tps) == 1 and tps[0] > 1 else ""
     scaling = ok["scaling"].iloc[0] if "scaling" in ok.columns else None
-    fig = finish(fig, f"Roofline: {sets}{tp}, {dtypes.label(dtype, scaling)}", subtitle(g), notes)
-    fig.draw_without_rendering()  # the final layout, on which the M labels are placed
-    left_out = sum(
-        _m_labels(ax, p, ridges[0] if ridges else None) for ax, (_, p) in zip(panel_axes, parts, strict=True)
-    )
-    if left_out:
-        add_note(fig, f"{left_out} M label(s) left out where every place beside the point was taken.")
-    return fig
+    return f"Roofline: {sets}{tp}, {dtypes.label(dtype, scaling)}"

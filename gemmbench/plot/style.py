@@ -19,18 +19,12 @@ from matplotlib.text import Annotation
 from matplotlib.ticker import NullLocator
 
 from gemmbench import dtypes, registry
+from gemmbench.measure import timing_modes
 from gemmbench.plot import data as plotdata
 
 DPI = 150  # the figures are laid out at the resolution they are saved at, so what a test measures is what is saved
 FOOT_PT = 7.5  # footnote font size, points
 MISSING = "N/A"  # how a figure or the report writes a value the rows lack (never "nan" or "None")
-
-TIMING = {
-    "cold": "cold timing (L2 emptied before each call)",
-    "stream": "stream timing (CUDA graph over distinct input copies)",
-    "graph": "graph timing (CUDA graph of eviction + call)",
-    "wall": "wall timing (host clock, launch included)",
-}
 
 
 def _chromatic(c) -> bool:
@@ -120,11 +114,17 @@ def new_figure(width: float, height: float, nrows: int = 1, ncols: int = 1, **kw
     return fig, axes
 
 
+def _timing_label(mode: str) -> str:
+    """How a title names a timing mode (timing_modes.Mode.label); a mode this build does not know, by its name."""
+    known = timing_modes.ALL.get(mode)
+    return known.label if known else f"{mode} timing"
+
+
 def subtitle(df: pd.DataFrame, how: Optional[str] = None) -> str:
     gpus = sorted(plotdata.gpu_names(df).unique())
     if how is None and "timing_mode" in df.columns:
         modes = sorted(df["timing_mode"].dropna().unique())
-        how = ", ".join(TIMING.get(m, f"{m} timing") for m in modes) or None
+        how = ", ".join(_timing_label(m) for m in modes) or None
     return " · ".join([", ".join(gpus), plotdata.dates(df)] + ([how] if how else []))
 
 
@@ -153,7 +153,7 @@ def add_note(fig: Figure, note: str) -> None:
     if foot:
         foot[0].set_text(foot[0].get_text() + "\n" + text)
     else:
-        fig.text(0.008, 0.008, text, fontsize=FOOT_PT, color="#333333", ha="left", va="bottom", gid="footnote")
+        fig.text(0.008, 0.008, text, fontsize=FOOT_PT, color="0.2", ha="left", va="bottom", gid="footnote")
 
 
 def m_axis(ax, ms, moe: bool) -> None:

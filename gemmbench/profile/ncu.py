@@ -28,7 +28,7 @@ METRICS = {
     "ncu_dram_peak_bytes_per_cycle": "dram__bytes.sum.peak_sustained",
     "ncu_dram_cycles_per_s": "dram__cycles_elapsed.avg.per_second",
     # the SM clock the kernel ran at (ncu's "SM Frequency"): with --clock-control none it is whatever the GPU chose,
-    # and it says whether a duration was taken at the clocks the harness's rows show (issue 21)
+    # and it says whether a duration was taken at the clocks the harness's rows show
     "ncu_sm_hz": "sm__cycles_elapsed.avg.per_second",
     "ncu_l1_hit_pct": "l1tex__t_sector_hit_rate.pct",  # reads 0 for TMA loads (they bypass L1)
     "ncu_l1_sectors": "l1tex__t_sectors.sum",

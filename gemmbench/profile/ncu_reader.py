@@ -24,7 +24,7 @@ from gemmbench.profile import ncu
 READERS = ("ncu_report", "csv")  # the `ncu_reader` column of a profile row: which path read its counters
 # Where Nsight Compute's own installers put it (the .deb/.run of a standalone install, and the CUDA toolkit's
 # /usr/local/cuda/bin/ncu, which is a script that runs it from there, not a link): the H100 machine has
-# /opt/nvidia/nsight-compute/2025.3.1/extras/python/ncu_report.py beside /usr/local/cuda/bin/ncu (2026-11-24)
+# /opt/nvidia/nsight-compute/2025.3.1/extras/python/ncu_report.py beside /usr/local/cuda/bin/ncu
 STANDALONE = Path("/opt/nvidia/nsight-compute")
 
 
@@ -95,7 +95,7 @@ def read_kernels(
 
     Where ncu_report imports here (has_module: load_module found it), it reads the report in a child process (`python -m
     gemmbench.profile.ncu_reader REPORT NCU`, which prints the kernels as JSON): on the H100 machine, Nsight Compute
-    2025.3.1's module crashed the interpreter (a segmentation fault in IMetric.unit(), 2026-11-24), which in this
+    2025.3.1's module crashed the interpreter (a segmentation fault in IMetric.unit()), which in this
     process would end the whole sweep.  A child that fails or crashes costs nothing: the CSV path reads the report."""
     if has_module:
         child = run([sys.executable, "-m", __name__, str(report), ncu_exe], capture_output=True, text=True,

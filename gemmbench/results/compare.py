@@ -12,7 +12,7 @@ Two rows of a cell are timed against each other only where they measured the sam
 whose two sides ran different kernel configs (the `config` JSON less its provenance keys, PROVENANCE_KEYS) is
 `config-changed`, never slower or faster (a re-tune, or a stored config that moved, is not a code change); a cell
 whose sides ran on different physical GPUs (`gpu_uuid`) is `other-gpu` and not compared unless across_gpus
-(--across-gpus): two H200s of one host differed by 5-7% on compute-bound cells (issue 21).
+(--across-gpus): two H200s of one host differed by 5-7% on compute-bound cells (docs/GPU-FACTS.md).
 
 Runs of `gemmbench run --repeat N` hold a cell once per process (`process` 0..N-1).  Where both sides have at least
 MIN_PROCESSES processes the test is Welch's t-test on the logarithms of the per-process medians (PROCESS_TEST): the

@@ -195,7 +195,7 @@ def spread_pct(p20: float, p80: float, median: float) -> float:
 # (gemmbench.measure.compute_ladder), cached per GPU and clock state; a row passes it when the GPU ran at higher clocks than
 # when the ladder was measured (a cache from a cooler or hotter GPU at the same clock settings, or NVML missing, so
 # no clocks in the cache key) or a shape peaks above every rung.  Before the ladder one 8192^3 GEMM set the peak: fp8
-# ceiling 1460.7 TFLOP/s while cuBLAS ran Llama3-405B's M 2048 GEMMs at 1473-1549 (issue 21).
+# ceiling 1460.7 TFLOP/s while cuBLAS ran Llama3-405B's M 2048 GEMMs at 1473-1549 (docs/GPU-FACTS.md).
 ABOVE_MEMORY = (
     "above the measured memory ceiling: inputs served from L2 (they fit in it, or stream timing reused them) or "
     "bytes_min above what the kernel reads"

@@ -8,19 +8,13 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-# Bump when a column is added, removed or changes meaning; store.load() refuses other versions
-# rather than silently mixing numbers that mean different things.
-# 2: + routing (MoE token routing; schema 1 files are read as routing "uniform"); 3: + noisy (schema 2 files get it
-# from their p20/p80); 4: + ep (expert-parallel degree; older files are read as ep 1), gpu_mem_peak_bytes (the
-# cell's peak GPU memory) and cpu (the host's processor, device.processor_name); older files read those two as null;
-# and scaling (how fp8 operands were scaled, dtypes.SCALINGS; older rows: store.older_scaling)
-# 5: + process (which of `run --repeat N`'s processes timed the row, 0..N-1; older files are read as 0) and
-# roofline_note (why a row is above 100% of its roofline; older files get it from their own columns)
-# 6: + kernels (the kernel names a timed row's launch ran, ';'-joined: gemmbench.measure.kernel_activity) and the GPU's
-# telemetry while the cell was timed (TELEMETRY_COLUMNS: clocks, power, temperature, energy per call, throttle
-# reasons); older files read them all as null
-# 7: + dp (data-parallel groups) and layout (whose GEMMs: gemmbench.models.sharding); older files are read as dp 1, "vllm"
-SCHEMA_VERSION = 7
+# The run file format: bump when a column is added, removed or changes meaning; store.load() refuses any other
+# format in one line rather than silently mixing numbers that mean different things (no upgrade chain: an older
+# file is read by the gemmbench that wrote it, LAST_READER names the commit).
+RUN_FORMAT = 1
+# The last commit that reads run files written before RUN_FORMAT (their metadata key was gemmbench.schema_version)
+LAST_READER = "a7312ef"
+OLD_META_KEY = b"gemmbench.schema_version"
 STATUSES = ("ok", "skipped", "wrong", "error")
 # timing_mode, l2_state: see gemmbench.measure.timing (MODES, L2_STATE); device: "cuda" | "cpu".
 
@@ -43,6 +37,7 @@ _COLUMNS = [
     ("layout", _S),  # whose GEMMs: vllm | sglang | hf (gemmbench.models.sharding.LAYOUTS)
     ("dtype", _S),
     ("scaling", _S),  # fp8: a name in dtypes.SCALINGS ("tensor", "row", "block", "block-ue8m0"); 16-bit: "none"
+    ("fp8_accum", _S),  # fp8: how the tensor cores' sums reach fp32 (dtypes.FP8_ACCUMS); 16-bit: "none"
     # by which kernel
     ("variant", _S),
     ("family", _S),
@@ -101,7 +96,7 @@ _COLUMNS = [
     ("tflop_per_j", _F),
     ("throttled_samples", _I),  # samples whose batch ended with a throttle reason active
     ("throttle", _S),  # the reasons seen, comma-separated names (telemetry.REASONS); "" none
-    ("schema_version", _I),
+    ("run_format", _I),
 ]
 REQUIRED = (
     "run_id",
@@ -118,14 +113,15 @@ REQUIRED = (
     "layout",
     "dtype",
     "scaling",
+    "fp8_accum",
     "variant",
     "status",
-    "schema_version",
+    "run_format",
 )
-META_KEY = b"gemmbench.schema_version"  # also in the file metadata, so an empty run is versioned
+META_KEY = b"gemmbench.run_format"  # in the file metadata, so that an empty run has its format too
 SCHEMA = pa.schema(
     [pa.field(name, typ, nullable=name not in REQUIRED) for name, typ in _COLUMNS],
-    metadata={META_KEY: str(SCHEMA_VERSION).encode()},
+    metadata={META_KEY: str(RUN_FORMAT).encode()},
 )
 COLUMNS = [name for name, _ in _COLUMNS]
 TELEMETRY_COLUMNS = COLUMNS[COLUMNS.index("sm_clock_mhz_min") : COLUMNS.index("throttle") + 1]  # CellRecorder.columns

@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-META_KEY = b"gemmbench.results.shard"
+META_KEY = b"gemmbench.shard"
 
 
 class ShardError(ValueError):
@@ -37,9 +37,11 @@ def parse(text: str) -> tuple[int, int]:
 
 def cell_key(problem, variant: str) -> str:
     """store.cell_key of the row this cell will have."""
+    from gemmbench.dtypes import fp8_accum
     from gemmbench.results.store import cell_key as key  # heavy (pandas, pyarrow): the CLI imports this light module
 
-    return key(dict(vars(problem), routing=problem.routing if problem.is_moe else None, variant=variant))
+    return key(dict(vars(problem), routing=problem.routing if problem.is_moe else None,
+                    fp8_accum=fp8_accum(problem.dtype), variant=variant))  # fmt: skip
 
 
 def describe(key: str, variant: bool = True) -> str:
@@ -48,8 +50,8 @@ def describe(key: str, variant: bool = True) -> str:
     than per tensor: 'fp8 block'."""
     from gemmbench.dtypes import label  # light; here with the other imports of this light module
 
-    shape_set, gemm, M, N, K, E, topk, routing, tp, ep, dp, layout, dtype, scaling, name = key.split("|")
-    dtype = label(dtype, scaling)
+    shape_set, gemm, M, N, K, E, topk, routing, tp, ep, dp, layout, dtype, scaling, accum, name = key.split("|")
+    dtype = label(dtype, scaling) + (f" {accum}" if accum == "fast" else "")
     moe = f" E{E} top{topk} {routing}" if E not in ("", "1") else ""
     par = "".join(f" {flag}{value}" for flag, value in (("tp", tp), ("ep", ep), ("dp", dp)) if value not in ("", "1"))
     par += f" {layout}" if layout not in ("", "vllm") else ""
@@ -116,16 +118,7 @@ def read_metadata(path: Path) -> dict | None:
         return None
     if META_KEY not in meta:
         return None
-    found = json.loads(meta[META_KEY])
-    found["cells"] = [_with_dp_and_layout(k) for k in found["cells"]]
-    return found
-
-
-def _with_dp_and_layout(key: str) -> str:
-    """A cell key of a part written before `dp` and `layout` were in it (13 fields): DP 1, vLLM's layout, as its rows
-    read (store._read)."""
-    fields = key.split("|")
-    return "|".join(fields[:10] + ["1", "vllm"] + fields[10:]) if len(fields) == 13 else key
+    return json.loads(meta[META_KEY])
 
 
 @dataclass

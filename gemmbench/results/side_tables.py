@@ -1,8 +1,7 @@
 """The side tables, profile and layer (not run files): their versions, atomic writes, and loading them.
 
 `gemmbench profile` and `gemmbench layer` write them; a file is told apart from a run file by its schema column
-(profile_schema, layer_schema: table_kind).  Files written before a column existed are read as gemmbench then meant
-them (no ep: EP 1; no scaling: store.older_scaling; no layer_kind: "").
+(profile_schema, layer_schema: table_kind).  A table of another version is refused in one line, as run files are.
 """
 
 from __future__ import annotations
@@ -13,10 +12,11 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from gemmbench.results.store import StoreError, older_scaling, result_files, write_table
+from gemmbench.results.store import StoreError, result_files, write_table
 
-PROFILE_SCHEMA = 1  # in every profile row (profile_schema)
-LAYER_SCHEMA = 1  # in every layer row (layer_schema)
+# Bump when a column is added, removed or changes meaning (in every row of its table): no upgrade chain
+PROFILE_SCHEMA = 2  # in every profile row (profile_schema)
+LAYER_SCHEMA = 2  # in every layer row (layer_schema)
 
 
 def load_side_tables(paths, column: str, not_one: str) -> list[tuple[Path, pd.DataFrame]]:
@@ -54,25 +54,15 @@ def write_profile_table(path: Path, rows: list[dict]) -> None:
 def load_profile_tables(paths) -> pd.DataFrame:
     """Profile tables (write_profile_table), one DataFrame; a file that is not one is a one-line error."""
     tables = load_side_tables(paths, "profile_schema", "not a gemmbench profile table (no profile_schema column)")
-    df = _scaling_as_before(_ep_one(pd.concat([df for _, df in tables], ignore_index=True)))
-    # tables written before layer kinds (issue 18) held one kind of layer: ""
-    kinds = df["layer_kind"].map(lambda k: k if isinstance(k, str) else "") if "layer_kind" in df.columns else ""
-    return df.assign(layer_kind=kinds)
+    _refuse_other_versions(tables, "profile_schema", PROFILE_SCHEMA, "profile table")
+    return pd.concat([df for _, df in tables], ignore_index=True)
 
 
-def _scaling_as_before(df: pd.DataFrame) -> pd.DataFrame:
-    """A side table written before the scaling column: each row's scaling as older_scaling reads it."""
-    if "scaling" in df.columns:
-        return df
-    return df.assign(scaling=[older_scaling(d, v) for d, v in zip(df["dtype"], df["variant"], strict=True)])
-
-
-def _ep_one(df: pd.DataFrame) -> pd.DataFrame:
-    """A side table written before expert or data parallelism and layouts (no `ep`, `dp`, `layout` columns): every
-    row ran on EP 1, DP 1, vLLM's GEMMs."""
-    for column, value in (("ep", 1), ("dp", 1), ("layout", "vllm")):
-        df = df if column in df.columns else df.assign(**{column: value})
-    return df
+def _refuse_other_versions(tables, column: str, version: int, kind: str) -> None:
+    for f, df in tables:
+        found = sorted({int(v) for v in df[column].dropna()})
+        if found != [version]:
+            raise StoreError(f"{f}: {kind} of another gemmbench version ({column} {found}, this one reads {version})")
 
 
 # Every column, whether or not a row has it (a CPU run has no graph time: its graph columns are null, not absent).
@@ -163,15 +153,5 @@ def load_layer_tables(paths) -> pd.DataFrame:
     if not isinstance(paths, (str, Path)) and not paths:
         raise StoreError("no layer tables given")
     tables = load_side_tables(paths, "layer_schema", "not a layer table (`gemmbench layer` output)")
-    for f, df in tables:
-        if set(df["layer_schema"].dropna().astype(int)) != {LAYER_SCHEMA}:
-            raise StoreError(
-                f"{f}: layer table of another gemmbench version (layer schema "
-                f"{sorted(set(df['layer_schema']))}, this one reads {LAYER_SCHEMA})"
-            )
-    df = _ep_one(pd.concat([df for _, df in tables], ignore_index=True))
-    if "scaling" not in df.columns:  # before block scales: per tensor, or none for a 16-bit layer
-        df = df.assign(scaling=[older_scaling(d, "") for d in df["dtype"]])
-    # tables written before layer kinds (issue 18) held one kind of layer: ""
-    kinds = df["layer_kind"].map(lambda k: k if isinstance(k, str) else "") if "layer_kind" in df.columns else ""
-    return df.assign(layer_kind=kinds)
+    _refuse_other_versions(tables, "layer_schema", LAYER_SCHEMA, "layer table")
+    return pd.concat([df for _, df in tables], ignore_index=True)

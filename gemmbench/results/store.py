@@ -1,5 +1,5 @@
 """Result rows: checked against the run schema (gemmbench.results.run_schema), crash-safe writes, and loading many runs
-(older schemas upgraded) into one DataFrame.
+(of this run format only: run_schema.RUN_FORMAT) into one DataFrame.
 
 One row per measured cell (problem x variant).  A run is one Parquet file that is rewritten whole
 after every row, so a run killed at any moment still leaves every finished cell readable.
@@ -25,25 +25,18 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from gemmbench import dtypes
-from gemmbench.results.metrics import flops, missing, noisy, roofline_note
+from gemmbench.results.metrics import flops, missing
 from gemmbench.results.run_schema import (
     COLUMNS,
+    LAST_READER,
     META_KEY,
+    OLD_META_KEY,
     REQUIRED,
+    RUN_FORMAT,
     SCHEMA,
-    SCHEMA_VERSION,
     STATUSES,
-    TELEMETRY_COLUMNS,
     TYPES,
 )
-
-
-def older_scaling(dtype: str, variant: str) -> str:
-    """The scaling of a row written before the `scaling` column: every fp8 variant then ran one scaling, per tensor
-    but for the *_rowwise ones (row); a 16-bit dtype's rows scale nothing ("none")."""
-    if dtype in dtypes.ALL and not dtypes.get(dtype).scaled:
-        return dtypes.UNSCALED
-    return "row" if variant.endswith("_rowwise") else dtypes.REFERENCE_SCALING
 
 
 def new_run_id(shape_set: str) -> str:
@@ -69,6 +62,7 @@ def cell_columns(problem, variant) -> dict:
         layout=problem.layout,
         dtype=problem.dtype,
         scaling=problem.scaling,
+        fp8_accum=dtypes.fp8_accum(problem.dtype),
         variant=variant.name,
         family=variant.family,
         variant_source=variant.source,
@@ -79,7 +73,7 @@ def cell_columns(problem, variant) -> dict:
 
 # The columns that name a cell (cell_columns' problem and variant): runs, profiles and comparisons match on them.
 CELL_KEY = ("shape_set", "gemm", "M", "N", "K", "E", "topk", "routing", "tp", "ep", "dp", "layout", "dtype", "scaling",
-            "variant")  # fmt: skip
+            "fp8_accum", "variant")  # fmt: skip
 
 
 def resume_key(row) -> str:
@@ -114,7 +108,7 @@ def _one_line(e: BaseException) -> str:
 
 
 def normalize_row(row: dict) -> dict:
-    """A complete row in column order: missing columns None, schema_version set, values checked.
+    """A complete row in column order: missing columns None, run_format set, values checked.
 
     A dict `config` is serialized to JSON text (sorted keys, so equal configs compare equal).
     """
@@ -122,8 +116,8 @@ def normalize_row(row: dict) -> dict:
     if unknown:
         raise StoreError(f"unknown column {unknown[0]!r} in result row")
     out = {name: row.get(name) for name in COLUMNS}
-    out["schema_version"] = SCHEMA_VERSION
-    if out["ep"] is None:  # a row made without expert parallelism in mind (before schema 4, a plugin): EP 1
+    out["run_format"] = RUN_FORMAT
+    if out["ep"] is None:  # a row made without expert parallelism in mind (a plugin's, a test's): EP 1
         out["ep"] = 1
     if out["dp"] is None:  # a row made without data parallelism or layouts in mind (a plugin's, a test's)
         out["dp"] = 1
@@ -131,8 +125,11 @@ def normalize_row(row: dict) -> dict:
         out["layout"] = "vllm"
     if out["process"] is None:  # a run of one process (no --repeat), a plugin's or a test's row
         out["process"] = 0
-    if out["scaling"] is None and out["dtype"] is not None:  # a row made before block scales (a plugin's, a test's)
-        out["scaling"] = older_scaling(out["dtype"], out["variant"] or "")
+    if out["dtype"] is not None:  # a row made without fp8 scalings in mind (a plugin's, a test's): the defaults
+        if out["scaling"] is None:
+            out["scaling"] = dtypes.problem_scaling(out["dtype"], dtypes.REFERENCE_SCALING)
+        if out["fp8_accum"] is None:
+            out["fp8_accum"] = dtypes.fp8_accum(out["dtype"])
     if out["config"] is not None and not isinstance(out["config"], str):
         out["config"] = json.dumps(out["config"], sort_keys=True)
     if out["samples_us"] is not None:
@@ -321,90 +318,40 @@ def result_files(p: Path) -> list[Path]:
     raise StoreError(f"{p}: no such file or folder")
 
 
-def _schema_version(f: Path, table: pa.Table) -> int:
-    if "schema_version" in table.column_names:
-        versions = set(table.column("schema_version").drop_null().to_pylist())
-        if len(versions) > 1:
-            # Mixed versions cannot come from write_rows; judge by the oldest.
-            return min(versions)
-        if versions:
-            return versions.pop()
-    meta = (table.schema.metadata or {}).get(META_KEY)
-    if meta is not None and meta.isdigit():
-        return int(meta)
+def _run_format(f: Path, table: pa.Table) -> int:
+    """The file's run format (its metadata key); a one-line refusal for a file of an older gemmbench or none."""
+    meta = table.schema.metadata or {}
+    found = meta.get(META_KEY)
+    if found is not None and found.isdigit():
+        return int(found)
+    if OLD_META_KEY in meta or "schema_version" in table.column_names:
+        raise StoreError(f"{f}: a run file of gemmbench 0.1 (run schema {meta.get(OLD_META_KEY, b'?').decode()}); "
+                         f"read it with gemmbench at commit {LAST_READER}, or re-run it")  # fmt: skip
     if not {"variant", "status", "run_id"} <= set(table.column_names):  # not a run file at all
         raise StoreError(f"{f}: not a gemmbench run file (no variant, status and run_id columns: gemmbench did not "
                          f"write it)")  # fmt: skip
-    raise StoreError(
-        f"{f}: has no schema_version, written by an older gemmbench; re-run it or load it with "
-        f"the gemmbench version that wrote it"
-    )
+    raise StoreError(f"{f}: has no gemmbench.run_format metadata (written by something other than gemmbench's store)")
 
 
 def _read(f: Path) -> pa.Table:
     try:
         # one open file object: pq.read_table(path) opens the path more than once, and a RunWriter's
-        # os.replace between the opens made 18 of 375 concurrent reads fail
+        # os.replace between the opens made concurrent reads fail
         with open(f, "rb") as fh:
             table = pq.read_table(fh)
     except (pa.ArrowException, OSError) as e:
         raise StoreError(f"{f}: not a readable Parquet file, truncated or not Parquet ({_one_line(e)})") from None
-    v = _schema_version(f, table)
-    if v == 1:  # schema 1 knew one routing: uniform (MoE rows); dense rows have none
-        moe = [e is not None and e > 1 for e in table.column("E").to_pylist()]
-        table = table.append_column("routing", pa.array(["uniform" if x else None for x in moe], TYPES["routing"]))
-        v = 2
-    if v == 2 and "noisy" not in table.column_names:  # the noisy mark, from the percentiles every timed row has
-        p20, p80 = table.column("time_us_p20").to_pylist(), table.column("time_us_p80").to_pylist()
-        marks = [None if a is None or b is None else noisy(a, b) for a, b in zip(p20, p80, strict=True)]
-        table = table.append_column("noisy", pa.array(marks, pa.bool_()))
-    v = max(v, 3) if v == 2 else v
-    if v == 3:  # before expert parallelism every row ran on EP 1
-        if "ep" not in table.column_names:
-            table = table.append_column("ep", pa.array([1] * table.num_rows, TYPES["ep"]))
-        if "gpu_mem_peak_bytes" not in table.column_names:  # not recorded before schema 4
-            table = table.append_column("gpu_mem_peak_bytes", pa.nulls(table.num_rows, TYPES["gpu_mem_peak_bytes"]))
-        if "cpu" not in table.column_names:  # null: a CPU run's titles say "CPU", as they did
-            table = table.append_column("cpu", pa.nulls(len(table), TYPES["cpu"]))
-        v = 4
-    if v == 4 and "scaling" not in table.column_names:  # written before block scales (older_scaling)
-        pairs = zip(table.column("dtype").to_pylist(), table.column("variant").to_pylist(), strict=True)
-        table = table.append_column("scaling", pa.array([older_scaling(d, n) for d, n in pairs], TYPES["scaling"]))
-    if "roofline_note" not in table.column_names:  # written before the note: the same rule from the row's columns
-        cols = [table.column(c).to_pylist() if c in table.column_names else [None] * table.num_rows
-                for c in ("pct_of_roofline", "flops", "bytes_min", "ceiling_bw_gbps", "ceiling_tflops")]  # fmt: skip
-        notes = [None if None in r[1:3] else roofline_note(*r) for r in zip(*cols, strict=True)]
-        table = table.append_column("roofline_note", pa.array(notes, TYPES["roofline_note"]))
-    if v == 4:  # one process per run before --repeat
-        if "process" not in table.column_names:
-            table = table.append_column("process", pa.array([0] * table.num_rows, TYPES["process"]))
-        v = 5
-    if v == 5:  # before schema 6 no kernel names nor telemetry were recorded: the columns are null
-        for name in ("kernels", *TELEMETRY_COLUMNS):
-            if name not in table.column_names:
-                table = table.append_column(name, pa.nulls(table.num_rows, TYPES[name]))
-        v = 6
-    if v == 6:  # before data parallelism and layouts every row ran DP 1, with vLLM's fusions
-        for name, value in (("dp", 1), ("layout", "vllm")):
-            if name not in table.column_names:
-                table = table.append_column(name, pa.array([value] * table.num_rows, TYPES[name]))
-        v = 7
-    if v < SCHEMA_VERSION:
-        raise StoreError(
-            f"{f}: written by an older gemmbench (schema {v}, this one reads {SCHEMA_VERSION}); "
-            f"re-run it or load it with the gemmbench version that wrote it"
-        )
-    if v > SCHEMA_VERSION:
-        raise StoreError(
-            f"{f}: written by a newer gemmbench (schema {v}, this one reads {SCHEMA_VERSION}); upgrade gemmbench"
-        )
+    v = _run_format(f, table)
+    if v != RUN_FORMAT:
+        newer = "a newer gemmbench: upgrade gemmbench" if v > RUN_FORMAT else "an older gemmbench: re-run it"
+        raise StoreError(f"{f}: run format {v}, this gemmbench reads {RUN_FORMAT} (written by {newer})")
     absent = [c for c in COLUMNS if c not in table.column_names]
     if absent:
-        raise StoreError(f"{f}: missing column {absent[0]!r} for schema {SCHEMA_VERSION}")
+        raise StoreError(f"{f}: missing column {absent[0]!r} for run format {RUN_FORMAT}")
     try:
         return table.select(COLUMNS).cast(SCHEMA)  # drop extras, unify column order and types
     except (pa.ArrowException, ValueError) as e:
-        raise StoreError(f"{f}: columns do not match schema {SCHEMA_VERSION} ({_one_line(e)})") from None
+        raise StoreError(f"{f}: columns do not match run format {RUN_FORMAT} ({_one_line(e)})") from None
 
 
 def records(df: pd.DataFrame) -> list[dict]:

@@ -149,89 +149,118 @@ def gemm_tables(rows: list[dict]) -> list[Table]:
     """One table per GEMM; skipped rows of a variant that does not run the problem's fp8 scaling are left out
     (scaling_excluded_count counts them; the file keeps them)."""
     rows = [r for r in rows if not (r["status"] == "skipped" and registry.scaling_excluded(r.get("reason")))]
+    sp = speedups(rows)
+    marked = marks(rows)
+    tables = []
+    for key, rs in _by_gemm(rows).items():
+        # the GPU's clocks, power and temperature (run_schema.TELEMETRY_COLUMNS): shown where NVML read them (not on a CPU)
+        telemetry = any(not missing(r.get("sm_clock_mhz_median")) for r in rs)
+        t = Table(title=_title(*key), caption=_caption(rs, moe=key[3] > 1, telemetry=telemetry), title_justify="left")
+        for col, just in _columns(telemetry):
+            t.add_column(col, justify=just)
+        for r in sorted(rs, key=lambda r: (r["M"], r["dtype"], r.get("scaling") or "", r["variant"])):
+            t.add_row(*_cells(r, marked.get(id(r)), sp.get(id(r)), telemetry))
+        tables.append(t)
+    return tables
+
+
+def _by_gemm(rows: list[dict]) -> dict[tuple, list[dict]]:
+    """The rows of each table: (gemm, N, K, E, topk, tp, ep, dp, layout, routing) -> its rows, in order of first row."""
     by_gemm = defaultdict(list)
     for r in rows:
         par = (r["tp"], r.get("ep") or 1, r.get("dp") or 1, r.get("layout") or "vllm")
         by_gemm[(r["gemm"], r["N"], r["K"], r["E"], r["topk"], *par, r.get("routing"))].append(r)
-    sp = speedups(rows)
-    marked = marks(rows)
-    tables = []
-    for (gemm, N, K, E, topk, tp, ep, dp, layout, routing), rs in by_gemm.items():
-        moe = (f", E={E} top{topk}" + (f", {routing} routing" if routing else "")) if E > 1 else ""
-        par = "".join(f"  {flag}={value}" for flag, value in (("tp", tp), ("ep", ep), ("dp", dp)) if value > 1)
-        title = f"{gemm}  N={N} K={K}{moe}{par}" + (f"  {layout} layout" if layout != "vllm" else "")
-        first = rs[0]
-        vs = (
-            registry.baseline_for(first["dtype"], moe=True)
-            if E > 1
-            else "the cuBLAS GEMM of the row's dtype and scaling (fp8 row: "
-            + f"{registry.baseline_for('fp8', moe=False, scaling='row')}, block: "
-            + f"{registry.baseline_for('fp8', moe=False, scaling='block')})"
+    return by_gemm
+
+
+def _title(gemm, N, K, E, topk, tp, ep, dp, layout, routing) -> str:
+    moe = (f", E={E} top{topk}" + (f", {routing} routing" if routing else "")) if E > 1 else ""
+    par = "".join(f"  {flag}={value}" for flag, value in (("tp", tp), ("ep", ep), ("dp", dp)) if value > 1)
+    return f"{gemm}  N={N} K={K}{moe}{par}" + (f"  {layout} layout" if layout != "vllm" else "")
+
+
+def _caption(rs: list[dict], moe: bool, telemetry: bool) -> str:
+    """How the table's rows were timed, what the speedup is against, and what its marks and columns mean."""
+    first = rs[0]
+    vs = (
+        registry.baseline_for(first["dtype"], moe=True)
+        if moe
+        else "the cuBLAS GEMM of the row's dtype and scaling (fp8 row: "
+        + f"{registry.baseline_for('fp8', moe=False, scaling='row')}, block: "
+        + f"{registry.baseline_for('fp8', moe=False, scaling='block')})"
+    )
+    caption = (
+        f"timing: {first.get('timing_mode')} (L2 {first.get('l2_state')}); speedup vs "
+        + vs
+        + (
+            "; * = fastest at that M, dtype and scaling, no other row within noise; ≈ = the fastest and the rows"
+            " whose p20-p80 overlaps its own: no single winner; ± = half the p20-p80 range, % of the median;"
+            " ! = above its measured roofline (status says why); config: BLOCK_MxBLOCK_NxBLOCK_K, where it came"
+            " from"
         )
-        caption = (
-            f"timing: {first.get('timing_mode')} (L2 {first.get('l2_state')}); speedup vs "
-            + vs
-            + (
-                "; * = fastest at that M, dtype and scaling, no other row within noise; ≈ = the fastest and the rows"
-                " whose p20-p80 overlaps its own: no single winner; ± = half the p20-p80 range, % of the median;"
-                " ! = above its measured roofline (status says why); config: BLOCK_MxBLOCK_NxBLOCK_K, where it came"
-                " from"
-            )
+    )
+    if telemetry:
+        caption += "; SM MHz: the SM clock's median over the samples (min-max where it moved), W: median power, °C:"
+        caption += " the hottest, read through NVML while the row was timed"
+    if any(throttled(r) for r in rs):
+        caption += f"; {THROTTLED} = samples taken while the GPU throttled its clocks (status: how many, why)"
+    return caption
+
+
+def _columns(telemetry: bool) -> tuple[tuple[str, str], ...]:
+    """(column, justification) of a table; the telemetry columns where NVML read them."""
+    return (
+        ("M", "right"),
+        ("dtype", "left"),
+        ("variant", "left"),
+        ("µs", "right"),
+        ("±", "right"),
+        ("TFLOPS", "right"),
+        ("GB/s", "right"),
+        ("% roofline", "right"),
+        ("speedup", "right"),
+        ("config", "left"),
+        *((("SM MHz", "right"), ("W", "right"), ("°C", "right")) if telemetry else ()),
+        ("status", "left"),
+    )
+
+
+def _status(r: dict, note: Optional[str]) -> str:
+    """The status column: the status and its reason, and of an ok row why it is noisy, above its roofline (note) or
+    throttled."""
+    ok = r["status"] == "ok"
+    # an ok row's reason is a note on how it was timed (stream mode's copies that did not fit)
+    status = r["status"] if ok and not r.get("reason") else f"{r['status']}: {r.get('reason') or ''}"
+    if ok and r.get("noisy"):
+        status = f"ok, noisy (p80/p20 {r['time_us_p80'] / r['time_us_p20']:.1f}x > {NOISY_SPREAD}x)" + (
+            f"; {r['reason']}" if r.get("reason") else ""
         )
-        # the GPU's clocks, power and temperature (run_schema.TELEMETRY_COLUMNS): shown where NVML read them (not on a CPU)
-        telemetry = any(not missing(r.get("sm_clock_mhz_median")) for r in rs)
-        if telemetry:
-            caption += "; SM MHz: the SM clock's median over the samples (min-max where it moved), W: median power, °C:"
-            caption += " the hottest, read through NVML while the row was timed"
-        if any(throttled(r) for r in rs):
-            caption += f"; {THROTTLED} = samples taken while the GPU throttled its clocks (status: how many, why)"
-        t = Table(title=title, caption=caption, title_justify="left")
-        for col, just in (
-            ("M", "right"),
-            ("dtype", "left"),
-            ("variant", "left"),
-            ("µs", "right"),
-            ("±", "right"),
-            ("TFLOPS", "right"),
-            ("GB/s", "right"),
-            ("% roofline", "right"),
-            ("speedup", "right"),
-            ("config", "left"),
-            *((("SM MHz", "right"), ("W", "right"), ("°C", "right")) if telemetry else ()),
-            ("status", "left"),
-        ):
-            t.add_column(col, justify=just)
-        for r in sorted(rs, key=lambda r: (r["M"], r["dtype"], r.get("scaling") or "", r["variant"])):
-            ok = r["status"] == "ok"
-            # an ok row's reason is a note on how it was timed (stream mode's copies that did not fit)
-            status = r["status"] if ok and not r.get("reason") else f"{r['status']}: {r.get('reason') or ''}"
-            if ok and r.get("noisy"):
-                status = f"ok, noisy (p80/p20 {r['time_us_p80'] / r['time_us_p20']:.1f}x > {NOISY_SPREAD}x)" + (
-                    f"; {r['reason']}" if r.get("reason") else ""
-                )
-            note = roofline_note(r) if ok else None
-            if note:
-                status += f"; {note}"
-            if ok and throttled(r):
-                status += f"; throttled {r['throttled_samples']}/{r.get('n_samples')} samples: {r.get('throttle')}"
-            mark = marked.get(id(r))
-            spread_pct = spread(r) if ok else None
-            t.add_row(
-                str(r["M"]),
-                dtypes.label(r["dtype"], r.get("scaling")),
-                (f"{mark} " if mark else "") + r["variant"],
-                (_fmt(r.get("time_us_median"), ".2f") + (THROTTLED if throttled(r) else "")) if ok else "",
-                "" if spread_pct is None else f"±{spread_pct:.1f}%",
-                _fmt(r.get("tflops"), ".1f") if ok else "",
-                _fmt(r.get("gbps"), ".0f") if ok else "",
-                (_fmt(r.get("pct_of_roofline"), ".0f") + ("!" if note else "")) if ok else "",
-                _fmt(sp.get(id(r)), ".2f") + ("x" if id(r) in sp else ""),
-                short_config(r.get("config")),
-                *((clock_range(r), _fmt(r.get("power_w"), ".0f"), _fmt(r.get("temp_c"), ".0f")) if telemetry else ()),
-                Text(status[:240], style=STATUS_STYLE[r["status"]]),  # Text: reasons may hold '['
-            )
-        tables.append(t)
-    return tables
+    if note:
+        status += f"; {note}"
+    if ok and throttled(r):
+        status += f"; throttled {r['throttled_samples']}/{r.get('n_samples')} samples: {r.get('throttle')}"
+    return status
+
+
+def _cells(r: dict, mark: Optional[str], speedup: Optional[float], telemetry: bool) -> list:
+    """One row's cells, in _columns' order; an ok row's measurements only (others have none to show)."""
+    ok = r["status"] == "ok"
+    note = roofline_note(r) if ok else None
+    spread_pct = spread(r) if ok else None
+    return [
+        str(r["M"]),
+        dtypes.label(r["dtype"], r.get("scaling")),
+        (f"{mark} " if mark else "") + r["variant"],
+        (_fmt(r.get("time_us_median"), ".2f") + (THROTTLED if throttled(r) else "")) if ok else "",
+        "" if spread_pct is None else f"±{spread_pct:.1f}%",
+        _fmt(r.get("tflops"), ".1f") if ok else "",
+        _fmt(r.get("gbps"), ".0f") if ok else "",
+        (_fmt(r.get("pct_of_roofline"), ".0f") + ("!" if note else "")) if ok else "",
+        _fmt(speedup, ".2f") + ("x" if speedup is not None else ""),
+        short_config(r.get("config")),
+        *((clock_range(r), _fmt(r.get("power_w"), ".0f"), _fmt(r.get("temp_c"), ".0f")) if telemetry else ()),
+        Text(_status(r, note)[:240], style=STATUS_STYLE[r["status"]]),  # Text: reasons may hold '['
+    ]
 
 
 def status_counts(rows: list[dict]) -> dict[str, int]:

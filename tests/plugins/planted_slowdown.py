@@ -42,7 +42,7 @@ def _make(problem, inputs):
         return result
 
     # no config: a planted regression must look like a code change, not a new kernel config (`compare` calls a cell
-    # whose config changed `config-changed`, never slower: so it did with the fraction in the config, H100 2026-11-24)
+    # whose config changed `config-changed`, never slower)
     return Launch(fn=slowed, out=out)
 
 
