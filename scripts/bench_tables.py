@@ -32,10 +32,12 @@ from gemmbench.results.tables import baseline_for
 
 
 def _groups(rows, specs):
+    """(name, match, prefix) per column group: --group NAME=GLOB by variant name, else one group per family."""
     if specs:
-        return [tuple(s.split("=", 1)) for s in specs]
+        pairs = [tuple(s.split("=", 1)) for s in specs]
+        return [(n, lambda r, g=g: fnmatch.fnmatch(r["variant"], g), g.rstrip("*")) for n, g in pairs]
     fams = sorted({r["family"] for r in rows if r["family"] != "cublas"})
-    return [(f, next(r["variant"] for r in rows if r["family"] == f).rsplit("_", 1)[0] + "_*") for f in fams]
+    return [(f, lambda r, f=f: r["family"] == f, f + "_") for f in fams]
 
 
 def _table(head: str, cols: list[str], body: list[list[str]]) -> str:
@@ -58,7 +60,7 @@ def render(path: str, specs: list[str] | None = None) -> str:
         cells.setdefault(key(r), {})[r["variant"]] = r
     rowwise = any(r["variant"] == "cublas_fp8_rowwise" for r in ok)
     cols = ["GEMM (N, K)", "TP", "dtype", "M", "cuBLAS µs", "% roof"] + (["fp8 row-wise µs"] if rowwise else [])
-    for name, _ in groups:
+    for name, _, _ in groups:
         cols += [f"best {name}", "µs", "% roof", "vs cuBLAS"]
     body = []
     first_seen = {g: i for i, g in reversed(list(enumerate(r["gemm"] for r in rows)))}
@@ -72,13 +74,12 @@ def render(path: str, specs: list[str] | None = None) -> str:
         if rowwise:
             rw = by.get("cublas_fp8_rowwise")
             out.append(f"{rw['time_us_median']:.1f}" if rw else "")
-        for _, pattern in groups:
-            cand = [r for v, r in by.items() if fnmatch.fnmatch(v, pattern)]
+        for _, match, prefix in groups:
+            cand = [r for r in by.values() if match(r)]
             if not cand:
                 out += ["", "", "", ""]
                 continue
             best = min(cand, key=lambda r: r["time_us_median"])
-            prefix = pattern.rstrip("*")
             label = best["variant"].removeprefix(prefix) or best["variant"].rsplit("_", 1)[-1]
             split = json.loads(best["config"] or "{}").get("SPLIT_K")
             label += f" k{split}" if split else ""
@@ -134,18 +135,54 @@ def render_moe(path: str) -> str:
     return _table(head, cols, body)
 
 
+def render_layer(path: str) -> str:
+    """One row per layer (model, TP, dtype, M): its variants, the kernels' sum, eager launches, one CUDA graph."""
+    from gemmbench.results.side_tables import load_layer_tables
+
+    rows = load_layer_tables([path]).to_dict("records")
+    layers = [r for r in rows if r["part"] == "layer"]
+    head = f"`{path}`: {len(layers)} layers, " + ", ".join(
+        f"{n} {s}" for s, n in Counter(r["status"] for r in layers).most_common()
+    )
+    cols = ["model", "TP", "dtype", "M", "variants", "kernels µs", "eager µs", "graph µs", "graph speedup"]
+    num = lambda v: "" if v != v or v is None else f"{v:.1f}"  # noqa: E731 - NaN or None: empty
+    body = [[r["model"], str(r["tp"]), r["dtype"], str(r["M"]), r["variant"], num(r["kernel_us"]), num(r["eager_us"]),
+             num(r["graph_us"]), f"{r['graph_speedup']:.2f}x" if r["graph_speedup"] == r["graph_speedup"] else ""]
+            for r in layers]  # fmt: skip
+    return _table(head, cols, body)
+
+
+def render_profile(path: str) -> str:
+    """One row per profiled cell (its kernels summed): time under ncu, DRAM throughput and % of peak, L2 hit rate,
+    tensor pipe."""
+    from gemmbench.profile.ncu import SUM_KERNEL
+    from gemmbench.results.side_tables import load_profile_tables
+
+    df = load_profile_tables([path])
+    rows = [r for r in df.to_dict("records") if r["status"] == "ok" and r["ncu_kernel"] == SUM_KERNEL]
+    head = f"`{path}`: {df[df['ncu_kernel'].isin([SUM_KERNEL]) | (df['status'] != 'ok')].shape[0]} cells, {len(rows)} profiled"
+    cols = ["GEMM (N, K)", "dtype", "M", "variant", "kernels", "µs", "DRAM GB/s", "% DRAM peak", "L2 hit %", "tensor %"]
+    body = [[f"{r['gemm']} ({r['N']}, {r['K']})", r["dtype"], str(r["M"]), r["variant"], str(int(r["ncu_kernels"])),
+             f"{r['ncu_duration_us']:.1f}", f"{r['ncu_dram_gbps']:.0f}", f"{r['ncu_dram_pct_peak']:.0f}",
+             f"{r['ncu_l2_hit_pct']:.0f}", f"{r['ncu_tensor_pipe_pct']:.0f}"] for r in rows]  # fmt: skip
+    return _table(head, cols, body)
+
+
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("parquet", nargs="*")
     ap.add_argument("--group", action="append", help="NAME=GLOB: a column group of variants (repeatable)")
     ap.add_argument("--moe", action="store_true", help="the MoE table (fused schedules against the baselines)")
+    ap.add_argument("--layer", action="store_true", help="the layer table (`gemmbench layer` output)")
+    ap.add_argument("--profile", action="store_true", help="the profile table (`gemmbench profile` output)")
     ap.add_argument("--check", metavar="MD", help="exit 1 where a marked table of this file differs from its files")
     ap.add_argument("--update", metavar="MD", help="write every marked table of this file again from its files")
     return ap
 
 
 def tables(args: argparse.Namespace) -> str:
-    return "\n\n".join(render_moe(p) if args.moe else render(p, args.group) for p in args.parquet)
+    kind = render_moe if args.moe else render_layer if args.layer else render_profile if args.profile else None
+    return "\n\n".join(kind(p) if kind else render(p, args.group) for p in args.parquet)
 
 
 MARKED = re.compile(r"(<!-- bench_tables\.py (?P<args>.*?) -->\n)(?P<body>.*?)(<!-- /bench_tables\.py -->)", re.S)

@@ -74,8 +74,11 @@ def test_select_comma_list_keeps_registration_order_and_drops_duplicates():
 
 
 def test_select_nothing_means_every_default_variant():
+    """The default: the baselines and one variant per family (README, "Which variants run"), in registration order."""
     everything = names(registry.all_variants())
-    defaults = [n for n in everything if n != "inductor_mm"]  # the one that runs only when named (a compile a cell)
+    per_family = {"triton_dp_grouped", "triton_splitk_atomic", "triton_splitk_atomic_rowwise", "triton_persistent",
+                  "triton_streamk", "triton_moe_col", "torch_moe_loop"}  # fmt: skip
+    defaults = [n for n in everything if n.startswith("cublas_") or n in per_family]
     assert names(registry.select(None)) == defaults
     assert names(registry.select("")) == defaults
     assert names(registry.select("*")) == everything  # a glob that matches it names it

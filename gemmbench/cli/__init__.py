@@ -1,6 +1,6 @@
-"""The command line (Typer): one module per command, each an adapter (parse, validate, call, print) over the
-engine; common.py holds the app, the consoles, the one-line errors and the option parsers they share.  The commands
-are registered here, in the order `gemmbench --help` lists them.
+"""The command line (Typer): one module per command, each an adapter (parse, validate, call, print) over the engine;
+common.py: the app, the consoles, the one-line errors, the option parsers; options.py: the options several commands
+take, each in its --help panel.  The commands are registered here, in the order `gemmbench --help` lists them.
 
 `gemmbench --help` imports every module of this package and what they import at their top, so a command imports
 what only it needs inside its functions: the heavy modules (torch, triton, pandas, matplotlib, numpy, and the

@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.markup import escape
 from typer.core import TyperGroup
 
-from gemmbench.cli.formats import LayoutChoice, choice
+from gemmbench.cli.formats import LayoutChoice
 from gemmbench.engine.pool import PoolError, parse_gpus
 
 try:  # Typer >= 0.29 carries its own copy of click
@@ -273,54 +273,6 @@ def runs_a_scaling(chosen: list, scalings: list[str], dtype_names: list[str]) ->
                    f"{', '.join(have)}; see `gemmbench list variants`)")  # fmt: skip
 
 
-# ---------------------------------------------------------------- options several commands share
-
-Shapes = Annotated[str, typer.Option(help="Built-in shape set (see `gemmbench list shapes`) or a YAML path.")]
-Variants = Annotated[Optional[str], typer.Option(help="Comma-separated globs, e.g. 'triton_*,cublas_fp8'.")]
-Dtype = Annotated[str, typer.Option(help="Comma-separated: fp16, bf16, fp8.")]
-Ms = Annotated[Optional[str], typer.Option(help="M values (tokens): '1,16,64', 'decode', 'prefill', 'all'.")]
-Tp = Annotated[
-    str, typer.Option(help="Tensor parallelism, e.g. 8 or 1,2,4,8: column-parallel GEMMs divide N, row-parallel K.")
-]
-Ep = Annotated[
-    str,
-    typer.Option(
-        help="Expert parallelism, e.g. 8 or 1,8: whole experts over N of the TP x DP GPUs; rank 0's ceil(E/N) experts "
-        "and the tokens routed to them. vLLM runs EP 1 or TP x DP."
-    ),  # fmt: skip
-]
-Dp = Annotated[
-    str,
-    typer.Option(
-        help="Data parallelism, e.g. 8 or 1,8: groups of --tp GPUs, each with its own M tokens; expert GEMMs see the "
-        "M x DP tokens of all groups."
-    ),  # fmt: skip
-]
-Layout = Annotated[
-    LayoutChoice,
-    typer.Option(
-        parser=choice(LayoutChoice, "--layout"),
-        help="Whose GEMMs: vllm (QKV, gate+up, MLA q_a+kv_a fused), sglang (the same; DeepSeek-V3's shared expert "
-        "folded into the experts; DP attention), hf (the checkpoint's tensors, one GPU). docs/USAGE.md: Sharding.",
-    ),
-]
-Routing = Annotated[str, typer.Option(help="MoE token routing, comma-separated: uniform, skewed, one-expert.")]
-Scaling = Annotated[
-    Optional[str],
-    typer.Option(
-        help="fp8 scales, comma-separated: tensor (default), row, block (activations 1x128, weights 128x128), "
-        "block-ue8m0 (the same, power-of-two scales). fp8 only."
-    ),  # fmt: skip
-]
-Plugins = Annotated[Optional[list[Path]], typer.Option(help="Python file registering extra variants (repeatable).")]
-Seed = Annotated[int, typer.Option(help="Seed of the random inputs.")]
-Shard = Annotated[
-    Optional[str],
-    typer.Option(
-        help="Only shard I of N (0 <= I < N) of the work, e.g. $SLURM_ARRAY_TASK_ID/8 (the same split on every host)."
-    ),  # fmt: skip
-]
-
 # Measured on a 2-core CPU machine: llama70b-attn took 8 min 51 s on the CPU path (torch's bf16/fp8 CPU matmul,
 # 0.4-0.9 s per call at M=64, >= 10 samples a cell), so Llama-sized sets are refused there.  (Triton variants have
 # their own limit, tuning.INTERPRETER_MAX_MACS, for sets in between.)
@@ -343,14 +295,6 @@ def cpu_too_large(problems: list, set_option: str = "--shapes") -> Optional[str]
 
 
 WATCHDOG_FLOOR_S = 300.0  # compiling a Triton kernel or drawing DeepSeek-V3's experts stays well inside this
-CellTimeout = Annotated[
-    Optional[float],
-    typer.Option(
-        help="Seconds one phase of a cell (compile, make, check, warm-up, a batch of samples, a tuning candidate) "
-        "may go silent before its worker is stopped and the cell recorded as 'error: timeout after N s (phase)'; "
-        "the sweep goes on with a fresh worker. Default: max(300, 20 x --budget); 0: no limit."
-    ),
-]
 
 
 def watchdog(cell_timeout: Optional[float], budget: float = 0.5, factor: float = 1.0) -> Optional[float]:
@@ -388,9 +332,6 @@ def gpus_option(gpus: Optional[str]) -> Optional[list[int]]:
         return parse_gpus(gpus, torch.cuda.device_count() if torch.cuda.is_available() else 0)
     except PoolError as exc:
         raise fail(str(exc)) from None
-
-
-Force = Annotated[bool, typer.Option(help="Replace the --out files that exist (without it: refused, nothing written).")]
 
 
 def refuse_existing(paths: list[Path], force: bool) -> None:

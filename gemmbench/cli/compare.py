@@ -13,9 +13,11 @@ from rich.table import Table
 
 from gemmbench.cli.common import err, fail, out
 from gemmbench.cli.formats import CompareFormat, choice
+from gemmbench.cli.options import COMPARISON, OUTPUT, AcrossGpus
 from gemmbench.results import named_baselines
 
 BASELINE_DIR = named_baselines.SAVE_DIR
+VERDICTS = "Verdicts"  # compare's --help panel: what counts as a change, and which changes fail
 baseline_app = typer.Typer(
     no_args_is_help=True, help="Save runs as named baselines for `gemmbench compare`, and list the names it finds."
 )
@@ -153,30 +155,42 @@ def compare(
         ),
     ],
     candidate: Annotated[list[Path], typer.Argument(help="Candidate run file(s) or folder(s).")],
-    threshold: Annotated[str, typer.Option(help="Smallest change of the median that counts, e.g. 5%.")] = "5%",
-    format_: Annotated[
-        CompareFormat,
-        typer.Option(
-            "--format", parser=choice(CompareFormat, "--format"), help="table, markdown (a PR comment) or json."
-        ),
-    ] = CompareFormat.table,
+    threshold: Annotated[
+        str, typer.Option(help="Smallest change of the median that counts, e.g. 5%.", rich_help_panel=VERDICTS)
+    ] = "5%",
     fail_on: Annotated[
-        str, typer.Option(help="Exit 1 on these verdicts: slower, failing, noisy, missing, config-changed.")
+        str,
+        typer.Option(
+            help="Exit 1 on these verdicts: slower, failing, noisy, missing, config-changed.", rich_help_panel=VERDICTS
+        ),
     ] = "slower,failing",
-    force: Annotated[bool, typer.Option(help="Compare runs of different timing modes or L2 states.")] = False,
     allow_empty: Annotated[
-        bool, typer.Option(help="Exit 0 even when the two sides have no cell in common (nothing was compared).")
+        bool,
+        typer.Option(
+            help="Exit 0 even when the two sides have no cell in common (nothing was compared).",
+            rich_help_panel=VERDICTS,
+        ),
+    ] = False,
+    force: Annotated[
+        bool, typer.Option(help="Compare runs of different timing modes or L2 states.", rich_help_panel=COMPARISON)
     ] = False,
     allow_stack_change: Annotated[
         bool,
         typer.Option(
-            help="Compare runs of different GPU models, torch, triton, CUDA or driver; every verdict is marked."
+            help="Compare runs of different GPU models, torch, triton, CUDA or driver; every verdict is marked.",
+            rich_help_panel=COMPARISON,
         ),
     ] = False,
-    across_gpus: Annotated[
-        bool,
-        typer.Option(help="Compare cells run on different physical GPUs (gpu_uuid); otherwise they are other-gpu."),
-    ] = False,
+    across_gpus: AcrossGpus = False,
+    format_: Annotated[
+        CompareFormat,
+        typer.Option(
+            "--format",
+            parser=choice(CompareFormat, "--format"),
+            help="table, markdown (a PR comment) or json.",
+            rich_help_panel=OUTPUT,
+        ),
+    ] = CompareFormat.table,
 ) -> None:
     """Verdict per cell (slower, faster, same, noisy, config-changed, other-gpu, now-failing, fixed, new, missing) from the raw samples of two runs (per-process medians where both sides have >= 3 processes: `run --repeat`).
 

@@ -10,6 +10,7 @@ from rich.table import Table
 
 from gemmbench.cli.common import Deployment, err, out
 from gemmbench.cli.formats import print_json
+from gemmbench.cli.options import OUTPUT
 
 DryRun = Annotated[
     bool,
@@ -17,6 +18,7 @@ DryRun = Annotated[
         "--dry-run",
         help="Print each cell as rank 0 of the deployment runs it (N, K, local experts, tokens) and the variants that "
         "would run or skip it; run and write nothing (any machine).",
+        rich_help_panel=OUTPUT,
     ),
 ]
 NEEDS_GPU = "unknown: needs a GPU"  # a variant's own support check asks the device, and there is none here

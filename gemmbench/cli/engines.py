@@ -1,5 +1,6 @@
 """The options that take tuned fused-MoE configs to and from the inference engines: `tune --export ENGINE DIR`
-(gemmbench.configs.engine_export) and `run`/`layer --import-config ENGINE:FILE` (gemmbench.configs.engine_import)."""
+(gemmbench.configs.engine_export) and `run`/`layer --import-config ENGINE:FILE` (gemmbench.configs.engine_import;
+the option is cli.options.ImportConfig)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from gemmbench.cli.common import err, fail, out
+from gemmbench.cli.options import OUTPUT
 from gemmbench.configs.inference_engines import InferenceEngine, device_name
 
 Export = Annotated[
@@ -19,19 +21,17 @@ Export = Annotated[
         metavar="ENGINE DIR",
         help="Then write the stored fused-MoE configs of the selected expert GEMMs as vllm's or sglang's config "
         "files into DIR (every GPU that has some; docs/USAGE.md says which variants map, and how).",
+        rich_help_panel=OUTPUT,
     ),  # fmt: skip
 ]
 ExportOnly = Annotated[
-    bool, typer.Option(help="With --export: write the stored configs without tuning (no GPU needed).")
-]
-ExportForce = Annotated[bool, typer.Option("--force", help="With --export: replace files that exist in DIR.")]
-ImportConfig = Annotated[
-    Optional[list[str]],
+    bool,
     typer.Option(
-        metavar="ENGINE:FILE",
-        help="Run triton_moe_grouped with an engine's config file (vllm:E=8,N=7168,device_name=….json, or sglang:…) "
-        "as the variant triton_moe_grouped@ENGINE, its entry for each M picked by the engine's rule. Repeatable.",
-    ),  # fmt: skip
+        help="With --export: write the stored configs without tuning (no GPU needed).", rich_help_panel=OUTPUT
+    ),
+]
+ExportForce = Annotated[
+    bool, typer.Option("--force", help="With --export: replace files that exist in DIR.", rich_help_panel=OUTPUT)
 ]
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import math
 from enum import Enum
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import typer
 
@@ -59,9 +59,9 @@ def choice(kind: type[Enum], option: str) -> Callable[[Any], Enum]:
     return parse
 
 
-def format_option(help: str) -> Any:
-    """`--format table|json`; `help` says what each prints."""
-    return typer.Option("--format", parser=choice(OutputFormat, "--format"), help=help)
+def format_option(help: str, panel: Optional[str] = None) -> Any:
+    """`--format table|json`; `help` says what each prints; `panel`: its --help panel (cli.options)."""
+    return typer.Option("--format", parser=choice(OutputFormat, "--format"), help=help, rich_help_panel=panel)
 
 
 def plain(value: Any) -> Any:

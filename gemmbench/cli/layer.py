@@ -13,14 +13,6 @@ from rich.markup import escape
 from rich.table import Table
 
 from gemmbench.cli.common import (
-    CellTimeout,
-    Dp,
-    Ep,
-    Force,
-    Layout,
-    Plugins,
-    Scaling,
-    Seed,
     _dtypes,
     _load_plugins,
     _scalings,
@@ -37,51 +29,79 @@ from gemmbench.cli.common import (
     warn_about,
     watchdog,
 )  # fmt: skip
-from gemmbench.cli.engines import ImportConfig, import_configs
+from gemmbench.cli.engines import import_configs
 from gemmbench.cli.formats import LayoutChoice
+from gemmbench.cli.options import (
+    OUTPUT,
+    TIMING,
+    WHAT,
+    CellTimeout,
+    Dp,
+    Ep,
+    Force,
+    ImportConfig,
+    Layout,
+    Ms,
+    Plugins,
+    Scaling,
+    Seed,
+    Tp,
+)  # fmt: skip
 from gemmbench.engine.pool import Cell, Pool, PoolError, Sink
 from gemmbench.engine.worker_process import WorkerOptions
+from gemmbench.measure import timing_modes
 
+# the options only `layer` takes (those it shares: cli.options), by --help panel
 LayerModel = Annotated[
     str,
     typer.Option(
         help="llama3-70b, mixtral-8x7b, mixtral-8x22b, a built-in shape set (deepseek-v3, qwen3-30b-a3b, "
         "llama4-maverick, gpt-oss-120b, ...), a shape-set YAML or a Hugging Face config.json: its GEMMs but lm_head "
-        "form the layer; a model with dense and MoE layers (DeepSeek-V3, Llama-4 Maverick) gets one of each."
+        "form the layer; a model with dense and MoE layers (DeepSeek-V3, Llama-4 Maverick) gets one of each.",
+        rich_help_panel=WHAT,
     ),  # fmt: skip
 ]
-LayerTp = Annotated[str, typer.Option(help="Tensor-parallel degrees, comma-separated.")]
-LayerMs = Annotated[str, typer.Option(help="M values (tokens): '1,16,64', 'decode', 'prefill'.")]
 LayerDtype = Annotated[
-    Optional[str], typer.Option(help="Comma-separated: fp16, bf16, fp8. Default: bf16 (fp16 on the CPU path).")
+    Optional[str],
+    typer.Option(help="Comma-separated: fp16, bf16, fp8. Default: bf16 (fp16 on the CPU path).", rich_help_panel=WHAT),
 ]
 LayerVariants = Annotated[
     Optional[str],
     typer.Option(
         help="Comma-separated globs tried in order per GEMM (the first that runs it wins), or GEMM=VARIANT "
         "to pin one, e.g. 'triton_splitk_atomic,moe_w13=triton_moe_splitk'. Default: cuBLAS, and "
-        "triton_moe_col for MoE GEMMs."
+        "triton_moe_col for MoE GEMMs.",
+        rich_help_panel=WHAT,
     ),  # fmt: skip
 ]
 BestFrom = Annotated[
     Optional[list[Path]],
     typer.Option(
-        help="Run files: per GEMM and M the fastest variant there (cold rows; nearest M if absent). Repeatable."
+        help="Run files: per GEMM and M the fastest variant there (cold rows; nearest M if absent). Repeatable.",
+        rich_help_panel=WHAT,
     ),  # fmt: skip
 ]
-Layers = Annotated[int, typer.Option(help="Layer copies (distinct weights) launched back to back per sample.")]
-LayerBudget = Annotated[
-    float, typer.Option(help="Seconds of eager + graph sampling per layer at most (after >= 10 samples each).")
+Layers = Annotated[
+    int,
+    typer.Option(help="Layer copies (distinct weights) launched back to back per sample.", rich_help_panel=TIMING),
 ]
-LayerOut = Annotated[Path, typer.Option("--out", help="Folder for <run_id>.parquet, or a .parquet file path.")]
+LayerBudget = Annotated[
+    float,
+    typer.Option(
+        help="Seconds of eager + graph sampling per layer at most (after >= 10 samples each).", rich_help_panel=TIMING
+    ),
+]
+LayerOut = Annotated[
+    Path, typer.Option("--out", help="Folder for <run_id>.parquet, or a .parquet file path.", rich_help_panel=OUTPUT)
+]
 
 
 def layer(
-    model: LayerModel, tp: LayerTp = "1", dtype: LayerDtype = None, m: LayerMs = "decode", variants: LayerVariants = None,
-    best_from: BestFrom = None, layers: Layers = 1, budget: LayerBudget = 1.0, seed: Seed = 0,
-    out_path: LayerOut = Path("results/layers"), plugin: Plugins = None, ep: Ep = "1", scaling: Scaling = None,
-    dp: Dp = "1", layout: Layout = LayoutChoice.vllm,
-    import_config: ImportConfig = None, cell_timeout: CellTimeout = None, force: Force = False,
+    model: LayerModel, variants: LayerVariants = None, best_from: BestFrom = None, dtype: LayerDtype = None,
+    m: Ms = "decode", scaling: Scaling = None, plugin: Plugins = None, import_config: ImportConfig = None,
+    seed: Seed = 0, tp: Tp = "1", dp: Dp = "1", ep: Ep = "1", layout: Layout = LayoutChoice.vllm,
+    layers: Layers = 1, budget: LayerBudget = 1.0, out_path: LayerOut = Path("results/layers"), force: Force = False,
+    cell_timeout: CellTimeout = None,
 ) -> None:  # fmt: skip
     """Time one decoder layer's GEMMs end to end: eager Python launches vs one CUDA graph, and the kernel sum."""
     import torch  # heavy, as store (pandas) is
@@ -108,7 +128,7 @@ def layer(
     for label, note in notes.items():
         err.print(escape(f"--best-from {label}: {note}"), highlight=False)
     cells = [_cell(sset, model, run_id, plan, seed, layers, budget) for plan in plans]
-    worker = WorkerOptions("cold" if gpu else "wall", plugins=plugin or [], cpu=not gpu, env=imported,
+    worker = WorkerOptions(timing_modes.default(gpu), plugins=plugin or [], cpu=not gpu, env=imported,
                            watchdog_s=watchdog_s)  # fmt: skip
     rows = _sweep(cells, path, worker)
     _print(rows)

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich.markup import escape
@@ -11,6 +10,7 @@ from rich.table import Table
 
 from gemmbench.cli.common import _load_plugins, fail, out
 from gemmbench.cli.formats import OutputFormat, format_option, print_json
+from gemmbench.cli.options import OUTPUT, Plugins
 
 list_app = typer.Typer(no_args_is_help=True, help="List shape sets or variants.")
 
@@ -25,7 +25,8 @@ def _m_label(m_values: tuple) -> str:
 
 
 Format = Annotated[
-    OutputFormat, format_option("table, or json: one JSON document on stdout (docs/USAGE.md: JSON output).")
+    OutputFormat,
+    format_option("table, or json: one JSON document on stdout (docs/USAGE.md: JSON output).", panel=OUTPUT),
 ]
 
 
@@ -68,7 +69,7 @@ def _set_json(s) -> dict:
 
 @list_app.command("variants")
 def list_variants(
-    plugin: Annotated[Optional[list[Path]], typer.Option(help="Python file registering extra variants.")] = None,
+    plugin: Plugins = None,
     fmt: Format = OutputFormat.table,
 ) -> None:
     """Registered kernel variants: name, family, dtypes and what each does."""

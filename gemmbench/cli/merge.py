@@ -8,7 +8,8 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from gemmbench.cli.common import Force, err, fail, refuse_existing
+from gemmbench.cli.common import err, fail, refuse_existing
+from gemmbench.cli.options import OUTPUT, Force
 
 SHOWN = 10  # cells named in a message; the rest are counted
 
@@ -22,7 +23,7 @@ def _named(keys: list) -> str:
 
 def merge(
     parts: Annotated[list[Path], typer.Argument(help="Part files (or folders of them) of one sharded sweep.")],
-    out_path: Annotated[Path, typer.Option("--out", help="The merged run file (.parquet).")],
+    out_path: Annotated[Path, typer.Option("--out", help="The merged run file (.parquet).", rich_help_panel=OUTPUT)],
     allow_missing: Annotated[
         bool, typer.Option(help="Write the merged file even when cells or shards are missing.")
     ] = False,

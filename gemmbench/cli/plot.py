@@ -9,21 +9,37 @@ from typing import Annotated, Optional
 import typer
 from rich.markup import escape
 
-from gemmbench.cli.common import Force, _choices, _dtypes, _tp_list, err, fail, refuse_existing
+from gemmbench.cli.common import _choices, _dtypes, _tp_list, err, fail, refuse_existing
 from gemmbench.cli.formats import OutputFormat, format_option, print_json
+from gemmbench.cli.options import (
+    OUTPUT,
+    Force,
+    Results,
+    RowBaseline,
+    RowDtype,
+    RowGpu,
+    RowShapes,
+    RowTp,
+    RowVariants,
+)  # fmt: skip
 
-RESULTS_HELP = "Run files or profile tables (.parquet), or folders of them."
-_SHAPES = "Comma-separated globs on the GEMM id (attn_qkv) or the shape set (llama70b-attn)."
-_VARIANTS = "Comma-separated globs: the variants drawn (a baseline still counts when it is not drawn)."
-_BASELINE = "Variant speedups are measured against (default: cuBLAS of each row's dtype; torch_moe_loop for MoE)."
-_GPU = "The GPU whose rows to use (its name, or part of it: 'H100'); needed when RESULTS hold several."
-# the filter options `plot` and `report` share
-Baseline = Annotated[Optional[str], typer.Option(help=_BASELINE)]
-Shapes = Annotated[Optional[str], typer.Option(help=_SHAPES)]
-Variants = Annotated[Optional[str], typer.Option(help=_VARIANTS)]
-Dtype = Annotated[Optional[str], typer.Option(help="Comma-separated: fp16, bf16, fp8 (default: all).")]
-Tp = Annotated[Optional[str], typer.Option(help="Tensor-parallel degrees, e.g. 8 or 1,8 (default: all).")]
-Gpu = Annotated[Optional[str], typer.Option(help=_GPU)]
+# the options only `plot` or only `report` takes (the rows both draw: cli.options)
+PlotOut = Annotated[
+    Path,
+    typer.Option("--out", help="Folder for the figures: <kind>-<GEMM>-<dtype>.png.", rich_help_panel=OUTPUT),
+]
+PlotFormat = Annotated[str, typer.Option("--format", help="Comma-separated: png, svg.", rich_help_panel=OUTPUT)]
+ReportOut = Annotated[
+    Path, typer.Option("--out", help="Folder for report.md, report.html and img/.", rich_help_panel=OUTPUT)
+]
+ReportFormat = Annotated[
+    OutputFormat,
+    format_option(
+        "table: the paths written, one a line; json: one JSON document on stdout, the paths and the winners "
+        "(docs/USAGE.md: JSON output).",
+        panel=OUTPUT,
+    ),
+]
 
 
 def _globs(option: str, text: Optional[str]) -> Optional[list[str]]:
@@ -83,7 +99,7 @@ def _warn(text: str) -> None:
 
 
 def plot(
-    results: Annotated[list[Path], typer.Argument(help=RESULTS_HELP, show_default=False)],
+    results: Results,
     kind: Annotated[
         str,
         typer.Option(
@@ -92,16 +108,14 @@ def plot(
             "comma-separated for several."
         ),
     ],
-    baseline: Baseline = None,
-    shapes: Shapes = None,
-    variants: Variants = None,
-    dtype: Dtype = None,
-    tp: Tp = None,
-    gpu: Gpu = None,
-    out_path: Annotated[Path, typer.Option("--out", help="Folder for the figures: <kind>-<GEMM>-<dtype>.png.")] = Path(
-        "plots"
-    ),
-    fmt: Annotated[str, typer.Option("--format", help="Comma-separated: png, svg.")] = "png",
+    baseline: RowBaseline = None,
+    shapes: RowShapes = None,
+    variants: RowVariants = None,
+    dtype: RowDtype = None,
+    tp: RowTp = None,
+    gpu: RowGpu = None,
+    out_path: PlotOut = Path("plots"),
+    fmt: PlotFormat = "png",
     force: Force = False,
 ) -> None:
     """Draw figures from result files: one per GEMM and dtype (a roofline: one per dtype); prints each path written."""
@@ -158,23 +172,15 @@ def _draw(kinds: list, runs, profiles, layers) -> list:
 
 
 def report(
-    results: Annotated[list[Path], typer.Argument(help=RESULTS_HELP, show_default=False)],
-    out_path: Annotated[Path, typer.Option("--out", help="Folder for report.md, report.html and img/.")] = Path(
-        "report"
-    ),
-    baseline: Baseline = None,
-    shapes: Shapes = None,
-    variants: Variants = None,
-    dtype: Dtype = None,
-    tp: Tp = None,
-    gpu: Gpu = None,
-    fmt: Annotated[
-        OutputFormat,
-        format_option(
-            "table: the paths written, one a line; json: one JSON document on stdout, the paths and the winners "
-            "(docs/USAGE.md: JSON output)."
-        ),
-    ] = OutputFormat.table,
+    results: Results,
+    baseline: RowBaseline = None,
+    shapes: RowShapes = None,
+    variants: RowVariants = None,
+    dtype: RowDtype = None,
+    tp: RowTp = None,
+    gpu: RowGpu = None,
+    out_path: ReportOut = Path("report"),
+    fmt: ReportFormat = OutputFormat.table,
     force: Force = False,
 ) -> None:
     """Write a Markdown report and a self-contained HTML one; prints each path written.

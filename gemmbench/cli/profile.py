@@ -10,6 +10,17 @@ from rich.markup import escape
 from rich.table import Table
 
 from gemmbench.cli.common import (
+    deployment,
+    err,
+    fail,
+    out,
+    progress_bar,
+    select_cells,
+    watchdog,
+)  # fmt: skip
+from gemmbench.cli.formats import LayoutChoice
+from gemmbench.cli.options import (
+    OUTPUT,
     CellTimeout,
     Dp,
     Dtype,
@@ -23,15 +34,7 @@ from gemmbench.cli.common import (
     Shapes,
     Tp,
     Variants,
-    deployment,
-    err,
-    fail,
-    out,
-    progress_bar,
-    select_cells,
-    watchdog,
 )  # fmt: skip
-from gemmbench.cli.formats import LayoutChoice
 from gemmbench.dtypes import label
 from gemmbench.profile import ncu
 from gemmbench.profile.ncu import SUM_KERNEL
@@ -43,22 +46,39 @@ def _fmt(value, spec: str) -> str:
     return "" if value is None or value != value else format(value, spec)
 
 
-Ncu = Annotated[bool, typer.Option("--ncu", help="Profile under Nsight Compute (hardware counters).")]
-Nsys = Annotated[bool, typer.Option("--nsys", help="Profile under Nsight Systems (launch path, kernel times).")]
-Metrics = Annotated[Optional[str], typer.Option(help="Extra raw ncu metric names, comma-separated.")]
-NcuSet = Annotated[Optional[str], typer.Option("--set", help="ncu section set to collect too, e.g. full.")]
-ProfileOut = Annotated[Path, typer.Option("--out", help="Folder for <run_id>-profile.parquet and the reports.")]
+# the options only `profile` takes (those it shares: cli.options), by --help panel
+PROFILER = "Profiler"
+Ncu = Annotated[
+    bool, typer.Option("--ncu", help="Profile under Nsight Compute (hardware counters).", rich_help_panel=PROFILER)
+]
+Nsys = Annotated[
+    bool,
+    typer.Option("--nsys", help="Profile under Nsight Systems (launch path, kernel times).", rich_help_panel=PROFILER),
+]
+Metrics = Annotated[
+    Optional[str], typer.Option(help="Extra raw ncu metric names, comma-separated.", rich_help_panel=PROFILER)
+]
+NcuSet = Annotated[
+    Optional[str], typer.Option("--set", help="ncu section set to collect too, e.g. full.", rich_help_panel=PROFILER)
+]
+ProfileOut = Annotated[
+    Path,
+    typer.Option("--out", help="Folder for <run_id>-profile.parquet and the reports.", rich_help_panel=OUTPUT),
+]
 Join = Annotated[
-    Optional[list[Path]], typer.Option(help="A run's Parquet file(s): also write its rows with the profile's columns.")
+    Optional[list[Path]],
+    typer.Option(
+        help="A run's Parquet file(s): also write its rows with the profile's columns.", rich_help_panel=OUTPUT
+    ),
 ]
 
 
 def profile(
-    shapes: Shapes, ncu_: Ncu = False, nsys_: Nsys = False, variants: Variants = None, dtype: Dtype = "fp8,bf16",
-    m: Ms = None, tp: Tp = "1", routing: Routing = "uniform", plugin: Plugins = None, metrics: Metrics = None,
-    ncu_set: NcuSet = None, out_path: ProfileOut = Path("profiles"), join: Join = None, seed: Seed = 0,
-    cell_timeout: CellTimeout = None, ep: Ep = "1", scaling: Scaling = None, dp: Dp = "1",
-    layout: Layout = LayoutChoice.vllm,
+    shapes: Shapes, variants: Variants = None, dtype: Dtype = "fp8,bf16", m: Ms = None, routing: Routing = "uniform",
+    scaling: Scaling = None, plugin: Plugins = None, seed: Seed = 0,
+    tp: Tp = "1", dp: Dp = "1", ep: Ep = "1", layout: Layout = LayoutChoice.vllm,
+    ncu_: Ncu = False, nsys_: Nsys = False, metrics: Metrics = None, ncu_set: NcuSet = None,
+    out_path: ProfileOut = Path("profiles"), join: Join = None, cell_timeout: CellTimeout = None,
 ) -> None:  # fmt: skip
     """Profile each selected cell once under Nsight Compute or Nsight Systems: one row per kernel, and a summed row.
 

@@ -10,6 +10,7 @@ import typer
 from rich.markup import escape
 
 from gemmbench.cli.common import err, fail
+from gemmbench.cli.options import OUTPUT, Force
 
 shapes_app = typer.Typer(no_args_is_help=True, help="Make shape sets.")
 
@@ -21,7 +22,7 @@ def shapes_from_config(
         Optional[str], typer.Option(help="Name of the set (default: _name_or_path, else the file's or folder's).")
     ] = None,
     out_file: Annotated[
-        Optional[Path], typer.Option("--out", help="Where to write the YAML (default: stdout).")
+        Optional[Path], typer.Option("--out", help="Where to write the YAML (default: stdout).", rich_help_panel=OUTPUT)
     ] = None,
     family: Annotated[
         Optional[str],
@@ -32,7 +33,7 @@ def shapes_from_config(
             "not know but is built the same way; every field read and ignored is listed on stderr.",
         ),
     ] = None,
-    force: Annotated[bool, typer.Option(help="Replace an existing --out file.")] = False,
+    force: Force = False,
 ) -> None:
     """Write a shape set from a model's config.json (docs/USAGE.md: "from-config").
 

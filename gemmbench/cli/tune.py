@@ -16,14 +16,6 @@ from rich.markup import escape
 from rich.table import Table
 
 from gemmbench.cli.common import (
-    CellTimeout,
-    Dp,
-    Dtype,
-    Ep,
-    Layout,
-    Plugins,
-    Scaling,
-    Seed,
     _dtypes,
     _load_plugins,
     _problems,
@@ -42,38 +34,52 @@ from gemmbench.cli.common import (
 from gemmbench.cli.engines import Export, ExportForce, ExportOnly, export_plan
 from gemmbench.cli.engines import export as export_files
 from gemmbench.cli.formats import LayoutChoice
+from gemmbench.cli.options import (
+    ENGINE,
+    WHAT,
+    CellTimeout,
+    Dp,
+    Dtype,
+    Ep,
+    Gpus,
+    Layout,
+    Plugins,
+    Scaling,
+    Seed,
+    Shapes,
+    Tp,
+)  # fmt: skip
 from gemmbench.engine.pool import Cell, Pool, PoolError, Sink
 from gemmbench.engine.worker_process import WorkerOptions
 
-TuneShapes = Annotated[str, typer.Option(help="Built-in shape set or a YAML path.")]
-TuneVariants = Annotated[str, typer.Option(help="Comma-separated globs of tunable (Triton) variants.")]
-TuneMs = Annotated[
-    Optional[str], typer.Option(help="M values; each is tuned at its bucket (1..16 -> 16, then powers of 2).")
+# the options only `tune` takes (those it shares: cli.options; --export: cli.engines), by --help panel
+TuneVariants = Annotated[
+    str, typer.Option(help="Comma-separated globs of tunable (Triton) variants.", rich_help_panel=WHAT)
 ]
-TuneTp = Annotated[str, typer.Option(help="Tensor-parallel degrees, comma-separated, e.g. '1,2,4,8'.")]
-SkipStored = Annotated[bool, typer.Option(help="Leave (variant, shape, M bucket)s that already have a stored config.")]
+TuneMs = Annotated[
+    Optional[str],
+    typer.Option(help="M values; each is tuned at its bucket (1..16 -> 16, then powers of 2).", rich_help_panel=WHAT),
+]
+SkipStored = Annotated[
+    bool,
+    typer.Option(help="Leave (variant, shape, M bucket)s that already have a stored config.", rich_help_panel=WHAT),
+]
 TuneShard = Annotated[
     Optional[str],
     typer.Option(
         help="Tune only shard I of N (0 <= I < N) of the jobs, e.g. $SLURM_ARRAY_TASK_ID/8; every host "
-        "computes the same split, and configs are files, so there is nothing to merge."
-    ),  # fmt: skip
-]
-TuneGpus = Annotated[
-    Optional[str],
-    typer.Option(
-        help="Tune on these GPUs of this host at once, one worker each: 'all' or 0,1,... A faulting config "
-        "costs only its job. With --shard, the shard's jobs are split across them."
+        "computes the same split, and configs are files, so there is nothing to merge.",
+        rich_help_panel=ENGINE,
     ),  # fmt: skip
 ]
 
 
 def tune(
-    shapes: TuneShapes, variants: TuneVariants = "triton_*", dtype: Dtype = "fp8,bf16", m: TuneMs = None,
-    tp: TuneTp = "1", plugin: Plugins = None, seed: Seed = 0, skip_stored: SkipStored = False,
-    shard: TuneShard = None, gpus: TuneGpus = None, ep: Ep = "1", scaling: Scaling = None, export: Export = None,
-    export_only: ExportOnly = False, force: ExportForce = False, dp: Dp = "1", layout: Layout = LayoutChoice.vllm,
-    cell_timeout: CellTimeout = None,
+    shapes: Shapes, variants: TuneVariants = "triton_*", dtype: Dtype = "fp8,bf16", m: TuneMs = None,
+    scaling: Scaling = None, plugin: Plugins = None, seed: Seed = 0, skip_stored: SkipStored = False,
+    tp: Tp = "1", dp: Dp = "1", ep: Ep = "1", layout: Layout = LayoutChoice.vllm,
+    export: Export = None, export_only: ExportOnly = False, force: ExportForce = False,
+    gpus: Gpus = None, shard: TuneShard = None, cell_timeout: CellTimeout = None,
 ) -> None:  # fmt: skip
     """Search each Triton variant's config space per (GPU, N, K, dtype, scaling, M bucket); store the winners as JSON."""
     from gemmbench.configs import config_files

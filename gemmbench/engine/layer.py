@@ -34,7 +34,7 @@ import torch
 from gemmbench import registry
 from gemmbench.engine.layer_plan import Step, plan_label
 from gemmbench.measure import check as check_mod
-from gemmbench.measure import timing
+from gemmbench.measure import timing, timing_modes
 from gemmbench.measure.inputs import cell_seed, local_ids, make_inputs
 from gemmbench.results.metrics import gap_note, summarize
 from gemmbench.results.side_tables import LAYER_SCHEMA
@@ -153,7 +153,7 @@ def _kernel_time(b: Built, gpu: bool, budget_s: float) -> tuple[list, str]:
             return timing.Timer("graph", budget_s=budget_s, warmup_ms=10).measure([b.fn]), "graph"
         except (timing.TimingError, RuntimeError):  # not capturable after all: its eager time is the best there is
             torch.cuda.synchronize()
-    mode = "cold" if gpu else "wall"
+    mode = timing_modes.default(gpu)
     return timing.Timer(mode, budget_s=budget_s, warmup_ms=10).measure([b.fn], b.graph_safe), mode
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 from gemmbench import dtypes, registry, shapes
+from gemmbench.measure import timing_modes
 from gemmbench.models import hf_config, shape_sets, sharding
 from gemmbench.results.side_tables import table_kind
 from gemmbench.results.store import StoreError, result_files
@@ -196,8 +197,8 @@ def best_chooser(runs: pd.DataFrame, device) -> tuple[Callable[[Problem], str], 
             # a row of another fp8 scaling is another kernel's time (frames made without the column: as before scalings)
             & (ok.get("scaling", p.scaling) == p.scaling)
         ]  # fmt: skip
-        if (same["timing_mode"] == "cold").any():
-            same = same[same["timing_mode"] == "cold"]
+        if (same["timing_mode"] == timing_modes.DEFAULT).any():
+            same = same[same["timing_mode"] == timing_modes.DEFAULT]
         runnable = [n for n in same["variant"].unique() if _runs_here(registry, n, p, device)]
         same = same[same["variant"].isin(runnable)]
         if same.empty:

@@ -209,9 +209,10 @@ class Timer:
 
     def capture_kernels(self, p: Prepared) -> None:
         """Fill p.kernels from one profiled replay of what a sample launches: in stream and graph mode the graph
-        itself, since cuBLAS may choose another kernel under graph capture (once 16% slower in stream mode: docs/GPU-FACTS.md).
-        A sampler that records its names while sampling (cupti) leaves no replay; a CPU has no kernel records.  A profiler that records nothing
-        (another one holds CUPTI: nsys, ncu) leaves the names empty and the timing as it is."""
+        itself, since cuBLAS may choose another kernel under graph capture (once 16% slower in stream mode:
+        docs/GPU-FACTS.md).  A sampler that records its names while sampling (cupti) leaves no replay; a CPU has no
+        kernel records.  A profiler that records nothing (another one holds CUPTI: nsys, ncu) leaves the names empty
+        and the timing as it is."""
         if p.replay is None or not torch.cuda.is_available():
             return
         try:
@@ -305,7 +306,7 @@ class Timer:
         fn = fns[0]
         return (lambda n: self._cold(fn, n, held=graph_safe)), fn
 
-    def _cupti_sampler(self, fns: Sequence[Callable], graph_safe: bool, kernels: list) -> Sampler:
+    def _activity_records_sampler(self, fns: Sequence[Callable], graph_safe: bool, kernels: list) -> Sampler:
         fn = fns[0]
         # one profiled call first: the process's first profiler session sets up CUPTI (host time that would
         # otherwise come out of the cell's --budget) and a call whose records do not split fails here
@@ -316,7 +317,7 @@ class Timer:
         fn = fns[0]
         return (lambda n: self._wall(fn, n)), fn
 
-    def _stream_sampler(self, fns: Sequence[Callable], graph_safe: bool, kernels: list) -> Sampler:
+    def _copies_graph_sampler(self, fns: Sequence[Callable], graph_safe: bool, kernels: list) -> Sampler:
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             for f in fns:
@@ -335,7 +336,7 @@ class Timer:
 
         return take, graph.replay
 
-    def _graph_sampler(self, fns: Sequence[Callable], graph_safe: bool, kernels: list) -> Sampler:
+    def _eviction_graph_sampler(self, fns: Sequence[Callable], graph_safe: bool, kernels: list) -> Sampler:
         fn = fns[0]
         # Event-record nodes inside the graph (external=True) bracket the call alone, so the
         # eviction runs in the same replay but outside the measured interval.
@@ -402,10 +403,10 @@ class Timer:
 # How each sampler of timing_modes.Mode.sampler is taken: every mode's sampler is here (a test holds them equal)
 SAMPLERS: dict[str, Callable[[Timer, Sequence[Callable], bool, list], Sampler]] = {
     "events": Timer._events_sampler,
-    "copies_graph": Timer._stream_sampler,
-    "graph": Timer._graph_sampler,
+    "copies_graph": Timer._copies_graph_sampler,
+    "eviction_graph": Timer._eviction_graph_sampler,
     "host": Timer._host_sampler,
-    "cupti": Timer._cupti_sampler,
+    "activity_records": Timer._activity_records_sampler,
 }
 
 

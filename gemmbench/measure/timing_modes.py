@@ -46,14 +46,14 @@ COLD = Mode("cold", "cold", "events", ONE, energy_per_call=True, ladder="cold",
 STREAM = Mode("stream", "streaming", "copies_graph", PER_COPY, energy_per_call=True, ladder="stream",
               label="stream timing (CUDA graph over distinct input copies)", help="CUDA graph over distinct copies",
               captures_graph=True)  # fmt: skip
-GRAPH = Mode("graph", "cold", "graph", ONE, energy_per_call=True, ladder="cold",
+GRAPH = Mode("graph", "cold", "eviction_graph", ONE, energy_per_call=True, ladder="cold",
              label="graph timing (CUDA graph of eviction + call)", help="CUDA graph of eviction + call",
              captures_graph=True)  # fmt: skip
-# host time with the GPU idle is in every batch of these two, so the energy counter does not divide into calls
+# no J/call: wall's calls per sample are chosen inside its sampler; cupti's batches hold the profiler's idle host time
 WALL = Mode("wall", "warm", "host", CHOSEN, energy_per_call=False, ladder="cold",
             label="wall timing (host clock, launch included)", help="host clock per eager call, launch included",
             gpu=False)  # fmt: skip
-CUPTI = Mode("cupti", "cold", "cupti", ONE, energy_per_call=False, ladder="cold",
+CUPTI = Mode("cupti", "cold", "activity_records", ONE, energy_per_call=False, ladder="cold",
              label="cupti timing (kernel durations only, L2 emptied before each call)",
              help="kernel durations only, from CUPTI activity records, L2 emptied")  # fmt: skip
 ALL = {m.name: m for m in (COLD, STREAM, GRAPH, WALL, CUPTI)}  # in --timing's order

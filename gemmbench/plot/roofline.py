@@ -259,7 +259,7 @@ def _draw_roofs(panel_axes: list, roofs: _Roofs) -> tuple[list, list[str]]:
         notes.append("No measured ceilings in these rows (a CPU run, or no ceiling measurement).")
     if roofs.sheet:
         sp, sb = roofs.sheet.tflops[roofs.dtype], roofs.sheet.bw_gbps
-        handles.append((Line2D([], [], color="#555555", lw=1.2, ls="--"),
+        handles.append((Line2D([], [], color="0.333", lw=1.2, ls="--"),
                         f"datasheet {roofs.sheet.product}: {sb / 1e3:.2f} TB/s, {sp:.0f} TFLOP/s"))  # fmt: skip
     else:
         notes.append(unknown_gpu_note(roofs.gpu))
@@ -297,8 +297,8 @@ def _draw_datasheet(ax, roofs: _Roofs) -> None:
     """The datasheet's roof (dashed) and its ridge."""
     assert roofs.sheet is not None
     sp, sb = roofs.sheet.tflops[roofs.dtype], roofs.sheet.bw_gbps
-    ax.plot(roofs.x, np.minimum(roofs.x * sb / 1e3, sp), color="#555555", lw=1.2, ls="--", gid="ceiling:datasheet")
-    ax.plot([sp * 1e3 / sb], [sp], marker="o", ms=5, mfc="white", mec="#555555", ls="none", gid="ridge:datasheet")
+    ax.plot(roofs.x, np.minimum(roofs.x * sb / 1e3, sp), color="0.333", lw=1.2, ls="--", gid="ceiling:datasheet")
+    ax.plot([sp * 1e3 / sb], [sp], marker="o", ms=5, mfc="white", mec="0.333", ls="none", gid="ridge:datasheet")
 
 
 @dataclass(frozen=True)
@@ -327,8 +327,8 @@ class _Key:
         """The legend's entries: a dot per variant in its colour, then a grey marker per GEMM."""
         dots = [(Line2D([], [], ls="none", marker="o", ms=6, color=self.palette[v]), v) for v in self.variants]
         return dots + [
-            (Line2D([], [], ls="none", marker=self.marker[gl], ms=6, color="#666666",
-                    mfc="none" if self.hollow[gl] else "#666666"), gl)
+            (Line2D([], [], ls="none", marker=self.marker[gl], ms=6, color="0.4",
+                    mfc="none" if self.hollow[gl] else "0.4"), gl)
             for gl in self.gemms
         ]  # fmt: skip
 

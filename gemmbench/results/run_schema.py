@@ -1,7 +1,7 @@
 """The run table's schema: its columns in order, their Arrow types, which are required, and its version.
 
-One row per measured cell (problem x variant); gemmbench.results.store writes and reads the files (and upgrades older
-schemas), gemmbench.results.side_tables holds the profile and layer tables' own schemas.
+One row per measured cell (problem x variant); gemmbench.results.store writes and reads the files (of this run format
+only), gemmbench.results.side_tables holds the profile and layer tables' own schemas.
 """
 
 from __future__ import annotations

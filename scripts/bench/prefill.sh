@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# docs/BENCHMARKS.md "Prefill": Llama3-70B's four GEMMs at TP 8, prefill M, the default variants, fp8 and bf16,
+# docs/BENCHMARKS.md "Prefill": Llama3-70B's GEMMs (QKV, o, gate+up, down, LM head) at TP 8, prefill M, the default variants, fp8 and bf16,
 # cold L2.  Usage: scripts/bench/prefill.sh OUT_DIR
 set -euo pipefail
 out=${1:?give the output folder}
