@@ -22,16 +22,18 @@ from gemmbench.plot import data as plotdata
 from gemmbench.plot import figures as plots
 from gemmbench.plot import report
 from gemmbench.plot.datasheet import datasheet
-from gemmbench.results import store
+from gemmbench.results import side_tables, store
 
 ROOT = Path(__file__).resolve().parent.parent
-TP8 = ROOT / "results/h100-2026-11-22/llama70b-attn-tp8-cold.parquet"  # attn at TP=8, fp8 + bf16, 6 variants
-MLP = ROOT / "results/h100-2026-11-22/llama70b-mlp-cold.parquet"  # M up to 4096: 5 fp8 points over the peak
-MOE_COLD = ROOT / "results/h100-2026-11-23-moe/moe-tp1-cold.parquet"
-MOE_STREAM = ROOT / "results/h100-2026-11-23-moe/moe-tp1-stream.parquet"  # torch_* cells skipped (not capturable)
-ATTN_OLD = ROOT / "results/h100-2026-11-22/llama70b-attn-cold.parquet"  # attn TP=1, one run ...
-ATTN_TMA = ROOT / "results/h100-2026-11-22-tma/attn-cold.parquet"  # ... and another with cells in common
-PROFILE = ROOT / "results/h100-2026-11-23-profile/llama70b-attn-m16-ncu.parquet"
+# the committed H100 runs (scripts/bench/*.sh measured them; docs/BENCHMARKS.md has their tables)
+TP8 = ROOT / "results/prefill/prefill.parquet"  # Llama3-70B's 5 GEMMs at TP=8, M 512-4096, fp8 per tensor + bf16
+ATTN_TP8 = ["attn_*"]  # --shapes for its attention GEMMs: the README's roofline
+ATTN = ROOT / "results/decode/attn.parquet"  # attn at TP=1, decode M 1-64, one run ...
+SHIPPED = ROOT / "gemmbench/baselines/h100.parquet"  # ... and the shipped baseline: its cells again, per tensor and row
+MLP = ROOT / "results/decode/mlp.parquet"  # the MLP GEMMs at TP=1, decode M
+MOE_COLD = ROOT / "results/moe/moe-cold.parquet"  # Mixtral's expert GEMMs at TP=2, 1-4096 tokens
+MOE_STREAM = ROOT / "results/moe/moe-stream.parquet"  # torch_moe_loop cells skipped (not capturable)
+PROFILE = ROOT / "results/profile/attn-m16.parquet"  # ncu of ATTN's GEMMs at M=16
 GPU = "NVIDIA H100 80GB HBM3"
 
 
@@ -83,88 +85,113 @@ def tp8():
 # ------------------------------------------------------------------ speedup
 
 
+def title_of(df: pd.DataFrame, gemm: str, dtype: str) -> str:
+    """'attn_qkv (N=1280, K=8192, TP=8), fp8': the GEMM's shape as its rows give it."""
+    r = df[df["gemm"] == gemm].iloc[0]
+    tp = f", TP={r['tp']}" if r["tp"] > 1 else ""
+    return f"{gemm} (N={r['N']}, K={r['K']}{tp}), {dtype}"
+
+
 def test_speedup_series_match_the_data(tp8):
     drawn = plots.figures("speedup", prepared([TP8], dtypes=["fp8"]))
-    # the file predates the scaling column: cublas_fp8_rowwise's rows read as row-scaled, a figure of their own
-    # (only the baseline in it: nothing to draw), never a curve beside the per-tensor ones
-    assert [d.stem for d in drawn] == ["speedup-attn_qkv-tp8-fp8", "speedup-attn_qkv-tp8-fp8-row",
-                                       "speedup-attn_o-tp8-fp8", "speedup-attn_o-tp8-fp8-row"]  # fmt: skip
-    assert [d.figure is None for d in drawn] == [False, True, False, True]
+    # one figure per GEMM, in the shape set's order; fp8 per tensor keeps the plain name (the per-row and block
+    # variants are skipped rows of it: no figure of their own)
+    assert [d.stem for d in drawn] == [f"speedup-{g}-tp8-fp8" for g in tp8["gemm"].unique()]
+    assert all(d.figure is not None for d in drawn)
     fig = one(drawn, "speedup-attn_qkv-tp8-fp8")
     ax = fig.axes[0]
     series = lines(ax)
+    rows = tp8[(tp8["gemm"] == "attn_qkv") & (tp8["dtype"] == "fp8")]
     # the baseline is the line at 1.0, not a series
-    assert set(series) == {"triton_dp_col", "triton_dp_grouped", "triton_dp_row"}
+    assert series and set(series) == set(rows[rows["status"] == "ok"]["variant"]) - {"cublas_fp8"}
     want = speedups_by_hand(tp8, "attn_qkv", "fp8", "cublas_fp8")
     for variant, ln in series.items():
         w = want[want["variant"] == variant].sort_values("M")
-        assert list(ln.get_xdata()) == [1, 2, 4, 8, 16, 32, 64]
+        assert list(ln.get_xdata()) == sorted(rows["M"].unique())
         np.testing.assert_allclose(ln.get_ydata(), w["expected"], rtol=1e-12)
     assert list(gid(ax, "baseline").get_ydata()) == [1.0, 1.0]
     assert "speedup over cublas_fp8" in ax.get_ylabel() and "×" in ax.get_ylabel()
     assert ax.get_xlabel().startswith("M") and ax.get_xscale() == "log"
     assert "cublas_fp8 = 1.0" in [t.get_text() for t in ax.get_legend().get_texts()]
-    assert "attn_qkv (N=1280, K=8192, TP=8), fp8" in title(fig)
+    assert title_of(tp8, "attn_qkv", "fp8") in title(fig)
     (day,) = {str(t)[:10] for t in tp8["timestamp"]}  # the day the file's rows were measured
     assert GPU in title(fig) and day in title(fig) and "cold timing" in title(fig)
-    assert "Not drawn" not in footnote(fig)  # every cell of this file is ok
+    # the cells that are not ok (the per-row and block variants at per-tensor scaling: skipped) are counted
+    skipped = rows[rows["status"] != "ok"]
+    assert set(skipped["status"]) == {"skipped"}
+    assert f"Not drawn: {len(skipped)} skipped ({', '.join(sorted(skipped['variant'].unique()))}: " in footnote(fig)
 
 
 def test_speedup_never_from_a_wrong_or_skipped_row(tp8):
     df = tp8.copy()
     qkv = (df["gemm"] == "attn_qkv") & (df["dtype"] == "fp8")
-    wrong = qkv & (df["variant"] == "cublas_fp8") & (df["M"] == 16)  # the baseline itself is wrong at M = 16
-    skipped = qkv & (df["variant"] == "triton_dp_row") & (df["M"] == 32)
+    wrong = qkv & (df["variant"] == "cublas_fp8") & (df["M"] == 1024)  # the baseline itself is wrong at M = 1024
+    skipped = qkv & (df["variant"] == "triton_persistent") & (df["M"] == 2048)
     df.loc[wrong, ["status", "reason"]] = ["wrong", "max rel err 0.5 at rows 0..15"]
     df.loc[skipped, ["status", "reason"]] = ["skipped", "no fp8 here"]
     fig = one(plots.figures("speedup", prepared(None, df=df, dtypes=["fp8"])), "speedup-attn_qkv-tp8-fp8")
     series = lines(fig.axes[0])
     for variant, ln in series.items():
-        assert 16 not in list(ln.get_xdata()), variant  # no baseline at 16: no speedup for anyone
-    assert 32 not in list(series["triton_dp_row"].get_xdata())
-    assert 32 in list(series["triton_dp_col"].get_xdata())
+        assert 1024 not in list(ln.get_xdata()), variant  # no baseline at 1024: no speedup for anyone
+    assert 2048 not in list(series["triton_persistent"].get_xdata())
+    assert 2048 in list(series["triton_streamk"].get_xdata())
     note = footnote(fig)
     assert "Not drawn: 1 wrong (cublas_fp8: max rel err 0.5" in note
-    assert "1 skipped (triton_dp_row: no fp8 here)" in note
-    assert "No speedup for 3 ok cells" in note  # 3 data-parallel at M = 16 (rowwise: a row-scaled figure)
+    now_skipped = df[qkv & (df["status"] == "skipped")]  # the file's skipped cells and the one made here
+    assert f"{len(now_skipped)} skipped ({', '.join(sorted(now_skipped['variant'].unique()))}: " in note
+    assert "triton_persistent" in now_skipped["variant"].values
+    others = df[qkv & (df["M"] == 1024) & (df["status"] == "ok") & (df["variant"] != "cublas_fp8")]
+    assert f"No speedup for {len(others)} ok cells" in note  # every other ok row at M = 1024
 
 
 def test_baseline_option_replaces_the_default(tp8):
     fig = one(
-        plots.figures("speedup", prepared([TP8], baseline="triton_dp_row", dtypes=["bf16"])), "speedup-attn_o-tp8-bf16"
+        plots.figures("speedup", prepared([TP8], baseline="triton_dp_grouped", dtypes=["bf16"])),
+        "speedup-attn_o-tp8-bf16",
     )
     series = lines(fig.axes[0])
-    assert "triton_dp_row" not in series and "cublas_bf16" in series
-    want = speedups_by_hand(tp8, "attn_o", "bf16", "triton_dp_row")
+    assert "triton_dp_grouped" not in series and "cublas_bf16" in series
+    want = speedups_by_hand(tp8, "attn_o", "bf16", "triton_dp_grouped")
     w = want[want["variant"] == "cublas_bf16"].sort_values("M")
     np.testing.assert_allclose(series["cublas_bf16"].get_ydata(), w["expected"], rtol=1e-12)
-    assert "speedup over triton_dp_row" in fig.axes[0].get_ylabel()
+    assert "speedup over triton_dp_grouped" in fig.axes[0].get_ylabel()
+
+
+def two_runs() -> pd.DataFrame:
+    """ATTN and the shipped baseline: two runs of the decode attention cells (fp8 per tensor, bf16).  Every variant
+    is in both; the baseline's triton_streamk rows are left out here, to have one variant measured by one run only."""
+    df = plotdata.read([ATTN, SHIPPED]).runs
+    (shipped,) = store.load([SHIPPED]).query("gemm == 'attn_o'")["run_id"].unique()
+    return df[~((df["run_id"] == shipped) & (df["variant"] == "triton_streamk"))]
 
 
 def test_two_runs_of_one_cell_are_two_series_each_against_its_own_baseline():
-    df = prepared([ATTN_OLD, ATTN_TMA], dtypes=["fp8"], tps=[1], shapes=["attn_o"])
+    df = prepared(None, df=two_runs(), dtypes=["fp8"], shapes=["attn_o"])
     fig = one(plots.figures("speedup", df), "speedup-attn_o-fp8")
     series = lines(fig.axes[0])
-    runs = sorted(store.load([ATTN_OLD, ATTN_TMA])["run_id"].unique())
-    assert {f"triton_dp_row ({r})" for r in runs} <= set(series)
-    assert "triton_splitk_atomic" in series  # in one run only: plain name
-    for run, path in zip(runs, [ATTN_OLD, ATTN_TMA], strict=False):
-        want = speedups_by_hand(store.load([path]).query("tp == 1"), "attn_o", "fp8", "cublas_fp8")
-        w = want[want["variant"] == "triton_dp_row"].sort_values("M")
-        np.testing.assert_allclose(series[f"triton_dp_row ({run})"].get_ydata(), w["expected"], rtol=1e-12)
+    by_run = {p: store.load([p]).query("gemm == 'attn_o' and dtype == 'fp8' and scaling == 'tensor'")
+              for p in (ATTN, SHIPPED)}  # fmt: skip
+    runs = {p: rows["run_id"].unique().item() for p, rows in by_run.items()}
+    assert {f"triton_dp_grouped ({r})" for r in runs.values()} <= set(series)
+    assert "triton_streamk" in series  # in one run only: plain name
+    for path, rows in by_run.items():
+        want = speedups_by_hand(rows, "attn_o", "fp8", "cublas_fp8")
+        w = want[want["variant"] == "triton_dp_grouped"].sort_values("M")
+        np.testing.assert_allclose(series[f"triton_dp_grouped ({runs[path]})"].get_ydata(), w["expected"], rtol=1e-12)
 
 
 # ------------------------------------------------------------------ roofline
 
 
 def test_roofline_ceilings_points_and_m_labels(tp8):
-    drawn = plots.figures("roofline", prepared([TP8], dtypes=["fp8"]))
-    assert [d.stem for d in drawn] == ["roofline-fp8", "roofline-fp8-row"] and drawn[0].warnings == []
+    drawn = plots.figures("roofline", prepared([TP8], dtypes=["fp8"], shapes=ATTN_TP8))  # the README's figure
+    assert [d.stem for d in drawn] == ["roofline-fp8"] and drawn[0].warnings == []
     fig = drawn[0].figure
     ax = fig.axes[0]
     assert ax.get_xscale() == ax.get_yscale() == "log"
     assert "FLOP per byte" in ax.get_xlabel() and ax.get_ylabel() == "TFLOP/s"
-    rows = tp8[(tp8["dtype"] == "fp8") & (tp8["scaling"] == "tensor")]  # the per-tensor roofline's rows
+    attn = tp8[tp8["gemm"].str.startswith("attn_") & (tp8["dtype"] == "fp8") & (tp8["scaling"] == "tensor")]
+    rows = attn[attn["status"] == "ok"]  # the per-tensor roofline's points
     bw, peak = rows["ceiling_bw_gbps"].max(), rows["ceiling_tflops"].iloc[0]
     mem, comp = gid(ax, "ceiling:measured:memory"), gid(ax, "ceiling:measured:compute")
     np.testing.assert_allclose(mem.get_ydata() / mem.get_xdata(), bw / 1e3)  # TFLOP/s per FLOP/B = TB/s
@@ -180,35 +207,65 @@ def test_roofline_ceilings_points_and_m_labels(tp8):
         s = s.sort_values("M")
         np.testing.assert_allclose(pts[:, 0], s["flops"] / s["bytes_min"])
         np.testing.assert_allclose(pts[:, 1], s["tflops"], rtol=1e-9)
+    points = {a.get_gid() for a in ax.collections if (a.get_gid() or "").startswith("points:")}
+    assert points == {f"points:{g} tp8:{v}" for g, v in rows[["gemm", "variant"]].drop_duplicates().values}
     legend = [t.get_text() for t in ax.get_legend().get_texts()]
-    assert {"attn_qkv tp8", "attn_o tp8", "cublas_fp8", "triton_dp_row"} <= set(legend)
+    assert {"attn_qkv tp8", "attn_o tp8", "cublas_fp8", "triton_dp_grouped"} <= set(legend)
+    assert not {"cublas_fp8_rowwise", "cublas_fp8_block"} & set(legend)  # skipped here: not drawn
     labels = sorted({a.get_text() for a in ax.texts if (a.get_gid() or "").startswith("m-label:")}, key=int)
-    assert labels == ["1", "2", "4", "8", "16", "32", "64"]
+    assert labels == [str(m) for m in sorted(rows["M"].unique())]
     assert not [a for a in ax.get_children() if a.get_gid() == "above-ceiling"]
-    assert "Roofline: llama70b-attn, TP=8, fp8" in title(fig) and GPU in title(fig)
+    assert (rows["pct_of_roofline"] <= 100).all()  # the premise of the line above
+    (shape_set,) = rows["shape_set"].unique()
+    assert f"Roofline: {shape_set}, TP=8, fp8" in title(fig) and GPU in title(fig)
+
+
+def low_peak(tmp_path: Path) -> tuple[Path, pd.DataFrame]:
+    """TP8's run as if its fp8 peak had been measured 12% low, written as a run file: no committed point is above
+    its measured ceiling, and that is what a low peak measurement makes.  Each row's roofline is recomputed here
+    (bound = max(bytes / bandwidth, FLOPs / peak), % = bound / time), with its fp8 rows' ceiling_tflops lowered."""
+    df = store.load([TP8])
+    fp8 = df["dtype"] == "fp8"
+    df.loc[fp8, "ceiling_tflops"] = df.loc[fp8, "ceiling_tflops"] * 0.88
+    memory_us = (df["bytes_min"] / (df["ceiling_bw_gbps"] * 1e3)).astype("float64")  # NaN where skipped
+    compute_us = (df["flops"] / (df["ceiling_tflops"] * 1e6)).astype("float64")
+    df["roofline_bound_us"] = np.maximum(memory_us, compute_us)
+    df["pct_of_roofline"] = 100 * df["roofline_bound_us"] / df["time_us_median"]
+    df["bound_by"] = np.where(memory_us >= compute_us, "memory", "compute")
+    path = tmp_path / "low-peak.parquet"
+    store.write_rows(path, store.records(df.drop(columns="bound_by")))
+    return path, df
 
 
 def test_points_above_a_measured_ceiling_are_ringed_and_warned(tmp_path):
-    mlp = store.load([MLP])
-    over = mlp[(mlp["dtype"] == "fp8") & (mlp["pct_of_roofline"] > 100)]
-    assert len(over) == 5  # committed data: cuBLAS fp8 prefill beats the 8192³ peak measurement
-    d = plots.figures("roofline", prepared([MLP], dtypes=["fp8"]))[0]
-    rings = gid(d.figure.axes[0], "above-ceiling").get_offsets()
-    np.testing.assert_allclose(sorted(rings[:, 1]), sorted(over["tflops"]), rtol=1e-9)
-    assert len(d.warnings) == 1 and d.warnings[0].startswith("5 point(s) above their measured ceiling")
-    assert "mlp_down fp8 M=2048 cublas_fp8 105.1% of its compute ceiling" in d.warnings[0]
-    assert "Red rings: 5 point(s)" in footnote(d.figure)
-    result = invoke("plot", MLP, "--kind", "roofline", "--dtype", "fp8", "--out", tmp_path)
+    path, df = low_peak(tmp_path)
+    over = df[fp8_ok(df) & (df["pct_of_roofline"] > 100)].sort_values("pct_of_roofline", ascending=False)
+    assert len(over) > 1 and set(over["variant"]) == {"cublas_fp8"}  # cuBLAS fp8 prefill beats the lowered peak
+    d = plots.figures("roofline", prepared([path], dtypes=["fp8"]))[0]
+    rings = [a.get_offsets() for ax in d.figure.axes for a in ax.get_children() if a.get_gid() == "above-ceiling"]
+    np.testing.assert_allclose(sorted(np.concatenate(rings)[:, 1]), sorted(over["tflops"]), rtol=1e-9)
+    n = len(over)
+    top = over.iloc[0]
+    assert len(d.warnings) == 1 and d.warnings[0].startswith(f"{n} point(s) above their measured ceiling")
+    assert (f"{top['gemm']} tp8 fp8 M={top['M']} cublas_fp8 {top['pct_of_roofline']:.1f}% of its "
+            f"{top['bound_by']} ceiling") in d.warnings[0]  # fmt: skip
+    assert f"Red rings: {n} point(s)" in footnote(d.figure)
+    result = invoke("plot", path, "--kind", "roofline", "--dtype", "fp8", "--out", tmp_path / "figs")
     assert result.exit_code == 0
-    assert "warning: roofline-fp8: 5 point(s) above their measured ceiling" in text(result.stderr)
+    assert f"warning: roofline-fp8: {n} point(s) above their measured ceiling" in text(result.stderr)
+
+
+def fp8_ok(df: pd.DataFrame) -> pd.Series:
+    return (df["dtype"] == "fp8") & (df["status"] == "ok")
 
 
 def test_unknown_gpu_has_no_datasheet_lines_and_says_so(tp8):
     df = tp8.assign(gpu="NVIDIA A100-SXM4-80GB")
     fig = plots.figures("roofline", prepared(None, df=df, dtypes=["bf16"]))[0].figure
-    ax = fig.axes[0]
-    assert not [a for a in ax.get_children() if (a.get_gid() or "").endswith(":datasheet")]
-    assert gid(ax, "ceiling:measured:memory") is not None
+    assert len(fig.axes) > 1  # five GEMMs at TP=8: a panel each, and each has its ceilings
+    for ax in fig.axes:
+        assert not [a for a in ax.get_children() if (a.get_gid() or "").endswith(":datasheet")]
+        assert gid(ax, "ceiling:measured:memory") is not None
     assert "No datasheet ceilings for 'NVIDIA A100-SXM4-80GB', so no dashed lines" in footnote(fig)
 
 
@@ -236,27 +293,31 @@ def test_tflops_and_latency_lines_with_p20_p80_bands(tp8):
 
 
 def test_schedules_by_tokens():
+    moe = store.load([MOE_COLD])
+    bf16 = moe[moe["dtype"] == "bf16"]
     drawn = plots.figures("schedules", prepared([MOE_COLD], dtypes=["bf16"]))
-    assert [d.stem for d in drawn] == ["schedules-moe_w13-bf16", "schedules-moe_w2-bf16"]
+    assert [d.stem for d in drawn] == [f"schedules-{g}-tp2-bf16" for g in bf16["gemm"].unique()]
     fig = drawn[0].figure
     top, bottom = fig.axes[0], fig.axes[1]
-    fused = {"triton_moe_row", "triton_moe_col", "triton_moe_grouped", "triton_moe_splitk"}
-    assert set(lines(top)) == fused | {"torch_moe_loop", "torch_grouped_mm"}  # moe_align: no FLOPs, not a schedule
+    fused = {v for v in bf16["variant"] if v.startswith("triton_moe_")}
+    assert len(fused) == 4 and set(lines(top)) == set(bf16["variant"])  # the fused schedules and torch_moe_loop
     rel = lines(bottom, "relative:")
     assert set(rel) == fused
     ys = np.array([ln.get_ydata() for ln in rel.values()])
     np.testing.assert_allclose(ys.max(axis=0), 1.0)  # at each token count one schedule is the fastest
-    assert list(rel["triton_moe_col"].get_xdata()) == [2**i for i in range(13)]
-    assert bottom.get_xlabel().startswith("tokens") and "E=8 top-2" in title(fig)
+    assert list(rel["triton_moe_col"].get_xdata()) == sorted(bf16["M"].unique())
+    (e, topk), *_ = bf16[["E", "topk"]].drop_duplicates().values
+    assert bottom.get_xlabel().startswith("tokens") and f"E={e} top-{topk}" in title(fig)
 
 
 def test_skipped_cells_are_absent_and_counted():
     df = prepared([MOE_STREAM], dtypes=["bf16"], shapes=["moe_w2"])
+    rows = store.load([MOE_STREAM]).query("dtype == 'bf16' and gemm == 'moe_w2'")
+    skipped = rows[rows["status"] == "skipped"]
+    assert set(skipped["variant"]) == {"torch_moe_loop"} and len(skipped) == rows["M"].nunique()  # every M
     fig = plots.figures("latency", df)[0].figure
-    assert not {"torch_moe_loop", "torch_grouped_mm"} & set(lines(fig.axes[0]))
-    assert "Not drawn: 14 skipped (torch_grouped_mm, torch_moe_loop: --timing stream captures a CUDA graph" in footnote(
-        fig
-    )
+    assert "torch_moe_loop" not in lines(fig.axes[0]) and lines(fig.axes[0])
+    assert f"Not drawn: {len(skipped)} skipped (torch_moe_loop: --timing stream captures a CUDA graph" in footnote(fig)
     # speedup over torch_moe_loop: its every row is skipped, so there is nothing to draw, and the note says why
     d = plots.figures("speedup", df)[0]
     assert d.figure is None and "no ok torch_moe_loop rows" in d.note
@@ -265,12 +326,10 @@ def test_skipped_cells_are_absent_and_counted():
 def test_profile_dram_against_peak_and_hit_rates():
     prof = plotdata.read([PROFILE]).profiles
     drawn = plots.figures("profile", profiles=plotdata.select(prof, plotdata.Filters()))
-    assert sorted(d.stem for d in drawn) == [
-        "profile-attn_o-bf16",
-        "profile-attn_o-fp8",
-        "profile-attn_qkv-bf16",
-        "profile-attn_qkv-fp8",
-    ]
+    # a figure per GEMM and dtype (the table's fp8 is per tensor: the plain name)
+    assert set(prof["scaling"]) == {"tensor", "none"}
+    stems = [f"profile-{g}-{t}" for g, t in prof[["gemm", "dtype"]].drop_duplicates().values]
+    assert sorted(d.stem for d in drawn) == sorted(stems)
     fig = one(drawn, "profile-attn_qkv-fp8")
     dram, l1, l2 = fig.axes
     summed = prof[(prof["ncu_kernel"] == "(all kernels)") & (prof["gemm"] == "attn_qkv") & (prof["dtype"] == "fp8")]
@@ -301,12 +360,11 @@ def test_file_names_add_the_timing_mode_only_when_needed():
 
 
 def test_plot_command_writes_each_file_and_prints_its_path(tmp_path):
-    result = invoke(
-        "plot", TP8, "--kind", "roofline,speedup", "--dtype", "fp8", "--format", "png,svg", "--out", tmp_path / "figs"
-    )
+    result = invoke("plot", TP8, "--kind", "roofline,speedup", "--dtype", "fp8", "--shapes", ",".join(ATTN_TP8),
+                    "--format", "png,svg", "--out", tmp_path / "figs")  # fmt: skip
     assert result.exit_code == 0, result.stderr
     printed = result.stdout.split()
-    names = ["roofline-fp8", "roofline-fp8-row", "speedup-attn_qkv-tp8-fp8", "speedup-attn_o-tp8-fp8"]
+    names = ["roofline-fp8", "speedup-attn_qkv-tp8-fp8", "speedup-attn_o-tp8-fp8"]
     assert printed == [str(tmp_path / "figs" / f"{n}.{e}") for n in names for e in ("png", "svg")]
     assert sorted(p.name for p in (tmp_path / "figs").iterdir()) == sorted(Path(p).name for p in printed)  # no temp
     assert (tmp_path / "figs/roofline-fp8.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -338,13 +396,15 @@ def _older(d: Path) -> Path:
     return d / "old.parquet"
 
 
+TP8_GEMMS = ", ".join(sorted(set(pq.read_table(TP8, columns=["gemm"]).column("gemm").to_pylist())))  # what it has
+
 ERRORS = {
     # id: (RESULTS, extra options, fragments of the one error line)
     "missing-file": (lambda d: [d / "nope.parquet"], [], ["nope.parquet", "no such file or folder"]),
     "truncated-file": (lambda d: [_truncated(d)], [], ["cut.parquet", "truncated or not Parquet"]),
     "older-schema": (lambda d: [_older(d)], [], ["old.parquet", "gemmbench 0.1", "re-run it"]),
     "no-rows-dtype": (lambda d: [TP8], ["--dtype", "fp16"], ["no run rows match --dtype 'fp16'", "bf16, fp8"]),
-    "no-rows-shapes": (lambda d: [TP8], ["--shapes", "mlp_*"], ["--shapes 'mlp_*'", "attn_o, attn_qkv"]),
+    "no-rows-shapes": (lambda d: [TP8], ["--shapes", "moe_*"], ["--shapes 'moe_*'", TP8_GEMMS]),
     "no-rows-variants": (lambda d: [TP8], ["--variants", "nope*"], ["--variants 'nope*'"]),
     "bad-kind": (lambda d: [TP8], ["--kind", "pie"], ["--kind 'pie'", "roofline, speedup"]),
     "bad-baseline": (lambda d: [TP8], ["--baseline", "cublas_fp4"], ["--baseline 'cublas_fp4'", "cublas_fp8"]),
@@ -384,25 +444,23 @@ def _md_tables(md: str, header_start: str) -> list[list[list[str]]]:
     return tables
 
 
-def test_report_tables_match_the_data(tmp_path, tp8):
-    result = invoke("report", TP8, PROFILE, "--out", tmp_path / "rep")
+def test_report_tables_match_the_data(tmp_path):
+    # the decode attention run and the ncu profile of its GEMMs at M = 16
+    result = invoke("report", ATTN, PROFILE, "--out", tmp_path / "rep")
     assert result.exit_code == 0, result.stderr
+    attn = store.load([ATTN])
     md = (tmp_path / "rep/report.md").read_text()
-    sections = re.findall(r"^## (attn_\w+) \(N=\d+, K=\d+, TP=8\), (\w+(?: row)?) · cold$", md, re.M)
-    # cublas_fp8_rowwise's rows (a file from before the scaling column: row-scaled) are a section of their own
-    assert sections == [("attn_qkv", "fp8"), ("attn_qkv", "fp8 row"), ("attn_qkv", "bf16"), ("attn_o", "fp8"),
-                        ("attn_o", "fp8 row"), ("attn_o", "bf16")]  # fmt: skip
+    sections = re.findall(r"^## (attn_\w+) \(N=(\d+), K=(\d+)\), (\w+(?: row)?) · cold$", md, re.M)
+    cells = attn[["gemm", "N", "K", "dtype"]].drop_duplicates()  # a section per GEMM and dtype, in the file's order
+    assert sections == [(g, str(n), str(k), t) for g, n, k, t in cells.values]
     winner_tables = _md_tables(md, "| M | winner |")
-    assert len(winner_tables) == 6
-    for (gemm, label), table in zip(sections, winner_tables, strict=False):
-        dtype, _, scaling = label.partition(" ")
-        scaling = scaling or ("none" if dtype == "bf16" else "tensor")
-        g = tp8[(tp8["gemm"] == gemm) & (tp8["dtype"] == dtype) & (tp8["scaling"] == scaling)]
-        base_name = {"tensor": "cublas_fp8", "row": "cublas_fp8_rowwise", "none": f"cublas_{dtype}"}[scaling]
+    assert len(winner_tables) == len(sections)
+    for (gemm, _, _, dtype), table in zip(sections, winner_tables, strict=True):
+        g = attn[(attn["gemm"] == gemm) & (attn["dtype"] == dtype)]
+        base_name = f"cublas_{dtype}"
         base = g[g["variant"] == base_name].set_index("M")["time_us_median"]
         # the tie rule (README): among ok rows that are not noisy, the rows of an M whose p20-p80 overlaps the
-        # fastest's; with any, "≈ a, b" (attn_o fp8 M 16: cuBLAS 7.84 [7.74, 8.76] wins, the three Triton rows
-        # whose ranges reach into it are noisy, p80/p20 above 1.5)
+        # fastest's; with any, "≈ a, b"
         ranked = g[(g["status"] == "ok") & ~g["noisy"].astype(bool)]
         want = ranked.loc[ranked.groupby("M")["time_us_median"].idxmin()].sort_values("M")
         assert [row[0] for row in table] == [str(m) for m in want["M"]]
@@ -414,25 +472,31 @@ def test_report_tables_match_the_data(tmp_path, tp8):
             assert row[2] == f"{w['time_us_median']:.1f}"
             assert row[3] == f"{base[w['M']] / w['time_us_median']:.2f}×" and row[4] == base_name
             assert row[5] == f"{w['pct_of_roofline']:.0f}"
-    # the full tables: one row per cell, every variant's median
+    assert any(r[1].startswith("≈ ") for t in winner_tables for r in t)  # ties ...
+    assert any(not r[1].startswith("≈ ") for t in winner_tables for r in t)  # ... and clear winners
+    # the full tables: one row per cell, every variant's median (none for a skipped row)
     full = _md_tables(md, "| M | variant | µs |")
-    assert sum(len(t) for t in full) == len(tp8)
+    assert sum(len(t) for t in full) == len(attn)
     m16 = {r[1]: r[2] for r in full[0] if r[0] == "16"}
-    q = tp8[(tp8["gemm"] == "attn_qkv") & (tp8["dtype"] == "fp8") & (tp8["M"] == 16) & (tp8["scaling"] == "tensor")]
-    # attn_qkv fp8 M 16: cuBLAS 10.90 [10.69, 11.46] is starred (the Markdown escapes the star), the Triton rows at
-    # 22.3 µs are clear of it and unmarked
-    marked = [("\\* " if v == "cublas_fp8" else "") + v for v in q["variant"]]
-    want16 = {v: f"{t:.2f}" for v, t in zip(marked, q["time_us_median"], strict=True)}
+    q = attn[(attn["gemm"] == sections[0][0]) & (attn["dtype"] == sections[0][3]) & (attn["M"] == 16)]
+    ranked = q[(q["status"] == "ok") & ~q["noisy"].astype(bool)]
+    w = ranked.loc[ranked["time_us_median"].idxmin()]
+    near = ranked[(ranked["time_us_p20"] <= w["time_us_p80"]) & (ranked["time_us_p80"] >= w["time_us_p20"])]
+    # M 16: the fastest starred when clear of the others (the Markdown escapes the star), else its ties marked ≈
+    marks = {w["variant"]: "\\* "} if len(near) == 1 else dict.fromkeys(near["variant"], "≈ ")
+    want16 = {marks.get(v, "") + v: (f"{t:.2f}" if ok == "ok" else "")
+              for v, t, ok in zip(q["variant"], q["time_us_median"], q["status"], strict=True)}  # fmt: skip
     assert m16 == want16
-    # the profile tables: DRAM GB/s of each summed row
-    prof = _md_tables(md, "| M | variant | ncu µs |")
-    assert len(prof) == 4 and sum(len(t) for t in prof) == 12
+    # the profile tables: a table per GEMM and dtype, a line per variant and M (a skipped one says so)
+    prof = side_tables.load_profile_tables([PROFILE])
+    tables = _md_tables(md, "| M | variant | ncu µs |")
+    assert len(tables) == prof.groupby(["gemm", "dtype"]).ngroups
+    assert sum(len(t) for t in tables) == prof.groupby(["gemm", "dtype", "scaling", "variant", "M"]).ngroups
     # every image the Markdown names exists, and the HTML carries the same ones inside it
     images = re.findall(r"!\[[^\]]*\]\((img/[^)]+\.png)\)", md)
-    assert "img/roofline-fp8.png" in images and "img/speedup-attn_o-tp8-bf16.png" in images
-    # rooflines (fp8, fp8 row, bf16), speedup + TFLOP/s per section (a row section: TFLOP/s only, its one variant
-    # is its baseline), profiles
-    assert len(images) == 3 + 4 * 2 + 2 * 1 + 4
+    assert "img/roofline-fp8.png" in images and "img/speedup-attn_o-bf16.png" in images
+    # rooflines (one per dtype), speedup + TFLOP/s per section, a profile figure per profile table
+    assert len(images) == attn["dtype"].nunique() + 2 * len(sections) + len(tables)
     assert all((tmp_path / "rep" / i).is_file() for i in images)
     html_text = (tmp_path / "rep/report.html").read_text()
     assert html_text.count('src="data:image/png;base64,') == len(images) and 'src="img/' not in html_text

@@ -22,7 +22,7 @@ from matplotlib.colors import to_hex, to_rgb
 from matplotlib.offsetbox import DrawingArea, HPacker, TextArea
 from matplotlib.text import Text
 from test_cli import invoke
-from test_plots import ATTN_OLD, ATTN_TMA, MOE_COLD, ROOT, TP8, footnote, prepared, title
+from test_plots import ATTN, ATTN_TP8, MLP, MOE_COLD, PROFILE, ROOT, TP8, footnote, prepared, title, two_runs
 
 from gemmbench import registry
 from gemmbench.plot import data as plotdata
@@ -31,10 +31,17 @@ from gemmbench.plot import layer as plots_layer
 from gemmbench.plot import style
 from gemmbench.results import store
 
-LAYERS = ROOT / "results/h100-2026-11-23-layer"
-MIX = [LAYERS / "mix-grouped.parquet", LAYERS / "mix-splitk.parquet"]  # two plans that both start with cublas_bf16
-MLP = ROOT / "results/h100-2026-11-22/llama70b-mlp-cold.parquet"
-PROFILES = ROOT / "results/h100-2026-11-23-profile"
+LAYERS = ROOT / "results/layer"  # gemmbench layer: Llama3-70B at TP=8 in fp8, Mixtral 8x7B at TP=2 in bf16
+MIX = LAYERS / "mixtral.parquet"  # one plan, cublas_bf16+triton_moe_col: the dense steps by cuBLAS, the experts fused
+
+
+def two_plans() -> pd.DataFrame:
+    """MIX's layer table and a copy of it as a second plan that also starts with cublas_bf16, in a run of its own:
+    two such plans' bars once shared a colour, and no committed table holds two."""
+    layers = plotdata.read([MIX]).layers
+    other = layers.assign(variant=layers["variant"].str.replace("triton_moe_col", "triton_moe_splitk"),
+                          run_id="second-plan")  # fmt: skip
+    return pd.concat([layers, other], ignore_index=True)
 
 
 # ------------------------------------------------------------------ reading the figures
@@ -130,12 +137,14 @@ def tp8():
 
 @pytest.fixture(scope="module")
 def layer_figures():
-    return plots_layer.figures(plotdata.read([LAYERS]).layers)
+    """The committed layer tables' figures, then MIX's with a second plan (two_plans)."""
+    return plots_layer.figures(plotdata.read([LAYERS]).layers) + plots_layer.figures(two_plans())
 
 
 @pytest.fixture(scope="module")
-def tma_rooflines():
-    return plots.figures("roofline", prepared([ATTN_TMA]))
+def panel_rooflines():
+    """The dense decode runs at TP=1 and the prefill run at TP=8: more GEMM/TP groups than one panel holds."""
+    return plots.figures("roofline", prepared([ATTN, MLP, TP8]))
 
 
 # ------------------------------------------------------------------ 1. one colour per series
@@ -162,18 +171,18 @@ def test_colors_are_distinct_keep_the_registry_colour_and_avoid_greys():
 
 
 RUN_SETS = {
-    "tp8": ([TP8], ("roofline", "speedup", "tflops", "latency")),
-    "two-runs": ([ATTN_OLD, ATTN_TMA], ("speedup", "tflops")),  # "variant (run)" series: two runs of one cell
-    "moe": ([MOE_COLD], ("roofline", "schedules", "speedup")),
-    "tma-panels": ([ATTN_TMA], ("roofline",)),
+    "tp8": (lambda: prepared([TP8]), ("roofline", "speedup", "tflops", "latency")),
+    # "variant (run)" series: two runs of one cell
+    "two-runs": (lambda: prepared(None, df=two_runs()), ("speedup", "tflops")),
+    "moe": (lambda: prepared([MOE_COLD]), ("roofline", "schedules", "speedup")),
+    "tp-panels": (lambda: prepared([ATTN, MLP, TP8]), ("roofline",)),
 }
 
 
 @pytest.mark.parametrize("case", list(RUN_SETS))
 def test_committed_runs_one_colour_per_series(case):
-    files, kinds = RUN_SETS[case]
-    filters = {"tps": [1]} if case == "two-runs" else {}
-    rows = prepared(files, **filters)
+    rows_of, kinds = RUN_SETS[case]
+    rows = rows_of()
     seen = 0
     for kind in kinds:
         for d in plots.figures(kind, rows):
@@ -182,16 +191,17 @@ def test_committed_runs_one_colour_per_series(case):
                 seen += 1
     assert seen > 0
     if case == "two-runs":  # the case the palette's variant colour alone cannot serve
-        fig = plots.figures("speedup", prepared(files, dtypes=["fp8"], tps=[1], shapes=["attn_o"]))[0].figure
+        fig = plots.figures("speedup", prepared(None, df=two_runs(), dtypes=["fp8"], shapes=["attn_o"]))[0].figure
         labels = set(series_colors(fig))
-        assert len({lab for lab in labels if lab.startswith("triton_dp_row (")}) == 2
+        assert len({lab for lab in labels if lab.startswith("triton_dp_grouped (")}) == 2
 
 
 def test_committed_layers_and_profiles_one_colour_per_series(layer_figures):
-    mix = [d for d in layer_figures if d.stem == "layer-mixtral-moe-tp2-bf16"]
-    assert len(mix) == 1
-    colors = assert_one_colour_per_series(mix[0].figure)
-    assert set(colors) == {"cublas_bf16+torch_grouped_mm", "cublas_bf16+triton_moe_splitk"}  # were both one colour
+    assert len(layer_figures) == 3  # Llama3-70B's, Mixtral's, and Mixtral's with two plans
+    colors = assert_one_colour_per_series(layer_figures[-1].figure)
+    plans = set(two_plans().query("part == 'layer'")["variant"])
+    assert len(plans) == 2 and all(p.startswith("cublas_bf16+") for p in plans)
+    assert set(colors) == plans  # were both one colour
     for d in layer_figures:
         assert_one_colour_per_series(d.figure)
         faces = {}  # (plan, mode) -> its kernel bars' face: eager and graph bars of all plans differ too
@@ -200,20 +210,21 @@ def test_committed_layers_and_profiles_one_colour_per_series(layer_figures):
                 faces.setdefault(a.get_gid(), set()).add(to_hex(a.get_facecolor()))
         assert all(len(f) == 1 for f in faces.values())
         assert len({f.pop() for f in faces.values()}) == len(faces), d.stem
-    prof = plotdata.read([PROFILES]).profiles
+    prof = plotdata.read([PROFILE]).profiles
     for d in plots.figures("profile", profiles=plotdata.select(prof, plotdata.Filters())):
         assert_one_colour_per_series(d.figure)
 
 
 def test_many_series_get_distinct_colours(tp8):
     base = tp8[(tp8["gemm"] == "attn_o") & (tp8["dtype"] == "fp8") & (tp8["scaling"] == "tensor")]  # one figure
+    base = base[base["status"] == "ok"]  # the drawn ones
     plugins = [base.assign(variant=f"plugin_{i:02d}") for i in range(40)]
     rows = prepared(None, df=pd.concat([base, *plugins], ignore_index=True))
     for kind in ("tflops", "roofline"):
         (d,) = plots.figures(kind, rows)
         colors = assert_one_colour_per_series(d.figure)
         assert len(colors) == base["variant"].nunique() + 40
-    layers = plotdata.read(MIX[1:]).layers  # one run: a series per plan
+    layers = plotdata.read([MIX]).layers  # one run: a series per plan
     top = layers[layers["part"] == "layer"]
     many = pd.concat([top.assign(variant=f"cublas_bf16+kernel_{i}") for i in range(12)])
     (d,) = plots_layer.figures(many)
@@ -245,12 +256,14 @@ def test_layer_legend_swatches_equal_their_bars(layer_figures):
 
 
 def test_roofline_legend_markers_equal_their_points(tp8):
-    # the per-tensor roofline (the file's cublas_fp8_rowwise rows read as row-scaled: a roofline of their own)
-    (d,) = [x for x in plots.figures("roofline", prepared([TP8], dtypes=["fp8"])) if x.key["scaling"] == "tensor"]
+    # the README's roofline: the attention GEMMs at TP=8, fp8 per tensor (one panel)
+    (d,) = plots.figures("roofline", prepared([TP8], dtypes=["fp8"], shapes=ATTN_TP8))
     ax = d.figure.axes[0]
     leg = ax.get_legend()
     keys = dict(zip([t.get_text() for t in leg.get_texts()], leg.legend_handles, strict=True))
-    for variant in tp8[(tp8["dtype"] == "fp8") & (tp8["scaling"] == "tensor")]["variant"].unique():
+    rows = tp8[tp8["gemm"].str.startswith("attn_") & (tp8["dtype"] == "fp8") & (tp8["status"] == "ok")]
+    assert rows["variant"].nunique() > 1
+    for variant in rows["variant"].unique():
         points = [a for a in ax.collections if (a.get_gid() or "").endswith(f":{variant}")]
         assert points and {to_hex(keys[variant].get_markerfacecolor())} == set().union(
             *(hexes(p.get_facecolor()) for p in points)
@@ -269,23 +282,24 @@ def test_layer_value_labels_inside_the_frame(layer_figures):
 
 
 def test_profile_value_labels_inside_the_frame():
-    prof = plotdata.read([PROFILES]).profiles
+    prof = plotdata.read([PROFILE]).profiles
     drawn = plots.figures("profile", profiles=plotdata.select(prof, plotdata.Filters()))
-    assert len(drawn) == 6
+    assert len(drawn) == prof[prof["status"] == "ok"].groupby(["gemm", "dtype"]).ngroups  # one per GEMM and dtype
     for d in drawn:
         assert [t for ax in d.figure.axes for t in ax.texts if (t.get_gid() or "").startswith("value:")]
         assert texts_outside(d.figure) == [], d.stem
 
 
-def test_roofline_labels_inside_the_frame(tma_rooflines):
-    drawn = tma_rooflines + plots.figures("roofline", prepared([MLP])) + plots.figures("roofline", prepared([MOE_COLD]))
+def test_roofline_labels_inside_the_frame(panel_rooflines):
+    more = [plots.figures("roofline", prepared([path])) for path in (TP8, MOE_COLD)]
+    drawn = panel_rooflines + more[0] + more[1]
     for d in drawn:
         assert [t for ax in d.figure.axes for t in ax.texts if (t.get_gid() or "").startswith("m-label:")]
         assert texts_outside(d.figure) == [], d.stem
 
 
 def test_a_total_far_above_the_others_still_fits():
-    layers = plotdata.read(MIX).layers
+    layers = two_plans()
     big = layers.copy()
     top = (big["part"] == "layer") & (big["M"] == 64) & big["eager_us"].notna()
     big.loc[top, "eager_us"] = big.loc[top, "eager_us"] * 40  # one bar 40x the others: its label at the very top
@@ -308,13 +322,15 @@ def assert_m_labels_apart(fig) -> None:
             assert not a.overlaps(b), (a, b)
 
 
-def test_roofline_of_four_tp_degrees_has_a_panel_each(tma_rooflines):
-    df = store.load([ATTN_TMA])
-    for d in tma_rooflines:
+def test_roofline_of_two_tp_degrees_has_a_panel_each(panel_rooflines):
+    df = store.load([ATTN, MLP, TP8])
+    tps = sorted(df["tp"].unique())
+    assert tps == [1, 8]
+    for d in panel_rooflines:
         fig = d.figure
-        assert [ax.get_title() for ax in fig.axes] == ["TP=1", "TP=2", "TP=4", "TP=8"], d.stem
+        assert [ax.get_title() for ax in fig.axes] == [f"TP={tp}" for tp in tps], d.stem
         rows = df[(df["dtype"] == d.key["dtype"]) & (df["status"] == "ok")]
-        for ax, tp in zip(fig.axes, (1, 2, 4, 8), strict=True):
+        for ax, tp in zip(fig.axes, tps, strict=True):
             points = {a.get_gid() for a in ax.collections if (a.get_gid() or "").startswith("points:")}
             suffix = f" tp{tp}" if tp > 1 else ""
             want = {f"points:{g}{suffix}:{v}" for g, v in rows[rows["tp"] == tp][["gemm", "variant"]].values}
@@ -325,13 +341,15 @@ def test_roofline_of_four_tp_degrees_has_a_panel_each(tma_rooflines):
         legends = [ax.get_legend() for ax in fig.axes if ax.get_legend() is not None]
         assert len(legends) == 1
         keys = {t.get_text() for t in legends[0].get_texts()}
-        assert {"attn_qkv", "attn_o"} <= keys and not {k for k in keys if " tp" in k}
-        assert "8 GEMM/TP groups: one panel per TP degree" in footnote(fig)
+        assert set(rows["gemm"]) <= keys and not {k for k in keys if " tp" in k}
+        groups = rows[["gemm", "tp"]].drop_duplicates()
+        assert len(groups) > 4  # more than one panel holds (plots_roofline.MAX_GROUPS)
+        assert f"{len(groups)} GEMM/TP groups: one panel per TP degree" in footnote(fig)
         assert_m_labels_apart(fig)
 
 
 def test_roofline_of_many_gemms_at_one_tp_has_a_panel_per_gemm(tp8):
-    rows = tp8[tp8["dtype"] == "bf16"]
+    rows = tp8[(tp8["dtype"] == "bf16") & tp8["gemm"].str.startswith("attn_")]
     qkv = rows[rows["gemm"] == "attn_qkv"]
     five = pd.concat([rows] + [qkv.assign(gemm=f"attn_qkv_{i}") for i in range(3)], ignore_index=True)  # at TP=8
     (d,) = plots.figures("roofline", prepared(None, df=five))
@@ -341,18 +359,24 @@ def test_roofline_of_many_gemms_at_one_tp_has_a_panel_per_gemm(tp8):
     assert_m_labels_apart(d.figure)
     assert texts_outside(d.figure) == []
     # up to plots_roofline.MAX_GROUPS groups stay one panel
-    (one,) = plots.figures("roofline", prepared([TP8], dtypes=["bf16"]))
+    (one,) = plots.figures("roofline", prepared([TP8], dtypes=["bf16"], shapes=ATTN_TP8))
     assert len(one.figure.axes) == 1 and one.figure.axes[0].get_title() == ""
+    # the whole run, five GEMMs at TP=8: a panel each, in the shape set's order
+    (all5,) = plots.figures("roofline", prepared([TP8], dtypes=["bf16"]))
+    assert [ax.get_title() for ax in all5.figure.axes] == list(tp8["gemm"].unique())
+    assert_m_labels_apart(all5.figure)
 
 
 # ------------------------------------------------------------------ 5. CPU runs, and N/A for what is missing
 
 
 def test_cpu_rows_are_titled_cpu(tp8):
-    cpu = cpu_rows(tp8)
+    cpu = cpu_rows(tp8, cpu=None)  # no column names the processor
     assert set(plotdata.gpu_names(cpu)) == {"CPU"}
     named = cpu_rows(tp8, cpu="AMD EPYC 9654 96-Core Processor")
     assert set(plotdata.gpu_names(named)) == {"CPU (AMD EPYC 9654 96-Core Processor)"}
+    (host,) = tp8["cpu"].unique()  # the host's processor, as the run recorded it
+    assert set(plotdata.gpu_names(cpu_rows(tp8))) == {f"CPU ({host})"}
     assert set(plotdata.gpu_names(tp8)) == {"NVIDIA H100 80GB HBM3"}  # GPU rows as before
     assert set(plotdata.gpu_names(tp8.assign(gpu=None))) == {"unknown GPU"}
     rows = prepared(None, df=cpu, gpu="cpu")  # --gpu cpu picks them
@@ -365,16 +389,16 @@ def test_cpu_rows_are_titled_cpu(tp8):
             assert "unknown GPU" not in title(d.figure)
     roof = plots.figures("roofline", rows)[0].figure
     assert "A CPU run: no GPU datasheet ceilings" in footnote(roof)
-    layers = plotdata.read(MIX).layers
-    (d,) = plots_layer.figures(cpu_rows(layers))
+    layers = plotdata.read([MIX]).layers
+    (d,) = plots_layer.figures(cpu_rows(layers, cpu=None))
     (day,) = {str(t)[:10] for t in layers["timestamp"]}
     assert f"\nCPU · {day} · gemmbench layer" in title(d.figure)
 
 
 def _cpu_parquet(tmp_path: Path) -> Path:
-    """TP8's file with the columns a CPU run leaves empty emptied, written as a run file."""
+    """TP8's file with the columns a CPU run leaves empty emptied, written as a run file (and no processor name)."""
     t = pq.read_table(TP8)
-    for col in ("gpu", "gpu_uuid", "driver", "cuda", "ceiling_bw_gbps", "ceiling_tflops", "pct_of_roofline"):
+    for col in ("gpu", "gpu_uuid", "driver", "cuda", "ceiling_bw_gbps", "ceiling_tflops", "pct_of_roofline", "cpu"):
         i = t.column_names.index(col)
         t = t.set_column(i, col, pa.nulls(len(t), t.schema.field(col).type))
     t = t.set_column(t.column_names.index("device"), "device", pa.array(["cpu"] * len(t)))

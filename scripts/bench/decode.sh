@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# docs/BENCHMARKS.md "Decode": Llama3-70B's attention and MLP GEMMs at decode M, the default variants, fp8 and
+# docs/BENCHMARKS.md "Decode" and "Budgets": Llama3-70B's attention and MLP GEMMs at decode M, the default variants, fp8 and
 # bf16, cold L2; the first sweep is the README's main command, timed.  Usage: scripts/bench/decode.sh OUT_DIR
 set -euo pipefail
 out=${1:?give the output folder}

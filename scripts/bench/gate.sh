@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# docs/BENCHMARKS.md "The CI gate": measures the shipped baseline (the gate's own sweep, saved as h100.parquet), then
+# docs/BENCHMARKS.md "Budgets" and "The shipped baseline": measures the shipped baseline (the gate's own sweep, saved as h100.parquet), then
 # runs scripts/ci-perf.sh against it, timed: same build, so every cell should be `same`.
 # Usage: scripts/bench/gate.sh OUT_DIR   (then copy OUT_DIR/h100.parquet to gemmbench/baselines/ to ship it)
 set -euo pipefail
