@@ -1050,3 +1050,17 @@ def test_extra_metrics_become_columns():
         and rows[-1]["lts__t_sector_hit_rate.pct"] is None
     )
     assert rows[0]["no_such__metric.sum"] is None and rows[-1]["no_such__metric.sum"] is None
+
+
+def test_a_profile_table_of_another_version_is_refused_in_one_line(tmp_path):
+    """Side tables have no upgrade either: a table of profile_schema 1 (before run format 1) is refused, by plot too."""
+    path = tmp_path / "old-prof.parquet"
+    side_tables.write_profile_table(path, [dict(row, profile_schema=1) for row in _cell_profile(stamp(), 5.0)])
+    with pytest.raises(store.StoreError) as e:
+        side_tables.load_profile_tables([path])
+    assert str(e.value) == (f"{path}: profile table of another gemmbench version (profile_schema [1], this one "
+                            f"reads {side_tables.PROFILE_SCHEMA})")  # fmt: skip
+    from gemmbench.plot import data as plotdata
+
+    with pytest.raises(store.StoreError, match="profile table of another gemmbench version"):
+        plotdata.read([path])

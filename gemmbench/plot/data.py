@@ -14,7 +14,7 @@ from typing import Optional, Sequence
 import pandas as pd
 
 from gemmbench.results import store, tables
-from gemmbench.results.side_tables import PROFILE_SCHEMA, load_layer_tables, load_profile_tables, table_kind
+from gemmbench.results.side_tables import load_layer_tables, load_profile_tables, table_kind
 from gemmbench.results.store import StoreError, records
 
 # One figure of the per-GEMM kinds: one GEMM (at its TP degree and MoE routing) in one dtype, scaling and timing mode.
@@ -60,19 +60,7 @@ def read(paths: Sequence) -> Results:
     profile_files = [f for f in files if kinds[f] == "profile"]
     layer_files = [f for f in files if kinds[f] == "layer"]
     runs = store.load(run_files) if run_files else None
-    frames = []
-    for f in profile_files:
-        df = load_profile_tables([f])
-        versions = set(pd.to_numeric(df["profile_schema"], errors="coerce").dropna().astype(int))
-        if versions != {PROFILE_SCHEMA}:
-            v = min(versions) if versions else "none"
-            age = "newer" if versions and min(versions) > PROFILE_SCHEMA else "older"
-            raise StoreError(
-                f"{f}: profile table written by an {age} gemmbench (profile schema {v}, this one reads "
-                f"{PROFILE_SCHEMA}); profile again or read it with the gemmbench version that wrote it"
-            )
-        frames.append(df)
-    profiles = pd.concat(frames, ignore_index=True) if frames else None
+    profiles = load_profile_tables(profile_files) if profile_files else None  # one version only: side_tables
     if runs is not None:
         runs = _fill_timing_mode(runs)
     return Results(runs, profiles, files, load_layer_tables(layer_files) if layer_files else None)
