@@ -173,6 +173,16 @@ def test_a_variant_this_process_does_not_know_counts_as_per_tensor():
     assert tables.baseline_for({"variant": "someones_moe_plugin", "dtype": "bf16", "E": 4}) == "torch_moe_loop"
 
 
+@pytest.fixture(autouse=True)
+def _unregister_test_variants():
+    """The variants a test here registers leave the registry with it: another test in this process (the default
+    variants) must not see them."""
+    yield
+    for v in registry.all_variants():
+        if v.name.startswith("dtypestest_"):
+            registry.unregister(v.name)
+
+
 def _variant(**kw) -> Variant:
     name = f"dtypestest_{uuid.uuid4().hex[:10]}"
     return Variant(name, "test", ("fp8",), "a test variant", lambda p, i: Launch(fn=lambda: None), **kw)
