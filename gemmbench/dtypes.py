@@ -131,17 +131,46 @@ NAMES_SCALING = tuple(SCALINGS)  # in --scaling's order
 UNSCALED = "none"  # Problem.scaling of a 16-bit dtype: nothing is scaled
 # The scaling a problem has when none is asked (--scaling's default)
 REFERENCE_SCALING = "tensor"
-# How an fp8 GEMM's tensor-core sums reach fp32: "precise" promotes them every few K steps (cuBLAS without fast
-# accumulation, the block-scaled kernels, gemmbench's Triton kernels), "fast" lets the wgmma chain sum all of K in
-# its reduced precision (cuBLAS use_fast_accum, vLLM's CUTLASS fp8 kernels).  Every fp8 row is "precise" so far.
-FP8_ACCUMS = ("precise", "fast")
-REFERENCE_FP8_ACCUM = "precise"
+# How an fp8 GEMM's tensor-core sums reach fp32 (--fp8-accum, Problem.fp8_accum, registry.Variant.fp8_accums, the
+# `fp8_accum` column): "precise" promotes them to fp32 every few K steps, "fast" lets the wgmma chain sum all of K in
+# its reduced precision.  Each contract's engine counterpart, written once (the option's help and docs/USAGE.md):
+FP8_ACCUM_ENGINES = {
+    "precise": "cuBLAS/CUTLASS without fast accumulation, DeepGEMM/block-scaled kernels (promote per 128 K)",
+    "fast": "cuBLAS use_fast_accum=True, vLLM's CUTLASS fp8 kernels (per tensor and per token/channel)",
+}
+FP8_ACCUMS = tuple(FP8_ACCUM_ENGINES)  # ("precise", "fast"), in --fp8-accum's order
+REFERENCE_FP8_ACCUM = "precise"  # the contract a problem has when none is asked (--fp8-accum's default)
+FAST_FP8_ACCUM = "fast"
+# Block-scaled fp8 promotes every 128-K group by construction (each group's sum is scaled on its own): no fast form
+NO_FAST_FOR_BLOCKS = "block-scaled fp8 has no fast accumulation: its kernels promote the sum to fp32 every 128-K group"
 
 
 def fp8_accum(dtype: str) -> str:
     """The accumulation contract of a problem of `dtype`: the reference one for fp8, UNSCALED for 16-bit dtypes."""
     dt = ALL.get(dtype)
     return REFERENCE_FP8_ACCUM if dt is not None and dt.scaled else UNSCALED
+
+
+def fp8_accum_excluded(scaling: str, fp8_accum: str) -> Optional[str]:
+    """Why no kernel runs an fp8 problem of this scaling under this accumulation contract (block scales and fast
+    accumulation), else None."""
+    sc = SCALINGS.get(scaling)
+    return NO_FAST_FOR_BLOCKS if fp8_accum == FAST_FP8_ACCUM and sc is not None and sc.k_block else None
+
+
+# A fast-accumulation row is judged against what cuBLAS's own fast accumulation does to the same inputs: at most
+# this many times its error, and never less than the dtype's tolerance
+FAST_ACCUM_ERR_FACTOR = 2.0
+
+
+def tolerance(dtype: str, fp8_accum: str = UNSCALED, cublas_fast_err: Optional[float] = None) -> float:
+    """The check's budget on max_rel_err: the dtype's, or for fast fp8 accumulation max(the dtype's,
+    FAST_ACCUM_ERR_FACTOR x cuBLAS fast's own max_rel_err on the same inputs); None (not measured: no CUDA, or a
+    layout cuBLAS fast has no call for) leaves the dtype's."""
+    tol = get(dtype).tolerance
+    if fp8_accum != FAST_FP8_ACCUM or cublas_fast_err is None:
+        return tol
+    return max(tol, FAST_ACCUM_ERR_FACTOR * cublas_fast_err)
 
 
 def scaling(name: str) -> Scaling:
@@ -158,6 +187,15 @@ def problem_scaling(dtype: str, name: str) -> str:
     return UNSCALED if name == REFERENCE_SCALING and dt is not None and not dt.scaled else name
 
 
-def label(dtype: str, scaling: Optional[str]) -> str:
-    """A dtype as tables, titles and cell names show it: 'fp8' (per tensor; a 16-bit dtype), 'fp8 row', 'fp8 block'."""
-    return dtype if scaling in (None, "", UNSCALED, REFERENCE_SCALING) else f"{dtype} {scaling}"
+def label(dtype: str, scaling: Optional[str], fp8_accum: Optional[str] = None) -> str:
+    """A dtype as tables, titles and cell names show it: 'fp8' (per tensor; a 16-bit dtype), 'fp8 row', 'fp8 block',
+    and 'fp8 fast', 'fp8 row fast' under fast accumulation (precise, the reference, is not named)."""
+    text = dtype if scaling in (None, "", UNSCALED, REFERENCE_SCALING) else f"{dtype} {scaling}"
+    return f"{text} {FAST_FP8_ACCUM}" if fp8_accum == FAST_FP8_ACCUM else text
+
+
+def problem_fp8_accum(dtype: str, name: str) -> str:
+    """The accumulation contract a problem of `dtype` has when `name` is asked: a 16-bit dtype's is UNSCALED (it
+    accumulates in fp32 throughout); an fp8 one's `name`."""
+    dt = ALL.get(dtype)
+    return UNSCALED if dt is not None and not dt.scaled else name

@@ -59,7 +59,7 @@ class ShapeSet:
 @dataclass(frozen=True)
 class Problem:
     """One cell row's problem: a GEMM as rank 0 of a deployment runs it (gemmbench.models.sharding: N, K already divided;
-    M the tokens this GEMM sees, M x dp for expert GEMMs), in one dtype and scaling.
+    M the tokens this GEMM sees, M x dp for expert GEMMs), in one dtype, scaling and (fp8) accumulation contract.
 
     Expert parallelism (ep > 1, MoE only): E stays the model's global expert count (the M tokens are routed over all
     E); the benchmarked rank is rank 0, which holds the `local_experts` = ceil(E / ep) experts 0 .. local - 1 and
@@ -83,14 +83,21 @@ class Problem:
     layout: str = "vllm"  # whose GEMMs: gemmbench.models.sharding.LAYOUTS
     shared_experts: int = 0  # of E, the last ones every token is routed to (SGLang's folded shared expert)
     dp_tokens: int = 1  # how many DP ranks' tokens M holds: dp where they are gathered (expert GEMMs), else 1
+    # how fp8 tensor-core sums reach fp32: a name in dtypes.FP8_ACCUMS; a 16-bit dtype's is "none" (its "precise",
+    # the default, becomes "none"); "fast" of a 16-bit dtype is a problem no variant runs, as a scaling is
+    fp8_accum: str = dtypes.REFERENCE_FP8_ACCUM
 
     def __post_init__(self) -> None:
-        # with_(dtype=...) keeps the scaling: a 16-bit problem's "none" is fp8's "tensor", and back
+        # with_(dtype=...) keeps the scaling and the accumulation: a 16-bit problem's "none" is fp8's reference, and back
         dt = dtypes.ALL.get(self.dtype)
-        if dt is not None and not dt.scaled and self.scaling == dtypes.REFERENCE_SCALING:
-            object.__setattr__(self, "scaling", dtypes.UNSCALED)
-        elif dt is not None and dt.scaled and self.scaling == dtypes.UNSCALED:
-            object.__setattr__(self, "scaling", dtypes.REFERENCE_SCALING)
+        if dt is not None and not dt.scaled:
+            for name, reference in (("scaling", dtypes.REFERENCE_SCALING), ("fp8_accum", dtypes.REFERENCE_FP8_ACCUM)):
+                if getattr(self, name) == reference:
+                    object.__setattr__(self, name, dtypes.UNSCALED)
+        elif dt is not None and dt.scaled:
+            for name, reference in (("scaling", dtypes.REFERENCE_SCALING), ("fp8_accum", dtypes.REFERENCE_FP8_ACCUM)):
+                if getattr(self, name) == dtypes.UNSCALED:
+                    object.__setattr__(self, name, reference)
 
     @property
     def is_moe(self) -> bool:
@@ -114,7 +121,7 @@ class Problem:
             moe += f" {self.routing}"
         par = "".join(f" {k}{v}" for k, v in (("tp", self.tp), ("ep", self.ep), ("dp", self.dp)) if v > 1)
         layout = f" {self.layout}" if self.layout != "vllm" else ""
-        return f"{self.gemm} {dtypes.label(self.dtype, self.scaling)} M{self.M} N{self.N} K{self.K}{moe}{par}{layout}"
+        return f"{self.gemm} {dtypes.label(self.dtype, self.scaling, self.fp8_accum)} M{self.M} N{self.N} K{self.K}{moe}{par}{layout}"
 
 
 PRESETS = {"decode": DECODE_M, "prefill": PREFILL_M, "all": DECODE_M + PREFILL_M}

@@ -152,11 +152,13 @@ def test_list_variants_json():
     ) and "test_crash" in by_name
     # the README's variants table, by hand
     assert by_name["cublas_fp16"] | {"description": ""} == {
-        "name": "cublas_fp16", "family": "cublas", "dtypes": ["fp16"], "scalings": ["tensor"], "kind": "dense",
-        "baseline_of": ["fp16"], "tunable": False, "source": "builtin", "description": ""}  # fmt: skip
+        "name": "cublas_fp16", "family": "cublas", "dtypes": ["fp16"], "scalings": ["tensor"],
+        "fp8_accums": ["precise"], "kind": "dense", "baseline_of": ["fp16"], "tunable": False, "source": "builtin",
+        "description": ""}  # fmt: skip
     assert by_name["torch_moe_loop"]["kind"] == "moe" and by_name["torch_moe_loop"]["dtypes"] == ["fp16", "bf16"]
     assert by_name["triton_dp_row"]["tunable"] and by_name["triton_dp_row"]["dtypes"] == ["fp16", "bf16", "fp8"]
     assert by_name["cublas_fp8_rowwise"]["scalings"] == ["row"]
+    assert by_name["cublas_fp8_rowwise"]["fp8_accums"] == ["precise", "fast"]  # use_fast_accum=True is its fast
     assert by_name["test_crash"]["source"].endswith("crash_plugin.py")
 
 

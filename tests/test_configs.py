@@ -27,6 +27,7 @@ def test_defaults_live_in_the_dataclasses():
     dense, splitk, moe = DenseConfig(**TILE), SplitKConfig(**TILE, SPLIT_K=2), MoeConfig(**TILE)
     assert (dense.GROUP_M, dense.TMA, dense.schedule, dense.FP8_PROMOTE) == (8, False, None, None)
     assert (splitk.GROUP_M, splitk.schedule, splitk.TMA, splitk.FP8_PROMOTE) == (8, "row", False, None)
+    assert splitk.SWAP_AB is False
     assert (moe.GROUP_M, moe.SPLIT_K, moe.schedule, moe.FP8_PROMOTE) == (8, None, None, None)
     with pytest.raises(dataclasses.FrozenInstanceError):
         dense.BLOCK_M = 32
@@ -54,6 +55,7 @@ def test_to_dict_writes_the_keys_of_the_dict_configs_in_their_order():
         "num_warps",
         "num_stages",
         "TMA",
+        "SWAP_AB",
     ]
     assert list(MoeConfig(**TILE).to_dict()) == ["BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_warps", "num_stages"]
     assert list(MoeConfig(**TILE, SPLIT_K=1, schedule="col").to_dict())[-2:] == ["SPLIT_K", "schedule"]
@@ -95,10 +97,11 @@ def test_from_dict_names_the_key_it_refuses(cls, data, message):
 
 def test_fp8_promotion_default_and_override():
     fp8 = torch.empty(1, 1).to(torch.float8_e4m3fn)
-    assert fp8_promote_every(fp8, DenseConfig.tile(16, 32, 256, 4, 1)) == 128  # not set: the measured default
-    assert fp8_promote_every(fp8, DenseConfig.tile(16, 32, 64, 4, 1)) == 64  # at most one K tile
-    assert fp8_promote_every(fp8, SplitKConfig.tile(16, 32, 256, 4, 1, SPLIT_K=1, FP8_PROMOTE=32)) == 32
-    assert fp8_promote_every(torch.empty(1, 1, dtype=torch.float16), MoeConfig.tile(16, 32, 256, 4, 1)) is None
+    assert fp8_promote_every(fp8, DenseConfig.tile(16, 32, 256, 4, 1), "precise") == 128  # not set: the default
+    assert fp8_promote_every(fp8, DenseConfig.tile(16, 32, 64, 4, 1), "precise") == 64  # at most one K tile
+    assert fp8_promote_every(fp8, SplitKConfig.tile(16, 32, 256, 4, 1, SPLIT_K=1, FP8_PROMOTE=32), "precise") == 32
+    half = torch.empty(1, 1, dtype=torch.float16)
+    assert fp8_promote_every(half, MoeConfig.tile(16, 32, 256, 4, 1), "none") is None
 
 
 def test_provenance():
@@ -132,11 +135,12 @@ def test_launch_takes_a_plain_dict_where_there_is_no_typed_config():
 
 
 BASE = ["BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_warps", "num_stages"]
-# The keys of each variant's row `config` on the CPU: those the dict configs had (one candidate: source "only").
+# The keys of each variant's row `config` on the CPU: those the dict configs had, and SplitK's SWAP_AB (one candidate:
+# source "only").
 ROW_KEYS = {
     "triton_dp_row": BASE + ["TMA", "schedule", "source"],
-    "triton_splitk_atomic": BASE + ["SPLIT_K", "schedule", "TMA", "source"],
-    "triton_splitk_reduce_rowwise": BASE + ["SPLIT_K", "schedule", "TMA", "source"],
+    "triton_splitk_atomic": BASE + ["SPLIT_K", "schedule", "TMA", "SWAP_AB", "source"],
+    "triton_splitk_reduce_rowwise": BASE + ["SPLIT_K", "schedule", "TMA", "SWAP_AB", "source"],
     "triton_moe_grouped": BASE + ["schedule", "source"],
     "triton_moe_splitk": BASE + ["SPLIT_K", "schedule", "source"],
 }

@@ -120,6 +120,20 @@ def _scalings(text: Optional[str], dtype_names: list[str]) -> list[str]:
     return names
 
 
+def _fp8_accums(text: Optional[str], dtype_names: list[str]) -> list[str]:
+    """--fp8-accum as names in dtypes.FP8_ACCUMS (None: the default, precise).  Given where no fp8 dtype is asked,
+    it is one line and exit 2, as --scaling is."""
+    from gemmbench import dtypes  # not at --help
+
+    if text is None:
+        return [dtypes.REFERENCE_FP8_ACCUM]
+    names = _choices("--fp8-accum", text, dtypes.FP8_ACCUMS)
+    if not any(dtypes.get(d).scaled for d in dtype_names):
+        raise fail(f"--fp8-accum {text!r} applies to fp8 only, and --dtype {','.join(dtype_names)} asks for none "
+                   "(add fp8 to --dtype)")  # fmt: skip
+    return names
+
+
 def _degrees(option: str, text: str, example: str) -> list[int]:
     try:
         values = [int(x) for x in text.split(",") if x.strip()]
@@ -156,8 +170,11 @@ def deployment(tp: str, dp: str, ep: str, layout: LayoutChoice | str) -> Deploym
     return Deployment(tuple(_tp_list(tp)), tuple(_dp_list(dp)), tuple(_ep_list(ep)), str(layout))
 
 
-def _problems(sset, dtypes, m_values, dep: Deployment, routings: list[str], scalings=("tensor",)) -> list:
-    """Every (TP, DP, EP, routing) expansion of the set, each GEMM in every dtype and (fp8) scaling; a GEMM that
+def _problems(
+    sset, dtypes, m_values, dep: Deployment, routings: list[str], scalings=("tensor",), fp8_accums=("precise",)
+) -> list:
+    """Every (TP, DP, EP, routing) expansion of the set, each GEMM in every dtype and (fp8) scaling and accumulation
+    contract; a GEMM that
     neither EP nor the routing changes once per (TP, DP).  Of the lists' combinations, those the layout's engine
     cannot run (EP against TP x DP) are left out with a line on stderr; ShapeError (one line) when that leaves none,
     and where a GEMM does not divide."""
@@ -166,7 +183,7 @@ def _problems(sset, dtypes, m_values, dep: Deployment, routings: list[str], scal
     out, seen = [], set()
     for t, d, e in combinations(sset, dep):
         for r in routings:
-            for p in problems(sset, dtypes, m_values, t, r, e, scalings, d, dep.layout):
+            for p in problems(sset, dtypes, m_values, t, r, e, scalings, d, dep.layout, fp8_accums):
                 if p not in seen:  # a dense GEMM is the same problem at every EP and routing
                     seen.add(p)
                     out.append(p)
@@ -219,10 +236,12 @@ def select_cells(
     plugin: Optional[list[Path]],
     dep: Deployment = Deployment(),
     scaling: Optional[str] = None,
+    fp8_accum: Optional[str] = None,
 ) -> tuple:
     """The selection options `run` and `profile` share -> (shape set, [(problem, [variant names])]).
     A cell is a problem and a variant made for its kind (dense/MoE) and dtype; a variant that lacks the problem's
-    scaling is a cell too (its skipped row names the scalings it has), unless no variant has it: one line, exit 2."""
+    scaling or fp8 accumulation is a cell too (its skipped row names those it has), unless no variant has it: one
+    line, exit 2."""
     from gemmbench import registry
     from gemmbench import shapes as shapes_mod
     from gemmbench.measure.inputs import ROUTINGS
@@ -230,6 +249,7 @@ def select_cells(
 
     dtype_names = _dtypes(dtype)
     scalings = _scalings(scaling, dtype_names)
+    accums = _fp8_accums(fp8_accum, dtype_names)
     routings = _choices("--routing", routing, ROUTINGS)
     if not 0 <= seed < 2**31:
         raise fail(f"--seed must be in 0 .. 2**31 - 1, got {seed}")
@@ -239,12 +259,13 @@ def select_cells(
         sset = shape_sets.load(shapes)
         warn_about(sset)
         m_values = shapes_mod.parse_m_list(m) if m is not None else None
-        problems = _problems(sset, dtype_names, m_values, dep, routings, scalings)
+        problems = _problems(sset, dtype_names, m_values, dep, routings, scalings, accums)
         _load_plugins(plugin or [])
         chosen = registry.select(variants)
     except (shapes_mod.ShapeError, registry.RegistryError) as exc:
         raise fail(str(exc)) from None
     runs_a_scaling(chosen, scalings, dtype_names)
+    runs_an_fp8_accum(chosen, accums, dtype_names, scalings)
     cells = [(p, [v.name for v in chosen if p.dtype in v.dtypes and v.moe == p.is_moe]) for p in problems]
     uncovered = sorted({f"{p.gemm} {p.dtype}" for p, names in cells if not names})
     cells = [(p, names) for p, names in cells if names]
@@ -270,6 +291,24 @@ def runs_a_scaling(chosen: list, scalings: list[str], dtype_names: list[str]) ->
     if not any(name in v.scalings for v in fp8 for name in scalings):
         have = sorted({s for v in fp8 for s in v.scalings})
         raise fail(f"--scaling {','.join(scalings)}: no selected fp8 variant runs it (they declare "
+                   f"{', '.join(have)}; see `gemmbench list variants`)")  # fmt: skip
+
+
+def runs_an_fp8_accum(chosen: list, accums: list[str], dtype_names: list[str], scalings=("tensor",)) -> None:
+    """One line and exit 2 where no chosen fp8 variant runs any fp8 accumulation contract asked (runs_a_scaling's
+    rule for --fp8-accum), or where every scaling asked is a block one and every contract fast (dtypes.NO_FAST_FOR_BLOCKS);
+    where some contract has a variant, the cells of the others are skipped rows."""
+    from gemmbench import dtypes  # not at --help
+
+    fp8 = [v for v in chosen if any(dtypes.get(d).scaled for d in v.dtypes)]
+    if not fp8 or not any(dtypes.get(d).scaled for d in dtype_names):
+        return
+    if all(dtypes.fp8_accum_excluded(s, a) for s in scalings for a in accums):
+        raise fail(f"--fp8-accum {','.join(accums)} --scaling {','.join(scalings)}: {dtypes.NO_FAST_FOR_BLOCKS} "
+                   "(add precise to --fp8-accum)")  # fmt: skip
+    if not any(name in v.fp8_accums for v in fp8 for name in accums):
+        have = sorted({a for v in fp8 for a in v.fp8_accums})
+        raise fail(f"--fp8-accum {','.join(accums)}: no selected fp8 variant runs it (they declare "
                    f"{', '.join(have)}; see `gemmbench list variants`)")  # fmt: skip
 
 

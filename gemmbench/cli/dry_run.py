@@ -26,6 +26,7 @@ NEEDS_GPU = "unknown: needs a GPU"  # a variant's own support check asks the dev
 
 def print_dry_run(sset, cells: list, dep: Deployment, as_json: bool) -> None:
     """The cells of `run` (select_cells') as a table, or as the `gemmbench.dry-run/1` JSON document."""
+    from gemmbench.dtypes import label  # not at --help
     from gemmbench.measure import device  # heavy (torch)
 
     dev = device.detect()
@@ -45,7 +46,7 @@ def print_dry_run(sset, cells: list, dep: Deployment, as_json: bool) -> None:
         table.add_row(
             escape(c["gemm"]), *(str(c[k]) for k in ("tp", "dp", "ep", "M", "tokens", "N", "K")),
             *((str(c["E"]), str(c["local_experts"]), str(c["topk"])) if moe else ("", "", "")),
-            escape(c["dtype"] if c["scaling"] == "none" else f"{c['dtype']} {c['scaling']}"),
+            escape(label(c["dtype"], c["scaling"], c["fp8_accum"]) if c["scaling"] != "none" else c["dtype"]),
             escape(", ".join(c["runs"])), escape(skips),
         )  # fmt: skip
     out.print(table)
@@ -70,5 +71,5 @@ def _cell(p, names: list[str], dev: Any) -> dict:
     doc = dict(gemm=p.gemm, M=p.M // p.dp_tokens, tokens=p.M, N=p.N, K=p.K, E=p.E, local_experts=p.local_experts,
                topk=p.topk, shared_experts=p.shared_experts, routing=p.routing if p.is_moe else None,
                pairs_routed=p.M * p.topk if p.is_moe else None, tp=p.tp, ep=p.ep, dp=p.dp, layout=p.layout,
-               dtype=p.dtype, scaling=p.scaling)  # fmt: skip
+               dtype=p.dtype, scaling=p.scaling, fp8_accum=p.fp8_accum)  # fmt: skip
     return dict(doc, runs=runs, skips=skips)

@@ -14,6 +14,7 @@ from rich.table import Table
 
 from gemmbench.cli.common import (
     _dtypes,
+    _fp8_accums,
     _load_plugins,
     _scalings,
     combinations,
@@ -39,6 +40,7 @@ from gemmbench.cli.options import (
     Dp,
     Ep,
     Force,
+    Fp8Accum,
     ImportConfig,
     Layout,
     Ms,
@@ -98,7 +100,8 @@ LayerOut = Annotated[
 
 def layer(
     model: LayerModel, variants: LayerVariants = None, best_from: BestFrom = None, dtype: LayerDtype = None,
-    m: Ms = "decode", scaling: Scaling = None, plugin: Plugins = None, import_config: ImportConfig = None,
+    m: Ms = "decode", scaling: Scaling = None, fp8_accum: Fp8Accum = None, plugin: Plugins = None,
+    import_config: ImportConfig = None,
     seed: Seed = 0, tp: Tp = "1", dp: Dp = "1", ep: Ep = "1", layout: Layout = LayoutChoice.vllm,
     layers: Layers = 1, budget: LayerBudget = 1.0, out_path: LayerOut = Path("results/layers"), force: Force = False,
     cell_timeout: CellTimeout = None,
@@ -121,7 +124,8 @@ def layer(
     if out_path.suffix == ".parquet":
         refuse_existing([out_path], force)
     _, imported = import_configs(import_config, None)  # pinned (moe_w13=triton_moe_grouped@vllm) or in a glob
-    sset, plans, notes = _plans(model, deployment(tp, dp, ep, layout), dtype, m, variants, best_from, plugin, scaling)
+    sset, plans, notes = _plans(model, deployment(tp, dp, ep, layout), dtype, m, variants, best_from, plugin, scaling,
+                                fp8_accum)  # fmt: skip
     gpu = _device_path(plans)
     run_id = store.new_run_id(f"layer-{sset.name}")
     path = output_path(out_path, run_id)
@@ -135,9 +139,10 @@ def layer(
     err.print(escape(f"Results: {path}"), highlight=False)
 
 
-def _plans(model, dep, dtype, m, variants, best_from, plugin, scaling=None) -> tuple:
-    """(shape set, [(tp, ep, dp, layout, dtype, scaling, M, layer kind, steps)], --best-from notes) of the options, or
-    a one-line error.  A 16-bit dtype's layer runs once, unscaled, whatever --scaling asks (it applies to fp8 only)."""
+def _plans(model, dep, dtype, m, variants, best_from, plugin, scaling=None, fp8_accum=None) -> tuple:
+    """(shape set, [(tp, ep, dp, layout, dtype, scaling, fp8_accum, M, layer kind, steps)], --best-from notes) of the
+    options, or a one-line error.  A 16-bit dtype's layer runs once, unscaled and "none", whatever --scaling and
+    --fp8-accum ask (they apply to fp8 only); a block-scaled fast fp8 layer is left out (dtypes.NO_FAST_FOR_BLOCKS)."""
     from gemmbench import dtypes, registry, shapes
     from gemmbench.engine import (
         layer_plan as P,  # heavy (pandas, torch), as device and store are; the rest not at --help
@@ -148,6 +153,13 @@ def _plans(model, dep, dtype, m, variants, best_from, plugin, scaling=None) -> t
     dev = detect()
     dtype_names = _dtypes(dtype)
     scalings = _scalings(scaling, dtype_names)
+    accums = _fp8_accums(fp8_accum, dtype_names)
+    dtype_runs = [(d, s, a) for d in dtype_names
+                  for s in (scalings if dtypes.get(d).scaled else [dtypes.REFERENCE_SCALING])  # a 16-bit one: "none"
+                  for a in (accums if dtypes.get(d).scaled else [dtypes.REFERENCE_FP8_ACCUM])  # a 16-bit one: "none"
+                  if not dtypes.fp8_accum_excluded(s, a)]  # fmt: skip
+    if not dtype_runs:
+        raise fail(f"--fp8-accum {fp8_accum} --scaling {scaling}: {dtypes.NO_FAST_FOR_BLOCKS}")
     try:
         sset = P.resolve_model(model)
         warn_about(sset)
@@ -166,13 +178,13 @@ def _plans(model, dep, dtype, m, variants, best_from, plugin, scaling=None) -> t
                 dep.layout,
                 d,
                 s,
+                a,
                 M,
                 kind,
-                P.steps_for(P.layer_problems(sset, M, d, t, e, kind, s, dp, dep.layout), choose),
+                P.steps_for(P.layer_problems(sset, M, d, t, e, kind, s, dp, dep.layout, a), choose),
             )  # fmt: skip
             for t, dp, e in combinations(sset, dep)
-            for d in dtype_names
-            for s in (scalings if dtypes.get(d).scaled else [dtypes.REFERENCE_SCALING])  # a 16-bit one: "none"
+            for d, s, a in dtype_runs
             for M in m_values
             for kind in P.layer_kinds(sset)
         ]
@@ -201,15 +213,17 @@ def _device_path(plans: list) -> bool:
 def _cell(sset, model, run_id, plan, seed, layers, budget):
     """One layer plan as an engine cell: the worker's `layer` task builds, checks and times it."""
     from gemmbench.dtypes import label as dtype_label
+    from gemmbench.dtypes import problem_fp8_accum
     from gemmbench.engine.layer_plan import steps_to_wire  # heavy (pandas, torch), as device is
     from gemmbench.measure.device import provenance
 
-    t, e, dp, layout, d, s, M, kind, steps = plan
+    t, e, dp, layout, d, s, a, M, kind, steps = plan
+    a = problem_fp8_accum(d, a)  # a 16-bit layer's: "none", as its rows' problems have it
     par = f"tp{t}{f' ep{e}' if e > 1 else ''}{f' dp{dp}' if dp > 1 else ''}{f' {layout}' if layout != 'vllm' else ''}"
-    label = f"{sset.name}{f' {kind}' if kind else ''} {par} {dtype_label(d, s)} M{M}"
+    label = f"{sset.name}{f' {kind}' if kind else ''} {par} {dtype_label(d, s, a)} M{M}"
     meta = dict(provenance(), run_id=run_id, timestamp=_now(), model=model, shape_set=sset.name, layer_kind=kind,
-                tp=t, ep=e, dp=dp, layout=layout, dtype=d, scaling=s, M=M, layers=layers, l2_state="cold at layer start",
-                timing_mode="wall")  # fmt: skip
+                tp=t, ep=e, dp=dp, layout=layout, dtype=d, scaling=s, fp8_accum=a, M=M, layers=layers,
+                l2_state="cold at layer start", timing_mode="wall")  # fmt: skip
     payload = dict(steps=steps_to_wire(steps), meta=meta, seed=seed, layers=layers, budget=budget)
     return Cell("layer", payload, (label,), label)
 
@@ -274,22 +288,24 @@ def _gap(v) -> str:
 
 
 def _print(rows: list) -> None:
-    """One table per (layer kind, TP, EP, DP, layout, dtype, scaling): a line per M; then each step's kernel time."""
+    """One table per (layer kind, TP, EP, DP, layout, dtype, scaling, fp8 accumulation): a line per M; then each
+    step's kernel time."""
     import pandas as pd  # heavy
 
     from gemmbench.dtypes import label
 
     df = pd.DataFrame(rows)
-    # rows of one kind of layer, or from before expert parallelism or scalings, may lack these
+    # rows of one kind of layer, or from before expert parallelism, scalings or accumulation contracts, may lack these
     df = df.assign(layer_kind=df["layer_kind"].fillna("") if "layer_kind" in df else "", ep=df.get("ep", 1),
                    dp=df.get("dp", 1), layout=df.get("layout", "vllm"),
-                   scaling=df["scaling"].fillna("") if "scaling" in df else "")  # fmt: skip
-    keys = ["layer_kind", "tp", "ep", "dp", "layout", "dtype", "scaling"]
-    for (kind, t, e, dp, layout, d, s), g in df.groupby(keys, sort=False):
+                   scaling=df["scaling"].fillna("") if "scaling" in df else "",
+                   fp8_accum=df["fp8_accum"].fillna("") if "fp8_accum" in df else "")  # fmt: skip
+    keys = ["layer_kind", "tp", "ep", "dp", "layout", "dtype", "scaling", "fp8_accum"]
+    for (kind, t, e, dp, layout, d, s, a), g in df.groupby(keys, sort=False):
         par = f"tp {t}{f', ep {e}' if e > 1 else ''}{f', dp {dp}' if dp > 1 else ''}"
         table = Table(
             title=f"{g['shape_set'].iloc[0]}{f' {kind}' if kind else ''} layer, {par}"
-            f"{f', {layout} layout' if layout != 'vllm' else ''}, {label(d, s)}: µs per layer "
+            f"{f', {layout} layout' if layout != 'vllm' else ''}, {label(d, s, a)}: µs per layer "
             f"({int(g['layers'].iloc[0])} layer copies per sample)"
         )
         for col in ("M", "variants", "kernels", "eager", "graph", "gap eager", "gap graph", "graph speedup", "status"):

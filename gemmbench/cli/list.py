@@ -99,6 +99,7 @@ def _variant_json(v) -> dict:
         "family": v.family,
         "dtypes": list(v.dtypes),
         "scalings": list(v.scalings),  # the fp8 scalings it runs
+        "fp8_accums": list(v.fp8_accums),  # the fp8 accumulation contracts it runs
         "kind": "moe" if v.moe else "dense",
         "baseline_of": list(v.baseline),  # the dtypes whose speedups of its kind are measured against it
         "tunable": v.tunable is not None,

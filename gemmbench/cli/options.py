@@ -10,6 +10,7 @@ from typing import Annotated, Optional
 import typer
 
 from gemmbench.cli.formats import LayoutChoice, choice
+from gemmbench.dtypes import FP8_ACCUM_ENGINES  # light (no torch): the contracts' engine counterparts, written once
 
 # The --help panels, in the order a command's options first name them
 WHAT = "What to run"
@@ -41,6 +42,16 @@ Scaling = Annotated[
     typer.Option(
         help="fp8 scales, comma-separated: tensor (default), row, block (activations 1x128, weights 128x128), "
         "block-ue8m0 (the same, power-of-two scales). fp8 only.",
+        rich_help_panel=WHAT,
+    ),  # fmt: skip
+]
+Fp8Accum = Annotated[
+    Optional[str],
+    typer.Option(
+        "--fp8-accum",
+        help="fp8 accumulation contracts, comma-separated: "
+        + "; ".join(f"{name} ({engines})" for name, engines in FP8_ACCUM_ENGINES.items())
+        + ". Default: precise. Each fp8 problem runs once per contract; fp8 only (block scales have no fast).",
         rich_help_panel=WHAT,
     ),  # fmt: skip
 ]

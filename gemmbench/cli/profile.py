@@ -25,6 +25,7 @@ from gemmbench.cli.options import (
     Dp,
     Dtype,
     Ep,
+    Fp8Accum,
     Layout,
     Ms,
     Plugins,
@@ -75,7 +76,7 @@ Join = Annotated[
 
 def profile(
     shapes: Shapes, variants: Variants = None, dtype: Dtype = "fp8,bf16", m: Ms = None, routing: Routing = "uniform",
-    scaling: Scaling = None, plugin: Plugins = None, seed: Seed = 0,
+    scaling: Scaling = None, fp8_accum: Fp8Accum = None, plugin: Plugins = None, seed: Seed = 0,
     tp: Tp = "1", dp: Dp = "1", ep: Ep = "1", layout: Layout = LayoutChoice.vllm,
     ncu_: Ncu = False, nsys_: Nsys = False, metrics: Metrics = None, ncu_set: NcuSet = None,
     out_path: ProfileOut = Path("profiles"), join: Join = None, cell_timeout: CellTimeout = None,
@@ -93,7 +94,7 @@ def profile(
         raise fail(f"--out {out_path}: give a folder (the profile table and the reports go inside it)")
     runs = _runs_to_join(join)
     dep = deployment(tp, dp, ep, layout)
-    sset, cells = select_cells(shapes, variants, dtype, m, routing, seed, plugin, dep, scaling)
+    sset, cells = select_cells(shapes, variants, dtype, m, routing, seed, plugin, dep, scaling, fp8_accum)
     run_id = store.new_run_id(sset.name)
     profiler = _profiler(out_path, run_id, ncu_, nsys_, seed, plugin, ncu_set, timeout, metrics)
     path = out_path / f"{run_id}-profile.parquet"
@@ -198,7 +199,7 @@ def _print(rows: list[dict]) -> None:
             str(r["M"]),
             str(r["N"]),
             str(r["K"]),
-            label(r["dtype"], r.get("scaling")),
+            label(r["dtype"], r.get("scaling"), r.get("fp8_accum")),
             r["variant"],
             _fmt(r.get("ncu_kernels"), "d"),
             _fmt(r.get("ncu_duration_us"), ".1f"),

@@ -42,6 +42,7 @@ from gemmbench.cli.options import (
     Dtype,
     Ep,
     Force,
+    Fp8Accum,
     Gpus,
     ImportConfig,
     Layout,
@@ -144,7 +145,7 @@ Strict = Annotated[bool, typer.Option(help="Exit 1 if any cell is wrong or faile
 
 def run(
     shapes: Shapes, variants: Variants = None, dtype: Dtype = "fp8,bf16", m: Ms = None, routing: Routing = "uniform",
-    scaling: Scaling = None, plugin: Plugins = None, import_config: ImportConfig = None, retune: Retune = False,
+    scaling: Scaling = None, fp8_accum: Fp8Accum = None, plugin: Plugins = None, import_config: ImportConfig = None, retune: Retune = False,
     seed: Seed = 0, tp: Tp = "1", dp: Dp = "1", ep: Ep = "1", layout: Layout = LayoutChoice.vllm,
     timing: Timing = TimingMode.cold, budget: Budget = 0.5, repeat: Repeat = 1,
     out_path: Out = None, fmt: Format = OutputFormat.table, append: Append = False, force: Force = False,
@@ -160,7 +161,7 @@ def run(
     dep, watchdog_s = deployment(tp, dp, ep, layout), watchdog(cell_timeout, budget)
     if dry_run:  # nothing written, nothing run, no GPU needed
         variants, _ = import_configs(import_config, variants)
-        sset, cells = select_cells(shapes, variants, dtype, m, routing, seed, plugin, dep, scaling)
+        sset, cells = select_cells(shapes, variants, dtype, m, routing, seed, plugin, dep, scaling, fp8_accum)
         print_dry_run(sset, cells, dep, as_json)
         return
     shard_at, gpu_ids = shard_option(shard), gpus_option(gpus)
@@ -169,7 +170,7 @@ def run(
     setup.check_repeat(repeat, resume)
     baseline_cmd = setup.check_ab(ab, compare_to, append, resume, out_path, force)
     variants, imported = import_configs(import_config, variants)  # the imported variants always run
-    sset, cells = select_cells(shapes, variants, dtype, m, routing, seed, plugin, dep, scaling)
+    sset, cells = select_cells(shapes, variants, dtype, m, routing, seed, plugin, dep, scaling, fp8_accum)
     meta, cells = _shard(cells, shard_at)
     timing = timing if _on_gpu() else timing_modes.CPU  # no CUDA events on a CPU
     setup.comparable_baseline(compare_to, timing)
@@ -192,6 +193,7 @@ def run(
         ("--tp", tp, "1"), ("--timing", timing, None), ("--plugin", [str(f) for f in plugin or []], []),
         ("--seed", seed, 0), ("--budget", budget, 0.5), ("--retune", retune, False), ("--routing", routing, "uniform"),
         ("--shard", shard, None), ("--gpus", gpus, None), ("--ep", ep, "1"), ("--scaling", scaling, None),
+        ("--fp8-accum", fp8_accum, None),
         ("--dp", dp, "1"), ("--layout", str(layout), "vllm"), ("--cell-timeout", cell_timeout, None),
         ("--import-config", import_config or [], []), ("--sanitize", sanitize, False),
     ])  # fmt: skip
@@ -294,8 +296,9 @@ def _show(rows: list, run_id: str, writer, stopped: bool, as_json: bool) -> None
             out.print(table)
         hidden = scaling_excluded_count(rows)
         if hidden:
-            out.print(f"{hidden} skipped rows not shown: variants that run another fp8 scaling (--scaling row or "
-                      "block runs them; the rows are in the file)", highlight=False)  # fmt: skip
+            out.print(f"{hidden} skipped rows not shown: variants that run another fp8 scaling or accumulation "
+                      "(--scaling row or block, --fp8-accum precise runs them; the rows are in the file)",
+                      highlight=False)  # fmt: skip
     if stopped:  # the finished rows are on disk, and their tables above
         done = f"{writer.added} finished rows in {writer.path}" if writer.added else "no cell finished; nothing written"
         raise fail(f"interrupted: {done}", 130)

@@ -17,6 +17,7 @@ from rich.table import Table
 
 from gemmbench.cli.common import (
     _dtypes,
+    _fp8_accums,
     _load_plugins,
     _problems,
     _scalings,
@@ -27,6 +28,7 @@ from gemmbench.cli.common import (
     out,
     progress_bar,
     runs_a_scaling,
+    runs_an_fp8_accum,
     shard_option,
     warn_about,
     watchdog,
@@ -41,6 +43,7 @@ from gemmbench.cli.options import (
     Dp,
     Dtype,
     Ep,
+    Fp8Accum,
     Gpus,
     Layout,
     Plugins,
@@ -76,7 +79,8 @@ TuneShard = Annotated[
 
 def tune(
     shapes: Shapes, variants: TuneVariants = "triton_*", dtype: Dtype = "fp8,bf16", m: TuneMs = None,
-    scaling: Scaling = None, plugin: Plugins = None, seed: Seed = 0, skip_stored: SkipStored = False,
+    scaling: Scaling = None, fp8_accum: Fp8Accum = None, plugin: Plugins = None, seed: Seed = 0,
+    skip_stored: SkipStored = False,
     tp: Tp = "1", dp: Dp = "1", ep: Ep = "1", layout: Layout = LayoutChoice.vllm,
     export: Export = None, export_only: ExportOnly = False, force: ExportForce = False,
     gpus: Gpus = None, shard: TuneShard = None, cell_timeout: CellTimeout = None,
@@ -88,7 +92,7 @@ def tune(
     if (export_only or force) and export is None:
         raise fail(f"{'--export-only' if export_only else '--force'} goes with --export ENGINE DIR")
     shard_at, watchdog_s = shard_option(shard), watchdog(cell_timeout)
-    problems, chosen = _select(shapes, variants, dtype, m, deployment(tp, dp, ep, layout), plugin, scaling)
+    problems, chosen = _select(shapes, variants, dtype, m, deployment(tp, dp, ep, layout), plugin, scaling, fp8_accum)
     plan = export_plan(export, shapes, problems, chosen) if export else ([], [])  # refused before tuning
     if export and export_only:
         export_files(export, plan, chosen, force, tuned=False)
@@ -128,7 +132,7 @@ def tune(
 # ---------------------------------------------------------------- what to tune
 
 
-def _select(shapes, variants, dtype, m, dep, plugin, scaling=None) -> tuple[list, list]:
+def _select(shapes, variants, dtype, m, dep, plugin, scaling=None, fp8_accum=None) -> tuple[list, list]:
     """(problems, tunable variants) of the options, or a one-line error."""
     from gemmbench import registry
     from gemmbench import shapes as shapes_mod
@@ -136,12 +140,13 @@ def _select(shapes, variants, dtype, m, dep, plugin, scaling=None) -> tuple[list
 
     dtype_names = _dtypes(dtype)
     scalings = _scalings(scaling, dtype_names)
+    accums = _fp8_accums(fp8_accum, dtype_names)
     try:
         sset = shape_sets.load(shapes)
         m_values = shapes_mod.parse_m_list(m) if m is not None else None
         # configs are stored per shape, not per routing: tuned on uniform routing
         warn_about(sset)
-        problems = _problems(sset, dtype_names, m_values, dep, ["uniform"], scalings)
+        problems = _problems(sset, dtype_names, m_values, dep, ["uniform"], scalings, accums)
         _load_plugins(plugin or [])
         chosen = [v for v in registry.select(variants) if v.tunable is not None]
     except (shapes_mod.ShapeError, registry.RegistryError) as exc:
@@ -149,6 +154,7 @@ def _select(shapes, variants, dtype, m, dep, plugin, scaling=None) -> tuple[list
     if not chosen:
         raise fail(f"--variants {variants!r} selects no tunable variant (the Triton ones are)")
     runs_a_scaling(chosen, scalings, dtype_names)
+    runs_an_fp8_accum(chosen, accums, dtype_names, scalings)
     return problems, chosen
 
 
@@ -173,7 +179,9 @@ def _gpus_and_device(gpus: Optional[str]):
 
 def _jobs(problems: list, chosen: list, dev) -> list:
     """[(problem at its M bucket, variant)], in a fixed order: every shard's host builds this same list from the
-    same options.  M = 1..16 share a bucket, so they are tuned once."""
+    same options.  M = 1..16 share a bucket, so they are tuned once; so do the fp8 accumulation contracts, whose
+    stored config is one file (config_files.file_name): the first contract asked tunes it."""
+    from gemmbench import dtypes  # not at --help
     from gemmbench.configs import config_files  # not at --help (yaml; shard: hashlib)
     from gemmbench.results.shard import cell_key
 
@@ -181,7 +189,7 @@ def _jobs(problems: list, chosen: list, dev) -> list:
     for p in problems:
         p = p.with_(M=config_files.m_bucket(p.M, p.is_moe))
         for v in chosen:
-            key = cell_key(p, v.name)
+            key = cell_key(p.with_(fp8_accum=dtypes.fp8_accum(p.dtype)), v.name)
             if key not in seen and not v.unsupported_reason(p, dev):
                 seen.add(key)
                 jobs.append((p, v))
@@ -248,7 +256,7 @@ class Report(Sink):
             if key in self.done:
                 e = self.done[key]
                 short = " ".join(f"{k}={val}" for k, val in e["config"].items() if k not in ("GROUP_M",))
-                results.add_row(v.name, p.gemm, str(p.N), str(p.K), dtypes.label(p.dtype, p.scaling), str(p.M), f"{e['us']:.2f}", short,
+                results.add_row(v.name, p.gemm, str(p.N), str(p.K), dtypes.label(p.dtype, p.scaling, p.fp8_accum), str(p.M), f"{e['us']:.2f}", short,
                                 str(e["tried"]))  # fmt: skip
         return results
 

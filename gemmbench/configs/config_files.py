@@ -70,6 +70,7 @@ def config_path(variant: str, problem: Problem, gpu: str, root: Optional[Path] =
     ep = f"ep={problem.ep}," if problem.ep > 1 else ""
     moe = f"E={problem.local_experts},{ep}topk={problem.topk}," if problem.is_moe else ""
     scaling = f",scaling={_config_scaling(problem)}" if _config_scaling(problem) else ""
+    # no fp8_accum in the name: fast reuses precise's tuned configs (one config per shape whatever the contract)
     name = f"{moe}N={problem.N},K={problem.K},dtype={problem.dtype}{scaling}.json"
     return (configs_root() if root is None else root) / gpu_dirname(gpu) / variant / name
 

@@ -108,6 +108,7 @@ def _gpu_name(inputs) -> Optional[str]:
 def _choice_key(t: Tunable, problem: Problem) -> tuple:
     """What one choice of config in this process serves: a variant at one problem shape, dtype and scaling."""
     p = problem
+    # no fp8_accum: fast runs the config precise chose (config_files' names have none either)
     return (t.name, p.M, p.N, p.K, p.E, p.topk, p.ep, p.dtype, p.scaling)
 
 

@@ -110,11 +110,12 @@ def layer_problems(
     scaling: str = dtypes.REFERENCE_SCALING,
     dp: int = 1,
     layout: str = sharding.DEFAULT_LAYOUT,
+    fp8_accum: str = dtypes.REFERENCE_FP8_ACCUM,
 ) -> list[Problem]:
     """One layer's GEMMs at one M (one DP rank's tokens), in the set's order (see in_layer), divided as `run` divides
     them (gemmbench.models.sharding); expert GEMMs on rank 0 of `ep`.  A kind of layer without experts (a dense prefix
     layer) runs the same at any EP degree: its problems carry ep 1.  Every GEMM of the layer has the one fp8
-    `scaling` (a block-fp8 layer: every variant chosen runs block)."""
+    `scaling` (a block-fp8 layer: every variant chosen runs block) and the one `fp8_accum` contract."""
     # the whole model's experts decide whether the deployment is valid: a dense-prefix layer alone has none
     sharding.check(sharding.Parallel(tp, dp, ep, layout), sset.name, any(g.is_moe for g in sset.gemms))
     gemms = [g for g in sset.gemms if in_layer(g, kind)]
@@ -123,7 +124,8 @@ def layer_problems(
         raise LayerError(f"{sset.source}: no GEMM of a {what}decoder layer (only {', '.join(NOT_IN_LAYER)})")
     layer = ShapeSet(sset.name, sset.description, tuple(gemms), sset.m_values, sset.source)
     ep = ep if any(g.is_moe for g in gemms) else 1
-    return sharding.problems(layer, [dtype], [M], tp, ep=ep, scalings=[scaling], dp=dp, layout=layout)
+    return sharding.problems(layer, [dtype], [M], tp, ep=ep, scalings=[scaling], dp=dp, layout=layout,
+                             fp8_accums=[fp8_accum])  # fmt: skip
 
 
 def steps_for(problems: Sequence[Problem], choose: Callable[[Problem], str]) -> list[Step]:
@@ -196,6 +198,7 @@ def best_chooser(runs: pd.DataFrame, device) -> tuple[Callable[[Problem], str], 
             & (ok.get("dp", 1) == p.dp) & (ok.get("layout", "vllm") == p.layout)
             # a row of another fp8 scaling is another kernel's time (frames made without the column: as before scalings)
             & (ok.get("scaling", p.scaling) == p.scaling)
+            & (ok.get("fp8_accum", p.fp8_accum) == p.fp8_accum)  # and of another accumulation contract
         ]  # fmt: skip
         if (same["timing_mode"] == timing_modes.DEFAULT).any():
             same = same[same["timing_mode"] == timing_modes.DEFAULT]
@@ -203,7 +206,8 @@ def best_chooser(runs: pd.DataFrame, device) -> tuple[Callable[[Problem], str], 
         same = same[same["variant"].isin(runnable)]
         if same.empty:
             raise LayerError(
-                f"--best-from: no ok row for {p.gemm} N={p.N} K={p.K} {dtypes.label(p.dtype, p.scaling)} of a variant "
+                f"--best-from: no ok row for {p.gemm} N={p.N} K={p.K} {dtypes.label(p.dtype, p.scaling, p.fp8_accum)} "
+                "of a variant "
                 "that runs here"
             )
         ms = sorted(set(int(m) for m in same["M"]))

@@ -35,8 +35,8 @@ def content(paths: Iterable) -> dict[str, str]:
 
 
 def fingerprint(cell_keys: Iterable[str], shape_set: str, **same) -> dict:
-    """The sweep: its cells (problem x variant keys: the shapes, M, dtypes, scalings, parallelism, routing and
-    variants all in them), the set's name, and the SAME fields."""
+    """The sweep: its cells (problem x variant keys: the shapes, M, dtypes, scalings, fp8 accumulation contracts,
+    parallelism, routing and variants all in them), the set's name, and the SAME fields."""
     keys = sorted(cell_keys)
     return {"cells": _sha("\n".join(keys).encode()), "n_cells": len(keys), "shape_set": shape_set, **same}
 
@@ -57,7 +57,7 @@ def difference(stored: Optional[dict], current: dict) -> Optional[str]:
     if stored.get("cells") != current["cells"]:
         return (f"it is another sweep ({stored.get('n_cells')} cells of {stored.get('shape_set')!r} there, "
                 f"{current['n_cells']} of {current['shape_set']!r} here: other shapes, M, dtypes, scalings, "
-                "parallelism, routing or variants)")  # fmt: skip
+                "fp8 accumulation, parallelism, routing or variants)")  # fmt: skip
     for key, what in SAME.items():
         if stored.get(key) != current.get(key):
             return f"its {what} was {stored.get(key)!r}, this run's is {current.get(key)!r}"

@@ -82,7 +82,7 @@ def time_task(ctx, task: dict) -> None:
         elif task["task"] == "check":
             ctx.result(name, passed=True)
         else:
-            passed[name], peaks[name] = (variant, res.max_rel_err), peak
+            passed[name], peaks[name] = (variant, res.max_rel_err, res.note), peak
     if passed:
         _time(ctx, problem, passed, peaks, seed + 1)
 
@@ -92,7 +92,7 @@ def _time(ctx, problem: Problem, passed: dict, peaks: dict, seed: int) -> None:
     prepared, configs, works, plans = {}, {}, {}, {}
     recorders = {}  # telemetry.CellRecorder per variant, where NVML sees the GPU
     probe = telemetry.probe(ctx.provenance.get("gpu_uuid"))
-    for name, (variant, _) in passed.items():
+    for name, (variant, *_) in passed.items():
         ctx.begin(name, "time")
         memory.reset_peak(ctx.devname)  # what the copies and earlier variants' launches hold counts: it is in use
         try:
@@ -127,8 +127,9 @@ def _time(ctx, problem: Problem, passed: dict, peaks: dict, seed: int) -> None:
             ctx.failed(current, _error_rows(ctx, problem, v, pk), "time", exc)
             del prepared[current]
     for name, p in prepared.items():
-        variant, err = passed[name]
+        variant, err, checked = passed[name]
         timer, note = plans[name]
+        note = "; ".join(filter(None, [note, checked]))  # the check's word on its tolerance (fast accumulation)
         stats = metrics.summarize(p.samples)
         extra = dict(stats, samples_us=p.samples, max_rel_err=err, config=configs[name], timing_mode=timer.mode,
                      l2_state=timer.l2_state, gpu_mem_peak_bytes=peaks[name], kernels=p.kernel_names)  # fmt: skip

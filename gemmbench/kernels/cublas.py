@@ -2,7 +2,8 @@
 
 cublas_bf16 / cublas_fp16: torch.mm(a, b.T) with the weight stored (N, K), as nn.Linear does.
 cublas_fp8: torch._scaled_mm with per-tensor fp32 scales, bf16 out; cublas_fp8_rowwise: one scale
-per activation row and per weight row (what fp8 serving stacks use); cublas_fp8_block (block scales) is in
+per activation row and per weight row (what fp8 serving stacks use); both run either fp8 accumulation contract
+(Problem.fp8_accum "fast": use_fast_accum=True); cublas_fp8_block (block scales) is in
 cublas_block.py.  Each is the speedup baseline of its dtype's and scaling's dense rows (Variant.baseline,
 Variant.scalings).
 """
@@ -28,16 +29,16 @@ def _make_mm(problem, inputs) -> Launch:
 
 def scaled_mm_operands(inputs) -> tuple:
     """torch._scaled_mm's operands (a, b, scale_a, scale_b) of fp8 inputs, per tensor or row-wise (inductor_mm
-    compiles the same call)."""
-    bt = inputs.b.t()  # _scaled_mm wants B column-major: the (N, K) weight's transpose
-    sb = inputs.b_scale.reshape(1, -1) if inputs.scaling == "row" else inputs.b_scale  # row-wise: (1, N)
-    return inputs.a, bt, inputs.a_scale, sb
+    compiles the same call; the check's cuBLAS fast error too: GemmInputs.scaled_mm_operands)."""
+    return inputs.scaled_mm_operands()
 
 
 def _make_scaled_mm(problem, inputs) -> Launch:
     a, bt, sa, sb = scaled_mm_operands(inputs)
     out_dtype = inputs.out_dtype
-    return Launch(fn=lambda: torch._scaled_mm(a, bt, scale_a=sa, scale_b=sb, out_dtype=out_dtype))
+    fast = problem.fp8_accum == dtypes.FAST_FP8_ACCUM  # cuBLAS's fast accumulation: no fp32 promotion along K
+    return Launch(fn=lambda: torch._scaled_mm(a, bt, scale_a=sa, scale_b=sb, out_dtype=out_dtype,
+                                              use_fast_accum=fast))  # fmt: skip
 
 
 @functools.lru_cache(maxsize=None)
@@ -85,6 +86,7 @@ register(
         supports=fp8_supports("tensor"),
         baseline=BASELINES["cublas_fp8"].dtypes,
         scalings=BASELINES["cublas_fp8"].scalings,
+        fp8_accums=dtypes.FP8_ACCUMS,
     )
 )
 register(
@@ -97,5 +99,6 @@ register(
         supports=fp8_supports("row"),
         baseline=BASELINES["cublas_fp8_rowwise"].dtypes,
         scalings=BASELINES["cublas_fp8_rowwise"].scalings,
+        fp8_accums=dtypes.FP8_ACCUMS,
     )
 )

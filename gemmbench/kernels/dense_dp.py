@@ -19,8 +19,10 @@ import triton
 import triton.language as tl
 
 from gemmbench.configs import tuning
+from gemmbench.dtypes import REFERENCE_FP8_ACCUM
 from gemmbench.kernels.schedules import SCHEDULES, tile_of
 from gemmbench.kernels.tile_loop import (
+    TRITON_FP8_ACCUMS,
     TRITON_SCALINGS,
     BlockScales,
     accumulate_tile,
@@ -126,11 +128,12 @@ class DenseConfig(tuning.KernelConfig):
 
 
 def dp_gemm(
-    a, b, out, a_scale, b_scale, config: DenseConfig, schedule: str, operands=None, blocks: Optional[BlockScales] = None
-) -> torch.Tensor:
+    a, b, out, a_scale, b_scale, config: DenseConfig, schedule: str, operands=None, blocks: Optional[BlockScales] = None,
+    fp8_accum: str = REFERENCE_FP8_ACCUM,
+) -> torch.Tensor:  # fmt: skip
     """Launch into `out`.  Checks shapes; allocates nothing.  operands: (a, b) as tensor descriptors
     (tile_loop.tma_descriptors), made once by the caller.  blocks: fp8 block scales (then a_scale and b_scale are
-    None: nothing to apply after the loop)."""
+    None: nothing to apply after the loop).  fp8_accum: the accumulation contract (tile_loop.fp8_promote_every)."""
     M, K = a.shape
     N, K2 = b.shape
     assert K == K2 and out.shape == (M, N), (a.shape, b.shape, out.shape)
@@ -160,7 +163,7 @@ def dp_gemm(
         HAS_SCALE=has_scale,
         EVEN_K=(K % bk == 0),
         EVEN_N=(N % bn == 0),
-        PRECISE_ACC=fp8_promote_every(a, config),
+        PRECISE_ACC=fp8_promote_every(a, config, fp8_accum),
         TMA=operands is not None,
         SCALE_BLOCK=blocks.block if blocks else 0,
         num_warps=config.num_warps,
@@ -221,7 +224,8 @@ def _build(schedule: str):
         blocks.check(config.BLOCK_K)
         # block scales are applied in the K loop: nothing after it
         sa, sb = (None, None) if blocks.on else (inputs.a_scale, inputs.b_scale)
-        fn = lambda: dp_gemm(a, b, out, sa, sb, config, schedule, descriptors, blocks)  # noqa: E731
+        accum = problem.fp8_accum
+        fn = lambda: dp_gemm(a, b, out, sa, sb, config, schedule, descriptors, blocks, accum)  # noqa: E731
         return Launch(fn=fn, params=replace(config, schedule=schedule, TMA=descriptors is not None), out=out)
 
     return build
@@ -248,6 +252,7 @@ for _schedule, _text in _DESCRIPTIONS.items():
             supports=tuning.needs_triton_device,
             tunable=_tunable,
             scalings=TRITON_SCALINGS,
+            fp8_accums=TRITON_FP8_ACCUMS,
             by_default=_schedule == DEFAULT_SCHEDULE,
         )
     )

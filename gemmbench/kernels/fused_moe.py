@@ -24,10 +24,12 @@ import triton
 import triton.language as tl
 
 from gemmbench.configs import tuning
+from gemmbench.dtypes import REFERENCE_FP8_ACCUM
 from gemmbench.kernels.moe_align import block_m_for, moe_align
 from gemmbench.kernels.schedules import SCHEDULES, tile_of
 from gemmbench.kernels.splitk import reduce_splits, split_candidates, split_range
 from gemmbench.kernels.tile_loop import (
+    TRITON_FP8_ACCUMS,
     TRITON_SCALINGS,
     BlockScales,
     add_scaled,
@@ -214,8 +216,12 @@ class MoeConfig(tuning.KernelConfig):
 class FusedMoe:
     """One problem's alignment, output and (SplitK) buffers, and the closure that launches the kernel once."""
 
-    def __init__(self, inputs, E: int, topk: int, config: MoeConfig, schedule: str, mul_weight: bool):
+    def __init__(
+        self, inputs, E: int, topk: int, config: MoeConfig, schedule: str, mul_weight: bool,
+        fp8_accum: str = REFERENCE_FP8_ACCUM,
+    ):  # fmt: skip
         a, b = inputs.a, inputs.b
+        self.fp8_accum = fp8_accum
         M, K = a.shape
         self.N = b.shape[1]
         self.a, self.b, self.inputs, self.topk = a, b, inputs, topk
@@ -276,7 +282,7 @@ class FusedMoe:
             HAS_SCALE=has_scale,
             MUL_WEIGHT=self.mul_weight,
             EVEN_K=(a.shape[1] % cfg.BLOCK_K == 0),
-            PRECISE_ACC=fp8_promote_every(a, cfg),
+            PRECISE_ACC=fp8_promote_every(a, cfg, self.fp8_accum),
             SPLIT=self.split_k > 1,
             SCALE_BLOCK=blocks.block,
             num_warps=cfg.num_warps,
@@ -374,7 +380,7 @@ def _build(schedule=None, mul_weight: bool = False):
 
     def build(problem, inputs, config: MoeConfig) -> Launch:
         sched = schedule or config.schedule or "col"
-        gemm = FusedMoe(inputs, problem.local_experts, problem.topk, config, sched, mul_weight)
+        gemm = FusedMoe(inputs, problem.local_experts, problem.topk, config, sched, mul_weight, problem.fp8_accum)
         split_k = None if config.SPLIT_K is None else gemm.split_k  # a data-parallel config stays without one
         return Launch(fn=gemm, params=replace(config, schedule=sched, SPLIT_K=split_k), out=gemm.out)
 
@@ -409,6 +415,7 @@ for _schedule, _text in _ORDER.items():
             moe=True,
             tunable=_tunable,
             scalings=TRITON_SCALINGS,
+            fp8_accums=TRITON_FP8_ACCUMS,
             by_default=_schedule == DEFAULT_SCHEDULE,
         )
     )
@@ -429,6 +436,7 @@ register(
         moe=True,
         tunable=_tunable,
         scalings=TRITON_SCALINGS,
+        fp8_accums=TRITON_FP8_ACCUMS,
         by_default=False,
     )
 )

@@ -29,8 +29,10 @@ import triton
 import triton.language as tl
 
 from gemmbench.configs import tuning
+from gemmbench.dtypes import REFERENCE_FP8_ACCUM
 from gemmbench.kernels.schedules import tile_of
 from gemmbench.kernels.tile_loop import (
+    TRITON_FP8_ACCUMS,
     TRITON_SCALINGS,
     BlockScales,
     accumulate_tile,
@@ -179,12 +181,16 @@ def _out_takes_descriptor(out: torch.Tensor) -> bool:
 class PersistentGemm:
     """The descriptors and grid of one (problem, inputs, config), and a closure that launches the kernel once."""
 
-    def __init__(self, a, b, out, a_scale, b_scale, scaling: str, config: PersistentConfig, blocks: BlockScales):
+    def __init__(
+        self, a, b, out, a_scale, b_scale, scaling: str, config: PersistentConfig, blocks: BlockScales,
+        fp8_accum: str = REFERENCE_FP8_ACCUM,
+    ):  # fmt: skip
         M, K = a.shape
         N = b.shape[0]
         bm, bn, bk = config.BLOCK_M, config.BLOCK_N, config.BLOCK_K
         blocks.check(bk)
         self.config, self.blocks, self.out, self.a = config, blocks, out, a
+        self.fp8_accum = fp8_accum
         self.operands = (_descriptor(a, [bm, bk]), _descriptor(b, [bn, bk]))
         self.c_desc = _out_takes_descriptor(out)
         half = bn // 2 if config.EPILOGUE_SUBTILE else bn
@@ -213,7 +219,7 @@ class PersistentGemm:
             BLOCK_K=cfg.BLOCK_K,
             GROUP_M=cfg.GROUP_M,
             SCALE=self.scale,
-            PRECISE_ACC=fp8_promote_every(self.a, cfg),
+            PRECISE_ACC=fp8_promote_every(self.a, cfg, self.fp8_accum),
             C_DESC=self.c_desc,
             EPILOGUE_SUBTILE=cfg.EPILOGUE_SUBTILE,
             WARP_SPECIALIZE=cfg.WARP_SPECIALIZE,
@@ -284,7 +290,8 @@ def _build(problem, inputs, config: PersistentConfig) -> Launch:
     scales = (inputs.a_scale, inputs.b_scale)
     if inputs.scaling == "row":
         scales = (inputs.a_scale.reshape(-1), inputs.b_scale.reshape(-1))
-    gemm = PersistentGemm(inputs.a, inputs.b, out, *scales, inputs.scaling, config, BlockScales(inputs))
+    gemm = PersistentGemm(inputs.a, inputs.b, out, *scales, inputs.scaling, config, BlockScales(inputs),
+                          problem.fp8_accum)  # fmt: skip
     return Launch(fn=gemm, params=config, out=out)
 
 
@@ -300,5 +307,6 @@ register(
         supports=unsupported,
         tunable=_tunable,
         scalings=(*TRITON_SCALINGS, "row"),
+        fp8_accums=TRITON_FP8_ACCUMS,
     )
 )

@@ -15,6 +15,8 @@ no separate cast or reduction launch: everything a model would pay is in the one
                     workspace, and the last program sums the slices in split order: bitwise the same
                     result on every run.
 SPLIT_K = 1 is the data-parallel fallback: the tile is stored directly, no buffer, no counter.
+SWAP_AB (decode, M <= 64): the kernel computes out^T (N, M) = b @ a^T, so N fills the tile's BLOCK_M side and the
+few tokens its narrow BLOCK_N side (as vLLM's CUTLASS fp8 dispatch does); tensor and row scales only.
 The tile schedule (row / col / grouped, gemmbench/kernels/schedules.py) is a compile-time parameter.
 """
 
@@ -30,6 +32,7 @@ import triton.language as tl
 from gemmbench.configs import tuning
 from gemmbench.kernels.schedules import SCHEDULES, tile_of
 from gemmbench.kernels.tile_loop import (
+    TRITON_FP8_ACCUMS,
     TRITON_SCALINGS,
     BlockScales,
     accumulate_tile,
@@ -193,21 +196,40 @@ class SplitKConfig(tuning.KernelConfig):
     num_warps: int
     num_stages: int
     TMA: bool = False  # the K loop reads through tensor descriptors (tile_loop.py); built: whether it did
+    SWAP_AB: bool = False  # the kernel computes out^T = b @ a^T: BLOCK_M tiles N, BLOCK_N tiles M (SplitKGemm)
     FP8_PROMOTE: Optional[int] = None  # fp8: K summed before fp32 promotion; None: tile_loop.FP8_PROMOTE
 
 
-class SplitKGemm:
-    """The buffers of one (problem, inputs, config) and a closure that launches the kernel once."""
+SWAP_BLOCKS_REFUSED = (
+    "SWAP_AB does not take block scales: the kernel's K loop reads 1x128 group scales for its A operand and "
+    "128x128 block scales for its B, and swapped the weight would be A; use SWAP_AB with tensor or row scales"
+)
 
-    def __init__(self, a, b, out, a_scale, b_scale, scaling: str, config: SplitKConfig, reduce: str, blocks=None):
+
+class SplitKGemm:
+    """The buffers of one (problem, inputs, config) and a closure that launches the kernel once.  a, b, a_scale,
+    b_scale are the kernel's operands: under SWAP_AB the call's b and a (and their scales), M and N exchanged, and
+    out_strides the output's exchanged, so the kernel's (N, M) tile lands transposed in out (M, N)."""
+
+    def __init__(
+        self, a, b, out, a_scale, b_scale, scaling: str, config: SplitKConfig, reduce: str, blocks=None,
+        fp8_accum: str = "precise",
+    ):  # fmt: skip
+        self.fp8_accum = fp8_accum  # tile_loop.fp8_promote_every: precise promotes, fast does not
         M, K = a.shape
         N, K2 = b.shape
         assert K == K2 and out.shape == (M, N), (a.shape, b.shape, out.shape)
-        self.a, self.b, self.out, self.config, self.reduce = a, b, out, config, reduce
-        self.a_scale, self.b_scale = a_scale, b_scale
         self.blocks = blocks if blocks is not None and blocks.on else None
         if self.blocks:
+            if config.SWAP_AB:
+                raise ValueError(SWAP_BLOCKS_REFUSED)
             self.blocks.check(config.BLOCK_K)
+        self.out_strides = (out.stride(0), out.stride(1))
+        if config.SWAP_AB:  # out^T = b @ a^T: each scale goes with its tensor (row-wise: (M,) becomes the column scale)
+            a, b, a_scale, b_scale, M, N = b, a, b_scale, a_scale, N, M
+            self.out_strides = (out.stride(1), out.stride(0))
+        self.a, self.b, self.out, self.config, self.reduce = a, b, out, config, reduce
+        self.a_scale, self.b_scale = a_scale, b_scale
         # "block": applied in the K loop, nothing after it
         self.scale = "none" if a_scale is None else ("block" if self.blocks else scaling)
         descriptors = tma_descriptors(a, b, config)
@@ -245,8 +267,7 @@ class SplitKGemm:
             a.stride(1),
             b.stride(0),
             b.stride(1),
-            out.stride(0),
-            out.stride(1),
+            *self.out_strides,
             BLOCK_M=cfg.BLOCK_M,
             BLOCK_N=cfg.BLOCK_N,
             BLOCK_K=cfg.BLOCK_K,
@@ -257,7 +278,7 @@ class SplitKGemm:
             SCALE=self.scale,
             EVEN_K=(K % cfg.BLOCK_K == 0),
             EVEN_N=(N % cfg.BLOCK_N == 0),
-            PRECISE_ACC=fp8_promote_every(a, cfg),
+            PRECISE_ACC=fp8_promote_every(a, cfg, self.fp8_accum),
             TMA=self.tma,
             SCALE_BLOCK=self.blocks.block if self.blocks else 0,
             num_warps=cfg.num_warps,
@@ -291,8 +312,24 @@ def split_candidates(tiles: int, k_blocks: int, sms: int) -> list[int]:
 
 def search_space(problem, on_gpu: bool, full: bool = True) -> list[SplitKConfig]:
     """Candidates for `gemmbench tune` (full) or for a run that finds no stored config (not full); block scales:
-    BLOCK_K at most 128 (tile_loop.fit_block_k)."""
-    return fit_block_k(_space(problem, on_gpu, full), block_scaled(problem))
+    BLOCK_K at most 128 (tile_loop.fit_block_k), and no SWAP_AB (SWAP_BLOCKS_REFUSED)."""
+    blocks = block_scaled(problem)
+    swapped = [] if blocks else _swap_space(problem, on_gpu, full)
+    return fit_block_k(_space(problem, on_gpu, full), blocks) + swapped
+
+
+def _swap_space(problem, on_gpu: bool, full: bool) -> list[SplitKConfig]:
+    """SWAP_AB candidates of a full GPU search at decode (M <= 64): the kernel's BLOCK_M (64: one warpgroup's wgmma
+    rows) tiles N, its BLOCK_N the tokens (16, 32 or 64; tl.dot's minimum is 16); one BLOCK_K, one pipeline depth,
+    pointer loads, the split_candidates values: a handful of configs beside the unswapped ones.  (A BLOCK_M of 128
+    never won on the H100 at N 1280, K 8192 or N 8192, K 1024, M 1 to 64: left out.)"""
+    M, N, K = problem.M, problem.N, problem.K
+    if not (on_gpu and full and M <= 64):
+        return []
+    bm, bn = 64, 16 if M <= 16 else (32 if M <= 32 else 64)
+    bk = 256 if problem.dtype == "fp8" else 128
+    splits = split_candidates(triton.cdiv(N, bm) * triton.cdiv(M, bn), triton.cdiv(K, bk), tuning.sm_count())
+    return [SplitKConfig.tile(bm, bn, bk, 4, 4, SPLIT_K=sk, SWAP_AB=True) for sk in splits]
 
 
 def _space(problem, on_gpu: bool, full: bool) -> list[SplitKConfig]:
@@ -342,7 +379,8 @@ def _build(reduce: str):
         scales = (inputs.a_scale, inputs.b_scale)
         if inputs.scaling == "row":
             scales = (inputs.a_scale.reshape(-1), inputs.b_scale.reshape(-1))
-        gemm = SplitKGemm(inputs.a, inputs.b, out, *scales, inputs.scaling, config, reduce, BlockScales(inputs))
+        gemm = SplitKGemm(inputs.a, inputs.b, out, *scales, inputs.scaling, config, reduce, BlockScales(inputs),
+                          problem.fp8_accum)  # fmt: skip
         return Launch(fn=gemm, params=replace(config, SPLIT_K=gemm.split_k, TMA=gemm.tma), out=out)
 
     return build
@@ -380,6 +418,7 @@ for _name, _reduce in (("triton_splitk_atomic", "atomic"), ("triton_splitk_reduc
                 make=_tunable.make,
                 supports=tuning.needs_triton_device,
                 scalings=_scalings,
+                fp8_accums=TRITON_FP8_ACCUMS,
                 tunable=_tunable,
                 by_default=_reduce == DEFAULT_REDUCE,  # the reproducible reduce runs when named
             )

@@ -46,10 +46,12 @@ import triton
 import triton.language as tl
 
 from gemmbench.configs import tuning
+from gemmbench.dtypes import REFERENCE_FP8_ACCUM
 from gemmbench.kernels import persistent
 from gemmbench.kernels.schedules import tile_of
 from gemmbench.kernels.splitk import reduce_splits, scale_store
 from gemmbench.kernels.tile_loop import (
+    TRITON_FP8_ACCUMS,
     TRITON_SCALINGS,
     BlockScales,
     accumulate_tile,
@@ -191,11 +193,15 @@ def dp_tiles(tiles: int, programs: int, hybrid: bool) -> int:
 class StreamKGemm:
     """The buffers and grid of one (problem, inputs, config), and a closure that launches the kernel once."""
 
-    def __init__(self, a, b, out, a_scale, b_scale, scaling: str, config: StreamKConfig, blocks: BlockScales):
+    def __init__(
+        self, a, b, out, a_scale, b_scale, scaling: str, config: StreamKConfig, blocks: BlockScales,
+        fp8_accum: str = REFERENCE_FP8_ACCUM,
+    ):  # fmt: skip
         M, K = a.shape
         N = b.shape[0]
         blocks.check(config.BLOCK_K)
         self.a, self.b, self.out, self.config, self.blocks = a, b, out, config, blocks
+        self.fp8_accum = fp8_accum
         self.scale = "none" if a_scale is None else ("block" if blocks.on else scaling)
         self.scales = (a_scale, b_scale) if self.scale in ("tensor", "row") else (a, a)
         descriptors = tma_descriptors(a, b, config)
@@ -244,7 +250,7 @@ class StreamKGemm:
             SCALE=self.scale,
             EVEN_K=(K % cfg.BLOCK_K == 0),
             EVEN_N=(N % cfg.BLOCK_N == 0),
-            PRECISE_ACC=fp8_promote_every(a, cfg),
+            PRECISE_ACC=fp8_promote_every(a, cfg, self.fp8_accum),
             TMA=self.tma,
             SCALE_BLOCK=self.blocks.block,
             num_warps=cfg.num_warps,
@@ -332,7 +338,7 @@ def _build(problem, inputs, config: StreamKConfig) -> Launch:
     scales = (inputs.a_scale, inputs.b_scale)
     if inputs.scaling == "row":
         scales = (inputs.a_scale.reshape(-1), inputs.b_scale.reshape(-1))
-    gemm = StreamKGemm(inputs.a, inputs.b, out, *scales, inputs.scaling, config, BlockScales(inputs))
+    gemm = StreamKGemm(inputs.a, inputs.b, out, *scales, inputs.scaling, config, BlockScales(inputs), problem.fp8_accum)
     return Launch(fn=gemm, params=replace(config, PROGRAMS=gemm.programs, TMA=gemm.tma), out=out)
 
 
@@ -350,5 +356,6 @@ register(
         supports=tuning.needs_triton_device,
         tunable=_tunable,
         scalings=(*TRITON_SCALINGS, "row"),
+        fp8_accums=TRITON_FP8_ACCUMS,
     )
 )

@@ -147,6 +147,8 @@ def scale_tile(acc, a_scale_ptr, b_scale_ptr, rows_a, rows_b, SCALE: tl.constexp
 SCALE_BLOCK = dtypes.BLOCK
 # The fp8 scalings the Triton GEMMs (dense_dp, splitk, fused_moe) run: per tensor, and the block scales
 TRITON_SCALINGS = ("tensor", "block", "block-ue8m0")
+# The fp8 accumulation contracts every Triton GEMM runs (fp8_promote_every: precise promotes, fast does not)
+TRITON_FP8_ACCUMS = ("precise", "fast")
 
 
 def block_k_fits(block_k: int) -> bool:
@@ -218,10 +220,12 @@ def tma_descriptors(a: torch.Tensor, b: torch.Tensor, config):
 FP8_PROMOTE = 128
 
 
-def fp8_promote_every(a: torch.Tensor, config):
+def fp8_promote_every(a: torch.Tensor, config, fp8_accum: str):
     """tl.dot's max_num_imprecise_acc: how many K an fp8 wgmma chain may sum in its reduced-precision
     accumulator before Triton adds it into the fp32 one (config.FP8_PROMOTE, else FP8_PROMOTE, at most
-    one K tile).  None for 16-bit dtypes (fp32 throughout)."""
-    if a.dtype != torch.float8_e4m3fn:
+    one K tile): the "precise" contract (dtypes.FP8_ACCUMS).  None for "fast" (Triton's sm90 default then sums all
+    of K in the reduced-precision accumulator, as cuBLAS use_fast_accum does) and for 16-bit dtypes (fp32
+    throughout)."""
+    if a.dtype != torch.float8_e4m3fn or fp8_accum == dtypes.FAST_FP8_ACCUM:
         return None
     return min(FP8_PROMOTE if config.FP8_PROMOTE is None else config.FP8_PROMOTE, config.BLOCK_K)

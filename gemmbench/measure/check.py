@@ -1,6 +1,7 @@
 """Correctness before timing: `check_cell()`, the one check every path runs (run, tune, profile, layer and the tests):
 make the launch, poison its output, launch it once, compare with an fp32 reference on the dequantised inputs; one
-tolerance table, and a report that says where and by how much a result is wrong."""
+tolerance table (gemmbench/dtypes.py; fast fp8 accumulation: dtypes.tolerance against cuBLAS fast's own error on the
+same inputs, `cell_tolerance` here), and a report that says where and by how much a result is wrong."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ class CheckResult:
     ok: bool
     max_rel_err: float
     detail: str  # empty when ok; otherwise where and how much
+    note: str = ""  # how the tolerance was chosen where the report must say so (fast accumulation without cuBLAS's)
 
 
 def reference(problem: Problem, inputs: GemmInputs) -> torch.Tensor:
@@ -68,11 +70,18 @@ def owned_rows(inputs: GemmInputs) -> Optional[torch.Tensor]:
     return None if inputs.topk_ids is None else inputs.topk_ids.reshape(-1) >= 0
 
 
-def compare(problem: Problem, out: torch.Tensor, ref: torch.Tensor, rows: Optional[torch.Tensor] = None) -> CheckResult:
+def compare(
+    problem: Problem,
+    out: torch.Tensor,
+    ref: torch.Tensor,
+    rows: Optional[torch.Tensor] = None,
+    tol: Optional[float] = None,
+) -> CheckResult:
     """`out` against the fp32 `ref`, in the dtype's error measure.  rows: (out rows,) bool, the rows to compare
     (owned_rows); the others are neither compared nor part of max|ref| (the reference need not compute them, a
-    kernel need not write them).  No row to compare is a pass: this rank has no work."""
-    tol = dtypes.get(problem.dtype).tolerance  # the error measure and its budgets: gemmbench/dtypes.py
+    kernel need not write them).  No row to compare is a pass: this rank has no work.  tol: the budget (cell_tolerance);
+    None: the dtype's."""
+    tol = dtypes.tolerance(problem.dtype) if tol is None else tol  # the error measure and its budgets: dtypes.py
     if tuple(out.shape) != tuple(ref.shape):
         return CheckResult(False, float("inf"), f"output shape {tuple(out.shape)}, expected {tuple(ref.shape)}")
     out = out.float()
@@ -99,6 +108,57 @@ def compare(problem: Problem, out: torch.Tensor, ref: torch.Tensor, rows: Option
         f"first at [{r0},{c0}]; worst at [{wr},{wc}]: got {float(out[wr, wc]):.4g}, want {float(ref[wr, wc]):.4g}"
     )
     return CheckResult(False, max_err, "; ".join(parts))
+
+
+def _fast_mm(a: torch.Tensor, bt: torch.Tensor, sa, sb, out_dtype) -> torch.Tensor:
+    return torch._scaled_mm(a, bt, scale_a=sa, scale_b=sb, out_dtype=out_dtype, use_fast_accum=True)
+
+
+def _cublas_fast(problem: Problem, inputs: GemmInputs) -> torch.Tensor:
+    """cuBLAS fast accumulation's output on these inputs, laid out as `reference`'s: dense, one _scaled_mm; MoE (per
+    tensor: one scale per expert), one per expert hit over its slots' rows, as the reference loops."""
+    if not problem.is_moe:
+        a, bt, sa, sb = inputs.scaled_mm_operands()
+        return _fast_mm(a, bt, sa, sb, inputs.out_dtype)
+    assert inputs.topk_ids is not None and inputs.b_scale is not None  # a routed fp8 problem's inputs
+    ids = inputs.topk_ids.reshape(-1)
+    out = torch.zeros((ids.numel(), problem.N), dtype=inputs.out_dtype, device=inputs.a.device)
+    for e in inputs.hit_experts():
+        slots = (ids == e).nonzero(as_tuple=True)[0]
+        a = inputs.a[slots // problem.topk].contiguous()
+        scale = inputs.b_scale[e : e + 1].clone()  # a tensor of its own: cuBLASLt wants its scales 16-byte aligned
+        out[slots] = _fast_mm(a, inputs.b[e].t(), inputs.a_scale, scale, inputs.out_dtype)
+    return out
+
+
+def cublas_fast_error(problem: Problem, inputs: GemmInputs, ref: torch.Tensor) -> tuple[Optional[float], str]:
+    """(cuBLAS fast accumulation's own max_rel_err on these inputs against `ref`, "") where torch._scaled_mm with
+    use_fast_accum=True runs them (a CUDA GPU; dense per tensor or row-wise, MoE per tensor), else (None, why not)."""
+    if not inputs.a.is_cuda:
+        return None, "needs a CUDA GPU (this is the CPU path)"
+    if problem.scaling not in (("tensor",) if problem.is_moe else ("tensor", "row")):
+        return None, f"has no call for {problem.scaling}-scaled {'MoE ' if problem.is_moe else ''}fp8"
+    try:
+        out = _cublas_fast(problem, inputs)
+    except Exception as exc:  # noqa: BLE001 - a shape or GPU cuBLAS fp8 refuses: the fp8 tolerance stands
+        return None, f"could not be measured ({str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__})"
+    return compare(problem, out, ref, owned_rows(inputs), tol=float("inf")).max_rel_err, ""
+
+
+def cell_tolerance(problem: Problem, inputs: GemmInputs, ref: torch.Tensor) -> tuple[float, str, bool]:
+    """(the check's budget for this cell, the words that say where it came from, whether the report must say so):
+    the dtype's; for fast fp8 accumulation dtypes.tolerance of cuBLAS fast's own error on the same inputs, or the fp8
+    tolerance where that cannot be measured (then the report says so)."""
+    if problem.fp8_accum != dtypes.FAST_FP8_ACCUM:
+        return dtypes.tolerance(problem.dtype), "", False
+    base = dtypes.tolerance(problem.dtype)
+    err, why_not = cublas_fast_error(problem, inputs, ref)
+    tol = dtypes.tolerance(problem.dtype, problem.fp8_accum, err)
+    if err is None:
+        why = f"fast accumulation checked against the fp8 tolerance {tol:g}: cuBLAS fast's own error {why_not}"
+        return tol, why, True
+    words = f"max(fp8's {base:g}, {dtypes.FAST_ACCUM_ERR_FACTOR:g} x cuBLAS fast's {err:.3g})"
+    return tol, f"fast accumulation tolerance {tol:.3g} = {words}", False
 
 
 def poison(out: Optional[torch.Tensor]) -> None:
@@ -158,4 +218,9 @@ def check_cell(
     if own is not None:  # not a GEMM output (moe_align): the variant's own check
         return CellCheck(own(problem, inputs, out), launch, out)
     ref = ref if ref is not None else reference(problem, inputs)
-    return CellCheck(compare(problem, out, ref, owned_rows(inputs)), launch, out)
+    tol, basis, say = cell_tolerance(problem, inputs, ref)
+    result = compare(problem, out, ref, owned_rows(inputs), tol)
+    if basis and not result.ok:
+        result.detail += f" ({basis})"
+    result.note = basis if say else ""
+    return CellCheck(result, launch, out)

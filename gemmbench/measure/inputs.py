@@ -45,6 +45,12 @@ class GemmInputs:
         """Columns of K one scale covers where the scales change along K (block scalings: 128), else None."""
         return dtypes.SCALINGS[self.scaling].k_block if self.scaling in dtypes.SCALINGS else None
 
+    def scaled_mm_operands(self) -> tuple:
+        """torch._scaled_mm's operands (a, b, scale_a, scale_b) of dense fp8 inputs, per tensor or row-wise: B
+        column-major (the (N, K) weight's transpose, a view), row-wise weight scales as (1, N)."""
+        sb = self.b_scale.reshape(1, -1) if self.scaling == "row" and self.b_scale is not None else self.b_scale
+        return self.a, self.b.t(), self.a_scale, sb
+
     def act_fp32(self) -> torch.Tensor:
         """An fp32 copy of the activations with their scale applied: what an exact GEMM would see."""
         a = self.a.float()
@@ -368,5 +374,7 @@ def make_inputs(problem: Problem, seed: int, device: str, scaling: Optional[str]
 
 def cell_seed(seed: int, problem: Problem) -> int:
     """The seed of a problem's check inputs (timing uses the next one): each problem draws its own, and `gemmbench
-    profile` and `layer` draw the same as `run` for the same --seed."""
-    return seed + zlib.crc32(problem.label.encode()) % 10**6
+    profile` and `layer` draw the same as `run` for the same --seed.  Both fp8 accumulation contracts of a problem
+    draw the same inputs, so that their rows' errors compare."""
+    same = problem.with_(fp8_accum=dtypes.fp8_accum(problem.dtype))  # the precise label: seeds as before contracts
+    return seed + zlib.crc32(same.label.encode()) % 10**6

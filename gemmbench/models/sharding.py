@@ -192,20 +192,27 @@ def problems(
     scalings: Sequence[str] = (dtypes.REFERENCE_SCALING,),
     dp: int = 1,
     layout: str = DEFAULT_LAYOUT,
+    fp8_accums: Sequence[str] = (dtypes.REFERENCE_FP8_ACCUM,),
 ) -> list[Problem]:
-    """One Problem per (gemm, M, dtype, scaling) of rank 0 of the deployment (tp, dp, ep, layout): the layout's
-    GEMMs in file order, M ascending (M is one DP rank's tokens), dtypes then scalings in the given order.
-    `routing` applies to the expert GEMMs (inputs.ROUTINGS).  `scalings` apply to fp8 (dtypes.problem_scaling: a
-    16-bit dtype runs once, unscaled, where "tensor" is asked).  A ShapeError of one line where the engine would
+    """One Problem per (gemm, M, dtype, scaling, fp8 accumulation) of rank 0 of the deployment (tp, dp, ep, layout):
+    the layout's GEMMs in file order, M ascending (M is one DP rank's tokens), dtypes, scalings then accumulation
+    contracts in the given order.  `routing` applies to the expert GEMMs (inputs.ROUTINGS).  `scalings` apply to fp8
+    (dtypes.problem_scaling: a 16-bit dtype runs once, unscaled, where "tensor" is asked), and so do `fp8_accums`
+    (dtypes.problem_fp8_accum: a 16-bit dtype runs once, "none").  A ShapeError of one line where the engine would
     refuse the deployment or a GEMM's division."""
     dtype_names = (dtype_names,) if isinstance(dtype_names, str) else dtype_names  # not "f", "p", ... of "fp16"
     if isinstance(scalings, str):
         scalings = (scalings,)
+    if isinstance(fp8_accums, str):
+        fp8_accums = (fp8_accums,)
     if not dtype_names:
         raise ShapeError(f"{shape_set.source}: no dtypes given")
     for x in scalings:
         if x not in dtypes.SCALINGS:
             raise ShapeError(f"unknown scaling {x!r} (expected one of {', '.join(dtypes.SCALINGS)})")
+    for x in fp8_accums:
+        if x not in dtypes.FP8_ACCUMS:
+            raise ShapeError(f"unknown fp8 accumulation {x!r} (expected one of {', '.join(dtypes.FP8_ACCUMS)})")
     if m_values is None:
         ms = shape_set.m_values
     else:
@@ -236,9 +243,11 @@ def problems(
                 layout=layout,
                 shared_experts=r.shared_experts,
                 dp_tokens=r.m_factor,
+                fp8_accum=a,
             )
             for m in ms
             for d in dtype_names
             for s in dict.fromkeys(dtypes.problem_scaling(d, x) for x in scalings)
+            for a in dict.fromkeys(dtypes.problem_fp8_accum(d, x) for x in fp8_accums)
         ]
     return out

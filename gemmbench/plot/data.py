@@ -19,12 +19,14 @@ from gemmbench.results.store import StoreError, records
 
 # One figure of the per-GEMM kinds: one GEMM (at its TP degree and MoE routing) in one dtype, scaling and timing mode.
 # Timing modes are never mixed in one figure: cold and stream times of one cell answer different questions; nor are
-# fp8 scalings (per tensor, row, block): each moves other bytes and does other work, so each is a figure of its own.
+# fp8 scalings (per tensor, row, block): each moves other bytes and does other work, so each is a figure of its own;
+# nor fp8 accumulation contracts (precise, fast): each promises another error, so each is a figure of its own too.
 GEMM_COLS = ("shape_set", "gemm", "N", "K", "E", "topk", "routing", "tp", "ep")
-FIGURE_COLS = GEMM_COLS + ("dtype", "scaling", "timing_mode")
-# a roofline holds every GEMM of a dtype and scaling: the point is where each sits
-ROOFLINE_COLS = ("dtype", "scaling", "timing_mode")
-PROFILE_COLS = GEMM_COLS + ("dtype", "scaling")  # ncu profiles one eager launch, caches flushed: no timing mode
+FIGURE_COLS = GEMM_COLS + ("dtype", "scaling", "fp8_accum", "timing_mode")
+# a roofline holds every GEMM of a dtype, scaling and accumulation contract: the point is where each sits
+ROOFLINE_COLS = ("dtype", "scaling", "fp8_accum", "timing_mode")
+# ncu profiles one eager launch, caches flushed: no timing mode
+PROFILE_COLS = GEMM_COLS + ("dtype", "scaling", "fp8_accum")
 
 
 @dataclass
@@ -168,7 +170,7 @@ def keep_variants(df: pd.DataFrame, f: Filters, what: str = "rows") -> pd.DataFr
 
 def _records(df: pd.DataFrame) -> list[dict]:
     """Rows as tables.py takes them: plain dicts with None, not NA, for what is missing."""
-    cols = ["gemm", "M", "N", "K", "E", "tp", "ep", "dtype", "scaling", "routing", "variant", "status",
+    cols = ["gemm", "M", "N", "K", "E", "tp", "ep", "dtype", "scaling", "fp8_accum", "routing", "variant", "status",
             "time_us_median", "flops"]  # fmt: skip
     return records(df[[c for c in cols if c in df.columns]])
 
@@ -221,6 +223,8 @@ def _stem(kind: str, k: dict, level: int) -> str:
     parts.append(k.get("dtype") or "")
     if k.get("scaling") not in (None, "none", "tensor"):  # fp8 per tensor keeps the names it had before scalings
         parts.append(k["scaling"])
+    if k.get("fp8_accum") == "fast":  # precise keeps the names it had before accumulation contracts
+        parts.append("fast")
     if level >= 1 and k.get("timing_mode"):
         parts.append(k["timing_mode"])
     if level >= 2 and k.get("shape_set"):
@@ -231,8 +235,8 @@ def _stem(kind: str, k: dict, level: int) -> str:
 
 
 def stems(kind: str, keys: list[dict]) -> list[str]:
-    """File names (no suffix) for the figures of one kind: kind-GEMM[-tpN]-dtype[-scaling], e.g. speedup-attn_qkv-fp8
-    (fp8 per tensor) or speedup-attn_qkv-fp8-block; the
+    """File names (no suffix) for the figures of one kind: kind-GEMM[-tpN]-dtype[-scaling][-fast], e.g.
+    speedup-attn_qkv-fp8 (fp8 per tensor, precise), speedup-attn_qkv-fp8-block or speedup-attn_qkv-fp8-fast; the
     timing mode, the shape set, then N and K are added only where two figures would otherwise share a name."""
     for level in range(4):
         names = [_stem(kind, k, level) for k in keys]

@@ -31,7 +31,7 @@ from gemmbench.plot.style import (
 )
 from gemmbench.results.metrics import GAP_NOISE, gap_below_zero
 
-FIGURE_COLS = ("shape_set", "layer_kind", "tp", "ep", "dtype", "scaling", "layers")
+FIGURE_COLS = ("shape_set", "layer_kind", "tp", "ep", "dtype", "scaling", "fp8_accum", "layers")
 MODES = ("eager", "graph")
 GAP_COLUMN = {"eager": "gap_us", "graph": "graph_gap_us"}
 REASON_COLUMN = {"graph": "graph_reason"}  # why a plan has no time in a mode, where the table says
@@ -45,7 +45,8 @@ def figures(layers: pd.DataFrame) -> list[Drawn]:
         layers = f"-x{key['layers']}" if (key.get("layers") or 1) > 1 else ""
         ep = f"-ep{key['ep']}" if (key.get("ep") or 1) > 1 else ""
         kind = f"-{key['layer_kind']}" if key.get("layer_kind") else ""
-        dt = dtypes.label(key["dtype"], key.get("scaling")).replace(" ", "-")  # fp8-block; fp8 per tensor as before
+        # fp8-block, fp8-fast; fp8 per tensor and precise as before
+        dt = dtypes.label(key["dtype"], key.get("scaling"), key.get("fp8_accum")).replace(" ", "-")
         stem = re.sub(r"[^A-Za-z0-9._=+-]+", "_", f"layer-{key['shape_set']}{kind}-tp{key['tp']}{ep}-{dt}{layers}")
         fig = figure(g, key)
         out.append(Drawn(stem, key, fig, note=None if fig is not None else f"{stem}: nothing to draw (no ok layer)"))

@@ -199,16 +199,18 @@ def _gemm_section(rep: Report, k: dict, g: pd.DataFrame, figs: dict) -> None:
                 _num(r["gbps"], ".0f") if ok else "",
                 _num(r["pct_of_roofline"], ".0f") if ok else "",
                 _num(r["speedup"], ".2f", "×") if ok else "",
+                _num(r.get("max_rel_err"), ".1e"),  # beside the time: what a fast accumulation costs in error
                 short_config(r["config"] if isinstance(r["config"], str) else None),
                 status,
             ]
         )
     rep.add(
         "table",
-        ["M", "variant", "µs", "p20–p80 µs", "TFLOP/s", "GB/s", "% roofline", "speedup", "config", "status"],
+        ["M", "variant", "µs", "p20–p80 µs", "TFLOP/s", "GB/s", "% roofline", "speedup", "max rel err", "config",
+         "status"],
         table,
-        "rlrrrrrrll",
-    )
+        "rlrrrrrrrll",
+    )  # fmt: skip
 
 
 def _profile_section(rep: Report, profiles: pd.DataFrame) -> None:

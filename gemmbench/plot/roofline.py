@@ -427,4 +427,5 @@ def _title(ok: pd.DataFrame, dtype: str) -> str:
     tps = sorted(ok["tp"].unique())
     tp = f", TP={tps[0]}" if len(tps) == 1 and tps[0] > 1 else ""
     scaling = ok["scaling"].iloc[0] if "scaling" in ok.columns else None
-    return f"Roofline: {sets}{tp}, {dtypes.label(dtype, scaling)}"
+    accum = ok["fp8_accum"].iloc[0] if "fp8_accum" in ok.columns else None
+    return f"Roofline: {sets}{tp}, {dtypes.label(dtype, scaling, accum)}"

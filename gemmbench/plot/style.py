@@ -231,8 +231,9 @@ def gemm_title(k: dict) -> str:
 
 
 def dtype_title(k: dict) -> str:
-    """The dtype of a figure's key as titles show it, with its fp8 scaling where not per tensor: 'fp8 block'."""
-    return dtypes.label(shown(k.get("dtype")), k.get("scaling"))
+    """The dtype of a figure's key as titles show it, with its fp8 scaling where not per tensor and its fast
+    accumulation: 'fp8 block', 'fp8 fast'."""
+    return dtypes.label(shown(k.get("dtype")), k.get("scaling"), k.get("fp8_accum"))
 
 
 @dataclass

@@ -37,21 +37,19 @@ def parse(text: str) -> tuple[int, int]:
 
 def cell_key(problem, variant: str) -> str:
     """store.cell_key of the row this cell will have."""
-    from gemmbench.dtypes import fp8_accum
     from gemmbench.results.store import cell_key as key  # heavy (pandas, pyarrow): the CLI imports this light module
 
-    return key(dict(vars(problem), routing=problem.routing if problem.is_moe else None,
-                    fp8_accum=fp8_accum(problem.dtype), variant=variant))  # fmt: skip
+    return key(dict(vars(problem), routing=problem.routing if problem.is_moe else None, variant=variant))
 
 
 def describe(key: str, variant: bool = True) -> str:
     """A cell key as a person reads it:
     'smoke smoke_tails fp16 M5 N80 K48 [E8 top2 uniform] [tp2] [ep2] [dp2] [sglang] cublas_fp16'; fp8 names a scaling other
-    than per tensor: 'fp8 block'."""
+    than per tensor and fast accumulation: 'fp8 block', 'fp8 fast'."""
     from gemmbench.dtypes import label  # light; here with the other imports of this light module
 
     shape_set, gemm, M, N, K, E, topk, routing, tp, ep, dp, layout, dtype, scaling, accum, name = key.split("|")
-    dtype = label(dtype, scaling) + (f" {accum}" if accum == "fast" else "")
+    dtype = label(dtype, scaling, accum)
     moe = f" E{E} top{topk} {routing}" if E not in ("", "1") else ""
     par = "".join(f" {flag}{value}" for flag, value in (("tp", tp), ("ep", ep), ("dp", dp)) if value not in ("", "1"))
     par += f" {layout}" if layout not in ("", "vllm") else ""

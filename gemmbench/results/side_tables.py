@@ -79,6 +79,7 @@ LAYER_COLUMNS = (
     "layout",  # whose GEMMs (gemmbench.models.sharding.LAYOUTS); tables without it: "vllm"
     "dtype",
     "scaling",  # the fp8 scaling of every GEMM of the layer (dtypes.SCALINGS); 16-bit: "none"
+    "fp8_accum",  # the fp8 accumulation contract of every GEMM (dtypes.FP8_ACCUMS); 16-bit "none"; without it: precise
     "M",
     "layers",
     "part",

@@ -62,7 +62,7 @@ def cell_columns(problem, variant) -> dict:
         layout=problem.layout,
         dtype=problem.dtype,
         scaling=problem.scaling,
-        fp8_accum=dtypes.fp8_accum(problem.dtype),
+        fp8_accum=problem.fp8_accum,
         variant=variant.name,
         family=variant.family,
         variant_source=variant.source,

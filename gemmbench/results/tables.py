@@ -26,10 +26,15 @@ def baseline_for(row: dict) -> Optional[str]:
     return registry.baseline_for(row["dtype"], row["E"] > 1, row.get("scaling") or dtypes.REFERENCE_SCALING)
 
 
+def fp8_accum(r: dict) -> str:
+    """A row's fp8 accumulation contract; a row made without one (by hand) has its dtype's reference one."""
+    return r.get("fp8_accum") or dtypes.fp8_accum(r["dtype"])
+
+
 def _cell(r: dict) -> tuple:
     scaling = r.get("scaling") or dtypes.REFERENCE_SCALING
     return (r["gemm"], r["M"], r["N"], r["K"], r["tp"], r.get("ep") or 1, r.get("dp") or 1, r.get("layout") or "vllm",
-            r["dtype"], scaling, r.get("routing"))  # fmt: skip
+            r["dtype"], scaling, fp8_accum(r), r.get("routing"))  # fmt: skip
 
 
 def _is_gemm(r: dict) -> bool:
@@ -49,8 +54,8 @@ def speedups(rows: list[dict]) -> dict[int, float]:
 
 
 def marks(rows: list[dict]) -> dict[int, str]:
-    """id(row) -> ranking.WINNER (`*`) or ranking.TIED (`≈`) per cell (gemm, M, N, K, TP, EP, dtype, scaling,
-    routing), by ranking's one tie rule; rows that are neither are left out."""
+    """id(row) -> ranking.WINNER (`*`) or ranking.TIED (`≈`) per cell (gemm, M, N, K, TP, EP, dtype, scaling, fp8
+    accumulation, routing), by ranking's one tie rule; rows that are neither are left out."""
     cells: dict = defaultdict(dict)
     for r in rows:
         cells[_cell(r)][id(r)] = r
@@ -65,9 +70,9 @@ def winners(rows: list[dict]) -> set[int]:
 
 # the fields of each cell of `gemmbench run --format json` (docs/USAGE.md: JSON output), in this order
 SUMMARY_FIELDS = ("shape_set", "gemm", "M", "N", "K", "E", "topk", "tp", "ep", "dp", "layout", "routing", "dtype",
-                  "scaling", "variant",
-                  "timing_mode", "status", "reason", "time_us_median", "speedup", "baseline", "winner", "tied", "noisy",
-                  "spread_pct", "roofline_note")  # fmt: skip
+                  "scaling", "fp8_accum", "variant",
+                  "timing_mode", "status", "reason", "max_rel_err", "time_us_median", "speedup", "baseline", "winner",
+                  "tied", "noisy", "spread_pct", "roofline_note")  # fmt: skip
 
 
 def summary(rows: list[dict]) -> list[dict]:
@@ -77,10 +82,10 @@ def summary(rows: list[dict]) -> list[dict]:
     sp, marked = speedups(rows), marks(rows)
     out = []
     for r in rows:
-        cell = {k: r.get(k) for k in SUMMARY_FIELDS[:18]}
+        cell = {k: r.get(k) for k in SUMMARY_FIELDS[: SUMMARY_FIELDS.index("time_us_median")]}
         cell["ep"] = r.get("ep") or 1  # rows written before expert parallelism
         cell["dp"], cell["layout"] = r.get("dp") or 1, r.get("layout") or "vllm"
-        cell["scaling"] = r.get("scaling") or dtypes.REFERENCE_SCALING
+        cell["scaling"], cell["fp8_accum"] = r.get("scaling") or dtypes.REFERENCE_SCALING, fp8_accum(r)
         cell["time_us_median"] = r.get("time_us_median") if r["status"] == "ok" else None
         cell.update(speedup=sp.get(id(r)), baseline=baseline_for(r) if _is_gemm(r) else None,
                     winner=marked.get(id(r)) == ranking.WINNER, tied=marked.get(id(r)) == ranking.TIED,
@@ -158,7 +163,8 @@ def gemm_tables(rows: list[dict]) -> list[Table]:
         t = Table(title=_title(*key), caption=_caption(rs, moe=key[3] > 1, telemetry=telemetry), title_justify="left")
         for col, just in _columns(telemetry):
             t.add_column(col, justify=just)
-        for r in sorted(rs, key=lambda r: (r["M"], r["dtype"], r.get("scaling") or "", r["variant"])):
+        fast_last = lambda r: fp8_accum(r) == dtypes.FAST_FP8_ACCUM  # noqa: E731 - precise, the reference, first
+        for r in sorted(rs, key=lambda r: (r["M"], r["dtype"], r.get("scaling") or "", fast_last(r), r["variant"])):
             t.add_row(*_cells(r, marked.get(id(r)), sp.get(id(r)), telemetry))
         tables.append(t)
     return tables
@@ -193,7 +199,8 @@ def _caption(rs: list[dict], moe: bool, telemetry: bool) -> str:
         f"timing: {first.get('timing_mode')} (L2 {first.get('l2_state')}); speedup vs "
         + vs
         + (
-            "; * = fastest at that M, dtype and scaling, no other row within noise; ≈ = the fastest and the rows"
+            "; * = fastest at that M, dtype, scaling and fp8 accumulation, no other row within noise; ≈ = the"
+            " fastest and the rows"
             " whose p20-p80 overlaps its own: no single winner; ± = half the p20-p80 range, % of the median;"
             " ! = above its measured roofline (status says why); config: BLOCK_MxBLOCK_NxBLOCK_K, where it came"
             " from"
@@ -249,7 +256,7 @@ def _cells(r: dict, mark: Optional[str], speedup: Optional[float], telemetry: bo
     spread_pct = spread(r) if ok else None
     return [
         str(r["M"]),
-        dtypes.label(r["dtype"], r.get("scaling")),
+        dtypes.label(r["dtype"], r.get("scaling"), fp8_accum(r)),
         (f"{mark} " if mark else "") + r["variant"],
         (_fmt(r.get("time_us_median"), ".2f") + (THROTTLED if throttled(r) else "")) if ok else "",
         "" if spread_pct is None else f"±{spread_pct:.1f}%",
