@@ -35,6 +35,8 @@ class Launch:
     params: the typed config it was built with (a tuning.KernelConfig: the Triton variants), else None;
     provenance: where params came from (a provenance.Provenance), kept beside it.  A variant without a typed
     config (cuBLAS has none; a plugin's) may give `config`, a plain dict, instead.
+    resources: a function giving what the compiler reported for the kernel once it ran ({"registers": n,
+    "spills": bytes}) or None; kept in the row's config under "ptxas", which no comparison of configs reads.
     """
 
     def __init__(
@@ -46,11 +48,12 @@ class Launch:
         *,
         params: Any = None,
         provenance: Any = None,
+        resources: Optional[Callable[[], Optional[dict]]] = None,
     ):
         if config and params is not None:
             raise TypeError("Launch takes a typed config (params) or a plain dict (config), not both")
         self.fn, self.graph_safe, self.out = fn, graph_safe, out
-        self.params, self.provenance = params, provenance
+        self.params, self.provenance, self.resources = params, provenance, resources
         self._plain = dict(config or {})
 
     @property
@@ -60,10 +63,16 @@ class Launch:
         config = self.params.to_dict() if self.params is not None else dict(self._plain)
         if self.provenance is not None:
             config.update(self.provenance.to_dict())
+        reported = self.resources() if self.resources is not None else None
+        if reported:
+            config["ptxas"] = reported
         return config
 
     def __repr__(self) -> str:
         return f"Launch(fn={self.fn!r}, config={self.config!r}, graph_safe={self.graph_safe!r})"
+
+
+_PRECISE = dtypes.REFERENCE_FP8_ACCUM  # Variant's default: its field `dtypes` hides the module in the class body
 
 
 @dataclass(frozen=True)
@@ -93,6 +102,8 @@ class Variant:
     # False: runs only when --variants names it (a glob that matches it).  A default run has each family's one
     # variant worth comparing (README, "Which variants run"), the baselines, and every plugin's
     by_default: bool = True
+    # the fp8 accumulation contracts it runs (names in dtypes.FP8_ACCUMS; Problem.fp8_accum)
+    fp8_accums: tuple[str, ...] = (_PRECISE,)
 
     def __post_init__(self) -> None:
         scalings = tuple(self.scalings) or ((self.fp8_scaling,) if self.fp8_scaling else (dtypes.REFERENCE_SCALING,))
@@ -102,6 +113,12 @@ class Variant:
         for name in scalings:
             dtypes.scaling(name)  # ValueError naming the known ones
         object.__setattr__(self, "scalings", scalings)
+        accums = tuple(self.fp8_accums) or (dtypes.REFERENCE_FP8_ACCUM,)
+        unknown = [a for a in accums if a not in dtypes.FP8_ACCUMS]
+        if unknown:
+            raise ValueError(f"variant {self.name!r}: unknown fp8 accumulation {unknown[0]!r} (expected one of "
+                             f"{', '.join(dtypes.FP8_ACCUMS)})")  # fmt: skip
+        object.__setattr__(self, "fp8_accums", accums)
         if len(scalings) == 1:  # readers of the old field (plugins) still find a one-scaling variant's scaling
             object.__setattr__(self, "fp8_scaling", scalings[0])
 
@@ -118,8 +135,15 @@ class Variant:
         dt = dtypes.get(problem.dtype)
         if not dt.scaled and problem.scaling != dtypes.UNSCALED:
             return f"--scaling {problem.scaling} applies to fp8 only: {problem.dtype} carries no scales"
+        if not dt.scaled and problem.fp8_accum != dtypes.UNSCALED:
+            return f"--fp8-accum {problem.fp8_accum} applies to fp8 only: {problem.dtype} accumulates in fp32"
+        if dt.scaled and dtypes.fp8_accum_excluded(problem.scaling, problem.fp8_accum):
+            return f"{dtypes.fp8_accum_excluded(problem.scaling, problem.fp8_accum)} (--scaling {problem.scaling})"
         if dt.scaled and problem.scaling not in self.scalings:
             return f"{self.name}{_NO_SCALING}{problem.scaling} support: runs {', '.join(self.scalings)}"
+        if dt.scaled and problem.fp8_accum not in self.fp8_accums:
+            return (f"{self.name}{_NO_SCALING}{problem.fp8_accum}{_ACCUM} support: runs "
+                    f"{', '.join(self.fp8_accums)}")  # fmt: skip
         if problem.dtype not in self.dtypes:
             return f"{self.name} has no {problem.dtype} path (dtypes: {', '.join(self.dtypes)})"
         if problem.is_moe != self.moe:
@@ -128,13 +152,18 @@ class Variant:
         return None
 
 
-_NO_SCALING = " declares no "  # the words of a row skipped for its fp8 scaling (scaling_excluded)
+_NO_SCALING = " declares no "  # the words of a row skipped for its fp8 scaling or accumulation (scaling_excluded)
+_ACCUM = " accumulation"  # after the contract's name: "... declares no fast accumulation support: runs precise"
 
 
 def scaling_excluded(reason: object) -> bool:
-    """Whether a skipped row's reason is that its variant does not run the problem's fp8 scaling (declared_reason):
-    a row the tables leave out, counted, since another --scaling is what would run it."""
-    return isinstance(reason, str) and _NO_SCALING in reason and reason.split(_NO_SCALING)[1].split()[1] == "support:"
+    """Whether a skipped row's reason is that its variant does not run the problem's fp8 scaling or accumulation
+    contract (declared_reason): a row the tables leave out, counted, since another --scaling or --fp8-accum is what
+    would run it."""
+    if not isinstance(reason, str) or _NO_SCALING not in reason:
+        return False
+    words = reason.split(_NO_SCALING)[1].split()
+    return words[1:2] == ["support:"] or words[1:3] == [_ACCUM.strip(), "support:"]
 
 
 class RegistryError(ValueError):

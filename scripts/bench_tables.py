@@ -28,7 +28,7 @@ from pathlib import Path
 
 from gemmbench.results import store
 from gemmbench.results.md_table import md_table
-from gemmbench.results.tables import baseline_for
+from gemmbench.results.tables import baseline_for, fp8_accum
 
 
 def _groups(rows, specs):
@@ -38,6 +38,11 @@ def _groups(rows, specs):
         return [(n, lambda r, g=g: fnmatch.fnmatch(r["variant"], g), g.rstrip("*")) for n, g in pairs]
     fams = sorted({r["family"] for r in rows if r["family"] != "cublas"})
     return [(f, lambda r, f=f: r["family"] == f, f + "_") for f in fams]
+
+
+def dtype_label(r: dict) -> str:
+    """The dtype column: the dtype, and "fast" where an fp8 row ran the fast accumulation contract."""
+    return f"{r['dtype']} fast" if fp8_accum(r) == "fast" else r["dtype"]
 
 
 def _table(head: str, cols: list[str], body: list[list[str]]) -> str:
@@ -52,8 +57,8 @@ def render(path: str, specs: list[str] | None = None) -> str:
     ok = [r for r in rows if r["status"] == "ok"]
     groups = _groups(ok, specs)
 
-    def key(r):
-        return (r["gemm"], r["N"], r["K"], r["tp"], r["dtype"], r["M"])
+    def key(r):  # fp8's accumulation contracts are cells of their own ("fp8 fast" in the dtype column)
+        return (r["gemm"], r["N"], r["K"], r["tp"], dtype_label(r), r["M"])
 
     cells: dict = {}
     for r in ok:
@@ -64,7 +69,7 @@ def render(path: str, specs: list[str] | None = None) -> str:
         cols += [f"best {name}", "µs", "% roof", "vs cuBLAS"]
     body = []
     first_seen = {g: i for i, g in reversed(list(enumerate(r["gemm"] for r in rows)))}
-    order = sorted(cells, key=lambda k: (first_seen[k[0]], k[3], k[4] != "fp8", k[5]))
+    order = sorted(cells, key=lambda k: (first_seen[k[0]], k[3], not k[4].startswith("fp8"), k[4], k[5]))
     for k in order:
         by = cells[k]
         any_row = next(iter(by.values()))

@@ -58,6 +58,9 @@ BUILTIN_FAMILIES = {
     "inductor_mm": "inductor",
     "triton_persistent": "triton_persistent",
     "triton_streamk": "triton_streamk",
+    "gluon_ws": "gluon",
+    "gluon_persistent": "gluon",
+    "gluon_pipelined": "gluon",
 }
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 

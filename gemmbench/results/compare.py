@@ -54,6 +54,8 @@ NOT_COMPARED = ("new", "missing", "other-gpu")  # verdicts of cells whose two si
 # the keys provenance.Provenance.to_dict() puts in a row's `config` JSON beside the config's own: where it came from, not
 # what ran (tests/test_compare.py holds the two lists equal)
 PROVENANCE_KEYS = ("source", "file", "bucket", "key", "neighbours_us")
+# what the compiler made of a config (registry.Launch.resources: registers, spills): not what ran either
+COMPILER_KEYS = ("ptxas",)
 EXACT_MAX_SAMPLES = 8  # Mann-Whitney's exact p-value up to this many samples a side (SciPy's own limit for it)
 MIN_PROCESSES = 3  # per side, for the between-process test: Welch's t on 2 + 2 values has 1-2 degrees of freedom
 PROCESS_TEST = "Welch's t-test on log per-process medians"
@@ -131,7 +133,7 @@ def kernel_config(text) -> Optional[dict]:
     cuBLAS row) or its config is empty."""
     if text is None or (isinstance(text, float) and np.isnan(text)):
         return None
-    got = {k: v for k, v in json.loads(text).items() if k not in PROVENANCE_KEYS}
+    got = {k: v for k, v in json.loads(text).items() if k not in PROVENANCE_KEYS + COMPILER_KEYS}
     return got or None
 
 

@@ -1,0 +1,142 @@
+"""The Gluon GEMM's host side on the CPU (gemmbench/kernels/gluon_ws.py): which problems and Tritons it refuses, the
+accumulator layout, the register and shared-memory budgets, the grid, the descriptors and the search space.  The
+kernel itself runs on the GPU only (tests/test_gpu_gluon_ws.py): Triton's gluon.jit has no CPU interpreter.
+Expected values are worked from Hopper's rules in each test."""
+
+import pytest
+import torch
+
+from gemmbench.kernels import gluon_ws as g
+from gemmbench.measure.device import DeviceInfo
+from gemmbench.shapes import Problem
+
+H100 = DeviceInfo(kind="cuda", name="NVIDIA H100 80GB HBM3", capability=(9, 0))
+cfg = g.GluonConfig.tile
+
+
+def test_refuses_the_cpu_other_gpus_and_other_tritons(monkeypatch):
+    p = Problem("t", "g", 512, 1024, 1024, "bf16")
+    assert "CUDA GPU" in g.unsupported(p, DeviceInfo(kind="cpu", name="x"))
+    # wgmma exists on compute capability 9.x only: not on Ampere, not on Blackwell
+    for cap in ((8, 0), (10, 0)):
+        assert "wgmma" in g.unsupported(p, DeviceInfo(kind="cuda", name="x", capability=cap))
+    monkeypatch.setattr(g.triton, "__version__", "3.6.0")
+    assert g.unsupported(p, H100) is None
+    monkeypatch.setattr(g.triton, "__version__", "3.7.1")
+    reason = g.unsupported(p, H100)
+    assert "3.6" in reason and "3.7.1" in reason
+
+
+@pytest.mark.parametrize(
+    "dtype,N,K,what",
+    [
+        ("fp8", 1024, 1000, "K=1000"),  # 1000 one-byte elements: 1000 % 16 = 8
+        ("bf16", 1024, 1004, "K=1004"),  # 2008 bytes: 2008 % 16 = 8
+        ("bf16", 1004, 1024, "N=1004"),  # bf16 output rows of 2008 bytes
+        ("fp8", 1004, 1024, "N=1004"),  # fp8's output is bf16: the same rows
+    ],
+)
+def test_rows_tma_cannot_move_are_refused(dtype, N, K, what):
+    reason = g.alignment_reason(Problem("t", "g", 64, N, K, dtype))
+    assert what in reason and "16-byte" in reason
+
+
+def test_aligned_rows_pass():
+    assert g.alignment_reason(Problem("t", "g", 1, 1008, 1040, "fp8")) is None  # 1040 B and 2016 B rows
+    assert g.alignment_reason(Problem("t", "g", 1, 1280, 8192, "bf16")) is None
+
+
+@pytest.mark.parametrize(
+    "bm,bn,warps,bits,want",
+    [
+        # 128 rows on 8 warps: 16 rows each, all along M; the instruction spans the whole 256 columns; K 32 bytes
+        (128, 256, 8, 16, ([8, 1], [16, 256, 16])),
+        # 64 rows take one warpgroup (4 warps of 16 rows); the second warpgroup takes the other half of N
+        (64, 256, 8, 8, ([4, 2], [16, 128, 32])),
+        (128, 128, 4, 8, ([4, 1], [16, 128, 32])),
+    ],
+)
+def test_accumulator_layout(bm, bn, warps, bits, want):
+    assert g.wgmma_layout_params(bm, bn, warps, bits) == want
+
+
+def test_register_limit_gives_consumers_232_and_the_producer_40():
+    # ping-pong: 4 + 4 consumer warps and the producer's warpgroup of 4 (registers move per warpgroup):
+    # (232 * 256 + 40 * 128) / 384 threads = 64512 / 384 = 168 registers a thread, within the SM's 65536
+    assert g.max_registers(cfg(128, 128, 64, 4, 4, SCHEDULE="pingpong")) == 168
+    assert g.max_registers(cfg(128, 256, 64, 8, 3, SCHEDULE="ws")) == 168  # 8 consumer warps: the same sum
+    assert g.max_registers(cfg(128, 128, 64, 4, 4, SCHEDULE="ws")) == (232 * 128 + 40 * 128) // 256  # 136
+    assert g.max_registers(cfg(128, 128, 64, 4, 4, SCHEDULE="persistent")) is None  # one partition: no move
+
+
+def test_shared_memory_counts_the_ring_and_each_consumers_output_tile():
+    # 4 stages of (128 + 128) x 64 bf16 = 131072 B, and two 128 x 128 bf16 output tiles = 65536 B
+    assert g.smem_bytes(cfg(128, 128, 64, 4, 4, SCHEDULE="pingpong"), 2) == 196608
+    # 3 stages of (128 + 256) x 128 fp8 = 147456 B, one 128 x 256 bf16 output tile = 65536 B
+    assert g.smem_bytes(cfg(128, 256, 128, 8, 3, SCHEDULE="ws"), 1) == 212992
+
+
+def test_fits_keeps_out_what_spills_or_overflows():
+    # 128 x 256 on 8 warps: 128 fp32 registers a thread; fp8 promotion adds one instruction's partial, 64 rows by
+    # 256 over a warpgroup's 128 threads = 128 more: 256 > 192
+    ws_wide = cfg(128, 256, 128, 8, 3, SCHEDULE="ws")
+    assert g.fits(ws_wide, 1, fp8_precise=False)
+    assert not g.fits(ws_wide, 1, fp8_precise=True)
+    # ping-pong 128 x 128 on 4 warps: 128 + a 64 x 128 partial (64) = 192: fits; overlapped promotion holds two
+    # whole partial tiles: 3 x 128 = 384 does not
+    assert g.fits(cfg(128, 128, 128, 4, 4, SCHEDULE="pingpong"), 1, fp8_precise=True)
+    assert not g.fits(cfg(128, 128, 128, 4, 4, SCHEDULE="pingpong", PROMOTE_OVERLAP=True), 1, fp8_precise=True)
+    # 6 stages of (128 + 256) x 64 bf16 = 294912 B: over the SM's 232448
+    assert not g.fits(cfg(128, 256, 64, 8, 6, SCHEDULE="ws"), 2, fp8_precise=False)
+    assert not g.fits(cfg(32, 128, 64, 4, 4, SCHEDULE="ws"), 2, fp8_precise=False)  # 32 rows: half a wgmma
+
+
+def test_grid_is_one_program_per_tile_or_per_sm():
+    # 2048 x 1280 in 128 x 128 tiles: 16 x 10 = 160 tiles
+    assert g.programs(cfg(128, 128, 64, 4, 4, SCHEDULE="pipelined"), 2048, 1280, 132) == 160
+    assert g.programs(cfg(128, 128, 64, 4, 4, SCHEDULE="pingpong"), 2048, 1280, 132) == 132
+    assert g.programs(cfg(128, 256, 64, 8, 3, SCHEDULE="ws"), 1, 1280, 132) == 5  # 1 x 5 tiles
+
+
+def test_descriptors_take_the_configs_blocks():
+    a = torch.empty(333, 1040, dtype=torch.bfloat16)
+    b = torch.empty(1008, 1040, dtype=torch.bfloat16)
+    out = torch.empty(333, 1008, dtype=torch.bfloat16)
+    da, db, db2, dc, dc2 = g.descriptors(a, b, out, cfg(128, 256, 64, 8, 3, SCHEDULE="ws"))
+    assert db2 is db and dc2 is dc  # no second accumulator: the first descriptors stand in, never read
+    assert (da.block_shape, db.block_shape, dc.block_shape) == ([128, 64], [256, 64], [128, 256])
+    # 64 bf16 = 128 bytes a row: the widest (128-byte) swizzle
+    assert da.layout.swizzle_byte_width == 128
+
+
+@pytest.mark.parametrize("dtype,accum", [("bf16", "precise"), ("fp8", "precise"), ("fp8", "fast")])
+def test_search_space_fits_and_starts_with_the_measured_winners(dtype, accum):
+    p = Problem("t", "g", 2048, 8192, 1024, dtype, fp8_accum=accum)
+    elem, precise = (1, accum == "precise") if dtype == "fp8" else (2, False)
+    full = g.search_space(p, on_gpu=True, full=True)
+    quick = g.search_space(p, on_gpu=True, full=False)
+    assert full[: len(quick)] == quick and len(set(full)) == len(full)
+    assert all(g.fits(c, elem, precise) for c in full)
+    assert {c.SCHEDULE for c in full} == {"ws", "pingpong"}
+    first = quick[0]
+    if precise:  # cooperative 256 x 128: each warpgroup promotes its own 128 x 128 half
+        assert (first.SCHEDULE, first.BLOCK_M, first.BLOCK_N, first.num_warps) == ("ws", 256, 128, 8)
+    else:
+        assert (first.SCHEDULE, first.BLOCK_M, first.BLOCK_N, first.num_warps) == ("ws", 128, 256, 8)
+    assert any(c.PROMOTE_OVERLAP for c in full) == precise  # the overlapped promotion is searched for fp8 precise
+
+
+def test_step_variants_search_their_own_schedule():
+    from gemmbench import registry
+
+    p = Problem("t", "g", 2048, 8192, 1024, "bf16")
+    for name, schedule in (("gluon_pipelined", "pipelined"), ("gluon_persistent", "persistent")):
+        space = registry.get(name).tunable.space(p, True, True)
+        assert space and {c.SCHEDULE for c in space} == {schedule}
+
+
+def test_config_json_keeps_the_schedule_and_old_files_load():
+    c = cfg(128, 128, 64, 4, 4, SCHEDULE="pingpong")
+    assert c.to_dict()["SCHEDULE"] == "pingpong"
+    loaded = g.GluonConfig.from_dict({"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "num_warps": 4, "num_stages": 4})
+    assert loaded.SCHEDULE == "pingpong" and loaded.PROMOTE_OVERLAP is False
