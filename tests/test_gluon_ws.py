@@ -126,13 +126,15 @@ def test_search_space_fits_and_starts_with_the_measured_winners(dtype, accum):
     assert any(c.PROMOTE_OVERLAP for c in full) == precise  # the overlapped promotion is searched for fp8 precise
 
 
-def test_step_variants_search_their_own_schedule():
+@pytest.mark.parametrize("dtype,accum", [("bf16", "precise"), ("fp8", "precise"), ("fp8", "fast")])
+def test_step_variants_search_their_own_schedule(dtype, accum):
     from gemmbench import registry
 
-    p = Problem("t", "g", 2048, 8192, 1024, "bf16")
+    p = Problem("t", "g", 2048, 8192, 1024, dtype, fp8_accum=accum)
     for name, schedule in (("gluon_pipelined", "pipelined"), ("gluon_persistent", "persistent")):
-        space = registry.get(name).tunable.space(p, True, True)
-        assert space and {c.SCHEDULE for c in space} == {schedule}
+        for full in (False, True):  # a run's quick candidates too: none would leave the cell without a config
+            space = registry.get(name).tunable.space(p, True, full)
+            assert space and {c.SCHEDULE for c in space} == {schedule}
 
 
 def test_config_json_keeps_the_schedule_and_old_files_load():

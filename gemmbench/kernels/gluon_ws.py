@@ -456,7 +456,9 @@ _QUICK = {
     "fast": (("ws", 128, 256, 8, 3, {}), ("pingpong", 128, 128, 4, 4, {}), ("ws", 128, 128, 8, 4, _WIDE)),
     "precise": (("ws", 256, 128, 8, 3, {}), ("ws", 128, 128, 8, 4, {}), ("ws", 128, 128, 8, 4, _WIDE)),
 }
-_STEP_QUICK = {"pipelined": (128, 256, 8, 3), "persistent": (128, 256, 8, 3)}
+# the one-partition steps: 128 x 256 on 8 warps, except with fp8 promotion (256 registers a thread: it spilled),
+# where 128 x 128 on 4 warps (192, which compiled to 254 registers without spilling)
+_STEP_QUICK = {"16-bit": (128, 256, 8, 3), "fast": (128, 256, 8, 3), "precise": (128, 128, 4, 4)}
 
 
 def _space(problem, full: bool, schedules: tuple[str, ...]) -> list[GluonConfig]:
@@ -466,7 +468,8 @@ def _space(problem, full: bool, schedules: tuple[str, ...]) -> list[GluonConfig]
     tile = GluonConfig.tile
     contract = problem.fp8_accum if fp8 else "16-bit"
     quick = [tile(bm, bn, bk, w, st, SCHEDULE=s, **x) for s, bm, bn, w, st, x in _QUICK[contract] if s in schedules]
-    quick += [tile(*_STEP_QUICK[s][:2], bk, *_STEP_QUICK[s][2:], SCHEDULE=s) for s in schedules if s in _STEP_QUICK]
+    bm, bn, warps, stages = _STEP_QUICK[contract]
+    quick += [tile(bm, bn, bk, warps, stages, SCHEDULE=s) for s in schedules if s in ("pipelined", "persistent")]
     quick = [c for c in quick if fits(c, elem, precise)]
     if not full:
         return quick
