@@ -414,3 +414,20 @@ def test_a_lost_cells_row_names_the_gpu_it_ran_on(monkeypatch):
     monkeypatch.setattr(device, "provenance", lambda index=0: asked.append(index) or {"gpu_uuid": f"GPU-{index}"})
     row = sweep.error_row(Problem("s", "g", 1, 8, 8, "fp16"), "cublas_fp16", "worker died", "cold", gpu=1)
     assert asked == [1] and row["gpu_uuid"] == "GPU-1"  # the worker's GPU under --gpus, not this process's GPU 0
+
+
+def test_the_compilers_report_is_kept_in_the_config_and_not_compared():
+    """Launch.resources: registers and spills go into the row's config under "ptxas" once the kernel ran, and a
+    comparison of two rows' configs reads past them (a new compiler is not a new config)."""
+    import json
+
+    from gemmbench.registry import Launch
+    from gemmbench.results.compare import kernel_config
+
+    ran = []
+    launch = Launch(fn=lambda: ran.append(1), config={"BLOCK_M": 64},
+                    resources=lambda: {"registers": 168, "spills": 0} if ran else None)  # fmt: skip
+    assert launch.config == {"BLOCK_M": 64}  # before the first launch there is no report
+    launch.fn()
+    assert launch.config == {"BLOCK_M": 64, "ptxas": {"registers": 168, "spills": 0}}
+    assert kernel_config(json.dumps(launch.config)) == {"BLOCK_M": 64}

@@ -258,3 +258,15 @@ def test_tune_writes_configs_run_reads_them(config_dir, tmp_path):
     df = load([out])
     df = df[df.E == 1]
     assert (df.status == "ok").all() and df.config.map(lambda c: json.loads(c)["source"] == "stored").all()
+
+
+def test_a_runs_choice_of_config_is_per_accumulation_contract():
+    """A run chooses a config once per shape and contract: fast's quick candidates differ from precise's (a tile that
+    fits fast accumulation can need twice the registers with promotion), so one must not serve the other."""
+    from gemmbench.shapes import Problem
+
+    t = registry.get("gluon_ws").tunable
+    precise = Problem("t", "g", 2048, 1280, 8192, "fp8")
+    fast = Problem("t", "g", 2048, 1280, 8192, "fp8", fp8_accum="fast")
+    assert tuning._choice_key(t, precise) != tuning._choice_key(t, fast)
+    assert t.space(precise, True, False) != t.space(fast, True, False)

@@ -106,10 +106,10 @@ def _gpu_name(inputs) -> Optional[str]:
 
 
 def _choice_key(t: Tunable, problem: Problem) -> tuple:
-    """What one choice of config in this process serves: a variant at one problem shape, dtype and scaling."""
+    """What one choice of config in this process serves: a variant at one problem shape, dtype, scaling and fp8
+    accumulation contract (a search space may differ by contract: a tile that fits fast can spill with promotion)."""
     p = problem
-    # no fp8_accum: fast runs the config precise chose (config_files' names have none either)
-    return (t.name, p.M, p.N, p.K, p.E, p.topk, p.ep, p.dtype, p.scaling)
+    return (t.name, p.M, p.N, p.K, p.E, p.topk, p.ep, p.dtype, p.scaling, p.fp8_accum)
 
 
 def choose(t: Tunable, problem: Problem, inputs) -> tuple[KernelConfig, Provenance]:

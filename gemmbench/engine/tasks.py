@@ -101,7 +101,7 @@ def _time(ctx, problem: Problem, passed: dict, peaks: dict, seed: int) -> None:
             inputs, timer, note = copies
             plans[name] = (timer, note)
             launches = [variant.make(problem, inp) for inp in inputs]
-            configs[name] = launches[0].config
+            configs[name] = launches[0]  # its config is read once it has run: the compiler's report comes with it
             # stream mode cycles through copies with different routings: the bytes of a call are the mean
             works[name] = [c.local_work() for c in inputs]
             prepared[name] = timer.prepare([x.fn for x in launches], all(x.graph_safe for x in launches),
@@ -131,7 +131,7 @@ def _time(ctx, problem: Problem, passed: dict, peaks: dict, seed: int) -> None:
         timer, note = plans[name]
         note = "; ".join(filter(None, [note, checked]))  # the check's word on its tolerance (fast accumulation)
         stats = metrics.summarize(p.samples)
-        extra = dict(stats, samples_us=p.samples, max_rel_err=err, config=configs[name], timing_mode=timer.mode,
+        extra = dict(stats, samples_us=p.samples, max_rel_err=err, config=configs[name].config, timing_mode=timer.mode,
                      l2_state=timer.l2_state, gpu_mem_peak_bytes=peaks[name], kernels=p.kernel_names)  # fmt: skip
         if variant.gemm:  # a step beside the GEMMs (moe_align) has its time, no FLOPs or roofline
             extra.update(_throughput(ctx, problem, variant, works[name], stats["time_us_median"]))

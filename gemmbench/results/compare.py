@@ -129,7 +129,7 @@ def verdict_for_processes(base: list, cand: list, threshold: float) -> tuple[str
 
 
 def kernel_config(text) -> Optional[dict]:
-    """What ran, from a row's `config` JSON: the config less PROVENANCE_KEYS; None where the row has none (a
+    """What ran, from a row's `config` JSON: the config less PROVENANCE_KEYS and COMPILER_KEYS; None where the row has none (a
     cuBLAS row) or its config is empty."""
     if text is None or (isinstance(text, float) and np.isnan(text)):
         return None
