@@ -26,6 +26,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+from gemmbench import dtypes
 from gemmbench.results import store
 from gemmbench.results.md_table import md_table
 from gemmbench.results.tables import baseline_for, fp8_accum
@@ -41,8 +42,8 @@ def _groups(rows, specs):
 
 
 def dtype_label(r: dict) -> str:
-    """The dtype column: the dtype, and "fast" where an fp8 row ran the fast accumulation contract."""
-    return f"{r['dtype']} fast" if fp8_accum(r) == "fast" else r["dtype"]
+    """The dtype column, as gemmbench labels it: fp8's scaling and accumulation contract where not the reference."""
+    return dtypes.label(r["dtype"], r.get("scaling"), fp8_accum(r))
 
 
 def _table(head: str, cols: list[str], body: list[list[str]]) -> str:
@@ -57,7 +58,7 @@ def render(path: str, specs: list[str] | None = None) -> str:
     ok = [r for r in rows if r["status"] == "ok"]
     groups = _groups(ok, specs)
 
-    def key(r):  # fp8's accumulation contracts are cells of their own ("fp8 fast" in the dtype column)
+    def key(r):  # fp8's scalings and accumulation contracts are cells of their own ("fp8 fast", "fp8 row")
         return (r["gemm"], r["N"], r["K"], r["tp"], dtype_label(r), r["M"])
 
     cells: dict = {}

@@ -107,31 +107,31 @@ def _dtypes(text: str) -> list[str]:
 
 
 def _scalings(text: Optional[str], dtype_names: list[str]) -> list[str]:
-    """--scaling as names in dtypes.SCALINGS (None: the default, per tensor).  Given where no fp8 dtype is asked,
-    it is one line and exit 2: nothing it names could run."""
+    """--scaling as names in dtypes.SCALINGS (None: the default, per tensor)."""
     from gemmbench import dtypes  # not at --help
 
-    if text is None:
-        return [dtypes.REFERENCE_SCALING]
-    names = _choices("--scaling", text, dtypes.NAMES_SCALING)
-    if not any(dtypes.get(d).scaled for d in dtype_names):
-        raise fail(f"--scaling {text!r} applies to fp8 only, and --dtype {','.join(dtype_names)} asks for none "
-                   "(add fp8 to --dtype)")  # fmt: skip
-    return names
+    return _fp8_only("--scaling", text, dtype_names, dtypes.NAMES_SCALING, dtypes.REFERENCE_SCALING)
 
 
 def _fp8_accums(text: Optional[str], dtype_names: list[str]) -> list[str]:
-    """--fp8-accum as names in dtypes.FP8_ACCUMS (None: the default, precise).  Given where no fp8 dtype is asked,
-    it is one line and exit 2, as --scaling is."""
+    """--fp8-accum as names in dtypes.FP8_ACCUMS (None: the default, precise)."""
+    from gemmbench import dtypes  # not at --help
+
+    return _fp8_only("--fp8-accum", text, dtype_names, dtypes.FP8_ACCUMS, dtypes.REFERENCE_FP8_ACCUM)
+
+
+def _fp8_only(option: str, text: Optional[str], dtype_names: list[str], names, default: str) -> list[str]:
+    """An fp8-only option's names (None: its default).  Given where no fp8 dtype is asked, it is one line and exit 2:
+    nothing it names could run."""
     from gemmbench import dtypes  # not at --help
 
     if text is None:
-        return [dtypes.REFERENCE_FP8_ACCUM]
-    names = _choices("--fp8-accum", text, dtypes.FP8_ACCUMS)
+        return [default]
+    chosen = _choices(option, text, names)
     if not any(dtypes.get(d).scaled for d in dtype_names):
-        raise fail(f"--fp8-accum {text!r} applies to fp8 only, and --dtype {','.join(dtype_names)} asks for none "
+        raise fail(f"{option} {text!r} applies to fp8 only, and --dtype {','.join(dtype_names)} asks for none "
                    "(add fp8 to --dtype)")  # fmt: skip
-    return names
+    return chosen
 
 
 def _degrees(option: str, text: str, example: str) -> list[int]:
