@@ -142,3 +142,18 @@ def test_config_json_keeps_the_schedule_and_old_files_load():
     assert c.to_dict()["SCHEDULE"] == "pingpong"
     loaded = g.GluonConfig.from_dict({"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "num_warps": 4, "num_stages": 4})
     assert loaded.SCHEDULE == "pingpong" and loaded.PROMOTE_OVERLAP is False
+
+
+def test_block_scales_run_the_overlapped_loop_of_the_warp_specialized_schedules():
+    from gemmbench import registry
+
+    p = Problem("t", "g", 2048, 7168, 4096, "fp8", scaling="block")
+    full = g.search_space(p, on_gpu=True, full=True)
+    # each K step's own sum is scaled: only the overlapped loop keeps one; its three fp32 tiles must fit 192
+    assert full and all(c.PROMOTE_OVERLAP and not c.BLOCK_N2 for c in full)
+    assert all(g.accumulator_registers(c, True) <= 192 for c in full)
+    first = g.search_space(p, on_gpu=True, full=False)[0]
+    assert (first.SCHEDULE, first.BLOCK_M, first.BLOCK_N, first.num_warps) == ("ws", 128, 128, 8)
+    # the one-partition steps have no such loop: they decline block scales by declaration
+    assert "block" in registry.get("gluon_persistent").declared_reason(p)
+    assert registry.get("gluon_ws").declared_reason(p) is None

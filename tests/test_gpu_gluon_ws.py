@@ -1,5 +1,5 @@
-"""The Gluon GEMM (gemmbench/kernels/gluon_ws.py) on the GPU: every schedule, 16-bit and fp8 (per tensor and
-row-wise, precise and fast accumulation, the promotion in the wgmma lowering and overlapped in the K loop), tiles
+"""The Gluon GEMM (gemmbench/kernels/gluon_ws.py) on the GPU: every schedule, 16-bit and fp8 (per tensor,
+row-wise and block scales, precise and fast accumulation, the promotion in the wgmma lowering and overlapped in the K loop), tiles
 that leave partial tiles in M, N and K, programs with several tiles each (so the two ping-pong consumers take
 turns), decode M, and several calls of one launch.  Each result is checked against the fp32 reference through
 the one check.  No timing is asserted."""
@@ -15,7 +15,8 @@ SHAPES = [(1, 1280, 8192), (333, 1008, 1040), (2048, 8192, 1024)]
 # fast's error (cuBLAS runs another kernel there), outside the fast tolerance; docs/BENCHMARKS.md "fp8 accumulation"
 FAST_OUTSIDE_TOLERANCE = {(1, 1280, 8192)}
 CASES = [("bf16", "none", "precise"), ("fp16", "none", "precise"), ("fp8", "tensor", "precise"),
-         ("fp8", "row", "precise"), ("fp8", "tensor", "fast"), ("fp8", "row", "fast")]  # fmt: skip
+         ("fp8", "row", "precise"), ("fp8", "tensor", "fast"), ("fp8", "row", "fast"), ("fp8", "block", "precise"),
+         ("fp8", "block-ue8m0", "precise")]  # fmt: skip
 TILES = [  # (schedule, BLOCK_M, BLOCK_N, warps, stages, extra)
     ("ws", 128, 128, 8, 4, {"BLOCK_N2": 32}),
     ("pingpong", 128, 128, 4, 4, {"BLOCK_N2": 32}),
@@ -34,7 +35,8 @@ def _candidate(case, tile) -> bool:
 
     (dtype, _, accum), (schedule, bm, bn, warps, stages, extra) = case, tile
     config = GluonConfig.tile(bm, bn, 128 if dtype == "fp8" else 64, warps, stages, SCHEDULE=schedule, **extra)
-    return fits(config, 1 if dtype == "fp8" else 2, dtype == "fp8" and accum == "precise")
+    block = case[1].startswith("block")
+    return fits(config, 1 if dtype == "fp8" else 2, dtype == "fp8" and accum == "precise", block)
 
 
 # Each tile with each case its search space would try (fits(): tests/test_gluon_ws.py checks what it keeps out)

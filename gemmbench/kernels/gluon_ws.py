@@ -16,7 +16,8 @@ The schedules (config field SCHEDULE), each a step on the one before:
 
 fp8: FP8_PROMOTE K summed in the tensor cores' reduced-precision accumulator before each fp32 promotion
 (warpgroup_mma's max_num_imprecise_acc; tile_loop.FP8_PROMOTE, the contract of cuBLAS without fast accumulation),
-or none (fast accumulation).  Per-tensor or row-wise scales are applied in the epilogue; bf16 out.
+or none (fast accumulation).  Per-tensor or row-wise scales are applied in the epilogue; block scales (1 x 128
+activation groups, 128 x 128 weight blocks) to each K step's own sum in the consumer's K loop; bf16 out.
 
 Triton 3.6's gluon.jit ignores TRITON_INTERPRET: the host side (configs, layouts, grid, register budgets,
 descriptors) is tested on the CPU, the kernel on the GPU.
@@ -31,7 +32,7 @@ import torch
 import triton
 
 from gemmbench.configs import tuning
-from gemmbench.kernels.tile_loop import fp8_promote_every
+from gemmbench.kernels.tile_loop import TRITON_SCALINGS, BlockScales, block_scaled, fp8_promote_every
 from gemmbench.registry import Launch, Variant, register
 
 try:  # the Gluon names this kernel is written against (supports() refuses a Triton whose Gluon differs)
@@ -186,12 +187,32 @@ if GLUON_IMPORT_ERROR is None:
                 pos += 1
 
     @gluon.jit
-    def _k_loop_overlapped(a_bufs, b_bufs, ready, empty, base, k_steps, acc):
-        """fp8 precise with the promotion overlapped: each K step's wgmma starts a partial sum of its own (two,
-        alternating), and the finished one is added into the fp32 tile while the other's wgmma runs; Triton's
-        max_num_imprecise_acc instead drains the wgmma group before each add.  Two K steps a trip, so each
-        partial keeps its registers (a wgmma accumulates in place)."""
+    def _add_step(acc, part, k, bscales, off_m, off_n, M, N, BK: gl.constexpr, SCALE: gl.constexpr,
+                  layout: gl.constexpr):  # fmt: skip
+        """acc + one K step's partial sum; block scales: the partial times its rows' activation scales and its
+        columns' weight scales of the 128-K group the step lies in (column n: weight block row n // 128)."""
+        if SCALE == "block":
+            a_bs, b_bs, s_am, s_ak, s_bn, s_bk = bscales
+            BM: gl.constexpr = acc.shape[0]
+            BN: gl.constexpr = acc.shape[1]
+            group = (k * BK) // 128
+            rows = off_m + gl.arange(0, BM, layout=gl.SliceLayout(1, layout))
+            cols = off_n + gl.arange(0, BN, layout=gl.SliceLayout(0, layout))
+            sa = gl.load(a_bs + rows * s_am + group * s_ak, mask=rows < M, other=0.0)
+            sb = gl.load(b_bs + (cols // 128) * s_bn + group * s_bk, mask=cols < N, other=0.0)
+            return acc + part * gl.expand_dims(sa, 1) * gl.expand_dims(sb, 0)
+        else:
+            return acc + part
+
+    @gluon.jit
+    def _k_loop_overlapped(a_bufs, b_bufs, ready, empty, base, k_steps, acc, bscales, off_m, off_n, M, N,
+                           SCALE: gl.constexpr, layout: gl.constexpr):  # fmt: skip
+        """fp8 with each K step's sum promoted on its own: each step's wgmma starts a partial sum of its own (two,
+        alternating), and the finished one is added into the fp32 tile (block scales: scaled first) while the
+        other's wgmma runs; Triton's max_num_imprecise_acc instead drains the wgmma group before each add.  Two K
+        steps a trip, so each partial keeps its registers (a wgmma accumulates in place)."""
         STAGES: gl.constexpr = a_bufs.shape[0]
+        BK: gl.constexpr = a_bufs.shape[2]
         pa = gl.zeros_like(acc)
         pb = gl.zeros_like(acc)
         for k in range(0, k_steps, 2):
@@ -200,7 +221,8 @@ if GLUON_IMPORT_ERROR is None:
             pa = warpgroup_mma(a_bufs.index(pos % STAGES), b_bufs.index(pos % STAGES).permute((1, 0)), pa,
                                use_acc=False, is_async=True)  # fmt: skip
             pa, pb = warpgroup_mma_wait(1, deps=[pa, pb])
-            acc = acc + pb  # the step before's partial (zeros on the first trip)
+            if k > 0:  # the step before's partial
+                acc = _add_step(acc, pb, k - 1, bscales, off_m, off_n, M, N, BK, SCALE, layout)
             mbarrier.arrive(empty.index((pos + STAGES - 1) % STAGES), count=1, pred=k > 0)
             if k + 1 < k_steps:
                 nxt = pos + 1
@@ -208,18 +230,18 @@ if GLUON_IMPORT_ERROR is None:
                 pb = warpgroup_mma(a_bufs.index(nxt % STAGES), b_bufs.index(nxt % STAGES).permute((1, 0)), pb,
                                    use_acc=False, is_async=True)  # fmt: skip
                 pa, pb = warpgroup_mma_wait(1, deps=[pa, pb])
-                acc = acc + pa
+                acc = _add_step(acc, pa, k, bscales, off_m, off_n, M, N, BK, SCALE, layout)
                 mbarrier.arrive(empty.index(pos % STAGES), count=1)
         pa, pb = warpgroup_mma_wait(0, deps=[pa, pb])
         if k_steps % 2 == 1:
-            acc = acc + pa
+            acc = _add_step(acc, pa, k_steps - 1, bscales, off_m, off_n, M, N, BK, SCALE, layout)
         else:
-            acc = acc + pb
+            acc = _add_step(acc, pb, k_steps - 1, bscales, off_m, off_n, M, N, BK, SCALE, layout)
         mbarrier.arrive(empty.index((base + k_steps - 1) % STAGES), count=1)
         return acc
 
     @gluon.jit
-    def _consumer(ring, turns, c_desc, c2_desc, c_smem, c2_smem, a_scale_ptr, b_scale_ptr, M, N, K,
+    def _consumer(ring, turns, c_desc, c2_desc, c_smem, c2_smem, a_scale_ptr, b_scale_ptr, bscales, M, N, K,
                   FIRST: gl.constexpr, EVERY: gl.constexpr, GROUP_M: gl.constexpr, PROMOTE: gl.constexpr,
                   OVERLAP: gl.constexpr, SCALE: gl.constexpr, layout: gl.constexpr, layout2: gl.constexpr,
                   BN2: gl.constexpr):  # fmt: skip
@@ -249,7 +271,8 @@ if GLUON_IMPORT_ERROR is None:
             if EVERY > 1:  # the first consumer's first turn finds its barrier's phase 1 complete, as created
                 mbarrier.wait(turns.index(FIRST), (turn & 1) ^ (1 - FIRST))
             if OVERLAP:
-                acc = _k_loop_overlapped(a_bufs, b_bufs, ready, empty, base, k_steps, acc)
+                acc = _k_loop_overlapped(a_bufs, b_bufs, ready, empty, base, k_steps, acc, bscales, pid_m * BM,
+                                         pid_n * (BN + BN2), M, N, SCALE, layout)  # fmt: skip
             else:
                 for k in range(k_steps):
                     pos = base + k
@@ -278,7 +301,8 @@ if GLUON_IMPORT_ERROR is None:
         tma.store_wait(0)
 
     @gluon.jit
-    def warp_specialized_kernel(a_desc, b_desc, b2_desc, c_desc, c2_desc, a_scale_ptr, b_scale_ptr, M, N, K,
+    def warp_specialized_kernel(a_desc, b_desc, b2_desc, c_desc, c2_desc, a_scale_ptr, b_scale_ptr, a_bs_ptr, b_bs_ptr,
+                                s_am, s_ak, s_bn, s_bk, M, N, K,
                                 GROUP_M: gl.constexpr, STAGES: gl.constexpr, PROMOTE: gl.constexpr,
                                 SCALE: gl.constexpr, layout: gl.constexpr, layout2: gl.constexpr, BN2: gl.constexpr,
                                 CONSUMERS: gl.constexpr, OVERLAP: gl.constexpr, CONSUMER_REGS: gl.constexpr,
@@ -308,11 +332,12 @@ if GLUON_IMPORT_ERROR is None:
         if BN2 == 0:
             c20 = c0
         ring = (a_bufs, b_bufs, b2_bufs, ready, empty)
+        bscales = (a_bs_ptr, b_bs_ptr, s_am, s_ak, s_bn, s_bk)  # SCALE "block": (M, K/128) and (N/128, K/128)
         # Gluon takes each partition's function written out in the call (a tuple variable holds no function)
         if CONSUMERS == 1:
             gl.warp_specialize(
                 [
-                    (_consumer, (ring, turns, c_desc, c2_desc, c0, c20, a_scale_ptr, b_scale_ptr, M, N, K, 0, 1,
+                    (_consumer, (ring, turns, c_desc, c2_desc, c0, c20, a_scale_ptr, b_scale_ptr, bscales, M, N, K, 0, 1,
                                  GROUP_M, PROMOTE, OVERLAP, SCALE, layout, layout2, BN2)),
                     (_producer, (a_desc, b_desc, b2_desc, ring, M, N, K, GROUP_M, BN2)),
                 ],
@@ -327,9 +352,9 @@ if GLUON_IMPORT_ERROR is None:
                 c21 = c1
             gl.warp_specialize(
                 [
-                    (_consumer, (ring, turns, c_desc, c2_desc, c0, c20, a_scale_ptr, b_scale_ptr, M, N, K, 0, 2,
+                    (_consumer, (ring, turns, c_desc, c2_desc, c0, c20, a_scale_ptr, b_scale_ptr, bscales, M, N, K, 0, 2,
                                  GROUP_M, PROMOTE, OVERLAP, SCALE, layout, layout2, BN2)),
-                    (_consumer, (ring, turns, c_desc, c2_desc, c1, c21, a_scale_ptr, b_scale_ptr, M, N, K, 1, 2,
+                    (_consumer, (ring, turns, c_desc, c2_desc, c1, c21, a_scale_ptr, b_scale_ptr, bscales, M, N, K, 1, 2,
                                  GROUP_M, PROMOTE, OVERLAP, SCALE, layout, layout2, BN2)),
                     (_producer, (a_desc, b_desc, b2_desc, ring, M, N, K, GROUP_M, BN2)),
                 ],
@@ -425,13 +450,15 @@ def accumulator_registers(config: GluonConfig, fp8_precise: bool) -> int:
     return regs
 
 
-def fits(config: GluonConfig, elem: int, fp8_precise: bool) -> bool:
+def fits(config: GluonConfig, elem: int, fp8_precise: bool, block: bool = False) -> bool:
     """A config the SM can hold: its shared memory within SMEM_BYTES, its accumulators within the consumer's
     registers with room for addresses and scales, BLOCK_M whole warpgroup wgmmas (64 rows each)."""
     if config.BLOCK_M % 64 or config.num_stages < 2:
         return False
-    if config.BLOCK_N2 and (config.SCHEDULE not in ("ws", "pingpong") or config.PROMOTE_OVERLAP):
+    if config.BLOCK_N2 and (config.SCHEDULE not in ("ws", "pingpong") or config.PROMOTE_OVERLAP or block):
         return False  # only the warp-specialized K loop without overlapped promotion has the second accumulator
+    if block and (config.SCHEDULE not in ("ws", "pingpong") or not config.PROMOTE_OVERLAP):
+        return False  # block scales multiply each K step's own sum: the overlapped K loop's partials
     # registers left for addresses, barriers' phases and scales: 40 under the consumers' CONSUMER_REGS; one
     # partition has 255 a thread (measured: 128 x 128 x 128 fp8 precise on 4 warps, 192 of accumulators, took 254
     # registers and did not spill; 128 x 256 on 8 warps, 256 of them, spilled)
@@ -455,6 +482,12 @@ _QUICK = {
     "16-bit": (("ws", 128, 256, 8, 3, {}), ("pingpong", 128, 128, 4, 5, {}), ("ws", 128, 128, 8, 4, _WIDE)),
     "fast": (("ws", 128, 256, 8, 3, {}), ("pingpong", 128, 128, 4, 4, {}), ("ws", 128, 128, 8, 4, _WIDE)),
     "precise": (("ws", 256, 128, 8, 3, {}), ("ws", 128, 128, 8, 4, {}), ("ws", 128, 128, 8, 4, _WIDE)),
+    # block scales scale each K step's own sum: the overlapped loop's partials, whose three tiles fit 128 x 128 on
+    # 8 warps or 64 x 128 on 4
+    "block": (
+        ("ws", 128, 128, 8, 4, {"PROMOTE_OVERLAP": True}),
+        ("pingpong", 64, 128, 4, 6, {"PROMOTE_OVERLAP": True}),
+    ),
 }
 # the one-partition steps: 128 x 256 on 8 warps, except with fp8 promotion (256 registers a thread: it spilled),
 # where 128 x 128 on 4 warps (192, which compiled to 254 registers without spilling)
@@ -464,13 +497,15 @@ _STEP_QUICK = {"16-bit": (128, 256, 8, 3), "fast": (128, 256, 8, 3), "precise": 
 def _space(problem, full: bool, schedules: tuple[str, ...]) -> list[GluonConfig]:
     fp8 = problem.dtype == "fp8"
     precise = fp8 and problem.fp8_accum == "precise"
+    block = block_scaled(problem)
     elem, bk = (1, 128) if fp8 else (2, 64)
     tile = GluonConfig.tile
-    contract = problem.fp8_accum if fp8 else "16-bit"
+    contract = "block" if block else problem.fp8_accum if fp8 else "16-bit"
     quick = [tile(bm, bn, bk, w, st, SCHEDULE=s, **x) for s, bm, bn, w, st, x in _QUICK[contract] if s in schedules]
-    bm, bn, warps, stages = _STEP_QUICK[contract]
-    quick += [tile(bm, bn, bk, warps, stages, SCHEDULE=s) for s in schedules if s in ("pipelined", "persistent")]
-    quick = [c for c in quick if fits(c, elem, precise)]
+    if contract in _STEP_QUICK:
+        bm, bn, warps, stages = _STEP_QUICK[contract]
+        quick += [tile(bm, bn, bk, warps, stages, SCHEDULE=s) for s in schedules if s in ("pipelined", "persistent")]
+    quick = [c for c in quick if fits(c, elem, precise, block)]
     if not full:
         return quick
     more = [
@@ -483,7 +518,7 @@ def _space(problem, full: bool, schedules: tuple[str, ...]) -> list[GluonConfig]
         for stages in (3, 4, 5, 6)
         for overlap in ((False, True) if precise and schedule in ("ws", "pingpong") else (False,))
     ]
-    return quick + [c for c in more if c not in quick and fits(c, elem, precise)]
+    return quick + [c for c in more if c not in quick and fits(c, elem, precise, block)]
 
 
 # ---------------------------------------------------------------- launch
@@ -491,8 +526,8 @@ def _space(problem, full: bool, schedules: tuple[str, ...]) -> list[GluonConfig]
 
 def unsupported(problem, device) -> Optional[str]:
     """Why the Gluon kernel cannot run a problem here, or None: it needs Hopper's wgmma and TMA (compute
-    capability 9.0 exactly: Blackwell has no wgmma), the Gluon it was written for, rows of A, B and the output on
-    16-byte boundaries (TMA), and a scaling it applies (per tensor or row-wise)."""
+    capability 9.x: Blackwell has no wgmma), the Gluon it was written for, and rows of A, B and the output on
+    16-byte boundaries (TMA).  The scalings it applies are declared (Variant.scalings)."""
     if device.kind != "cuda":
         return "Gluon kernels run on a CUDA GPU only (Triton's gluon.jit has no CPU interpreter)"
     if device.capability[0] != 9:
@@ -551,13 +586,16 @@ def programs(config: GluonConfig, M: int, N: int, sms: int) -> int:
 class GluonGemm:
     """The descriptors, layout and grid of one (problem, inputs, config), and a closure that launches it once."""
 
-    def __init__(self, a, b, out, a_scale, b_scale, scale: str, config: GluonConfig, promote: int):
+    def __init__(self, a, b, out, a_scale, b_scale, scale: str, config: GluonConfig, promote: int,
+                 blocks: Optional[BlockScales] = None):  # fmt: skip
         M, K = a.shape
         N = b.shape[0]
         self.config, self.out, self.shape = config, out, (M, N, K)
         self.descs = descriptors(a, b, out, config)
         self.scales = (a_scale, b_scale) if scale in ("tensor", "row") else (out, out)
         self.scale, self.promote = scale, promote
+        on = blocks is not None and blocks.on  # (M, K/128) and (N/128, K/128) fp32 scales, with their strides
+        self.blocks = (blocks.a, blocks.b, *blocks.strides) if on else (out, out, 0, 0, 0, 0)
         self.layouts = accumulator_layouts(config, 8 * a.element_size())
         self.programs = programs(config, M, N, tuning.sm_count())
         self.compiled = None  # the CompiledKernel of the last launch: registers and spills
@@ -580,9 +618,10 @@ class GluonGemm:
             )
         else:
             self.compiled = warp_specialized_kernel[(self.programs,)](
-                a_desc, b_desc, b2_desc, c_desc, c2_desc, *self.scales, M, N, K, **common, layout2=self.layouts[1],
+                a_desc, b_desc, b2_desc, c_desc, c2_desc, *self.scales, *self.blocks, M, N, K, **common,
+                layout2=self.layouts[1],
                 BN2=cfg.BLOCK_N2, CONSUMERS=2 if cfg.SCHEDULE == "pingpong" else 1,
-                OVERLAP=cfg.PROMOTE_OVERLAP and self.promote > 0, CONSUMER_REGS=CONSUMER_REGS,
+                OVERLAP=cfg.PROMOTE_OVERLAP and self.promote > 0 or self.scale == "block", CONSUMER_REGS=CONSUMER_REGS,
                 PRODUCER_REGS=PRODUCER_REGS, num_warps=partition_warps(cfg)[0], maxnreg=max_registers(cfg),
             )  # fmt: skip
         return self.out
@@ -591,16 +630,20 @@ class GluonGemm:
 def _build(problem, inputs, config: GluonConfig) -> Launch:
     out = torch.empty((problem.M, problem.N), dtype=inputs.out_dtype, device=inputs.a.device)
     a_scale, b_scale, scale = inputs.a_scale, inputs.b_scale, inputs.scaling
+    blocks = BlockScales(inputs)
     if a_scale is None:
         scale = "none"
+    elif blocks.on:
+        blocks.check(config.BLOCK_K)
+        scale = "block"
     elif scale == "row":
         a_scale, b_scale = a_scale.reshape(-1), b_scale.reshape(-1)
     promote = fp8_promote_every(inputs.a, config, problem.fp8_accum)
-    gemm = GluonGemm(inputs.a, inputs.b, out, a_scale, b_scale, scale, config, promote or 0)
+    gemm = GluonGemm(inputs.a, inputs.b, out, a_scale, b_scale, scale, config, promote or 0, blocks)
     return Launch(fn=gemm, params=config, out=out, resources=gemm.resources)
 
 
-def _register(name: str, schedules: tuple[str, ...], what: str, by_default: bool) -> None:
+def _register(name: str, schedules: tuple[str, ...], what: str, scalings: tuple[str, ...]) -> None:
     def space(problem, on_gpu: bool, full: bool = True) -> list[GluonConfig]:
         return _space(problem, full, schedules)
 
@@ -610,18 +653,25 @@ def _register(name: str, schedules: tuple[str, ...], what: str, by_default: bool
             name=name,
             family="gluon",
             dtypes=("fp16", "bf16", "fp8"),
-            description=f"Gluon GEMM (Hopper): {what}; TMA operands and output, wgmma; fp8: per-tensor or "
-            "row-wise scales, bf16 out",
+            description=f"Gluon GEMM (Hopper): {what}; TMA operands and output, wgmma; fp8: {', '.join(scalings)} "
+            "scales, bf16 out",
             make=tunable.make,
             supports=unsupported,
             tunable=tunable,
-            scalings=("tensor", "row"),
+            scalings=scalings,
             fp8_accums=("precise", "fast"),
-            by_default=by_default,
+            by_default=False,  # run when named: below cuBLAS where a default run looks (docs/BENCHMARKS.md)
         )
     )
 
 
-_register("gluon_ws", SCHEDULES[2:], "persistent, a producer warp and ping-pong or cooperative consumers", False)
-_register("gluon_persistent", ("persistent",), "persistent, one partition, pipelined TMA loads (a step)", False)
-_register("gluon_pipelined", ("pipelined",), "one program per tile, pipelined TMA loads (a step)", False)
+_register(
+    "gluon_ws",
+    SCHEDULES[2:],
+    "persistent, a producer warp and ping-pong or cooperative consumers",
+    TRITON_SCALINGS + ("row",),
+)
+_register(
+    "gluon_persistent", ("persistent",), "persistent, one partition, pipelined TMA loads (a step)", ("tensor", "row")
+)
+_register("gluon_pipelined", ("pipelined",), "one program per tile, pipelined TMA loads (a step)", ("tensor", "row"))
