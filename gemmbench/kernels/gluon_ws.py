@@ -10,13 +10,15 @@ The schedules (config field SCHEDULE), each a step on the one before:
 - "ws": persistent and warp-specialized: a one-warp producer partition fills the ring across tile boundaries
   (an mbarrier pair per stage: ready when its bytes landed, empty when its wgmma finished); one consumer
   partition of 4 warps, or 8 (cooperative: two warpgroups on one tile), runs wgmma and the epilogue.
-- "pingpong": two 4-warp consumer partitions, each its own tile in turn (even and odd tiles of the program), so
-  one's epilogue and fp8 promotion run while the other's wgmma keep the tensor cores busy, the way CUTLASS's
-  Hopper ping-pong kernels and cuBLAS do.
+- "pingpong": two 4-warp consumer partitions, each its own tile (even and odd tiles of the program), taking
+  turns at their K loops, so one's epilogue runs while the other's wgmma keep the tensor cores busy, the way
+  CUTLASS's Hopper ping-pong kernels do.
+Both warp-specialized schedules can widen a tile by a second accumulator (BLOCK_N2: 128 + 32 = 160 columns).
 
 fp8: FP8_PROMOTE K summed in the tensor cores' reduced-precision accumulator before each fp32 promotion
 (warpgroup_mma's max_num_imprecise_acc; tile_loop.FP8_PROMOTE, the contract of cuBLAS without fast accumulation),
-or none (fast accumulation).  Per-tensor or row-wise scales are applied in the epilogue; block scales (1 x 128
+or none (fast accumulation); PROMOTE_OVERLAP: each K step's sum promoted in the K loop, overlapped with the next
+step's wgmma.  Per-tensor or row-wise scales are applied in the epilogue; block scales (1 x 128
 activation groups, 128 x 128 weight blocks) to each K step's own sum in the consumer's K loop; bf16 out.
 
 Triton 3.6's gluon.jit ignores TRITON_INTERPRET: the host side (configs, layouts, grid, register budgets,
@@ -57,7 +59,6 @@ except ImportError as exc:  # pragma: no cover - an older or newer Triton withou
 GLUON_TRITON_RELEASES = ("3.6.",)
 SCHEDULES = ("pipelined", "persistent", "ws", "pingpong")
 SMEM_BYTES = 227 * 1024  # what one block may hold on the H100
-REGISTERS_PER_SM = 64 * 1024
 PRODUCER_REGS = 40  # the producer warp holds addresses and counters only
 CONSUMER_REGS = 232  # what each consumer thread may hold: ACC + fp8 promotion tile + scales, under 256
 WARPGROUP = 4  # warps per warpgroup: registers are reallocated per warpgroup
