@@ -15,7 +15,7 @@ from test_kernels import tile_order
 
 from gemmbench import registry
 from gemmbench.configs import config_files, engine_import, provenance, tuning
-from gemmbench.configs.inference_engines import InferenceEngine, device_name, file_name, nearest_key
+from gemmbench.configs.inference_engines import TOKEN_COUNTS, InferenceEngine, device_name, file_name, nearest_key
 from gemmbench.kernels.fused_moe import MoeConfig
 from gemmbench.measure.check import check_cell
 from gemmbench.measure.inputs import make_inputs
@@ -115,35 +115,38 @@ def test_export_vllm_writes_w13s_winners_as_vllms_file(stored):
     assert res.exit_code == 0, res.output
     files = sorted(p.relative_to(stored / "out").as_posix() for p in (stored / "out").rglob("*.json"))
     assert files == ["E=4,N=32,device_name=NVIDIA_H100_80GB_HBM3.json"]  # E per rank, N = w13 N / 2 = w2 K = 32
-    # by hand: key 1 grouped (GROUP_M 4); key 4 row-major (12 us beats grouped's 20 us) with GROUP_SIZE_M 1;
+    # by hand: key 1 grouped (GROUP_M 4); bucket 4 row-major (12 us beats grouped's 20 us) with GROUP_SIZE_M 1, for
+    # key 4 and every other key (bucket 2 is not stored: 2 is as near 4 as 1 in log2, and the tie goes up);
     # triton_version first, as vLLM's benchmark_moe.py save_configs writes it; indent 4 and a newline
-    want = {
-        "triton_version": "3.6.0",
-        "1": {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 32, "BLOCK_SIZE_K": 32, "GROUP_SIZE_M": 4, "num_warps": 4,
-              "num_stages": 3},
-        "4": {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 32, "GROUP_SIZE_M": 1, "num_warps": 8,
-              "num_stages": 2},
-    }  # fmt: skip
+    one = {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 32, "BLOCK_SIZE_K": 32, "GROUP_SIZE_M": 4, "num_warps": 4,
+           "num_stages": 3}  # fmt: skip
+    four = {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 32, "GROUP_SIZE_M": 1, "num_warps": 8,
+            "num_stages": 2}  # fmt: skip
+    want = {"triton_version": "3.6.0", **{str(k): one if k == 1 else four for k in TOKEN_COUNTS}}
     assert (stored / "out" / files[0]).read_text() == json.dumps(want, indent=4) + "\n"
-    # w2's own winner at 4 tokens (32x32x32) is not w13's: a note says vLLM runs w13's there
-    assert f"note: {files[0]}: w2's own winner differs at token count 4: vLLM runs w13's" in text(res.stderr)
+    # w2's own winner at bucket 4 (32x32x32) is not w13's: a note says vLLM runs w13's there
+    assert f"note: {files[0]}: w2's own winner differs at token counts 2, 4, 8, 16, 24," in text(res.stderr)
+    assert "no stored bucket of their own for 2, 8, 16, 24, 32, 48, 64, 96, 128, 256, 512, 1024, 1536, 2048, 3072, " \
+           "4096 (bucket 4's winner): the nearest in log2" in text(res.stderr)  # fmt: skip
+    assert "1 … 4096 (18 keys, 2 buckets)" in text(res.stdout)  # the keys and the tuned buckets behind them
+    assert f"reads them with VLLM_TUNED_CONFIG_FOLDER={(stored / 'out').resolve()}" in text(res.stderr)
 
 
 def test_export_sglang_writes_w2_as_the_down_file_in_the_triton_folder(stored):
     res = export(stored, "sglang")
     assert res.exit_code == 0, res.output
-    out = stored / "out" / "triton_3_6_0"
+    out = stored / "out" / "configs" / "triton_3_6_0"  # where SGLANG_MOE_CONFIG_DIR=out finds them
     assert sorted(p.name for p in out.iterdir()) == [
         "E=4,N=32,device_name=NVIDIA_H100_80GB_HBM3.json",
         "E=4,N=32,device_name=NVIDIA_H100_80GB_HBM3_down.json",
     ]
     up = json.loads((out / "E=4,N=32,device_name=NVIDIA_H100_80GB_HBM3.json").read_text())
-    assert list(up) == ["1", "4"]  # no triton_version: SGLang would read it as a token count
+    assert list(up) == [str(k) for k in TOKEN_COUNTS]  # no triton_version: SGLang would read it as a token count
     down = json.loads((out / "E=4,N=32,device_name=NVIDIA_H100_80GB_HBM3_down.json").read_text())
     assert down["4"] == {"BLOCK_SIZE_M": 32, "BLOCK_SIZE_N": 32, "BLOCK_SIZE_K": 32, "GROUP_SIZE_M": 2,
                          "num_warps": 4, "num_stages": 4}  # fmt: skip
-    # w2's BLOCK_SIZE_M 32 at 4 tokens is not w13's 16: SGLang overrides it (one alignment), and a note says so
-    assert "_down.json: SGLang runs w2 with w13's BLOCK_SIZE_M at token count 4" in text(res.stderr)
+    # w2's BLOCK_SIZE_M 32 from bucket 4 is not w13's 16: SGLang overrides it (one alignment), and a note says so
+    assert "_down.json: SGLang runs w2 with w13's BLOCK_SIZE_M at token counts 2, 4, 8," in text(res.stderr)
 
 
 def test_export_block_fp8_names(tmp_path, monkeypatch):
@@ -157,7 +160,7 @@ def test_export_block_fp8_names(tmp_path, monkeypatch):
     assert invoke(*args, "--export", "sglang", tmp_path / "s").exit_code == 0
     name = "E=4,N=32,device_name=NVIDIA_H100_80GB_HBM3,dtype=fp8_w8a8,block_shape="
     assert [p.name for p in (tmp_path / "v").iterdir()] == [name + "[128,128].json"]
-    assert sorted(p.name for p in (tmp_path / "s" / "triton_3_6_0").iterdir()) == [name + "[128, 128].json",
+    assert sorted(p.name for p in (tmp_path / "s" / "configs" / "triton_3_6_0").iterdir()) == [name + "[128, 128].json",
                                                                                  name + "[128, 128]_down.json"]  # fmt: skip
 
 
@@ -181,6 +184,17 @@ def test_export_refusals(stored, monkeypatch):
     assert not (stored / "out").exists()
 
 
+def test_export_sglang_refuses_a_triton_version_its_folder_lookup_cannot_parse(tmp_path, monkeypatch):
+    # SGLang's fallback reads every configs/triton_* folder name as dotted integers: one like this would break it
+    monkeypatch.setenv(tuning.CONFIG_DIR_ENV, str(tmp_path / "configs"))
+    config_files.save("triton_moe_grouped", W13, H100, MoeConfig.tile(16, 32, 32, 4, 3), 9.0, {"triton": "3.5.0+git1"})
+    (tmp_path / "tiny.yaml").write_text(TINY)
+    line = bad(export(tmp_path, "sglang"))
+    assert "not exported: Triton 3.5.0+git1 is not a version SGLang's folder lookup can parse" in line
+    assert "no stored config" not in line and not (tmp_path / "out").exists()
+    assert export(tmp_path, "vllm").exit_code == 0  # vLLM keeps no folder per version
+
+
 def test_export_never_replaces_a_file_without_force(stored):
     assert export(stored, "vllm").exit_code == 0
     path = stored / "out" / "E=4,N=32,device_name=NVIDIA_H100_80GB_HBM3.json"
@@ -198,20 +212,20 @@ def test_export_then_import_gives_the_same_kernel_parameters(stored):
     table = engine_import.read(InferenceEngine.vllm, stored / "out" / "E=4,N=32,device_name=NVIDIA_H100_80GB_HBM3.json")
     assert (table.E, table.N, table.device, table.dtype, table.block) == (4, 32, "NVIDIA_H100_80GB_HBM3", None, False)
     # the stored winners, GROUP_M where the schedule is grouped, 1 where it was row-major (the same tile order)
-    assert table.entries == {
-        1: MoeConfig.tile(16, 32, 32, 4, 3, GROUP_M=4),
-        4: MoeConfig.tile(16, 64, 32, 8, 2, GROUP_M=1),
-    }
+    assert list(table.entries) == list(TOKEN_COUNTS)
+    assert table.entries[1] == MoeConfig.tile(16, 32, 32, 4, 3, GROUP_M=4)
+    assert table.entries[4] == table.entries[3072] == MoeConfig.tile(16, 64, 32, 8, 2, GROUP_M=1)
     assert export(stored, "sglang").exit_code == 0
     table = engine_import.read(
-        InferenceEngine.sglang, stored / "out" / "triton_3_6_0" / "E=4,N=32,device_name=NVIDIA_H100_80GB_HBM3.json"
+        InferenceEngine.sglang,
+        stored / "out" / "configs" / "triton_3_6_0" / "E=4,N=32,device_name=NVIDIA_H100_80GB_HBM3.json",
     )
     assert table.down is not None and table.down.entries[4] == MoeConfig.tile(32, 32, 32, 4, 4, GROUP_M=2)
 
 
 def test_import_runs_beside_the_tuned_variant_in_one_run(stored):
     """The CPU path end to end (Triton's interpreter, fp16, M = 3; w13 only: each interpreted cell costs a second, and
-    w2's entry is the same file's): the imported file's entry for 3 tokens is its key 4 (nearest of 1 and 4),
+    w2's entry is the same file's): the imported file's entry for 3 tokens is its key 2 (2 and 4 are as near: the first),
     checked against the reference and timed as a variant of its own, beside the gemmbench-tuned one."""
     assert export(stored, "vllm").exit_code == 0
     spec = f"vllm:{stored / 'out' / 'E=4,N=32,device_name=NVIDIA_H100_80GB_HBM3.json'}"
@@ -223,23 +237,23 @@ def test_import_runs_beside_the_tuned_variant_in_one_run(stored):
     df = load([stored / "r.parquet"])
     assert sorted(df.variant) == ["triton_moe_grouped", "triton_moe_grouped@vllm"] and (df.status == "ok").all()
     config = json.loads(df[df.variant == "triton_moe_grouped@vllm"].config.iloc[0])
-    assert config["source"] == "vllm" and config["key"] == 4 and config["file"] == spec.rsplit("/", 1)[1]
-    # key 4's entry (row-major's winner: 16x64x32, GROUP_SIZE_M 1, 8 warps, 2 stages), run in the grouped kernel
+    assert config["source"] == "vllm" and config["key"] == 2 and config["file"] == spec.rsplit("/", 1)[1]
+    # key 2's entry (bucket 4's row-major winner: 16x64x32, GROUP_SIZE_M 1, 8 warps, 2 stages), run in the grouped kernel
     assert (config["BLOCK_N"], config["GROUP_M"], config["num_warps"], config["schedule"]) == (64, 1, 8, "grouped")
     assert json.loads(df[df.variant == "triton_moe_grouped"].config.iloc[0])["source"] == "only"  # the interpreter's
 
 
 def test_sglang_down_file_gives_w2_its_entry_with_w13s_block_m(stored):
-    """In this process (no worker): w2 takes the _down file's entry for M = 3 (key 4: 32x32x32) with w13's
-    BLOCK_SIZE_M at that M (16), as SGLang runs it, and computes the right result."""
+    """In this process (no worker): w2 takes the _down file's entry for M = 3 (key 2, bucket 4's: 32x32x32) with
+    w13's BLOCK_SIZE_M at that M (16), as SGLang runs it, and computes the right result."""
     assert export(stored, "sglang").exit_code == 0
-    path = stored / "out" / "triton_3_6_0" / "E=4,N=32,device_name=NVIDIA_H100_80GB_HBM3.json"
+    path = stored / "out" / "configs" / "triton_3_6_0" / "E=4,N=32,device_name=NVIDIA_H100_80GB_HBM3.json"
     engine_import.register_imports([f"sglang:{path}"])
     v = registry.get("triton_moe_grouped@sglang")
     inputs = make_inputs(W2, 0, DEV)
     launch = v.make(W2, inputs)
     assert launch.params == MoeConfig.tile(16, 32, 32, 4, 4, GROUP_M=2, schedule="grouped")
-    assert launch.config["file"] == path.name.replace(".json", "_down.json") and launch.config["key"] == 4
+    assert launch.config["file"] == path.name.replace(".json", "_down.json") and launch.config["key"] == 2
     assert check_cell(W2, v, make_inputs(W2, 0, DEV)).result.ok
 
 

@@ -68,9 +68,12 @@ def export(export: tuple[InferenceEngine, Path], plan: tuple, variants: list, fo
     for col in ("file", "GPU", "entries of", "keys (tokens)", "winners of"):
         table.add_column(col, overflow="fold")
     for f in files:
-        keys = f"{f.keys[0]} … {f.keys[-1]} ({len(f.keys)})" if len(f.keys) > 1 else str(f.keys[0])
+        keys = f"{f.keys[0]} … {f.keys[-1]} ({len(f.keys)} keys, {len(set(f.buckets.values()))} buckets)"
         table.add_row(escape(f.path), f.gpu, f.gemm, keys, ", ".join(f"{v} {n}" for v, n in f.variants.items()))
     out.print(table)
+    how = (f"VLLM_TUNED_CONFIG_FOLDER={out_dir.resolve()} (before its shipped configs)" if engine is InferenceEngine.vllm
+           else f"SGLANG_MOE_CONFIG_DIR={out_dir.resolve()} (in place of its shipped configs: copy those in beside)")  # fmt: skip
+    err.print(escape(f"{engine.value} reads them with {how}"), highlight=False, soft_wrap=True)
     for f in files:
         for line in f.notes:
             err.print(escape(f"note: {f.path}: {line}"), highlight=False, soft_wrap=True)

@@ -61,7 +61,10 @@ TuneVariants = Annotated[
 ]
 TuneMs = Annotated[
     Optional[str],
-    typer.Option(help="M values; each is tuned at its bucket (1..16 -> 16, then powers of 2).", rich_help_panel=WHAT),
+    typer.Option(
+        help="M values; each is tuned at its bucket (dense: 1..16 -> 16, then powers of 2; MoE: powers of 2, 24 -> 32).",
+        rich_help_panel=WHAT,
+    ),
 ]
 SkipStored = Annotated[
     bool,

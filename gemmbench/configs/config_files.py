@@ -18,13 +18,15 @@ import json
 import math
 import re
 from pathlib import Path
-from typing import Optional
+from typing import Optional, TypeVar
 
 from gemmbench import dtypes, locations, registry
 from gemmbench.configs.kernel_config import ConfigError, KernelConfig
 from gemmbench.configs.provenance import Provenance
 from gemmbench.results.store import write_atomic
 from gemmbench.shapes import Problem
+
+B = TypeVar("B", str, int)  # a bucket: a file's key (str) or its number
 
 
 class TuningError(RuntimeError):
@@ -105,6 +107,13 @@ def overlay_buckets(variant: str, problem: Problem, gpu: str) -> tuple[dict, dic
     return buckets, where
 
 
+def nearest_bucket(buckets: list[B], bucket: int) -> B:
+    """The stored bucket a lookup of M's bucket (m_bucket) takes: that bucket where stored, else the nearest in
+    log2(M), on a tie the larger (its BLOCK_M covers the smaller M too)."""
+    want = math.log2(bucket)
+    return min(buckets, key=lambda b: (abs(math.log2(int(b)) - want), -int(b)))
+
+
 def stored(
     variant: str,
     problem: Problem,
@@ -117,9 +126,7 @@ def stored(
     buckets, files = overlay_buckets(variant, problem, gpu)
     if not buckets:
         return None
-    want = math.log2(m_bucket(problem.M, problem.is_moe) if bucket is None else bucket)
-    # nearest in log2(M); on a tie the larger bucket (its BLOCK_M covers the smaller M too)
-    key = min(buckets, key=lambda b: (abs(math.log2(int(b)) - want), -int(b)))
+    key = nearest_bucket(list(buckets), m_bucket(problem.M, problem.is_moe) if bucket is None else bucket)
     config_type = config_type or registry.get(variant).tunable.config_type
     try:
         config = config_type.from_dict(buckets[key]["config"])

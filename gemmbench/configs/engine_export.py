@@ -8,12 +8,20 @@ per tile, no SplitK):
   triton_moe_col     -> no: column-major is the grouped order only where GROUP_SIZE_M >= the blocks of rows, which
                         the engine's grid sets per call from the tokens, so no one GROUP_SIZE_M gives it at every M;
   triton_moe_splitk  -> no: the engines launch SPLIT_K = 1.
-Where both mapping variants have a stored winner for a token count, the faster one (its stored cold-L2 time) is
-written.  One file per (GPU, experts per rank, intermediate size per partition, engine dtype); its entries are the
-stored buckets of the w13 GEMM (gate and up fused: column-parallel in the set, N = 2 x intermediate); the keys are
-the token counts the buckets were tuned at.  vLLM runs that one config for w2 as well: w2's own winners are not
-written, and the table says at which keys they differ.  SGLang reads w2's from `<name>_down.json`: it is written
-from the w2 GEMM's winners (row-parallel, K = intermediate), in the folder of the Triton version they were tuned with.
+Where both mapping variants have a stored winner for a bucket, the faster one (its stored cold-L2 time) is written.
+One file per (GPU, experts per rank, intermediate size per partition, engine dtype); its entries are the w13 GEMM's
+(gate and up fused: column-parallel in the set, N = 2 x intermediate).  vLLM runs that one config for w2 as well:
+w2's own winners are not written, and the table says at which keys they differ.  SGLang reads w2's from
+`<name>_down.json`: it is written from the w2 GEMM's winners (row-parallel, K = intermediate), with the same keys,
+both in `configs/triton_X_Y_Z/` (the Triton version they were tuned with), so that SGLANG_MOE_CONFIG_DIR=DIR finds them.
+
+The keys: vLLM's tuner's token counts (TOKEN_COUNTS: 1, 2, 4, ... 24, ... 3072, 4096) and any stored bucket beyond
+them.  Each key's entry is the stored winner of the bucket a run's stored lookup takes for that many tokens
+(config_files.nearest_bucket of its m_bucket): the key's own bucket (MoE buckets are powers of two, so 24 -> 32, 48
+-> 64, 96 -> 128, 1536 -> 2048, 3072 -> 4096) where stored, else the nearest stored bucket in log2, the larger on a
+tie.  A run between two stored buckets times both (tuning.choose); the export times nothing.  `tune` cannot tune
+24, 48, 96, 1536 or 3072 on their own: `--m 24` tunes and stores bucket 32.  The stdout table counts the buckets
+behind each file's keys; a note names the keys whose own bucket is not stored.
 """
 
 from __future__ import annotations
@@ -25,7 +33,15 @@ from typing import Any, Optional
 
 from gemmbench import dtypes, registry
 from gemmbench.configs import config_files, kernel_config
-from gemmbench.configs.inference_engines import InferenceEngine, device_name, engine_dtype, file_name, to_entry
+from gemmbench.configs.inference_engines import (
+    TOKEN_COUNTS,
+    InferenceEngine,
+    device_name,
+    engine_dtype,
+    file_name,
+    sglang_folder,
+    to_entry,
+)
 from gemmbench.results.store import write_atomic
 from gemmbench.shapes import Problem, ShapeSet
 
@@ -66,6 +82,7 @@ class Written:
     gpu: str
     gemm: str  # the GEMM whose winners it holds
     keys: list[int]
+    buckets: dict[int, int]  # key -> the stored bucket whose winner it holds
     variants: dict[str, int]  # variant -> how many keys it gave
     notes: list[str]
 
@@ -126,15 +143,16 @@ def build(
             notes.append(f"{group.label()}: the selection has no w13 (column-parallel) GEMM for it, and the file's "
                          "entries are w13's")  # fmt: skip
             continue
-        found = []
+        found, tuned = [], False
         for gpu in _gpus():
             stored = {role: _winners(names, p, gpu, notes) for role, p in group.gemms.items()}
             (up, gpu_name), (down, _) = stored.get("w13", ({}, gpu)), stored.get("w2", ({}, gpu))
             if up:
+                tuned = True
                 found += _files(engine, group, gpu_name, up, down, notes)
             elif down:
                 notes.append(f"{group.label()} on {gpu_name}: only w2 is tuned, and the file's entries are w13's")
-        if not found:
+        if not tuned:  # stored but not exportable: _files said why
             notes.append(f"{group.label()}: no stored config of {' or '.join(names)} for its w13 GEMM on any GPU "
                          f"({config_files.configs_root()})")  # fmt: skip
         files += found
@@ -201,46 +219,68 @@ def _winners(names: list[str], problem: Problem, gpu: str, notes: list[str]) -> 
 
 
 def _files(engine: InferenceEngine, group: Group, gpu: str, up: dict, down: dict, notes: list[str]) -> list[Written]:
-    """The engine's file(s) for one group on one GPU: vLLM one (w13's entries); SGLang w13's and w2's `_down`, in
-    the folder of their Triton version."""
+    """The engine's file(s) for one group on one GPU: vLLM one (w13's entries); SGLang w13's and w2's `_down`, with
+    the same keys, in the folder of their Triton version."""
     dev = device_name(engine, gpu)
     name = file_name(engine, group.E, group.N, dev, group.dtype, group.block)
     w13 = group.gemms["w13"]
     summary = f"w13 {w13.gemm} (N {w13.N}, K {w13.K})"
+    keys = sorted({*TOKEN_COUNTS, *up})
+    up_at, down_at = _fill(up, keys), _fill(down, keys) if down else {}
     if engine is InferenceEngine.vllm:
-        differ = [k for k, w in down.items() if k in up and w.entry != up[k].entry]
-        why = [f"w2's own winner differs at {_keys(differ)}: vLLM runs w13's entry for both GEMMs"] if differ else []
-        versions = {w.triton for w in up.values()}
+        differ = [k for k, (_, w) in down_at.items() if w.entry != up_at[k][1].entry]
+        why = [f"w2's own winner differs at {_counts(differ)}: vLLM runs w13's entry for both GEMMs"] if differ else []
+        versions = {w.triton for _, w in up_at.values()}
         head = {"triton_version": versions.pop()} if len(versions) == 1 and None not in versions else {}
-        return [_written(name, {**head, **_table(up)}, gpu, summary, up, why)]
-    versions = {w.triton for w in [*up.values(), *down.values()]}
-    if len(versions) != 1 or None in versions:
-        notes.append(f"{group.label()} on {gpu}: not exported: tuned with Triton "
-                     f"{', '.join(sorted(map(str, versions)))}, and SGLang keeps one folder per version")  # fmt: skip
+        return [_written(name, head, gpu, summary, up_at, why)]
+    tuned_with = sorted({str(w.triton or "unknown") for _, w in [*up_at.values(), *down_at.values()]})
+    try:
+        if len(tuned_with) > 1:
+            raise ValueError(f"tuned with Triton {', '.join(tuned_with)}, and SGLang keeps one folder per version")
+        folder = sglang_folder(tuned_with[0]) + "/"
+    except ValueError as exc:
+        notes.append(f"{group.label()} on {gpu}: not exported: {exc}")
         return []
-    folder = f"triton_{str(versions.pop()).replace('.', '_')}/"
-    out = [_written(folder + name, _table(up), gpu, summary, up, [])]
-    if down:
+    out = [_written(folder + name, {}, gpu, summary, up_at, [])]
+    if down_at:
         w2 = group.gemms["w2"]
-        other = [k for k, w in down.items() if k in up and w.entry["BLOCK_SIZE_M"] != up[k].entry["BLOCK_SIZE_M"]]
-        why = [f"SGLang runs w2 with w13's BLOCK_SIZE_M at {_keys(other)} (one alignment)"] if other else []
+        other = [k for k, (_, w) in down_at.items() if w.entry["BLOCK_SIZE_M"] != up_at[k][1].entry["BLOCK_SIZE_M"]]
+        why = [f"SGLang runs w2 with w13's BLOCK_SIZE_M at {_counts(other)} (one alignment)"] if other else []
         down_name = folder + file_name(engine, group.E, group.N, dev, group.dtype, group.block, down=True)
-        out.append(_written(down_name, _table(down), gpu, f"w2 {w2.gemm} (N {w2.N}, K {w2.K})", down, why))
+        out.append(_written(down_name, {}, gpu, f"w2 {w2.gemm} (N {w2.N}, K {w2.K})", down_at, why))
     return out
 
 
-def _table(winners: dict) -> dict[str, dict[str, int]]:
-    return {str(k): w.entry for k, w in winners.items()}
+def _fill(winners: dict[int, _Winner], keys: list[int]) -> dict[int, tuple[int, _Winner]]:
+    """key -> (the stored bucket it takes, that bucket's winner): the bucket a run's stored lookup takes for that many
+    tokens, its own (m_bucket) where stored, else the nearest stored in log2 (config_files.nearest_bucket)."""
+    buckets = list(winners)
+    out = {}
+    for k in keys:
+        b = config_files.nearest_bucket(buckets, config_files.m_bucket(k, moe=True))
+        out[k] = (b, winners[b])
+    return out
 
 
-def _written(path: str, table: dict, gpu: str, gemm: str, winners: dict, notes: list[str]) -> Written:
+def _written(path: str, head: dict, gpu: str, gemm: str, at: dict[int, tuple[int, _Winner]], notes: list) -> Written:
+    """One file: `head` (vLLM's triton_version), then an entry per key, and a note on the keys whose own bucket is not
+    stored."""
     counts: dict[str, int] = {}
-    for w in winners.values():
+    for _, w in at.values():
         counts[w.variant] = counts.get(w.variant, 0) + 1
+    table = {**head, **{str(k): w.entry for k, (_, w) in at.items()}}
     # vLLM's tuner writes json.dump(..., indent=4) and a newline (benchmark_moe.py save_configs)
     data = (json.dumps(table, indent=4) + "\n").encode()
-    return Written(path, data, gpu, gemm, list(winners), counts, notes)
+    buckets = {k: b for k, (b, _) in at.items()}
+    lent: dict[int, list[int]] = {}
+    for k, b in buckets.items():
+        if b != config_files.m_bucket(k, moe=True):
+            lent.setdefault(b, []).append(k)
+    if lent:
+        notes = [*notes, "no stored bucket of their own for " + "; ".join(
+            f"{', '.join(map(str, ks))} (bucket {b}'s winner)" for b, ks in lent.items()) + ": the nearest in log2"]  # fmt: skip
+    return Written(path, data, gpu, gemm, list(at), buckets, counts, notes)
 
 
-def _keys(keys: list[int]) -> str:
+def _counts(keys: list[int]) -> str:
     return "token count" + ("s " if len(keys) > 1 else " ") + ", ".join(map(str, keys))
