@@ -78,13 +78,15 @@ def vllm_entry(gpu: str, dtype: Optional[str], block: Optional[list[int]], M: in
 
 
 def sglang_entries(gpu: str, dtype: Optional[str], block: Optional[list[int]], M: int, triton: str,
-                   config_dir: Optional[Path], module_dir: Path) -> tuple[Optional[dict], Optional[dict]]:  # fmt: skip
+                   config_dir: Optional[Path], module_dir: Path,
+                   assert_equal_m: bool = False) -> tuple[Optional[dict], Optional[dict]]:  # fmt: skip
     """SGLang's (w13 entry, w2 entry) for M tokens, None for its default (w13) or for w13's entry (w2).  Re-stated
     from python/sglang/srt/layers/moe/moe_runner/triton_utils/fused_moe_triton_config.py: get_config_file_name (the
     device name's spaces as `_`, no H200 rule, `,block_shape=[n, k]` as Python prints the list, `_down` for w2),
     get_moe_configs (under SGLANG_MOE_CONFIG_DIR, else its own folder: configs/triton_<version, dots as _>/, and
     where that file is missing the same name in the other configs/triton_* folders, newest version first),
-    try_get_optimal_moe_config (the nearest key in each file; w2's BLOCK_SIZE_M overridden to w13's)."""
+    try_get_optimal_moe_config (the nearest key in each file; w2's BLOCK_SIZE_M overridden to w13's, where another
+    revision asserts the two are equal instead: assert_equal_m below)."""
     root = (config_dir or module_dir) / "configs"
 
     def table(down: bool) -> Optional[dict[int, Any]]:
@@ -102,6 +104,8 @@ def sglang_entries(gpu: str, dtype: Optional[str], block: Optional[list[int]], M
     w13 = _nearest(up, M) if up else None
     w2 = dict(_nearest(down, M)) if down else None
     if w13 is not None and w2 is not None:
+        if assert_equal_m:
+            assert w2["BLOCK_SIZE_M"] == w13["BLOCK_SIZE_M"]
         w2["BLOCK_SIZE_M"] = w13["BLOCK_SIZE_M"]  # one moe_align_block_size sort serves both GEMMs
     return w13, w2
 
@@ -156,6 +160,8 @@ def test_each_engine_finds_the_export_and_takes_the_entry_gemmbench_meant(tmp_pa
         assert got == (up, {**down, "BLOCK_SIZE_M": up["BLOCK_SIZE_M"]}), M
         # SGLang on another Triton finds no folder of its own version in DIR, and falls back to the export's
         assert sglang_entries(gpu, dtype, block, M, "3.7.0", tmp_path / "sglang", sglang_module) == got, M
+        # the revision that asserts w2's BLOCK_SIZE_M equals w13's reads the same files without failing
+        assert sglang_entries(gpu, dtype, block, M, TRITON, tmp_path / "sglang", sglang_module, True) == got, M
     # without the variables each engine reads its own shipped files; SGLang's variable replaces them
     assert vllm_entry(gpu, dtype, block, 16, None, vllm_shipped) == theirs
     assert sglang_entries(gpu, dtype, block, 16, TRITON, None, sglang_module) == (theirs, None)

@@ -12,7 +12,8 @@ Where both mapping variants have a stored winner for a bucket, the faster one (i
 One file per (GPU, experts per rank, intermediate size per partition, engine dtype); its entries are the w13 GEMM's
 (gate and up fused: column-parallel in the set, N = 2 x intermediate).  vLLM runs that one config for w2 as well:
 w2's own winners are not written, and the table says at which keys they differ.  SGLang reads w2's from
-`<name>_down.json`: it is written from the w2 GEMM's winners (row-parallel, K = intermediate), with the same keys,
+`<name>_down.json`: it is written from the w2 GEMM's winners (row-parallel, K = intermediate) with w13's BLOCK_SIZE_M
+(one alignment of the tokens serves both GEMMs), with the same keys,
 both in `configs/triton_X_Y_Z/` (the Triton version they were tuned with), so that SGLANG_MOE_CONFIG_DIR=DIR finds them.
 
 The keys: vLLM's tuner's token counts (TOKEN_COUNTS: 1, 2, 4, ... 24, ... 3072, 4096) and any stored bucket beyond
@@ -245,7 +246,13 @@ def _files(engine: InferenceEngine, group: Group, gpu: str, up: dict, down: dict
     if down_at:
         w2 = group.gemms["w2"]
         other = [k for k, (_, w) in down_at.items() if w.entry["BLOCK_SIZE_M"] != up_at[k][1].entry["BLOCK_SIZE_M"]]
-        why = [f"SGLang runs w2 with w13's BLOCK_SIZE_M at {_counts(other)} (one alignment)"] if other else []
+        # both GEMMs read one alignment of the tokens, padded to w13's BLOCK_SIZE_M: SGLang runs w2 with it (some
+        # revisions replace w2's, others assert they are equal), so the file holds w13's and says where it differs
+        for k in other:
+            bucket, won = down_at[k]
+            entry = {**won.entry, "BLOCK_SIZE_M": up_at[k][1].entry["BLOCK_SIZE_M"]}
+            down_at[k] = (bucket, _Winner(entry, won.variant, won.time_us, won.triton))
+        why = [f"w13's BLOCK_SIZE_M written for w2 at {_counts(other)}: one alignment serves both"] if other else []
         down_name = folder + file_name(engine, group.E, group.N, dev, group.dtype, group.block, down=True)
         out.append(_written(down_name, {}, gpu, f"w2 {w2.gemm} (N {w2.N}, K {w2.K})", down_at, why))
     return out
