@@ -27,7 +27,7 @@ def test_defaults_live_in_the_dataclasses():
     dense, splitk, moe = DenseConfig(**TILE), SplitKConfig(**TILE, SPLIT_K=2), MoeConfig(**TILE)
     assert (dense.GROUP_M, dense.TMA, dense.schedule, dense.FP8_PROMOTE) == (8, False, None, None)
     assert (splitk.GROUP_M, splitk.schedule, splitk.TMA, splitk.FP8_PROMOTE) == (8, "row", False, None)
-    assert splitk.SWAP_AB is False
+    assert splitk.SWAP_AB is None  # unset: not swapped, and no key in the JSON
     assert (moe.GROUP_M, moe.SPLIT_K, moe.schedule, moe.FP8_PROMOTE) == (8, None, None, None)
     with pytest.raises(dataclasses.FrozenInstanceError):
         dense.BLOCK_M = 32
@@ -55,7 +55,6 @@ def test_to_dict_writes_the_keys_of_the_dict_configs_in_their_order():
         "num_warps",
         "num_stages",
         "TMA",
-        "SWAP_AB",
     ]
     assert list(MoeConfig(**TILE).to_dict()) == ["BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_warps", "num_stages"]
     assert list(MoeConfig(**TILE, SPLIT_K=1, schedule="col").to_dict())[-2:] == ["SPLIT_K", "schedule"]
@@ -135,12 +134,11 @@ def test_launch_takes_a_plain_dict_where_there_is_no_typed_config():
 
 
 BASE = ["BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_warps", "num_stages"]
-# The keys of each variant's row `config` on the CPU: those the dict configs had, and SplitK's SWAP_AB (one candidate:
-# source "only").
+# The keys of each variant's row `config` on the CPU: those the dict configs had (one candidate: source "only").
 ROW_KEYS = {
     "triton_dp_row": BASE + ["TMA", "schedule", "source"],
-    "triton_splitk_atomic": BASE + ["SPLIT_K", "schedule", "TMA", "SWAP_AB", "source"],
-    "triton_splitk_reduce_rowwise": BASE + ["SPLIT_K", "schedule", "TMA", "SWAP_AB", "source"],
+    "triton_splitk_atomic": BASE + ["SPLIT_K", "schedule", "TMA", "source"],
+    "triton_splitk_reduce_rowwise": BASE + ["SPLIT_K", "schedule", "TMA", "source"],
     "triton_moe_grouped": BASE + ["schedule", "source"],
     "triton_moe_splitk": BASE + ["SPLIT_K", "schedule", "source"],
 }

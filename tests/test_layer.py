@@ -973,3 +973,15 @@ def test_the_layer_plot_draws_no_gap_and_writes_na_below_zero(tiny_steps):
     foot = " ".join(next(a for a in fig.findobj() if a.get_gid() == "footnote").get_text().split())
     assert f"{plan}, eager: gap N/A at M = 1 (eager < kernel sum: timing noise)" in foot
     assert "CPU (Test CPU)" in fig._suptitle.get_text()
+
+
+def test_layer_tables_from_before_the_accumulation_contracts_read_as_precise():
+    """The committed layer tables predate the `fp8_accum` column: their fp8 rows ran precise (every fp8 row did then)
+    and 16-bit rows have none, so they group with today's rows instead of beside them."""
+    from pathlib import Path
+
+    from gemmbench.results.side_tables import load_layer_tables
+
+    root = Path(__file__).parent.parent / "results" / "layer"
+    df = load_layer_tables([root / "llama70b.parquet", root / "mixtral.parquet"])
+    assert set(zip(df["dtype"], df["fp8_accum"], strict=True)) == {("fp8", "precise"), ("bf16", "none")}

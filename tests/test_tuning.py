@@ -71,7 +71,6 @@ def test_store_and_nearest_bucket(config_dir):
         ("num_warps", 4),
         ("num_stages", 3),
         ("TMA", False),
-        ("SWAP_AB", False),
     ]
     assert config_files.stored(name, p.with_(M=1), GPU)[0].BLOCK_N == 32
     cfg, where = config_files.stored(name, p.with_(M=40), GPU)  # bucket 64 is nearest to 64
@@ -181,7 +180,7 @@ CONFIG_TYPES = {
 
 def test_every_committed_config_loads_into_its_family_dataclass():
     """Every committed config goes through from_dict into its variant's dataclass, and back to the same JSON: the
-    keys it has, in their order (a SplitK file from before TMA or SWAP_AB existed gets only their false added)."""
+    keys it has, in their order (a SplitK file from before TMA existed gets only its false added)."""
     files = sorted(config_files.shipped_configs_root().glob("*/*/*.json"))
     assert files
     for f in files:
@@ -192,9 +191,8 @@ def test_every_committed_config_loads_into_its_family_dataclass():
             config = v.tunable.config_type.from_dict(entry["config"])
             assert type(config) is CONFIG_TYPES[v.family]
             back = config.to_dict()
-            for added in ("TMA", "SWAP_AB"):
-                if added not in entry["config"] and v.family == "triton_splitk":
-                    assert back.pop(added) is False
+            if "TMA" not in entry["config"] and v.family == "triton_splitk":
+                assert back.pop("TMA") is False
             assert list(back.items()) == list(entry["config"].items()), f"{f} bucket {bucket}"
             # a file's E is one rank's experts; under expert parallelism (ep) the model has E * ep
             E, topk, ep = data.get("E", 1), data.get("topk", 1), data.get("ep", 1)

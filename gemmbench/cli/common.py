@@ -296,14 +296,15 @@ def runs_a_scaling(chosen: list, scalings: list[str], dtype_names: list[str]) ->
 
 def runs_an_fp8_accum(chosen: list, accums: list[str], dtype_names: list[str], scalings=("tensor",)) -> None:
     """One line and exit 2 where no chosen fp8 variant runs any fp8 accumulation contract asked (runs_a_scaling's
-    rule for --fp8-accum), or where every scaling asked is a block one and every contract fast (dtypes.NO_FAST_FOR_BLOCKS);
-    where some contract has a variant, the cells of the others are skipped rows."""
+    rule for --fp8-accum), or where only fp8 is asked, every scaling a block one and every contract fast
+    (dtypes.NO_FAST_FOR_BLOCKS); where some contract has a variant, the cells of the others are skipped rows."""
     from gemmbench import dtypes  # not at --help
 
     fp8 = [v for v in chosen if any(dtypes.get(d).scaled for d in v.dtypes)]
     if not fp8 or not any(dtypes.get(d).scaled for d in dtype_names):
         return
-    if all(dtypes.fp8_accum_excluded(s, a) for s in scalings for a in accums):
+    only_fp8 = all(dtypes.get(d).scaled for d in dtype_names)  # with a 16-bit dtype asked, those cells still run
+    if only_fp8 and all(dtypes.fp8_accum_excluded(s, a) for s in scalings for a in accums):
         raise fail(f"--fp8-accum {','.join(accums)} --scaling {','.join(scalings)}: {dtypes.NO_FAST_FOR_BLOCKS} "
                    "(add precise to --fp8-accum)")  # fmt: skip
     if not any(name in v.fp8_accums for v in fp8 for name in accums):

@@ -292,14 +292,15 @@ def _print(rows: list) -> None:
     step's kernel time."""
     import pandas as pd  # heavy
 
-    from gemmbench.dtypes import label
+    from gemmbench.dtypes import fp8_accum, label
 
     df = pd.DataFrame(rows)
     # rows of one kind of layer, or from before expert parallelism, scalings or accumulation contracts, may lack these
     df = df.assign(layer_kind=df["layer_kind"].fillna("") if "layer_kind" in df else "", ep=df.get("ep", 1),
                    dp=df.get("dp", 1), layout=df.get("layout", "vllm"),
                    scaling=df["scaling"].fillna("") if "scaling" in df else "",
-                   fp8_accum=df["fp8_accum"].fillna("") if "fp8_accum" in df else "")  # fmt: skip
+                   fp8_accum=df["fp8_accum"].fillna(df["dtype"].map(fp8_accum)) if "fp8_accum" in df
+                   else df["dtype"].map(fp8_accum))  # fmt: skip
     keys = ["layer_kind", "tp", "ep", "dp", "layout", "dtype", "scaling", "fp8_accum"]
     for (kind, t, e, dp, layout, d, s, a), g in df.groupby(keys, sort=False):
         par = f"tp {t}{f', ep {e}' if e > 1 else ''}{f', dp {dp}' if dp > 1 else ''}"

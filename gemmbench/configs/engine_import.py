@@ -258,5 +258,7 @@ def _variant(engine: InferenceEngine, tables: list[Table]) -> registry.Variant:
         supports=supports,
         moe=True,
         scalings=scalings or ("tensor",),
+        # the engines' kernel sums per-tensor fp8 with tl.dot(acc=...), fast on Hopper: both contracts, as the base
+        fp8_accums=base.fp8_accums,
         source=f"--import-config {engine.value}",
     )

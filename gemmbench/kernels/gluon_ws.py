@@ -461,8 +461,7 @@ def fits(config: GluonConfig, elem: int, fp8_precise: bool, block: bool = False)
     if block and (config.SCHEDULE not in ("ws", "pingpong") or not config.PROMOTE_OVERLAP):
         return False  # block scales multiply each K step's own sum: the overlapped K loop's partials
     # registers left for addresses, barriers' phases and scales: 40 under the consumers' CONSUMER_REGS; one
-    # partition has 255 a thread (measured: 128 x 128 x 128 fp8 precise on 4 warps, 192 of accumulators, took 254
-    # registers and did not spill; 128 x 256 on 8 warps, 256 of them, spilled)
+    # partition, 255 a thread, keeps 192 for accumulators (docs/BENCHMARKS.md, "The Gluon kernel": what spilled)
     budget = CONSUMER_REGS - 40 if config.SCHEDULE in ("ws", "pingpong") else 192
     return smem_bytes(config, elem) <= SMEM_BYTES and accumulator_registers(config, fp8_precise) <= budget
 
@@ -476,8 +475,8 @@ def search_space(problem, on_gpu: bool, full: bool = True) -> list[GluonConfig]:
 # step"): 16-bit and fp8 fast, cooperative 128 x 256 (8 warps, 3 stages) and ping-pong 128 x 128; fp8 precise,
 # cooperative 256 x 128 (each warpgroup promotes its own 128 x 128 half) and 128 x 128; and for every contract
 # the 128 + 32 = 160 wide cooperative tile, which fills the 132 SMs where N is 1280 (8 tiles across).  128 x 256
-# with fp8 promotion needs 256 registers a thread (it spilled: fits() keeps it out); four-warp cooperative tiles
-# were 0.55-0.9x the eight-warp ones and stay out of the quick list.
+# with fp8 promotion needs 256 registers a thread (it spills: fits() keeps it out); four-warp cooperative tiles
+# were slower than the eight-warp ones and stay out of the quick list.
 _WIDE = {"BLOCK_N2": 32}
 _QUICK = {
     "16-bit": (("ws", 128, 256, 8, 3, {}), ("pingpong", 128, 128, 4, 5, {}), ("ws", 128, 128, 8, 4, _WIDE)),
@@ -490,8 +489,8 @@ _QUICK = {
         ("pingpong", 64, 128, 4, 6, {"PROMOTE_OVERLAP": True}),
     ),
 }
-# the one-partition steps: 128 x 256 on 8 warps, except with fp8 promotion (256 registers a thread: it spilled),
-# where 128 x 128 on 4 warps (192, which compiled to 254 registers without spilling)
+# the one-partition steps: 128 x 256 on 8 warps, except with fp8 promotion (256 registers a thread: it spills),
+# where 128 x 128 on 4 warps (192: it does not)
 _STEP_QUICK = {"16-bit": (128, 256, 8, 3), "fast": (128, 256, 8, 3), "precise": (128, 128, 4, 4)}
 
 

@@ -196,7 +196,9 @@ class SplitKConfig(tuning.KernelConfig):
     num_warps: int
     num_stages: int
     TMA: bool = False  # the K loop reads through tensor descriptors (tile_loop.py); built: whether it did
-    SWAP_AB: bool = False  # the kernel computes out^T = b @ a^T: BLOCK_M tiles N, BLOCK_N tiles M (SplitKGemm)
+    # the kernel computes out^T = b @ a^T: BLOCK_M tiles N, BLOCK_N tiles M (SplitKGemm); None (unset, left out of
+    # the JSON, so configs from before it compare equal): not swapped
+    SWAP_AB: Optional[bool] = None
     FP8_PROMOTE: Optional[int] = None  # fp8: K summed before fp32 promotion; None: tile_loop.FP8_PROMOTE
 
 
@@ -321,8 +323,8 @@ def search_space(problem, on_gpu: bool, full: bool = True) -> list[SplitKConfig]
 def _swap_space(problem, on_gpu: bool, full: bool) -> list[SplitKConfig]:
     """SWAP_AB candidates of a full GPU search at decode (M <= 64): the kernel's BLOCK_M (64: one warpgroup's wgmma
     rows) tiles N, its BLOCK_N the tokens (16, 32 or 64; tl.dot's minimum is 16); one BLOCK_K, one pipeline depth,
-    pointer loads, the split_candidates values: a handful of configs beside the unswapped ones.  (A BLOCK_M of 128
-    never won on the H100 at N 1280, K 8192 or N 8192, K 1024, M 1 to 64: left out.)"""
+    pointer loads, the split_candidates values: a handful of configs beside the unswapped ones (docs/BENCHMARKS.md,
+    "The Gluon kernel, step by step": none has yet beaten a stored unswapped config)."""
     M, N, K = problem.M, problem.N, problem.K
     if not (on_gpu and full and M <= 64):
         return []

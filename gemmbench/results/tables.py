@@ -96,16 +96,20 @@ def summary(rows: list[dict]) -> list[dict]:
 
 
 def short_config(config) -> str:
-    """'16x64x256 split 8, stored' from a row's config JSON; SPLIT_K = 1 says it fell back to
-    data-parallel.  Empty for variants without tile configs (cuBLAS)."""
+    """'16x64x256 split 8, stored' from a row's config JSON; SPLIT_K = 1 says it fell back to data-parallel; a
+    swapped SplitK config, a Gluon kernel's schedule and its second accumulator ('128x128+32x64 ws') are named.
+    Empty for variants without tile configs (cuBLAS)."""
     c = json.loads(config) if isinstance(config, str) else (config or {})
     if "BLOCK_M" not in c:
         return ""
     if "BLOCK_N" not in c:  # moe_align: only its block size
         return f"BLOCK_M {c['BLOCK_M']}"
-    text = f"{c['BLOCK_M']}x{c['BLOCK_N']}x{c['BLOCK_K']}"
+    width = f"{c['BLOCK_N']}+{c['BLOCK_N2']}" if c.get("BLOCK_N2") else f"{c['BLOCK_N']}"  # a second accumulator
+    text = f"{c['BLOCK_M']}x{width}x{c['BLOCK_K']}"
     if "SPLIT_K" in c:
         text += f" split {c['SPLIT_K']}" if c["SPLIT_K"] > 1 else " split 1 = data-parallel"
+    text += " swap-AB" if c.get("SWAP_AB") else ""  # BLOCK_M tiles N and BLOCK_N the tokens
+    text += f" {c['SCHEDULE']}" if c.get("SCHEDULE") else ""
     return text + (f", {c['source']}" if c.get("source") else "")
 
 
