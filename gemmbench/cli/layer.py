@@ -299,7 +299,7 @@ def _print(rows: list) -> None:
     df = df.assign(layer_kind=df["layer_kind"].fillna("") if "layer_kind" in df else "", ep=df.get("ep", 1),
                    dp=df.get("dp", 1), layout=df.get("layout", "vllm"),
                    scaling=df["scaling"].fillna("") if "scaling" in df else "",
-                   fp8_accum=df["fp8_accum"].fillna(df["dtype"].map(fp8_accum)) if "fp8_accum" in df
+                   fp8_accum=df["fp8_accum"].astype(object).fillna(df["dtype"].map(fp8_accum)) if "fp8_accum" in df
                    else df["dtype"].map(fp8_accum))  # fmt: skip
     keys = ["layer_kind", "tp", "ep", "dp", "layout", "dtype", "scaling", "fp8_accum"]
     for (kind, t, e, dp, layout, d, s, a), g in df.groupby(keys, sort=False):

@@ -159,4 +159,5 @@ def load_layer_tables(paths) -> pd.DataFrame:
     df = pd.concat([df for _, df in tables], ignore_index=True)
     # a table from before the accumulation contracts ran fp8 precise: its rows group with today's precise ones
     contract = df["dtype"].map(dtypes.fp8_accum)
-    return df.assign(fp8_accum=df["fp8_accum"].fillna(contract) if "fp8_accum" in df else contract)
+    # (a column of only missing values reads as float: made object first, so strings may fill it)
+    return df.assign(fp8_accum=df["fp8_accum"].astype(object).fillna(contract) if "fp8_accum" in df else contract)
