@@ -27,14 +27,8 @@ def _make_mm(problem, inputs) -> Launch:
     return Launch(fn=lambda: torch.mm(a, bt, out=out), out=out)
 
 
-def scaled_mm_operands(inputs) -> tuple:
-    """torch._scaled_mm's operands (a, b, scale_a, scale_b) of fp8 inputs, per tensor or row-wise (inductor_mm
-    compiles the same call; the check's cuBLAS fast error too: GemmInputs.scaled_mm_operands)."""
-    return inputs.scaled_mm_operands()
-
-
 def _make_scaled_mm(problem, inputs) -> Launch:
-    a, bt, sa, sb = scaled_mm_operands(inputs)
+    a, bt, sa, sb = inputs.scaled_mm_operands()
     out_dtype = inputs.out_dtype
     fast = problem.fp8_accum == dtypes.FAST_FP8_ACCUM  # cuBLAS's fast accumulation: no fp32 promotion along K
     return Launch(fn=lambda: torch._scaled_mm(a, bt, scale_a=sa, scale_b=sb, out_dtype=out_dtype,

@@ -2,7 +2,7 @@
 sees what torch.compile gives on each shape.
 
 The compiled call is cublas_bf16/fp16's `a @ w.T` (the weight (N, K), as nn.Linear holds it), or cublas_fp8's and
-cublas_fp8_rowwise's `torch._scaled_mm` with the same operands (cublas.scaled_mm_operands: per-tensor or row-wise
+cublas_fp8_rowwise's `torch._scaled_mm` with the same operands (GemmInputs.scaled_mm_operands: per-tensor or row-wise
 scales, bf16 out).  Inductor benchmarks its GEMM choices for the shape (its Triton templates and the aten call,
 cuBLAS) and keeps the fastest.
 
@@ -85,7 +85,7 @@ def _cause(exc: BaseException) -> str:
 
 def _make(problem, inputs) -> Launch:
     if problem.dtype == "fp8":
-        a, bt, sa, sb = cublas.scaled_mm_operands(inputs)
+        a, bt, sa, sb = inputs.scaled_mm_operands()
         if inputs.scaling == "tensor":
             # Inductor's scaled-mm templates load the scales at each output element's (m, n) and skip only size-1
             # dims: a per-tensor scale of shape (1,) failed to lower on torch 2.11 (H100); (1, 1) is
