@@ -174,6 +174,70 @@ def render_profile(path: str) -> str:
     return _table(head, cols, body)
 
 
+def target_for(r: dict) -> float:
+    """The time against cuBLAS (cuBLAS's over the variant's) a cell is held to: BENCHMARKS "Targets against cuBLAS"."""
+    if r["M"] <= 64:
+        headline = r["gemm"] == "attn_qkv" and r["tp"] == 8 and r["dtype"] == "fp8" and r["timing_mode"] == "stream"
+        return 1.3 if headline else 0.97
+    return 0.95 if r["M"] >= 512 else 0.9
+
+
+def _process_ratios(rows: list[dict]) -> dict:
+    """{cell: {variant: [cuBLAS's time over the variant's, one per process that timed both]}}; a process is one
+    (file, run, process) triple, a cell one problem of one shape set under one timing mode."""
+    times: dict = {}
+    for r in rows:
+        cell = (r["shape_set"], r["gemm"], r["N"], r["K"], r["tp"], dtype_label(r), r["timing_mode"], r["M"])
+        proc = (r["path"], r["run_id"], r["process"])
+        times.setdefault(cell, {}).setdefault(proc, {})[r["variant"]] = r
+    out: dict = {}
+    for cell, procs in times.items():
+        for by in procs.values():
+            base = by.get(baseline_for(next(iter(by.values()))))
+            for v, r in by.items():
+                if base is not None and r["family"] != "cublas":
+                    out.setdefault(cell, {}).setdefault(v, []).append(base["time_us_median"] / r["time_us_median"])
+    return out
+
+
+def render_targets(paths: list[str]) -> str:
+    """Each file one process.  Per cell, gemmbench's variant with the best median (over processes) of cuBLAS's time
+    over its own; a cell meets its target when every process does.  A summary per shape set, dtype and timing, then
+    the cells that miss."""
+    import statistics
+
+    rows = [dict(r, path=p) for p in paths for r in store.load(p).to_dict("records")]
+    counts = Counter(r["status"] for r in rows)
+    head = f"{len(paths)} files, {len(rows)} cells, " + ", ".join(f"{n} {s}" for s, n in counts.most_common())
+    ratios = _process_ratios([r for r in rows if r["status"] == "ok"])
+    best = {}
+    for cell, by in ratios.items():
+        v, rs = max(by.items(), key=lambda kv: statistics.median(kv[1]))
+        best[cell] = (v, statistics.median(rs), min(rs), len(rs))
+    groups: dict = {}
+    for cell, (v, med, worst, n) in best.items():
+        target = target_for(
+            dict(zip(("shape_set", "gemm", "N", "K", "tp", "dtype", "timing_mode", "M"), cell, strict=True))
+        )
+        groups.setdefault((cell[0], cell[5], cell[6]), []).append((cell, v, med, worst, n, target))
+    cols = ["shape set", "dtype", "timing", "cells", "processes", "met in every process", "≥ 1.0x (median)",
+            "median", "lowest median (GEMM, TP, M)"]  # fmt: skip
+    body, misses = [], []
+    for (shape_set, label, timing), items in sorted(groups.items()):
+        low = min(items, key=lambda i: i[2])
+        body.append([shape_set, label, timing, str(len(items)), str(min(i[4] for i in items)),
+                     str(sum(i[3] >= i[5] for i in items)), str(sum(i[2] >= 1.0 for i in items)),
+                     f"{statistics.median(i[2] for i in items):.2f}x",
+                     f"{low[2]:.2f}x ({low[0][1]}, {low[0][4]}, {low[0][7]})"])  # fmt: skip
+        misses += [i for i in items if i[3] < i[5]]
+    miss_cols = ["shape set", "GEMM (N, K)", "TP", "dtype", "timing", "M", "variant", "vs cuBLAS (median)", "worst process",
+                 "target"]  # fmt: skip
+    miss_body = [[c[0], f"{c[1]} ({c[2]}, {c[3]})", str(c[4]), c[5], c[6], str(c[7]), v, f"{med:.2f}x", f"{worst:.2f}x",
+                  f"{t:.2f}x"] for c, v, med, worst, _, t in sorted(misses, key=lambda i: (i[0][0], i[2]))]  # fmt: skip
+    return "\n".join([_table(head, cols, body), "", f"The {len(miss_body)} cells that miss:", "",
+                      *md_table(miss_cols, miss_body, "llllll" + "r" * 4)])  # fmt: skip
+
+
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("parquet", nargs="*")
@@ -181,12 +245,15 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--moe", action="store_true", help="the MoE table (fused schedules against the baselines)")
     ap.add_argument("--layer", action="store_true", help="the layer table (`gemmbench layer` output)")
     ap.add_argument("--profile", action="store_true", help="the profile table (`gemmbench profile` output)")
+    ap.add_argument("--targets", action="store_true", help="the targets table: every file one process of one sweep")
     ap.add_argument("--check", metavar="MD", help="exit 1 where a marked table of this file differs from its files")
     ap.add_argument("--update", metavar="MD", help="write every marked table of this file again from its files")
     return ap
 
 
 def tables(args: argparse.Namespace) -> str:
+    if args.targets:
+        return render_targets(args.parquet)
     kind = render_moe if args.moe else render_layer if args.layer else render_profile if args.profile else None
     return "\n\n".join(kind(p) if kind else render(p, args.group) for p in args.parquet)
 

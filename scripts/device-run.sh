@@ -2,7 +2,7 @@
 # Runs on the lent GPU machine (see docs/BENCHMARKS.md): install from the working tree, run the GPU
 # tests, then the tunes named in $TUNES and the sweeps named in $SWEEPS.  Logs and Parquet files go to
 # $OUT; everything is also packed into $OUT/all.tgz (the device tool returns at most 8 files).
-#   TESTS=1|0        pytest -m gpu first (default 1)
+#   TESTS=1|0        pytest -m gpu first (default 1); TESTS_S caps its seconds (default: all that is left)
 #   TUNES="name:args"   each: gemmbench tune args (+ for spaces); they store into gemmbench/kernels/configs
 #                       (GEMMBENCH_CONFIG_DIR), packed as configs.tgz (configs/<gpu>/<variant>/…)
 #   SWEEPS="name:args"  each: gemmbench run args --out logs/name.parquet, e.g. attn-cold:--shapes+llama70b-attn
@@ -37,7 +37,7 @@ python3 -m pip install -q --no-deps --no-build-isolation -e . >"$LOG/install.log
 export GEMMBENCH_CONFIG_DIR=$PWD/gemmbench/kernels/configs
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv | tee "$LOG/gpu.txt"
 if [ "${TESTS:-1}" = 1 ]; then
-  PYTHONUNBUFFERED=1 timeout -s INT "$(left)" python3 -m pytest -m gpu -q ${PYTEST_ARGS:-tests/test_gpu.py tests/test_tuning.py} \
+  PYTHONUNBUFFERED=1 timeout -s INT "${TESTS_S:-$(left)}" python3 -m pytest -m gpu -q ${PYTEST_ARGS:-tests/test_gpu.py tests/test_tuning.py} \
     >"$LOG/gpu-tests.log" 2>&1
   tail -40 "$LOG/gpu-tests.log" | tee "$OUT/gpu-tests.log"
 fi
