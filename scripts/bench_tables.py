@@ -22,9 +22,11 @@ import fnmatch
 import json
 import re
 import shlex
+import statistics
 import sys
 from collections import Counter
 from pathlib import Path
+from typing import NamedTuple
 
 from gemmbench import dtypes
 from gemmbench.results import store
@@ -174,66 +176,86 @@ def render_profile(path: str) -> str:
     return _table(head, cols, body)
 
 
-def target_for(r: dict) -> float:
+class TargetCell(NamedTuple):
+    """One problem of one shape set under one timing mode: a row of the targets table."""
+
+    shape_set: str
+    gemm: str
+    N: int
+    K: int
+    tp: int
+    dtype: str  # dtype_label: "fp8 fast" is a cell of its own
+    timing: str
+    M: int
+
+
+class Verdict(NamedTuple):
+    """A cell's best gemmbench variant: the median and the lowest of cuBLAS's time over its own, one per process."""
+
+    cell: TargetCell
+    variant: str
+    median: float
+    worst: float
+    processes: int
+    target: float
+
+    @property
+    def met(self) -> bool:
+        return self.worst >= self.target
+
+
+def target_for(c: TargetCell) -> float:
     """The time against cuBLAS (cuBLAS's over the variant's) a cell is held to: BENCHMARKS "Targets against cuBLAS"."""
-    if r["M"] <= 64:
-        headline = r["gemm"] == "attn_qkv" and r["tp"] == 8 and r["dtype"] == "fp8" and r["timing_mode"] == "stream"
-        return 1.3 if headline else 0.97
-    return 0.95 if r["M"] >= 512 else 0.9
+    if c.M <= 64:
+        return 1.3 if (c.gemm, c.tp, c.dtype, c.timing) == ("attn_qkv", 8, "fp8", "stream") else 0.97
+    return 0.95 if c.M >= 512 else 0.9
 
 
-def _process_ratios(rows: list[dict]) -> dict:
-    """{cell: {variant: [cuBLAS's time over the variant's, one per process that timed both]}}; a process is one
-    (file, run, process) triple, a cell one problem of one shape set under one timing mode."""
+def target_verdicts(rows: list[dict]) -> list[Verdict]:
+    """rows: ok rows, each with its file in "path"; a process is one (file, run, process) triple.  Per cell, the
+    non-cuBLAS variant with the best median over processes of cuBLAS's time over its own, in that process."""
     times: dict = {}
     for r in rows:
-        cell = (r["shape_set"], r["gemm"], r["N"], r["K"], r["tp"], dtype_label(r), r["timing_mode"], r["M"])
-        proc = (r["path"], r["run_id"], r["process"])
-        times.setdefault(cell, {}).setdefault(proc, {})[r["variant"]] = r
-    out: dict = {}
+        cell = TargetCell(r["shape_set"], r["gemm"], r["N"], r["K"], r["tp"], dtype_label(r), r["timing_mode"], r["M"])
+        times.setdefault(cell, {}).setdefault((r["path"], r["run_id"], r["process"]), {})[r["variant"]] = r
+    verdicts = []
     for cell, procs in times.items():
+        ratios: dict = {}
         for by in procs.values():
             base = by.get(baseline_for(next(iter(by.values()))))
             for v, r in by.items():
                 if base is not None and r["family"] != "cublas":
-                    out.setdefault(cell, {}).setdefault(v, []).append(base["time_us_median"] / r["time_us_median"])
-    return out
+                    ratios.setdefault(v, []).append(base["time_us_median"] / r["time_us_median"])
+        if ratios:
+            v, rs = max(ratios.items(), key=lambda kv: statistics.median(kv[1]))
+            verdicts.append(Verdict(cell, v, statistics.median(rs), min(rs), len(rs), target_for(cell)))
+    return verdicts
 
 
 def render_targets(paths: list[str]) -> str:
-    """Each file one process.  Per cell, gemmbench's variant with the best median (over processes) of cuBLAS's time
-    over its own; a cell meets its target when every process does.  A summary per shape set, dtype and timing, then
-    the cells that miss."""
-    import statistics
-
+    """Each file one process.  A summary per shape set, dtype and timing (a cell meets its target when every process
+    does), then the cells that miss."""
     rows = [dict(r, path=p) for p in paths for r in store.load(p).to_dict("records")]
     counts = Counter(r["status"] for r in rows)
     head = f"{len(paths)} files, {len(rows)} cells, " + ", ".join(f"{n} {s}" for s, n in counts.most_common())
-    ratios = _process_ratios([r for r in rows if r["status"] == "ok"])
-    best = {}
-    for cell, by in ratios.items():
-        v, rs = max(by.items(), key=lambda kv: statistics.median(kv[1]))
-        best[cell] = (v, statistics.median(rs), min(rs), len(rs))
     groups: dict = {}
-    for cell, (v, med, worst, n) in best.items():
-        target = target_for(
-            dict(zip(("shape_set", "gemm", "N", "K", "tp", "dtype", "timing_mode", "M"), cell, strict=True))
-        )
-        groups.setdefault((cell[0], cell[5], cell[6]), []).append((cell, v, med, worst, n, target))
+    for v in target_verdicts([r for r in rows if r["status"] == "ok"]):
+        groups.setdefault((v.cell.shape_set, v.cell.dtype, v.cell.timing), []).append(v)
     cols = ["shape set", "dtype", "timing", "cells", "processes", "met in every process", "≥ 1.0x (median)",
             "median", "lowest median (GEMM, TP, M)"]  # fmt: skip
     body, misses = [], []
-    for (shape_set, label, timing), items in sorted(groups.items()):
-        low = min(items, key=lambda i: i[2])
-        body.append([shape_set, label, timing, str(len(items)), str(min(i[4] for i in items)),
-                     str(sum(i[3] >= i[5] for i in items)), str(sum(i[2] >= 1.0 for i in items)),
-                     f"{statistics.median(i[2] for i in items):.2f}x",
-                     f"{low[2]:.2f}x ({low[0][1]}, {low[0][4]}, {low[0][7]})"])  # fmt: skip
-        misses += [i for i in items if i[3] < i[5]]
+    for (shape_set, label, timing), vs in sorted(groups.items()):
+        low = min(vs, key=lambda v: v.median)
+        body.append([shape_set, label, timing, str(len(vs)), str(min(v.processes for v in vs)),
+                     str(sum(v.met for v in vs)), str(sum(v.median >= 1.0 for v in vs)),
+                     f"{statistics.median(v.median for v in vs):.2f}x",
+                     f"{low.median:.2f}x ({low.cell.gemm}, {low.cell.tp}, {low.cell.M})"])  # fmt: skip
+        misses += [v for v in vs if not v.met]
     miss_cols = ["shape set", "GEMM (N, K)", "TP", "dtype", "timing", "M", "variant", "vs cuBLAS (median)", "worst process",
                  "target"]  # fmt: skip
-    miss_body = [[c[0], f"{c[1]} ({c[2]}, {c[3]})", str(c[4]), c[5], c[6], str(c[7]), v, f"{med:.2f}x", f"{worst:.2f}x",
-                  f"{t:.2f}x"] for c, v, med, worst, _, t in sorted(misses, key=lambda i: (i[0][0], i[2]))]  # fmt: skip
+    miss_body = [[c.shape_set, f"{c.gemm} ({c.N}, {c.K})", str(c.tp), c.dtype, c.timing, str(c.M), v.variant,
+                  f"{v.median:.2f}x", f"{v.worst:.2f}x", f"{v.target:.2f}x"]
+                 for v in sorted(misses, key=lambda v: (v.cell.shape_set, v.median)) for c in [v.cell]]  # fmt: skip
     return "\n".join([_table(head, cols, body), "", f"The {len(miss_body)} cells that miss:", "",
                       *md_table(miss_cols, miss_body, "llllll" + "r" * 4)])  # fmt: skip
 

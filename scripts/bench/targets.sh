@@ -12,13 +12,12 @@ parts=${*:-${TARGET_PARTS:-llama70b llama3-405b qwen2.5-72b between decode}}
 mkdir -p "$out"
 prefill='cublas_bf16,cublas_fp8,triton_persistent,triton_streamk,gluon_ws'
 sweep() {  # NAME gemmbench-run-arguments...
-  local name=$1 p f
+  local name=$1 p f where
   shift
   for p in 1 2 3; do
     f=$out/$name-$p.parquet
-    if [ -f "$f" ]; then set -- "$@" --resume "$f"; else set -- "$@" --out "$f"; fi
-    gemmbench run "$@" > "$out/$name-$p.txt"
-    set -- "${@:1:$#-2}"
+    if [ -f "$f" ]; then where=--resume; else where=--out; fi
+    gemmbench run "$@" "$where" "$f" > "$out/$name-$p.txt"
   done
 }
 for part in $parts; do
