@@ -18,6 +18,7 @@ from gemmbench.cli.common import (
     select_cells,
     watchdog,
 )  # fmt: skip
+from gemmbench.cli.engines import import_configs
 from gemmbench.cli.formats import LayoutChoice
 from gemmbench.cli.options import (
     OUTPUT,
@@ -26,6 +27,7 @@ from gemmbench.cli.options import (
     Dtype,
     Ep,
     Fp8Accum,
+    ImportConfig,
     Layout,
     Ms,
     Plugins,
@@ -76,8 +78,8 @@ Join = Annotated[
 
 def profile(
     shapes: Shapes, variants: Variants = None, dtype: Dtype = "fp8,bf16", m: Ms = None, routing: Routing = "uniform",
-    scaling: Scaling = None, fp8_accum: Fp8Accum = None, plugin: Plugins = None, seed: Seed = 0,
-    tp: Tp = "1", dp: Dp = "1", ep: Ep = "1", layout: Layout = LayoutChoice.vllm,
+    scaling: Scaling = None, fp8_accum: Fp8Accum = None, plugin: Plugins = None, import_config: ImportConfig = None,
+    seed: Seed = 0, tp: Tp = "1", dp: Dp = "1", ep: Ep = "1", layout: Layout = LayoutChoice.vllm,
     ncu_: Ncu = False, nsys_: Nsys = False, metrics: Metrics = None, ncu_set: NcuSet = None,
     out_path: ProfileOut = Path("profiles"), join: Join = None, cell_timeout: CellTimeout = None,
 ) -> None:  # fmt: skip
@@ -94,9 +96,10 @@ def profile(
         raise fail(f"--out {out_path}: give a folder (the profile table and the reports go inside it)")
     runs = _runs_to_join(join)
     dep = deployment(tp, dp, ep, layout)
+    variants, imported = import_configs(import_config, variants)  # profiled beside the kernel they configure
     sset, cells = select_cells(shapes, variants, dtype, m, routing, seed, plugin, dep, scaling, fp8_accum)
     run_id = store.new_run_id(sset.name)
-    profiler = _profiler(out_path, run_id, ncu_, nsys_, seed, plugin, ncu_set, timeout, metrics)
+    profiler = _profiler(out_path, run_id, ncu_, nsys_, seed, plugin, ncu_set, timeout, metrics, imported)
     path = out_path / f"{run_id}-profile.parquet"
     rows = _sweep(profiler, cells, path)
     _print(rows)
@@ -119,7 +122,7 @@ def _runs_to_join(join: Optional[list[Path]]):
         raise fail(f"--join: {exc}") from None
 
 
-def _profiler(out_path, run_id, use_ncu, use_nsys, seed, plugin, ncu_set, timeout, metrics):
+def _profiler(out_path, run_id, use_ncu, use_nsys, seed, plugin, ncu_set, timeout, metrics, env):
     import torch  # heavy, as profile.sweep (pandas, torch) is; nsys not at --help (sqlite3)
 
     from gemmbench.profile import nsys
@@ -129,7 +132,7 @@ def _profiler(out_path, run_id, use_ncu, use_nsys, seed, plugin, ncu_set, timeou
         raise fail("gemmbench profile needs a CUDA GPU (the profilers read its counters and trace its kernels)", 1)
     extra = [x.strip() for x in (metrics or "").split(",") if x.strip()]
     opts = prof.ProfileOptions(out_dir=out_path, run_id=run_id, use_ncu=use_ncu, use_nsys=use_nsys, seed=seed,
-                               plugins=plugin or [], ncu_set=ncu_set, timeout_s=timeout, extra_metrics=extra)  # fmt: skip
+                               plugins=plugin or [], ncu_set=ncu_set, timeout_s=timeout, extra_metrics=extra, env=env)  # fmt: skip
     try:
         return prof.CellProfiler(opts)
     except (ncu.NcuError, nsys.NsysError) as exc:

@@ -47,6 +47,7 @@ class ProfileOptions:
     plugins: list = field(default_factory=list)
     extra_metrics: list = field(default_factory=list)
     ncu_set: Optional[str] = None  # e.g. "full": ncu's section set, passed through
+    env: dict = field(default_factory=dict)  # the workers' extra environment (the --import-config variants)
     # the watchdog of each cell's worker (silent this long in one phase: stopped, the cell an error) and the limit of
     # reading its report; None: no limit
     timeout_s: Optional[float] = 6000.0
@@ -98,7 +99,9 @@ class CellProfiler:
         cell = Cell("profile", payload, (variant.name,), problem.label, prefix=tuple(prefix),
                     timeout_s=self.opts.timeout_s)  # fmt: skip
         sink = _Outcome()
-        with Pool(WorkerOptions("cold", plugins=list(self.opts.plugins)), sink, start=self.start) as pool:
+        with Pool(
+            WorkerOptions("cold", plugins=list(self.opts.plugins), env=self.opts.env), sink, start=self.start
+        ) as pool:
             pool.run([cell])
         output = sink.output + (f"\n{sink.why_lost}" if sink.why_lost else "")
         return sink.outcome, output, sink.code
