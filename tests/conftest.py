@@ -7,6 +7,7 @@ process it starts, before anything reads them; unconditionally, so that a GEMMBE
 the tests (scripts/device-run.sh points it at gemmbench/kernels/configs for its tunes) is never written by one."""
 
 import atexit
+import fcntl
 import os
 import shutil
 import tempfile
@@ -47,6 +48,33 @@ def stamp(**delta) -> str:
 
 
 TIMESTAMP = stamp()
+
+
+# GPU tests in pytest-xdist's workers share the GPU, except those marked exclusive_gpu (they compare times, which
+# another process's kernels would stretch): one of those waits for the others to let go and keeps new ones off.
+# The gate is taken first by every test, so that a waiting exclusive test is not passed by new shared ones.
+_GPU_GATE = Path(tempfile.gettempdir()) / "gemmbench-gpu-tests.gate"
+_GPU_LOCK = Path(tempfile.gettempdir()) / "gemmbench-gpu-tests.lock"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """Around each GPU test's setup, call and teardown (its module's fixtures too): the GPU's shared or exclusive
+    lock."""
+    if not HAS_CUDA or "gpu" not in item.keywords:
+        yield
+        return
+    exclusive = "exclusive_gpu" in item.keywords
+    with open(_GPU_GATE, "a") as gate, open(_GPU_LOCK, "a") as lock:
+        fcntl.flock(gate, fcntl.LOCK_EX)
+        fcntl.flock(lock, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        if not exclusive:
+            fcntl.flock(gate, fcntl.LOCK_UN)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+            fcntl.flock(gate, fcntl.LOCK_UN)
 
 
 def pytest_collection_modifyitems(config, items):

@@ -133,6 +133,20 @@ def test_search_space_fits_and_starts_with_the_measured_winners(dtype, accum):
     assert any(c.PROMOTE_OVERLAP for c in full) == precise  # the overlapped promotion is searched for fp8 precise
 
 
+@pytest.mark.parametrize("M,promoted", [(1, True), (64, True), (65, False), (2048, False)])
+def test_fast_accumulation_promotes_at_decode_m(M, promoted):
+    """Under the fast contract the kernel promotes at M <= 64 (a decode GEMM's one long wgmma chain over all of K
+    leaves the fast tolerance); the search space is then precise's, which keeps 128 x 256 out (256 registers)."""
+    fast = Problem("t", "g", M, 8192, 8192, "fp8", fp8_accum="fast")
+    assert g.promotes(fast) == promoted
+    assert g.promotes(Problem("t", "g", M, 8192, 8192, "fp8", fp8_accum="precise"))
+    assert not g.promotes(Problem("t", "g", M, 8192, 8192, "bf16"))
+    wide = cfg(128, 256, 128, 8, 3, SCHEDULE="ws")
+    assert (wide in g.search_space(fast, on_gpu=True, full=True)) == (not promoted)
+    first = g.search_space(fast, on_gpu=True, full=False)[0]
+    assert (first.BLOCK_M, first.BLOCK_N) == ((256, 128) if promoted else (128, 256))
+
+
 @pytest.mark.parametrize("dtype,accum", [("bf16", "precise"), ("fp8", "precise"), ("fp8", "fast")])
 def test_step_variants_search_their_own_schedule(dtype, accum):
     from gemmbench import registry

@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.exclusive_gpu]
 
 # Llama3-405B's four layer GEMMs (gemmbench/shapesets/llama3-405b.yaml), renamed so as not to collide with llama70b's ids
 SHAPES_405B = """name: ceilings-405b-70b

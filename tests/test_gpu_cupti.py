@@ -22,7 +22,7 @@ import sys
 
 import pytest
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.exclusive_gpu]
 
 BOUND = 0.05
 NCU_BOUND = 0.20

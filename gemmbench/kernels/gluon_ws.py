@@ -17,7 +17,7 @@ Both warp-specialized schedules can widen a tile by a second accumulator (BLOCK_
 
 fp8: FP8_PROMOTE K summed in the tensor cores' reduced-precision accumulator before each fp32 promotion
 (warpgroup_mma's max_num_imprecise_acc; tile_loop.FP8_PROMOTE, the contract of cuBLAS without fast accumulation),
-or none (fast accumulation); PROMOTE_OVERLAP: each K step's sum promoted in the K loop, overlapped with the next
+or none (fast accumulation, except at decode M: promotes()); PROMOTE_OVERLAP: each K step's sum promoted in the K loop, overlapped with the next
 step's wgmma.  Per-tensor or row-wise scales are applied in the epilogue; block scales (1 x 128
 activation groups, 128 x 128 weight blocks) to each K step's own sum in the consumer's K loop; bf16 out.
 
@@ -33,6 +33,7 @@ from typing import Optional
 import torch
 import triton
 
+from gemmbench import dtypes
 from gemmbench.configs import tuning
 from gemmbench.kernels.tile_loop import TRITON_SCALINGS, BlockScales, block_scaled, fp8_promote_every
 from gemmbench.registry import Launch, Variant, register
@@ -466,6 +467,19 @@ def fits(config: GluonConfig, elem: int, fp8_precise: bool, block: bool = False)
     return smem_bytes(config, elem) <= SMEM_BYTES and accumulator_registers(config, fp8_precise) <= budget
 
 
+# Fast accumulation is a bound on the error, not a demand: at M <= this the kernel promotes anyway.  One wgmma chain
+# over a decode GEMM's whole K (8192-53248) drifts outside the fast tolerance, which follows cuBLAS's own decode
+# kernels (docs/BENCHMARKS.md, "The Gluon kernel": fp8 fast at decode).
+PROMOTE_FAST_UP_TO_M = 64
+
+
+def promotes(problem) -> bool:
+    """Whether the kernel promotes its fp8 sums into fp32 for a problem: the precise contract, and fast at decode M."""
+    if problem.dtype != "fp8":
+        return False
+    return problem.fp8_accum != dtypes.FAST_FP8_ACCUM or problem.M <= PROMOTE_FAST_UP_TO_M
+
+
 def search_space(problem, on_gpu: bool, full: bool = True) -> list[GluonConfig]:
     """Candidates for `gemmbench tune` (full) or for a run that finds no stored config (the first few)."""
     return _space(problem, full, SCHEDULES[2:])
@@ -496,11 +510,11 @@ _STEP_QUICK = {"16-bit": (128, 256, 8, 3), "fast": (128, 256, 8, 3), "precise": 
 
 def _space(problem, full: bool, schedules: tuple[str, ...]) -> list[GluonConfig]:
     fp8 = problem.dtype == "fp8"
-    precise = fp8 and problem.fp8_accum == "precise"
+    precise = promotes(problem)
     block = block_scaled(problem)
     elem, bk = (1, 128) if fp8 else (2, 64)
     tile = GluonConfig.tile
-    contract = "block" if block else problem.fp8_accum if fp8 else "16-bit"
+    contract = "block" if block else ("precise" if precise else "fast") if fp8 else "16-bit"
     quick = [tile(bm, bn, bk, w, st, SCHEDULE=s, **x) for s, bm, bn, w, st, x in _QUICK[contract] if s in schedules]
     if contract in _STEP_QUICK:
         bm, bn, warps, stages = _STEP_QUICK[contract]
@@ -638,7 +652,7 @@ def _build(problem, inputs, config: GluonConfig) -> Launch:
         scale = "block"
     elif scale == "row":
         a_scale, b_scale = a_scale.reshape(-1), b_scale.reshape(-1)
-    promote = fp8_promote_every(inputs.a, config, problem.fp8_accum)
+    promote = fp8_promote_every(inputs.a, config, dtypes.REFERENCE_FP8_ACCUM if promotes(problem) else problem.fp8_accum)
     gemm = GluonGemm(inputs.a, inputs.b, out, a_scale, b_scale, scale, config, promote or 0, blocks)
     return Launch(fn=gemm, params=config, out=out, resources=gemm.resources)
 
