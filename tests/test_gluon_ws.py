@@ -133,14 +133,28 @@ def test_search_space_fits_and_starts_with_the_measured_winners(dtype, accum):
     assert any(c.PROMOTE_OVERLAP for c in full) == precise  # the overlapped promotion is searched for fp8 precise
 
 
-@pytest.mark.parametrize("M,promoted", [(1, True), (64, True), (65, False), (2048, False)])
-def test_fast_accumulation_promotes_at_decode_m(M, promoted):
-    """Under the fast contract the kernel promotes at M <= 64 (a decode GEMM's one long wgmma chain over all of K
-    leaves the fast tolerance); the search space is then precise's, which keeps 128 x 256 out (256 registers)."""
-    fast = Problem("t", "g", M, 8192, 8192, "fp8", fp8_accum="fast")
+@pytest.mark.parametrize(
+    "M,N,promoted",
+    [
+        (1, 8192, True),
+        (64, 8192, True),  # decode M
+        (65, 8192, True),  # not decode, but 1 x 64 = 64 tiles of 128 x 128 is under 132 SMs
+        (129, 16384, False),  # 2 x 128 = 256 tiles
+        (333, 256, True),  # 3 x 2 = 6 tiles < 132 SMs
+        (1024, 2048, True),  # 8 x 16 = 128 < 132
+        (1024, 2176, False),  # 8 x 17 = 136 >= 132
+        (2048, 8192, False),
+    ],
+)
+def test_fast_accumulation_promotes_where_cublas_fast_is_accurate(monkeypatch, M, N, promoted):
+    """Under the fast contract the kernel promotes at M <= 64 and on outputs of fewer 128 x 128 tiles than SMs (one
+    long wgmma chain over K leaves the fast tolerance there); its search space is then precise's, which keeps
+    128 x 256 out (256 registers)."""
+    monkeypatch.setattr(g.tuning, "sm_count", lambda: 132)
+    fast = Problem("t", "g", M, N, 8192, "fp8", fp8_accum="fast")
     assert g.promotes(fast) == promoted
-    assert g.promotes(Problem("t", "g", M, 8192, 8192, "fp8", fp8_accum="precise"))
-    assert not g.promotes(Problem("t", "g", M, 8192, 8192, "bf16"))
+    assert g.promotes(Problem("t", "g", M, N, 8192, "fp8", fp8_accum="precise"))
+    assert not g.promotes(Problem("t", "g", M, N, 8192, "bf16"))
     wide = cfg(128, 256, 128, 8, 3, SCHEDULE="ws")
     assert (wide in g.search_space(fast, on_gpu=True, full=True)) == (not promoted)
     first = g.search_space(fast, on_gpu=True, full=False)[0]

@@ -467,17 +467,21 @@ def fits(config: GluonConfig, elem: int, fp8_precise: bool, block: bool = False)
     return smem_bytes(config, elem) <= SMEM_BYTES and accumulator_registers(config, fp8_precise) <= budget
 
 
-# Fast accumulation is a bound on the error, not a demand: at M <= this the kernel promotes anyway.  One wgmma chain
-# over a decode GEMM's whole K (8192-53248) drifts outside the fast tolerance, which follows cuBLAS's own decode
-# kernels (docs/BENCHMARKS.md, "The Gluon kernel": fp8 fast at decode).
+# Fast accumulation is a bound on the error, not a demand: where cuBLAS's fast kernels are accurate, which the fast
+# tolerance follows, the kernel promotes anyway: at decode M, and where the output has fewer 128 x 128 tiles than
+# the GPU has SMs (cuBLAS splits K there).  One wgmma chain over all of K drifts outside that tolerance in both
+# (docs/BENCHMARKS.md, "The Gluon kernel": fp8 fast where cuBLAS is accurate).
 PROMOTE_FAST_UP_TO_M = 64
 
 
 def promotes(problem) -> bool:
-    """Whether the kernel promotes its fp8 sums into fp32 for a problem: the precise contract, and fast at decode M."""
+    """Whether the kernel promotes its fp8 sums into fp32 for a problem: the precise contract always; fast at
+    M <= PROMOTE_FAST_UP_TO_M and on outputs of fewer 128 x 128 tiles than SMs."""
     if problem.dtype != "fp8":
         return False
-    return problem.fp8_accum != dtypes.FAST_FP8_ACCUM or problem.M <= PROMOTE_FAST_UP_TO_M
+    if problem.fp8_accum != dtypes.FAST_FP8_ACCUM or problem.M <= PROMOTE_FAST_UP_TO_M:
+        return True
+    return triton.cdiv(problem.M, 128) * triton.cdiv(problem.N, 128) < tuning.sm_count()
 
 
 def search_space(problem, on_gpu: bool, full: bool = True) -> list[GluonConfig]:
@@ -652,7 +656,9 @@ def _build(problem, inputs, config: GluonConfig) -> Launch:
         scale = "block"
     elif scale == "row":
         a_scale, b_scale = a_scale.reshape(-1), b_scale.reshape(-1)
-    promote = fp8_promote_every(inputs.a, config, dtypes.REFERENCE_FP8_ACCUM if promotes(problem) else problem.fp8_accum)
+    promote = fp8_promote_every(
+        inputs.a, config, dtypes.REFERENCE_FP8_ACCUM if promotes(problem) else problem.fp8_accum
+    )
     gemm = GluonGemm(inputs.a, inputs.b, out, a_scale, b_scale, scale, config, promote or 0, blocks)
     return Launch(fn=gemm, params=config, out=out, resources=gemm.resources)
 
