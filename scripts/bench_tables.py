@@ -122,7 +122,7 @@ def render_moe(path: str) -> str:
     cols = ["GEMM (N, K)", "TP", "EP", "dtype", "tokens"] + [f"{c} µs" for c, _ in MOE_COLUMNS]
     cols += ["best fused", "% roof", "vs loop", "vs grouped_mm"]
     body = []
-    t = lambda r: r["time_us_median"] if r else None  # noqa: E731
+    t = lambda r: float(r["time_us_median"])  # noqa: E731
     for k in sorted(cells):
         by = cells[k]
         out = [f"{k[0]} ({k[1]}, {k[2]})", str(k[3]), str(k[4]), k[5], str(k[6])]
@@ -260,6 +260,107 @@ def render_targets(paths: list[str]) -> str:
                       *md_table(miss_cols, miss_body, "llllll" + "r" * 4)])  # fmt: skip
 
 
+VLLM_KERNEL, OURS_VLLM_CONFIG, OURS = "vllm_fused_moe", "triton_moe_grouped@vllm", "triton_moe_grouped"
+
+
+def _per_process(paths: list[str], key) -> tuple[str, dict]:
+    """The files' counts line, and their rows grouped by by_process."""
+    rows = [dict(r, path=p) for p in paths for r in store.load(p).to_dict("records")]
+    counts = Counter(r["status"] for r in rows)
+    head = f"{len(paths)} files, {len(rows)} cells, " + ", ".join(f"{n} {s}" for s, n in counts.most_common())
+    return head, by_process(rows, key)
+
+
+def by_process(rows: list[dict], key) -> dict:
+    """{key(row): {(file, run, process): {variant: row}}}, a variant's ok row before any other of its status."""
+    cells: dict = {}
+    for r in rows:
+        by = cells.setdefault(key(r), {}).setdefault((r["path"], r["run_id"], r["process"]), {})
+        if r["status"] == "ok" or r["variant"] not in by:
+            by[r["variant"]] = r
+    return cells
+
+
+def _ok_times(procs: dict, variant: str) -> list[float]:
+    return [by[variant]["time_us_median"] for by in procs.values() if by.get(variant, {}).get("status") == "ok"]
+
+
+def _status_or_us(procs: dict, variant: str) -> str:
+    """The median µs of a variant's ok rows over the processes, else its statuses (e.g. wrong)."""
+    times = _ok_times(procs, variant)
+    if times:
+        return f"{statistics.median(times):.1f}"
+    return ", ".join(sorted({by[variant]["status"] for by in procs.values() if variant in by}))
+
+
+def _against(procs: dict, variant: str) -> tuple[str, str, float]:
+    """(µs, 'median (lowest)' of vLLM's time over the variant's per process, that lowest) of one variant."""
+    pairs = [by[VLLM_KERNEL]["time_us_median"] / by[variant]["time_us_median"] for by in procs.values()
+             if all(by.get(v, {}).get("status") == "ok" for v in (VLLM_KERNEL, variant))]  # fmt: skip
+    if not pairs:
+        return _status_or_us(procs, variant), "", 0.0
+    return _status_or_us(procs, variant), f"{statistics.median(pairs):.2f}x ({min(pairs):.2f}x)", min(pairs)
+
+
+def vllm_key(r: dict) -> tuple:
+    return (r["gemm"], r["N"], r["K"], r["tp"], dtype_label(r), r["M"])
+
+
+def render_moe_vllm(paths: list[str]) -> str:
+    """vLLM's kernel (a plugin) against triton_moe_grouped with vLLM's config entries and with its own, per token
+    count: µs (median over processes) and vLLM's time over ours (median, lowest process).  `met`: ours, with one
+    of the two configs, at least as fast as vLLM's kernel in every process."""
+    head, cells = _per_process(paths, vllm_key)
+    cols = ["GEMM (N, K)", "TP", "dtype", "tokens", "vLLM µs", "ours, vLLM's config µs", "vs vLLM", "ours µs",
+            "vs vLLM ", "met"]  # fmt: skip
+    return _table(head, cols, [moe_vllm_row(k, procs) for k, procs in sorted(cells.items())])
+
+
+def moe_vllm_row(key: tuple, procs: dict) -> list[str]:
+    gemm, N, K, tp, label, M = key
+    their, own = _against(procs, OURS_VLLM_CONFIG), _against(procs, OURS)
+    met = "yes" if max(their[2], own[2]) >= 1.0 else "no" if _ok_times(procs, VLLM_KERNEL) else ""
+    return [f"{gemm} ({N}, {K})", str(tp), label, str(M), _status_or_us(procs, VLLM_KERNEL), *their[:2], *own[:2], met]
+
+
+def roofline_target(tokens: int) -> float:
+    """% of roofline a routed-expert GEMM is held to: BENCHMARKS "Fused MoE against its roofline"."""
+    return 90.0 if tokens <= 64 else 80.0
+
+
+def roofline_key(r: dict) -> tuple:
+    return (r["shape_set"], r["gemm"], r["N"], r["K"], r["tp"], r["ep"], dtype_label(r), r["M"])
+
+
+def render_moe_roofline(paths: list[str]) -> str:
+    """Per (model, GEMM, dtype, tokens): the fused variant with the best median % of roofline over the processes,
+    that median and its lowest process, against roofline_target."""
+    head, cells = _per_process(paths, roofline_key)
+    cols = ["model", "GEMM (N, K)", "TP", "EP", "dtype", "tokens", "best fused", "% roof (median)", "lowest process",
+            "target", "met"]  # fmt: skip
+    body = [row for k, procs in sorted(cells.items()) if (row := moe_roofline_row(k, procs))]
+    return "\n".join([head, "", *md_table(cols, body, "lllllr" + "l" + "r" * 4)])
+
+
+def moe_roofline_row(key: tuple, procs: dict) -> list[str] | None:
+    """None for a cell of skipped rows only (bf16 under --scaling block: the header counts them)."""
+    model, gemm, N, K, tp, ep, label, M = key
+    rows = [r for by in procs.values() for r in by.values() if r["status"] == "ok"]
+    if not rows:
+        return None
+    pct: dict = {}
+    for r in rows:
+        if r["pct_of_roofline"] == r["pct_of_roofline"]:  # NaN: no bound
+            pct.setdefault(r["variant"], []).append(r["pct_of_roofline"])
+    target = roofline_target(M)
+    named = [model, f"{gemm} ({N}, {K})", str(tp), str(ep), label, str(M)]
+    if not pct:  # e.g. one token under EP: none of its experts on this rank, nothing to bound
+        return named + ["no rows routed here", "", "", f"{target:.0f}", ""]
+    v, ps = max(pct.items(), key=lambda kv: statistics.median(kv[1]))
+    return named + [v.removeprefix("triton_moe_"), f"{statistics.median(ps):.0f}", f"{min(ps):.0f}", f"{target:.0f}",
+                    "yes" if min(ps) >= target else "no"]  # fmt: skip
+
+
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("parquet", nargs="*")
@@ -268,14 +369,18 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--layer", action="store_true", help="the layer table (`gemmbench layer` output)")
     ap.add_argument("--profile", action="store_true", help="the profile table (`gemmbench profile` output)")
     ap.add_argument("--targets", action="store_true", help="the targets table: every file one process of one sweep")
+    ap.add_argument("--moe-vllm", action="store_true", help="the fused MoE table against vLLM's kernel (a plugin)")
+    ap.add_argument("--moe-roofline", action="store_true", help="the fused MoE table against its roofline targets")
     ap.add_argument("--check", metavar="MD", help="exit 1 where a marked table of this file differs from its files")
     ap.add_argument("--update", metavar="MD", help="write every marked table of this file again from its files")
     return ap
 
 
 def tables(args: argparse.Namespace) -> str:
-    if args.targets:
-        return render_targets(args.parquet)
+    for flag, whole in ((args.targets, render_targets), (args.moe_vllm, render_moe_vllm),
+                        (args.moe_roofline, render_moe_roofline)):  # fmt: skip
+        if flag:
+            return whole(args.parquet)
     kind = render_moe if args.moe else render_layer if args.layer else render_profile if args.profile else None
     return "\n\n".join(kind(p) if kind else render(p, args.group) for p in args.parquet)
 

@@ -73,3 +73,48 @@ def test_targets_by_m_and_the_decode_headline():
     assert target_for(cell("s", "attn_o", 1, 1, 1, "bf16", "stream", 64)) == 0.97
     assert target_for(cell("s", "attn_qkv", 1, 1, 8, "fp8", "stream", 16)) == 1.3
     assert target_for(cell("s", "attn_qkv", 1, 1, 8, "fp8", "cold", 16)) == 0.97
+
+
+def _moe_row(process, variant, us=None, status="ok", M=1024, pct=None, dtype="bf16", scaling="none"):
+    return dict(shape_set="m", gemm="moe_w13", N=14336, K=4096, tp=2, ep=1, dtype=dtype, scaling=scaling,
+                fp8_accum="none", M=M, path="p.parquet", run_id="r", process=process, variant=variant, status=status,
+                time_us_median=us, pct_of_roofline=pct)  # fmt: skip
+
+
+def test_moe_against_vllm_is_met_when_one_config_is_as_fast_in_every_process():
+    """vLLM 100 µs in each of three processes.  Ours with vLLM's entries: 100, 125, 95 µs -> 1.00, 0.80, 1.053x: median
+    1.00x, lowest 0.80x; ours with its own config: 98, 99, 100 µs -> 1.020, 1.010, 1.000x: median 1.01x, lowest 1.00x,
+    so the cell is met (by the own config)."""
+    t = _bench_tables()
+    rows = [_moe_row(p, "vllm_fused_moe", 100.0) for p in range(3)]
+    rows += [_moe_row(p, "triton_moe_grouped@vllm", us) for p, us in enumerate((100.0, 125.0, 95.0))]
+    rows += [_moe_row(p, "triton_moe_grouped", us) for p, us in enumerate((98.0, 99.0, 100.0))]
+    ((key, procs),) = t.by_process(rows, t.vllm_key).items()
+    assert t.moe_vllm_row(key, procs) == ["moe_w13 (14336, 4096)", "2", "bf16", "1024", "100.0", "100.0",
+                                          "1.00x (0.80x)", "99.0", "1.01x (1.00x)", "yes"]  # fmt: skip
+    slower = [dict(r, time_us_median=101.0) if r["variant"] == "triton_moe_grouped" else r for r in rows]
+    ((key, procs),) = t.by_process(slower, t.vllm_key).items()
+    assert t.moe_vllm_row(key, procs)[-1] == "no"  # 0.99x in every process, and the other config's lowest is 0.80x
+
+
+def test_moe_against_vllm_names_a_wrong_vllm_kernel_and_still_times_ours():
+    """vLLM's kernel off the tolerance in every process: no ratio and no verdict, but our own time stands."""
+    t = _bench_tables()
+    rows = [_moe_row(p, "vllm_fused_moe", 50.0, status="wrong") for p in range(3)]
+    rows += [_moe_row(p, "triton_moe_grouped", 40.0) for p in range(3)]
+    ((key, procs),) = t.by_process(rows, t.vllm_key).items()
+    assert t.moe_vllm_row(key, procs)[4:] == ["wrong", "", "", "40.0", "", ""]
+
+
+def test_moe_roofline_takes_the_best_median_and_is_met_only_in_every_process():
+    """4096 tokens (target 80%): col 85, 79, 90 -> median 85, lowest 79 (missed); grouped 82, 82, 83 -> median 82.  col's
+    median is the better, so the row is col's and not met.  At 64 tokens the target is 90%."""
+    t = _bench_tables()
+    rows = [_moe_row(p, "triton_moe_col", 1.0, M=4096, pct=x) for p, x in enumerate((85.0, 79.0, 90.0))]
+    rows += [_moe_row(p, "triton_moe_grouped", 1.0, M=4096, pct=82.0 + (p == 2)) for p in range(3)]
+    ((key, procs),) = t.by_process(rows, t.roofline_key).items()
+    assert t.moe_roofline_row(key, procs)[6:] == ["col", "85", "79", "80", "no"]
+    assert t.roofline_target(64) == 90 and t.roofline_target(4096) == 80
+    skipped = [_moe_row(p, "triton_moe_col", status="skipped", M=64) for p in range(3)]
+    ((key, procs),) = t.by_process(skipped, t.roofline_key).items()
+    assert t.moe_roofline_row(key, procs) is None

@@ -1064,3 +1064,35 @@ def test_a_profile_table_of_another_version_is_refused_in_one_line(tmp_path):
 
     with pytest.raises(store.StoreError, match="profile table of another gemmbench version"):
         plotdata.read([path])
+
+
+def test_profiled_workers_get_the_import_config_environment(monkeypatch, tmp_path):
+    """`profile --import-config`: each cell's worker is started with the environment that registers the imported
+    variants there too (engine_import.worker_env), as `run`'s workers are."""
+    seen = {}
+
+    class Pool:
+        def __init__(self, options, sink, start=None):
+            seen["env"] = options.env
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def run(self, cells):
+            seen["cells"] = len(cells)
+
+    monkeypatch.setattr(profile, "Pool", Pool)
+    monkeypatch.setattr(ncu, "find_ncu", lambda: "/fake/bin/ncu")
+    monkeypatch.setattr(ncu_reader, "load_module", lambda exe: None)
+    env = {"GEMMBENCH_IMPORT": '["vllm:/x/E=8,N=7168,device_name=NVIDIA_H100_80GB_HBM3.json"]'}
+    profiler = profile.CellProfiler(profile.ProfileOptions(out_dir=tmp_path, run_id="r", env=env))
+    profiler._child([], Problem("s", "g", 16, 64, 64, "bf16"), registry.get("cublas_bf16"))
+    assert seen == {"env": env, "cells": 1}
+
+
+def test_cli_import_config_of_a_missing_file_is_one_line(tmp_path):
+    line = one_error(invoke("--ncu", "--shapes", "smoke", "--import-config", f"vllm:{tmp_path / 'E=8,N=7168,x.json'}"))
+    assert "E=8,N=7168,x.json" in line
