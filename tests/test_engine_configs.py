@@ -165,6 +165,31 @@ def test_export_block_fp8_names(tmp_path, monkeypatch):
                                                                                  name + "[128, 128]_down.json"]  # fmt: skip
 
 
+def test_export_of_per_tensor_fp8_takes_what_was_tuned_under_fast(tmp_path, monkeypatch):
+    """The engines' Triton kernel sums per-tensor fp8 with fast accumulation (vLLM's fused_moe_kernel: tl.dot with
+    acc=, Triton's sm90 default): a bucket tuned under fast (its own file) is exported over the shared file's, and a
+    bucket only the shared file has is exported from it."""
+    monkeypatch.setenv(tuning.CONFIG_DIR_ENV, str(tmp_path / "configs"))
+    about = {"triton": "3.6.0"}
+    for p in (W13, W2):
+        p = p.with_(dtype="fp8")
+        config_files.save("triton_moe_grouped", p.with_(M=1), H100, MoeConfig.tile(16, 32, 64, 4, 3), 9.0, about)
+        config_files.save("triton_moe_grouped", p.with_(M=4), H100, MoeConfig.tile(16, 32, 64, 4, 4), 9.0, about)
+        fast = p.with_(M=4, fp8_accum="fast")
+        config_files.save("triton_moe_grouped", fast, H100, MoeConfig.tile(16, 64, 64, 8, 4), 8.0, about)
+    (tmp_path / "tiny.yaml").write_text(TINY)
+    res = invoke("tune", "--shapes", tmp_path / "tiny.yaml", "--dtype", "fp8", "--export", "vllm", tmp_path / "v",
+                 "--export-only")  # fmt: skip
+    assert res.exit_code == 0, res.output
+    written = json.loads(
+        (tmp_path / "v" / "E=4,N=32,device_name=NVIDIA_H100_80GB_HBM3,dtype=fp8_w8a8.json").read_text()
+    )
+    # by hand: key 1 from the shared file's bucket 1 (16 x 32 x 64, 3 stages); key 4 from the fast file's bucket 4
+    # (16 x 64 x 64, 8 warps), not the shared 16 x 32 x 64 with 4 stages
+    assert (written["1"]["BLOCK_SIZE_N"], written["1"]["num_stages"]) == (32, 3)
+    assert (written["4"]["BLOCK_SIZE_N"], written["4"]["num_warps"]) == (64, 8)
+
+
 def test_export_refusals(stored, monkeypatch):
     line = bad(export(stored, "vllm", "--dtype", "fp8"))  # the tiny block is stored in fp16 only
     assert "nothing to export" in line and "no stored config of triton_moe_row or triton_moe_grouped" in line

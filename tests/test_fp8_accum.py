@@ -132,7 +132,7 @@ def test_bad_fp8_accum_in_tune_and_layer():
     assert "--fp8-accum 'x'" in bad(layer)
 
 
-def test_tune_tunes_a_shape_once_whatever_the_contracts():
+def test_tune_tunes_each_contract_asked_on_its_own():
     from gemmbench.cli import tune
     from gemmbench.measure import device
 
@@ -141,12 +141,36 @@ def test_tune_tunes_a_shape_once_whatever_the_contracts():
     chosen = [registry.get("triton_dp_row"), registry.get("inductor_mm")]
     jobs = tune._jobs(problems, chosen, device.detect())
     dense = [g.name for g in sset.gemms if g.E == 1]
-    # by hand: one stored config per (variant, shape, bucket): triton_dp_row's tuned under precise even though fast
-    # was asked first (precise runs read it, and promotion needs more registers); inductor_mm (precise only, and not
-    # run by the interpreter) none
-    assert [(p.gemm, p.fp8_accum, v.name) for p, v in jobs] == [(g, "precise", "triton_dp_row") for g in dense]
+    # by hand: triton_dp_row once per shape and contract (each stored in its own file); inductor_mm (precise only, and
+    # not run by the interpreter) none
+    expected = sorted((g, a, "triton_dp_row") for g in dense for a in ("fast", "precise"))
+    assert sorted((p.gemm, p.fp8_accum, v.name) for p, v in jobs) == expected
     only_fast = tune._jobs(sharding.problems(sset, ["fp8"], [1], fp8_accums=["fast"]), chosen, device.detect())
-    assert [(p.gemm, p.fp8_accum) for p, _ in only_fast] == [(g, "precise") for g in dense]
+    assert sorted((p.gemm, p.fp8_accum) for p, _ in only_fast) == [(g, "fast") for g in sorted(dense)]
+
+
+def test_fast_configs_have_their_own_file_read_over_the_shared_one():
+    """fp8 fast problems store into <name>,fp8_accum=fast.json and read it bucket by bucket over the shared file
+    (precise's, which every contract reads); precise problems never read the fast file."""
+    from gemmbench.configs import config_files
+
+    fast, precise = problem(M=64, fp8_accum="fast"), problem(M=64)
+    assert config_files.config_path("triton_dp_row", fast, "GPU X").name.endswith(",dtype=fp8,fp8_accum=fast.json")
+    assert config_files.config_path("triton_dp_row", fast, "GPU X", shared=True) == config_files.config_path(
+        "triton_dp_row", precise, "GPU X"
+    )
+    assert ",fp8_accum" not in config_files.config_path("triton_dp_row", problem(dtype="bf16"), "GPU X").name
+    shared_64, shared_2048 = DenseConfig.tile(64, 64, 64, 4, 3), DenseConfig.tile(128, 128, 64, 8, 3)
+    fast_2048 = DenseConfig.tile(128, 256, 64, 8, 3)
+    config_files.save("triton_dp_row", precise, "GPU X", shared_64, 10.0, {})
+    config_files.save("triton_dp_row", problem(M=2048), "GPU X", shared_2048, 20.0, {})
+    config_files.save("triton_dp_row", problem(M=2048, fp8_accum="fast"), "GPU X", fast_2048, 15.0, {})
+    at = lambda p: config_files.stored("triton_dp_row", p, "GPU X")[0]  # noqa: E731
+    assert at(problem(M=2048, fp8_accum="fast")) == fast_2048  # its own file's bucket
+    assert at(fast) == shared_64  # a bucket only the shared file has
+    assert at(problem(M=2048)) == shared_2048  # precise never reads fast's
+    saved = json.loads(config_files.config_path("triton_dp_row", fast, "GPU X").read_text())
+    assert saved["fp8_accum"] == "fast" and list(saved["buckets"]) == ["2048"]
 
 
 # ---------------------------------------------------------------- rows and cell keys

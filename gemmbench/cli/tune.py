@@ -182,16 +182,15 @@ def _gpus_and_device(gpus: Optional[str]):
 
 def _jobs(problems: list, chosen: list, dev) -> list:
     """[(problem at its M bucket, variant)], in a fixed order: every shard's host builds this same list from the
-    same options.  M = 1..16 share a bucket, so they are tuned once; so do the fp8 accumulation contracts, whose
-    stored config is one file (config_files.config_path), tuned under precise whatever --fp8-accum asks: a tile
-    chosen under fast accumulation can need twice the registers with promotion, and precise runs read it too."""
-    from gemmbench import dtypes  # not at --help
+    same options.  M = 1..16 share a bucket, so they are tuned once.  Each fp8 accumulation contract asked is tuned
+    on its own and stored in its own file (config_files.config_path: fast's ends ,fp8_accum=fast, and fast runs read
+    it over the shared one): a tile chosen under fast accumulation can need twice the registers with promotion."""
     from gemmbench.configs import config_files  # not at --help (yaml; shard: hashlib)
     from gemmbench.results.shard import cell_key
 
     seen, jobs = set(), []
     for p in problems:
-        p = p.with_(M=config_files.m_bucket(p.M, p.is_moe), fp8_accum=dtypes.fp8_accum(p.dtype))
+        p = p.with_(M=config_files.m_bucket(p.M, p.is_moe))
         for v in chosen:
             key = cell_key(p, v.name)
             if key not in seen and not v.unsupported_reason(p, dev):

@@ -62,18 +62,27 @@ def _config_scaling(problem: Problem) -> Optional[str]:
     return "block" if dtypes.SCALINGS[problem.scaling].k_block is not None else problem.scaling
 
 
-def config_path(variant: str, problem: Problem, gpu: str, root: Optional[Path] = None) -> Path:
+def tuned_fast(problem: Problem) -> bool:
+    """Whether a problem's configs have a file of their own for fast accumulation: fp8 under the fast contract.  A
+    tile chosen with promotion pays for its second fp32 tile in registers; without it larger tiles win (the engines'
+    per-tensor fp8 kernels run fast: docs/BENCHMARKS.md, "Fused MoE against vLLM's kernel")."""
+    return problem.dtype == "fp8" and problem.fp8_accum == dtypes.FAST_FP8_ACCUM
+
+
+def config_path(variant: str, problem: Problem, gpu: str, root: Optional[Path] = None, shared: bool = False) -> Path:
     """The file of a variant's configs for a problem's shape on a GPU, under `root` (default: the user's folder,
     configs_root(), where tune writes).
     MoE files are named by the experts one rank holds (E=local) and, under expert parallelism, the degree
     (ep=N): 32 local experts of 256 at EP 8 get 1/8 of the routed pairs spread over 32 experts, another load than
     E=32 without EP.  Without EP the name is E=<all experts>,topk=..., as before EP existed.  An fp8 scaling other
-    than per tensor ends the name (,scaling=block): per-tensor files keep the names they had before scalings."""
+    than per tensor ends the name (,scaling=block): per-tensor files keep the names they had before scalings.  Configs
+    tuned under fast accumulation end it with ,fp8_accum=fast (tuned_fast); shared: the file every contract reads,
+    without that ending."""
     ep = f"ep={problem.ep}," if problem.ep > 1 else ""
     moe = f"E={problem.local_experts},{ep}topk={problem.topk}," if problem.is_moe else ""
     scaling = f",scaling={_config_scaling(problem)}" if _config_scaling(problem) else ""
-    # no fp8_accum in the name: fast reuses precise's tuned configs (one config per shape whatever the contract)
-    name = f"{moe}N={problem.N},K={problem.K},dtype={problem.dtype}{scaling}.json"
+    fast = ",fp8_accum=fast" if tuned_fast(problem) and not shared else ""
+    name = f"{moe}N={problem.N},K={problem.K},dtype={problem.dtype}{scaling}{fast}.json"
     return (configs_root() if root is None else root) / gpu_dirname(gpu) / variant / name
 
 
@@ -93,13 +102,15 @@ def overlay_buckets(variant: str, problem: Problem, gpu: str) -> tuple[dict, dic
     """The buckets of the shipped file and the user's file of the same name, merged (the user's bucket wins), and
     for each bucket the file it came from: relative to the shipped folder (as the repository's gemmbench/kernels/configs
     names it), or the user's file as a full path.  A user folder that is the shipped one (GEMMBENCH_CONFIG_DIR
-    =gemmbench/kernels/configs in a checkout, how the project commits its tunes) is read once, as shipped."""
+    =gemmbench/kernels/configs in a checkout, how the project commits its tunes) is read once, as shipped.  Under fast
+    accumulation the files tuned under it come over the shared ones, bucket by bucket."""
     shipped, user = shipped_configs_root(), configs_root()
     buckets: dict = {}
     where: dict[str, str] = {}
-    layers = [(shipped, True)] + ([(user, False)] if user.resolve() != shipped else [])
-    for root, is_shipped in layers:
-        path = config_path(variant, problem, gpu, root)
+    roots = [(shipped, True)] + ([(user, False)] if user.resolve() != shipped else [])
+    contracts = (True, False) if tuned_fast(problem) else (True,)
+    for shared, (root, is_shipped) in ((c, r) for c in contracts for r in roots):
+        path = config_path(variant, problem, gpu, root, shared)
         found = _read(path).get("buckets", {})
         buckets.update(found)
         name = str(path.relative_to(root)) if is_shipped else str(path)
@@ -169,6 +180,8 @@ def save(variant: str, problem: Problem, gpu: str, config: KernelConfig, us: flo
         data.update(E=problem.local_experts, topk=problem.topk, **({"ep": problem.ep} if problem.ep > 1 else {}))
     if _config_scaling(problem):
         data["scaling"] = _config_scaling(problem)
+    if tuned_fast(problem):
+        data["fp8_accum"] = problem.fp8_accum
     bucket = str(m_bucket(problem.M, problem.is_moe))
     data["buckets"][bucket] = {"config": config.to_dict(), "time_us": round(us, 3), **about}
     data["buckets"] = dict(sorted(data["buckets"].items(), key=lambda kv: int(kv[0])))

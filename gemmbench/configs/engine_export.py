@@ -118,7 +118,11 @@ def plan(
             continue
         inter = p.N // 2 if role == "w13" else p.K
         group = groups.setdefault((p.local_experts, inter, dtype, block), Group(p.local_experts, inter, dtype, block))
-        p = p.with_(M=1, routing="uniform")  # what names its stored file: shape, experts, top-k, EP, dtype, scaling
+        # what names its stored files: shape, experts, top-k, EP, dtype, scaling, and the engines' contract: their
+        # Triton kernel sums per-tensor and per-channel fp8 with fast accumulation, and promotes block-scaled fp8 per
+        # 128-K group (dtypes.FP8_ACCUM_ENGINES), so configs tuned under fast serve the former where stored
+        accum = dtypes.FAST_FP8_ACCUM if p.dtype == "fp8" and not block else p.fp8_accum
+        p = p.with_(M=1, routing="uniform", fp8_accum=accum)
         held = group.gemms.get(role)
         same = ("N", "K", "topk", "ep", "dtype", "scaling")
         if held is not None and any(getattr(held, a) != getattr(p, a) for a in same):
@@ -198,7 +202,10 @@ def _winners(names: list[str], problem: Problem, gpu: str, notes: list[str]) -> 
         # the user's buckets over the shipped ones, as a run reads them; TuningError where a file is broken
         buckets, files = config_files.overlay_buckets(name, problem, gpu)
         for root in (config_files.configs_root(), config_files.shipped_configs_root()):
-            own = str(config_files._read(config_files.config_path(name, problem, gpu, root)).get("gpu", own))
+            for shared in (True, False):
+                own = str(
+                    config_files._read(config_files.config_path(name, problem, gpu, root, shared)).get("gpu", own)
+                )
         config_type = registry.get(name).tunable.config_type
         for bucket, stored in buckets.items():
             path = files[bucket]
