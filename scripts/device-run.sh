@@ -3,6 +3,7 @@
 # tests, then the tunes named in $TUNES and the sweeps named in $SWEEPS.  Logs and Parquet files go to
 # $OUT; everything is also packed into $OUT/all.tgz (the device tool returns at most 8 files).
 #   TESTS=1|0        pytest -m gpu first (default 1); TESTS_S caps its seconds (default: all that is left)
+#   TEST_GPUS=0,1    the tests' xdist workers spread over these GPUs (tests/conftest.py), e.g. with PYTEST_ARGS='-n 16'
 #   TUNES="name:args"   each: gemmbench tune args (+ for spaces); they store into gemmbench/kernels/configs
 #                       (GEMMBENCH_CONFIG_DIR), packed as configs.tgz (configs/<gpu>/<variant>/…)
 #   SWEEPS="name:args"  each: gemmbench run args --out logs/name.parquet, e.g. attn-cold:--shapes+llama70b-attn
@@ -37,7 +38,7 @@ python3 -m pip install -q --no-deps --no-build-isolation -e . >"$LOG/install.log
 export GEMMBENCH_CONFIG_DIR=$PWD/gemmbench/kernels/configs
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv | tee "$LOG/gpu.txt"
 if [ "${TESTS:-1}" = 1 ]; then
-  PYTHONUNBUFFERED=1 timeout -s INT "${TESTS_S:-$(left)}" python3 -m pytest -m gpu -q ${PYTEST_ARGS:-tests/test_gpu.py tests/test_tuning.py} \
+  PYTHONUNBUFFERED=1 GEMMBENCH_TEST_GPUS=${TEST_GPUS:-} timeout -s INT "${TESTS_S:-$(left)}" python3 -m pytest -m gpu -q ${PYTEST_ARGS:-tests/test_gpu.py tests/test_tuning.py} \
     >"$LOG/gpu-tests.log" 2>&1
   tail -40 "$LOG/gpu-tests.log" | tee "$OUT/gpu-tests.log"
 fi
@@ -48,7 +49,7 @@ step() {  # kind name args
     profile) extra=(--out "$LOG/$name") ;;
   esac
   # SIGINT: gemmbench stops like on Ctrl-C, with the finished rows saved
-  PYTHONUNBUFFERED=1 timeout -s INT "$(left)" gemmbench "$kind" $args "${extra[@]}" >"$LOG/$name.txt" 2>"$LOG/$name.err"
+  PYTHONUNBUFFERED=1 GEMMBENCH_TEST_GPUS=${TEST_GPUS:-} timeout -s INT "$(left)" gemmbench "$kind" $args "${extra[@]}" >"$LOG/$name.txt" 2>"$LOG/$name.err"
   echo "$kind $name: exit $? in $(( $(date +%s) - start )) s" | tee -a "$OUT/steps.log"
 }
 for t in ${TUNES:-}; do step tune "${t%%:*}" "${t#*:}"; done
@@ -58,7 +59,7 @@ for s in ${LAYERS:-}; do step layer "${s%%:*}" "${s#*:}"; done
 for s in ${SWEEPS:-}; do step run "${s%%:*}" "${s#*:}"; done
 for b in ${BENCH:-}; do
   start=$(date +%s)
-  PYTHONUNBUFFERED=1 timeout -s INT "$(left)" "scripts/bench/$b.sh" "$LOG/$b" >"$LOG/bench-$b.log" 2>&1
+  PYTHONUNBUFFERED=1 GEMMBENCH_TEST_GPUS=${TEST_GPUS:-} timeout -s INT "$(left)" "scripts/bench/$b.sh" "$LOG/$b" >"$LOG/bench-$b.log" 2>&1
   echo "bench $b: exit $? in $(( $(date +%s) - start )) s" | tee -a "$OUT/steps.log"
 done
 tar czf "$OUT/all.tgz" -C "$OUT" logs && rm -rf "$LOG"

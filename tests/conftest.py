@@ -16,6 +16,19 @@ from pathlib import Path
 
 import pytest
 
+TEST_GPUS_ENV = "GEMMBENCH_TEST_GPUS"  # e.g. "0,1": pytest-xdist's workers spread over these GPUs
+
+
+def worker_gpu(worker: str, gpus: str) -> str:
+    """The GPU of an xdist worker ("gw5") among a comma-separated list ("0,1"): round robin, gw5 -> "1"."""
+    ids = [g.strip() for g in gpus.split(",") if g.strip()]
+    return ids[int(worker.removeprefix("gw")) % len(ids)]
+
+
+# before torch starts CUDA: one machine's GPUs share a run (`pytest -m gpu -n 16` with GEMMBENCH_TEST_GPUS=0,1)
+if os.environ.get(TEST_GPUS_ENV) and os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ["CUDA_VISIBLE_DEVICES"] = worker_gpu(os.environ["PYTEST_XDIST_WORKER"], os.environ[TEST_GPUS_ENV])
+
 try:
     import torch
 
@@ -53,8 +66,9 @@ TIMESTAMP = stamp()
 # GPU tests in pytest-xdist's workers share the GPU, except those marked exclusive_gpu (they compare times, which
 # another process's kernels would stretch): one of those waits for the others to let go and keeps new ones off.
 # The gate is taken first by every test, so that a waiting exclusive test is not passed by new shared ones.
-_GPU_GATE = Path(tempfile.gettempdir()) / "gemmbench-gpu-tests.gate"
-_GPU_LOCK = Path(tempfile.gettempdir()) / "gemmbench-gpu-tests.lock"
+_GPU_TAG = os.environ.get("CUDA_VISIBLE_DEVICES", "all").replace(",", "-")  # one gate and lock per GPU
+_GPU_GATE = Path(tempfile.gettempdir()) / f"gemmbench-gpu-tests-{_GPU_TAG}.gate"
+_GPU_LOCK = Path(tempfile.gettempdir()) / f"gemmbench-gpu-tests-{_GPU_TAG}.lock"
 
 
 @pytest.hookimpl(hookwrapper=True)
