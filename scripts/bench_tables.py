@@ -214,12 +214,10 @@ def target_for(c: TargetCell) -> float:
 def target_verdicts(rows: list[dict]) -> list[Verdict]:
     """rows: ok rows, each with its file in "path"; a process is one (file, run, process) triple.  Per cell, the
     non-cuBLAS variant with the best median over processes of cuBLAS's time over its own, in that process."""
-    times: dict = {}
-    for r in rows:
-        cell = TargetCell(r["shape_set"], r["gemm"], r["N"], r["K"], r["tp"], dtype_label(r), r["timing_mode"], r["M"])
-        times.setdefault(cell, {}).setdefault((r["path"], r["run_id"], r["process"]), {})[r["variant"]] = r
+    key = lambda r: TargetCell(r["shape_set"], r["gemm"], r["N"], r["K"], r["tp"], dtype_label(r), r["timing_mode"],  # noqa: E731
+                               r["M"])  # fmt: skip
     verdicts = []
-    for cell, procs in times.items():
+    for cell, procs in by_process(rows, key).items():
         ratios: dict = {}
         for by in procs.values():
             base = by.get(baseline_for(next(iter(by.values()))))
@@ -232,12 +230,18 @@ def target_verdicts(rows: list[dict]) -> list[Verdict]:
     return verdicts
 
 
+def _processes(paths: list[str]) -> tuple[str, list[dict]]:
+    """The files' counts line, and their rows, each with its file in "path" (one process of a sweep is one
+    (file, run, process) triple)."""
+    rows = [dict(r, path=p) for p in paths for r in store.load(p).to_dict("records")]
+    counts = Counter(r["status"] for r in rows)
+    return f"{len(paths)} files, {len(rows)} cells, " + ", ".join(f"{n} {s}" for s, n in counts.most_common()), rows
+
+
 def render_targets(paths: list[str]) -> str:
     """Each file one process.  A summary per shape set, dtype and timing (a cell meets its target when every process
     does), then the cells that miss."""
-    rows = [dict(r, path=p) for p in paths for r in store.load(p).to_dict("records")]
-    counts = Counter(r["status"] for r in rows)
-    head = f"{len(paths)} files, {len(rows)} cells, " + ", ".join(f"{n} {s}" for s, n in counts.most_common())
+    head, rows = _processes(paths)
     groups: dict = {}
     for v in target_verdicts([r for r in rows if r["status"] == "ok"]):
         groups.setdefault((v.cell.shape_set, v.cell.dtype, v.cell.timing), []).append(v)
@@ -265,9 +269,7 @@ VLLM_KERNEL, OURS_VLLM_CONFIG, OURS = "vllm_fused_moe", "triton_moe_grouped@vllm
 
 def _per_process(paths: list[str], key) -> tuple[str, dict]:
     """The files' counts line, and their rows grouped by by_process."""
-    rows = [dict(r, path=p) for p in paths for r in store.load(p).to_dict("records")]
-    counts = Counter(r["status"] for r in rows)
-    head = f"{len(paths)} files, {len(rows)} cells, " + ", ".join(f"{n} {s}" for s, n in counts.most_common())
+    head, rows = _processes(paths)
     return head, by_process(rows, key)
 
 
@@ -276,7 +278,7 @@ def by_process(rows: list[dict], key) -> dict:
     cells: dict = {}
     for r in rows:
         by = cells.setdefault(key(r), {}).setdefault((r["path"], r["run_id"], r["process"]), {})
-        if r["status"] == "ok" or r["variant"] not in by:
+        if r.get("status") == "ok" or r["variant"] not in by:
             by[r["variant"]] = r
     return cells
 
