@@ -98,7 +98,12 @@ def fused_moe_kernel(
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     n_ok = offs_n < N
     rows_b = tl.where(n_ok, offs_n, 0)
-    offs_k = kb_start * BLOCK_K + tl.arange(0, BLOCK_K)
+    offs_k = tl.arange(0, BLOCK_K)
+    # this split's first K block folded into the base pointers, and each K step addressed from them (base +
+    # i * BLOCK_K * stride) rather than by bumping pointer tensors: a shorter K loop (docs/BENCHMARKS.md, "Fused MoE
+    # against vLLM's kernel")
+    a_ptr += kb_start * BLOCK_K * stride_ak
+    b_ptr += kb_start * BLOCK_K * stride_bk
     # The K loop of tile_loop.py, but A's rows are gathered through the sorted slot ids.
     a_ptrs = a_ptr + tokens[:, None] * stride_am + offs_k[None, :] * stride_ak
     b_ptrs = b_ptr + expert * stride_be + rows_b[None, :] * stride_bn + offs_k[:, None] * stride_bk
@@ -115,11 +120,13 @@ def fused_moe_kernel(
     # block cost 10x on fp8 (GPT-OSS-120B's K 2880 with BLOCK_K 128: 7-11% of the read bound, docs/BENCHMARKS.md):
     # a K mask the compiler cannot prove whole splits the vector loads.
     full_end = kb_end if EVEN_K else tl.minimum(kb_end, K // BLOCK_K)
-    for kb in range(kb_start, full_end):
-        acc = _k_step(acc, a_ptrs, b_ptrs, valid, n_ok, K, kb, a_s_ptrs, b_s_ptrs, stride_ask, stride_bsk,
-                      BLOCK_N, BLOCK_K, False, PRECISE_ACC, SCALE_BLOCK)  # fmt: skip
-        a_ptrs += BLOCK_K * stride_ak
-        b_ptrs += BLOCK_K * stride_bk
+    for i in range(0, full_end - kb_start):
+        kb = kb_start + i
+        step = i * BLOCK_K
+        acc = _k_step(acc, a_ptrs + step * stride_ak, b_ptrs + step * stride_bk, valid, n_ok, K, kb, a_s_ptrs,
+                      b_s_ptrs, stride_ask, stride_bsk, BLOCK_N, BLOCK_K, False, PRECISE_ACC, SCALE_BLOCK)  # fmt: skip
+    a_ptrs += (full_end - kb_start) * BLOCK_K * stride_ak
+    b_ptrs += (full_end - kb_start) * BLOCK_K * stride_bk
     if not EVEN_K:
         for kb in range(tl.maximum(kb_start, full_end), kb_end):  # the tail block, if this split holds it
             acc = _k_step(acc, a_ptrs, b_ptrs, valid, n_ok, K, kb, a_s_ptrs, b_s_ptrs, stride_ask, stride_bsk,
@@ -165,7 +172,7 @@ def _k_step(
         b = tl.load(b_ptrs, mask=n_ok[None, :] & (k_left[:, None] > 0), other=0.0)
     else:
         a = tl.load(a_ptrs, mask=valid[:, None], other=0.0)
-        b = tl.load(b_ptrs, mask=n_ok[None, :], other=0.0)
+        b = tl.load(b_ptrs)  # no mask: B's rows past N were clamped to row 0 (rows_b), and C's store is masked
     if SCALE_BLOCK:
         return add_scaled(acc, tl.dot(a, b, max_num_imprecise_acc=PRECISE_ACC), a_s_ptrs, b_s_ptrs,
                           (kb * BLOCK_K) // SCALE_BLOCK, stride_ask, stride_bsk, BLOCK_N, SCALE_BLOCK)  # fmt: skip
