@@ -100,8 +100,8 @@ def fused_moe_kernel(
     rows_b = tl.where(n_ok, offs_n, 0)
     offs_k = tl.arange(0, BLOCK_K)
     # this split's first K block folded into the base pointers, and each K step addressed from them (base +
-    # i * BLOCK_K * stride) rather than by bumping pointer tensors: a shorter K loop (docs/BENCHMARKS.md, "Fused MoE
-    # against vLLM's kernel")
+    # i * BLOCK_K * stride) rather than by bumping pointer tensors: a shorter K loop that keeps the tensor pipe fed
+    # (docs/BENCHMARKS.md, "Fused MoE against vLLM's kernel")
     a_ptr += kb_start * BLOCK_K * stride_ak
     b_ptr += kb_start * BLOCK_K * stride_bk
     # The K loop of tile_loop.py, but A's rows are gathered through the sorted slot ids.
@@ -122,7 +122,7 @@ def fused_moe_kernel(
     full_end = kb_end if EVEN_K else tl.minimum(kb_end, K // BLOCK_K)
     for i in range(0, full_end - kb_start):
         kb = kb_start + i
-        step = i * BLOCK_K
+        step = tl.cast(i, tl.int64) * BLOCK_K  # 64-bit: IADD3 pairs per address, where 32-bit gives IMAD.WIDE
         acc = _k_step(acc, a_ptrs + step * stride_ak, b_ptrs + step * stride_bk, valid, n_ok, K, kb, a_s_ptrs,
                       b_s_ptrs, stride_ask, stride_bsk, BLOCK_N, BLOCK_K, False, PRECISE_ACC, SCALE_BLOCK)  # fmt: skip
     a_ptrs += (full_end - kb_start) * BLOCK_K * stride_ak
@@ -332,7 +332,7 @@ def _space(problem, on_gpu: bool, full: bool) -> list[MoeConfig]:
     ]
     # Hopper's large tiles with wide L2 groups: vLLM's H100 config for Mixtral 8x7B at 2048 tokens, 128 x 256 x 64,
     # GROUP_M 32, 8 warps, 4 stages, was 1.2x faster than this space's best (GROUP_M 8; docs/BENCHMARKS.md)
-    prefill += [tile(128, 256, 64, 8, st, GROUP_M=g) for st in (3, 4) for g in (32, 64)]
+    prefill += [tile(128, 256, 64, 8, st, GROUP_M=g) for st in (3, 4) for g in (16, 32, 64)]
     # Between the two (32-128 rows an expert): 64-row tiles on 4 warps with K 128 and wide or no L2 groups.  vLLM's
     # H100 configs for Mixtral 8x7B at TP 2 use these at 128-512 tokens, and at 256 tokens (64 rows an expert) theirs
     # (64 x 128 x 128, GROUP_M 64; 64 x 256 x 64, GROUP_M 32 at 512) was 9% (w13) and 20% (w2) faster than the best of the decode space, which
