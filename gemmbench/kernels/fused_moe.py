@@ -331,8 +331,9 @@ def _space(problem, on_gpu: bool, full: bool) -> list[MoeConfig]:
         for st in (3, 4)
     ]
     # Hopper's large tiles with wide L2 groups: vLLM's H100 config for Mixtral 8x7B at 2048 tokens, 128 x 256 x 64,
-    # GROUP_M 32, 8 warps, 4 stages, was 1.2x faster than this space's best (GROUP_M 8; docs/BENCHMARKS.md)
-    prefill += [tile(128, 256, 64, 8, st, GROUP_M=g) for st in (3, 4) for g in (16, 32, 64)]
+    # GROUP_M 32, 8 warps, 4 stages, was 1.2x faster than this space's best (GROUP_M 8; docs/BENCHMARKS.md); its fp8
+    # entries are the same tiles 128 deep, GROUP_M 16-64
+    prefill += [tile(128, 256, 128 if fp8 else 64, 8, st, GROUP_M=g) for st in (3, 4) for g in (16, 32, 64)]
     # Between the two (32-128 rows an expert): 64-row tiles on 4 warps with K 128 and wide or no L2 groups.  vLLM's
     # H100 configs for Mixtral 8x7B at TP 2 use these at 128-512 tokens, and at 256 tokens (64 rows an expert) theirs
     # (64 x 128 x 128, GROUP_M 64; 64 x 256 x 64, GROUP_M 32 at 512) was 9% (w13) and 20% (w2) faster than the best of the decode space, which
