@@ -250,7 +250,7 @@ def test_faulting_kernel_costs_one_cell(tmp_path):
     assert len(good) == 6 and (good.status == "ok").all()
 
 
-@pytest.mark.exclusive_gpu  # compute-sanitizer's worker measures the ceilings too, with memory others would take
+@pytest.mark.exclusive_gpu  # memcheck's worker allocates every tensor on its own, without the caching allocator
 def test_sanitize_reports_an_overread(tmp_path):
     df = _run(
         "--shapes",

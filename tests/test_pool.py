@@ -210,3 +210,15 @@ def test_a_real_worker_process_runs_a_task_and_a_crash_costs_its_item(tmp_path):
     assert list(f.lost_) == ["test_crash"] and f.lost_["test_crash"].startswith("check: worker died (killed by signal")
     [row] = f.results["cublas_fp16"][1]
     assert row["status"] == "ok" and row["n_samples"] >= 3 and row["variant"] == "cublas_fp16"
+
+
+def test_the_sanitizer_worker_measures_no_ceilings_and_allocates_every_tensor_alone():
+    """memcheck's worker runs checks only: their rows carry no ceilings, and a ceiling ladder timed under memcheck
+    fails; without the caching allocator each tensor has its own guard region (an overread lands outside it)."""
+    from gemmbench.engine.sweep import sanitizer_worker
+
+    timed = WorkerOptions(ceilings=True, env={"A": "1"}, budget_s=0.2)
+    checked = sanitizer_worker(timed)
+    assert checked.ceilings is False and checked.budget_s == 0.2
+    assert checked.env == {"A": "1", "PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}
+    assert timed.ceilings is True and timed.env == {"A": "1"}  # the timing pool's options are left as they were

@@ -147,6 +147,13 @@ def _sanitizer_cells(cells: list, seed: int, folder: Path) -> list[Cell]:
     return out
 
 
+def sanitizer_worker(worker: WorkerOptions) -> WorkerOptions:
+    """The options of a worker that runs checks under compute-sanitizer: every tensor its own allocation, so that an
+    overread shows; no ceilings, which its rows do not carry and which memcheck cannot time."""
+    env = dict(worker.env, PYTORCH_NO_CUDA_MEMORY_CACHING="1")
+    return WorkerOptions(**{**asdict(worker), "env": env, "ceilings": False})
+
+
 def run(cells: list, opts: SweepOptions, writer, progress: Optional[Progress] = None) -> None:
     """Every (problem, variant) of `cells` ends as one row in `writer`, on disk when this returns (its parts: the
     command joins them, store.RunWriter.close).  PoolError when no worker can start."""
@@ -163,14 +170,11 @@ def _run(cells: list, opts: SweepOptions, writer, progress: Optional[Progress]) 
         raise PoolError("--sanitize needs compute-sanitizer on the PATH (it ships with the CUDA toolkit, in "
                         "<cuda>/bin or the Nsight Compute install)")  # fmt: skip
     sink = _Sink(writer, opts, progress or Progress())
-    worker = opts.worker
-    if opts.sanitize:  # every tensor its own allocation, so that an overread shows
-        worker = WorkerOptions(**{**asdict(worker), "env": dict(worker.env, PYTORCH_NO_CUDA_MEMORY_CACHING="1")})
     with Pool(opts.worker, sink, opts.gpus) as pool:
         if opts.sanitize:
             with (
                 tempfile.TemporaryDirectory(prefix="gemmbench-sanitizer-") as folder,
-                Pool(worker, sink, opts.gpus) as sp,
+                Pool(sanitizer_worker(opts.worker), sink, opts.gpus) as sp,
             ):
                 sp.run(_sanitizer_cells(cells, opts.seed, Path(folder)))
             clean = [(p, [n for n in names if n in sink.passed.get(f"{p.label} {n}", [])]) for p, names in cells]
