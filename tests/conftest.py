@@ -64,8 +64,10 @@ TIMESTAMP = stamp()
 
 
 # GPU tests in pytest-xdist's workers share the GPU, except those marked exclusive_gpu (they compare times, which
-# another process's kernels would stretch): one of those waits for the others to let go and keeps new ones off.
-# The gate is taken first by every test, so that a waiting exclusive test is not passed by new shared ones.
+# another process's kernels would stretch, or need memory another would take): one of those waits for the others to
+# let go and keeps new ones off.  The gate is taken first by every test, so that a waiting exclusive test is not
+# passed by new shared ones.  Each test hands its worker's cached GPU memory back before it lets go: an idle worker's
+# allocator cache would otherwise hold what the exclusive test needs.
 _GPU_TAG = os.environ.get("CUDA_VISIBLE_DEVICES", "all").replace(",", "-")  # one gate and lock per GPU
 _GPU_GATE = Path(tempfile.gettempdir()) / f"gemmbench-gpu-tests-{_GPU_TAG}.gate"
 _GPU_LOCK = Path(tempfile.gettempdir()) / f"gemmbench-gpu-tests-{_GPU_TAG}.lock"
@@ -87,6 +89,7 @@ def pytest_runtest_protocol(item, nextitem):
         try:
             yield
         finally:
+            torch.cuda.empty_cache()
             fcntl.flock(lock, fcntl.LOCK_UN)
             fcntl.flock(gate, fcntl.LOCK_UN)
 

@@ -46,6 +46,7 @@ def peak_bound(M: int, N: int, K: int, dtype: str) -> int:
     return E * N * K * elem + M * K * elem + 3 * M * K * 4 + N * K * 4 + 8 * R * N * 4 + (512 << 20)
 
 
+@pytest.mark.exclusive_gpu  # up to 15 GiB each: eight workers at once would not fit in 80 GB
 @pytest.mark.parametrize("name,dtype", CASES)
 @pytest.mark.parametrize("M", [1, 8, 4096])
 @pytest.mark.parametrize("gemm", GEMMS)
