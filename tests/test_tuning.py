@@ -159,7 +159,8 @@ def test_config_files_in_the_repository_are_valid():
         ep = f"ep={data['ep']}," if data.get("ep", 1) > 1 else ""
         moe = f"E={data['E']},{ep}topk={data['topk']}," if "E" in data else ""
         scaling = f",scaling={data['scaling']}" if data.get("scaling", "tensor") not in ("tensor", "none") else ""
-        assert f.name == f"{moe}N={data['N']},K={data['K']},dtype={data['dtype']}{scaling}.json"
+        fast = ",fp8_accum=fast" if data.get("fp8_accum") == "fast" else ""  # tuned under fast accumulation
+        assert f.name == f"{moe}N={data['N']},K={data['K']},dtype={data['dtype']}{scaling}{fast}.json"
         v = registry.get(data["variant"])
         for bucket, entry in data["buckets"].items():
             assert int(bucket) == config_files.m_bucket(int(bucket), bool(moe)) and entry["time_us"] > 0
@@ -197,7 +198,8 @@ def test_every_committed_config_loads_into_its_family_dataclass():
             # a file's E is one rank's experts; under expert parallelism (ep) the model has E * ep
             E, topk, ep = data.get("E", 1), data.get("topk", 1), data.get("ep", 1)
             problem = Problem("s", "g", int(bucket), data["N"], data["K"], data["dtype"], E=E * ep, topk=topk, ep=ep,
-                              scaling=data.get("scaling", "tensor"))  # fmt: skip
+                              scaling=data.get("scaling", "tensor"),
+                              fp8_accum=data.get("fp8_accum", "precise"))  # fmt: skip
             assert config_files.stored(v.name, problem, data["gpu"])[0] == config
 
 
