@@ -132,7 +132,8 @@ def _profiler(out_path, run_id, use_ncu, use_nsys, seed, plugin, ncu_set, timeou
         raise fail("gemmbench profile needs a CUDA GPU (the profilers read its counters and trace its kernels)", 1)
     extra = [x.strip() for x in (metrics or "").split(",") if x.strip()]
     opts = prof.ProfileOptions(out_dir=out_path, run_id=run_id, use_ncu=use_ncu, use_nsys=use_nsys, seed=seed,
-                               plugins=plugin or [], ncu_set=ncu_set, timeout_s=timeout, extra_metrics=extra, env=env)  # fmt: skip
+                               plugins=plugin or [], ncu_set=ncu_set, timeout_s=timeout, extra_metrics=extra,
+                               env=env)  # fmt: skip
     try:
         return prof.CellProfiler(opts)
     except (ncu.NcuError, nsys.NsysError) as exc:

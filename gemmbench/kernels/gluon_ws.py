@@ -18,8 +18,9 @@ Both warp-specialized schedules can widen a tile by a second accumulator (BLOCK_
 fp8: FP8_PROMOTE K summed in the tensor cores' reduced-precision accumulator before each fp32 promotion
 (warpgroup_mma's max_num_imprecise_acc; tile_loop.FP8_PROMOTE, the contract of cuBLAS without fast accumulation),
 or none (fast accumulation, except where promotes() says); PROMOTE_OVERLAP: each K step's sum promoted in the K
-loop, overlapped with the next step's wgmma.  Per-tensor or row-wise scales are applied in the epilogue; block scales (1 x 128
-activation groups, 128 x 128 weight blocks) to each K step's own sum in the consumer's K loop; bf16 out.
+loop, overlapped with the next step's wgmma.  Per-tensor or row-wise scales are applied in the epilogue; block
+scales (1 x 128 activation groups, 128 x 128 weight blocks) to each K step's own sum in the consumer's K loop; bf16
+out.
 
 Triton 3.6's gluon.jit ignores TRITON_INTERPRET: the host side (configs, layouts, grid, register budgets,
 descriptors) is tested on the CPU, the kernel on the GPU.
