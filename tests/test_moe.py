@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from gemmbench import registry
-from gemmbench.kernels.fused_moe import MoeConfig, _build, splitk_space
+from gemmbench.kernels.fused_moe import FusedMoe, MoeConfig, _build, splitk_space
 from gemmbench.kernels.moe_align import check_alignment, moe_align
 from gemmbench.measure.check import compare, poison, reference
 from gemmbench.measure.inputs import make_inputs, route
@@ -207,3 +207,16 @@ def test_moe_sweep_with_routings_on_the_cpu(tmp_path):
     assert align.flops.isna().all() and align.tflops.isna().all() and (align.time_us_median > 0).all()
     gemms = df[df.variant != "moe_align"]
     assert gemms.flops.notna().all() and (gemms.tflops > 0).all()
+
+
+@pytest.mark.parametrize("M,grid_m", [(1, 2), (3, 6), (9, 9)])
+def test_a_decode_grid_ends_at_one_block_per_routed_pair(M, grid_m):
+    """By hand, E 8, top 2, 16-row blocks: the alignment lays out ceil((2M + 8 x 15) / 16) blocks (8 at M 1 and 3, 9
+    at M 9), of which at most 2M hold rows; the grid takes min(blocks, 2M): 2, 6 and 9 -- and every tile still
+    matches the reference."""
+    p = moe(M, 64, 64, 8, 2)
+    inputs = make_inputs(p, 3, DEV)
+    gemm = FusedMoe(inputs, 8, 2, MoeConfig.tile(16, 32, 32, 4, 1, GROUP_M=2), "grouped", False)
+    assert gemm.grid_m == grid_m
+    poison(gemm.out)
+    assert compare(p, gemm(), reference(p, inputs)).ok

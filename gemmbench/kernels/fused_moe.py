@@ -238,7 +238,9 @@ class FusedMoe:
         self.align = moe_align(inputs.topk_ids, E, config.BLOCK_M)
         self.weights = inputs.topk_weights.reshape(-1).float().contiguous()
         self.out = torch.empty((M * topk, self.N), dtype=inputs.out_dtype, device=a.device)
-        self.grid_m = self.align.block_expert.numel()
+        # the blocks with rows come first, at most one per routed pair: with fewer pairs than blocks (decode) the grid
+        # ends there instead of launching programs that find no rows (vLLM sizes its small-batch grid so)
+        self.grid_m = min(self.align.block_expert.numel(), M * topk)
         tiles = self.grid_m * triton.cdiv(self.N, config.BLOCK_N)
         self.split_k = max(1, min(config.SPLIT_K or 1, triton.cdiv(K, config.BLOCK_K)))
         self.grid = (tiles, self.split_k)
