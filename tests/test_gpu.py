@@ -130,7 +130,7 @@ MOE_CASES = [  # (tokens, N, K, E, topk, routing): Mixtral 8x7B w13 and w2 at TP
 ]
 MOE_VARIANTS = [
     (n, d)
-    for n in ("triton_moe_row", "triton_moe_col", "triton_moe_grouped", "triton_moe_splitk")
+    for n in ("triton_moe_row", "triton_moe_col", "triton_moe_grouped", "triton_moe_splitk", "triton_moe_persistent")
     for d in ("bf16", "fp16", "fp8")
 ]
 MOE_VARIANTS += [("torch_grouped_mm", "bf16"), ("torch_grouped_mm", "fp16"), ("torch_moe_loop", "bf16")]

@@ -17,7 +17,7 @@ from gemmbench.measure.inputs import make_inputs, route
 from gemmbench.shapes import Problem
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
-FUSED = ["triton_moe_row", "triton_moe_col", "triton_moe_grouped", "triton_moe_splitk"]
+FUSED = ["triton_moe_row", "triton_moe_col", "triton_moe_grouped", "triton_moe_splitk", "triton_moe_persistent"]
 
 # (M tokens, N, K, E, topk, routing)
 CASES = [
@@ -175,8 +175,8 @@ def test_moe_space_between_decode_and_prefill_has_vllms_mixtral_tiles():
 
 
 def test_moe_sweep_with_routings_on_the_cpu(tmp_path):
-    """`gemmbench run` on the smoke set's two MoE GEMMs: every MoE variant checked and timed under two
-    routings; moe_align is its own row, with no FLOPs or roofline (it is not a GEMM)."""
+    """`gemmbench run` on the smoke set's two MoE GEMMs: every MoE variant (eight rows a cell) checked and timed under
+    two routings; moe_align is its own row, with no FLOPs or roofline (it is not a GEMM)."""
     from test_cli import invoke
 
     from gemmbench.results.store import load
@@ -201,7 +201,7 @@ def test_moe_sweep_with_routings_on_the_cpu(tmp_path):
     )
     assert res.exit_code == 0, res.stderr
     df = load([out])
-    assert len(df) == 2 * 2 * 7 and (df.status == "ok").all(), df[df.status != "ok"].reason.tolist()
+    assert len(df) == 2 * 2 * 8 and (df.status == "ok").all(), df[df.status != "ok"].reason.tolist()
     assert sorted(df.routing.unique()) == ["one-expert", "uniform"]
     align = df[df.variant == "moe_align"]
     assert align.flops.isna().all() and align.tflops.isna().all() and (align.time_us_median > 0).all()

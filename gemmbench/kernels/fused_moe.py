@@ -250,54 +250,63 @@ class FusedMoe:
         else:
             self.buf = self.count = torch.empty(1, dtype=torch.int32, device=a.device)  # never touched
 
-    def __call__(self) -> torch.Tensor:
+    def operands(self) -> dict:
+        """The launch's arguments that the fused kernels share (fused_moe_persistent.py's too), by name."""
         a, b, out, cfg, inp, blocks = self.a, self.b, self.out, self.config, self.inputs, self.blocks
         has_scale = inp.a_scale is not None and not blocks.on  # block scales: applied in the K loop, not after
-        fused_moe_kernel[self.grid](
-            a,
-            b,
-            out,
-            inp.a_scale if has_scale else a,
-            inp.b_scale if has_scale else b,
-            blocks.a,
-            blocks.b,
-            *blocks.strides[:2],
-            inp.b_scale.stride(0) if blocks.on else 0,
-            *blocks.strides[2:],
-            self.weights,
-            self.align.sorted_ids,
-            self.align.block_expert,
-            self.align.num_padded,
-            self.buf,
-            self.count,
-            self.N,
-            a.shape[1],
-            out.shape[0],
-            self.topk,
-            self.grid_m,
-            self.split_k,
-            a.stride(0),
-            a.stride(1),
-            b.stride(0),
-            b.stride(1),
-            b.stride(2),
-            out.stride(0),
-            out.stride(1),
+        stride_asm, stride_ask, stride_bsn, stride_bsk = blocks.strides
+        return dict(
+            a_ptr=a,
+            b_ptr=b,
+            c_ptr=out,
+            a_scale_ptr=inp.a_scale if has_scale else a,
+            b_scale_ptr=inp.b_scale if has_scale else b,
+            a_bscale_ptr=blocks.a,
+            b_bscale_ptr=blocks.b,
+            stride_asm=stride_asm,
+            stride_ask=stride_ask,
+            stride_bse=inp.b_scale.stride(0) if blocks.on else 0,
+            stride_bsn=stride_bsn,
+            stride_bsk=stride_bsk,
+            weight_ptr=self.weights,
+            sorted_ids_ptr=self.align.sorted_ids,
+            block_expert_ptr=self.align.block_expert,
+            num_padded_ptr=self.align.num_padded,
+            N=self.N,
+            K=a.shape[1],
+            num_slots=out.shape[0],
+            topk=self.topk,
+            stride_am=a.stride(0),
+            stride_ak=a.stride(1),
+            stride_be=b.stride(0),
+            stride_bn=b.stride(1),
+            stride_bk=b.stride(2),
+            stride_cm=out.stride(0),
+            stride_cn=out.stride(1),
             BLOCK_M=cfg.BLOCK_M,
             BLOCK_N=cfg.BLOCK_N,
             BLOCK_K=cfg.BLOCK_K,
             GROUP_M=cfg.GROUP_M,
-            SCHEDULE=self.schedule,
             HAS_SCALE=has_scale,
             MUL_WEIGHT=self.mul_weight,
             EVEN_K=(a.shape[1] % cfg.BLOCK_K == 0),
             PRECISE_ACC=fp8_promote_every(a, cfg, self.fp8_accum),
-            SPLIT=self.split_k > 1,
             SCALE_BLOCK=blocks.block,
             num_warps=cfg.num_warps,
             num_stages=cfg.num_stages,
         )
-        return out
+
+    def __call__(self) -> torch.Tensor:
+        fused_moe_kernel[self.grid](
+            **self.operands(),
+            buf_ptr=self.buf,
+            count_ptr=self.count,
+            grid_m=self.grid_m,
+            SPLIT_K=self.split_k,
+            SCHEDULE=self.schedule,
+            SPLIT=self.split_k > 1,
+        )
+        return self.out
 
 
 def search_space(problem, on_gpu: bool, full: bool = True) -> list[MoeConfig]:
