@@ -148,7 +148,14 @@ def test_dense_block_tiles_inside_one_weight_block_and_across_two(block_n):
 
 
 @pytest.mark.parametrize(
-    "name,ep", [("triton_moe_col", 1), ("triton_moe_splitk", 2), ("triton_moe_col", 2), ("triton_moe_persistent", 2)]
+    "name,ep",
+    [
+        ("triton_moe_col", 1),
+        ("triton_moe_splitk", 2),
+        ("triton_moe_col", 2),
+        ("triton_moe_persistent", 2),
+        ("triton_moe_permuted", 2),
+    ],
 )
 def test_fused_moe_block_variants_are_ok(name, ep):
     p = moe(ep=ep, scaling="block-ue8m0")

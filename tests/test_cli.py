@@ -56,6 +56,7 @@ BUILTIN_FAMILIES = {
     "triton_moe_grouped": "triton_moe",
     "triton_moe_splitk": "triton_moe",
     "triton_moe_persistent": "triton_moe",
+    "triton_moe_permuted": "triton_moe",
     "inductor_mm": "inductor",
     "triton_persistent": "triton_persistent",
     "triton_streamk": "triton_streamk",

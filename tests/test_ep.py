@@ -29,7 +29,14 @@ from gemmbench.results.compare import compare as compare_runs
 from gemmbench.shapes import Problem, ShapeError
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
-MOE_VARIANTS = ["triton_moe_col", "triton_moe_splitk", "triton_moe_persistent", "torch_moe_loop", "torch_grouped_mm"]
+MOE_VARIANTS = [
+    "triton_moe_col",
+    "triton_moe_splitk",
+    "triton_moe_persistent",
+    "triton_moe_permuted",
+    "torch_moe_loop",
+    "torch_grouped_mm",
+]
 
 # attention and a shared expert (dense: every token hits it) beside two expert GEMMs of 8 experts
 SET_YAML = """\

@@ -23,7 +23,13 @@ DENSE_VARIANTS = ["triton_dp_grouped", "triton_dp_col", "triton_splitk_atomic", 
                   "cublas_fp8_block"]  # fmt: skip
 # (tokens, N, K, E, topk): DeepSeek-V3's routed w2 at EP 8 (32 local experts of 256), a small one with tails
 MOE = [(8, 7168, 2048, 256, 8, 8), (33, 200, 320, 8, 2, 1), (300, 256, 384, 16, 4, 2)]
-MOE_VARIANTS = ["triton_moe_col", "triton_moe_grouped", "triton_moe_splitk", "triton_moe_persistent"]
+MOE_VARIANTS = [
+    "triton_moe_col",
+    "triton_moe_grouped",
+    "triton_moe_splitk",
+    "triton_moe_persistent",
+    "triton_moe_permuted",
+]
 
 
 def _ok(p: Problem, name: str) -> None:

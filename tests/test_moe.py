@@ -17,7 +17,14 @@ from gemmbench.measure.inputs import make_inputs, route
 from gemmbench.shapes import Problem
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
-FUSED = ["triton_moe_row", "triton_moe_col", "triton_moe_grouped", "triton_moe_splitk", "triton_moe_persistent"]
+FUSED = [
+    "triton_moe_row",
+    "triton_moe_col",
+    "triton_moe_grouped",
+    "triton_moe_splitk",
+    "triton_moe_persistent",
+    "triton_moe_permuted",
+]
 
 # (M tokens, N, K, E, topk, routing)
 CASES = [
@@ -175,7 +182,7 @@ def test_moe_space_between_decode_and_prefill_has_vllms_mixtral_tiles():
 
 
 def test_moe_sweep_with_routings_on_the_cpu(tmp_path):
-    """`gemmbench run` on the smoke set's two MoE GEMMs: every MoE variant (eight rows a cell) checked and timed under
+    """`gemmbench run` on the smoke set's two MoE GEMMs: every MoE variant (nine rows a cell) checked and timed under
     two routings; moe_align is its own row, with no FLOPs or roofline (it is not a GEMM)."""
     from test_cli import invoke
 
@@ -201,7 +208,7 @@ def test_moe_sweep_with_routings_on_the_cpu(tmp_path):
     )
     assert res.exit_code == 0, res.stderr
     df = load([out])
-    assert len(df) == 2 * 2 * 8 and (df.status == "ok").all(), df[df.status != "ok"].reason.tolist()
+    assert len(df) == 2 * 2 * 9 and (df.status == "ok").all(), df[df.status != "ok"].reason.tolist()
     assert sorted(df.routing.unique()) == ["one-expert", "uniform"]
     align = df[df.variant == "moe_align"]
     assert align.flops.isna().all() and align.tflops.isna().all() and (align.time_us_median > 0).all()
@@ -220,3 +227,12 @@ def test_a_decode_grid_ends_at_one_block_per_routed_pair(M, grid_m):
     assert gemm.grid_m == grid_m
     poison(gemm.out)
     assert compare(p, gemm(), reference(p, inputs)).ok
+
+
+def test_the_permuted_form_names_rows_a_descriptor_cannot_read():
+    """Tensor descriptors need rows on 16-byte boundaries: fp8 K 72 is 72 bytes a row (refused), fp16 K 72 is 144."""
+    from gemmbench.measure.device import detect
+
+    v = registry.get("triton_moe_permuted")
+    assert "16-byte" in v.unsupported_reason(moe(4, 64, 72, 4, 2, dtype="fp8"), detect())
+    assert v.unsupported_reason(moe(4, 64, 72, 4, 2, dtype="fp16"), detect()) is None

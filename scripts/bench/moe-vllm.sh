@@ -7,7 +7,7 @@
 #             VLLM_MOE_PLUGIN names a file registering the variant `vllm_fused_moe` (reading its config file from
 #             $VLLM_MOE_CONFIG), VLLM_CONFIG_DIR vLLM's vllm/model_executor/layers/fused_moe/configs folder.
 #   roofline: DeepSeek-V3's routed experts at TP 8 + EP 8 and Qwen3-30B-A3B's at TP 1, 1-64 and 4096 tokens, bf16,
-#             fp8 per tensor and fp8 block, every fused form (the three schedules, SplitK, persistent).
+#             fp8 per tensor and fp8 block, every MoE Triton form (three schedules, SplitK, persistent, permuted).
 # Usage: scripts/bench/moe-vllm.sh OUT_DIR [PART ...]   PART: vllm roofline (default: both)
 set -euo pipefail
 out=${1:?give the output folder}
@@ -21,7 +21,7 @@ sweep() {  # NAME gemmbench-run-arguments...
   gemmbench run "$@" --repeat 3 "$where" "$f" > "$out/$name.txt"
 }
 tokens=1,2,4,8,16,32,64,128,256,512,1024,2048,4096
-fused=triton_moe_col,triton_moe_grouped,triton_moe_splitk,triton_moe_persistent  # every fused form (roofline)
+fused=triton_moe_col,triton_moe_grouped,triton_moe_splitk,triton_moe_persistent,triton_moe_permuted  # roofline
 gpu=${VLLM_DEVICE_NAME:-NVIDIA_H100_80GB_HBM3}  # vLLM's file names: the GPU's name with '_' for ' '
 for part in $parts; do
   case $part in
