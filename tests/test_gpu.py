@@ -7,6 +7,7 @@ import sys
 import pytest
 import torch
 from conftest import PLUGINS
+from test_moe import FUSED
 
 pytestmark = pytest.mark.gpu
 
@@ -130,14 +131,7 @@ MOE_CASES = [  # (tokens, N, K, E, topk, routing): Mixtral 8x7B w13 and w2 at TP
 ]
 MOE_VARIANTS = [
     (n, d)
-    for n in (
-        "triton_moe_row",
-        "triton_moe_col",
-        "triton_moe_grouped",
-        "triton_moe_splitk",
-        "triton_moe_persistent",
-        "triton_moe_permuted",
-    )
+    for n in FUSED  # every MoE Triton form (test_moe.py runs them on the CPU)
     for d in ("bf16", "fp16", "fp8")
 ]
 MOE_VARIANTS += [("torch_grouped_mm", "bf16"), ("torch_grouped_mm", "fp16"), ("torch_moe_loop", "bf16")]

@@ -421,41 +421,37 @@ _ORDER = {
 # others, and the SplitK form, run when --variants names them
 DEFAULT_SCHEDULE = "col"
 
-for _schedule, _text in _ORDER.items():
-    _tunable = tuning.Tunable(f"triton_moe_{_schedule}", search_space, _build(_schedule), MoeConfig)
+
+def register_moe(name: str, description: str, space, build, supports=tuning.needs_triton_device, default=False):
+    """Register one MoE Triton form (this module's, fused_moe_persistent.py's, fused_moe_permuted.py's)."""
+    tunable = tuning.Tunable(name, space, build, MoeConfig)
     register(
         Variant(
-            name=f"triton_moe_{_schedule}",
+            name=name,
             family="triton_moe",
             dtypes=("fp16", "bf16", "fp8"),
-            description=f"Fused MoE Triton GEMM, {_text}; {_DESCRIPTION}",
-            make=_tunable.make,
-            supports=tuning.needs_triton_device,
+            description=f"{description}; {_DESCRIPTION}",
+            make=tunable.make,
+            supports=supports,
             moe=True,
-            tunable=_tunable,
+            tunable=tunable,
             scalings=TRITON_SCALINGS,
             fp8_accums=TRITON_FP8_ACCUMS,
-            by_default=_schedule == DEFAULT_SCHEDULE,
+            by_default=default,
         )
     )
 
+
+for _schedule, _text in _ORDER.items():
+    register_moe(f"triton_moe_{_schedule}", f"Fused MoE Triton GEMM, {_text}", search_space, _build(_schedule),
+                 default=_schedule == DEFAULT_SCHEDULE)  # fmt: skip
+
 assert set(_ORDER) == set(SCHEDULES)
 
-_tunable = tuning.Tunable("triton_moe_splitk", splitk_space, _build(), MoeConfig)
-register(
-    Variant(
-        name="triton_moe_splitk",
-        family="triton_moe",
-        dtypes=("fp16", "bf16", "fp8"),
-        description="Fused MoE Triton GEMM, SplitK: each (block of rows, N tile)'s K loop split over SPLIT_K programs, "
-        "partials atomically added in fp32, the last split scales, writes and clears (one launch); "
-        f"column-major tile order; {_DESCRIPTION}",
-        make=_tunable.make,
-        supports=tuning.needs_triton_device,
-        moe=True,
-        tunable=_tunable,
-        scalings=TRITON_SCALINGS,
-        fp8_accums=TRITON_FP8_ACCUMS,
-        by_default=False,
-    )
+register_moe(
+    "triton_moe_splitk",
+    "Fused MoE Triton GEMM, SplitK: each (block of rows, N tile)'s K loop split over SPLIT_K programs, partials "
+    "atomically added in fp32, the last split scales, writes and clears (one launch); column-major tile order",
+    splitk_space,
+    _build(),
 )

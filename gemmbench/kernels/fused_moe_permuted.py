@@ -18,12 +18,12 @@ import torch
 import triton
 import triton.language as tl
 
-from gemmbench.configs import tuning
-from gemmbench.kernels.fused_moe import _DESCRIPTION, FusedMoe, MoeConfig, _finish, search_space
+from gemmbench.kernels.fused_moe import MoeConfig, _finish, register_moe, search_space
+from gemmbench.kernels.fused_moe_persistent import PersistentFusedMoe
 from gemmbench.kernels.persistent import unsupported
 from gemmbench.kernels.schedules import tile_of
-from gemmbench.kernels.tile_loop import TRITON_FP8_ACCUMS, TRITON_SCALINGS, add_scaled, weight_scale_ptrs
-from gemmbench.registry import Launch, Variant, register
+from gemmbench.kernels.tile_loop import add_scaled, weight_scale_ptrs
+from gemmbench.registry import Launch
 
 GATHER_ROWS = 16  # rows of A one program of the copy writes
 GATHER_K = 256  # the copy's K columns a step
@@ -128,20 +128,19 @@ def permuted_moe_kernel(
         _finish(acc, c_ptrs, mask, a_scale_ptr, b_scale_ptr, expert, weight_ptr, slots, valid, HAS_SCALE, MUL_WEIGHT)
 
 
-class PermutedMoe(FusedMoe):
-    """FusedMoe's alignment and output, the gathered copy of A, and the descriptors over it and the weights."""
+class PermutedMoe(PersistentFusedMoe):
+    """The persistent form's alignment, output and program count, the gathered copy of A, and the descriptors over
+    it and the weights."""
 
     def __init__(self, inputs, E: int, topk: int, config: MoeConfig, fp8_accum: str):
         from triton.tools.tensor_descriptor import TensorDescriptor
 
-        super().__init__(inputs, E, topk, config, "grouped", False, fp8_accum)
+        super().__init__(inputs, E, topk, config, False, fp8_accum)
         a, b = inputs.a, inputs.b
         rows = self.align.sorted_ids.numel()
         self.a_perm = torch.zeros((rows, a.shape[1]), dtype=a.dtype, device=a.device)
         self.a_desc = TensorDescriptor.from_tensor(self.a_perm, [config.BLOCK_M, config.BLOCK_K])
         self.b_desc = TensorDescriptor.from_tensor(b.reshape(-1, b.shape[2]), [config.BLOCK_N, config.BLOCK_K])
-        on_gpu = a.is_cuda and not tuning.interpreter_on()
-        self.programs = max(1, min(self.grid[0], tuning.sm_count() if on_gpu else 4))
         self.gather_grid = (triton.cdiv(rows, GATHER_ROWS),)
 
     def __call__(self) -> torch.Tensor:
@@ -154,31 +153,16 @@ class PermutedMoe(FusedMoe):
         return self.out
 
 
-def permuted_space(problem, on_gpu: bool, full: bool = True) -> list[MoeConfig]:
-    """fused_moe.py's data-parallel candidates (the copy engine takes any of their tiles)."""
-    return [c for c in search_space(problem, on_gpu, full) if c.SPLIT_K is None]
-
-
 def _build(problem, inputs, config: MoeConfig) -> Launch:
     gemm = PermutedMoe(inputs, problem.local_experts, problem.topk, config, problem.fp8_accum)
     return Launch(fn=gemm, params=replace(config, schedule="grouped"), out=gemm.out)
 
 
-_tunable = tuning.Tunable("triton_moe_permuted", permuted_space, _build, MoeConfig)
-register(
-    Variant(
-        name="triton_moe_permuted",
-        family="triton_moe",
-        dtypes=("fp16", "bf16", "fp8"),
-        description="MoE Triton GEMM, permuted: A's routed rows copied once into expert order, then a persistent GEMM "
-        "reads the copy and the weights through tensor descriptors (TMA) and scatters rows to their slots (both "
-        f"launches timed); {_DESCRIPTION}",
-        make=_tunable.make,
-        supports=unsupported,
-        moe=True,
-        tunable=_tunable,
-        scalings=TRITON_SCALINGS,
-        fp8_accums=TRITON_FP8_ACCUMS,
-        by_default=False,
-    )
+register_moe(
+    "triton_moe_permuted",
+    "MoE Triton GEMM, permuted: A's routed rows copied once into expert order, then a persistent GEMM reads the copy "
+    "and the weights through tensor descriptors (TMA) and scatters rows to their slots (both launches timed)",
+    search_space,
+    _build,
+    supports=unsupported,
 )

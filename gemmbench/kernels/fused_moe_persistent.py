@@ -17,10 +17,10 @@ import triton
 import triton.language as tl
 
 from gemmbench.configs import tuning
-from gemmbench.kernels.fused_moe import _DESCRIPTION, FusedMoe, MoeConfig, _finish, _k_step, search_space
+from gemmbench.kernels.fused_moe import FusedMoe, MoeConfig, _finish, _k_step, register_moe, search_space
 from gemmbench.kernels.schedules import tile_of
-from gemmbench.kernels.tile_loop import TRITON_FP8_ACCUMS, TRITON_SCALINGS, weight_scale_ptrs
-from gemmbench.registry import Launch, Variant, register
+from gemmbench.kernels.tile_loop import weight_scale_ptrs
+from gemmbench.registry import Launch
 
 
 @triton.jit
@@ -120,30 +120,15 @@ class PersistentFusedMoe(FusedMoe):
         return self.out
 
 
-def persistent_space(problem, on_gpu: bool, full: bool = True) -> list[MoeConfig]:
-    """fused_moe.py's data-parallel candidates (the SplitK form has its own variant)."""
-    return [c for c in search_space(problem, on_gpu, full) if c.SPLIT_K is None]
-
-
 def _build(problem, inputs, config: MoeConfig) -> Launch:
     gemm = PersistentFusedMoe(inputs, problem.local_experts, problem.topk, config, False, problem.fp8_accum)
     return Launch(fn=gemm, params=replace(config, schedule="grouped"), out=gemm.out)
 
 
-_tunable = tuning.Tunable("triton_moe_persistent", persistent_space, _build, MoeConfig)
-register(
-    Variant(
-        name="triton_moe_persistent",
-        family="triton_moe",
-        dtypes=("fp16", "bf16", "fp8"),
-        description="Fused MoE Triton GEMM, persistent: one program per SM walks the tiles in grouped order, the next "
-        f"tile's loads overlapping this tile's epilogue; {_DESCRIPTION}",
-        make=_tunable.make,
-        supports=tuning.needs_triton_device,
-        moe=True,
-        tunable=_tunable,
-        scalings=TRITON_SCALINGS,
-        fp8_accums=TRITON_FP8_ACCUMS,
-        by_default=False,
-    )
+register_moe(
+    "triton_moe_persistent",
+    "Fused MoE Triton GEMM, persistent: one program per SM walks the tiles in grouped order, the next tile's loads "
+    "overlapping this tile's epilogue",
+    search_space,
+    _build,
 )
