@@ -14,5 +14,5 @@ from gemmbench.kernels import inductor  # noqa: F401
 from gemmbench.kernels import persistent  # noqa: F401  (the newest last: the built-ins before keep their colours)
 from gemmbench.kernels import streamk  # noqa: F401  (after persistent: the built-ins before keep their colours)
 from gemmbench.kernels import gluon_ws  # noqa: F401  (after streamk: the built-ins before keep their colours)
-from gemmbench.kernels import fused_moe_persistent  # noqa: F401  (after gluon_ws: the built-ins before keep their colours)
-from gemmbench.kernels import fused_moe_permuted  # noqa: F401  (after fused_moe_persistent: the built-ins before keep their colours)
+from gemmbench.kernels import fused_moe_persistent  # noqa: F401  (after gluon_ws: the earlier keep their colours)
+from gemmbench.kernels import fused_moe_permuted  # noqa: F401  (after fused_moe_persistent: the same)
