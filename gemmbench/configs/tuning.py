@@ -74,6 +74,12 @@ def sm_count() -> int:
     return device.detect().sm_count or 132
 
 
+def persistent_programs(tiles: int, on_gpu: bool) -> int:
+    """A persistent kernel's grid: one program per SM, at most one per tile; 4 in Triton's CPU interpreter, which
+    runs programs one after another (a few still walk several tiles each)."""
+    return max(1, min(tiles, sm_count() if on_gpu else 4))
+
+
 def has_tma() -> bool:
     """Hopper's bulk tensor copy engine (tensor descriptors, gemmbench/kernels/tile_loop.py): compute capability 9+."""
     return device.detect().capability >= (9, 0)

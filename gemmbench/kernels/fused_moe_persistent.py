@@ -111,8 +111,7 @@ class PersistentFusedMoe(FusedMoe):
 
     def __init__(self, inputs, E: int, topk: int, config: MoeConfig, mul_weight: bool, fp8_accum: str):
         super().__init__(inputs, E, topk, config, "grouped", mul_weight, fp8_accum)
-        on_gpu = inputs.a.is_cuda and not tuning.interpreter_on()
-        self.programs = max(1, min(self.grid[0], tuning.sm_count() if on_gpu else 4))
+        self.programs = tuning.persistent_programs(self.grid[0], inputs.a.is_cuda and not tuning.interpreter_on())
 
     def __call__(self) -> torch.Tensor:
         args = self.operands()

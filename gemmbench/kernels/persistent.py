@@ -198,7 +198,7 @@ class PersistentGemm:
         self.scale = "none" if a_scale is None else ("block" if blocks.on else scaling)
         self.scales = (a_scale, b_scale) if self.scale in ("tensor", "row") else (a, a)
         tiles = triton.cdiv(M, bm) * triton.cdiv(N, bn)
-        self.programs = max(1, min(tiles, tuning.sm_count() if a.is_cuda else 4))
+        self.programs = tuning.persistent_programs(tiles, a.is_cuda)
         self.shape = (M, N, K)
 
     def __call__(self) -> torch.Tensor:
