@@ -1,9 +1,7 @@
 """Permuted MoE Triton GEMM: the routed rows of A gathered once into expert order, then both operands through TMA.
 
-The fused kernels (fused_moe.py) gather each tile's rows of A with pointer loads, K step by K step; on prefill their
-warps wait on those loads (Nsight Compute's long-scoreboard stalls) and the tensor pipe is busy about a third of the
-time where a dense TMA GEMM of the same work keeps it busy more than half (docs/BENCHMARKS.md, "Fused MoE against
-vLLM's kernel and its roofline").  Here one copy kernel writes A's rows in the alignment's padded order (row i of
+The fused kernels (fused_moe.py) gather each tile's rows of A with pointer loads, K step by K step, and on prefill
+their warps wait on those loads (docs/BENCHMARKS.md, "Fused MoE against vLLM's kernel and its roofline").  Here one copy kernel writes A's rows in the alignment's padded order (row i of
 the copy is token sorted_ids[i] // topk; padding rows are zero), and a persistent GEMM reads the copy and the
 weights, viewed as (E * N, K), through tensor descriptors: every tile of rows is contiguous and of one expert.  The
 epilogue scatters each row to its slot, as the fused kernels do.  Both launches are in the timed call: the copy is
