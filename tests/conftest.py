@@ -112,7 +112,7 @@ class TaskContext:
 
         from gemmbench.measure import device
 
-        self.args = SimpleNamespace(timing=timing)
+        self.args = SimpleNamespace(timing=timing, inputs="randn")
         self.dev, self.devname, self.provenance, self.ceilings = device.detect(), devname, {}, None
         self.timer, self.rows = timer, {}
 

@@ -132,7 +132,7 @@ def test_ab_runs_the_baseline_with_the_same_sweep_options(ab_run):
         # every sweep option the baseline's `run --help` lists, defaults included (timing: wall on the CPU path),
         # then the part file it is to write
         assert call["argv"][:-1] == ["run", "--shapes", str(tmp / "ab.yaml"), "--variants", "cublas_fp16",
-                                     "--dtype", "fp16", "--tp", "1", "--timing", "wall", "--seed", "0", "--budget",
+                                     "--dtype", "fp16", "--tp", "1", "--timing", "wall", "--inputs", "randn", "--seed", "0", "--budget",
                                      "0.5", "--routing", "uniform", "--ep", "1", "--dp", "1", "--layout", "vllm",
                                      "--out"]  # fmt: skip
 

@@ -175,7 +175,7 @@ def test_run_smoke_exit_code_and_streams(main_run):
     assert "Traceback" not in err
     df = load_rows(out)
     assert f"{len(df)} cells: " in err
-    assert "wrong or failed" not in err
+    assert "wrong, impossible or failed" not in err
     # a table per GEMM on stdout, titled with its dims
     stdout = text(res.stdout)
     titles = [ln.strip() for ln in stdout.splitlines() if ln.startswith("smoke_")]
@@ -379,7 +379,7 @@ def test_crash_costs_only_its_cell(crash_run):
     assert (good.status == "ok").all(), good[["status", "reason"]].to_string()
     assert (good.time_us_median > 0).all() and (good.n_samples >= 5).all()
     assert "3 error, 3 ok" in err
-    assert "3 cell(s) wrong or failed" in err
+    assert "3 cell(s) wrong, impossible or failed" in err
     assert text(res.stdout).count("error: check: worker died") == 3
 
 
@@ -515,7 +515,7 @@ def test_strict_exits_1_when_a_cell_is_wrong(wrong_run):
     err = text(res.stderr)
     assert res.exception is None or isinstance(res.exception, SystemExit), repr(res.exception)
     assert res.exit_code == 1, err
-    assert "6 cell(s) wrong or failed" in err
+    assert "6 cell(s) wrong, impossible or failed" in err
     assert "Traceback" not in err
     # the tables and the file are complete before the exit
     assert len(store.load(out)) == 12

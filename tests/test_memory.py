@@ -134,9 +134,9 @@ def test_the_draw_holds_one_fp32_chunk_at_a_time(monkeypatch, ten_row_chunks, dt
     """Each chunk's fp32 values are gone before the next chunk is drawn (peak extra memory: one chunk in fp32)."""
     made, real = [], inputs._values
 
-    def values(shape, K, gen, dev):
+    def values(shape, K, gen, dev, kind="randn"):
         assert all(ref() is None for ref in made), "an earlier fp32 chunk is still alive"
-        x = real(shape, K, gen, dev)
+        x = real(shape, K, gen, dev, kind)
         made.append(weakref.ref(x))
         return x
 
@@ -330,9 +330,9 @@ def _time(monkeypatch, free, peaks=None):
     """tasks.time_task on cublas_fp16 at 4 x 32 x 16 with `free` bytes free; returns (its row, the timer, draws)."""
     draws, real = [], tasks.make_inputs
 
-    def make(problem, seed, dev, scaling="tensor"):
+    def make(problem, seed, dev, scaling="tensor", values="randn"):
         draws.append(seed)
-        return real(problem, seed, dev, scaling=scaling)
+        return real(problem, seed, dev, scaling=scaling, values=values)
 
     monkeypatch.setattr(tasks, "make_inputs", make)
     monkeypatch.setattr(memory, "free_bytes", lambda dev: free)

@@ -45,7 +45,7 @@ def row(**over):
 
 def test_schema_columns_and_nullability():
     assert COLUMNS[:4] == ["run_id", "timestamp", "shape_set", "gemm"]
-    assert COLUMNS[-1] == "run_format" and len(COLUMNS) == 67
+    assert COLUMNS[-1] == "run_format" and len(COLUMNS) == 68
     assert SCHEMA.names == COLUMNS
     assert SCHEMA.field("samples_us").type == pa.list_(pa.float64())
     assert not SCHEMA.field("M").nullable and not SCHEMA.field("status").nullable

@@ -36,6 +36,14 @@ class LayoutChoice(Choice):
     hf = "hf"
 
 
+class InputValues(Choice):
+    """--inputs: the values timed calls run on (gemmbench.measure.inputs.VALUES, which this must list)."""
+
+    randn = "randn"
+    uniform = "uniform"
+    ones = "ones"
+
+
 class CompareFormat(Choice):
     table = "table"
     markdown = "markdown"  # a PR comment

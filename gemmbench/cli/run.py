@@ -29,7 +29,7 @@ from gemmbench.cli.common import (
 )  # fmt: skip
 from gemmbench.cli.dry_run import DryRun, print_dry_run
 from gemmbench.cli.engines import import_configs
-from gemmbench.cli.formats import LayoutChoice, OutputFormat, choice, format_option, print_json
+from gemmbench.cli.formats import InputValues, LayoutChoice, OutputFormat, choice, format_option, print_json
 from gemmbench.cli.options import (
     COMPARISON,
     ENGINE,
@@ -68,6 +68,15 @@ Retune = Annotated[
 Timing = Annotated[
     TimingMode,
     typer.Option(parser=choice(TimingMode, "--timing"), help=timing_modes.help_text(), rich_help_panel=TIMING),
+]
+Inputs = Annotated[
+    InputValues,
+    typer.Option(
+        parser=choice(InputValues, "--inputs"),
+        help="The values the timed calls run on, each with mean 1/sqrt(K): randn ((randn+1)/sqrt(K)), uniform "
+        "(U(0,2)/sqrt(K)), ones (1/sqrt(K)); values move a GEMM's power and clocks. The check always runs on randn.",
+        rich_help_panel=TIMING,
+    ),  # fmt: skip
 ]
 Budget = Annotated[
     float,
@@ -140,14 +149,16 @@ RunShard = Annotated[
 Sanitize = Annotated[
     bool, typer.Option(help="Run each check under compute-sanitizer memcheck first.", rich_help_panel=ENGINE)
 ]
-Strict = Annotated[bool, typer.Option(help="Exit 1 if any cell is wrong or failed.", rich_help_panel=ENGINE)]
+Strict = Annotated[
+    bool, typer.Option(help="Exit 1 if any cell is wrong, impossible or failed.", rich_help_panel=ENGINE)
+]
 
 
 def run(
     shapes: Shapes, variants: Variants = None, dtype: Dtype = "fp8,bf16", m: Ms = None, routing: Routing = "uniform",
     scaling: Scaling = None, fp8_accum: Fp8Accum = None, plugin: Plugins = None, import_config: ImportConfig = None, retune: Retune = False,
     seed: Seed = 0, tp: Tp = "1", dp: Dp = "1", ep: Ep = "1", layout: Layout = LayoutChoice.vllm,
-    timing: Timing = TimingMode.cold, budget: Budget = 0.5, repeat: Repeat = 1,
+    timing: Timing = TimingMode.cold, inputs: Inputs = InputValues.randn, budget: Budget = 0.5, repeat: Repeat = 1,
     out_path: Out = None, fmt: Format = OutputFormat.table, append: Append = False, force: Force = False,
     resume: Resume = None, dry_run: DryRun = False, compare_to: CompareTo = None, across_gpus: AcrossGpus = False,
     ab: Ab = None, gpus: Gpus = None, shard: RunShard = None, cell_timeout: CellTimeout = None,
@@ -157,7 +168,7 @@ def run(
     from gemmbench.engine import sweep  # heavy (pandas; torch)
     from gemmbench.results import store
 
-    timing, budget, as_json = timing.value, positive_budget(budget), fmt is OutputFormat.json
+    timing, values, budget, as_json = timing.value, inputs.value, positive_budget(budget), fmt is OutputFormat.json
     dep, watchdog_s = deployment(tp, dp, ep, layout), watchdog(cell_timeout, budget)
     if dry_run:  # nothing written, nothing run, no GPU needed
         variants, _ = import_configs(import_config, variants)
@@ -173,9 +184,9 @@ def run(
     sset, cells = select_cells(shapes, variants, dtype, m, routing, seed, plugin, dep, scaling, fp8_accum)
     meta, cells = _shard(cells, shard_at)
     timing = timing if _on_gpu() else timing_modes.CPU  # no CUDA events on a CPU
-    setup.comparable_baseline(compare_to, timing)
+    setup.comparable_baseline(compare_to, timing, values)
     run_id = store.new_run_id(sset.name) + (f"-shard{shard_at[0]}of{shard_at[1]}" if shard_at else "")
-    fp = setup.fingerprint(sset, cells, timing, budget, seed, sanitize, retune, plugin, import_config)
+    fp = setup.fingerprint(sset, cells, timing, values, budget, seed, sanitize, retune, plugin, import_config)
     meta = {**(meta or {}), **sweep_fingerprint.encode(fp)}
     setup.check_resume(resume, fp)
     cpu = setup.cpu_path(cells, sanitize)  # refused before anything is written
@@ -185,12 +196,12 @@ def run(
     if not cells:
         _nothing_to_run(writer, meta, resume, shard, run_id, as_json)
         return
-    worker = WorkerOptions(timing, budget, plugins=plugin or [], cpu=cpu, retune=retune, ceilings=not cpu, env=imported,
+    worker = WorkerOptions(timing, budget, inputs=values, plugins=plugin or [], cpu=cpu, retune=retune, ceilings=not cpu, env=imported,
                            watchdog_s=watchdog_s)  # fmt: skip
     # what a baseline process is given: every sweep option its build has (cli.ab.sweep_args)
     ab_args = _baseline_args(baseline_cmd, [
         ("--shapes", shapes, None), ("--variants", variants, None), ("--dtype", dtype, "fp8,bf16"), ("--m", m, None),
-        ("--tp", tp, "1"), ("--timing", timing, None), ("--plugin", [str(f) for f in plugin or []], []),
+        ("--tp", tp, "1"), ("--timing", timing, None), ("--inputs", values, "randn"), ("--plugin", [str(f) for f in plugin or []], []),
         ("--seed", seed, 0), ("--budget", budget, 0.5), ("--retune", retune, False), ("--routing", routing, "uniform"),
         ("--shard", shard, None), ("--gpus", gpus, None), ("--ep", ep, "1"), ("--scaling", scaling, None),
         ("--fp8-accum", fp8_accum, None),
@@ -370,15 +381,15 @@ def _print_json(run_id: str, path: Path, rows: list, interrupted: bool) -> None:
 
 
 def _summary(rows, path, strict: bool) -> None:
+    from gemmbench.results.run_schema import FAILING  # not at --help (pyarrow)
     from gemmbench.results.tables import status_counts  # not at --help (yaml, importlib.metadata)
 
     counts = status_counts(rows)
     parts = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
     err.print(f"{len(rows)} cells: {parts}.  Results: {escape(str(path))}", highlight=False)
-    bad = counts.get("wrong", 0) + counts.get("error", 0)
+    bad = sum(counts.get(s, 0) for s in FAILING)
     if bad:
-        err.print(
-            f"[bold red]{bad} cell(s) wrong or failed[/]: see the status column (never timed, never in a speedup)"
-        )
+        err.print(f"[bold red]{bad} cell(s) wrong, impossible or failed[/]: see the status column (never ranked, never "
+                  "in a speedup)")  # fmt: skip
         if strict:
             raise typer.Exit(1)

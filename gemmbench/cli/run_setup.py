@@ -15,7 +15,6 @@ from gemmbench.cli import ab as ab_mod
 from gemmbench.cli import compare as cli_compare
 from gemmbench.cli.common import cpu_too_large, err, fail, lock_output, output_path
 from gemmbench.engine import sweep_fingerprint
-from gemmbench.measure import timing_modes
 from gemmbench.results import named_baselines
 
 
@@ -94,9 +93,9 @@ def check_repeat(repeat: int, resume: Optional[Path]) -> None:
         raise fail("--repeat runs whole sweeps; it cannot --resume one")
 
 
-def comparable_baseline(spec: Optional[str], timing: str) -> None:
+def comparable_baseline(spec: Optional[str], timing: str, inputs: str) -> None:
     """--compare-to, checked before any cell runs: the baseline exists, and this run (this GPU, or the CPU; this
-    timing mode) could be compared with it."""
+    timing mode and these input values) could be compared with it."""
     import pandas as pd
 
     from gemmbench.measure import device
@@ -114,9 +113,9 @@ def comparable_baseline(spec: Optional[str], timing: str) -> None:
     if dev.kind != "cuda" and gpus:
         raise fail(f"--compare-to {spec!r}: the baseline was measured on {gpus}; this run is on the CPU path (no "
                    "CUDA GPU here), so the two could not be compared")  # fmt: skip
-    this = pd.DataFrame([{"gpu": dev.name if dev.kind == "cuda" else None, "timing_mode": timing,
-                          "l2_state": timing_modes.get(timing).l2_state}])  # fmt: skip
-    why = compare.check_comparable(base, this.reindex(columns=list(compare.MUST_MATCH)))
+    # the L2 state is known only per cell (stream copies that fit in L2 are warm): the mode and the values stand for it
+    this = pd.DataFrame([{"timing_mode": timing, "inputs": inputs}])
+    why = compare.check_comparable(base, this, ("timing_mode", "inputs"))
     if why:
         raise fail(f"--compare-to {spec!r}: this run could not be compared with it: {why}")
     stack = {k: device.provenance()[k] for k in compare.STACK}  # this run's rows will record these
@@ -140,7 +139,7 @@ def cpu_path(cells: list, sanitize: bool) -> bool:
     return True
 
 
-def fingerprint(sset, cells, timing, budget, seed, sanitize, retune, plugins, import_config) -> dict:
+def fingerprint(sset, cells, timing, inputs, budget, seed, sanitize, retune, plugins, import_config) -> dict:
     """This sweep's fingerprint (gemmbench.engine.sweep_fingerprint), stored in its file for --resume to check."""
     import gemmbench
     from gemmbench.measure import device
@@ -148,8 +147,8 @@ def fingerprint(sset, cells, timing, budget, seed, sanitize, retune, plugins, im
 
     files = [Path(spec.split(":", 1)[-1]) for spec in import_config or []]  # ENGINE:FILE
     return sweep_fingerprint.fingerprint(
-        (cell_key(p, n) for p, names in cells for n in names), sset.name, timing=timing, budget=budget, seed=seed,
-        sanitize=sanitize, retune=retune, plugins=sweep_fingerprint.content(plugins or []),
+        (cell_key(p, n) for p, names in cells for n in names), sset.name, timing=timing, inputs=inputs, budget=budget,
+        seed=seed, sanitize=sanitize, retune=retune, plugins=sweep_fingerprint.content(plugins or []),
         imported=sweep_fingerprint.content(files), build=f"{gemmbench.__version__} {device.git_sha()}",
     )  # fmt: skip
 

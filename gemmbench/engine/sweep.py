@@ -79,6 +79,7 @@ class _Sink(Sink):
             row,
             run_id=self.opts.run_id,
             process=self.opts.process,
+            inputs=self.opts.worker.inputs,  # the lost cells' rows too, made here
             timestamp=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         )
         self.writer.append(row)

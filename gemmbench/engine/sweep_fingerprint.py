@@ -13,6 +13,7 @@ KEY = b"gemmbench.sweep"  # the file metadata key (store.file_metadata)
 # what the sweep measures and how; the build that measured it: each named when it differs
 SAME = {
     "timing": "timing mode",
+    "inputs": "--inputs",
     "budget": "--budget",
     "seed": "--seed",
     "sanitize": "--sanitize",

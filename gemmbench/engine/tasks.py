@@ -24,6 +24,7 @@ from gemmbench.measure import memory, telemetry
 from gemmbench.measure.check import check_cell, reference
 from gemmbench.measure.inputs import make_inputs
 from gemmbench.measure.nvtx_ranges import annotate, cell_name, domain_in_use, range_name
+from gemmbench.measure.referee import Referee
 from gemmbench.measure.timing import L2_STATE, TimingError, plan_copies
 from gemmbench.results import metrics
 from gemmbench.results.store import cell_columns
@@ -34,7 +35,7 @@ PROFILE_WARMUP_CALLS = 3
 
 def _run_row(ctx, problem: Problem, variant, status: str, reason: str = "", **extra: Any) -> dict:
     row = dict(cell_columns(problem, variant), status=status, reason=reason or None, timing_mode=ctx.args.timing,
-               l2_state=_l2_state(ctx.args.timing), **ctx.provenance)  # fmt: skip
+               l2_state=_l2_state(ctx.args.timing), inputs=ctx.args.inputs, **ctx.provenance)  # fmt: skip
     row.update(extra)
     return row
 
@@ -88,19 +89,20 @@ def time_task(ctx, task: dict) -> None:
 
 
 def _time(ctx, problem: Problem, passed: dict, peaks: dict, seed: int) -> None:
-    copies: Optional[tuple] = None  # (inputs copies, their timer, the plan's note): one set for all the variants
-    prepared, configs, works, plans = {}, {}, {}, {}
+    copies: Optional[tuple] = None  # (inputs copies, their timer, the plan's note, L2 state): one set for all variants
+    prepared, configs, works, plans, made = {}, {}, {}, {}, {}
     recorders = {}  # telemetry.CellRecorder per variant, where NVML sees the GPU
     probe = telemetry.probe(ctx.provenance.get("gpu_uuid"))
+    ctx.timer.persisting_flag()  # what the checks' set-ups left in L2 goes: each variant's own is found after its make
     for name, (variant, *_) in passed.items():
         ctx.begin(name, "time")
         memory.reset_peak(ctx.devname)  # what the copies and earlier variants' launches hold counts: it is in use
         try:
             if copies is None:
                 copies = _copies(ctx, problem, seed, len(passed))
-            inputs, timer, note = copies
-            plans[name] = (timer, note)
-            launches = [variant.make(problem, inp) for inp in inputs]
+            inputs, timer, note, l2 = copies
+            plans[name] = (timer, note, l2)
+            made[name] = launches = [variant.make(problem, inp) for inp in inputs]
             configs[name] = launches[0]  # its config is read once it has run: the compiler's report comes with it
             # stream mode cycles through copies with different routings: the bytes of a call are the mean
             works[name] = [c.local_work() for c in inputs]
@@ -126,34 +128,58 @@ def _time(ctx, problem: Problem, passed: dict, peaks: dict, seed: int) -> None:
             v, pk = passed[current][0], peaks[current]
             ctx.failed(current, _error_rows(ctx, problem, v, pk), "time", exc)
             del prepared[current]
+    referee = Referee(problem, copies[0], seed, copies[1]) if copies is not None and prepared else None
     for name, p in prepared.items():
         variant, err, checked = passed[name]
-        timer, note = plans[name]
+        timer, note, l2 = plans[name]
         note = "; ".join(filter(None, [note, checked]))  # the check's word on its tolerance (fast accumulation)
         stats = metrics.summarize(p.samples)
         extra = dict(stats, samples_us=p.samples, max_rel_err=err, config=configs[name].config, timing_mode=timer.mode,
-                     l2_state=timer.l2_state, gpu_mem_peak_bytes=peaks[name], kernels=p.kernel_names)  # fmt: skip
+                     l2_state=l2, gpu_mem_peak_bytes=peaks[name], kernels=p.kernel_names)  # fmt: skip
         if variant.gemm:  # a step beside the GEMMs (moe_align) has its time, no FLOPs or roofline
             extra.update(_throughput(ctx, problem, variant, works[name], stats["time_us_median"]))
             if extra["flops"] == 0:  # no roofline to be close to: the time is a launch that finds nothing to do
                 note = "; ".join(filter(None, [note, IDLE_RANK]))
         if name in recorders:
             extra.update(recorders[name].columns(extra.get("flops")))
-        ctx.result(name, [_run_row(ctx, problem, variant, "ok", note, **extra)])
+        status, note = _judged(ctx, referee, name, variant, p, made[name], extra, note)
+        ctx.result(name, [_run_row(ctx, problem, variant, status, note, **extra)])
+
+
+def _judged(ctx, referee: Optional[Referee], name: str, variant, p, launches: list, extra: dict, note: str
+            ) -> tuple[str, str]:  # fmt: skip
+    """A timed row's (status, reason): the referee's verdict (gemmbench.measure.referee), else `impossible` where the
+    time beats the row's roofline bound (metrics.impossible_reason), else ok with its note."""
+    if referee is not None:
+        ctx.begin(name, "referee")
+        try:
+            verdict = referee.judge(variant, p, launches, extra["time_us_median"])
+        except Exception as exc:  # noqa: BLE001 - a call that fails on fresh inputs is the row's error
+            return "error", f"referee: {type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+        if verdict is not None:
+            return verdict.status, verdict.reason
+    if extra.get("flops"):
+        why = metrics.impossible_reason(extra["time_us_median"], extra["flops"], extra["bytes_min"],
+                                        extra.get("ceiling_bw_gbps"), extra.get("ceiling_tflops"), extra["l2_state"])  # fmt: skip
+        if why:
+            return "impossible", why
+    return "ok", note
 
 
 def _copies(ctx, problem: Problem, seed: int, variants: int) -> tuple:
-    """The inputs copies a problem's variants are timed over (in its scaling), sized from free memory
-    (timing.plan_copies: a copy is its inputs and one output per variant), the timer to time them with (the run's,
-    or a cold one when stream mode's copies do not fit) and the note the rows carry then."""
-    first = make_inputs(problem, seed, ctx.devname)
+    """The inputs copies a problem's variants are timed over (in its scaling, of the run's --inputs values), sized
+    from free memory (timing.plan_copies: a copy is its inputs and one output per variant), the timer to time them
+    with (the run's, or a cold one when stream mode's copies do not fit), the note the rows carry then, and the L2
+    state of the rows (Timer.l2_state_over)."""
+    values = ctx.args.inputs
+    first = make_inputs(problem, seed, ctx.devname, values=values)
     per_copy = first.nbytes() + variants * first.out_nbytes()
     plan = plan_copies(
         ctx.timer.mode, ctx.timer.copies_needed(first.nbytes()), per_copy, memory.free_bytes(ctx.devname)
     )
     timer = ctx.timer if plan.mode == ctx.timer.mode else ctx.timer.in_mode(plan.mode)
-    inputs = [first] + [make_inputs(problem, seed + i, ctx.devname) for i in range(1, plan.copies)]
-    return inputs, timer, plan.note
+    inputs = [first] + [make_inputs(problem, seed + i, ctx.devname, values=values) for i in range(1, plan.copies)]
+    return inputs, timer, plan.note, timer.l2_state_over(plan.copies, first.nbytes())
 
 
 def _max(a: Optional[int], b: Optional[int]) -> Optional[int]:

@@ -155,6 +155,7 @@ def main() -> None:
     parser.add_argument("--timing", default="cold")
     parser.add_argument("--budget", type=float, default=0.5)
     parser.add_argument("--min-samples", type=int, default=10)
+    parser.add_argument("--inputs", default="randn", help="the values timed calls run on (inputs.VALUES)")
     parser.add_argument("--plugin", action="append", default=[])
     parser.add_argument("--ceilings", action="store_true", help="measure the GPU's ceilings at start-up")
     args = parser.parse_args()

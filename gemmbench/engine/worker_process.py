@@ -30,6 +30,7 @@ class WorkerOptions:
     timing: str = "cold"
     budget_s: float = 0.5
     min_samples: int = 10
+    inputs: str = "randn"  # the values timed calls run on (run --inputs; measure.inputs.VALUES)
     plugins: list = field(default_factory=list)
     cpu: bool = False  # no CUDA: Triton's interpreter, set at process start (read when @triton.jit runs)
     retune: bool = False  # ignore stored Triton configs (read by tuning.choose)
@@ -73,7 +74,7 @@ class WorkerProcess:
         if opts.cpu:
             env["TRITON_INTERPRET"] = "1"
         cmd = [sys.executable, "-m", "gemmbench.engine.worker", "--timing", opts.timing, "--budget", str(opts.budget_s),
-               "--min-samples", str(opts.min_samples)]  # fmt: skip
+               "--min-samples", str(opts.min_samples), "--inputs", opts.inputs]  # fmt: skip
         cmd += ["--ceilings"] if opts.ceilings else []
         for p in opts.plugins:
             cmd += ["--plugin", str(p)]

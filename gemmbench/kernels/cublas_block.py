@@ -15,6 +15,7 @@ import torch
 
 from gemmbench import dtypes
 from gemmbench.builtin_baselines import BASELINES
+from gemmbench.measure.inputs import act_block_scales, act_scale_padded
 from gemmbench.registry import Launch, Variant, register
 
 # torch._scaled_mm took block scales in 2.9 (pytorch/pytorch#158037, cuBLAS 12.9's block-scaled GEMM), but laid
@@ -29,29 +30,34 @@ def _torch_version() -> tuple[int, int]:
     return int(major), int(minor)
 
 
-def block_scale_operands(a, a_scale, b_scale, M_pad: int):
-    """What torch._scaled_mm takes for block scales (its cuBLAS layouts, pytorch/pytorch#166752): the activations
-    padded to M_pad rows (cuBLAS wants M a multiple of 4: the scales' columns are M apart, 16-byte aligned), their
-    (M_pad, ceil(K/128)) scales column-major (stride (1, M_pad)), and the weight's (ceil(N/128), ceil(K/128))
-    scales transposed to (ceil(K/128), ceil(N/128)) over rows of round_up(ceil(K/128), 4).  Padded rows are zeros
-    (scale 1): they add no work anyone reads."""
+def block_scale_operands(a, a_scale, b_scale):
+    """What torch._scaled_mm takes for block scales (its cuBLAS layouts, pytorch/pytorch#166752): the activations'
+    (M_pad, ceil(K/128)) scales column-major over M padded to a multiple of 4 (the input factory lays them out so:
+    inputs.act_block_scales), and the weight's (ceil(N/128), ceil(K/128)) scales transposed to (ceil(K/128),
+    ceil(N/128)) over rows of round_up(ceil(K/128), 4).  Returns (a writer of the activations into what cuBLAS reads,
+    the activations' scales, the weight's): M a multiple of 4 reads `a` itself; otherwise `a` is copied into M_pad
+    rows whose padding is zero (scale 1), as a serving stack pads M per call.  Only the weight's are made here."""
     M, K = a.shape
-    a_pad = torch.zeros((M_pad, K), dtype=a.dtype, device=a.device)
-    a_pad[:M] = a
-    sa = torch.ones((a_scale.shape[1], M_pad), dtype=torch.float32, device=a.device)
-    sa[:, :M] = a_scale.t()
+    sa = act_scale_padded(a_scale)
     nN, nK = b_scale.shape
     sb = torch.zeros((nN, -(-nK // _L4) * _L4), dtype=torch.float32, device=a.device)
     sb[:, :nK] = b_scale
-    return a_pad, sa.t(), sb[:, :nK].t()
+    if sa.shape[0] == M:
+        return (lambda: a), sa, sb[:, :nK].t()
+    a_pad = torch.zeros((sa.shape[0], K), dtype=a.dtype, device=a.device)
+
+    def padded():
+        a_pad[:M].copy_(a)
+        return a_pad
+
+    return padded, sa, sb[:, :nK].t()
 
 
 def _make_block_scaled_mm(problem, inputs) -> Launch:
-    M_pad = -(-problem.M // 4) * 4
-    # made once here, outside the timed call: a serving stack (vLLM's torch _scaled_mm block kernel) pads M per call
-    a, sa, sb = block_scale_operands(inputs.a, inputs.a_scale, inputs.b_scale, M_pad)
+    # nothing is made here from the activations: a launch reads them, and their scales, as they are at each call
+    a, sa, sb = block_scale_operands(inputs.a, inputs.a_scale, inputs.b_scale)
     bt, out_dtype, M = inputs.b.t(), inputs.out_dtype, problem.M
-    return Launch(fn=lambda: torch._scaled_mm(a, bt, scale_a=sa, scale_b=sb, out_dtype=out_dtype)[:M])
+    return Launch(fn=lambda: torch._scaled_mm(a(), bt, scale_a=sa, scale_b=sb, out_dtype=out_dtype)[:M])
 
 
 @functools.lru_cache(maxsize=None)
@@ -68,8 +74,8 @@ def _block_error(device_kind: str, capability: tuple) -> Optional[str]:
     try:
         a = torch.ones((4, 256), device="cuda").to(fp8.torch)
         b = torch.ones((128, 256), device="cuda").to(fp8.torch)
-        a, sa, sb = block_scale_operands(a, torch.ones((4, 2), device="cuda"), torch.ones((1, 2), device="cuda"), 4)
-        torch._scaled_mm(a, b.t(), scale_a=sa, scale_b=sb, out_dtype=dtypes.get(fp8.out).torch)
+        a, sa, sb = block_scale_operands(a, act_block_scales(4, 2, "cuda"), torch.ones((1, 2), device="cuda"))
+        torch._scaled_mm(a(), b.t(), scale_a=sa, scale_b=sb, out_dtype=dtypes.get(fp8.out).torch)
         return None
     except Exception as exc:  # noqa: BLE001 - any failure means "cannot run here"
         return (f"torch {torch.__version__} refuses block-scaled torch._scaled_mm here (torch "

@@ -4,6 +4,9 @@ Values are (randn + 1) / sqrt(K) for both operands: a non-zero mean makes every 
 depend on every K term (a kernel that drops part of K is off by a large relative amount), and the
 1/sqrt(K) scaling keeps outputs O(1) at any K, so one relative tolerance fits every shape.
 Zeros are never used: they hide unwritten outputs and can run faster than real data.
+
+`run --inputs` may time on other values (VALUES: uniform, ones), since values move a GEMM's power and so its clocks;
+the check, and the referee's refill of the activations (refill_activations_), always draw randn.
 """
 
 from __future__ import annotations
@@ -21,6 +24,12 @@ from gemmbench.shapes import Problem
 # name -> torch.dtype, read from the dtype table, for gemmbench/kernels/grouped_mm.py's probe
 ROUTINGS = ("uniform", "skewed", "one-expert")
 ZIPF_S = 1.2  # "skewed": expert e's prior load is proportional to 1 / (e + 1) ** ZIPF_S
+# The value distributions of `run --inputs`, each with mean 1 / sqrt(K) so that outputs stay O(1) at any K:
+#   randn    (randn + 1) / sqrt(K), the default and the check's
+#   uniform  U(0, 2) / sqrt(K)
+#   ones     1 / sqrt(K) everywhere: the least switching activity, as all-ones test inputs have
+VALUES = ("randn", "uniform", "ones")
+DEFAULT_VALUES = "randn"
 
 
 @dataclass
@@ -124,9 +133,17 @@ class GemmInputs:
 DRAW_CHUNK_BYTES = 256 << 20
 
 
-def _values(shape: tuple[int, ...], K: int, gen: torch.Generator, device: str) -> torch.Tensor:
+def _values(shape: tuple[int, ...], K: int, gen: torch.Generator, device: str, values: str = DEFAULT_VALUES
+            ) -> torch.Tensor:  # fmt: skip
     # drawn on the device itself: a CPU draw of a 57344x8192 weight takes seconds per variant; in place: one fp32
     # buffer per chunk
+    if values == "ones":
+        return torch.full(shape, 1.0 / math.sqrt(K), dtype=torch.float32, device=device)
+    if values == "uniform":
+        x = torch.rand(shape, generator=gen, dtype=torch.float32, device=device)
+        return x.mul_(2.0).div_(math.sqrt(K))
+    if values != DEFAULT_VALUES:
+        raise ValueError(f"unknown input values {values!r} (known: {', '.join(VALUES)})")
     x = torch.randn(shape, generator=gen, dtype=torch.float32, device=device)
     return x.add_(1.0).div_(math.sqrt(K))
 
@@ -238,6 +255,27 @@ def quantize_fp8(x: torch.Tensor, scaling: str) -> tuple[torch.Tensor, torch.Ten
     return _fp8_values_(x.clone(), view).to(dtypes.FP8.torch), scale
 
 
+ACT_SCALE_ROWS = 4  # the activations' block scales: columns of M padded to a multiple of 4 fp32 (16 bytes)
+
+
+def act_block_scales(M: int, n_kb: int, device: str) -> torch.Tensor:
+    """The (M, ceil(K/128)) block scales of activations, laid out column-major with each column padded to a multiple
+    of ACT_SCALE_ROWS rows of 1.0 (strides (1, M_pad)): what quantisation kernels write for cuBLAS's, CUTLASS's and
+    DeepGEMM's block-scaled GEMMs, so that none of them re-lays the scales inside a timed call (Triton kernels take
+    any strides).  `act_scale_padded` gives the padded view."""
+    m_pad = -(-M // ACT_SCALE_ROWS) * ACT_SCALE_ROWS
+    return torch.ones((n_kb, m_pad), dtype=torch.float32, device=device).t()[:M]
+
+
+def act_scale_padded(scale: torch.Tensor) -> torch.Tensor:
+    """The (M_pad, ceil(K/128)) view of act_block_scales' storage, padded rows (scale 1.0) included."""
+    M, n_kb = scale.shape
+    m_pad = -(-M // ACT_SCALE_ROWS) * ACT_SCALE_ROWS
+    if scale.stride() != (1, m_pad):
+        raise ValueError(f"activation block scales of strides {scale.stride()}, expected (1, {m_pad})")
+    return torch.as_strided(scale, (m_pad, n_kb), (1, m_pad))
+
+
 def draw(
     shape: tuple[int, ...],
     K: int,
@@ -246,6 +284,7 @@ def draw(
     dt: dtypes.DType,
     scaling: str,
     weight: bool = False,
+    values: str = DEFAULT_VALUES,
 ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
     """(randn + 1) / sqrt(K) of `shape` in dt, drawn chunk by chunk (_chunks) from `gen`: at most one chunk of fp32
     at a time.  fp8 (dt.scaled): with scales laid out as `scaling` says, equal to quantize_fp8's on the whole operand
@@ -259,7 +298,7 @@ def draw(
     chunks = _chunks(shape, dtypes.BLOCK if block and weight else 1)
     if not dt.scaled:
         for idx, cshape in chunks:
-            out[idx].copy_(_values(cshape, K, gen, device))
+            out[idx].copy_(_values(cshape, K, gen, device, values))
         return out, None
     if block:
         assert sc is not None
@@ -267,9 +306,12 @@ def draw(
         assert rows is not None and width is not None
         n_kb = -(-K // width)
         lead = (shape[0],) if len(shape) == 3 else ()
-        scale = torch.empty(lead + (-(-shape[-2] // rows), n_kb), dtype=torch.float32, device=device)
+        if weight:
+            scale = torch.empty(lead + (-(-shape[-2] // rows), n_kb), dtype=torch.float32, device=device)
+        else:
+            scale = act_block_scales(shape[0], n_kb, device)
         for idx, cshape in chunks:
-            x = _values(cshape, K, gen, device)
+            x = _values(cshape, K, gen, device, values)
             if len(shape) == 3:  # one expert
                 scale[idx] = _block_quantize_(x, rows, width, sc.ue8m0)
             else:  # a slice of rows that starts on a block's first row (_chunks' alignment)
@@ -281,16 +323,16 @@ def draw(
         start = gen.get_state()
         amax = torch.zeros(1, dtype=torch.float32, device=device)
         for _, cshape in chunks:
-            amax = torch.maximum(amax, _amax(_values(cshape, K, gen, device)))
+            amax = torch.maximum(amax, _amax(_values(cshape, K, gen, device, values)))
         gen.set_state(start)  # the same values again, now quantised
         scale = _fp8_scale(amax)
         for idx, cshape in chunks:
-            out[idx].copy_(_fp8_values_(_values(cshape, K, gen, device), scale))
+            out[idx].copy_(_fp8_values_(_values(cshape, K, gen, device, values), scale))
         return out, scale
     if scaling == "row":
         scale = torch.empty(shape[:-1] + (1,), dtype=torch.float32, device=device)
         for idx, cshape in chunks:
-            x = _values(cshape, K, gen, device)
+            x = _values(cshape, K, gen, device, values)
             scale[idx] = _fp8_scale(_amax(x, dim=-1))
             out[idx].copy_(_fp8_values_(x, scale[idx]))
             del x  # gone before the next chunk is drawn: one fp32 chunk at a time
@@ -300,7 +342,7 @@ def draw(
             raise ValueError(f"fp8 scaling 'expert' needs an (E, N, K) weight, not {shape}")
         scale = torch.empty(shape[0], dtype=torch.float32, device=device)
         for e, cshape in chunks:
-            x = _values(cshape, K, gen, device)
+            x = _values(cshape, K, gen, device, values)
             scale[e] = _fp8_scale(_amax(x))
             out[e].copy_(_fp8_values_(x, scale[e]))
             del x  # gone before the next expert is drawn: one fp32 chunk at a time
@@ -350,26 +392,41 @@ def problem_routing(problem: Problem, seed: int) -> tuple[torch.Tensor, torch.Te
     return local_ids(ids, problem.local_experts), weights
 
 
-def make_inputs(problem: Problem, seed: int, device: str, scaling: Optional[str] = None) -> GemmInputs:
-    """Fresh operands for a problem; `scaling` is the fp8 scale layout (default: the problem's).  a, then b, drawn
-    chunk by chunk (draw), so a seed gives other values than one fp32 draw per operand would, and the same ones
-    again on the same device."""
+def make_inputs(
+    problem: Problem, seed: int, device: str, scaling: Optional[str] = None, values: str = DEFAULT_VALUES
+) -> GemmInputs:
+    """Fresh operands for a problem; `scaling` is the fp8 scale layout (default: the problem's), `values` their
+    distribution (VALUES).  a, then b, drawn chunk by chunk (draw), so a seed gives other values than one fp32 draw
+    per operand would, and the same ones again on the same device."""
     gen = torch.Generator(device=device).manual_seed(seed)
     scaling = scaling or problem.scaling
     M, N, K = problem.M, problem.N, problem.K
     b_shape = (problem.local_experts, N, K) if problem.is_moe else (N, K)
     dt = dtypes.get(problem.dtype)
-    a, sa = draw((M, K), K, gen, device, dt, scaling)
+    a, sa = draw((M, K), K, gen, device, dt, scaling, values=values)
     # MoE weights: one scale per expert (tensor, row: the layout fused MoE kernels consume), or per block of each
     blocks = scaling in dtypes.SCALINGS and dtypes.SCALINGS[scaling].k_block is not None
     b_scaling = "expert" if problem.is_moe and not blocks else scaling
-    b, sb = draw(b_shape, K, gen, device, dt, b_scaling, weight=True)
+    b, sb = draw(b_shape, K, gen, device, dt, b_scaling, weight=True, values=values)
     topk_ids = topk_weights = None
     if problem.is_moe:
         topk_ids, topk_weights = problem_routing(problem, seed)
         topk_ids, topk_weights = topk_ids.to(device), topk_weights.to(device)
     out_dtype = dtypes.get(dt.out).torch
     return GemmInputs(a, b, out_dtype, sa, sb, scaling if dt.scaled else "none", topk_ids, topk_weights)
+
+
+def refill_activations_(inputs: GemmInputs, seed: int) -> None:
+    """New randn activations (and their fp8 scales) for `seed`, written into the tensors `inputs` already holds, at
+    the same addresses: a launch made before still reads them, and whatever it kept from the old values (a cache by
+    address, work done in make()) is then stale.  The weights and the routing stay as they are."""
+    M, K = inputs.a.shape
+    gen = torch.Generator(device=inputs.a.device).manual_seed(seed)
+    dt = next(d for d in dtypes.ALL.values() if d.torch == inputs.a.dtype)
+    a, sa = draw((M, K), K, gen, str(inputs.a.device), dt, inputs.scaling)
+    inputs.a.copy_(a)
+    if sa is not None and inputs.a_scale is not None:
+        inputs.a_scale.copy_(sa)
 
 
 def cell_seed(seed: int, problem: Problem) -> int:

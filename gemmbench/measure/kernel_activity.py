@@ -90,3 +90,13 @@ def names(records: Iterable[KernelRecord], exclude: str = "") -> list[str]:
 def joined(kernel_names: Iterable[str]) -> str:
     """The `kernels` column's text: names joined by NAME_SEPARATOR."""
     return NAME_SEPARATOR.join(kernel_names)
+
+
+def after_marker(records: Sequence[KernelRecord], marker: str) -> list[KernelRecord]:
+    """The kernels still running when the first `marker` kernel started: a call followed by a marker launched on the
+    caller's stream (the eviction's read) has all its work done before the marker starts, unless it left work on
+    another stream that its caller's stream never waited for.  No marker recorded: ActivityError."""
+    starts = [r.start_ns for r in records if r.name == marker]
+    if not starts:
+        raise ActivityError("the profiler recorded no marker kernel after the call")
+    return [r for r in records if r.name != marker and r.start_ns + r.duration_ns > starts[0]]

@@ -53,3 +53,14 @@ def cupti_samples(fn: Callable[[], object], evict: Callable[[], object], n: int)
 def launch_names(replay: Callable[[], object]) -> list[str]:
     """The kernels one replay of a sample's launch runs (an eager call, or a CUDA graph with its eviction left out)."""
     return activity.names(record(replay), exclude=eviction_kernel_name())
+
+
+def left_running(fn: Callable[[], object], evict: Callable[[], object]) -> list[activity.KernelRecord]:
+    """The kernels of one call of fn that were still running when the caller's stream went past it: fn, then the
+    eviction's read on the same stream as a marker (kernel_activity.after_marker)."""
+
+    def run() -> None:
+        fn()
+        evict()
+
+    return activity.after_marker(record(run), eviction_kernel_name())

@@ -16,7 +16,6 @@ GPU late.  A batch queued slower is thrown away (after its GPU work finishes) an
 
 from __future__ import annotations
 
-import time
 from typing import Callable, Optional
 
 # The spin is torch.cuda._sleep(cycles): cycles counted at the SM clock.  At this rate, above any Hopper's top SM
@@ -64,7 +63,8 @@ class LaunchHold:
         )
 
 
-def cuda_hold() -> LaunchHold:
+def cuda_hold(now: Callable[[], float], sync: Callable[[], None]) -> LaunchHold:
+    """The hold on the GPU; `now` and `sync` are the timer's own clock (gemmbench.measure.timing holds them)."""
     import torch
 
-    return LaunchHold(torch.cuda._sleep, time.perf_counter, torch.cuda.synchronize)
+    return LaunchHold(torch.cuda._sleep, now, sync)

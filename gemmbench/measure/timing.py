@@ -20,6 +20,12 @@ Every GPU row also records the names of the kernels its launch ran (Prepared.ker
 
 Every sample is kept.  Warm-up >= 25 ms; >= 10 samples; then sampling stops once the median is
 known to `target_noise` ((p80 - p20) / median / sqrt(n)) or the per-cell budget is spent.
+
+What the referee (gemmbench.measure.referee) needs from here: `Timer.rerun` takes one more sample in the cell's own
+mode and returns the outputs it wrote (a graph's, as captured); after every GPU batch the persisting-L2 guard
+(gemmbench.measure.persisting_l2) clears what a launch set aside and flags its variant (`Prepared.l2_flag`); and the
+timer reads the clock through the functions it held at import, so a plugin that replaces them (`patched`) neither
+moves a sample nor goes unseen.
 """
 
 from __future__ import annotations
@@ -34,11 +40,12 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 import torch
 
-from gemmbench.measure import device, kernel_trace, timing_modes
+from gemmbench.measure import device, kernel_trace, persisting_l2, timing_modes
 from gemmbench.measure.kernel_activity import ActivityError, joined
 from gemmbench.measure.launch_hold import LaunchHold, cuda_hold
 from gemmbench.measure.nvtx_ranges import annotate, range_name
 from gemmbench.measure.timing_modes import L2_STATE, MODES  # noqa: F401 - read from here by the engine and tests
+from gemmbench.results import metrics
 
 STREAM_MIN_BYTES = 512 << 20  # docs/GPU-FACTS.md §1 "D": >= 512 MiB of distinct copies per graph
 # A graph of more launches only costs capture time; below STREAM_MIN_BYTES / MAX_COPIES (0.5 MiB) per
@@ -54,6 +61,34 @@ HELD_SAMPLES = 64
 
 class TimingError(RuntimeError):
     pass
+
+
+# The clock as this module found it at import, before any plugin was loaded: samples are read through these, and
+# `patched` names any that a plugin has replaced since
+_perf = time.perf_counter
+_sync = torch.cuda.synchronize
+_Event = torch.cuda.Event
+_elapsed = torch.cuda.Event.elapsed_time
+CLOCK = ("time.perf_counter", "torch.cuda.synchronize", "torch.cuda.Event", "torch.cuda.Event.record",
+         "torch.cuda.Event.elapsed_time", "torch.cuda.Event.synchronize", "torch.cuda.CUDAGraph.replay")  # fmt: skip
+
+
+def _resolve(path: str):
+    import sys
+
+    root, *attrs = path.split(".")
+    obj = sys.modules[root]
+    for a in attrs:
+        obj = getattr(obj, a)
+    return obj
+
+
+_CLOCK_AT_IMPORT = {path: _resolve(path) for path in CLOCK}
+
+
+def patched() -> dict:
+    """{dotted name: what it is now} for each function of CLOCK that is no longer the one found at import."""
+    return {path: now for path in CLOCK if (now := _resolve(path)) is not _CLOCK_AT_IMPORT[path]}
 
 
 # (take: n -> n samples in µs, replay: what one sample launches, or None)
@@ -108,7 +143,7 @@ def evict_l2() -> None:
 
 def sync() -> None:
     if torch.cuda.is_available():
-        torch.cuda.synchronize()
+        _sync()
 
 
 @dataclass
@@ -127,6 +162,11 @@ class Prepared:
     # the kernel names itself (cupti) or none are wanted
     replay: Optional[Callable] = None
     kernels: list = field(default_factory=list)  # the kernel names it ran, in order of first launch
+    # the outputs a graph mode's capture returned, one per copy (the graph rewrites them at each replay); [] eager
+    captured: list = field(default_factory=list)
+    sample_once: Optional[Callable[[], float]] = None  # one more sample as the sampler takes it (no telemetry)
+    held: bool = True  # its eager samples are queued behind a launch hold (launch_hold): not for a launch that syncs
+    l2_flag: Optional[str] = None  # what a batch of it left set in persisting L2 (persisting_l2.what_was_set)
 
     @property
     def kernel_names(self) -> Optional[str]:
@@ -158,6 +198,7 @@ class Timer:
         self.budget_s, self.target_noise, self.batch = budget_s, target_noise, batch
         self.warmup_calls = warmup_calls
         self._hold: Optional[LaunchHold] = None  # made on the first held batch (a GPU's)
+        self._l2_guard: Optional[persisting_l2.Guard] = None  # made before the first GPU batch
         # called halfway through each cold or stream batch (_elapsed_us): telemetry.CellRecorder sets it
         self.midway: Optional[Callable[[], None]] = None
 
@@ -179,6 +220,13 @@ class Timer:
     def _evict(self) -> None:
         evict_l2()
 
+    def l2_state_over(self, copies: int, input_bytes: int) -> str:
+        """The L2 state of rows timed over `copies` input copies of `input_bytes` each: the mode's, except stream
+        copies that all fit in L2 together (a tiny problem at MAX_COPIES), which it serves warm."""
+        if self.spec.over_copies and copies > 1 and copies * input_bytes <= (device.detect().l2_bytes or 0):
+            return metrics.WARM
+        return self.l2_state
+
     def copies_needed(self, nbytes_per_copy: int) -> int:
         """Distinct input copies a stream-mode graph cycles through (1 in the other modes)."""
         if not self.spec.over_copies:
@@ -195,17 +243,38 @@ class Timer:
                 f"--timing {self.mode} captures a CUDA graph, and this launch cannot be captured "
                 "(it syncs with or copies from the host)"
             )
-        t_end = time.perf_counter() + self.warmup_ms / 1e3
+        t_end = _perf() + self.warmup_ms / 1e3
         calls = 0
         with annotate(cell and range_name("warmup", cell)):
-            while calls < self.warmup_calls or time.perf_counter() < t_end:  # compile, autotune caches, clocks up
+            while calls < self.warmup_calls or _perf() < t_end:  # compile, autotune caches, clocks up
                 for f in fns:
                     f()
                 sync()
                 calls += 1
         kernels: list = []
-        take, replay = SAMPLERS[self.spec.sampler](self, fns, graph_safe, kernels)
-        return Prepared(take=take, keep=list(fns), cell=cell, replay=replay, kernels=kernels)
+        captured: list = []
+        take, replay = SAMPLERS[self.spec.sampler](self, fns, graph_safe, kernels, captured)
+        return Prepared(take=take, keep=list(fns), cell=cell, replay=replay, kernels=kernels, captured=captured,
+                        sample_once=lambda: take(1)[0], held=graph_safe, l2_flag=self.persisting_flag())  # fmt: skip
+
+    def rerun(self, p: Prepared) -> tuple[list, float]:
+        """One more call of what was sampled, in its mode, after the samples: (the outputs it wrote, one per copy in
+        stream mode, and its time in µs).  A graph mode replays its graph and reads the outputs its capture returned;
+        an eager mode takes one cold sample (held, as its samples were) of a call that keeps what it returns; a CPU
+        times the call by the host clock."""
+        if p.captured:
+            assert p.sample_once is not None
+            return list(p.captured), p.sample_once()
+        fn, outputs = p.keep[0], []
+
+        def call():
+            outputs.append(fn())
+
+        if not torch.cuda.is_available():
+            t0 = _perf()
+            call()
+            return outputs, (_perf() - t0) * 1e6
+        return outputs, self._cold(call, 1, held=p.held)[0]
 
     def capture_kernels(self, p: Prepared) -> None:
         """Fill p.kernels from one profiled replay of what a sample launches: in stream and graph mode the graph
@@ -229,10 +298,10 @@ class Timer:
             if evict:
                 self._evict()
             sync()
-            t0 = time.perf_counter()
+            t0 = _perf()
             fn()
             sync()
-            return (time.perf_counter() - t0) * 1e6 / per_sample
+            return (_perf() - t0) * 1e6 / per_sample
 
         with annotate(cell and range_name("warmup", cell)):
             for _ in range(3):
@@ -246,7 +315,7 @@ class Timer:
         def enqueue(k: int) -> list:
             events = []
             for _ in range(k):
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start, end = _Event(enable_timing=True), _Event(enable_timing=True)
                 self._evict()  # queued ahead of the start event: L2 holds none of what ran before
                 start.record()
                 fn()
@@ -261,7 +330,7 @@ class Timer:
         (gemmbench.measure.launch_hold: host launch latency stays out).  Chunks of at most HELD_SAMPLES: the launches
         held behind a spin must fit the GPU's queue of pending work, or the host would block on it."""
         if self._hold is None:
-            self._hold = cuda_hold()
+            self._hold = cuda_hold(_perf, _sync)
         hold = self._hold
         out: list = []
         for first in range(0, n, HELD_SAMPLES):
@@ -275,8 +344,8 @@ class Timer:
         if self.midway is not None and events:
             events[(len(events) - 1) // 2][1].synchronize()
             self.midway()
-        torch.cuda.synchronize()
-        return [s.elapsed_time(e) * 1e3 for s, e in events]
+        _sync()
+        return [_elapsed(s, e) * 1e3 for s, e in events]
 
     def _cupti(self, fn: Callable, n: int, kernels: list) -> list:
         try:
@@ -287,47 +356,51 @@ class Timer:
         return samples
 
     def _wall(self, fn: Callable, n: int) -> list:
-        t0 = time.perf_counter()
+        t0 = _perf()
         fn()
         sync()
-        reps = max(1, min(1000, int(1e-3 / max(time.perf_counter() - t0, 1e-7))))  # samples of >= ~1 ms
+        reps = max(1, min(1000, int(1e-3 / max(_perf() - t0, 1e-7))))  # samples of >= ~1 ms
         out = []
         for _ in range(n):
             sync()
-            t0 = time.perf_counter()
+            t0 = _perf()
             for _ in range(reps):
                 fn()
             sync()
-            out.append((time.perf_counter() - t0) / reps * 1e6)
+            out.append((_perf() - t0) / reps * 1e6)
         return out
 
-    # -- the samplers (SAMPLERS): (fns, graph_safe, the kernel names they record) -> (take, replay) --------------
-    def _events_sampler(self, fns: Sequence[Callable], graph_safe: bool, kernels: list) -> Sampler:
+    # -- the samplers (SAMPLERS): (fns, graph_safe, the kernel names they record, the outputs a graph's capture
+    # returned) -> (take, replay) ----------------------------------------------------------------------------------
+    def _events_sampler(self, fns: Sequence[Callable], graph_safe: bool, kernels: list, captured: list) -> Sampler:
         fn = fns[0]
         return (lambda n: self._cold(fn, n, held=graph_safe)), fn
 
-    def _activity_records_sampler(self, fns: Sequence[Callable], graph_safe: bool, kernels: list) -> Sampler:
+    def _activity_records_sampler(
+        self, fns: Sequence[Callable], graph_safe: bool, kernels: list, captured: list
+    ) -> Sampler:
         fn = fns[0]
         # one profiled call first: the process's first profiler session sets up CUPTI (host time that would
         # otherwise come out of the cell's --budget) and a call whose records do not split fails here
         self._cupti(fn, 1, [])
         return (lambda n: self._cupti(fn, n, kernels)), None
 
-    def _host_sampler(self, fns: Sequence[Callable], graph_safe: bool, kernels: list) -> Sampler:
+    def _host_sampler(self, fns: Sequence[Callable], graph_safe: bool, kernels: list, captured: list) -> Sampler:
         fn = fns[0]
         return (lambda n: self._wall(fn, n)), fn
 
-    def _copies_graph_sampler(self, fns: Sequence[Callable], graph_safe: bool, kernels: list) -> Sampler:
+    def _copies_graph_sampler(
+        self, fns: Sequence[Callable], graph_safe: bool, kernels: list, captured: list
+    ) -> Sampler:
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
-            for f in fns:
-                f()
+            captured.extend(f() for f in fns)
         per_call = len(fns)
 
         def take(n: int) -> list:
             events = []
             for _ in range(n):
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start, end = _Event(enable_timing=True), _Event(enable_timing=True)
                 start.record()
                 graph.replay()
                 end.record()
@@ -336,13 +409,15 @@ class Timer:
 
         return take, graph.replay
 
-    def _eviction_graph_sampler(self, fns: Sequence[Callable], graph_safe: bool, kernels: list) -> Sampler:
+    def _eviction_graph_sampler(
+        self, fns: Sequence[Callable], graph_safe: bool, kernels: list, captured: list
+    ) -> Sampler:
         fn = fns[0]
         # Event-record nodes inside the graph (external=True) bracket the call alone, so the
         # eviction runs in the same replay but outside the measured interval.
         try:
-            start = torch.cuda.Event(enable_timing=True, external=True)
-            end = torch.cuda.Event(enable_timing=True, external=True)
+            start = _Event(enable_timing=True, external=True)
+            end = _Event(enable_timing=True, external=True)
         except TypeError as exc:
             raise TimingError("--timing graph needs torch.cuda.Event(external=True) (PyTorch >= 2.7)") from exc
         self._evict()  # allocate the eviction buffer outside capture
@@ -350,7 +425,7 @@ class Timer:
         with torch.cuda.graph(graph):
             self._evict()
             start.record()
-            fn()
+            captured.append(fn())
             end.record()
 
         def take(n: int) -> list:
@@ -358,7 +433,7 @@ class Timer:
             for _ in range(n):
                 graph.replay()
                 end.synchronize()
-                out.append(start.elapsed_time(end) * 1e3)
+                out.append(_elapsed(start, end) * 1e3)
             return out
 
         return take, graph.replay
@@ -388,12 +463,20 @@ class Timer:
             for name in list(active):
                 p = prepared[name]
                 yield name
-                t0 = time.perf_counter()
+                t0 = _perf()
                 with annotate(p.cell and range_name("time", p.cell)):
                     p.samples += p.take(self.batch)
-                p.spent_s += time.perf_counter() - t0
+                p.spent_s += _perf() - t0
+                p.l2_flag = self.persisting_flag() or p.l2_flag  # this batch's, cleared before the next variant's
                 if self.enough(p):
                     active.remove(name)
+
+    def persisting_flag(self) -> Optional[str]:
+        """What launches left set in persisting L2 since the last look (persisting_l2.what_was_set), then cleared;
+        None where nothing was, or on a CPU."""
+        if self._l2_guard is None and self.spec.gpu:
+            self._l2_guard = persisting_l2.guard()
+        return self._l2_guard.after_batch() if self._l2_guard is not None else None
 
     def measure(self, fns: Sequence[Callable], graph_safe: bool = True) -> list:
         """All samples of one launch (or of its copies in stream mode), in µs."""
@@ -401,13 +484,31 @@ class Timer:
 
 
 # How each sampler of timing_modes.Mode.sampler is taken: every mode's sampler is here (a test holds them equal)
-SAMPLERS: dict[str, Callable[[Timer, Sequence[Callable], bool, list], Sampler]] = {
+SAMPLERS: dict[str, Callable[[Timer, Sequence[Callable], bool, list, list], Sampler]] = {
     "events": Timer._events_sampler,
     "copies_graph": Timer._copies_graph_sampler,
     "eviction_graph": Timer._eviction_graph_sampler,
     "host": Timer._host_sampler,
     "activity_records": Timer._activity_records_sampler,
 }
+
+
+def busy_after_call_us(fn: Callable) -> float:
+    """µs a device synchronize waits once one eager call's end event has completed, beyond what a second one (the
+    device idle for sure) costs: about 0, but where the call left work on a stream its caller's never waited for.
+    The difference, not the first wait alone: one synchronize costs ~20 µs on some virtual machines."""
+    _sync()
+    start, end = _Event(enable_timing=True), _Event(enable_timing=True)
+    start.record()
+    fn()
+    end.record()
+    end.synchronize()
+    t0 = _perf()
+    _sync()
+    t1 = _perf()
+    _sync()
+    t2 = _perf()
+    return ((t1 - t0) - (t2 - t1)) * 1e6
 
 
 def quick_median_us(fn: Callable, budget_s: float = 0.05) -> float:

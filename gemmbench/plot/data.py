@@ -270,7 +270,7 @@ def not_drawn(g: pd.DataFrame) -> Optional[str]:
     if bad.empty:
         return None
     parts = []
-    for status in ("wrong", "error", "skipped"):
+    for status in ("wrong", "impossible", "error", "skipped"):
         s = bad[bad["status"] == status]
         if s.empty:
             continue

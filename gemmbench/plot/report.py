@@ -19,6 +19,7 @@ from gemmbench.plot import figures as plots
 from gemmbench.plot import ncu_figure, style
 from gemmbench.results import ranking
 from gemmbench.results.md_table import md_table, md_text
+from gemmbench.results.run_schema import STATUSES
 from gemmbench.results.store import write_atomic
 from gemmbench.results.tables import short_config
 
@@ -276,7 +277,7 @@ def build(runs: Optional[pd.DataFrame], profiles: Optional[pd.DataFrame], files:
                     shown(first["shape_set"]),
                     shown(first["timing_mode"]),
                     str(len(g)),
-                    ", ".join(f"{counts[s]} {s}" for s in ("ok", "wrong", "error", "skipped") if s in counts),
+                    ", ".join(f"{counts[s]} {s}" for s in STATUSES if s in counts),
                     f"{shown(first['gemmbench_version'])} ({shown(first['git_sha'])[:12]})",
                     f"torch {shown(first['torch'])}, triton {shown(first['triton'])}, CUDA {shown(first['cuda'])}, "
                     f"driver {shown(first['driver'])}",

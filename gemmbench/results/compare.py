@@ -37,6 +37,7 @@ import numpy as np
 import pandas as pd
 
 from gemmbench.results.md_table import md_table
+from gemmbench.results.run_schema import FAILING
 from gemmbench.results.shard import describe
 from gemmbench.results.store import cell_key, cell_keys
 
@@ -59,9 +60,8 @@ COMPILER_KEYS = ("ptxas",)
 EXACT_MAX_SAMPLES = 8  # Mann-Whitney's exact p-value up to this many samples a side (SciPy's own limit for it)
 MIN_PROCESSES = 3  # per side, for the between-process test: Welch's t on 2 + 2 values has 1-2 degrees of freedom
 PROCESS_TEST = "Welch's t-test on log per-process medians"
-FAILING = ("wrong", "error")
-# a comparison only means something between runs of one L2 state and timing mode (the measurement's method) ...
-MUST_MATCH = ("timing_mode", "l2_state")
+# a comparison only means something between runs of one L2 state, timing mode and input values (the method) ...
+MUST_MATCH = ("timing_mode", "l2_state", "inputs")
 # ... and of one stack: a driver, CUDA, compiler (triton) or torch (cuBLAS) update moves kernel times by itself
 STACK = ("gpu", "torch", "triton", "cuda", "driver")
 STACK_MARK = "†"  # after each verdict of a comparison across stacks, in the table and the Markdown
@@ -208,9 +208,10 @@ def differences(base: pd.DataFrame, cand: pd.DataFrame, columns: tuple[str, ...]
     return out
 
 
-def check_comparable(base: pd.DataFrame, cand: pd.DataFrame) -> Optional[str]:
-    """Why the two runs cannot be compared (a different timing mode or L2 state: MUST_MATCH), or None."""
-    found = differences(base, cand, MUST_MATCH)
+def check_comparable(base: pd.DataFrame, cand: pd.DataFrame, columns: tuple = MUST_MATCH) -> Optional[str]:
+    """Why the two runs cannot be compared (a different timing mode, L2 state or input values: MUST_MATCH), or
+    None; `columns`: those of MUST_MATCH a run can tell before it has rows."""
+    found = differences(base, cand, columns)
     return f"the runs differ in {', '.join(found)}" if found else None
 
 

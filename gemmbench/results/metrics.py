@@ -217,6 +217,33 @@ def roofline_note(pct: Optional[float], flops: float, nbytes: float, bandwidth_g
     return ABOVE_MEMORY if memory_us >= compute_us else ABOVE_COMPUTE
 
 
+# A row faster than its bound by more than this factor did not do the work it is credited with: status `impossible`
+# (docs/RESULTS.md, "The referee").  Honest rows pass their bound a little, for the reasons ABOVE_MEMORY and
+# ABOVE_COMPUTE give; the margin sits above the most any honest row reached (docs/BENCHMARKS.md, "The referee").
+IMPOSSIBLE_MARGIN = 1.25
+WARM = "warm"  # the l2_state of rows whose inputs were in L2 when timed: no DRAM bound applies to them
+
+
+def impossible_reason(time_us: float, flops: float, nbytes: float, bandwidth_gbps: Optional[float],
+                      peak_tflops: Optional[float], l2_state: str) -> Optional[str]:  # fmt: skip
+    """Why a row cannot be right, or None: its time under its bound / IMPOSSIBLE_MARGIN.  The bound is the FLOPs
+    at the measured peak and, for rows whose inputs were read from DRAM (any l2_state but WARM), the bytes at the
+    measured bandwidth for that size; None where a ceiling is missing (a CPU)."""
+    if not bandwidth_gbps or not peak_tflops or missing(time_us) or time_us <= 0:
+        return None
+    compute_us = flops / (peak_tflops * 1e6)
+    memory_us = 0.0 if l2_state == WARM else nbytes / (bandwidth_gbps * 1e3)
+    bound = max(compute_us, memory_us)
+    if time_us * IMPOSSIBLE_MARGIN >= bound:
+        return None
+    what = (f"{nbytes / 1e6:.4g} MB at the measured {bandwidth_gbps:,.0f} GB/s" if memory_us >= compute_us
+            else f"{flops / 1e12:.4g} TFLOP at the measured {peak_tflops:,.0f} TFLOP/s")  # fmt: skip
+    return (
+        f"faster than this GPU can go: {time_us:.4g} µs against a bound of {bound:.4g} µs ({what}), "
+        f"{bound / time_us:.1f}x under it where {IMPOSSIBLE_MARGIN:g}x is allowed"
+    )
+
+
 # A layer's launch gap ((eager or graph time - kernel sum) / steps, gemmbench.engine.layer) below zero is no launch cost: the
 # layer took less than its kernels took one by one.  The two are different measurements (the whole layer; each kernel
 # alone, cold L2), and on the CPU both are wall times that scheduling moves by milliseconds (seen: -5226.6 µs a step),

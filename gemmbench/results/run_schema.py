@@ -15,7 +15,9 @@ RUN_FORMAT = 1
 # The last commit that reads run files written before RUN_FORMAT (their metadata key was gemmbench.schema_version)
 LAST_READER = "a7312ef"
 OLD_META_KEY = b"gemmbench.schema_version"
-STATUSES = ("ok", "skipped", "wrong", "error")
+# impossible: faster than the GPU's measured bound allows (metrics.impossible_reason); like wrong and error, never ranked
+STATUSES = ("ok", "skipped", "wrong", "error", "impossible")
+FAILING = ("wrong", "impossible", "error")  # what `compare` calls failing and `run --strict` exits 1 on
 # timing_mode, l2_state: see gemmbench.measure.timing (MODES, L2_STATE); device: "cuda" | "cpu".
 
 _S, _I, _F = pa.string(), pa.int64(), pa.float64()
@@ -54,7 +56,8 @@ _COLUMNS = [
     ("noisy", pa.bool_()),  # p80/p20 above metrics.NOISY_SPREAD: never ranked fastest
     ("samples_us", pa.list_(_F)),
     ("timing_mode", _S),
-    ("l2_state", _S),
+    ("l2_state", _S),  # cold | streaming | warm: stream copies that fit in L2, wall timing (metrics.WARM)
+    ("inputs", _S),  # the values the timed calls ran on (run --inputs: inputs.VALUES); the check's are always randn
     ("kernels", _S),  # the kernels one timed launch ran, in order, joined by ';' (cuBLAS's algorithm); CPU: null
     ("process", _I),  # run --repeat N: which of the N fresh processes (0..N-1) timed the row; one process: 0
     (
@@ -118,6 +121,9 @@ REQUIRED = (
     "status",
     "run_format",
 )
+# Columns added to RUN_FORMAT after files of it were written, with the value that is true of every such older file
+# (they all timed on randn): read as that value, so an additive column needs no new format and no file is refused
+ADDED_COLUMNS = {"inputs": "randn"}
 META_KEY = b"gemmbench.run_format"  # in the file metadata, so that an empty run has its format too
 SCHEMA = pa.schema(
     [pa.field(name, typ, nullable=name not in REQUIRED) for name, typ in _COLUMNS],

@@ -14,7 +14,7 @@ from gemmbench import dtypes, registry
 from gemmbench.results import metrics, ranking
 from gemmbench.results.metrics import NOISY_SPREAD, missing
 
-STATUS_STYLE = {"ok": "green", "wrong": "bold red", "error": "bold red", "skipped": "dim"}
+STATUS_STYLE = {"ok": "green", "wrong": "bold red", "impossible": "bold red", "error": "bold red", "skipped": "dim"}
 THROTTLED = "†"  # after the µs of a row with samples taken while the GPU throttled (throttled_samples > 0)
 
 
