@@ -55,12 +55,15 @@ def launch_names(replay: Callable[[], object]) -> list[str]:
     return activity.names(record(replay), exclude=eviction_kernel_name())
 
 
-def left_running(fn: Callable[[], object], evict: Callable[[], object]) -> list[activity.KernelRecord]:
-    """The kernels of one call of fn that were still running when the caller's stream went past it: fn, then the
-    eviction's read on the same stream as a marker (kernel_activity.after_marker)."""
+def names_and_late(fn: Callable[[], object], evict: Callable[[], object]) -> tuple[list[str], list]:
+    """One eager call of fn, then the eviction's read on the caller's stream as a marker: the kernels the call ran,
+    and those of them still running when the marker started (kernel_activity.after_marker: work left on another
+    stream), from one profiler session."""
 
     def run() -> None:
         fn()
         evict()
 
-    return activity.after_marker(record(run), eviction_kernel_name())
+    records = record(run)
+    marker = eviction_kernel_name()
+    return activity.names(records, exclude=marker), activity.after_marker(records, marker)

@@ -5,8 +5,9 @@ timing mode.  A row that fails here is never `ok`, so it is never ranked and nev
                 defines the replacement, or on every row while it is unknown
   persisting L2 a batch that set L2 aside for persisting lines or an access-policy window (Prepared.l2_flag): `error`
   the window    an untimed eager call between two events, then the device synchronized: work still running after the
-                end event (on every probe, a synchronize BUSY_US longer than the next one, or a kernel that CUPTI saw
-                end after the caller's stream moved on) is `error: work outside the timed window`
+                end event (on every probe, a synchronize BUSY_US longer than the next one) is `error: work outside
+                the timed window`; so is a kernel that CUPTI saw end after the caller's stream moved on, in the one
+                profiled call that names a row's kernels (Timer.capture_kernels, Prepared.late)
   the outputs   the activations (A and its scales) refilled in place with a fresh randn draw, every output the timed
                 calls write poisoned with NaN, the timed call (or graph) run once more, and its first and last copies'
                 outputs checked against a fresh fp32 reference: a cache by first call, address or fingerprint, work
@@ -29,9 +30,8 @@ from typing import Any, Optional, Sequence
 
 import torch
 
-from gemmbench.measure import check, kernel_trace
+from gemmbench.measure import check
 from gemmbench.measure.inputs import GemmInputs, refill_activations_
-from gemmbench.measure.kernel_activity import ActivityError
 from gemmbench.measure.timing import Prepared, Timer, busy_after_call_us, patched
 from gemmbench.shapes import Problem
 
@@ -145,14 +145,10 @@ class Referee:
         if min(waited) >= BUSY_US:
             return Verdict("error", f"work outside the timed window: the device was still busy {min(waited):.0f} µs "
                                     "after the call's end event, on every probe (work left on another stream)")  # fmt: skip
-        try:
-            late = kernel_trace.left_running(fn, self.timer._evict)
-        except (ActivityError, RuntimeError):  # no CUPTI here (another profiler holds it): the probes stand alone
-            return None
-        if late:
-            names = ", ".join(dict.fromkeys(r.name for r in late))
-            return Verdict("error", f"work outside the timed window: {len(late)} kernel(s) ({names[:160]}) still ran "
-                                    "after the caller's stream had moved on (CUPTI)")  # fmt: skip
+        if p.late:  # None: no eager call was profiled (a graph mode, cupti, or another profiler holds CUPTI)
+            names = ", ".join(dict.fromkeys(r.name for r in p.late))
+            return Verdict("error", f"work outside the timed window: {len(p.late)} kernel(s) ({names[:160]}) still "
+                                    "ran after the caller's stream had moved on (CUPTI)")  # fmt: skip
         return None
 
     def _outputs(self, variant: Any, p: Prepared, launches: Sequence[Any]) -> tuple[Optional[Verdict], float]:

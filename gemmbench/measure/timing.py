@@ -167,6 +167,9 @@ class Prepared:
     sample_once: Optional[Callable[[], float]] = None  # one more sample as the sampler takes it (no telemetry)
     held: bool = True  # its eager samples are queued behind a launch hold (launch_hold): not for a launch that syncs
     l2_flag: Optional[str] = None  # what a batch of it left set in persisting L2 (persisting_l2.what_was_set)
+    # the kernels of its profiled eager call still running after its caller's stream moved on (capture_kernels);
+    # None where no eager call was profiled (a graph mode, whose capture refuses unjoined work; cupti; a CPU)
+    late: Optional[list] = None
 
     @property
     def kernel_names(self) -> Optional[str]:
@@ -279,13 +282,17 @@ class Timer:
     def capture_kernels(self, p: Prepared) -> None:
         """Fill p.kernels from one profiled replay of what a sample launches: in stream and graph mode the graph
         itself, since cuBLAS may choose another kernel under graph capture (once 16% slower in stream mode:
-        docs/GPU-FACTS.md).  A sampler that records its names while sampling (cupti) leaves no replay; a CPU has no
-        kernel records.  A profiler that records nothing (another one holds CUPTI: nsys, ncu) leaves the names empty
+        docs/GPU-FACTS.md).  An eager call is followed by the eviction's read as a marker, so that the same records
+        show the kernels it left running (Prepared.late).  A sampler that records its names while sampling (cupti)
+        leaves no replay; a CPU has no kernel records.  A profiler that records nothing (another one holds CUPTI: nsys, ncu) leaves the names empty
         and the timing as it is."""
         if p.replay is None or not torch.cuda.is_available():
             return
         try:
-            p.kernels[:] = kernel_trace.launch_names(p.replay)
+            if p.captured:
+                p.kernels[:] = kernel_trace.launch_names(p.replay)
+            else:  # an eager call: the same records say what it left running (the referee reads p.late)
+                p.kernels[:], p.late = kernel_trace.names_and_late(p.replay, self._evict)
         except Exception:  # noqa: BLE001 - the names are a note beside the timing and never cost the cell; a GPU test
             p.kernels[:] = []  # (tests/test_gpu_cupti.py) fails where they go missing
 
