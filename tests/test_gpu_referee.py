@@ -68,3 +68,32 @@ def test_no_honest_variant_is_flagged(tmp_path, name):
                                                                                  "a launch set persisting", "the timer"))]  # fmt: skip
     assert not flagged, "\n".join(flagged)
     assert any(r["status"] == "ok" for r in rows)
+
+
+def test_cupti_sees_a_kernel_left_on_another_stream_and_none_of_a_joined_one():
+    """The precise rule, without the synchronize probes: a side stream's product still runs when the eviction read
+    queued on the caller's stream after the call starts; joined back, none does."""
+    import torch
+
+    from gemmbench.measure import kernel_trace
+    from gemmbench.measure.timing import evict_l2
+
+    a = torch.randn(2048, 8192, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    side = torch.cuda.Stream()
+
+    def forked(join: bool):
+        def call():
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                out = a @ b.t()
+            if join:
+                torch.cuda.current_stream().wait_stream(side)
+            return out
+
+        return call
+
+    names, late = kernel_trace.names_and_late(forked(join=False), evict_l2)
+    assert names and [r.name for r in late] == names[:1], (names, late)
+    names, late = kernel_trace.names_and_late(forked(join=True), evict_l2)
+    assert names and late == [], (names, late)
