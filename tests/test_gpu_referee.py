@@ -94,6 +94,6 @@ def test_cupti_sees_a_kernel_left_on_another_stream_and_none_of_a_joined_one():
         return call
 
     names, late = kernel_trace.names_and_late(forked(join=False), evict_l2)
-    assert names and [r.name for r in late] == names[:1], (names, late)
+    assert late and {r.name for r in late} <= set(names), (names, late)
     names, late = kernel_trace.names_and_late(forked(join=True), evict_l2)
     assert names and late == [], (names, late)
