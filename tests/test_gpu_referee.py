@@ -71,12 +71,11 @@ def test_no_honest_variant_is_flagged(tmp_path, name):
 
 
 def test_cupti_sees_a_kernel_left_on_another_stream_and_none_of_a_joined_one():
-    """The precise rule, without the synchronize probes: a side stream's product still runs when the eviction read
+    """The precise rule, without the synchronize probes: a side stream's product still runs when the marker copy
     queued on the caller's stream after the call starts; joined back, none does."""
     import torch
 
     from gemmbench.measure import kernel_trace
-    from gemmbench.measure.timing import evict_l2
 
     a = torch.randn(2048, 8192, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
@@ -93,7 +92,7 @@ def test_cupti_sees_a_kernel_left_on_another_stream_and_none_of_a_joined_one():
 
         return call
 
-    names, late = kernel_trace.names_and_late(forked(join=False), evict_l2)
+    names, late = kernel_trace.names_and_late(forked(join=False))
     assert late and {r.name for r in late} <= set(names), (names, late)
-    names, late = kernel_trace.names_and_late(forked(join=True), evict_l2)
+    names, late = kernel_trace.names_and_late(forked(join=True))
     assert names and late == [], (names, late)

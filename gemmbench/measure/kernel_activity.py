@@ -37,17 +37,22 @@ class KernelRecord:
     correlation: int  # CUPTI's id linking the kernel to the launch (or graph launch) that queued it
 
 
-def kernel_records(events: Iterable) -> list[KernelRecord]:
-    """The kernel records among profiler events (torch's _KinetoEvent: name(), device_type(), start_ns(),
-    duration_ns(), correlation_id()), in device-start order: the records that ran on the GPU (device_type CUDA; the
-    runtime calls and annotations are the CPU's) and are not copies or fills.  By the device type and the name, not
-    activity_type(): torch 2.11's _KinetoEvent has no activity_type."""
+def device_records(events: Iterable) -> list[KernelRecord]:
+    """The records among profiler events (torch's _KinetoEvent: name(), device_type(), start_ns(), duration_ns(),
+    correlation_id()) that ran on the GPU (device_type CUDA; the runtime calls and annotations are the CPU's), copies
+    and fills included, in device-start order.  By the device type and the name, not activity_type(): torch 2.11's
+    _KinetoEvent has no activity_type."""
     out = [
         KernelRecord(e.name(), e.start_ns(), e.duration_ns(), e.correlation_id())
         for e in events
-        if str(e.device_type()).rsplit(".", 1)[-1] == "CUDA" and not e.name().startswith(NOT_KERNELS)
+        if str(e.device_type()).rsplit(".", 1)[-1] == "CUDA"
     ]
     return sorted(out, key=lambda r: r.start_ns)
+
+
+def kernel_records(events: Iterable) -> list[KernelRecord]:
+    """The kernel records among profiler events (device_records less copies and fills), in device-start order."""
+    return [r for r in device_records(events) if not r.name.startswith(NOT_KERNELS)]
 
 
 def split_calls(records: Sequence[KernelRecord], marker: str, calls: int) -> list[list[KernelRecord]]:
@@ -92,11 +97,17 @@ def joined(kernel_names: Iterable[str]) -> str:
     return NAME_SEPARATOR.join(kernel_names)
 
 
-def after_marker(records: Sequence[KernelRecord], marker: str) -> list[KernelRecord]:
-    """The kernels still running when the first `marker` kernel started: a call followed by a marker launched on the
-    caller's stream (the eviction's read) has all its work done before the marker starts, unless it left work on
-    another stream that its caller's stream never waited for.  No marker recorded: ActivityError."""
-    starts = [r.start_ns for r in records if r.name == marker]
+# The marker queued on the caller's stream right after a call: a host-to-device copy, which the copy engine runs as
+# soon as the stream reaches it (a marker kernel would wait for free SMs while the call's own left-over work holds them)
+MARKER = "Memcpy HtoD"  # the start of kineto's name for it ("Memcpy HtoD (Pinned -> Device)")
+
+
+def after_marker(records: Sequence[KernelRecord], marker: str = MARKER) -> list[KernelRecord]:
+    """The kernels still running when the last record named `marker...` started: a call followed by a marker queued
+    on the caller's stream has all its work done before the marker starts, unless it left work on another stream
+    that its caller's stream never waited for.  Copies and fills are not kernels and are not judged.  No marker
+    recorded: ActivityError."""
+    starts = [r.start_ns for r in records if r.name.startswith(marker)]
     if not starts:
-        raise ActivityError("the profiler recorded no marker kernel after the call")
-    return [r for r in records if r.name != marker and r.start_ns + r.duration_ns > starts[0]]
+        raise ActivityError("the profiler recorded no marker after the call")
+    return [r for r in records if not r.name.startswith(NOT_KERNELS) and r.start_ns + r.duration_ns > starts[-1]]

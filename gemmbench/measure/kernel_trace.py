@@ -10,7 +10,7 @@ kernels, which it finds by their name (eviction_kernel_name) and leaves out.
 from __future__ import annotations
 
 import functools
-from typing import Callable
+from typing import Callable, Optional
 
 import torch
 
@@ -25,8 +25,9 @@ def eviction_kernel_name() -> str:
     return str(read_kernel.fn.__name__)
 
 
-def record(run: Callable[[], object]) -> list[activity.KernelRecord]:
-    """The kernel records of everything `run` queues on the GPU, in device-start order."""
+def record(run: Callable[[], object], copies: bool = False) -> list[activity.KernelRecord]:
+    """The kernel records of everything `run` queues on the GPU, in device-start order; with `copies`, the copies'
+    and fills' records too."""
     from torch.profiler import ProfilerActivity, profile  # heavy, and only on a GPU
 
     torch.cuda.synchronize()  # work queued before the session is not in it
@@ -34,7 +35,16 @@ def record(run: Callable[[], object]) -> list[activity.KernelRecord]:
         run()
         torch.cuda.synchronize()  # every kernel finished, so its record is flushed with the session
     results = prof.profiler.kineto_results
-    return activity.kernel_records(results.events() if results is not None else [])
+    events = results.events() if results is not None else []
+    return activity.device_records(events) if copies else activity.kernel_records(events)
+
+
+@functools.lru_cache(maxsize=1)
+def _marker_copy() -> Callable[[], None]:
+    """Queues activity.MARKER on the current stream: one float copied from pinned host memory."""
+    src = torch.zeros(1, pin_memory=True)
+    dst = torch.zeros(1, device="cuda")
+    return lambda: dst.copy_(src, non_blocking=True)
 
 
 def cupti_samples(fn: Callable[[], object], evict: Callable[[], object], n: int) -> tuple[list[float], list[str]]:
@@ -55,15 +65,20 @@ def launch_names(replay: Callable[[], object]) -> list[str]:
     return activity.names(record(replay), exclude=eviction_kernel_name())
 
 
-def names_and_late(fn: Callable[[], object], evict: Callable[[], object]) -> tuple[list[str], list]:
-    """One eager call of fn, then the eviction's read on the caller's stream as a marker: the kernels the call ran,
-    and those of them still running when the marker started (kernel_activity.after_marker: work left on another
-    stream), from one profiler session."""
+def names_and_late(fn: Callable[[], object]) -> tuple[list[str], Optional[list]]:
+    """One eager call of fn, then a marker copy on the caller's stream (kernel_activity.MARKER): the kernels the call
+    ran, and those still running when the marker started (kernel_activity.after_marker: work left on another
+    stream), from one profiler session; None for the second where the profiler recorded no marker."""
+    mark = _marker_copy()
+    mark()  # its first copy (pinned buffers, a lazy set-up) outside the session
 
     def run() -> None:
         fn()
-        evict()
+        mark()
 
-    records = record(run)
-    marker = eviction_kernel_name()
-    return activity.names(records, exclude=marker), activity.after_marker(records, marker)
+    records = record(run, copies=True)
+    kernels = [r for r in records if not r.name.startswith(activity.NOT_KERNELS)]
+    try:
+        return activity.names(kernels), activity.after_marker(records)
+    except activity.ActivityError:
+        return activity.names(kernels), None

@@ -282,8 +282,8 @@ class Timer:
     def capture_kernels(self, p: Prepared) -> None:
         """Fill p.kernels from one profiled replay of what a sample launches: in stream and graph mode the graph
         itself, since cuBLAS may choose another kernel under graph capture (once 16% slower in stream mode:
-        docs/GPU-FACTS.md).  An eager call is followed by the eviction's read as a marker, so that the same records
-        show the kernels it left running (Prepared.late).  A sampler that records its names while sampling (cupti)
+        docs/GPU-FACTS.md).  An eager call is followed by a marker copy on its stream, so that the same records show
+        the kernels it left running (Prepared.late).  A sampler that records its names while sampling (cupti)
         leaves no replay; a CPU has no kernel records.  A profiler that records nothing (another one holds CUPTI: nsys, ncu) leaves the names empty
         and the timing as it is."""
         if p.replay is None or not torch.cuda.is_available():
@@ -292,7 +292,7 @@ class Timer:
             if p.captured:
                 p.kernels[:] = kernel_trace.launch_names(p.replay)
             else:  # an eager call: the same records say what it left running (the referee reads p.late)
-                p.kernels[:], p.late = kernel_trace.names_and_late(p.replay, self._evict)
+                p.kernels[:], p.late = kernel_trace.names_and_late(p.replay)
         except Exception:  # noqa: BLE001 - the names are a note beside the timing and never cost the cell; a GPU test
             p.kernels[:] = []  # (tests/test_gpu_cupti.py) fails where they go missing
 
