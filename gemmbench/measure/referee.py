@@ -31,8 +31,9 @@ from typing import Any, Optional, Sequence
 import torch
 
 from gemmbench.measure import check
+from gemmbench.measure.clock import busy_after_call_us, patched
 from gemmbench.measure.inputs import GemmInputs, refill_activations_
-from gemmbench.measure.timing import Prepared, Timer, busy_after_call_us, patched
+from gemmbench.measure.timing import Prepared, Timer
 from gemmbench.shapes import Problem
 
 FRESH_SEED = 104_729  # the fresh draws' seeds: the cell's timing seed plus this, plus 1 and 2 for the timing reruns

@@ -24,8 +24,8 @@ known to `target_noise` ((p80 - p20) / median / sqrt(n)) or the per-cell budget 
 What the referee (gemmbench.measure.referee) needs from here: `Timer.rerun` takes one more sample in the cell's own
 mode and returns the outputs it wrote (a graph's, as captured); after every GPU batch the persisting-L2 guard
 (gemmbench.measure.persisting_l2) clears what a launch set aside and flags its variant (`Prepared.l2_flag`); and the
-timer reads the clock through the functions it held at import, so a plugin that replaces them (`patched`) neither
-moves a sample nor goes unseen.
+timer reads the clock through the functions gemmbench.measure.clock held at import, so a plugin that replaces them
+neither moves a sample nor goes unseen.
 """
 
 from __future__ import annotations
@@ -33,14 +33,13 @@ from __future__ import annotations
 import copy
 import functools
 import math
-import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
 
 import numpy as np
 import torch
 
-from gemmbench.measure import device, kernel_trace, persisting_l2, timing_modes
+from gemmbench.measure import clock, device, kernel_trace, persisting_l2, timing_modes
 from gemmbench.measure.kernel_activity import ActivityError, joined
 from gemmbench.measure.launch_hold import LaunchHold, cuda_hold
 from gemmbench.measure.nvtx_ranges import annotate, range_name
@@ -61,34 +60,6 @@ HELD_SAMPLES = 64
 
 class TimingError(RuntimeError):
     pass
-
-
-# The clock as this module found it at import, before any plugin was loaded: samples are read through these, and
-# `patched` names any that a plugin has replaced since
-_perf = time.perf_counter
-_sync = torch.cuda.synchronize
-_Event = torch.cuda.Event
-_elapsed = torch.cuda.Event.elapsed_time
-CLOCK = ("time.perf_counter", "torch.cuda.synchronize", "torch.cuda.Event", "torch.cuda.Event.record",
-         "torch.cuda.Event.elapsed_time", "torch.cuda.Event.synchronize", "torch.cuda.CUDAGraph.replay")  # fmt: skip
-
-
-def _resolve(path: str):
-    import sys
-
-    root, *attrs = path.split(".")
-    obj = sys.modules[root]
-    for a in attrs:
-        obj = getattr(obj, a)
-    return obj
-
-
-_CLOCK_AT_IMPORT = {path: _resolve(path) for path in CLOCK}
-
-
-def patched() -> dict:
-    """{dotted name: what it is now} for each function of CLOCK that is no longer the one found at import."""
-    return {path: now for path in CLOCK if (now := _resolve(path)) is not _CLOCK_AT_IMPORT[path]}
 
 
 # (take: n -> n samples in µs, replay: what one sample launches, or None)
@@ -143,7 +114,7 @@ def evict_l2() -> None:
 
 def sync() -> None:
     if torch.cuda.is_available():
-        _sync()
+        clock.synchronize()
 
 
 @dataclass
@@ -246,10 +217,10 @@ class Timer:
                 f"--timing {self.mode} captures a CUDA graph, and this launch cannot be captured "
                 "(it syncs with or copies from the host)"
             )
-        t_end = _perf() + self.warmup_ms / 1e3
+        t_end = clock.now() + self.warmup_ms / 1e3
         calls = 0
         with annotate(cell and range_name("warmup", cell)):
-            while calls < self.warmup_calls or _perf() < t_end:  # compile, autotune caches, clocks up
+            while calls < self.warmup_calls or clock.now() < t_end:  # compile, autotune caches, clocks up
                 for f in fns:
                     f()
                 sync()
@@ -274,9 +245,9 @@ class Timer:
             outputs[:] = [fn()]
 
         if not torch.cuda.is_available():
-            t0 = _perf()
+            t0 = clock.now()
             call()
-            return outputs, (_perf() - t0) * 1e6
+            return outputs, (clock.now() - t0) * 1e6
         return outputs, self._cold(call, 1, held=p.held)[0]
 
     def capture_kernels(self, p: Prepared) -> None:
@@ -305,10 +276,10 @@ class Timer:
             if evict:
                 self._evict()
             sync()
-            t0 = _perf()
+            t0 = clock.now()
             fn()
             sync()
-            return (_perf() - t0) * 1e6 / per_sample
+            return (clock.now() - t0) * 1e6 / per_sample
 
         with annotate(cell and range_name("warmup", cell)):
             for _ in range(3):
@@ -322,7 +293,7 @@ class Timer:
         def enqueue(k: int) -> list:
             events = []
             for _ in range(k):
-                start, end = _Event(enable_timing=True), _Event(enable_timing=True)
+                start, end = clock.Event(enable_timing=True), clock.Event(enable_timing=True)
                 self._evict()  # queued ahead of the start event: L2 holds none of what ran before
                 start.record()
                 fn()
@@ -337,7 +308,7 @@ class Timer:
         (gemmbench.measure.launch_hold: host launch latency stays out).  Chunks of at most HELD_SAMPLES: the launches
         held behind a spin must fit the GPU's queue of pending work, or the host would block on it."""
         if self._hold is None:
-            self._hold = cuda_hold(_perf, _sync)
+            self._hold = cuda_hold(clock.now, clock.synchronize)
         hold = self._hold
         out: list = []
         for first in range(0, n, HELD_SAMPLES):
@@ -351,8 +322,8 @@ class Timer:
         if self.midway is not None and events:
             events[(len(events) - 1) // 2][1].synchronize()
             self.midway()
-        _sync()
-        return [_elapsed(s, e) * 1e3 for s, e in events]
+        clock.synchronize()
+        return [clock.elapsed_ms(s, e) * 1e3 for s, e in events]
 
     def _cupti(self, fn: Callable, n: int, kernels: list) -> list:
         try:
@@ -363,18 +334,18 @@ class Timer:
         return samples
 
     def _wall(self, fn: Callable, n: int) -> list:
-        t0 = _perf()
+        t0 = clock.now()
         fn()
         sync()
-        reps = max(1, min(1000, int(1e-3 / max(_perf() - t0, 1e-7))))  # samples of >= ~1 ms
+        reps = max(1, min(1000, int(1e-3 / max(clock.now() - t0, 1e-7))))  # samples of >= ~1 ms
         out = []
         for _ in range(n):
             sync()
-            t0 = _perf()
+            t0 = clock.now()
             for _ in range(reps):
                 fn()
             sync()
-            out.append((_perf() - t0) / reps * 1e6)
+            out.append((clock.now() - t0) / reps * 1e6)
         return out
 
     # -- the samplers (SAMPLERS): (fns, graph_safe, the kernel names they record, the outputs a graph's capture
@@ -407,7 +378,7 @@ class Timer:
         def take(n: int) -> list:
             events = []
             for _ in range(n):
-                start, end = _Event(enable_timing=True), _Event(enable_timing=True)
+                start, end = clock.Event(enable_timing=True), clock.Event(enable_timing=True)
                 start.record()
                 graph.replay()
                 end.record()
@@ -423,8 +394,8 @@ class Timer:
         # Event-record nodes inside the graph (external=True) bracket the call alone, so the
         # eviction runs in the same replay but outside the measured interval.
         try:
-            start = _Event(enable_timing=True, external=True)
-            end = _Event(enable_timing=True, external=True)
+            start = clock.Event(enable_timing=True, external=True)
+            end = clock.Event(enable_timing=True, external=True)
         except TypeError as exc:
             raise TimingError("--timing graph needs torch.cuda.Event(external=True) (PyTorch >= 2.7)") from exc
         self._evict()  # allocate the eviction buffer outside capture
@@ -440,7 +411,7 @@ class Timer:
             for _ in range(n):
                 graph.replay()
                 end.synchronize()
-                out.append(_elapsed(start, end) * 1e3)
+                out.append(clock.elapsed_ms(start, end) * 1e3)
             return out
 
         return take, graph.replay
@@ -470,10 +441,10 @@ class Timer:
             for name in list(active):
                 p = prepared[name]
                 yield name
-                t0 = _perf()
+                t0 = clock.now()
                 with annotate(p.cell and range_name("time", p.cell)):
                     p.samples += p.take(self.batch)
-                p.spent_s += _perf() - t0
+                p.spent_s += clock.now() - t0
                 p.l2_flag = self.persisting_flag() or p.l2_flag  # this batch's, cleared before the next variant's
                 if self.enough(p):
                     active.remove(name)
@@ -498,24 +469,6 @@ SAMPLERS: dict[str, Callable[[Timer, Sequence[Callable], bool, list, list], Samp
     "host": Timer._host_sampler,
     "activity_records": Timer._activity_records_sampler,
 }
-
-
-def busy_after_call_us(fn: Callable) -> float:
-    """µs a device synchronize waits once one eager call's end event has completed, beyond what a second one (the
-    device idle for sure) costs: about 0, but where the call left work on a stream its caller's never waited for.
-    The difference, not the first wait alone: one synchronize costs ~20 µs on some virtual machines."""
-    _sync()
-    start, end = _Event(enable_timing=True), _Event(enable_timing=True)
-    start.record()
-    fn()
-    end.record()
-    end.synchronize()
-    t0 = _perf()
-    _sync()
-    t1 = _perf()
-    _sync()
-    t2 = _perf()
-    return ((t1 - t0) - (t2 - t1)) * 1e6
 
 
 def quick_median_us(fn: Callable, budget_s: float = 0.05) -> float:
