@@ -128,6 +128,15 @@ def test_verdicts_for_status_changes_and_missing_cells(tmp_path):
     assert next(r for r in rows if r.variant == "b").reason == "rows 0-3 wrong"
 
 
+def test_an_impossible_row_is_failing_never_faster(tmp_path):
+    """A row faster than the GPU can go (`impossible`, metrics.impossible_reason) is a failure, like wrong and error,
+    however fast its samples: now-failing after ok, fixed once ok again."""
+    base = [row("a"), row("b", status="impossible", s=None, reason="faster than this GPU can go")]
+    cand = [row("a", status="impossible", s=samples(1, 0.01), reason="faster than this GPU can go"), row("b")]
+    rows = cmp.compare(store.load(write(tmp_path, "b", base)), store.load(write(tmp_path, "c", cand)), 0.05)
+    assert {r.variant: r.verdict for r in rows} == {"a": "now-failing", "b": "fixed"}
+
+
 def test_latest_row_of_a_cell_wins(tmp_path):
     base = [row("a")]
     cand = [row("a", s=samples(150, 0.01), ts=stamp(hours=1)), row("a", ts=stamp(hours=2))]

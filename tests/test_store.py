@@ -223,6 +223,14 @@ def _write_with_format(path, metadata):
     pq.write_table(table.replace_schema_metadata(metadata), path)
 
 
+def test_a_file_without_a_column_added_since_reads_it_as_what_older_files_measured(tmp_path):
+    """`inputs` came after run format 1's first files, all timed on randn: such a file is read, as randn."""
+    path = tmp_path / "before-inputs.parquet"
+    table = pa.Table.from_pylist([normalize_row(row())], schema=SCHEMA).drop_columns(["inputs"])
+    pq.write_table(table, path)
+    assert list(load([path])["inputs"]) == ["randn"]
+
+
 def test_a_file_of_gemmbench_0_1_is_refused_naming_the_commit_that_reads_it(tmp_path):
     """Before run formats the metadata key was gemmbench.schema_version (schemas 1-7): no upgrade, one line."""
     path = tmp_path / "old.parquet"

@@ -118,9 +118,9 @@ def normalize_row(row: dict) -> dict:
         raise StoreError(f"unknown column {unknown[0]!r} in result row")
     out = {name: row.get(name) for name in COLUMNS}
     out["run_format"] = RUN_FORMAT
-    for name, value in ADDED_COLUMNS.items():  # a row of a producer that predates the column measured as they all did
+    for name, default in ADDED_COLUMNS.items():  # a producer that predates the column measured as they all did
         if out[name] is None:
-            out[name] = value
+            out[name] = default
     if out["ep"] is None:  # a row made without expert parallelism in mind (a plugin's, a test's): EP 1
         out["ep"] = 1
     if out["dp"] is None:  # a row made without data parallelism or layouts in mind (a plugin's, a test's)
@@ -349,9 +349,9 @@ def _read(f: Path) -> pa.Table:
     if v != RUN_FORMAT:
         newer = "a newer gemmbench: upgrade gemmbench" if v > RUN_FORMAT else "an older gemmbench: re-run it"
         raise StoreError(f"{f}: run format {v}, this gemmbench reads {RUN_FORMAT} (written by {newer})")
-    for name, value in ADDED_COLUMNS.items():
+    for name, default in ADDED_COLUMNS.items():
         if name not in table.column_names:
-            table = table.append_column(name, pa.array([value] * table.num_rows, TYPES[name]))
+            table = table.append_column(name, pa.array([default] * table.num_rows, TYPES[name]))
     absent = [c for c in COLUMNS if c not in table.column_names]
     if absent:
         raise StoreError(f"{f}: missing column {absent[0]!r} for run format {RUN_FORMAT}")
