@@ -142,7 +142,11 @@ def _time(ctx, problem: Problem, passed: dict, peaks: dict, seed: int) -> None:
                 note = "; ".join(filter(None, [note, IDLE_RANK]))
         if name in recorders:
             extra.update(recorders[name].columns(extra.get("flops")))
-        status, note = _judged(ctx, referee, name, variant, p, made[name], extra, note)
+        try:
+            status, note = _judged(ctx, referee, name, variant, p, made[name], extra, note)
+        except Exception as exc:  # noqa: BLE001 - a call that fails on fresh inputs: this row's error (a fault ends the worker)
+            ctx.failed(name, _error_rows(ctx, problem, variant, peaks[name]), "referee", exc)
+            continue
         ctx.result(name, [_run_row(ctx, problem, variant, status, note, **extra)])
 
 
@@ -152,10 +156,7 @@ def _judged(ctx, referee: Optional[Referee], name: str, variant, p, launches: li
     time beats the row's roofline bound (metrics.impossible_reason), else ok with its note."""
     if referee is not None:
         ctx.begin(name, "referee")
-        try:
-            verdict = referee.judge(variant, p, launches, extra["time_us_median"])
-        except Exception as exc:  # noqa: BLE001 - a call that fails on fresh inputs is the row's error
-            return "error", f"referee: {type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+        verdict = referee.judge(variant, p, launches, extra["time_us_median"])
         if verdict is not None:
             return verdict.status, verdict.reason
     if extra.get("flops"):

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Optional, Sequence
 
 import torch
@@ -77,8 +78,6 @@ def _defined_in(fn: Any) -> Optional[str]:
 
 
 def _same_file(a: str, b: str) -> bool:
-    from pathlib import Path
-
     return Path(a).resolve() == Path(b).resolve()
 
 
@@ -88,10 +87,8 @@ def shared_memory(outputs: Sequence[Any], inputs: Sequence[GemmInputs]) -> Optio
     allocates a storage of its own)."""
     owner: dict[int, str] = {}
     for i, inp in enumerate(inputs):
-        for field in ("a", "b", "a_scale", "b_scale", "topk_ids", "topk_weights"):
-            t = getattr(inp, field)
-            if isinstance(t, torch.Tensor):
-                owner.setdefault(_storage(t), f"copy {i}'s input {field}")
+        for field, t in _tensors(inp).items():
+            owner.setdefault(_storage(t), f"copy {i}'s input {field}")
     for i, out in enumerate(outputs):
         if not isinstance(out, torch.Tensor):
             continue
@@ -104,6 +101,12 @@ def shared_memory(outputs: Sequence[Any], inputs: Sequence[GemmInputs]) -> Optio
 
 def _storage(t: torch.Tensor) -> int:
     return t.untyped_storage().data_ptr()
+
+
+def _tensors(inputs: GemmInputs) -> dict[str, torch.Tensor]:
+    """An input copy's tensors by field name."""
+    fields = ("a", "b", "a_scale", "b_scale", "topk_ids", "topk_weights")
+    return {f: t for f in fields if isinstance(t := getattr(inputs, f), torch.Tensor)}
 
 
 def fresh_time_verdict(fresh_us: Sequence[float], median_us: float) -> Optional[Verdict]:
@@ -174,9 +177,10 @@ class Referee:
                     where = f" (copy {i} of {len(outputs)})" if len(outputs) > 1 else ""
                     return Verdict("wrong", f"{TIMED_OUTPUT} on fresh inputs{where}: {found}"), us
             return None, us
-        finally:
-            for out in outputs:  # what is let go holds no right answer for the next variant's empty tensor
-                if isinstance(out, torch.Tensor) and out.is_floating_point():
+        finally:  # what is let go holds no right answer for the next variant's empty tensor; an input stays whole
+            held = {_storage(t) for inp in self.copies for t in _tensors(inp).values()}
+            for out in outputs:
+                if isinstance(out, torch.Tensor) and out.is_floating_point() and _storage(out) not in held:
                     check.poison(out)
 
     def _check(self, variant: Any, i: int, out: Any) -> Optional[str]:
