@@ -15,7 +15,8 @@ timing mode.  A row that fails here is never `ok`, so it is never ranked and nev
                 memory with an input or with another copy's output
   the time      on a GPU, the call on the fresh draw and one more on another: when the faster of the two is over
                 FRESH_SLOWER times the samples' median (and FRESH_FLOOR_US above it), the samples did not time the
-                work (a cache keyed on the values, which misses on fresh ones): `wrong`
+                work (a cache keyed on the values, which misses on fresh ones): `wrong`; not in cupti timing, whose
+                samples hold kernel time alone
 
 The references are computed after the first call that needs them and kept for the problem's other variants (one
 fresh draw for all), so no output can land in memory that held a right answer; every output checked is poisoned
@@ -199,7 +200,9 @@ class Referee:
         return None if res.ok else res.detail
 
     def _time(self, p: Prepared, median_us: float, fresh_us: float) -> Optional[Verdict]:
-        if not self.gpu:  # wall time on a CPU moves by more than FRESH_SLOWER between calls
+        # wall time on a CPU moves by more than FRESH_SLOWER between calls; cupti samples are kernel time alone, which
+        # an event-timed call (launch gaps included) cannot be held against (and a call that runs no kernel fails them)
+        if not self.gpu or self.timer.spec.sampler == "activity_records":
             return None
         self._refill(self.seed + 1)
         return fresh_time_verdict([fresh_us, self.timer.rerun(p)[1]], median_us)
