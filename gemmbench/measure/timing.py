@@ -172,7 +172,7 @@ class Timer:
         self.budget_s, self.target_noise, self.batch = budget_s, target_noise, batch
         self.warmup_calls = warmup_calls
         self._hold: Optional[LaunchHold] = None  # made on the first held batch (a GPU's)
-        self._l2_guard: Optional[persisting_l2.Guard] = None  # made before the first GPU batch
+        self._l2_guard: Optional[persisting_l2.Guard] = None  # made at the first look (persisting_flag), on a GPU
         # called halfway through each cold or stream batch (_elapsed_us): telemetry.CellRecorder sets it
         self.midway: Optional[Callable[[], None]] = None
 
@@ -255,8 +255,8 @@ class Timer:
         itself, since cuBLAS may choose another kernel under graph capture (once 16% slower in stream mode:
         docs/GPU-FACTS.md).  An eager call is followed by a marker copy on its stream, so that the same records show
         the kernels it left running (Prepared.late).  A sampler that records its names while sampling (cupti)
-        leaves no replay; a CPU has no kernel records.  A profiler that records nothing (another one holds CUPTI: nsys, ncu) leaves the names empty
-        and the timing as it is."""
+        leaves no replay; a CPU has no kernel records.  A profiler that records nothing (another one holds CUPTI:
+        nsys, ncu) leaves the names empty and the timing as it is."""
         if p.replay is None or not torch.cuda.is_available():
             return
         try:
