@@ -60,13 +60,18 @@ def _make_block_scaled_mm(problem, inputs) -> Launch:
     return Launch(fn=lambda: torch._scaled_mm(a(), bt, scale_a=sa, scale_b=sb, out_dtype=out_dtype)[:M])
 
 
-@functools.lru_cache(maxsize=None)
-def _block_error(device_kind: str, capability: tuple) -> Optional[str]:
-    """Why cuBLAS block-scaled fp8 cannot run here, or None: one tiny call (M 4, N 128, K 256) where torch may have it."""
+def _block_rule(device_kind: str, capability: tuple) -> Optional[str]:
+    """Why cuBLAS block-scaled fp8 cannot run on this kind of device, by its compute capability alone, or None."""
     if device_kind != "cuda":
         return "cuBLAS only: torch._scaled_mm with block scales runs on an NVIDIA GPU (Hopper, sm90), not the CPU"
     if capability != (9, 0):
         return f"torch._scaled_mm's block scales (DeepSeek recipe) run on Hopper (sm90) only, not sm{capability[0]}{capability[1]}"
+    return None
+
+
+@functools.lru_cache(maxsize=None)
+def _block_probe() -> Optional[str]:
+    """Why this torch refuses block-scaled fp8 on this GPU, or None: one tiny call (M 4, N 128, K 256)."""
     if _torch_version() < BLOCKWISE_TORCH:
         return (f"torch {torch.__version__} has no right block-scaled torch._scaled_mm: torch "
                 f"{'.'.join(map(str, BLOCKWISE_TORCH))} (with CUDA 12.9+) has it")  # fmt: skip
@@ -85,7 +90,7 @@ def _block_error(device_kind: str, capability: tuple) -> Optional[str]:
 def _block_supports(problem, device) -> Optional[str]:
     if problem.N % 16 or problem.K % 16:
         return f"torch._scaled_mm needs N and K divisible by 16 (N={problem.N}, K={problem.K})"
-    return _block_error(device.kind, tuple(device.capability) if device.kind == "cuda" else ())
+    return _block_rule(device.kind, tuple(device.capability) if device.kind == "cuda" else ()) or _block_probe()
 
 
 register(
