@@ -3,6 +3,8 @@ repository of whatever folder the installed package sits in."""
 
 from __future__ import annotations
 
+import hashlib
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -45,7 +47,42 @@ def test_installed_inside_another_repository_it_does_not_name_that_repository(tm
     (repo / "x.txt").write_text("x")
     git("add", "x.txt", cwd=repo)
     git("-c", "user.email=a@b", "-c", "user.name=a", "commit", "-qm", "theirs", cwd=repo)
-    assert device.git_sha(package) is None  # git would answer for my-project: not gemmbench's build
+    # git would answer for my-project: not gemmbench's build, which is then its files' hash: the one file's path and
+    # bytes, each followed by a NUL, hashed by hand here
+    by_hand = "files." + hashlib.sha256(b"__init__.py\0" + b"" + b"\0").hexdigest()[:12]
+    assert device.git_sha(package) == by_hand
     (package / build_id.BUILD_FILE).write_text("0123456789ab\n")  # what setup.py writes into a wheel
     device.git_sha.cache_clear()
     assert device.git_sha(package) == "0123456789ab"
+
+
+def test_two_copies_without_git_are_two_builds_unless_their_files_are_the_same(tmp_path):
+    """A copy of the source with no .git and no commit written into it (a tree sent to another host): the build is a
+    hash of its package files, so a resumed run never mixes rows of two different sources."""
+    skip = shutil.ignore_patterns("__pycache__", "*.pyc")
+    a, b = tmp_path / "a" / "gemmbench", tmp_path / "b" / "gemmbench"
+    shutil.copytree(ROOT / "gemmbench", a, ignore=skip)
+    shutil.copytree(ROOT / "gemmbench", b, ignore=skip)
+    (a / build_id.BUILD_FILE).unlink(missing_ok=True)
+    (b / build_id.BUILD_FILE).unlink(missing_ok=True)
+    first, same = device.git_sha(a), device.git_sha(b)
+    assert first.startswith("files.") and first == same
+    with open(b / "shapes.py", "a") as f:
+        f.write("\n# an edit\n")
+    device.git_sha.cache_clear()
+    assert device.git_sha(b) != first
+
+
+def test_a_git_dir_in_the_environment_does_not_change_the_build(tmp_path, monkeypatch):
+    if not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout (an unpacked source distribution)")
+    other = tmp_path / "other"
+    other.mkdir()
+    git("init", "-q", cwd=other)
+    (other / "x.txt").write_text("x")
+    git("add", "x.txt", cwd=other)
+    git("-c", "user.email=a@b", "-c", "user.name=a", "commit", "-qm", "theirs", cwd=other)
+    head = git("rev-parse", "--short=12", "HEAD", cwd=ROOT)
+    monkeypatch.setenv("GIT_DIR", str(other / ".git"))
+    monkeypatch.setenv("GIT_WORK_TREE", str(other))
+    assert device.git_sha().split("-dirty.")[0] == head

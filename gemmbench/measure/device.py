@@ -56,8 +56,9 @@ def _run(cmd: list[str], cwd: Optional[Path] = None) -> Optional[str]:
 def git_sha(package: Optional[Path] = None) -> Optional[str]:
     """The build of the gemmbench source that ran, never the repository of the folder it happens to sit in: the
     commit of gemmbench's own checkout (a source tree or an editable install), with "-dirty.<hash of the uncommitted
-    changes>" when it has any; a wheel's commit written at build time; None where neither is known.
-    GEMMBENCH_GIT_SHA names it where the source is a copy without .git (e.g. shipped to a GPU host)."""
+    changes>" when it has any; a wheel's commit written at build time; else a hash of the package's files
+    (build_id.files_hash).  GEMMBENCH_GIT_SHA, first, names it where the source is a copy without .git (e.g. shipped
+    to a GPU host)."""
     if os.environ.get("GEMMBENCH_GIT_SHA"):
         return os.environ["GEMMBENCH_GIT_SHA"]
     return build_id.build_commit(package or Path(gemmbench.__file__).resolve().parent)
