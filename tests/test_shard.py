@@ -153,6 +153,21 @@ def test_parts_of_different_sweeps_are_refused(tmp_path):
     assert "different sweeps" in line
 
 
+def test_runs_of_different_sweeps_are_refused_unless_allowed_and_then_named(tmp_path):
+    """Two whole runs (no shard parts) of other cells: one line and exit 2; --allow-mixed joins them and says so."""
+    for m, folder in (("1", "a"), ("5", "b")):
+        res = invoke("run", "--shapes", "smoke", "--m", m, "--dtype", "fp16", "--variants", "cublas_fp16",
+                     "--budget", "0.01", "--out", tmp_path / folder)  # fmt: skip
+        assert res.exit_code == 0, res.stderr
+    line = bad(invoke("merge", tmp_path / "a", tmp_path / "b", "--out", tmp_path / "m.parquet"))
+    assert "2 different sweeps" in line and "--allow-mixed" in line
+    assert not (tmp_path / "m.parquet").exists()
+    res = invoke("merge", tmp_path / "a", tmp_path / "b", "--out", tmp_path / "m.parquet", "--allow-mixed")
+    assert res.exit_code == 0, res.stderr
+    assert "joining 2 files of 2 different sweeps: smoke (3 cells" in text(res.stderr)
+    assert len(store.load([tmp_path / "m.parquet"])) == 6  # 3 dense smoke GEMMs at M 1, and at M 5
+
+
 def test_more_shards_than_cells_leaves_an_empty_part(tmp_path):
     res = invoke(
         "run",

@@ -21,11 +21,48 @@ def _named(keys: list) -> str:
     return shown + (f"; and {len(keys) - SHOWN} more" if len(keys) > SHOWN else "")
 
 
+def _sweeps(files: list) -> dict:
+    """{file: what sweep it holds}: a shard part's sweep (its shard metadata), else the run's own fingerprint (the
+    set, the cells and how they were measured: engine.sweep_fingerprint), else None (a file written without one)."""
+    import pyarrow.parquet as pq  # not at --help
+
+    from gemmbench.engine import sweep_fingerprint
+    from gemmbench.results import shard as shard_mod
+
+    out = {}
+    for f in files:
+        part = shard_mod.read_metadata(f)
+        if part is not None:
+            out[f] = f"shards of sweep {part['sweep']}"
+            continue
+        fp = sweep_fingerprint.decode(pq.read_schema(f).metadata)
+        out[f] = None if fp is None else f"{fp.get('shape_set')} ({fp.get('n_cells')} cells, {fp.get('cells')})"
+    return out
+
+
+def _mixed(files: list, allow_mixed: bool) -> None:
+    """Files of more than one sweep (whole runs, or whole runs beside shard parts) are refused in one line, or, with
+    --allow-mixed, joined with one line saying what was joined."""
+    sweeps = _sweeps(files)
+    kinds = sorted({s or "a run without a sweep fingerprint" for s in sweeps.values()})
+    if len(kinds) < 2:
+        return
+    what = "; ".join(kinds[:SHOWN]) + (f"; and {len(kinds) - SHOWN} more" if len(kinds) > SHOWN else "")
+    if not allow_mixed:
+        raise fail(f"merge: the files hold {len(kinds)} different sweeps ({what}): merge the parts of one sweep, or "
+                   "pass --allow-mixed to join them")  # fmt: skip
+    err.print(escape(f"merge: joining {len(files)} files of {len(kinds)} different sweeps: {what}"), highlight=False,
+              soft_wrap=True)  # fmt: skip
+
+
 def merge(
     parts: Annotated[list[Path], typer.Argument(help="Part files (or folders of them) of one sharded sweep.")],
     out_path: Annotated[Path, typer.Option("--out", help="The merged run file (.parquet).", rich_help_panel=OUTPUT)],
     allow_missing: Annotated[
         bool, typer.Option(help="Write the merged file even when cells or shards are missing.")
+    ] = False,
+    allow_mixed: Annotated[
+        bool, typer.Option(help="Join runs of different sweeps (other sets, cells or timing) into one file.")
     ] = False,
     force: Force = False,
 ) -> None:
@@ -43,6 +80,7 @@ def merge(
         if out_path.resolve() in {f.resolve() for f in files}:
             raise fail(f"--out {out_path}: is one of the parts; write the merged file elsewhere")
         rows, report = shard_mod.read_parts(files)
+        _mixed(files, allow_mixed)
     except (StoreError, shard_mod.ShardError) as exc:
         raise fail(str(exc)) from None
     problems = []
