@@ -1,7 +1,7 @@
 """The referee: what a variant's samples cannot show by themselves, judged after they are taken, in the cell's own
 timing mode.  A row that fails here is never `ok`, so it is never ranked and never a speedup.
 
-  the clock     a plugin that replaced a timing function (timing.patched): `error`, blamed on the plugin whose file
+  the clock     a plugin that replaced a timing function (clock.patched): `error`, blamed on the plugin whose file
                 defines the replacement, or on every row while it is unknown
   persisting L2 a batch that set L2 aside for persisting lines or an access-policy window (Prepared.l2_flag): `error`
   the window    a kernel that CUPTI saw end after the caller's stream moved past the call, in the one profiled call
@@ -38,7 +38,7 @@ from gemmbench.measure.inputs import GemmInputs, refill_activations_
 from gemmbench.measure.timing import Prepared, Timer
 from gemmbench.shapes import Problem
 
-FRESH_SEED = 104_729  # the fresh draws' seeds: the cell's timing seed plus this, plus 1 and 2 for the timing reruns
+FRESH_SEED = 104_729  # the fresh draws' seeds: the cell's timing seed plus this, and plus 1 for the second timed call
 FRESH_SLOWER = 2.0
 FRESH_FLOOR_US = 20.0
 # Where CUPTI cannot look: a device synchronize that waits this much longer than the one after it, on every one of
@@ -56,7 +56,7 @@ class Verdict:
 
 
 def clock_verdict(replaced: dict, source: str) -> Optional[Verdict]:
-    """The clock's verdict on a variant from `source` (its plugin file, or "builtin"): replaced is timing.patched().
+    """The clock's verdict on a variant from `source` (its plugin file, or "builtin"): replaced is clock.patched().
     Blamed where the replacement is defined in that file; any replacement of unknown origin is every row's."""
     if not replaced:
         return None
