@@ -42,8 +42,8 @@ FRESH_SEED = 104_729  # the fresh draws' seeds: the cell's timing seed plus this
 FRESH_SLOWER = 2.0
 FRESH_FLOOR_US = 20.0
 # Where CUPTI cannot look: a device synchronize that waits this much longer than the one after it, on every one of
-# BUSY_PROBES probes, waited for work the call left running (honest calls measured up to 35 µs on an H200 virtual
-# machine: docs/BENCHMARKS.md, "The referee")
+# BUSY_PROBES probes, waited for work the call left running (set above what honest calls measured: docs/BENCHMARKS.md,
+# "The referee")
 BUSY_US = 100.0
 BUSY_PROBES = 3
 TIMED_OUTPUT = "a timed call's output"
