@@ -98,7 +98,7 @@ def test_shell_completion(monkeypatch):
     res = invoke("--help")
     assert "--install-completion" in text(res.stdout) and "--show-completion" in text(res.stdout)
     assert _complete("gemmbench run --timing ") == ["cold", "stream", "graph", "wall", "cupti"]
-    assert _complete("gemmbench list ") == ["shapes", "variants"]
+    assert _complete("gemmbench list ") == ["shapes", "variants", "configs"]
     assert _complete("gemmbench compare a b --format m") == ["markdown"]
     assert "--format" in _complete("gemmbench report --fo")
     script = CliRunner().invoke(app, ["--show-completion", "bash"], prog_name="gemmbench")

@@ -56,7 +56,8 @@ def test_provenance_keys_are_the_ones_tuning_writes():
     made = [
         Provenance("stored-neighbour", file="f.json", bucket=16, neighbours=((16, 1.0), (32, None))),
         Provenance("vllm", file="E=8.json", key=4),
-        Provenance("tuned"),
+        Provenance("searched"),
+        Provenance("borrowed", file="f.json", bucket=16, borrowed="NVIDIA_H100_80GB_HBM3"),
     ]
     assert set().union(*(p.to_dict() for p in made)) == set(cmp.PROVENANCE_KEYS)
 

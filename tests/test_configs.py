@@ -108,10 +108,17 @@ def test_provenance():
     assert stored.to_dict() == {"source": "stored", "file": "GPU/v/N=1,K=2,dtype=fp8.json", "bucket": 16}
     assert stored["bucket"] == 16  # read by key, as `gemmbench tune --skip-stored` does
     assert provenance.Provenance("only").to_dict() == {"source": "only"}
-    assert provenance.Provenance("tuned").to_dict() == {"source": "tuned"}
-    for bad in (("stored",), ("stored", "f.json"), ("tuned", "f.json", 16), ("imported",)):
+    assert provenance.Provenance("searched").to_dict() == {"source": "searched"}
+    assert provenance.Provenance("searched", "/u/f.json", 32).to_dict() == {"source": "searched", "file": "/u/f.json",
+                                                                           "bucket": 32}  # fmt: skip
+    lent = provenance.Provenance("borrowed", "G/v/f.json", 64, borrowed="G")
+    assert lent.to_dict() == {"source": "borrowed", "borrowed": "G", "file": "G/v/f.json", "bucket": 64}
+    for bad in (("stored",), ("stored", "f.json"), ("searched", "f.json"), ("only", "f.json", 16), ("imported",),
+                ("tuned",), ("borrowed", "f.json", 16)):  # fmt: skip
         with pytest.raises(ValueError, match="not a provenance"):
             provenance.Provenance(*bad)
+    with pytest.raises(ValueError, match="names the GPU lent"):
+        provenance.Provenance("stored", "f.json", 16, borrowed="G")
 
 
 def test_launch_config_is_the_typed_config_then_its_provenance():

@@ -118,7 +118,7 @@ def test_equal_neighbours_cost_no_timing(fake):
         (64, 64),  # M is a stored bucket
         (128, 128),
         (20, 64),  # every stored bucket lies above M: the nearest
-        (1000, 128),  # every stored bucket lies below M
+        (200, 128),  # every stored bucket lies below M (200's bucket 256; 128 is one bucket from it)
     ],
 )
 def test_a_bucket_and_one_sided_m_use_the_stored_config_untimed(fake, M, bucket):

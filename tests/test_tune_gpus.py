@@ -122,7 +122,7 @@ def fake_tuning(monkeypatch):
     """tune_and_store replaced: 'triton_dp_col' has no runnable config, 'triton_dp_grouped' faults, the rest tune."""
     calls = []
 
-    def tune_and_store(t, p, inputs, ref, beat=lambda: None):
+    def tune_and_store(t, p, inputs, ref, beat=lambda: None, budget_s=None, exhaustive=False):
         calls.append(shard.cell_key(p, t.name))
         if t.name == "triton_dp_col":
             raise tuning.TuningError(f"no config of {t.name} runs {p.label}")

@@ -83,13 +83,16 @@ def fail(message: str, code: int = 2) -> "typer.Exit":
     return typer.Exit(code)
 
 
-def progress_bar():
-    """The progress bar of every long command, on stderr: what runs now, done of total, time taken."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn  # not at --help
+def progress_bar(eta: bool = False):
+    """The progress bar of every long command, on stderr: what runs now, done of total, time taken; eta: and the
+    time left, from the pace so far (rich's estimate)."""
+    from rich import progress as bars  # not at --help
 
-    return Progress(
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err
-    )
+    left = [bars.TextColumn("left"), bars.TimeRemainingColumn()] if eta else []
+    return bars.Progress(
+        bars.TextColumn("{task.description}"), bars.BarColumn(), bars.MofNCompleteColumn(), bars.TimeElapsedColumn(),
+        *left, console=err,
+    )  # fmt: skip
 
 
 def _choices(option: str, text: str, allowed) -> list[str]:

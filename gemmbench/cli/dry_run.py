@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Optional
 
 import typer
 from rich.markup import escape
@@ -24,18 +24,18 @@ DryRun = Annotated[
 NEEDS_GPU = "unknown: needs a GPU"  # a variant's own support check asks the device, and there is none here
 
 
-def print_dry_run(sset, cells: list, dep: Deployment, as_json: bool) -> None:
-    """The cells of `run` (select_cells') as a table, or as the `gemmbench.dry-run/1` JSON document."""
+def print_dry_run(sset, cells: list, dep: Deployment, as_json: bool, gpu=None) -> None:
+    """The cells of `run` (select_cells') as a table, or as the `gemmbench.dry-run/1` JSON document; gpu (a
+    cli.target_gpu.TargetGpu, or None on a machine without one): whose support and configs are predicted."""
     from gemmbench.dtypes import label  # not at --help
-    from gemmbench.measure import device  # heavy (torch)
 
-    dev = device.detect()
-    docs = [_cell(p, names, dev if dev.kind == "cuda" else None) for p, names in cells]
+    docs = [_cell(p, names, gpu) for p, names in cells]
+    configs = _configs_summary(docs, gpu)
     if as_json:
         print_json({"schema": "gemmbench.dry-run/1", "shape_set": sset.name, "source": sset.source,
                     "deployment": {"tp": list(dep.tps), "dp": list(dep.dps), "ep": list(dep.eps),
                                    "layout": dep.layout},
-                    "cells": docs})  # fmt: skip
+                    "gpu": gpu.name if gpu else None, "configs": configs, "cells": docs})  # fmt: skip
         return
     table = Table(title=escape(f"{sset.name}: rank 0's GEMMs, layout {dep.layout} (dry run: nothing runs)"))
     for col in ("gemm", "tp", "dp", "ep", "M", "tokens", "N", "K", "E", "local E", "topk", "dtype", "runs", "skips"):
@@ -50,26 +50,54 @@ def print_dry_run(sset, cells: list, dep: Deployment, as_json: bool) -> None:
             escape(", ".join(c["runs"])), escape(skips),
         )  # fmt: skip
     out.print(table)
+    if configs is not None:
+        out.print(escape(_configs_line(configs)), highlight=False, soft_wrap=True)
     err.print(f"{len(docs)} problems, {sum(len(c['runs']) for c in docs)} cells would run", highlight=False)
 
 
-def _cell(p, names: list[str], dev: Any) -> dict:
+def _cell(p, names: list[str], gpu: Any) -> dict:
     """One problem as the dry run shows it: M is one DP rank's tokens, `tokens` what the GEMM sees (M x DP for an
-    expert GEMM: every DP rank's tokens, routed over all E experts, of which rank 0 holds `local_experts`)."""
+    expert GEMM: every DP rank's tokens, routed over all E experts, of which rank 0 holds `local_experts`); for each
+    Triton variant that runs, the config a run on the GPU would take (config_sources.predict)."""
     from gemmbench import registry
+    from gemmbench.configs import config_sources
 
-    runs, skips = [], {}
+    runs, skips, configs = [], {}, {}
     for name in names:
         v = registry.get(name)
         why = v.declared_reason(p)
         if why is None and v.supports is not None:
-            why = v.supports(p, dev) if dev is not None else NEEDS_GPU
+            why = v.supports(p, gpu.device) if gpu is not None else NEEDS_GPU
         if why is None:
             runs.append(name)
+            if v.tunable is not None and gpu is not None:
+                configs[name] = config_sources.predict(name, p, gpu.name, gpu.part)
         else:
             skips[name] = why
     doc = dict(gemm=p.gemm, M=p.M // p.dp_tokens, tokens=p.M, N=p.N, K=p.K, E=p.E, local_experts=p.local_experts,
                topk=p.topk, shared_experts=p.shared_experts, routing=p.routing if p.is_moe else None,
                pairs_routed=p.M * p.topk if p.is_moe else None, tp=p.tp, ep=p.ep, dp=p.dp, layout=p.layout,
                dtype=p.dtype, scaling=p.scaling, fp8_accum=p.fp8_accum)  # fmt: skip
-    return dict(doc, runs=runs, skips=skips)
+    return dict(doc, runs=runs, skips=skips, configs=configs)
+
+
+def _configs_summary(docs: list[dict], gpu: Any) -> Optional[dict]:
+    """{"gpu", "own", "borrowed": {lender: cells}, "searched", "search"}: the cells of Triton variants by the source a
+    run would take; None without a GPU to ask about."""
+    if gpu is None:
+        return None
+    got = [c for d in docs for c in d["configs"].values()]
+    lent: dict[str, int] = {}
+    for c in got:
+        if c["source"] == "borrowed":
+            lent[c["from"]] = lent.get(c["from"], 0) + 1
+    counts = {k: sum(c["source"] == k for c in got) for k in ("own", "searched", "search")}
+    return {"gpu": gpu.name, **counts, "borrowed": dict(sorted(lent.items()))}
+
+
+def _configs_line(s: dict) -> str:
+    lent = [f"borrowed from {k} {n}" for k, n in s["borrowed"].items()] or ["borrowed 0"]
+    return (
+        f"configs on {s['gpu']}, as a run would take them: own {s['own']}, {', '.join(lent)}, searched by an "
+        f"earlier run {s['searched']}, to search {s['search']} (cells)"
+    )

@@ -1,18 +1,18 @@
-"""`gemmbench list shapes` and `gemmbench list variants`."""
+"""`gemmbench list shapes`, `gemmbench list variants` and `gemmbench list configs`."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Optional
 
 import typer
 from rich.markup import escape
 from rich.table import Table
 
-from gemmbench.cli.common import _load_plugins, fail, out
-from gemmbench.cli.formats import OutputFormat, format_option, print_json
-from gemmbench.cli.options import OUTPUT, Plugins
+from gemmbench.cli.common import _load_plugins, deployment, fail, out, select_cells
+from gemmbench.cli.formats import LayoutChoice, OutputFormat, format_option, print_json
+from gemmbench.cli.options import OUTPUT, WHAT, Dp, Dtype, Ep, GpuName, Layout, Ms, Plugins, Tp, Variants
 
-list_app = typer.Typer(no_args_is_help=True, help="List shape sets or variants.")
+list_app = typer.Typer(no_args_is_help=True, help="List shape sets, variants, or the configs a GPU would run.")
 
 
 def _m_label(m_values: tuple) -> str:
@@ -106,3 +106,59 @@ def _variant_json(v) -> dict:
         "source": v.source,  # "builtin", or the plugin file it came from
         "description": v.description,
     }
+
+
+ConfigShapes = Annotated[
+    Optional[str],
+    typer.Option(
+        "--shapes",
+        help="A shape set: the config each Triton variant would take for each of its problems.  Without it: every "
+        "stored config file the GPU would read, its own or borrowed.",
+        rich_help_panel=WHAT,
+    ),  # fmt: skip
+]
+
+
+@list_app.command("configs")
+def list_configs(
+    gpu: GpuName = None, shapes: ConfigShapes = None, variants: Variants = None, dtype: Dtype = "fp8,bf16",
+    m: Ms = None, tp: Tp = "1", dp: Dp = "1", ep: Ep = "1", layout: Layout = LayoutChoice.vllm,
+    fmt: Format = OutputFormat.table,
+) -> None:  # fmt: skip
+    """The Triton configs a run on a GPU would use: its own, borrowed, searched earlier, or to search; no GPU needed."""
+    from gemmbench.cli.target_gpu import target_gpu  # not at --help (torch)
+
+    target = target_gpu(gpu, required=True)
+    assert target is not None  # required: refused in one line otherwise
+    rows = _config_rows(target, shapes, variants, dtype, m, deployment(tp, dp, ep, layout))
+    if fmt is OutputFormat.json:
+        print_json({"schema": "gemmbench.configs/1", "gpu": target.name, "configs": rows})
+        return
+    title = f"configs a run on {target.name} would use" + (f" ({shapes})" if shapes else " (stored files)")
+    t = Table(title=escape(title))
+    columns = [k for k in (rows[0] if rows else {"variant": 0, "source": 0})]
+    for col in columns:
+        t.add_column(col)
+    for r in rows:
+        t.add_row(*(escape("" if r[c] is None else str(r[c])) for c in columns))
+    out.print(t)
+
+
+def _config_rows(target, shapes, variants, dtype, m, dep) -> list[dict]:
+    """One row per (Triton variant, problem) of a shape set, or per stored file the GPU would read."""
+    from gemmbench import registry
+    from gemmbench.configs import config_sources
+
+    if shapes is None:
+        return config_sources.files_for(target.name, target.part, variants)
+    _, cells = select_cells(shapes, variants, dtype, m, "uniform", 0, None, dep)
+    rows = []
+    for p, names in cells:
+        for name in names:
+            v = registry.get(name)
+            if v.tunable is None or v.declared_reason(p) or (v.supports and v.supports(p, target.device)):
+                continue
+            got = config_sources.predict(name, p, target.name, target.part)
+            rows.append({"variant": name, "gemm": p.gemm, "M": p.M, "N": p.N, "K": p.K, "E": p.local_experts,
+                         "dtype": p.dtype, "scaling": p.scaling, **got})  # fmt: skip
+    return rows

@@ -107,6 +107,15 @@ Layout = Annotated[
 
 # ---------------------------------------------------------------- the engine: run, tune, profile, layer
 
+GpuName = Annotated[
+    Optional[str],
+    typer.Option(
+        "--gpu",
+        help="Say what a run on this GPU would use, without it: a name of the Hopper parts table, e.g. 'NVIDIA H200' "
+        "(README: Which configs a run uses).  Default: this machine's GPU.",
+        rich_help_panel=WHAT,
+    ),  # fmt: skip
+]
 Gpus = Annotated[
     Optional[str],
     typer.Option(

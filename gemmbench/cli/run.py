@@ -43,6 +43,7 @@ from gemmbench.cli.options import (
     Ep,
     Force,
     Fp8Accum,
+    GpuName,
     Gpus,
     ImportConfig,
     Layout,
@@ -64,6 +65,24 @@ from gemmbench.measure.timing_modes import TimingMode
 # the options only `run` takes (those it shares: cli.options), by --help panel
 Retune = Annotated[
     bool, typer.Option(help="Ignore stored Triton configs; tune each problem anew (not stored).", rich_help_panel=WHAT)
+]
+NoBorrow = Annotated[
+    bool,
+    typer.Option(
+        "--no-borrow",
+        help="Never run another GPU's stored Triton configs (of the same compute capability) where this GPU has none; "
+        "search here instead.",
+        rich_help_panel=WHAT,
+    ),  # fmt: skip
+]
+NoStore = Annotated[
+    bool,
+    typer.Option(
+        "--no-store",
+        help="Keep the winners of the run's quick searches in this process only; by default they are stored in the "
+        "user's config folder, and the next run runs them.",
+        rich_help_panel=WHAT,
+    ),  # fmt: skip
 ]
 Timing = Annotated[
     TimingMode,
@@ -157,6 +176,7 @@ Strict = Annotated[
 def run(
     shapes: Shapes, variants: Variants = None, dtype: Dtype = "fp8,bf16", m: Ms = None, routing: Routing = "uniform",
     scaling: Scaling = None, fp8_accum: Fp8Accum = None, plugin: Plugins = None, import_config: ImportConfig = None, retune: Retune = False,
+    no_borrow: NoBorrow = False, no_store: NoStore = False, gpu: GpuName = None,
     seed: Seed = 0, tp: Tp = "1", dp: Dp = "1", ep: Ep = "1", layout: Layout = LayoutChoice.vllm,
     timing: Timing = TimingMode.cold, inputs: Inputs = InputValues.randn, budget: Budget = 0.5, repeat: Repeat = 1,
     out_path: Out = None, fmt: Format = OutputFormat.table, append: Append = False, force: Force = False,
@@ -165,16 +185,21 @@ def run(
     sanitize: Sanitize = False, strict: Strict = False,
 ) -> None:  # fmt: skip
     """Check, then time, every variant on every problem of a shape set; write Parquet and print tables."""
+    from gemmbench.configs.config_sources import Policy
     from gemmbench.engine import sweep  # heavy (pandas; torch)
     from gemmbench.results import store
 
     timing, values, budget, as_json = timing.value, inputs.value, positive_budget(budget), fmt is OutputFormat.json
     dep, watchdog_s = deployment(tp, dp, ep, layout), watchdog(cell_timeout, budget)
     if dry_run:  # nothing written, nothing run, no GPU needed
+        from gemmbench.cli.target_gpu import target_gpu
+
         variants, _ = import_configs(import_config, variants)
         sset, cells = select_cells(shapes, variants, dtype, m, routing, seed, plugin, dep, scaling, fp8_accum)
-        print_dry_run(sset, cells, dep, as_json)
+        print_dry_run(sset, cells, dep, as_json, target_gpu(gpu))
         return
+    if gpu is not None:
+        raise fail("--gpu goes with --dry-run: a run measures the GPU it runs on")
     shard_at, gpu_ids = shard_option(shard), gpus_option(gpus)
     out_path = setup.results_path(out_path, resume)
     setup.refuse_before_work(out_path, append, force, resume, compare_to)
@@ -186,7 +211,8 @@ def run(
     timing = timing if _on_gpu() else timing_modes.CPU  # no CUDA events on a CPU
     setup.comparable_baseline(compare_to, timing, values)
     run_id = store.new_run_id(sset.name) + (f"-shard{shard_at[0]}of{shard_at[1]}" if shard_at else "")
-    fp = setup.fingerprint(sset, cells, timing, values, budget, seed, sanitize, retune, plugin, import_config)
+    policy = Policy(borrow=not no_borrow, store=not no_store)
+    fp = setup.fingerprint(sset, cells, timing, values, budget, seed, sanitize, retune, plugin, import_config, policy)
     meta = {**(meta or {}), **sweep_fingerprint.encode(fp)}
     setup.check_resume(resume, fp)
     cpu = setup.cpu_path(cells, sanitize)  # refused before anything is written
@@ -196,13 +222,14 @@ def run(
     if not cells:
         _nothing_to_run(writer, meta, resume, shard, run_id, as_json)
         return
-    worker = WorkerOptions(timing, budget, inputs=values, plugins=plugin or [], cpu=cpu, retune=retune, ceilings=not cpu, env=imported,
+    worker = WorkerOptions(timing, budget, inputs=values, plugins=plugin or [], cpu=cpu, retune=retune, ceilings=not cpu, env={**imported, **policy.env()},
                            watchdog_s=watchdog_s)  # fmt: skip
     # what a baseline process is given: every sweep option its build has (cli.ab.sweep_args)
     ab_args = _baseline_args(baseline_cmd, [
         ("--shapes", shapes, None), ("--variants", variants, None), ("--dtype", dtype, "fp8,bf16"), ("--m", m, None),
         ("--tp", tp, "1"), ("--timing", timing, None), ("--inputs", values, "randn"), ("--plugin", [str(f) for f in plugin or []], []),
         ("--seed", seed, 0), ("--budget", budget, 0.5), ("--retune", retune, False), ("--routing", routing, "uniform"),
+        ("--no-borrow", no_borrow, False), ("--no-store", no_store, False),
         ("--shard", shard, None), ("--gpus", gpus, None), ("--ep", ep, "1"), ("--scaling", scaling, None),
         ("--fp8-accum", fp8_accum, None),
         ("--dp", dp, "1"), ("--layout", str(layout), "vllm"), ("--cell-timeout", cell_timeout, None),
@@ -298,11 +325,14 @@ def _last_process(rows: list, run_id: str, repeat: int, process: int) -> list:
 
 def _show(rows: list, run_id: str, writer, stopped: bool, as_json: bool) -> None:
     """The run's tables (or its JSON document); then, where Ctrl-C or SIGINT stopped it, one line and exit 130."""
+    from gemmbench.cli import configs_used
     from gemmbench.results.tables import gemm_tables, scaling_excluded_count  # not at --help (yaml, importlib.metadata)
 
     if as_json:
         _print_json(run_id, writer.path, rows, stopped)
     else:
+        for doc in configs_used.summarize(rows):
+            out.print(escape(configs_used.line(doc)), highlight=False, soft_wrap=True)
         for table in gemm_tables(rows):
             out.print(table)
         hidden = scaling_excluded_count(rows)
@@ -374,10 +404,11 @@ def _sweep(opts, cells: list, writer) -> tuple[list, bool]:
 def _print_json(run_id: str, path: Path, rows: list, interrupted: bool) -> None:
     """`--format json`: the run's document on stdout (docs/USAGE.md: JSON output): `tables.summary` of the file's rows, as
     the tables show them (with --append or --resume the rows it held before too)."""
+    from gemmbench.cli.configs_used import summarize
     from gemmbench.results.tables import status_counts, summary  # not at --help (yaml, importlib.metadata)
 
     print_json({"schema": "gemmbench.run/1", "run_id": run_id, "file": str(path), "interrupted": interrupted,
-                "counts": status_counts(rows), "cells": summary(rows)})  # fmt: skip
+                "counts": status_counts(rows), "configs": summarize(rows), "cells": summary(rows)})  # fmt: skip
 
 
 def _summary(rows, path, strict: bool) -> None:

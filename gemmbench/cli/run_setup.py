@@ -139,7 +139,7 @@ def cpu_path(cells: list, sanitize: bool) -> bool:
     return True
 
 
-def fingerprint(sset, cells, timing, inputs, budget, seed, sanitize, retune, plugins, import_config) -> dict:
+def fingerprint(sset, cells, timing, inputs, budget, seed, sanitize, retune, plugins, import_config, policy) -> dict:
     """This sweep's fingerprint (gemmbench.engine.sweep_fingerprint), stored in its file for --resume to check."""
     import gemmbench
     from gemmbench.measure import device
@@ -148,7 +148,7 @@ def fingerprint(sset, cells, timing, inputs, budget, seed, sanitize, retune, plu
     files = [Path(spec.split(":", 1)[-1]) for spec in import_config or []]  # ENGINE:FILE
     return sweep_fingerprint.fingerprint(
         (cell_key(p, n) for p, names in cells for n in names), sset.name, timing=timing, inputs=inputs, budget=budget,
-        seed=seed, sanitize=sanitize, retune=retune, plugins=sweep_fingerprint.content(plugins or []),
+        seed=seed, sanitize=sanitize, retune=retune, configs=policy.env(), plugins=sweep_fingerprint.content(plugins or []),
         imported=sweep_fingerprint.content(files), build=f"{gemmbench.__version__} {device.git_sha()}",
     )  # fmt: skip
 

@@ -70,6 +70,21 @@ SkipStored = Annotated[
     bool,
     typer.Option(help="Leave (variant, shape, M bucket)s that already have a stored config.", rich_help_panel=WHAT),
 ]
+TimeBudget = Annotated[
+    float,
+    typer.Option(
+        help="Seconds of search per (variant, shape, M bucket) at most: coarse, then fine around the best, until a "
+        "round finds nothing faster or the time is spent (the quick candidates are always timed).",
+        rich_help_panel=WHAT,
+    ),
+]
+Exhaustive = Annotated[
+    bool,
+    typer.Option(
+        help="Time every config of the full space (no time budget): slow; what the quick search is measured against.",
+        rich_help_panel=WHAT,
+    ),  # fmt: skip
+]
 TuneShard = Annotated[
     Optional[str],
     typer.Option(
@@ -83,7 +98,7 @@ TuneShard = Annotated[
 def tune(
     shapes: Shapes, variants: TuneVariants = "triton_*", dtype: Dtype = "fp8,bf16", m: TuneMs = None,
     scaling: Scaling = None, fp8_accum: Fp8Accum = None, plugin: Plugins = None, seed: Seed = 0,
-    skip_stored: SkipStored = False,
+    skip_stored: SkipStored = False, time_budget: TimeBudget = 10.0, exhaustive: Exhaustive = False,
     tp: Tp = "1", dp: Dp = "1", ep: Ep = "1", layout: Layout = LayoutChoice.vllm,
     export: Export = None, export_only: ExportOnly = False, force: ExportForce = False,
     gpus: Gpus = None, shard: TuneShard = None, cell_timeout: CellTimeout = None,
@@ -92,6 +107,8 @@ def tune(
     from gemmbench.configs import config_files
     from gemmbench.results import shard as shard_mod  # not at --help (hashlib; tuning: yaml)
 
+    if not time_budget > 0:
+        raise fail(f"--time-budget {time_budget:g}: give the seconds of search per problem, more than 0")
     if (export_only or force) and export is None:
         raise fail(f"{'--export-only' if export_only else '--force'} goes with --export ENGINE DIR")
     shard_at, watchdog_s = shard_option(shard), watchdog(cell_timeout)
@@ -121,7 +138,9 @@ def tune(
     title = f"tuned on {dev.name} (cold L2) -> {config_files.configs_root() / config_files.gpu_dirname(dev.name)}"
     title += f", shard {shard_at[0]}/{shard_at[1]} ({len(jobs)} of {total} jobs)" if shard_at else ""
     title += f", GPUs {','.join(map(str, gpu_ids))}" if gpu_ids else ""
-    report = _tune(jobs, seed, gpu_ids, WorkerOptions("cold", plugins=[Path(p).resolve() for p in plugin or []],
+    each = "every config of the full space" if exhaustive else f"at most about {time_budget:g} s of search"
+    err.print(f"{len(jobs)} jobs, {each} each", highlight=False)
+    report = _tune(jobs, seed, (time_budget, exhaustive), gpu_ids, WorkerOptions("cold", plugins=[Path(p).resolve() for p in plugin or []],
                                                       watchdog_s=watchdog_s))  # fmt: skip
     out.print(report.table(title))
     for line in report.failure_lines():
@@ -199,14 +218,14 @@ def _jobs(problems: list, chosen: list, dev) -> list:
     return jobs
 
 
-def cells(jobs: list, seed: int) -> list:
-    """The engine's cells: one `tune` task per job, its one item the job key."""
+def cells(jobs: list, seed: int, search: tuple[float, bool]) -> list:
+    """The engine's cells: one `tune` task per job, its one item the job key; search: (seconds per job, exhaustive)."""
     from gemmbench.results.shard import cell_key, cost  # not at --help (hashlib)
 
     return [
         Cell(
             "tune",
-            {"problem": asdict(p), "variant": v.name, "seed": seed},
+            {"problem": asdict(p), "variant": v.name, "seed": seed, "budget_s": search[0], "exhaustive": search[1]},
             (cell_key(p, v.name),),
             f"{p.label}  {v.name}",
             cost=cost(p),
@@ -267,13 +286,13 @@ class Report(Sink):
         return [f"failed: {v.name} {p.label}: {self.failed[k]}" for k, (p, v) in self.jobs.items() if k in self.failed]
 
 
-def _tune(jobs: list, seed: int, gpu_ids: Optional[list], worker: WorkerOptions) -> Report:
-    """Every job in the engine's workers (one per GPU), under one progress bar."""
-    with progress_bar() as progress:
+def _tune(jobs: list, seed: int, search: tuple[float, bool], gpu_ids: Optional[list], worker: WorkerOptions) -> Report:
+    """Every job in the engine's workers (one per GPU), under one progress bar with the time left."""
+    with progress_bar(eta=True) as progress:
         report = Report(jobs, progress)
         try:
             with Pool(worker, report, gpu_ids) as pool:
-                pool.run(cells(jobs, seed))
+                pool.run(cells(jobs, seed, search))
         except PoolError as exc:
             progress.stop()
             raise fail(f"{exc} (the configs stored so far are kept)") from None

@@ -1,26 +1,28 @@
 """The stored config files of the Triton variants: one JSON file per GPU, variant and problem shape
-(<gpu>/<variant>/N=..,K=..,dtype=...json), its configs by M bucket; read by tuning.choose(), written by
-`gemmbench tune` (tuning.tune_and_store).
+(<gpu>/<variant>/N=..,K=..,dtype=...json), its configs by M bucket; read by the lookup (config_sources.py), written
+by `gemmbench tune` (tuning.tune_and_store) and by a run's quick search (tuning.choose: an entry marked
+"source": "searched").
 
 Stored files live in two folders (gemmbench/locations.py): the shipped configs (the package's, gemmbench/kernels/configs
 in the repository: read only) and the user's (platformdirs' config dir, or GEMMBENCH_CONFIG_DIR), where
-`gemmbench tune` writes.  A file of the same name in both is read as one: buckets merged, the user's bucket
-winning, so that a user's tune overrides the shipped config of that M bucket and keeps the others.
+`gemmbench tune` and a run's searches write.  A file of the same name in both is read as one: buckets merged, the
+user's bucket winning, so that a user's tune overrides the shipped config of that M bucket and keeps the others.
+Writes take a lock on the file (filelock): the workers of `--gpus` store their searches at once.
 
 M buckets: decode M = 1..16 share one (BLOCK_M = 16 covers them all: the rows past M are masked, so the
 kernel streams the same weight bytes), then powers of two: 32, 64, 128, ... 4096.  MoE problems use powers
-of two from 1: there the token count decides how many experts' weights a call streams.
+of two from 1: there the token count decides how many experts' weights a call streams.  A stored bucket serves M
+only within REACH buckets of M's own: a tile tuned for 16 rows is no guess for 64.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import re
 from pathlib import Path
 from typing import Optional, TypeVar
 
-from gemmbench import dtypes, locations, registry
+from gemmbench import dtypes, gpu_parts, locations, registry
 from gemmbench.configs.kernel_config import ConfigError, KernelConfig
 from gemmbench.configs.provenance import Provenance
 from gemmbench.results.store import write_atomic
@@ -49,8 +51,10 @@ def shipped_configs_root() -> Path:
     return locations.shipped_configs_dir()
 
 
-def gpu_dirname(gpu: str) -> str:
-    return re.sub(r"[^A-Za-z0-9]+", "_", gpu).strip("_")
+gpu_dirname = gpu_parts.folder_name
+
+REACH = 1  # buckets (a factor of 2 in M) a stored config serves on either side of its own
+SEARCHED = "searched"  # a bucket entry's "source" when a run's quick search stored it (a tune's entry has none)
 
 
 def _config_scaling(problem: Problem) -> Optional[str]:
@@ -98,31 +102,63 @@ def _read(path: Path) -> dict:
     return data
 
 
-def overlay_buckets(variant: str, problem: Problem, gpu: str) -> tuple[dict, dict[str, str]]:
+def read_entries(path: Path) -> dict:
+    """A stored file's buckets ({} where it does not exist); an unreadable file is a TuningError naming it."""
+    return _read(path).get("buckets", {})
+
+
+def overlay_buckets(
+    variant: str, problem: Problem, gpu: str, searched: bool = False, roots: Optional[list[Path]] = None
+) -> tuple[dict, dict[str, str]]:
     """The buckets of the shipped file and the user's file of the same name, merged (the user's bucket wins), and
     for each bucket the file it came from: relative to the shipped folder (as the repository's gemmbench/kernels/configs
-    names it), or the user's file as a full path.  A user folder that is the shipped one (GEMMBENCH_CONFIG_DIR
-    =gemmbench/kernels/configs in a checkout, how the project commits its tunes) is read once, as shipped.  Under fast
-    accumulation the files tuned under it come over the shared ones, bucket by bucket."""
-    shipped, user = shipped_configs_root(), configs_root()
+    names it), or the user's file as a full path.  searched: the entries a run's quick search stored instead of a
+    tune's (only those, never both: the lookup tries a tune's own and borrowed configs before its searched ones).
+    A user folder that is the shipped one (GEMMBENCH_CONFIG_DIR=gemmbench/kernels/configs in a checkout, how the
+    project commits its tunes) is read once, as shipped.  Under fast accumulation the files tuned under it come over
+    the shared ones, bucket by bucket.  roots: the folders to read (default: shipped, then the user's)."""
+    shipped = shipped_configs_root()
+    folders = config_roots() if roots is None else roots
     buckets: dict = {}
     where: dict[str, str] = {}
-    roots = [(shipped, True)] + ([(user, False)] if user.resolve() != shipped else [])
     contracts = (True, False) if tuned_fast(problem) else (True,)
-    for shared, (root, is_shipped) in ((c, r) for c in contracts for r in roots):
+    for shared, root in ((c, r) for c in contracts for r in folders):
         path = config_path(variant, problem, gpu, root, shared)
-        found = _read(path).get("buckets", {})
+        found = {b: e for b, e in _read(path).get("buckets", {}).items() if (e.get("source") == SEARCHED) == searched}
         buckets.update(found)
-        name = str(path.relative_to(root)) if is_shipped else str(path)
+        name = str(path.relative_to(root)) if root == shipped else str(path)
         where.update(dict.fromkeys(found, name))
     return buckets, where
 
 
+def config_roots() -> list[Path]:
+    """The folders configs are read from, in overlay order: the shipped, then the user's (unless it is the shipped)."""
+    shipped, user = shipped_configs_root(), configs_root()
+    return [shipped] + ([user] if user.resolve() != shipped else [])
+
+
 def nearest_bucket(buckets: list[B], bucket: int) -> B:
-    """The stored bucket a lookup of M's bucket (m_bucket) takes: that bucket where stored, else the nearest in
-    log2(M), on a tie the larger (its BLOCK_M covers the smaller M too)."""
+    """The stored bucket nearest a bucket in log2(M), on a tie the larger (its BLOCK_M covers the smaller M too)."""
     want = math.log2(bucket)
     return min(buckets, key=lambda b: (abs(math.log2(int(b)) - want), -int(b)))
+
+
+def in_reach(buckets: list[B], M: int, moe: bool) -> list[B]:
+    """The stored buckets that may serve M: M's own bucket and those within REACH buckets of it (16 serves M 1..32
+    and 32 serves 16..64, where 64 does not serve M 16)."""
+    own = math.log2(m_bucket(M, moe))
+    return [b for b in buckets if abs(math.log2(int(b)) - own) <= REACH]
+
+
+def load(
+    variant: str, problem: Problem, buckets: dict, files: dict[str, str], key: str, config_type=None
+) -> KernelConfig:
+    """The config of one stored bucket; a file that does not load is a TuningError naming it."""
+    config_type = config_type or registry.get(variant).tunable.config_type
+    try:
+        return config_type.from_dict(buckets[key]["config"])
+    except (ConfigError, KeyError, TypeError) as exc:
+        raise TuningError(f"stored config file {files[key]}, bucket {key}: {exc}") from None
 
 
 def stored(
@@ -132,29 +168,25 @@ def stored(
     config_type: Optional[type[KernelConfig]] = None,
     bucket: Optional[int] = None,
 ) -> Optional[tuple[KernelConfig, Provenance]]:
-    """(config, where it came from) for the nearest stored M bucket (or `bucket`, one that stored_buckets
-    listed), or None.  config_type: what the file's configs load into (default: the registered variant's)."""
+    """(config, where it came from) of the GPU's own tuned configs: M's bucket, else the nearest stored bucket in
+    reach of M (in_reach; or `bucket`, one that stored_buckets listed), or None."""
     buckets, files = overlay_buckets(variant, problem, gpu)
-    if not buckets:
+    reach: list[str] = list(buckets) if bucket is not None else in_reach(list(buckets), problem.M, problem.is_moe)
+    if not reach:
         return None
-    key = nearest_bucket(list(buckets), m_bucket(problem.M, problem.is_moe) if bucket is None else bucket)
-    config_type = config_type or registry.get(variant).tunable.config_type
-    try:
-        config = config_type.from_dict(buckets[key]["config"])
-    except (ConfigError, KeyError, TypeError) as exc:
-        raise TuningError(f"stored config file {files[key]}, bucket {key}: {exc}") from None
-    return config, Provenance("stored", files[key], int(key))
+    key = str(bucket) if bucket is not None else nearest_bucket(reach, m_bucket(problem.M, problem.is_moe))
+    return load(variant, problem, buckets, files, key, config_type), Provenance("stored", files[key], int(key))
 
 
 def stored_buckets(variant: str, problem: Problem, gpu: str) -> list[int]:
-    """The M buckets stored for this variant and problem (any M), ascending."""
+    """The M buckets of the GPU's own tuned configs for this variant and problem (any M), ascending."""
     return sorted(int(b) for b in overlay_buckets(variant, problem, gpu)[0])
 
 
 def neighbour_buckets(buckets: list[int], M: int, moe: bool) -> Optional[tuple[int, int]]:
     """The stored buckets just below and just above M where M lies strictly between two of them (M 100 between 64
     and 128; M 17 between 16 and 32), else None: M is a stored bucket, or every stored bucket lies on one side of
-    it (stored()'s nearest serves).  M below the smallest bucket a problem has (dense 16: m_bucket's decode M 1..16
+    it (stored()'s nearest in reach serves).  Give it the buckets in reach of M (in_reach).  M below the smallest bucket a problem has (dense 16: m_bucket's decode M 1..16
     share it; MoE 1) counts as that bucket."""
     at = max(M, m_bucket(1, moe))
     below, above = [b for b in buckets if b < at], [b for b in buckets if b > at]
@@ -166,24 +198,32 @@ def neighbour_buckets(buckets: list[int], M: int, moe: bool) -> Optional[tuple[i
 def save(variant: str, problem: Problem, gpu: str, config: KernelConfig, us: float, about: dict) -> Path:
     """Store the winner of one M bucket in the user's file (other buckets of the file are kept; the shipped file is
     never written, nor copied: its other buckets stay read from the package, so an upgrade's reach the user);
-    atomic rewrite."""
+    atomic rewrite, under the file's lock (another worker may store into the same file at once).  A run's search
+    (about's "source": "searched") never replaces a tune's entry of that bucket."""
+    from filelock import FileLock  # torch's dependency: only a GPU run or tune stores
+
     path = config_path(variant, problem, gpu)
-    data = _read(path) or {
-        "variant": variant,
-        "gpu": gpu,
-        "N": problem.N,
-        "K": problem.K,
-        "dtype": problem.dtype,
-        "buckets": {},
-    }
-    if problem.is_moe:  # E: the experts of one rank, as in the file name
-        data.update(E=problem.local_experts, topk=problem.topk, **({"ep": problem.ep} if problem.ep > 1 else {}))
-    if _config_scaling(problem):
-        data["scaling"] = _config_scaling(problem)
-    if tuned_fast(problem):
-        data["fp8_accum"] = problem.fp8_accum
+    path.parent.mkdir(parents=True, exist_ok=True)
     bucket = str(m_bucket(problem.M, problem.is_moe))
-    data["buckets"][bucket] = {"config": config.to_dict(), "time_us": round(us, 3), **about}
-    data["buckets"] = dict(sorted(data["buckets"].items(), key=lambda kv: int(kv[0])))
-    write_atomic(path, (json.dumps(data, indent=1) + "\n").encode())
+    with FileLock(path.parent / f".{path.name}.lock"):
+        data = _read(path) or {
+            "variant": variant,
+            "gpu": gpu,
+            "N": problem.N,
+            "K": problem.K,
+            "dtype": problem.dtype,
+            "buckets": {},
+        }
+        held = data["buckets"].get(bucket)
+        if about.get("source") == SEARCHED and held is not None and held.get("source") != SEARCHED:
+            return path
+        if problem.is_moe:  # E: the experts of one rank, as in the file name
+            data.update(E=problem.local_experts, topk=problem.topk, **({"ep": problem.ep} if problem.ep > 1 else {}))
+        if _config_scaling(problem):
+            data["scaling"] = _config_scaling(problem)
+        if tuned_fast(problem):
+            data["fp8_accum"] = problem.fp8_accum
+        data["buckets"][bucket] = {"config": config.to_dict(), "time_us": round(us, 3), **about}
+        data["buckets"] = dict(sorted(data["buckets"].items(), key=lambda kv: int(kv[0])))
+        write_atomic(path, (json.dumps(data, indent=1) + "\n").encode())
     return path

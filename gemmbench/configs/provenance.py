@@ -1,6 +1,6 @@
 """Where a config came from (Provenance), kept beside the config (Launch.provenance) and said in the row's
-`config`: from a stored file (config_files.py), tuned or the only candidate (tuning.py), or an inference engine's
-config file (engine_import.py).  Its own module so that each of those reads it without importing the others."""
+`config`: the GPU's own stored configs, a nearer GPU's borrowed, a run's quick search, or the only candidate (the
+lookup: config_sources.py, tuning.py), or an inference engine's config file (engine_import.py).  Its own module so that each of those reads it without importing the others."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from typing import Any, Optional
 
 from gemmbench.configs.inference_engines import InferenceEngine
 
-SOURCES = ("stored", "stored-neighbour", "tuned", "only", *(e.value for e in InferenceEngine))
+SOURCES = ("stored", "stored-neighbour", "borrowed", "searched", "only", *(e.value for e in InferenceEngine))
+FILED = ("stored", "stored-neighbour", "borrowed")  # always from a stored file and bucket
 
 
 @dataclass(frozen=True)
@@ -19,8 +20,11 @@ class Provenance:
     package's configs folder, a user's file as its full path: overlay_buckets), the winner of M bucket `bucket`;
     "stored-neighbour": the same, where M lies between two stored buckets and
     `bucket`'s config was the faster of the two at this M (`neighbours`: each bucket, lower first, with its µs in
-    this process's quick timing, None where it failed to run); "tuned": the fastest of a few candidates timed
-    right here (not stored); "only": nothing to choose (one candidate, or Triton's CPU interpreter); an
+    this process's quick timing, None where it failed to run); "borrowed": a stored config of another GPU of the
+    same compute capability (`borrowed`: its configs folder, NVIDIA_H100_80GB_HBM3), file and bucket as "stored";
+    "searched": the fastest of a few candidates timed by a run (with file and bucket once stored in the user's
+    folder, which the next run reads; neither where storing is off); "only": nothing to choose (one candidate, or
+    Triton's CPU interpreter); an
     InferenceEngine's name: the engine's config `file` (its name), the entry `key` (tokens) that the engine's own
     rule picks for the row's M."""
 
@@ -29,21 +33,26 @@ class Provenance:
     bucket: Optional[int] = None
     neighbours: Optional[tuple[tuple[int, Optional[float]], ...]] = None
     key: Optional[int] = None
+    borrowed: Optional[str] = None
 
     def __post_init__(self) -> None:
-        stored = self.source in ("stored", "stored-neighbour")
+        stored = self.source in FILED or (self.source == "searched" and self.file is not None)
         engine = self.source in InferenceEngine.__members__
         placed = (self.file is not None, self.bucket is not None, self.key is not None)
         if self.source not in SOURCES or placed != (stored or engine, stored, engine):
             raise ValueError(f"not a provenance (a stored config has a file and a bucket, an engine's a file and a "
                              f"key, others neither): {self!r}")  # fmt: skip
+        if (self.borrowed is not None) != (self.source == "borrowed"):
+            raise ValueError(f"not a provenance (a borrowed config, and only that, names the GPU lent): {self!r}")
         if (self.neighbours is not None) != (self.source == "stored-neighbour"):
             raise ValueError(f"not a provenance (a stored-neighbour config, and only that, has neighbours): {self!r}")
 
     def to_dict(self) -> dict[str, Any]:
-        """Its keys in the row's `config` JSON: source; where stored, file and bucket (imported: file and key); for a
+        """Its keys in the row's `config` JSON: source; borrowed (the lending GPU's folder); where stored, file and
+        bucket (imported: file and key); for a
         stored-neighbour, "neighbours_us": {"<bucket>": µs or null, ...}, lower bucket first."""
-        fields = (("source", self.source), ("file", self.file), ("bucket", self.bucket), ("key", self.key))
+        fields = (("source", self.source), ("borrowed", self.borrowed), ("file", self.file), ("bucket", self.bucket),
+                  ("key", self.key))  # fmt: skip
         out: dict[str, Any] = {k: v for k, v in fields if v is not None}
         if self.neighbours is not None:
             out["neighbours_us"] = {str(b): us for b, us in self.neighbours}

@@ -1,16 +1,23 @@
 """Configs of the Triton variants: stored per GPU as JSON data, searched by `gemmbench tune`.
 
-A tunable variant (Tunable) has a search space and a build(problem, inputs, config) -> Launch.  Its
-make() takes, in order: the config already chosen for this problem in this process; a stored one
-(<gpu>/<variant>/N=..,K=..,dtype=...json: the user's file over the shipped one, overlay_buckets): that of M's own bucket, or
-where M lies between two stored buckets the faster of those two buckets' configs at this M (neighbour_buckets, timed
-here when they differ), or where all stored buckets lie on one side of M the nearest; otherwise it times a few
-candidates right there (quick, not stored).  `gemmbench run --retune` skips the stored files.  Where the
-config came from is a Provenance, kept beside the config (Launch.provenance); the row's `config` says it:
-"source" is "stored" (with "file" and "bucket"), "stored-neighbour" (the same, and "neighbours_us"), "tuned"
-or "only" (nothing to choose: one candidate, or Triton's CPU interpreter), or an inference engine's name ("vllm",
-"sglang": a config file of the engine's, imported by `gemmbench run --import-config`; with "file" and the engine's
-"key": engine_import.py).
+A tunable variant (Tunable) has a search space and a build(problem, inputs, config) -> Launch.  Its make() takes,
+in order: the config already chosen for this problem in this process; a stored one in the lookup's order
+(config_sources.py: the GPU's own, else a nearer GPU's of the same capability, borrowed, else one an earlier run
+searched and stored), from a bucket in reach of M's (where M lies between two of the GPU's own buckets, the faster
+of the two at this M, timed here when they differ: neighbour_buckets); otherwise it times a few candidates right
+there (search) and stores the winner in the user's folder as "searched", so that the next run runs the same config.
+`gemmbench run --retune` skips the stored files and stores nothing; `--no-borrow` and `--no-store` turn those steps
+off.  Where the config came from is a Provenance, kept beside the config (Launch.provenance); the row's `config`
+says it: "source" is "stored" (with "file" and "bucket"), "stored-neighbour" (the same, and "neighbours_us"),
+"borrowed" (the same, and "borrowed": the lender's folder), "searched" (with "file" and "bucket" once stored), "only"
+(nothing to choose: one candidate, or Triton's CPU interpreter), or an inference engine's name ("vllm", "sglang": a
+config file of the engine's, imported by `gemmbench run --import-config`; with "file" and the engine's "key":
+engine_import.py).
+
+`gemmbench tune` searches coarse, then fine (tune_search): the quick candidates and an even sample of the full space,
+then the configs one field away from the best, round after round, within a time budget per problem; the finalists
+are re-timed side by side, and among those within each other's noise the first in the space's order wins, so that
+the same seed gives the same winner.
 
 The stored files (where they live, their names, M buckets, the overlay of the user's over the shipped) are
 config_files.py's; Provenance is provenance.py's.
@@ -24,13 +31,15 @@ from __future__ import annotations
 import functools
 import math
 import os
+import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Optional
 
 from gemmbench import locations, registry
-from gemmbench.configs.config_files import TuningError, neighbour_buckets, save, stored, stored_buckets
+from gemmbench.configs import config_files, config_sources
+from gemmbench.configs.config_files import SEARCHED, TuningError, neighbour_buckets, save
 from gemmbench.configs.kernel_config import (
     KernelConfig,  # re-exported: gemmbench/kernels/*.py subclass tuning.KernelConfig
 )
@@ -42,7 +51,7 @@ from gemmbench.results.metrics import flops_bound
 from gemmbench.shapes import Problem
 
 CONFIG_DIR_ENV = locations.CONFIG_DIR_ENV  # the user's configs folder: tune writes here; read over the shipped
-RETUNE_ENV = "GEMMBENCH_RETUNE"  # set by `gemmbench run --retune` for its workers
+RETUNE_ENV = config_sources.RETUNE_ENV  # set by `gemmbench run --retune` for its workers
 # Triton's interpreter runs a 33x80x48 GEMM in well under a second; a Llama decode GEMM would take minutes.
 INTERPRETER_MAX_MACS = 1 << 24
 
@@ -123,23 +132,38 @@ def choose(t: Tunable, problem: Problem, inputs) -> tuple[KernelConfig, Provenan
     if key in _chosen:
         return _chosen[key]
     gpu = _gpu_name(inputs)
+    policy = config_sources.Policy.from_env()
     found = None
-    if gpu and os.environ.get(RETUNE_ENV) != "1":
-        pair = neighbour_buckets(stored_buckets(t.name, problem, gpu), problem.M, problem.is_moe)
-        if pair is None:
-            found = stored(t.name, problem, gpu, t.config_type)
-        else:
-            found = _faster_neighbour(
-                t, problem, inputs, [stored(t.name, problem, gpu, t.config_type, b) for b in pair]
-            )
+    if gpu:
+        part = config_sources.part_of(gpu, device.detect())
+        match = config_sources.lookup(t.name, problem, gpu, policy, part)
+        found = _from_stored(t, problem, inputs, match) if match else None
     if found is None:
         candidates = t.space(problem, gpu is not None, False)
         if len(candidates) == 1 or gpu is None:
             found = candidates[0], Provenance("only")
         else:
-            found = search(t, problem, inputs, candidates)[0].params, Provenance("tuned")
+            found = _search_and_store(t, problem, inputs, candidates, gpu, policy.store)
     _chosen[key] = found
     return found
+
+
+def _from_stored(t: Tunable, problem: Problem, inputs, match: config_sources.Found) -> tuple[KernelConfig, Provenance]:
+    """The config of a stored source for this M: its own bucket, or the nearest in reach; between two of the GPU's
+    own buckets, the faster of the two at this M."""
+    M, moe = problem.M, problem.is_moe
+    load = lambda b: config_files.load(t.name, problem, match.buckets, match.files, str(b), t.config_type)  # noqa: E731
+    if match.kind == "own":
+        pair = neighbour_buckets(sorted(int(b) for b in match.buckets), M, moe)
+        if pair is not None:
+            at = [(load(b), Provenance("stored", match.files[str(b)], b)) for b in pair]
+            return _faster_neighbour(t, problem, inputs, at)
+    b = match.nearest(M, moe)
+    if match.kind == "borrowed":
+        where = Provenance("borrowed", match.files[b], int(b), borrowed=config_files.gpu_dirname(match.gpu))
+    else:
+        where = Provenance("stored" if match.kind == "own" else SEARCHED, match.files[b], int(b))
+    return load(b), where
 
 
 def _faster_neighbour(t: Tunable, problem: Problem, inputs, neighbours: list) -> tuple[KernelConfig, Provenance]:
@@ -157,17 +181,113 @@ def _faster_neighbour(t: Tunable, problem: Problem, inputs, neighbours: list) ->
     return best, Provenance("stored-neighbour", at.file, at.bucket, timed)
 
 
+def _search_and_store(
+    t: Tunable, problem: Problem, inputs, candidates: list[KernelConfig], gpu: str, store: bool
+) -> tuple[KernelConfig, Provenance]:
+    """A run's quick search; its winner stored in the user's folder (unless storing is off), which the next run
+    reads as "searched"."""
+    best = search(t, problem, inputs, candidates, refine=len(candidates))[0]
+    if not store:
+        return best.params, Provenance(SEARCHED)
+    about = {"source": SEARCHED, "timing": "cold", "candidates": len(candidates), **_about()}
+    path = save(t.name, problem, gpu, best.params, best.time_us, about)
+    bucket = config_files.m_bucket(problem.M, problem.is_moe)
+    return best.params, Provenance(SEARCHED, str(path), bucket)
+
+
 @dataclass
 class Trial:
     params: KernelConfig
     time_us: float = math.inf
     error: str = ""
     launch: Any = None  # kept between the two timing rounds, dropped before returning
+    spread: float = 0.0  # the re-timed samples' p20-p80 spread over their median: the trial's noise
 
     @property
     def config(self) -> dict[str, Any]:
         """The config's JSON dict, as `gemmbench tune` reports and stores it."""
         return self.params.to_dict()
+
+
+# Two re-timed candidates whose medians differ by less than this fraction, or by less than either one's own
+# spread, are a tie: the first in the space's order wins, so that one seed picks one winner in every process.
+TIE = 0.01
+# The coarse pass of a tune: the quick candidates and about this many more, evenly spread over the full space.
+COARSE = 12
+
+
+def _time_each(
+    t: Tunable, problem: Problem, inputs, candidates: list[KernelConfig], reference, quick_s: float,
+    beat: Callable[[], None], deadline: float = math.inf,
+) -> list[Trial]:  # fmt: skip
+    """Each candidate compiled, checked against `reference` where given (a wrong config is never chosen), and timed
+    briefly (cold L2); a config that cannot run is a trial with its error.  Stops at `deadline` (time.monotonic),
+    the first candidate always timed."""
+    trials = []
+    for config in candidates:
+        if trials and time.monotonic() > deadline:
+            break
+        beat()
+        trial = Trial(config)
+        try:
+            launch = t.build(problem, inputs, config)
+            # the first call compiles: a config needing more shared memory than the GPU has fails here
+            if reference is None:
+                launch.fn()
+            else:
+                result = check_cell(problem, None, inputs, launch=launch, ref=reference).result
+                if not result.ok:
+                    raise TuningError(f"wrong result: {result.detail}")
+            trial.time_us = quick_median_us(launch.fn, quick_s)
+            trial.launch = launch
+        except Exception as exc:  # noqa: BLE001 - a config that cannot run is simply not a candidate
+            if "CUDA error" in str(exc) or "illegal" in str(exc):
+                raise  # a faulting kernel is a bug, not a slow config
+            trial.error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]
+        trials.append(trial)
+    return trials
+
+
+def _retime(finalists: list[Trial]) -> None:
+    """The finalists timed again side by side, longer (their calls interleaved): each one's median and spread."""
+    timer = Timer("cold", budget_s=0.25, target_noise=0.002)
+    samples = timer.run({i: timer.prepare([x.launch.fn]) for i, x in enumerate(finalists)})
+    for i, x in enumerate(finalists):
+        xs = sorted(samples[i])
+        median = float(xs[len(xs) // 2])
+        x.time_us = median
+        x.spread = float(xs[(len(xs) * 4) // 5] - xs[len(xs) // 5]) / median if median > 0 else 0.0
+
+
+def tied(a: Trial, b: Trial) -> bool:
+    """Whether two re-timed trials cannot be told apart: medians within TIE, or within either one's spread."""
+    gap = abs(a.time_us - b.time_us) / min(a.time_us, b.time_us)
+    return gap <= max(TIE, a.spread, b.spread)
+
+
+def pick(ranked: list[Trial], order: list[KernelConfig]) -> list[Trial]:
+    """The trials (fastest first) with the winner moved to the front: of the trials tied with the fastest (tied),
+    the first in `order` (the space's)."""
+    if not ranked:
+        return ranked
+    place = {c: i for i, c in enumerate(order)}
+    winner = min((x for x in ranked if tied(x, ranked[0])), key=lambda x: place.get(x.params, len(place)))
+    return [winner] + [x for x in ranked if x is not winner]
+
+
+def _ranked(t: Tunable, problem: Problem, trials: list[Trial], order: list[KernelConfig], refine: int) -> list[Trial]:
+    """The trials fastest first, the `refine` fastest re-timed side by side and the winner picked among them (pick);
+    failed ones last, with their error.  Frees the trials' buffers."""
+    ok = sorted((x for x in trials if not x.error), key=lambda x: x.time_us)
+    if not ok:
+        raise TuningError(f"no config of {t.name} runs {problem.label}: " + "; ".join(x.error for x in trials[:3]))
+    if refine > 1 and len(ok) > 1:
+        finalists = ok[:refine]
+        _retime(finalists)
+        ok = pick(sorted(finalists, key=lambda x: x.time_us), order) + ok[refine:]
+    for x in trials:
+        x.launch = None  # free the buffers
+    return ok + [x for x in trials if x.error]
 
 
 def search(
@@ -180,45 +300,56 @@ def search(
     beat: Callable[[], None] = lambda: None,
 ) -> list[Trial]:
     """Time every candidate (cold L2, short); with `reference`, first check each one through the one check
-    (check.check_cell, against that shared reference: a wrong config is never chosen); then re-time the `refine`
-    fastest side by side, longer.  Returns the trials fastest first; failed ones last, with their error.  Without a
-    reference (a run's quick choice) the chosen config is checked by the run's own check of the cell.  `beat` is called before each candidate: the worker's sign of life to the pool's
-    watchdog (a whole search may outlast one phase's limit)."""
+    (check.check_cell, against that shared reference); then re-time the `refine` fastest side by side, longer, and
+    pick the winner among them (pick).  Returns the trials fastest first, the winner first; failed ones last, with
+    their error.  Without a reference (a run's quick choice) the chosen config is checked by the run's own check of
+    the cell.  `beat` is called before each candidate: the worker's sign of life to the pool's watchdog (a whole
+    search may outlast one phase's limit)."""
+    trials = _time_each(t, problem, inputs, candidates, reference, 0.02 if refine > 1 else 0.05, beat)
+    return _ranked(t, problem, trials, candidates, refine)
 
-    trials = []
-    for config in candidates:
-        beat()
-        trial = Trial(config)
-        try:
-            launch = t.build(problem, inputs, config)
-            # the first call compiles: a config needing more shared memory than the GPU has fails here
-            if reference is None:
-                launch.fn()
-            else:
-                result = check_cell(problem, None, inputs, launch=launch, ref=reference).result
-                if not result.ok:
-                    raise TuningError(f"wrong result: {result.detail}")
-            # a first pass over many candidates only has to rank them; the finalists are re-timed
-            trial.time_us = quick_median_us(launch.fn, 0.02 if refine > 1 else 0.05)
-            trial.launch = launch
-        except Exception as exc:  # noqa: BLE001 - a config that cannot run is simply not a candidate
-            if "CUDA error" in str(exc) or "illegal" in str(exc):
-                raise  # a faulting kernel is a bug, not a slow config
-            trial.error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]
-        trials.append(trial)
-    ok = sorted((x for x in trials if not x.error), key=lambda x: x.time_us)
-    if not ok:
-        raise TuningError(f"no config of {t.name} runs {problem.label}: " + "; ".join(x.error for x in trials[:3]))
-    if refine > 1 and len(ok) > 1:
-        timer = Timer("cold", budget_s=0.25, target_noise=0.002)
-        finalists = ok[:refine]
-        samples = timer.run({i: timer.prepare([x.launch.fn]) for i, x in enumerate(finalists)})
-        for i, x in enumerate(finalists):
-            x.time_us = float(sorted(samples[i])[len(samples[i]) // 2])
-        ok = sorted(finalists, key=lambda x: x.time_us) + ok[refine:]
-    for x in trials:
-        x.launch = None  # free the buffers
-    return ok + [x for x in trials if x.error]
+
+def one_apart(a: KernelConfig, b: KernelConfig) -> bool:
+    """Whether two configs of one family differ in exactly one field."""
+    x, y = a.to_dict(), b.to_dict()
+    return sum(x.get(k) != y.get(k) for k in x.keys() | y.keys()) == 1
+
+
+def coarse_candidates(full: list[KernelConfig], quick: list[KernelConfig]) -> list[KernelConfig]:
+    """A tune's first pass: the quick candidates (those in the full space), then about COARSE more taken evenly
+    through the full space, in its order."""
+    step = max(1, len(full) // COARSE)
+    return list(dict.fromkeys([c for c in quick if c in full] + full[::step]))
+
+
+def tune_search(
+    t: Tunable, problem: Problem, inputs, reference, budget_s: float, refine: int = 4,
+    beat: Callable[[], None] = lambda: None,
+) -> tuple[list[Trial], int]:  # fmt: skip
+    """`gemmbench tune`'s search of one problem: coarse (coarse_candidates), then fine (the untried configs one field
+    apart from the two best so far, until a round finds nothing faster), within budget_s seconds (the coarse pass
+    always finishes its quick candidates); then the `refine` best re-timed and the winner picked (pick).  Returns
+    (trials fastest first, the winner first; how many configs the full space has)."""
+    full = t.space(problem, True, True)
+    deadline = time.monotonic() + budget_s
+    tried = _time_each(t, problem, inputs, coarse_candidates(full, t.space(problem, True, False)), reference, 0.02,
+                       beat, deadline)  # fmt: skip
+    while time.monotonic() < deadline:
+        best = sorted((x for x in tried if not x.error), key=lambda x: x.time_us)[:2]
+        seen = {x.params for x in tried}
+        near = [c for c in full if c not in seen and any(one_apart(c, b.params) for b in best)]
+        if not near:
+            break
+        more = _time_each(t, problem, inputs, near, reference, 0.02, beat, deadline)
+        tried += more
+        if not any(not x.error and best and x.time_us < best[0].time_us for x in more):
+            break
+    return _ranked(t, problem, tried, full, refine), len(full)
+
+
+def _about() -> dict:
+    """What a stored entry records of how and where it was made."""
+    return {"date": datetime.now(timezone.utc).strftime("%Y-%m-%d"), **_tool_versions()}
 
 
 @functools.lru_cache(maxsize=1)
@@ -229,20 +360,23 @@ def _tool_versions() -> dict:
     return {"triton": triton.__version__, "torch": torch.__version__, "git_sha": device.git_sha()}
 
 
+DEFAULT_BUDGET_S = 10.0  # a tune's seconds per (variant, problem, M bucket): docs/BENCHMARKS.md, "Tuning"
+
+
 def tune_and_store(
-    t: Tunable, problem: Problem, inputs, reference, beat: Callable[[], None] = lambda: None
-) -> tuple[Trial, Path, int]:
-    """`gemmbench tune` for one (variant, problem): full search with the check, store the winner."""
-    candidates = t.space(problem, True, True)
-    trials = search(t, problem, inputs, candidates, reference, refine=4, beat=beat)
+    t: Tunable, problem: Problem, inputs, reference, beat: Callable[[], None] = lambda: None,
+    budget_s: float = DEFAULT_BUDGET_S, exhaustive: bool = False,
+) -> tuple[Trial, Path, int]:  # fmt: skip
+    """`gemmbench tune` for one (variant, problem): the coarse-then-fine search with the check (exhaustive: every
+    config of the full space), the winner stored.  Returns (the winner, its file, how many configs were timed)."""
+    if exhaustive:
+        full = t.space(problem, True, True)
+        trials, space = search(t, problem, inputs, full, reference, refine=4, beat=beat), len(full)
+    else:
+        trials, space = tune_search(t, problem, inputs, reference, budget_s, beat=beat)
     best = trials[0]
-    about = {
-        "timing": "cold",
-        "candidates": len(candidates),
-        "failed": sum(1 for x in trials if x.error),
-        "date": datetime.now(timezone.utc).strftime("%Y-%m-%d"),
-        **_tool_versions(),
-    }
+    about = {"timing": "cold", "candidates": len(trials), "space": space,
+             "failed": sum(1 for x in trials if x.error), **_about()}  # fmt: skip
     path = save(t.name, problem, _gpu_name(inputs), best.params, best.time_us, about)
     _chosen.pop(_choice_key(t, problem), None)
-    return best, path, len(candidates)
+    return best, path, len(trials)

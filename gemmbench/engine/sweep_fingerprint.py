@@ -18,6 +18,7 @@ SAME = {
     "seed": "--seed",
     "sanitize": "--sanitize",
     "retune": "--retune",
+    "configs": "configs lookup (--no-borrow, --no-store)",
     "plugins": "plugins (by content)",
     "imported": "--import-config files (by content)",
     "build": "gemmbench build",

@@ -225,7 +225,8 @@ def tune_task(ctx, task: dict) -> None:
             ctx.cache.update(tune=share, inputs=inputs, ref=reference(problem, inputs))
         inputs, ref = ctx.cache["inputs"], ctx.cache["ref"]
         # each candidate is a sign of life to the pool's watchdog
-        best, path, tried = tuning.tune_and_store(variant.tunable, problem, inputs, ref, lambda: ctx.begin(key, "tune"))
+        best, path, tried = tuning.tune_and_store(variant.tunable, problem, inputs, ref, lambda: ctx.begin(key, "tune"),
+                                                  task.get("budget_s", tuning.DEFAULT_BUDGET_S), task.get("exhaustive", False))  # fmt: skip
     except tuning.TuningError as exc:  # no config runs it: the next job can still run
         ctx.result(key, [{"failed": key, "reason": str(exc)}])
         return

@@ -25,6 +25,7 @@ class DeviceInfo:
     l2_bytes: Optional[int] = None
     uuid: Optional[str] = None
     memory_bytes: Optional[int] = None
+    smem_per_block: Optional[int] = None  # bytes a block may opt in to (Hopper: 227 KiB)
 
 
 @functools.lru_cache(maxsize=None)
@@ -41,6 +42,7 @@ def detect(index: int = 0) -> DeviceInfo:
         l2_bytes=getattr(p, "L2_cache_size", None),
         uuid=str(getattr(p, "uuid", "")) or None,
         memory_bytes=p.total_memory,
+        smem_per_block=getattr(p, "shared_memory_per_block_optin", None),
     )
 
 

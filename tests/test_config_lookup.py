@@ -1,0 +1,189 @@
+"""The config lookup's order (configs/config_sources.py, tuning.choose): the GPU's own tuned configs, else the nearest
+GPU's of the same compute capability (borrowed), else an earlier run's search (searched), else a search here whose
+winner is stored; each only from a bucket in reach of M's; the lock on a stored file.  No kernel runs: a fake
+tunable's launches return their BLOCK_N, and the quick timer returns the µs each config is given here."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+
+import pytest
+
+from gemmbench import gpu_parts, registry
+from gemmbench.configs import config_files, config_sources, tuning
+from gemmbench.kernels.dense_dp import DenseConfig
+from gemmbench.shapes import Problem
+
+NAME = "fake_lookup"  # never registered: choose() loads files through the tunable's config_type
+P = Problem("s", "qkv", 64, 4242, 8192, "bf16")  # a shape no shipped file has
+SMALL = DenseConfig.tile(16, 64, 128, 4, 3)  # BLOCK_N 64
+LARGE = DenseConfig.tile(64, 128, 64, 8, 4)  # BLOCK_N 128
+H100, H200, H800 = "NVIDIA H100 80GB HBM3", "NVIDIA H200", "NVIDIA H800"
+
+
+def test_nearest_hopper_parts_in_the_documented_order():
+    # Worked from the table: H200 has 132 SMs, 227 KiB, 50 MiB, 4800 GB/s.  132-SM parts first (same shared memory
+    # and L2), by bandwidth distance: H200 NVL 0, GH200 144G 100, GH200 480GB 800, H100 NVL 900, then H100 SXM and
+    # H800 both 1450, tied, so by name ("NVIDIA H100 80GB HBM3" < "NVIDIA H800"); then the 114-SM PCIe parts
+    # (18 SMs away; both 2000 GB/s, by name), then H20 (54 SMs away).
+    want = ["NVIDIA H200 NVL", "NVIDIA GH200 144G HBM3e", "NVIDIA GH200 480GB", "NVIDIA H100 NVL", H100, H800,
+            "NVIDIA H100 PCIe", "NVIDIA H800 PCIe", "NVIDIA H20"]  # fmt: skip
+    got = gpu_parts.nearest_first(gpu_parts.find(H200), list(gpu_parts.PARTS))
+    assert [p.name for p in got] == want
+
+
+def test_another_capability_never_borrows():
+    blackwell = gpu_parts.GpuPart("NVIDIA B200", (10, 0), 148, 227, 126, 8000.0)
+    assert gpu_parts.nearest_first(blackwell, list(gpu_parts.PARTS)) == []
+    ada = gpu_parts.GpuPart("NVIDIA L40S", (8, 9), 142, 99, 96, 864.0)
+    assert gpu_parts.nearest_first(ada, list(gpu_parts.PARTS)) == []
+
+
+def test_a_name_is_found_as_the_driver_or_a_folder_writes_it():
+    assert gpu_parts.find("NVIDIA_H100_80GB_HBM3").name == H100
+    assert gpu_parts.find(H200).sms == 132 and gpu_parts.find("NVIDIA A100-SXM4-80GB") is None
+
+
+@pytest.fixture
+def fake(tmp_path, monkeypatch):
+    """The user's config folder in tmp; a tunable with two quick candidates whose launches return their BLOCK_N;
+    the quick timer returns us[BLOCK_N], the side-by-side re-timing keeps the quick times (spread 0)."""
+    monkeypatch.setenv(tuning.CONFIG_DIR_ENV, str(tmp_path))
+    for env in (config_sources.RETUNE_ENV, config_sources.BORROW_ENV, config_sources.STORE_ENV):
+        monkeypatch.delenv(env, raising=False)
+    state = {"us": {64: 5.0, 128: 3.0}, "timed": [], "gpu": H800}
+    monkeypatch.setattr(tuning, "_gpu_name", lambda inputs: state["gpu"])
+    monkeypatch.setattr(tuning, "_retime", lambda finalists: None)
+    monkeypatch.setattr(tuning, "_tool_versions", lambda: {})
+
+    def quick_median_us(fn, budget_s=0.05):
+        state["timed"].append(fn())
+        return state["us"][state["timed"][-1]]
+
+    monkeypatch.setattr(tuning, "quick_median_us", quick_median_us)
+    build = lambda problem, inputs, config: registry.Launch(fn=lambda: config.BLOCK_N, params=config)  # noqa: E731
+    state["tunable"] = tuning.Tunable(NAME, lambda p, on_gpu, full: [SMALL, LARGE], build, DenseConfig)
+    tuning._chosen.clear()
+    yield state
+    tuning._chosen.clear()
+
+
+def _tune(gpu: str, M: int, config: DenseConfig) -> str:
+    """A tune's entry (no "source") of bucket M in the user's folder; its file."""
+    return str(config_files.save(NAME, P.with_(M=M), gpu, config, 1.0, {}))
+
+
+def _choose(state, M: int = 64) -> dict:
+    tuning._chosen.clear()
+    return state["tunable"].make(P.with_(M=M), None).config
+
+
+def test_own_configs_come_first(fake):
+    _tune(H100, 64, LARGE)
+    file = _tune(H800, 64, SMALL)
+    config = _choose(fake)
+    assert config["source"] == "stored" and config["file"] == file and config["BLOCK_N"] == 64
+    assert fake["timed"] == []
+
+
+def test_the_nearest_lender_with_configs_is_borrowed_from(fake):
+    # H800 (132 SMs, 3350 GB/s): H100 SXM is 0 GB/s away, H200 1450; with H100's file gone, H200 lends
+    file = _tune(H100, 64, LARGE)
+    _tune(H200, 64, SMALL)
+    config = _choose(fake)
+    assert (config["source"], config["borrowed"], config["file"], config["bucket"]) == (
+        "borrowed", "NVIDIA_H100_80GB_HBM3", file, 64)  # fmt: skip
+    assert config["BLOCK_N"] == 128 and fake["timed"] == []
+    config_files.config_path(NAME, P, H100).unlink()
+    assert _choose(fake)["borrowed"] == "NVIDIA_H200"
+
+
+def test_a_bucket_out_of_reach_passes_to_the_next_source(fake):
+    _tune(H800, 16, SMALL)  # M 64's bucket is 64: 16 is two buckets away
+    _tune(H100, 32, LARGE)  # one bucket away: in reach
+    config = _choose(fake)
+    assert config["source"] == "borrowed" and config["bucket"] == 32
+    assert _choose(fake, M=20)["source"] == "stored"  # M 20's bucket 32: the own 16 is one away
+    assert config_files.in_reach([16, 32, 64, 128, 256], 64, moe=False) == [32, 64, 128]
+    assert config_files.in_reach([1, 2, 4, 8], 3, moe=True) == [2, 4, 8]  # 3 tokens: bucket 4
+
+
+def test_nothing_stored_searches_stores_and_the_next_run_reads_it(fake):
+    config = _choose(fake)
+    assert config["source"] == "searched" and config["BLOCK_N"] == 128 and config["bucket"] == 64
+    data = json.loads(open(config["file"]).read())
+    assert data["buckets"]["64"]["source"] == "searched" and data["gpu"] == H800
+    fake["timed"].clear()
+    again = _choose(fake)
+    assert again == config and fake["timed"] == []  # read, not searched again
+
+
+def test_a_lender_comes_before_a_stored_search_and_borrowing_can_be_turned_off(fake, monkeypatch):
+    _choose(fake)  # a search stored for H800, bucket 64
+    _tune(H100, 64, SMALL)
+    assert _choose(fake)["source"] == "borrowed"
+    monkeypatch.setenv(config_sources.BORROW_ENV, "0")
+    assert _choose(fake)["source"] == "searched"
+
+
+def test_storing_off_and_retune(fake, monkeypatch):
+    monkeypatch.setenv(config_sources.STORE_ENV, "0")
+    assert _choose(fake) == {**LARGE.to_dict(), "source": "searched"}
+    assert not config_files.config_path(NAME, P, H800).exists()
+    monkeypatch.delenv(config_sources.STORE_ENV)
+    _tune(H800, 64, SMALL)
+    monkeypatch.setenv(config_sources.RETUNE_ENV, "1")
+    assert _choose(fake) == {**LARGE.to_dict(), "source": "searched"}  # stored configs skipped, nothing stored
+    assert json.loads(config_files.config_path(NAME, P, H800).read_text())["buckets"]["64"]["config"]["BLOCK_N"] == 64
+
+
+def test_a_search_never_replaces_a_tunes_entry(fake):
+    about = {"source": config_files.SEARCHED}
+    _tune(H800, 64, SMALL)
+    config_files.save(NAME, P, H800, LARGE, 1.0, about)
+    entry = json.loads(config_files.config_path(NAME, P, H800).read_text())["buckets"]["64"]
+    assert entry["config"]["BLOCK_N"] == 64 and "source" not in entry
+
+
+def test_ties_go_to_the_first_in_the_spaces_order():
+    a, b, c = (tuning.Trial(DenseConfig.tile(16, n, 64, 4, 3), us) for n, us in ((32, 10.0), (64, 9.95), (128, 9.0)))
+    # 9.95 vs 10.0: 0.5 % apart, within TIE (1 %): the earlier in the order wins
+    assert tuning.pick([b, a], [a.params, b.params])[0] is a
+    # c is 10 % faster than b: no tie
+    assert tuning.pick([c, b, a], [a.params, b.params, c.params])[0] is c
+    # a spread of 12 % makes c and b one
+    c.spread = 0.12
+    assert tuning.pick([c, b, a], [b.params, c.params, a.params])[0] is b
+
+
+def test_coarse_then_fine_candidates():
+    full = [DenseConfig.tile(16, n, k, w, 3) for n in (32, 64, 128) for k in (64, 128) for w in (4, 8)]  # 12
+    quick = [full[5]]
+    coarse = tuning.coarse_candidates(full, quick)
+    assert coarse[0] == full[5] and set(coarse[1:]) <= set(full) and len(coarse) == len(set(coarse))
+    # one field apart: BLOCK_N 32 -> 64 only; not two fields
+    assert tuning.one_apart(full[0], full[4]) and not tuning.one_apart(full[0], full[5])
+
+
+def _store_one(root: str, bucket: int) -> None:
+    import os
+
+    os.environ[tuning.CONFIG_DIR_ENV] = root
+    config_files.save(NAME, P.with_(M=bucket), H800, SMALL, float(bucket), {})
+
+
+def test_a_store_waits_for_the_files_lock(tmp_path):
+    # another worker holds the lock of the file: this store must wait, then add its bucket to what that one wrote
+    from filelock import FileLock
+
+    path = tmp_path / "NVIDIA_H800" / NAME / "N=4242,K=8192,dtype=bf16.json"
+    path.parent.mkdir(parents=True)
+    child = multiprocessing.get_context("spawn").Process(target=_store_one, args=(str(tmp_path), 32))
+    with FileLock(path.parent / f".{path.name}.lock"):
+        child.start()
+        child.join(5)
+        assert child.is_alive() and not path.exists()  # blocked on the lock
+        path.write_text(json.dumps({"gpu": H800, "buckets": {"16": {"config": SMALL.to_dict()}}}))
+    child.join(60)
+    assert sorted(json.loads(path.read_text())["buckets"]) == ["16", "32"]
