@@ -3,21 +3,40 @@
 # Parquet files, the comparison (Markdown for a PR comment, JSON) and plots in $ARTIFACTS, exit 1 on a
 # confirmed regression (a `slower` or `now-failing` cell that is flagged again when its variants are re-run;
 # CONFIRM=0 fails on the first comparison), 0 otherwise.
-#   BASELINE=h100                    a named baseline (./results/baselines/$BASELINE.parquet in the checkout; the
-#                                     search path: docs/CI.md), or a path
+#   BASELINE=h200                    a named baseline (./results/baselines/$BASELINE.parquet in the checkout; the
+#                                     search path: docs/CI.md), or a path; default: the first baseline measured on
+#                                     the runner's GPU model (the package ships h100 and h200); none: exit 2, saying
+#                                     how to make one
 #   SHAPES="llama70b-attn llama70b-mlp"   shape sets to run, each with --m decode
 #   RUN_ARGS="--budget 0.3 --scaling tensor,row"   more `gemmbench run` options; the default runs fp8 per tensor
 #                                     and row-wise, the cells the committed baseline holds.  The variants are the
 #                                     ones the baseline holds for each set
 #   THRESHOLD=5%   FAIL_ON=slower,failing   ARTIFACTS=perf-artifacts
-# Refresh the baseline from a run you trust:  gemmbench baseline save $ARTIFACTS/runs --name h100
+# Refresh the baseline from a run you trust:  gemmbench baseline save $ARTIFACTS/runs --name h200
 set -uo pipefail
-BASELINE=${BASELINE:-h100}
+SHAPES=${SHAPES:-"llama70b-attn llama70b-mlp"}
+if [ -z "${BASELINE:-}" ]; then  # the baseline of this GPU model: compare refuses another model's
+  BASELINE=$(SHAPES="$SHAPES" python3 - <<'PY'
+import os, re, sys
+import torch
+from gemmbench.results import named_baselines
+gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+found = named_baselines.for_gpu(gpu) if gpu else None
+if found is None:
+    name = re.sub(r"[^a-z0-9]+", "-", (gpu or "cpu").lower().removeprefix("nvidia ")).strip("-")
+    runs = " && ".join(f"gemmbench run --shapes {s} --m decode --budget 0.3 --scaling tensor,row --out base/{s}.parquet"
+                       for s in os.environ["SHAPES"].split())
+    print(f"no baseline was measured on {gpu or 'this machine (no CUDA GPU)'}: make one on a commit you trust with "
+          f"{runs} && gemmbench baseline save base --name {name}; then BASELINE={name} scripts/ci-perf.sh", file=sys.stderr)
+    sys.exit(2)
+print(found.name)
+PY
+) || exit 2
+fi
 # The gate measures the configs a commit holds (the package's gemmbench/kernels/configs), not ones the runner's user tuned:
 # those (~/.config/gemmbench/configs) would overlay them.  An empty folder of its own hides them.
 GEMMBENCH_CONFIG_DIR=${GEMMBENCH_CONFIG_DIR:-$(mktemp -d)}
 export GEMMBENCH_CONFIG_DIR
-SHAPES=${SHAPES:-"llama70b-attn llama70b-mlp"}
 ARTIFACTS=${ARTIFACTS:-perf-artifacts}
 mkdir -p "$ARTIFACTS/runs"
 # the variants the baseline holds for a set (comma-separated): the gate times nothing it cannot compare

@@ -16,6 +16,7 @@ DIFFERS = {
     "--dtype": "plot and report filter rows (default: all); layer defaults by device",
     "--force": "compare: other timing modes; tune: the export's files; baseline save: a baseline",
     "--format": "what each command prints or writes",
+    "--gpu": "plot and report filter rows by GPU; run --dry-run and list configs name the GPU asked about",
     "--m": "tune tunes each M at its bucket",
     "--name": "baseline save: a baseline's; shapes from-config: a shape set's",
     "--out": "what each command writes there",

@@ -391,3 +391,36 @@ def test_ci_perf_script_confirms_a_regression_by_rerunning(tmp_path):
     retry = json.loads((art / "compare-retry.json").read_text())
     assert retry["counts"]["slower"] == len(store.load(art / "retry" / "smoke.parquet")) == 6, retry
     assert "Re-run of the flagged variants" in bad_.stdout
+
+
+def test_ci_perf_without_a_baseline_of_this_gpu_says_how_to_make_one(tmp_path):
+    """No BASELINE and no baseline measured on this machine's GPU (on the CPU machine: none at all): one line naming
+    the commands that make one, exit 2, and nothing run."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).parent.parent / "scripts" / "ci-perf.sh"
+    env = {k: v for k, v in os.environ.items() if k != "BASELINE"}
+    env.update(PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}", ARTIFACTS="art")
+    got = subprocess.run(["bash", str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert got.returncode == 2, got.stdout + got.stderr
+    line = got.stderr.strip()
+    assert line.startswith("no baseline was measured on this machine (no CUDA GPU): make one") and "\n" not in line
+    assert "gemmbench run --shapes llama70b-attn --m decode" in line and "gemmbench baseline save base --name" in line
+    assert not (tmp_path / "art" / "runs").exists() or not any((tmp_path / "art" / "runs").iterdir())
+
+
+def test_the_baseline_of_a_gpu_model_is_found_by_its_rows(tmp_path, monkeypatch):
+    from gemmbench.results import named_baselines
+
+    user = tmp_path / "user"
+    monkeypatch.setenv("GEMMBENCH_BASELINE_DIR", str(user))
+    monkeypatch.chdir(tmp_path)  # no ./results/baselines here
+    user.mkdir()
+    write(user, "mine-h200", [row(gpu="NVIDIA H200")])
+    write(user, "mixed", [row(gpu="NVIDIA H200"), row("w", gpu="NVIDIA H100 80GB HBM3")])  # two models: never picked
+    assert named_baselines.for_gpu("NVIDIA H200").name == "mine-h200"  # the user's folder comes before the shipped
+    assert named_baselines.for_gpu("NVIDIA H100 80GB HBM3").name == "h100"  # the package's
+    assert named_baselines.for_gpu("NVIDIA H20") is None

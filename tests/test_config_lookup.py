@@ -50,7 +50,8 @@ def fake(tmp_path, monkeypatch):
     """The user's config folder in tmp; a tunable with two quick candidates whose launches return their BLOCK_N;
     the quick timer returns us[BLOCK_N], the side-by-side re-timing keeps the quick times (spread 0)."""
     monkeypatch.setenv(tuning.CONFIG_DIR_ENV, str(tmp_path))
-    for env in (config_sources.RETUNE_ENV, config_sources.BORROW_ENV, config_sources.STORE_ENV):
+    for env in (config_sources.RETUNE_ENV, config_sources.BORROW_ENV, config_sources.STORE_ENV,
+                config_sources.NO_OWN_ENV):  # fmt: skip
         monkeypatch.delenv(env, raising=False)
     state = {"us": {64: 5.0, 128: 3.0}, "timed": [], "gpu": H800}
     monkeypatch.setattr(tuning, "_gpu_name", lambda inputs: state["gpu"])
@@ -125,6 +126,16 @@ def test_a_lender_comes_before_a_stored_search_and_borrowing_can_be_turned_off(f
     assert _choose(fake)["source"] == "borrowed"
     monkeypatch.setenv(config_sources.BORROW_ENV, "0")
     assert _choose(fake)["source"] == "searched"
+
+
+def test_own_configs_can_be_skipped_to_measure_borrowing(fake, monkeypatch):
+    _tune(H800, 64, SMALL)
+    _tune(H100, 64, LARGE)
+    monkeypatch.setenv(config_sources.NO_OWN_ENV, "1")
+    assert _choose(fake)["source"] == "borrowed"
+    monkeypatch.setenv(config_sources.BORROW_ENV, "0")
+    monkeypatch.setenv(config_sources.STORE_ENV, "0")
+    assert _choose(fake) == {**LARGE.to_dict(), "source": "searched"}
 
 
 def test_storing_off_and_retune(fake, monkeypatch):

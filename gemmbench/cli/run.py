@@ -84,6 +84,15 @@ NoStore = Annotated[
         rich_help_panel=WHAT,
     ),  # fmt: skip
 ]
+NoOwn = Annotated[
+    bool,
+    typer.Option(
+        "--no-own",
+        help="Skip this GPU's own stored Triton configs (shipped, tuned or searched): what borrowing (or, with "
+        "--no-borrow, searching) gives here.",
+        rich_help_panel=WHAT,
+    ),  # fmt: skip
+]
 Timing = Annotated[
     TimingMode,
     typer.Option(parser=choice(TimingMode, "--timing"), help=timing_modes.help_text(), rich_help_panel=TIMING),
@@ -176,7 +185,7 @@ Strict = Annotated[
 def run(
     shapes: Shapes, variants: Variants = None, dtype: Dtype = "fp8,bf16", m: Ms = None, routing: Routing = "uniform",
     scaling: Scaling = None, fp8_accum: Fp8Accum = None, plugin: Plugins = None, import_config: ImportConfig = None, retune: Retune = False,
-    no_borrow: NoBorrow = False, no_store: NoStore = False, gpu: GpuName = None,
+    no_borrow: NoBorrow = False, no_store: NoStore = False, no_own: NoOwn = False, gpu: GpuName = None,
     seed: Seed = 0, tp: Tp = "1", dp: Dp = "1", ep: Ep = "1", layout: Layout = LayoutChoice.vllm,
     timing: Timing = TimingMode.cold, inputs: Inputs = InputValues.randn, budget: Budget = 0.5, repeat: Repeat = 1,
     out_path: Out = None, fmt: Format = OutputFormat.table, append: Append = False, force: Force = False,
@@ -211,7 +220,7 @@ def run(
     timing = timing if _on_gpu() else timing_modes.CPU  # no CUDA events on a CPU
     setup.comparable_baseline(compare_to, timing, values)
     run_id = store.new_run_id(sset.name) + (f"-shard{shard_at[0]}of{shard_at[1]}" if shard_at else "")
-    policy = Policy(borrow=not no_borrow, store=not no_store)
+    policy = Policy(borrow=not no_borrow, store=not no_store, own=not no_own)
     fp = setup.fingerprint(sset, cells, timing, values, budget, seed, sanitize, retune, plugin, import_config, policy)
     meta = {**(meta or {}), **sweep_fingerprint.encode(fp)}
     setup.check_resume(resume, fp)
@@ -229,7 +238,7 @@ def run(
         ("--shapes", shapes, None), ("--variants", variants, None), ("--dtype", dtype, "fp8,bf16"), ("--m", m, None),
         ("--tp", tp, "1"), ("--timing", timing, None), ("--inputs", values, "randn"), ("--plugin", [str(f) for f in plugin or []], []),
         ("--seed", seed, 0), ("--budget", budget, 0.5), ("--retune", retune, False), ("--routing", routing, "uniform"),
-        ("--no-borrow", no_borrow, False), ("--no-store", no_store, False),
+        ("--no-borrow", no_borrow, False), ("--no-store", no_store, False), ("--no-own", no_own, False),
         ("--shard", shard, None), ("--gpus", gpus, None), ("--ep", ep, "1"), ("--scaling", scaling, None),
         ("--fp8-accum", fp8_accum, None),
         ("--dp", dp, "1"), ("--layout", str(layout), "vllm"), ("--cell-timeout", cell_timeout, None),

@@ -26,22 +26,25 @@ from gemmbench.shapes import Problem
 BORROW_ENV = "GEMMBENCH_BORROW"  # "0": `--no-borrow`, for the run's workers
 STORE_ENV = "GEMMBENCH_STORE_SEARCHED"  # "0": `--no-store`, for the run's workers
 RETUNE_ENV = "GEMMBENCH_RETUNE"  # "1": `--retune`: no stored config at all, and nothing stored
+NO_OWN_ENV = "GEMMBENCH_NO_OWN"  # "1": `--no-own`: skip the GPU's own stored configs (what borrowing gives)
 
 
 @dataclass(frozen=True)
 class Policy:
     """What the lookup may do: borrow another GPU's configs, store a run's searched winners, read stored configs at
-    all (not under --retune)."""
+    all (not under --retune), read the GPU's own (not under --no-own)."""
 
     borrow: bool = True
     store: bool = True
     stored: bool = True
+    own: bool = True
 
     @classmethod
     def from_env(cls) -> Policy:
         """The policy a worker was started with (Policy.env)."""
         retune = os.environ.get(RETUNE_ENV) == "1"
-        return cls(os.environ.get(BORROW_ENV) != "0", os.environ.get(STORE_ENV) != "0" and not retune, not retune)
+        store = os.environ.get(STORE_ENV) != "0" and not retune
+        return cls(os.environ.get(BORROW_ENV) != "0", store, not retune, os.environ.get(NO_OWN_ENV) != "1")
 
     def env(self) -> dict[str, str]:
         """The environment that gives a worker this policy."""
@@ -49,6 +52,7 @@ class Policy:
             **({BORROW_ENV: "0"} if not self.borrow else {}),
             **({STORE_ENV: "0"} if not self.store else {}),
             **({RETUNE_ENV: "1"} if not self.stored else {}),
+            **({NO_OWN_ENV: "1"} if not self.own else {}),
         }
 
 
@@ -103,13 +107,13 @@ def lookup(
     part: the GPU's (part_of); without it nothing is borrowed."""
     if not policy.stored:
         return None
-    found = _in_reach("own", gpu, variant, problem)
+    found = _in_reach("own", gpu, variant, problem) if policy.own else None
     if found is None and policy.borrow and part is not None:
         for lender in lenders(part):
             found = _in_reach("borrowed", lender, variant, problem)
             if found is not None:
                 break
-    return found or _in_reach("searched", gpu, variant, problem, searched=True)
+    return found or (_in_reach("searched", gpu, variant, problem, searched=True) if policy.own else None)
 
 
 def predict(

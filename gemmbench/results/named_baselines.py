@@ -114,3 +114,9 @@ def summary(path: Path) -> Summary:
     days = sorted({str(t)[:10] for t in df["timestamp"].dropna()})
     date = "-" if not days else days[0] if days[0] == days[-1] else f"{days[0]} … {days[-1]}"
     return Summary(values("gpu"), values("torch"), values("triton"), values("cuda"), values("driver"), date, len(df))
+
+
+def for_gpu(gpu: str) -> Optional[Entry]:
+    """The first baseline on the search path (unshadowed) measured on exactly this GPU model, or None: the gate
+    compares a runner's GPU only with a baseline of its own model (scripts/ci-perf.sh)."""
+    return next((e for e in entries() if not e.shadowed and summary(e.path).gpu == gpu), None)
