@@ -363,6 +363,57 @@ def moe_roofline_row(key: tuple, procs: dict) -> list[str] | None:
                     "yes" if min(ps) >= target else "no"]  # fmt: skip
 
 
+TRANSFER = ("own", "borrowed", "searched")
+
+
+def _median_times(path: str) -> tuple[dict, dict]:
+    """({(gemm, N, K, dtype, M, variant): median over processes of its ok rows' µs}, {the same key: config source})."""
+    times: dict = {}
+    sources: dict = {}
+    for r in store.load(path).to_dict("records"):
+        key = (r["gemm"], r["N"], r["K"], dtype_label(r), r["M"], r["variant"])
+        if r["status"] == "ok":
+            times.setdefault(key, []).append(r["time_us_median"])
+            sources[key] = json.loads(r["config"] or "{}").get("source", "")
+    return {k: statistics.median(v) for k, v in times.items()}, sources
+
+
+def _geomean(xs: list[float]) -> float:
+    return statistics.geometric_mean(xs) if xs else float("nan")
+
+
+def render_transfer(paths: list[str]) -> str:
+    """Three runs of one set on one GPU (its own configs, borrowed with --no-own --borrow, searched with --no-own):
+    per Triton variant, its time with borrowed and searched configs over its time with its own (geomean and worst cell;
+    > 1: slower), and which configs the borrowed run took; then, per run, cuBLAS's time over the fastest Triton
+    variant's in each fp8 cell (median, lowest, highest)."""
+    (own, _), (lent, lent_src), (found, _) = (_median_times(p) for p in paths)
+    triton = sorted({k[-1] for k in own if not k[-1].startswith("cublas")})
+    cols = ["variant", "cells", "borrowed ÷ own (geomean)", "worst cell", "searched ÷ own (geomean)", "worst cell",
+            "the borrowed run's configs"]  # fmt: skip
+    body = []
+    for v in triton + ["all"]:
+        keys = [k for k in own if (k[-1] == v or (v == "all" and k[-1] in triton)) and k in lent and k in found]
+        b = [lent[k] / own[k] for k in keys]
+        f = [found[k] / own[k] for k in keys]
+        took = Counter(lent_src[k] for k in keys)
+        body.append([v, str(len(keys)), f"{_geomean(b):.3f}", f"{max(b):.3f}", f"{_geomean(f):.3f}", f"{max(f):.3f}",
+                     ", ".join(f"{s} {n}" for s, n in sorted(took.items()))])  # fmt: skip
+    vs_cublas = []
+    for name, times in zip(TRANSFER, (own, lent, found), strict=True):
+        ratios = []
+        for cell in {k[:-1] for k in times if k[3] == "fp8"}:
+            best = min((t for k, t in times.items() if k[:-1] == cell and k[-1] in triton), default=None)
+            base = times.get((*cell, "cublas_fp8"))
+            if best and base:
+                ratios.append(base / best)
+        vs_cublas.append([name, str(len(ratios)), f"{statistics.median(ratios):.2f}x", f"{min(ratios):.2f}x",
+                          f"{max(ratios):.2f}x"])  # fmt: skip
+    head = "configs: " + ", ".join(f"{n} {Path(p).name}" for n, p in zip(TRANSFER, paths, strict=True))
+    fp8 = ["configs", "fp8 cells", "cuBLAS ÷ best Triton (median)", "lowest", "highest"]
+    return "\n".join([_table(head, cols, body), "", *md_table(fp8, vs_cublas, "lrrrr")])
+
+
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("parquet", nargs="*")
@@ -373,6 +424,7 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--targets", action="store_true", help="the targets table: every file one process of one sweep")
     ap.add_argument("--moe-vllm", action="store_true", help="the fused MoE table against vLLM's kernel (a plugin)")
     ap.add_argument("--moe-roofline", action="store_true", help="the fused MoE table against its roofline targets")
+    ap.add_argument("--transfer", action="store_true", help="configs across GPUs: the own, borrowed, searched runs")
     ap.add_argument("--check", metavar="MD", help="exit 1 where a marked table of this file differs from its files")
     ap.add_argument("--update", metavar="MD", help="write every marked table of this file again from its files")
     return ap
@@ -380,7 +432,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def tables(args: argparse.Namespace) -> str:
     for flag, whole in ((args.targets, render_targets), (args.moe_vllm, render_moe_vllm),
-                        (args.moe_roofline, render_moe_roofline)):  # fmt: skip
+                        (args.moe_roofline, render_moe_roofline), (args.transfer, render_transfer)):  # fmt: skip
         if flag:
             return whole(args.parquet)
     kind = render_moe if args.moe else render_layer if args.layer else render_profile if args.profile else None

@@ -53,6 +53,7 @@ def fake(tmp_path, monkeypatch):
     for env in (config_sources.RETUNE_ENV, config_sources.BORROW_ENV, config_sources.STORE_ENV,
                 config_sources.NO_OWN_ENV):  # fmt: skip
         monkeypatch.delenv(env, raising=False)
+    monkeypatch.setenv(config_sources.BORROW_ENV, "1")  # --borrow: the tests of borrowing turn it off where they ask
     state = {"us": {64: 5.0, 128: 3.0}, "timed": [], "gpu": H800}
     monkeypatch.setattr(tuning, "_gpu_name", lambda inputs: state["gpu"])
     monkeypatch.setattr(tuning, "_retime", lambda finalists: None)
@@ -120,11 +121,12 @@ def test_nothing_stored_searches_stores_and_the_next_run_reads_it(fake):
     assert again == config and fake["timed"] == []  # read, not searched again
 
 
-def test_a_lender_comes_before_a_stored_search_and_borrowing_can_be_turned_off(fake, monkeypatch):
+def test_a_lender_comes_before_a_stored_search_and_borrowing_is_off_by_default(fake, monkeypatch):
     _choose(fake)  # a search stored for H800, bucket 64
     _tune(H100, 64, SMALL)
     assert _choose(fake)["source"] == "borrowed"
-    monkeypatch.setenv(config_sources.BORROW_ENV, "0")
+    monkeypatch.delenv(config_sources.BORROW_ENV)  # the default: no --borrow
+    assert config_sources.Policy.from_env() == config_sources.Policy() and not config_sources.Policy().borrow
     assert _choose(fake)["source"] == "searched"
 
 
@@ -133,7 +135,7 @@ def test_own_configs_can_be_skipped_to_measure_borrowing(fake, monkeypatch):
     _tune(H100, 64, LARGE)
     monkeypatch.setenv(config_sources.NO_OWN_ENV, "1")
     assert _choose(fake)["source"] == "borrowed"
-    monkeypatch.setenv(config_sources.BORROW_ENV, "0")
+    monkeypatch.delenv(config_sources.BORROW_ENV)
     monkeypatch.setenv(config_sources.STORE_ENV, "0")
     assert _choose(fake) == {**LARGE.to_dict(), "source": "searched"}
 

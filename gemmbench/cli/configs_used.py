@@ -13,7 +13,7 @@ from gemmbench import gpu_parts
 from gemmbench.configs.inference_engines import InferenceEngine
 
 # Seconds a `gemmbench tune` job takes on average, to estimate the command's time: docs/BENCHMARKS.md, "Tuning".
-TUNE_S_PER_JOB = 5.0
+TUNE_S_PER_JOB = 6.2
 KINDS = ("own", "borrowed", "searched", "only", "imported")
 
 

@@ -24,12 +24,13 @@ DryRun = Annotated[
 NEEDS_GPU = "unknown: needs a GPU"  # a variant's own support check asks the device, and there is none here
 
 
-def print_dry_run(sset, cells: list, dep: Deployment, as_json: bool, gpu=None) -> None:
+def print_dry_run(sset, cells: list, dep: Deployment, as_json: bool, gpu=None, policy=None) -> None:
     """The cells of `run` (select_cells') as a table, or as the `gemmbench.dry-run/1` JSON document; gpu (a
-    cli.target_gpu.TargetGpu, or None on a machine without one): whose support and configs are predicted."""
+    cli.target_gpu.TargetGpu, or None on a machine without one): whose support and configs are predicted, under the
+    lookup's policy (config_sources.Policy)."""
     from gemmbench.dtypes import label  # not at --help
 
-    docs = [_cell(p, names, gpu) for p, names in cells]
+    docs = [_cell(p, names, gpu, policy) for p, names in cells]
     configs = _configs_summary(docs, gpu)
     if as_json:
         print_json({"schema": "gemmbench.dry-run/1", "shape_set": sset.name, "source": sset.source,
@@ -55,7 +56,7 @@ def print_dry_run(sset, cells: list, dep: Deployment, as_json: bool, gpu=None) -
     err.print(f"{len(docs)} problems, {sum(len(c['runs']) for c in docs)} cells would run", highlight=False)
 
 
-def _cell(p, names: list[str], gpu: Any) -> dict:
+def _cell(p, names: list[str], gpu: Any, policy: Any = None) -> dict:
     """One problem as the dry run shows it: M is one DP rank's tokens, `tokens` what the GEMM sees (M x DP for an
     expert GEMM: every DP rank's tokens, routed over all E experts, of which rank 0 holds `local_experts`); for each
     Triton variant that runs, the config a run on the GPU would take (config_sources.predict)."""
@@ -71,7 +72,7 @@ def _cell(p, names: list[str], gpu: Any) -> dict:
         if why is None:
             runs.append(name)
             if v.tunable is not None and gpu is not None:
-                configs[name] = config_sources.predict(name, p, gpu.name, gpu.part)
+                configs[name] = config_sources.predict(name, p, gpu.name, gpu.part, policy or config_sources.Policy())
         else:
             skips[name] = why
     doc = dict(gemm=p.gemm, M=p.M // p.dp_tokens, tokens=p.M, N=p.N, K=p.K, E=p.E, local_experts=p.local_experts,

@@ -10,7 +10,7 @@ from rich.table import Table
 
 from gemmbench.cli.common import _load_plugins, deployment, fail, out, select_cells
 from gemmbench.cli.formats import LayoutChoice, OutputFormat, format_option, print_json
-from gemmbench.cli.options import OUTPUT, WHAT, Dp, Dtype, Ep, GpuName, Layout, Ms, Plugins, Tp, Variants
+from gemmbench.cli.options import OUTPUT, WHAT, Borrow, Dp, Dtype, Ep, GpuName, Layout, Ms, Plugins, Tp, Variants
 
 list_app = typer.Typer(no_args_is_help=True, help="List shape sets, variants, or the configs a GPU would run.")
 
@@ -123,14 +123,14 @@ ConfigShapes = Annotated[
 def list_configs(
     gpu: GpuName = None, shapes: ConfigShapes = None, variants: Variants = None, dtype: Dtype = "fp8,bf16",
     m: Ms = None, tp: Tp = "1", dp: Dp = "1", ep: Ep = "1", layout: Layout = LayoutChoice.vllm,
-    fmt: Format = OutputFormat.table,
+    borrow: Borrow = False, fmt: Format = OutputFormat.table,
 ) -> None:  # fmt: skip
     """The Triton configs a run on a GPU would use: its own, borrowed, searched earlier, or to search; no GPU needed."""
     from gemmbench.cli.target_gpu import target_gpu  # not at --help (torch)
 
     target = target_gpu(gpu, required=True)
     assert target is not None  # required: refused in one line otherwise
-    rows = _config_rows(target, shapes, variants, dtype, m, deployment(tp, dp, ep, layout))
+    rows = _config_rows(target, shapes, variants, dtype, m, deployment(tp, dp, ep, layout), borrow)
     if fmt is OutputFormat.json:
         print_json({"schema": "gemmbench.configs/1", "gpu": target.name, "configs": rows})
         return
@@ -144,13 +144,14 @@ def list_configs(
     out.print(t)
 
 
-def _config_rows(target, shapes, variants, dtype, m, dep) -> list[dict]:
+def _config_rows(target, shapes, variants, dtype, m, dep, borrow: bool) -> list[dict]:
     """One row per (Triton variant, problem) of a shape set, or per stored file the GPU would read."""
     from gemmbench import registry
     from gemmbench.configs import config_sources
 
+    policy = config_sources.Policy(borrow=borrow)
     if shapes is None:
-        return config_sources.files_for(target.name, target.part, variants)
+        return config_sources.files_for(target.name, target.part, variants, policy)
     _, cells = select_cells(shapes, variants, dtype, m, "uniform", 0, None, dep)
     rows = []
     for p, names in cells:
@@ -158,7 +159,7 @@ def _config_rows(target, shapes, variants, dtype, m, dep) -> list[dict]:
             v = registry.get(name)
             if v.tunable is None or v.declared_reason(p) or (v.supports and v.supports(p, target.device)):
                 continue
-            got = config_sources.predict(name, p, target.name, target.part)
+            got = config_sources.predict(name, p, target.name, target.part, policy)
             rows.append({"variant": name, "gemm": p.gemm, "M": p.M, "N": p.N, "K": p.K, "E": p.local_experts,
                          "dtype": p.dtype, "scaling": p.scaling, **got})  # fmt: skip
     return rows

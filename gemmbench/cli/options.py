@@ -107,6 +107,15 @@ Layout = Annotated[
 
 # ---------------------------------------------------------------- the engine: run, tune, profile, layer
 
+Borrow = Annotated[
+    bool,
+    typer.Option(
+        "--borrow",
+        help="Where this GPU has no stored Triton config, run those of the nearest GPU of its compute capability "
+        "(README: Which configs a run uses) instead of searching.",
+        rich_help_panel=WHAT,
+    ),  # fmt: skip
+]
 GpuName = Annotated[
     Optional[str],
     typer.Option(

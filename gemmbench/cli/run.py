@@ -37,6 +37,7 @@ from gemmbench.cli.options import (
     TIMING,
     WHAT,
     AcrossGpus,
+    Borrow,
     CellTimeout,
     Dp,
     Dtype,
@@ -66,15 +67,6 @@ from gemmbench.measure.timing_modes import TimingMode
 Retune = Annotated[
     bool, typer.Option(help="Ignore stored Triton configs; tune each problem anew (not stored).", rich_help_panel=WHAT)
 ]
-NoBorrow = Annotated[
-    bool,
-    typer.Option(
-        "--no-borrow",
-        help="Never run another GPU's stored Triton configs (of the same compute capability) where this GPU has none; "
-        "search here instead.",
-        rich_help_panel=WHAT,
-    ),  # fmt: skip
-]
 NoStore = Annotated[
     bool,
     typer.Option(
@@ -88,8 +80,8 @@ NoOwn = Annotated[
     bool,
     typer.Option(
         "--no-own",
-        help="Skip this GPU's own stored Triton configs (shipped, tuned or searched): what borrowing (or, with "
-        "--no-borrow, searching) gives here.",
+        help="Skip this GPU's own stored Triton configs (shipped, tuned or searched): what searching (or, with "
+        "--borrow, borrowing) gives here.",
         rich_help_panel=WHAT,
     ),  # fmt: skip
 ]
@@ -185,7 +177,7 @@ Strict = Annotated[
 def run(
     shapes: Shapes, variants: Variants = None, dtype: Dtype = "fp8,bf16", m: Ms = None, routing: Routing = "uniform",
     scaling: Scaling = None, fp8_accum: Fp8Accum = None, plugin: Plugins = None, import_config: ImportConfig = None, retune: Retune = False,
-    no_borrow: NoBorrow = False, no_store: NoStore = False, no_own: NoOwn = False, gpu: GpuName = None,
+    borrow: Borrow = False, no_store: NoStore = False, no_own: NoOwn = False, gpu: GpuName = None,
     seed: Seed = 0, tp: Tp = "1", dp: Dp = "1", ep: Ep = "1", layout: Layout = LayoutChoice.vllm,
     timing: Timing = TimingMode.cold, inputs: Inputs = InputValues.randn, budget: Budget = 0.5, repeat: Repeat = 1,
     out_path: Out = None, fmt: Format = OutputFormat.table, append: Append = False, force: Force = False,
@@ -205,7 +197,7 @@ def run(
 
         variants, _ = import_configs(import_config, variants)
         sset, cells = select_cells(shapes, variants, dtype, m, routing, seed, plugin, dep, scaling, fp8_accum)
-        print_dry_run(sset, cells, dep, as_json, target_gpu(gpu))
+        print_dry_run(sset, cells, dep, as_json, target_gpu(gpu), Policy(borrow=borrow, own=not no_own))
         return
     if gpu is not None:
         raise fail("--gpu goes with --dry-run: a run measures the GPU it runs on")
@@ -220,7 +212,7 @@ def run(
     timing = timing if _on_gpu() else timing_modes.CPU  # no CUDA events on a CPU
     setup.comparable_baseline(compare_to, timing, values)
     run_id = store.new_run_id(sset.name) + (f"-shard{shard_at[0]}of{shard_at[1]}" if shard_at else "")
-    policy = Policy(borrow=not no_borrow, store=not no_store, own=not no_own)
+    policy = Policy(borrow=borrow, store=not no_store, own=not no_own)
     fp = setup.fingerprint(sset, cells, timing, values, budget, seed, sanitize, retune, plugin, import_config, policy)
     meta = {**(meta or {}), **sweep_fingerprint.encode(fp)}
     setup.check_resume(resume, fp)
@@ -238,7 +230,7 @@ def run(
         ("--shapes", shapes, None), ("--variants", variants, None), ("--dtype", dtype, "fp8,bf16"), ("--m", m, None),
         ("--tp", tp, "1"), ("--timing", timing, None), ("--inputs", values, "randn"), ("--plugin", [str(f) for f in plugin or []], []),
         ("--seed", seed, 0), ("--budget", budget, 0.5), ("--retune", retune, False), ("--routing", routing, "uniform"),
-        ("--no-borrow", no_borrow, False), ("--no-store", no_store, False), ("--no-own", no_own, False),
+        ("--borrow", borrow, False), ("--no-store", no_store, False), ("--no-own", no_own, False),
         ("--shard", shard, None), ("--gpus", gpus, None), ("--ep", ep, "1"), ("--scaling", scaling, None),
         ("--fp8-accum", fp8_accum, None),
         ("--dp", dp, "1"), ("--layout", str(layout), "vllm"), ("--cell-timeout", cell_timeout, None),

@@ -2,8 +2,8 @@
 anything and without a GPU (the GPU's properties come from gemmbench/gpu_parts.py, or from the device itself):
 
   1. own: the GPU's own tuned configs (the user's file over the shipped one: config_files.overlay_buckets);
-  2. borrowed: else those of the nearest GPU of the same compute capability that has configs for the problem
-     (gpu_parts.nearest_first: SM count, then shared memory per block, L2, HBM bandwidth, then the name);
+  2. borrowed (with --borrow): else those of the nearest GPU of the same compute capability that has configs for
+     the problem (gpu_parts.nearest_first: SM count, then shared memory per block, L2, HBM bandwidth, then the name);
   3. searched: else what an earlier run's quick search on this GPU stored for M's own bucket.
 
 Each source serves M only from buckets in reach of M's own (config_files.in_reach); a source with none in reach
@@ -23,7 +23,7 @@ from gemmbench import gpu_parts
 from gemmbench.configs import config_files
 from gemmbench.shapes import Problem
 
-BORROW_ENV = "GEMMBENCH_BORROW"  # "0": `--no-borrow`, for the run's workers
+BORROW_ENV = "GEMMBENCH_BORROW"  # "1": `--borrow`, for the run's workers
 STORE_ENV = "GEMMBENCH_STORE_SEARCHED"  # "0": `--no-store`, for the run's workers
 RETUNE_ENV = "GEMMBENCH_RETUNE"  # "1": `--retune`: no stored config at all, and nothing stored
 NO_OWN_ENV = "GEMMBENCH_NO_OWN"  # "1": `--no-own`: skip the GPU's own stored configs (what borrowing gives)
@@ -31,10 +31,11 @@ NO_OWN_ENV = "GEMMBENCH_NO_OWN"  # "1": `--no-own`: skip the GPU's own stored co
 
 @dataclass(frozen=True)
 class Policy:
-    """What the lookup may do: borrow another GPU's configs, store a run's searched winners, read stored configs at
-    all (not under --retune), read the GPU's own (not under --no-own)."""
+    """What the lookup may do: borrow another GPU's configs (only with --borrow: on the H200 the H100's configs missed
+    the rule for a default, docs/BENCHMARKS.md "Configs across GPUs"), store a run's searched winners, read stored
+    configs at all (not under --retune), read the GPU's own (not under --no-own)."""
 
-    borrow: bool = True
+    borrow: bool = False
     store: bool = True
     stored: bool = True
     own: bool = True
@@ -44,12 +45,12 @@ class Policy:
         """The policy a worker was started with (Policy.env)."""
         retune = os.environ.get(RETUNE_ENV) == "1"
         store = os.environ.get(STORE_ENV) != "0" and not retune
-        return cls(os.environ.get(BORROW_ENV) != "0", store, not retune, os.environ.get(NO_OWN_ENV) != "1")
+        return cls(os.environ.get(BORROW_ENV) == "1", store, not retune, os.environ.get(NO_OWN_ENV) != "1")
 
     def env(self) -> dict[str, str]:
         """The environment that gives a worker this policy."""
         return {
-            **({BORROW_ENV: "0"} if not self.borrow else {}),
+            **({BORROW_ENV: "1"} if self.borrow else {}),
             **({STORE_ENV: "0"} if not self.store else {}),
             **({RETUNE_ENV: "1"} if not self.stored else {}),
             **({NO_OWN_ENV: "1"} if not self.own else {}),
@@ -138,14 +139,16 @@ def device_of(part: gpu_parts.GpuPart):
                       l2_bytes=part.l2_mib << 20, smem_per_block=part.smem_per_block_kib << 10)  # fmt: skip
 
 
-def files_for(gpu: str, part: Optional[gpu_parts.GpuPart], variants: Optional[str] = None) -> list[dict]:
-    """Every stored file a run on `gpu` would read, one row each: its own files, then for each file name it lacks
-    the nearest lender's; {"variant", "file" (its name), "buckets", "source": "own" or "borrowed", "from"}.  Entries
-    a run's search stored count as "searched" files of its own.  variants: comma-separated globs to keep."""
+def files_for(
+    gpu: str, part: Optional[gpu_parts.GpuPart], variants: Optional[str] = None, policy: Policy = Policy()
+) -> list[dict]:
+    """Every stored file a run on `gpu` would read, one row each: its own files, then (policy.borrow) for each file
+    name it lacks the nearest lender's; {"variant", "file" (its name), "buckets", "source": "own" or "borrowed",
+    "from"}.  Entries a run's search stored count as "searched" files of its own.  variants: comma-separated globs."""
     import fnmatch
 
     globs = [g.strip() for g in (variants or "*").split(",") if g.strip()]
-    folders = [gpu] + (lenders(part) if part is not None else [])
+    folders = [gpu] + (lenders(part) if part is not None and policy.borrow else [])
     rows, seen = [], set()
     for i, folder in enumerate(folders):
         for root in config_files.config_roots():

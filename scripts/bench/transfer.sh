@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # docs/BENCHMARKS.md "Configs across GPUs": the shipped sets' decode cells on this GPU three ways, no config stored:
-# with its own shipped configs, with the nearest GPU's borrowed (--no-own), and searched in the run (--no-own
-# --no-borrow).  Each in 2 processes (--repeat 2); then the table (scripts/bench_tables.py --transfer).
+# with its own shipped configs, with the nearest GPU's borrowed (--no-own --borrow), and searched in the run
+# (--no-own).  Each in 2 processes (--repeat 2); then the table (scripts/bench_tables.py --transfer).
 # Usage: scripts/bench/transfer.sh OUT_DIR [SET ...]   (default: llama70b-attn)
 set -euo pipefail
 out=${1:?give the output folder}
@@ -14,8 +14,8 @@ for set in $sets; do
   for how in own borrowed searched; do
     case $how in
       own) flags=() ;;
-      borrowed) flags=(--no-own) ;;
-      searched) flags=(--no-own --no-borrow) ;;
+      borrowed) flags=(--no-own --borrow) ;;
+      searched) flags=(--no-own) ;;
     esac
     gemmbench run --shapes "$set" --m decode --no-store "${flags[@]}" --repeat 2 --out "$out/$set-$how.parquet" \
       > "$out/$set-$how.txt"
