@@ -7,16 +7,15 @@
 #                                     search path: docs/CI.md), or a path; default: the first baseline measured on
 #                                     the runner's GPU model (the package ships h100 and h200); none: exit 2, saying
 #                                     how to make one
-#   SHAPES="llama70b-attn llama70b-mlp"   shape sets to run, each with --m decode
+#   SHAPES="llama70b-attn llama70b-mlp"   shape sets to run, each with --m decode; default: the sets the baseline holds
 #   RUN_ARGS="--budget 0.3 --scaling tensor,row"   more `gemmbench run` options; the default runs fp8 per tensor
 #                                     and row-wise, the cells the committed baseline holds.  The variants are the
 #                                     ones the baseline holds for each set
 #   THRESHOLD=5%   FAIL_ON=slower,failing   ARTIFACTS=perf-artifacts
 # Refresh the baseline from a run you trust:  gemmbench baseline save $ARTIFACTS/runs --name h200
 set -uo pipefail
-SHAPES=${SHAPES:-"llama70b-attn llama70b-mlp"}
 if [ -z "${BASELINE:-}" ]; then  # the baseline of this GPU model: compare refuses another model's
-  BASELINE=$(SHAPES="$SHAPES" python3 - <<'PY'
+  BASELINE=$(SHAPES="${SHAPES:-llama70b-attn llama70b-mlp}" python3 - <<'PY'
 import os, re, sys
 import torch
 from gemmbench.results import named_baselines
@@ -38,6 +37,14 @@ fi
 GEMMBENCH_CONFIG_DIR=${GEMMBENCH_CONFIG_DIR:-$(mktemp -d)}
 export GEMMBENCH_CONFIG_DIR
 ARTIFACTS=${ARTIFACTS:-perf-artifacts}
+if [ -z "${SHAPES:-}" ]; then  # the sets the baseline holds: the gate times nothing it cannot compare
+  SHAPES=$(python3 - "$BASELINE" <<'PY'
+import sys
+from gemmbench.results import named_baselines, store
+print(" ".join(sorted(set(store.load([named_baselines.resolve(sys.argv[1])])["shape_set"]))))
+PY
+) || { echo "cannot read the baseline $BASELINE"; exit 2; }
+fi
 mkdir -p "$ARTIFACTS/runs"
 # the variants the baseline holds for a set (comma-separated): the gate times nothing it cannot compare
 baseline_variants() {

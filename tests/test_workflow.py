@@ -81,11 +81,13 @@ def test_the_workflow_installs_the_pinned_stack(workflow):
 
 
 def test_the_pinned_stack_is_the_committed_baselines():
-    """.ci/perf-stack.txt pins the torch (with its CUDA build) and triton that every row of the committed baseline
-    records: the gate installs what the baseline was measured with."""
+    """.ci/perf-stack.txt pins the torch (with its CUDA build) and triton that every row of every committed baseline
+    records: the gate installs what the baselines were measured with."""
     pins = dict(re.findall(r"(?m)^([a-z]+)==(\S+)$", STACK_FILE.read_text()))
     assert set(pins) == {"torch", "triton"}
-    base = store.load(ROOT / "gemmbench" / "baselines" / "h100.parquet")
+    files = sorted((ROOT / "gemmbench" / "baselines").glob("*.parquet"))
+    assert [f.name for f in files] == ["h100.parquet", "h200.parquet"]
+    base = store.load(files)
     assert set(base["torch"]) == {pins["torch"]} and set(base["triton"]) == {pins["triton"]}
     # torch's local version names its CUDA build: +cu130 is CUDA 13.0, from that CUDA's index
     cu = re.fullmatch(r"[\d.]+\+cu(\d+)(\d)", pins["torch"])
