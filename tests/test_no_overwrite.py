@@ -72,3 +72,44 @@ def test_two_runs_writing_one_file_at_once_the_second_is_refused(tmp_path):
     line = res.stderr.strip().splitlines()[-1]  # after the CPU path's banner
     assert line == f"error: --out {out}: gemmbench pid 4242 is writing it now; wait for it, or give another --out"
     assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("merge", RUN),  # a merge into the file a run is writing would be replaced by the run's join
+        ("layer", "--model", "smoke"),
+    ],
+)
+def test_every_run_file_writer_takes_the_lock(args, tmp_path):
+    out = tmp_path / "r.parquet"
+    with open(tmp_path / ".r.parquet.lock", "a+") as held:  # as a running `run --out r.parquet` holds it
+        held.write("pid 4242")
+        held.flush()
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        res = invoke(*args, "--out", out)
+    assert res.exit_code == 2
+    line = res.stderr.strip().splitlines()[-1]
+    assert line == f"error: --out {out}: gemmbench pid 4242 is writing it now; wait for it, or give another --out"
+    assert not out.exists()
+
+
+def test_resume_with_force_or_append_is_refused_and_deletes_nothing(tmp_path):
+    out = tmp_path / "r.parquet"
+    first = invoke("run", "--shapes", "smoke", "--variants", "cublas_fp16", "--dtype", "fp16", "--m", "1", "--out", out)
+    assert first.exit_code == 0, first.stderr
+    before = digest([out])
+    for flag in ("--force", "--append"):
+        line = bad(invoke("run", "--shapes", "smoke", "--resume", out, flag))
+        assert line.startswith(f"error: --resume adds to its own file: it takes no {flag}")
+    assert digest([out]) == before
+
+
+def test_a_shape_set_of_a_very_long_name_makes_a_run_file(tmp_path):
+    shapes = tmp_path / "long.yaml"
+    shapes.write_text(f"name: {'x' * 400}\ngemms:\n  - {{id: a, N: 64, K: 64, parallel: none}}\n")
+    res = invoke("run", "--shapes", shapes, "--variants", "cublas_fp16", "--dtype", "fp16", "--m", "1",
+                 "--out", tmp_path / "res")  # fmt: skip
+    assert res.exit_code == 0, res.stderr
+    [made] = (tmp_path / "res").glob("*.parquet")
+    assert len(made.name) < 255 and "x" * 80 in made.name

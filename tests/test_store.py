@@ -4,6 +4,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import numpy as np
@@ -381,3 +382,66 @@ def test_a_parts_folder_given_reads_as_its_run_file(tmp_path):
     empty.mkdir()
     with pytest.raises(StoreError, match="no such file or folder"):
         load([empty])
+
+
+def test_a_kill_between_the_join_and_the_parts_removal_doubles_no_row(tmp_path, monkeypatch):
+    """The joined file names its last part; parts up to it are not read again, nor joined again by a resume."""
+    path = tmp_path / "run.parquet"
+    w = RunWriter(path)
+    for m in (1, 2, 3):
+        w.append(row(M=m))
+        w.flush()  # parts 1, 2, 3
+    monkeypatch.setattr(store.shutil, "rmtree", lambda *a, **k: None)  # killed right after the rename
+    w.close()
+    monkeypatch.undo()
+    assert len(list(store.parts_dir(path).iterdir())) == 3  # the parts are still there
+    assert sorted(load([path])["M"]) == [1, 2, 3] and sorted(load([tmp_path])["M"]) == [1, 2, 3]
+    resumed = RunWriter(path, rows=store.records(load([path])))  # run --resume of that file
+    resumed.append(row(M=4))
+    resumed.flush()  # numbered after the joined parts: part 4 is read, 1-3 are not
+    assert sorted(load([path])["M"]) == [1, 2, 3, 4]
+    resumed.close()
+    assert sorted(load([path])["M"]) == [1, 2, 3, 4] and not store.parts_dir(path).exists()
+
+
+def test_a_stray_file_in_the_parts_folder_is_not_a_part(tmp_path):
+    path = tmp_path / "run.parquet"
+    w = RunWriter(path)
+    w.append(row(M=1))
+    w.flush()
+    for stray in ("part-x.parquet", "notes.txt", "part-00002.parquet.bak"):
+        (store.parts_dir(path) / stray).write_text("not a part")
+    assert load([path])["M"].tolist() == [1]
+    again = RunWriter(path, rows=store.records(load([path])))  # what --resume makes: no crash on the names
+    again.append(row(M=2))
+    again.close()
+    assert sorted(load([path])["M"]) == [1, 2]
+
+
+def test_a_write_failing_in_the_clock_thread_stops_the_sweep_at_its_next_row(tmp_path, monkeypatch):
+    """The clock's write fails (a full disk): the next row raises it, so the sweep stops; close writes what is left
+    as a part once the disk has room again, and joins every row."""
+    import errno
+
+    monkeypatch.setattr(store, "PART_S", 0.05)
+    path = tmp_path / "run.parquet"
+    w = RunWriter(path)
+    real = store.tempfile.mkstemp
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(store.tempfile, "mkstemp", full)
+    w.append(row(M=1))
+    deadline = time.monotonic() + 10
+    while w.failed is None and time.monotonic() < deadline:  # the clock thread's write
+        time.sleep(0.01)
+    assert w.failed is not None and w.failed.errno == errno.ENOSPC
+    with pytest.raises(OSError, match="No space left"):
+        w.append(row(M=2))  # measured, kept in memory, and the sweep stops here
+    with pytest.raises(OSError, match="No space left"):
+        w.close()  # still full: nothing joined, nothing lost from disk
+    assert w.unwritten == 2
+    monkeypatch.setattr(store.tempfile, "mkstemp", real)  # room again
+    w.close()
+    assert sorted(load([path])["M"]) == [1, 2] and w.unwritten == 0

@@ -22,6 +22,7 @@ from gemmbench.cli.common import (
     deployment,
     err,
     fail,
+    lock_output,
     out,
     output_path,
     positive_budget,
@@ -129,6 +130,9 @@ def layer(
     gpu = _device_path(plans)
     run_id = store.new_run_id(f"layer-{sset.name}")
     path = output_path(out_path, run_id)
+    lock_output(path)  # one writer: a second layer (or run) on the same file is refused
+    if path.exists() and not force:  # written while this one planned
+        refuse_existing([path], force)
     for label, note in notes.items():
         err.print(escape(f"--best-from {label}: {note}"), highlight=False)
     cells = [_cell(sset, model, run_id, plan, seed, layers, budget) for plan in plans]

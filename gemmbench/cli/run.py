@@ -393,8 +393,10 @@ def _sweep(opts, cells: list, writer) -> tuple[list, bool]:
         except PoolError as exc:
             raise fail(f"{exc} ({len(writer.rows)} rows saved to {writer.path})") from None
         except OSError as exc:  # the results file could not be written (a full disk, say): the parts written stay
-            raise fail(f"cannot write {writer.path}: {exc.strerror or exc}; the rows written so far are in "
-                       f"{store.parts_dir(writer.path)} (--resume {writer.path} finishes the sweep)") from None  # fmt: skip
+            lost = f"; {writer.unwritten} rows measured last could not be written" if writer.unwritten else ""
+            raise fail(f"cannot write {writer.path}: {exc.strerror or exc}; the sweep stopped there, the rows written "
+                       f"so far are in {store.parts_dir(writer.path)}{lost} (--resume {writer.path} finishes the "
+                       "sweep)") from None  # fmt: skip
         except KeyboardInterrupt:
             progress.stop()
             return writer.rows, True

@@ -51,6 +51,9 @@ def refuse_before_work(out_path: Path, append: bool, force: bool, resume: Option
             raise fail(f"--compare-to {compare_to!r}: no such baseline ({baseline})")
     if append and force:
         raise fail("give --append or --force, not both")
+    if resume is not None and (force or append):
+        raise fail(f"--resume adds to its own file: it takes no {'--force' if force else '--append'} (--force with "
+                   "--out starts the run anew)")  # fmt: skip
     from gemmbench.results.store import parts_dir  # heavy (pandas)
 
     if resume is not None and not (resume.is_file() or parts_dir(resume).is_dir()):

@@ -39,10 +39,13 @@ from gemmbench.results.run_schema import (
     TYPES,
 )
 
+RUN_ID_NAME = 80
+
 
 def new_run_id(shape_set: str) -> str:
-    """<UTC time>-<set>-<4 hex>: sorts by time, names its set, never collides within a second."""
-    safe = re.sub(r"[^A-Za-z0-9._-]", "_", shape_set).strip(".") or "run"  # a set's name becomes a file name
+    """<UTC time>-<set>-<4 hex>: sorts by time, names its set (its first RUN_ID_NAME characters: the id is a file
+    name, and file systems refuse names past 255 bytes), never collides within a second."""
+    safe = re.sub(r"[^A-Za-z0-9._-]", "_", shape_set)[:RUN_ID_NAME].strip(".") or "run"
     return f"{datetime.now(timezone.utc):%Y%m%d-%H%M%S}-{safe}-{uuid.uuid4().hex[:4]}"
 
 
@@ -213,12 +216,39 @@ def usual_mode() -> int:
 
 
 PART_ROWS, PART_S = 64, 5.0  # a part is written once it holds this many rows, or its first row is this old
+# A joined file's metadata: the highest part number its rows include.  Parts up to it are already in the file (a
+# sweep killed between the join and the parts' removal leaves them), so no reader counts them twice.
+JOINED_KEY = b"gemmbench.joined_parts"
+_PART = re.compile(r"part-(\d+)\.parquet")
 
 
 def parts_dir(path: str | Path) -> Path:
     """Where a run file's rows go while its sweep runs: <file>.parts/, one Parquet part per batch of rows."""
     path = Path(path)
     return path.with_name(path.name + ".parts")
+
+
+def _parts(path: Path) -> list[tuple[int, Path]]:
+    """The parts in a run file's parts folder, by number: only files named as RunWriter names them (a stray file
+    there is not a part)."""
+    found = ((_PART.fullmatch(f.name), f) for f in parts_dir(path).glob("part-*.parquet") if f.is_file())
+    return sorted((int(m[1]), f) for m, f in found if m)
+
+
+def _joined(path: Path) -> int:
+    """The highest part number a run file's rows include (its JOINED_KEY), 0 for none or no file."""
+    try:
+        value = (pq.read_schema(path).metadata or {}).get(JOINED_KEY, b"0")
+    except (OSError, pa.ArrowException):
+        return 0  # absent, or not readable: the reader that opens it says why
+    return int(value) if value.isdigit() else 0
+
+
+def live_parts(path: str | Path) -> list[Path]:
+    """The parts of a run file that hold rows its joined file does not: those numbered after its JOINED_KEY."""
+    path = Path(path)
+    after = _joined(path) if path.is_file() else 0
+    return [f for n, f in _parts(path) if n > after]
 
 
 class RunWriter:
@@ -229,7 +259,10 @@ class RunWriter:
     rows before it); `close` joins the file's rows into `path` by one atomic rename and removes the parts.  A sweep killed on the way leaves `path` as it was and the parts beside
     it: every loader reads them as the file's rows (result_files), and `run --resume` finishes them into one file.
     `rows`: the file's rows so far (run --append or --resume: kept, the new ones added); without them an existing
-    file at `path` is replaced at `close` (the command refuses that without --force)."""
+    file at `path` is replaced at `close` (the command refuses that without --force).  The joined file names the
+    last part it holds (JOINED_KEY), and parts are numbered on from it, so a kill between the join and the parts'
+    removal doubles no row.  A write that fails (a full disk), in the sweep's thread or the clock's, is raised at
+    the next row, which stops the sweep; what could not be written is `unwritten`."""
 
     def __init__(self, path: str | Path, meta: dict | None = None, rows: Sequence[dict] = ()):
         self.path = Path(path)
@@ -238,10 +271,11 @@ class RunWriter:
         self.kept = len(self._rows)
         self._pending: list[dict] = []
         self._since = 0.0  # when the oldest pending row came (time.monotonic)
-        parts = parts_dir(self.path)
-        self._next = 1 + max((int(p.stem.split("-")[1]) for p in parts.glob("part-*.parquet")), default=0)
+        numbers = [n for n, _ in _parts(self.path)] + [_joined(self.path) if self.path.is_file() else 0]
+        self._next = 1 + max(numbers)
         self._lock = threading.RLock()
         self._stop: Optional[threading.Event] = None  # the clock thread's, started with the first row
+        self.failed: Optional[OSError] = None  # the first write that failed, raised at the next row
 
     @property
     def added(self) -> int:
@@ -251,12 +285,19 @@ class RunWriter:
     def rows(self) -> list[dict]:
         return list(self._rows)
 
+    @property
+    def unwritten(self) -> int:
+        """Rows measured but in no file: those of parts that failed to be written (after close)."""
+        return len(self._pending)
+
     def append(self, row: dict) -> None:
         with self._lock:
             self._rows.append(normalize_row(row))
             if not self._pending:
                 self._since = time.monotonic()
             self._pending.append(self._rows[-1])
+            if self.failed is not None:
+                raise self.failed
             if len(self._pending) >= PART_ROWS:
                 self.flush()
             if self._stop is None:
@@ -267,8 +308,8 @@ class RunWriter:
         while not stop.wait(PART_S / 5):
             try:
                 self.tick()
-            except OSError:  # a full disk: the sweep's own next write says so, in its thread
-                pass
+            except OSError:  # a full disk: kept in self.failed, raised at the sweep's next row
+                return
 
     def tick(self) -> None:
         """Writes the pending rows once the oldest is PART_S old."""
@@ -281,20 +322,28 @@ class RunWriter:
         with self._lock:
             if not self._pending:
                 return
-            write_rows(parts_dir(self.path) / f"part-{self._next:05d}.parquet", self._pending, self.meta)
+            try:
+                write_rows(parts_dir(self.path) / f"part-{self._next:05d}.parquet", self._pending, self.meta)
+            except OSError as exc:
+                self.failed = self.failed or exc
+                raise
             self._pending, self._next = [], self._next + 1
 
     def close(self) -> None:
         """Every row of the file (kept and new) as `path`, one atomic rename; then the parts go.  A file that gained
-        no row is left as it was."""
+        no row is left as it was.  After a failed write: the rows not yet in a part are tried once more as one, and
+        the join is made only where every row is in a part (else the parts stay for `run --resume`), raising the
+        write's error."""
         with self._lock:
             if self._stop is not None:  # a later row (run --repeat's next sweep) starts a clock of its own
                 self._stop.set()
                 self._stop = None
+            if self.failed is not None:
+                self.flush()  # raises while the disk is still full; the parts written before stay
             self._pending = []
             if not self.added and not parts_dir(self.path).exists():
                 return
-            write_rows(self.path, self._rows, self.meta)
+            write_rows(self.path, self._rows, {**(self.meta or {}), JOINED_KEY: str(self._next - 1).encode()})
             shutil.rmtree(parts_dir(self.path), ignore_errors=True)
 
 
@@ -307,16 +356,19 @@ def file_metadata(path: str | Path) -> dict:
 
 def result_files(p: Path) -> list[Path]:
     """A file as given, with the parts of a sweep still writing it or killed on the way (RunWriter), or every
-    .parquet file under a folder, its subfolders included (results/h100-*/…)."""
+    .parquet file under a folder, its subfolders included (results/h100-*/…), a parts folder's live parts only."""
     p = Path(p)
     if p.name.endswith(".parts") and p.is_dir():  # a run's parts folder given for the run file it belongs to
         p = p.with_name(p.name[: -len(".parts")])
     if p.is_dir():
-        files = sorted(f for f in p.rglob("*.parquet") if f.is_file() and not f.name.endswith(".tmp"))
+        found = (f for f in p.rglob("*.parquet") if f.is_file() and not f.name.endswith(".tmp"))
+        runs = sorted(f for f in found if not f.parent.name.endswith(".parts"))
+        parts = [f for d in sorted(p.rglob("*.parts")) if d.is_dir() for f in live_parts(d.with_name(d.name[:-6]))]
+        files = sorted(runs + parts)
         if not files:
             raise StoreError(f"{p}: no .parquet file in the folder or its subfolders")
         return files
-    parts = sorted(parts_dir(p).glob("part-*.parquet"))
+    parts = live_parts(p)
     if p.is_file() or parts:
         return ([p] if p.is_file() else []) + parts
     raise StoreError(f"{p}: no such file or folder")
