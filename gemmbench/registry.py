@@ -11,11 +11,14 @@ user plugins are Python files (``--plugin``) or packages exposing the entry-poin
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import importlib
 import importlib.metadata
 import importlib.util
+import signal
 import sys
+import threading
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -25,6 +28,9 @@ from gemmbench.builtin_baselines import BASELINES
 from gemmbench.shapes import Problem
 
 ENTRY_POINT_GROUP = "gemmbench.variants"
+# Seconds a plugin file's import may take: time to build or compile at import, while a hang (a lock, a GPU that
+# never answers) becomes that plugin's error instead of a command that never returns.
+PLUGIN_IMPORT_S = 120
 
 
 class Launch:
@@ -272,17 +278,45 @@ def load_plugin(path: str | Path) -> None:
     before = set(_VARIANTS)
     _loading.append(path)
     try:
-        spec.loader.exec_module(module)
-    except Exception as exc:
+        with _time_limit(PLUGIN_IMPORT_S):
+            spec.loader.exec_module(module)
+    except (Exception, SystemExit) as exc:
         # a failed plugin leaves nothing behind: a retry reports the same error, not "already registered"
         del sys.modules[module_name]
         for name in set(_VARIANTS) - before:
             del _VARIANTS[name]
         if isinstance(exc, RegistryError):
             raise
+        if isinstance(exc, SystemExit):  # a plugin registers variants; ending gemmbench is not its call
+            raise RegistryError(f"plugin {path} called sys.exit({exc.code!r}) while importing") from None
         raise RegistryError(f"plugin {path} failed to import: {type(exc).__name__}: {exc}") from exc
     finally:
         _loading.pop()
+
+
+class _ImportTimeout(Exception):
+    def __str__(self) -> str:
+        return f"still importing after {PLUGIN_IMPORT_S} s (a plugin's import may take {PLUGIN_IMPORT_S} s)"
+
+
+@contextlib.contextmanager
+def _time_limit(seconds: float):
+    """Raise _ImportTimeout in this thread after `seconds` (SIGALRM: the main thread of a POSIX process only;
+    elsewhere no limit)."""
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
+        yield
+        return
+
+    def expired(signum, frame):
+        raise _ImportTimeout()
+
+    before = signal.signal(signal.SIGALRM, expired)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, before)
 
 
 def all_variants() -> list[Variant]:

@@ -183,3 +183,54 @@ def test_an_interrupted_ab_run_keeps_the_baseline_processes_that_ended(tmp_path,
     assert got.exit_code == 130 and "interrupted" in got.output and "Traceback" not in got.output
     assert "1 baseline rows of 1 processes" in got.output
     assert sorted(load([ab.baseline_path(out)])["process"]) == [0] and sorted(load([out])["process"]) == [0]
+
+
+# A slow fake baseline that behaves as gemmbench on a signal: its rows are written as parts while it runs, and on
+# SIGTERM it joins them into its --out file and exits 130.
+SLOW = """#!{python}
+import json, signal, subprocess, sys, time
+if "--help" in sys.argv:
+    sys.exit(subprocess.call([sys.executable, "-m", "gemmbench", *sys.argv[1:]]))
+from gemmbench.results import store
+args = sys.argv[1:]
+writer = store.RunWriter(args[args.index("--out") + 1])
+def stop(signum, frame):
+    writer.close()
+    sys.exit(130)
+signal.signal(signal.SIGTERM, stop)
+for r in json.load(open({template!r})):
+    writer.append(dict(r, run_id="base-0"))
+writer.flush()
+open({ready!r}, "w").close()
+time.sleep(600)
+"""
+
+
+def test_sigterm_during_a_baseline_process_keeps_its_finished_rows(tmp_path):
+    """SIGTERM to `run --ab` while its baseline process runs: the baseline is stopped the same way, saves its rows,
+    and they are joined into <out>-baseline.parquet; then `run` dies by the signal, as every command does."""
+    import signal
+    import subprocess
+    import time
+
+    fake_baseline(tmp_path)  # writes the template
+    script = tmp_path / "slow-gemmbench"
+    script.write_text(SLOW.format(python=sys.executable, template=str(tmp_path / "template.json"),
+                                  ready=str(tmp_path / "ready")))  # fmt: skip
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    (tmp_path / "ab.yaml").write_text(SHAPES)
+    out = tmp_path / "cand.parquet"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gemmbench", "run", "--shapes", str(tmp_path / "ab.yaml"), "--variants", "cublas_fp16",
+         "--dtype", "fp16", "--repeat", "2", "--out", str(out), "--ab", str(script)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 120
+    while not (tmp_path / "ready").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert (tmp_path / "ready").exists(), proc.communicate(timeout=60)
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == -signal.SIGTERM, stderr
+    assert "1 baseline rows of 1 processes" in stderr
+    assert load([ab.baseline_path(out)])["run_id"].tolist() == ["base-0"]

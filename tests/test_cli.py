@@ -844,3 +844,23 @@ def test_a_parquet_file_gemmbench_did_not_write_says_so(tmp_path):
     pd.DataFrame({"a": [1, 2]}).to_parquet(foreign)
     with pytest.raises(store.StoreError, match="not a gemmbench run file"):
         store.load([foreign])
+
+
+@pytest.mark.parametrize(
+    "body,says",
+    [
+        ("import sys\nsys.exit(0)\n", "called sys.exit(0) while importing"),
+        ("import sys\nsys.exit('bye')\n", "called sys.exit('bye') while importing"),
+        ("import time\ntime.sleep(600)\n", "still importing after 1 s"),
+    ],
+)
+def test_a_plugin_that_exits_or_hangs_at_import_is_its_own_one_line_error(tmp_path, monkeypatch, body, says):
+    from gemmbench import registry
+
+    monkeypatch.setattr(registry, "PLUGIN_IMPORT_S", 1)
+    plugin = tmp_path / "ends.py"
+    plugin.write_text(body)
+    res = invoke("run", "--shapes", "smoke", "--plugin", plugin, "--m", "1", "--dtype", "fp16", "--dry-run")
+    assert res.exit_code == 2
+    line = bad(res)
+    assert "ends.py" in line and says in line

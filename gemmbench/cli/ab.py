@@ -13,6 +13,7 @@ run id and `process` 0..N-1, so `gemmbench compare` tests per-process medians on
 from __future__ import annotations
 
 import shlex
+import signal
 import shutil
 import subprocess
 from pathlib import Path
@@ -85,15 +86,30 @@ def baseline_path(candidate: Path) -> Path:
     return candidate.with_name(f"{candidate.stem}-baseline.parquet")
 
 
+STOP_S = 60  # how long a baseline process stopped by a signal may take to save its finished rows
+
+
 def run_baseline(command: list[str], args: list[str], out: Path) -> None:
-    """One baseline process: the sweep into `out`; AbError when it exits non-zero or writes no file."""
+    """One baseline process: the sweep into `out`; AbError when it exits non-zero or writes no file.  Stopped here
+    (Ctrl-C, SIGTERM: KeyboardInterrupt), the baseline is stopped the same way, and waited for while it saves its
+    finished rows, before the interrupt goes on."""
     cmd = [*command, "run", *args, "--out", str(out)]
     try:
-        done = subprocess.run(cmd, capture_output=True, text=True)
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     except OSError as exc:
         raise AbError(f"baseline `{shlex.join(cmd)}` could not start: {exc}") from None
-    if done.returncode != 0 or not out.is_file():
-        raise AbError(f"baseline `{shlex.join(cmd)}` exited {done.returncode}{_last_line(done.stderr)}")
+    try:
+        _, stderr = proc.communicate()
+    except BaseException:
+        proc.send_signal(signal.SIGTERM)  # gemmbench stops on it as on Ctrl-C, keeping its finished rows
+        try:
+            proc.communicate(timeout=STOP_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+        raise
+    if proc.returncode != 0 or not out.is_file():
+        raise AbError(f"baseline `{shlex.join(cmd)}` exited {proc.returncode}{_last_line(stderr)}")
 
 
 def _last_line(stderr: Optional[str]) -> str:
@@ -102,7 +118,8 @@ def _last_line(stderr: Optional[str]) -> str:
 
 
 def join_baseline(parts: Sequence[Path], path: Path) -> Optional[int]:
-    """The baseline processes' part files (part i: process i) as one file of one run; its row count (None: no part)."""
+    """The baseline processes' run files (part i: process i; a process stopped on the way may have left only its
+    parts folder) as one file of one run; its row count (None: no part)."""
     from gemmbench.results import store  # heavy (pandas)
 
     if not parts:

@@ -307,7 +307,9 @@ def _processes(repeat: int, baseline_cmd, ab_args: list[str], options, cells: li
 
 def _join_baseline(parts: list[Path], path: Path) -> Optional[Path]:
     """The baseline processes that ended (an interrupted run keeps them) joined beside the run file, or None."""
-    finished = [p for p in parts if p.is_file()]
+    from gemmbench.results import store  # heavy (pandas)
+
+    finished = [p for p in parts if p.is_file() or store.parts_dir(p).is_dir()]
     if not finished:
         return None
     joined = ab_mod.baseline_path(path)
