@@ -13,8 +13,8 @@ run id and `process` 0..N-1, so `gemmbench compare` tests per-process medians on
 from __future__ import annotations
 
 import shlex
-import signal
 import shutil
+import signal
 import subprocess
 from pathlib import Path
 from typing import Optional, Sequence
