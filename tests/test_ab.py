@@ -129,12 +129,12 @@ def test_ab_runs_the_baseline_with_the_same_sweep_options(ab_run):
     assert got.exit_code == 0, got.output
     assert len(calls) == 2
     for call in calls:
-        # every sweep option the baseline's `run --help` lists, defaults included (timing: wall on the CPU path),
-        # then the part file it is to write
+        # every sweep option the baseline's `run --help` lists, as asked (timing cold: the baseline, on the CPU path
+        # too, switches to wall itself), defaults included, in the request's order; then the part file it is to write
         assert call["argv"][:-1] == ["run", "--shapes", str(tmp / "ab.yaml"), "--variants", "cublas_fp16",
-                                     "--dtype", "fp16", "--tp", "1", "--timing", "wall", "--inputs", "randn", "--seed", "0", "--budget",
-                                     "0.5", "--routing", "uniform", "--ep", "1", "--dp", "1", "--layout", "vllm",
-                                     "--out"]  # fmt: skip
+                                     "--dtype", "fp16", "--routing", "uniform", "--seed", "0", "--tp", "1", "--dp", "1",
+                                     "--ep", "1", "--layout", "vllm", "--timing", "cold", "--inputs", "randn",
+                                     "--budget", "0.5", "--out"]  # fmt: skip
 
 
 def test_ab_interleaves_baseline_and_candidate_processes(ab_run):

@@ -5,6 +5,7 @@ that takes it, unless its meaning differs there by design (DIFFERS says how); an
 from __future__ import annotations
 
 from collections import defaultdict
+from pathlib import Path
 
 import typer.main
 
@@ -61,3 +62,26 @@ def test_run_groups_every_option_in_a_panel():
     panels = {p.opts[0]: getattr(p, "rich_help_panel", None) for p in run.params if p.opts[0] != "--help"}
     assert {flag for flag, panel in panels.items() if panel not in PANELS} == set()
     assert set(panels.values()) == PANELS  # each panel holds some of run's options
+
+
+def test_the_sweep_request_holds_every_sweep_option_of_run_once():
+    """Each field of the request is an option of `run` whose default is the field's: --ab gives a baseline build
+    exactly the options `run` was given, and the defaults are written in one place."""
+    import dataclasses
+    import inspect
+
+    from gemmbench.cli.request import SweepRequest
+    from gemmbench.cli.run import run
+
+    params = inspect.signature(run).parameters
+    for f in dataclasses.fields(SweepRequest):
+        assert f.name in params, f.name
+        if f.name == "shapes":  # required in both
+            assert f.default is dataclasses.MISSING and params[f.name].default is inspect.Parameter.empty
+            continue
+        want = None if f.name in ("plugin", "import_config") else f.default  # lists: None in Typer, () here
+        assert params[f.name].default == want, f.name
+    request = SweepRequest(shapes="s", plugin=(Path("p.py"),), borrow=True, budget=0.3)
+    words = {flag: (value, default) for flag, value, default in request.options()}
+    assert words["--plugin"] == (["p.py"], []) and words["--borrow"] == (True, False)
+    assert words["--budget"] == (0.3, 0.5) and words["--timing"] == ("cold", "cold")

@@ -11,7 +11,21 @@ from pathlib import Path
 import pytest
 from test_cli import bad, invoke
 
-RUN = "gemmbench/baselines/h100.parquet"  # the shipped baseline: a run file to plot, report, merge and save
+SHIPPED = "gemmbench/baselines/h100.parquet"
+
+
+@pytest.fixture(scope="module")
+def small_run(tmp_path_factory) -> Path:
+    """A run file to plot, report, merge and save: the shipped baseline's fp8 QKV cells at M 16 (what is written
+    matters here, not how much)."""
+    from gemmbench.results import store
+
+    rows = store.records(store.load([SHIPPED]))
+    path = tmp_path_factory.mktemp("run") / "run.parquet"
+    store.write_rows(path, [r for r in rows if r["M"] == 16 and r["gemm"] == "attn_qkv" and r["dtype"] == "fp8"])
+    return path
+
+
 CONFIG = "tests/fixtures/hf-configs/qwen2-7b.json"
 
 
@@ -21,35 +35,35 @@ def digest(paths: list[Path]) -> dict:
 
 # (id, the command given its output path, the files that output makes)
 WRITERS = {
-    "plot": (lambda o: ("plot", RUN, "--kind", "tflops", "--out", o), lambda o: sorted(o.glob("*.png"))),
-    "report": (lambda o: ("report", RUN, "--out", o), lambda o: [o / "report.md", o / "report.html"]),
+    "plot": (lambda r, o: ("plot", r, "--kind", "tflops", "--out", o), lambda o: sorted(o.glob("*.png"))),
+    "report": (lambda r, o: ("report", r, "--out", o), lambda o: [o / "report.md", o / "report.html"]),
     "shapes-from-config": (
-        lambda o: ("shapes", "from-config", CONFIG, "--out", o / "s.yaml"),
+        lambda r, o: ("shapes", "from-config", CONFIG, "--out", o / "s.yaml"),
         lambda o: [o / "s.yaml"],
     ),
-    "baseline-save": (lambda o: ("baseline", "save", RUN, "--name", "b", "--dir", o), lambda o: [o / "b.parquet"]),
+    "baseline-save": (lambda r, o: ("baseline", "save", r, "--name", "b", "--dir", o), lambda o: [o / "b.parquet"]),
 }
 
 
 @pytest.mark.parametrize("writer", list(WRITERS))
-def test_a_second_write_is_refused_and_force_replaces(writer, tmp_path):
+def test_a_second_write_is_refused_and_force_replaces(writer, tmp_path, small_run):
     command, made = WRITERS[writer]
-    first = invoke(*command(tmp_path))
+    first = invoke(*command(small_run, tmp_path))
     assert first.exit_code == 0, first.stderr
     files = made(tmp_path)
     assert files and all(f.is_file() for f in files)
     before = digest(files)
-    line = bad(invoke(*command(tmp_path)))
+    line = bad(invoke(*command(small_run, tmp_path)))
     assert "exists" in line and "--force replaces it" in line
     assert digest(files) == before  # untouched
-    assert invoke(*command(tmp_path), "--force").exit_code == 0
+    assert invoke(*command(small_run, tmp_path), "--force").exit_code == 0
 
 
 @pytest.mark.parametrize(
     "args",
     [
         ("run", "--shapes", "smoke"),
-        ("merge", RUN),
+        ("merge", SHIPPED),
         ("layer", "--model", "llama3-70b"),
     ],
 )
@@ -77,7 +91,7 @@ def test_two_runs_writing_one_file_at_once_the_second_is_refused(tmp_path):
 @pytest.mark.parametrize(
     "args",
     [
-        ("merge", RUN),  # a merge into the file a run is writing would be replaced by the run's join
+        ("merge", SHIPPED),  # a merge into the file a run is writing would be replaced by the run's join
         ("layer", "--model", "smoke"),
     ],
 )

@@ -29,7 +29,7 @@ from gemmbench.cli.common import (
 )  # fmt: skip
 from gemmbench.cli.dry_run import DryRun, print_dry_run
 from gemmbench.cli.engines import import_configs
-from gemmbench.cli.formats import InputValues, LayoutChoice, OutputFormat, choice, format_option, print_json
+from gemmbench.cli.formats import InputValues, OutputFormat, choice, format_option, print_json
 from gemmbench.cli.options import (
     COMPARISON,
     ENGINE,
@@ -57,6 +57,7 @@ from gemmbench.cli.options import (
     Tp,
     Variants,
 )  # fmt: skip
+from gemmbench.cli.request import SweepRequest as R
 from gemmbench.engine import sweep_fingerprint
 from gemmbench.engine.pool import PoolError
 from gemmbench.engine.worker_process import WorkerOptions
@@ -175,17 +176,19 @@ Strict = Annotated[
 
 
 def run(
-    shapes: Shapes, variants: Variants = None, dtype: Dtype = "fp8,bf16", m: Ms = None, routing: Routing = "uniform",
-    scaling: Scaling = None, fp8_accum: Fp8Accum = None, plugin: Plugins = None, import_config: ImportConfig = None, retune: Retune = False,
-    borrow: Borrow = False, no_store: NoStore = False, no_own: NoOwn = False, gpu: GpuName = None,
-    seed: Seed = 0, tp: Tp = "1", dp: Dp = "1", ep: Ep = "1", layout: Layout = LayoutChoice.vllm,
-    timing: Timing = TimingMode.cold, inputs: Inputs = InputValues.randn, budget: Budget = 0.5, repeat: Repeat = 1,
-    out_path: Out = None, fmt: Format = OutputFormat.table, append: Append = False, force: Force = False,
-    resume: Resume = None, dry_run: DryRun = False, compare_to: CompareTo = None, across_gpus: AcrossGpus = False,
-    ab: Ab = None, gpus: Gpus = None, shard: RunShard = None, cell_timeout: CellTimeout = None,
-    sanitize: Sanitize = False, strict: Strict = False,
+    shapes: Shapes, variants: Variants = R.variants, dtype: Dtype = R.dtype, m: Ms = R.m, routing: Routing = R.routing,
+    scaling: Scaling = R.scaling, fp8_accum: Fp8Accum = R.fp8_accum, plugin: Plugins = None,
+    import_config: ImportConfig = None, retune: Retune = R.retune, borrow: Borrow = R.borrow,
+    no_store: NoStore = R.no_store, no_own: NoOwn = R.no_own, gpu: GpuName = None, seed: Seed = R.seed, tp: Tp = R.tp,
+    dp: Dp = R.dp, ep: Ep = R.ep, layout: Layout = R.layout, timing: Timing = R.timing, inputs: Inputs = R.inputs,
+    budget: Budget = R.budget, repeat: Repeat = 1, out_path: Out = None, fmt: Format = OutputFormat.table,
+    append: Append = False, force: Force = False, resume: Resume = None, dry_run: DryRun = False,
+    compare_to: CompareTo = None, across_gpus: AcrossGpus = False, ab: Ab = None, gpus: Gpus = R.gpus,
+    shard: RunShard = R.shard, cell_timeout: CellTimeout = R.cell_timeout, sanitize: Sanitize = R.sanitize,
+    strict: Strict = False,
 ) -> None:  # fmt: skip
     """Check, then time, every variant on every problem of a shape set; write Parquet and print tables."""
+    request = R.of(locals())  # the sweep as asked: what --ab gives the baseline build
     from gemmbench.configs.config_sources import Policy
     from gemmbench.engine import sweep  # heavy (pandas; torch)
     from gemmbench.results import store
@@ -225,17 +228,7 @@ def run(
         return
     worker = WorkerOptions(timing, budget, inputs=values, plugins=plugin or [], cpu=cpu, retune=retune, ceilings=not cpu, env={**imported, **policy.env()},
                            watchdog_s=watchdog_s)  # fmt: skip
-    # what a baseline process is given: every sweep option its build has (cli.ab.sweep_args)
-    ab_args = _baseline_args(baseline_cmd, [
-        ("--shapes", shapes, None), ("--variants", variants, None), ("--dtype", dtype, "fp8,bf16"), ("--m", m, None),
-        ("--tp", tp, "1"), ("--timing", timing, None), ("--inputs", values, "randn"), ("--plugin", [str(f) for f in plugin or []], []),
-        ("--seed", seed, 0), ("--budget", budget, 0.5), ("--retune", retune, False), ("--routing", routing, "uniform"),
-        ("--borrow", borrow, False), ("--no-store", no_store, False), ("--no-own", no_own, False),
-        ("--shard", shard, None), ("--gpus", gpus, None), ("--ep", ep, "1"), ("--scaling", scaling, None),
-        ("--fp8-accum", fp8_accum, None),
-        ("--dp", dp, "1"), ("--layout", str(layout), "vllm"), ("--cell-timeout", cell_timeout, None),
-        ("--import-config", import_config or [], []), ("--sanitize", sanitize, False),
-    ])  # fmt: skip
+    ab_args = _baseline_args(baseline_cmd, request.options())  # every sweep option its build has (cli.ab.sweep_args)
     options = lambda process: sweep.SweepOptions(run_id, worker, seed, sanitize, gpu_ids, process)  # noqa: E731
     rows, stopped, process, joined = _processes(repeat, baseline_cmd, ab_args, options, cells, writer)
     compare_to = str(joined) if joined else compare_to
