@@ -197,7 +197,7 @@ def test_load_missing_path(tmp_path):
 
 def test_load_folder_without_parquet(tmp_path):
     (tmp_path / "x.parquet.tmp").write_bytes(b"partial")
-    with pytest.raises(StoreError, match="no .parquet file in the folder or its subfolders"):
+    with pytest.raises(StoreError, match="no run file in the folder or its subfolders"):
         load([tmp_path])
 
 

@@ -60,7 +60,7 @@ def compare_runs(
 ) -> int:
     """Load, check comparability, print the verdicts; returns the exit code (1 on a --fail-on verdict)."""
     from gemmbench.results import compare as cmp  # heavy (pandas), as store is
-    from gemmbench.results.store import StoreError, load
+    from gemmbench.results.store import StoreError, load, skipped_line
 
     if fmt not in FORMATS:
         raise fail(f"--format {fmt!r}: choose from {', '.join(FORMATS)}")
@@ -72,10 +72,13 @@ def compare_runs(
     same = {p.resolve() for p in baseline} & {p.resolve() for p in candidate}
     if same:
         raise fail(f"{sorted(same)[0]} is both the baseline and the candidate: a run compared with itself says nothing")
+    skipped: list[Path] = []
     try:
-        base, cand = load(baseline), load(candidate)
+        base, cand = load(baseline, skipped), load(candidate, skipped)
     except StoreError as exc:
         raise fail(str(exc)) from None
+    if skipped_line(skipped):
+        err.print(escape(f"compare: {skipped_line(skipped)}"), highlight=False, soft_wrap=True)
     shared = set(base["run_id"]) & set(cand["run_id"])
     if shared:  # a copy of the file, say: the same samples on both sides
         raise fail(f"run {sorted(shared)[0]} is on both sides (the baseline and the candidate hold the same run): "

@@ -192,6 +192,9 @@ def report(
     if out_path.is_file():
         raise fail(f"--out {out_path}: give a folder (report.md, report.html and img/ go inside it)")
     runs, profiles, files, _ = _selected(results, shapes, variants, dtype, tp, gpu, baseline)
+    if runs is None and profiles is None:  # only `layer` tables: `plot --kind layer` draws them
+        raise fail(f"nothing to report in {', '.join(map(str, results))}: no run file or profile table "
+                   "(`gemmbench plot --kind layer` draws `layer` tables)")  # fmt: skip
     try:
         rep = rep_mod.build(runs, profiles, files)
     except StoreError as exc:

@@ -39,10 +39,16 @@ class Report:
 
     def figure(self, drawn: style.Drawn, alt: str) -> None:
         if drawn.figure is None:
-            self.add("p", f"*{drawn.note}*")
+            self.add("p", f"*{_literal(drawn.note)}*")
             return
         self.images[drawn.stem] = style.render(drawn.figure, "png")
         self.add("img", drawn.stem, alt)
+
+
+def _literal(text: str) -> str:
+    """Text as Markdown shows it verbatim: its emphasis and code marks escaped (a variant glob `triton_moe_*` would
+    end the italics around a note)."""
+    return "".join("\\" + c if c in "\\*_`[]" else c for c in text)
 
 
 def _num(x, spec: str, suffix: str = "") -> str:

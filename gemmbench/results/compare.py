@@ -386,6 +386,7 @@ def to_json(rows: list[Row], threshold: float, stack_change: Optional[str] = Non
     `stack_change` says what differs where the runs were compared across stacks (null otherwise)."""
     return json.dumps(
         {
+            "schema": "gemmbench.compare/1",
             "threshold": threshold,
             "alpha": ALPHA,
             "process_test": PROCESS_TEST,

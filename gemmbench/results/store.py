@@ -354,9 +354,14 @@ def file_metadata(path: str | Path) -> dict:
     return dict(pq.read_schema(files[-1]).metadata or {})
 
 
-def result_files(p: Path) -> list[Path]:
+SAVED_BASELINES = "baselines"  # `baseline save`'s folder (results/baselines): copies of runs, not runs
+
+
+def result_files(p: Path, skipped: Optional[list[Path]] = None) -> list[Path]:
     """A file as given, with the parts of a sweep still writing it or killed on the way (RunWriter), or every
-    .parquet file under a folder, its subfolders included (results/h100-*/…), a parts folder's live parts only."""
+    .parquet file under a folder, its subfolders included (results/h100-*/…), a parts folder's live parts only.  In a
+    folder, saved baselines (a `baselines` subfolder: copies of runs) are left out, and added to `skipped` where it
+    is given."""
     p = Path(p)
     if p.name.endswith(".parts") and p.is_dir():  # a run's parts folder given for the run file it belongs to
         p = p.with_name(p.name[: -len(".parts")])
@@ -364,14 +369,55 @@ def result_files(p: Path) -> list[Path]:
         found = (f for f in p.rglob("*.parquet") if f.is_file() and not f.name.endswith(".tmp"))
         runs = sorted(f for f in found if not f.parent.name.endswith(".parts"))
         parts = [f for d in sorted(p.rglob("*.parts")) if d.is_dir() for f in live_parts(d.with_name(d.name[:-6]))]
-        files = sorted(runs + parts)
+        left_out = [f for f in runs if SAVED_BASELINES in f.relative_to(p).parts[:-1]]
+        files = sorted(set(runs + parts) - set(left_out))
+        if skipped is not None:
+            skipped += left_out
         if not files:
-            raise StoreError(f"{p}: no .parquet file in the folder or its subfolders")
+            raise StoreError(
+                f"{p}: no run file in the folder or its subfolders"
+                + (f" ({len(left_out)} saved baselines or side tables left out)" if left_out else "")
+            )
         return files
     parts = live_parts(p)
     if p.is_file() or parts:
         return ([p] if p.is_file() else []) + parts
     raise StoreError(f"{p}: no such file or folder")
+
+
+def _run_files(p: Path, skipped: Optional[list[Path]]) -> list[Path]:
+    """result_files, less the side tables a folder holds (added to `skipped`): a side table given by name is read,
+    and refused as not a run file."""
+    files = result_files(p, skipped)
+    if not p.is_dir():
+        return files
+    side = [f for f in files if _side_table(f)]
+    if skipped is not None:
+        skipped += side
+    if side and len(side) == len(files):
+        raise StoreError(f"{p}: no run file in the folder or its subfolders ({len(side)} side tables left out)")
+    return [f for f in files if f not in side]
+
+
+def _side_table(f: Path) -> bool:
+    """Whether a Parquet file is a `layer` or `profile` table (side_tables.py), not a run file."""
+    try:
+        names = pq.read_schema(f).names
+    except (pa.ArrowException, OSError):
+        return False  # the reader says what is wrong with it
+    return "layer_schema" in names or "profile_schema" in names
+
+
+def skipped_line(skipped: Sequence[Path]) -> Optional[str]:
+    """'left out 2 side tables and 1 saved baseline' for files result_files left out of folders, or None."""
+    saved = sum(1 for f in skipped if SAVED_BASELINES in f.parts[:-1])
+    side = len(skipped) - saved
+    parts = [f"{n} {what}{'s' if n > 1 else ''}" for n, what in ((side, "side table"), (saved, "saved baseline")) if n]
+    return (
+        f"left out {' and '.join(parts)} (not runs: `layer` or `profile` tables, `baseline save` copies)"
+        if parts
+        else None
+    )
 
 
 def _run_format(f: Path, table: pa.Table) -> int:
@@ -426,8 +472,10 @@ def records(df: pd.DataFrame) -> list[dict]:
     return [{k: plain(v) for k, v in r.items()} for r in df.to_dict("records")]
 
 
-def load(paths: Sequence[str | Path]) -> pd.DataFrame:
-    """All rows of the given runs as one DataFrame (columns in COLUMNS order).
+def load(paths: Sequence[str | Path], skipped: Optional[list[Path]] = None) -> pd.DataFrame:
+    """All rows of the given runs as one DataFrame (columns in COLUMNS order); a row read twice (one run's file
+    copied into two places a folder holds) counts once, where `run --repeat`'s rows differ by `process`.  skipped:
+    gets the files folders held that are not runs (result_files).
 
     Each path is a .parquet file or a folder (its *.parquet files, sorted, not recursive; *.tmp
     left by a killed writer are skipped).  dtypes do not depend on the data: strings are pandas'
@@ -438,12 +486,16 @@ def load(paths: Sequence[str | Path]) -> pd.DataFrame:
         paths = [paths]
     if not paths:
         raise StoreError("no result files given")
-    tables = [_read(f) for p in paths for f in result_files(Path(p))]
-    table = pa.concat_tables(tables)
+    files = list(dict.fromkeys(f.resolve() for p in paths for f in _run_files(Path(p), skipped)))
+    table = pa.concat_tables([_read(f) for f in files])
     # Int64 for nullable ints: without it a column's dtype would flip between int64 and float64
     # depending on whether some row (e.g. a skipped cell) has a null.
     df = table.to_pandas(types_mapper={pa.int64(): pd.Int64Dtype()}.get)
     for name in REQUIRED:
         if TYPES[name] == pa.int64():
             df[name] = df[name].astype("int64")
+    if len(files) > 1 and not df.empty:
+        which = df[["run_id", "process", "timing_mode"]].astype(object)
+        key = which.where(which.notna(), "").astype(str).agg("|".join, axis=1) + "|" + cell_keys(df)
+        df = df[~key.duplicated()].reset_index(drop=True)
     return df
