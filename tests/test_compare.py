@@ -83,7 +83,37 @@ def test_verdict_from_samples(change, noise, want):
     verdict, ratio, p = cmp.verdict_for_samples(base, cand, 0.05)
     assert verdict == want, (verdict, ratio, p)
     assert ratio == pytest.approx(np.median(cand) / np.median(base))
-    assert (p is None) == (want == "same")
+    assert p is not None  # every timed cell is tested: the comparison adjusts all their p-values together
+
+
+def test_p_values_are_adjusted_together_before_alpha():
+    """Benjamini-Hochberg by hand over four timed cells, each 10 % slower: raw p 0.001, 0.006, 0.009, 0.5 become
+    0.001*4/1 = 0.004, 0.006*4/2 = 0.012, 0.009*4/3 = 0.012, 0.5 (each the least of itself and those ranked after
+    it).  At alpha 0.01 one is `slower`; unadjusted, three would be."""
+    rows = [
+        cmp.Row(f"c{i}", "v", verdict="slower", ratio=1.10, p_raw=p) for i, p in enumerate((0.001, 0.006, 0.009, 0.5))
+    ]
+    cmp.adjust(rows, 0.05)
+    assert [r.p_value for r in rows] == pytest.approx([0.004, 0.012, 0.012, 0.5])
+    assert [r.verdict for r in rows] == ["slower", "noisy", "noisy", "noisy"]
+    within = cmp.Row("c", "v", ratio=1.02, p_raw=1e-9)  # within the threshold: same, whatever the p
+    cmp.adjust([within], 0.05)
+    assert within.verdict == "same"
+
+
+def test_one_separated_cell_among_twenty_is_not_a_regression(tmp_path):
+    """Identical runs but for chance: of 20 cells, one has its 5 candidate samples all above its 5 baseline ones, 20 %
+    apart.  Alone its exact Mann-Whitney p is 2/C(10,5) = 0.0079 (< 0.01: `slower`); among 20 tested cells its
+    adjusted p is at least 0.0079 x 20 = 0.16, so it is `noisy` and the comparison exits 0."""
+    flat = [100.0, 100.5, 99.5, 100.2, 99.8]
+    base = [row(f"v{i}", s=flat) for i in range(20)]
+    cand = [row(f"v{i}", s=flat) for i in range(19)] + [row("v19", s=[x * 1.2 for x in flat])]
+    got = {r.variant: r for r in cmp.compare(store.load(write(tmp_path, "b", base)),
+                                             store.load(write(tmp_path, "c", cand)), 0.05)}  # fmt: skip
+    assert got["v19"].verdict == "noisy" and got["v19"].p_raw == pytest.approx(2 / 252)
+    assert got["v19"].p_value >= 0.0079 * 20 - 1e-9
+    res = invoke("compare", write(tmp_path, "b2", base), write(tmp_path, "c2", cand))
+    assert res.exit_code == 0, res.stderr
 
 
 def test_five_separated_samples_a_side_are_slower_even_with_a_tie():

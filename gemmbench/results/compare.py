@@ -4,7 +4,10 @@ Cells are matched on store.CELL_KEY.  For a cell ok in both runs the change is t
 (candidate / baseline).  A change within the threshold is `same`.  Beyond it, the two sample sets must also
 differ by a two-sided Mann-Whitney U test (scipy) at ALPHA: then `slower` or `faster`, otherwise `noisy`
 (a change the samples cannot support: GPU timings move 1-2% between runs on memory-bound shapes and several %
-on compute-bound ones as clocks follow power).  Status changes: ok -> wrong/error is `now-failing`, the
+on compute-bound ones as clocks follow power).  One comparison tests hundreds of cells at once, so the p-values of
+every timed cell are adjusted together (Benjamini-Hochberg, scipy's false_discovery_control) before they are held
+to ALPHA: the expected share of false `slower` and `faster` verdicts among all of them is then at most ALPHA, where
+unadjusted, two identical runs of a few hundred cells would show some by chance.  Status changes: ok -> wrong/error is `now-failing`, the
 reverse `fixed`, failing in both `still-failing`; a cell skipped in either run is `skipped`; a cell in one run
 only is `new` or `missing`.  A file holding one cell twice (a folder of runs) keeps the latest run's rows.
 
@@ -79,7 +82,8 @@ class Row:
     base_us: Optional[float] = None
     cand_us: Optional[float] = None
     ratio: Optional[float] = None  # candidate / baseline median: above 1 is slower
-    p_value: Optional[float] = None
+    p_value: Optional[float] = None  # the test's p-value, adjusted over the comparison's timed cells (FDR)
+    p_raw: Optional[float] = None  # the test's own p-value, before the adjustment
     base_status: Optional[str] = None
     cand_status: Optional[str] = None
     reason: Optional[str] = None  # the candidate's reason when it fails
@@ -94,16 +98,39 @@ class Row:
         return f"{self.verdict} {STACK_MARK}" if self.stack_changed else self.verdict
 
 
-def _verdict(base: np.ndarray, cand: np.ndarray, threshold: float, p_value) -> tuple[str, float, Optional[float]]:
-    """(verdict, ratio of medians, p-value or None): "same" within the threshold, else the test's p-value decides
-    between a change and "noisy" (a nan p, as from every value of both sides equal, cannot support a change)."""
-    ratio = float(np.median(cand) / np.median(base))
+def decide(ratio: float, p: Optional[float], threshold: float) -> str:
+    """"same" within the threshold, else the p-value decides between a change and "noisy" (a nan or missing p, as
+    from every value of both sides equal, cannot support a change)."""
     if abs(ratio - 1) <= threshold:
-        return "same", ratio, None
+        return "same"
+    if p is None or not p < ALPHA:
+        return "noisy"
+    return "slower" if ratio > 1 else "faster"
+
+
+def _verdict(base: np.ndarray, cand: np.ndarray, threshold: float, p_value) -> tuple[str, float, Optional[float]]:
+    """(verdict, ratio of medians, the test's p-value) of one cell alone (decide); every cell is tested, so that
+    the comparison can adjust all its p-values together (adjust)."""
+    ratio = float(np.median(cand) / np.median(base))
     p = float(p_value())
-    if not p < ALPHA:
-        return "noisy", ratio, p
-    return ("slower" if ratio > 1 else "faster"), ratio, p
+    return decide(ratio, p, threshold), ratio, p
+
+
+def adjust(rows: list[Row], threshold: float) -> None:
+    """The timed rows' p-values adjusted together (Benjamini-Hochberg) and their verdicts decided again on them."""
+    from scipy.stats import false_discovery_control  # heavy (scipy.stats)
+
+    timed = [r for r in rows if r.p_raw is not None and r.ratio is not None]
+    if not timed:
+        return
+    raw = np.array([r.p_raw for r in timed], float)
+    ok = ~np.isnan(raw)  # a nan p (all values equal) is no test: it stays nan, and its cell cannot be a change
+    adjusted = np.full(len(timed), np.nan)
+    if ok.any():
+        adjusted[ok] = false_discovery_control(raw[ok], method="bh")
+    for r, p in zip(timed, adjusted, strict=True):
+        r.p_value = None if np.isnan(p) else float(p)
+        r.verdict = decide(float(r.ratio), r.p_value, threshold)  # type: ignore[arg-type]
 
 
 def verdict_for_samples(base: np.ndarray, cand: np.ndarray, threshold: float) -> tuple[str, float, Optional[float]]:
@@ -190,10 +217,10 @@ def _timed(row: Row, rb: pd.DataFrame, rc: pd.DataFrame, threshold: float, acros
         # the µs shown are what the ratio compares (the median of the processes' medians), not the pooled samples'
         # median: those two disagreed in sign on a noisy H100 cell (21.98 -> 19.68 µs pooled, +13.6% by process)
         row.base_us, row.cand_us = (float(np.median(m)) for m in medians)
-        row.verdict, row.ratio, row.p_value = verdict_for_processes(*medians, threshold)
+        row.verdict, row.ratio, row.p_raw = verdict_for_processes(*medians, threshold)
         row.within_process = False
     else:
-        row.verdict, row.ratio, row.p_value = verdict_for_samples(sb, sc, threshold)
+        row.verdict, row.ratio, row.p_raw = verdict_for_samples(sb, sc, threshold)
         row.within_process = True
 
 
@@ -263,6 +290,7 @@ def compare(base: pd.DataFrame, cand: pd.DataFrame, threshold: float = 0.05, acr
         else:
             _timed(row, gb[gb["status"] == "ok"], gc[gc["status"] == "ok"], threshold, across_gpus)
         rows.append(row)
+    adjust(rows, threshold)
     order = {v: i for i, v in enumerate(VERDICTS)}
     return sorted(rows, key=lambda x: (order[x.verdict], -(abs((x.ratio or 1) - 1))))
 
@@ -389,6 +417,7 @@ def to_json(rows: list[Row], threshold: float, stack_change: Optional[str] = Non
             "schema": "gemmbench.compare/1",
             "threshold": threshold,
             "alpha": ALPHA,
+            "p_adjustment": "benjamini-hochberg",
             "process_test": PROCESS_TEST,
             "min_processes": MIN_PROCESSES,
             "within_process_only": any(r.within_process for r in rows),
