@@ -148,3 +148,29 @@ def test_inductor_runs_only_when_named():
 
     assert "inductor_mm" not in [v.name for v in registry.select(None)]
     assert [v.name for v in registry.select("inductor_mm")] == ["inductor_mm"]
+
+
+def test_tables_for_reading_footnote_the_skipped_rows_and_drop_what_says_nothing():
+    """Not wide: three skipped rows of two reasons become two footnotes (count, variants, reason); TFLOPS and GB/s
+    (1.0 and 1 in both timed rows), % roofline, speedup (no cublas_fp16 row to be over) and config (all empty) go, as
+    does status (ok in both); M, dtype, variant and µs stay though M and dtype are one value.  Wide: every column and
+    row."""
+    a, b = timed("a", 9.9, 10.0, 10.1), timed("b", 19.9, 20.0, 20.1)
+    skipped = dict(a, status="skipped", time_us_median=None, time_us_p20=None, time_us_p80=None)
+    s1, s2 = dict(skipped, variant="x", reason="needs a GPU"), dict(skipped, variant="y", reason="needs a GPU")
+    s3 = dict(skipped, variant="z", reason="K must be a multiple of 16")
+    console = Console(record=True, width=300, color_system=None)
+    for t in tables.gemm_tables([a, b, s1, s2, s3], wide=False):
+        console.print(t)
+    out = console.export_text()
+    header = next(ln for ln in out.splitlines() if "variant" in ln)
+    assert [c.strip() for c in header.split("│")] == ["M", "dtype", "variant", "µs", "±"]
+    flat = " ".join(out.split())  # a footnote wraps at the table's width
+    assert "skipped 2: x, y: needs a GPU" in flat and "skipped 1: z: K must be a multiple of 16" in flat
+    assert not any(v in ln for ln in out.splitlines() if "│" in ln for v in ("x ", "y ", "z "))
+    assert len(tables.legends([a, b, s1])) == 1 and "timing:" not in out
+    wide = Console(record=True, width=400, color_system=None)
+    for t in tables.gemm_tables([a, b, s1, s2, s3]):
+        wide.print(t)
+    shown = wide.export_text()
+    assert "TFLOPS" in shown and "skipped: needs a GPU" in shown

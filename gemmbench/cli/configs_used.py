@@ -40,8 +40,8 @@ def summarize(rows: list[dict]) -> list[dict]:
     by_gpu: dict[str, list[dict]] = defaultdict(list)
     for r in rows:
         source = _source(r.get("config"))
-        if source:
-            by_gpu[r.get("gpu") or "cpu"].append({**r, "_kind": kind_of(source), "_config": _config(r["config"])})
+        if source and r.get("gpu"):  # a CPU run's Triton cells run their one candidate: nothing to say
+            by_gpu[r["gpu"]].append({**r, "_kind": kind_of(source), "_config": _config(r["config"])})
     docs = []
     for gpu, rs in by_gpu.items():
         counts = Counter(r["_kind"] for r in rs)

@@ -126,6 +126,14 @@ Format = Annotated[
         panel=OUTPUT,
     ),
 ]
+Wide = Annotated[
+    bool,
+    typer.Option(
+        help="Tables with every column (those empty or of one value too), the skipped rows in them, and the legend "
+        "under each.",
+        rich_help_panel=OUTPUT,
+    ),  # fmt: skip
+]
 Append = Annotated[
     bool,
     typer.Option(
@@ -181,7 +189,7 @@ def run(
     import_config: ImportConfig = None, retune: Retune = R.retune, borrow: Borrow = R.borrow,
     no_store: NoStore = R.no_store, no_own: NoOwn = R.no_own, gpu: GpuName = None, seed: Seed = R.seed, tp: Tp = R.tp,
     dp: Dp = R.dp, ep: Ep = R.ep, layout: Layout = R.layout, timing: Timing = R.timing, inputs: Inputs = R.inputs,
-    budget: Budget = R.budget, repeat: Repeat = 1, out_path: Out = None, fmt: Format = OutputFormat.table,
+    budget: Budget = R.budget, repeat: Repeat = 1, out_path: Out = None, fmt: Format = OutputFormat.table, wide: Wide = False,
     append: Append = False, force: Force = False, resume: Resume = None, dry_run: DryRun = False,
     compare_to: CompareTo = None, across_gpus: AcrossGpus = False, ab: Ab = None, gpus: Gpus = R.gpus,
     shard: RunShard = R.shard, cell_timeout: CellTimeout = R.cell_timeout, sanitize: Sanitize = R.sanitize,
@@ -233,7 +241,7 @@ def run(
     rows, stopped, process, joined = _processes(repeat, baseline_cmd, ab_args, options, cells, writer)
     compare_to = str(joined) if joined else compare_to
     rows = _last_process(rows, run_id, repeat, process)
-    _show(rows, run_id, writer, stopped, as_json)
+    _show(rows, run_id, writer, stopped, as_json, wide)
     # under --format json stdout holds the run's document only: the comparison goes to stderr
     with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
         code = cli_compare.compare_after_run(compare_to, writer.path, across_gpus)
@@ -319,23 +327,28 @@ def _last_process(rows: list, run_id: str, repeat: int, process: int) -> list:
     return [r for r in rows if r["run_id"] == run_id and r["process"] == process]
 
 
-def _show(rows: list, run_id: str, writer, stopped: bool, as_json: bool) -> None:
+def _show(rows: list, run_id: str, writer, stopped: bool, as_json: bool, wide: bool = False) -> None:
     """The run's tables (or its JSON document); then, where Ctrl-C or SIGINT stopped it, one line and exit 130."""
     from gemmbench.cli import configs_used
-    from gemmbench.results.tables import gemm_tables, scaling_excluded_count  # not at --help (yaml, importlib.metadata)
+    from gemmbench.results.tables import (
+        gemm_tables,
+        legends,
+        scaling_excluded_count,
+    )  # not at --help (yaml, importlib.metadata)
 
     if as_json:
         _print_json(run_id, writer.path, rows, stopped)
     else:
         for doc in configs_used.summarize(rows):
             out.print(escape(configs_used.line(doc)), highlight=False, soft_wrap=True)
-        for table in gemm_tables(rows):
+        for table in gemm_tables(rows, wide):
             out.print(table)
+        for legend in [] if wide else legends(rows):  # once, under the tables
+            out.print(escape(legend), highlight=False, style="dim")
         hidden = scaling_excluded_count(rows)
         if hidden:
-            out.print(f"{hidden} skipped rows not shown: variants that run another fp8 scaling or accumulation "
-                      "(--scaling row or block, --fp8-accum precise runs them; the rows are in the file)",
-                      highlight=False)  # fmt: skip
+            out.print(f"{hidden} skipped rows, of variants that run another fp8 scaling or accumulation, are in the file "
+                      "only (--scaling row or block, --fp8-accum precise run them)", highlight=False)  # fmt: skip
     if stopped:  # the finished rows are on disk, and their tables above
         done = f"{writer.added} finished rows in {writer.path}" if writer.added else "no cell finished; nothing written"
         raise fail(f"interrupted: {done}", 130)

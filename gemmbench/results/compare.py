@@ -99,7 +99,7 @@ class Row:
 
 
 def decide(ratio: float, p: Optional[float], threshold: float) -> str:
-    """"same" within the threshold, else the p-value decides between a change and "noisy" (a nan or missing p, as
+    """ "same" within the threshold, else the p-value decides between a change and "noisy" (a nan or missing p, as
     from every value of both sides equal, cannot support a change)."""
     if abs(ratio - 1) <= threshold:
         return "same"

@@ -7,6 +7,7 @@ import json
 from collections import defaultdict
 from typing import Optional
 
+from rich import box
 from rich.table import Table
 from rich.text import Text
 
@@ -154,9 +155,16 @@ def scaling_excluded_count(rows: list[dict]) -> int:
     return sum(r["status"] == "skipped" and registry.scaling_excluded(r.get("reason")) for r in rows)
 
 
-def gemm_tables(rows: list[dict]) -> list[Table]:
+# the columns every table keeps: what names a row and its time; the others go where empty or one value (not wide)
+ALWAYS_SHOWN = ("M", "dtype", "variant", "µs")
+
+
+def gemm_tables(rows: list[dict], wide: bool = True) -> list[Table]:
     """One table per GEMM; skipped rows of a variant that does not run the problem's fp8 scaling are left out
-    (scaling_excluded_count counts them; the file keeps them)."""
+    (scaling_excluded_count counts them; the file keeps them).  wide: every row and column, the legend as each
+    table's caption; else (run's tables, for reading) the skipped rows are footnotes under the table, one per reason,
+    the columns empty in every row (or of one value in several rows) are dropped, and the legend is the caller's to
+    print once (legends)."""
     rows = [r for r in rows if not (r["status"] == "skipped" and registry.scaling_excluded(r.get("reason")))]
     sp = speedups(rows)
     marked = marks(rows)
@@ -164,14 +172,52 @@ def gemm_tables(rows: list[dict]) -> list[Table]:
     for key, rs in _by_gemm(rows).items():
         # the GPU's clocks, power and temperature (run_schema.TELEMETRY_COLUMNS): shown where NVML read them (not on a CPU)
         telemetry = any(not missing(r.get("sm_clock_mhz_median")) for r in rs)
-        t = Table(title=_title(*key), caption=_caption(rs, moe=key[3] > 1, telemetry=telemetry), title_justify="left")
-        for col, just in _columns(telemetry):
-            t.add_column(col, justify=just)
+        shown = rs if wide else [r for r in rs if r["status"] != "skipped"]
         fast_last = lambda r: fp8_accum(r) == dtypes.FAST_FP8_ACCUM  # noqa: E731 - precise, the reference, first
-        for r in sorted(rs, key=lambda r: (r["M"], r["dtype"], r.get("scaling") or "", fast_last(r), r["variant"])):
-            t.add_row(*_cells(r, marked.get(id(r)), sp.get(id(r)), telemetry))
+        order = sorted(shown, key=lambda r: (r["M"], r["dtype"], r.get("scaling") or "", fast_last(r), r["variant"]))
+        body = [_cells(r, marked.get(id(r)), sp.get(id(r)), telemetry) for r in order]
+        columns = list(enumerate(_columns(telemetry)))
+        if not wide:
+            columns = [(i, c) for i, c in columns if c[0] in ALWAYS_SHOWN or _varies([str(b[i]) for b in body])]
+        caption = _caption(rs, moe=key[3] > 1, telemetry=telemetry) if wide else _footnotes(rs)
+        title = _title(*key)
+        t = Table(title=title, caption=caption, title_justify="left", caption_justify="left", min_width=len(title),
+                  box=box.HEAVY_HEAD if wide else box.MINIMAL_HEAVY_HEAD, show_edge=wide)  # fmt: skip
+        for _, (col, just) in columns:
+            t.add_column(col, justify=just)
+        for b in body:
+            t.add_row(*(b[i] for i, _ in columns))
         tables.append(t)
     return tables
+
+
+def _varies(cells: list[str]) -> bool:
+    """Whether a column says anything: not empty in every row, and not one value repeated over several rows."""
+    values = set(cells)
+    return values != {""} and (len(values) > 1 or len(cells) == 1)
+
+
+def _footnotes(rs: list[dict]) -> Optional[str]:
+    """The table's skipped rows, one line per reason: the reason, then the variants and how many cells."""
+    by_reason: dict[str, list[dict]] = defaultdict(list)
+    for r in rs:
+        if r["status"] == "skipped":
+            by_reason[r.get("reason") or "no reason given"].append(r)
+    lines = [f"skipped {len(sk)}: {', '.join(sorted({r['variant'] for r in sk}))}: {reason}"
+             for reason, sk in by_reason.items()]  # fmt: skip
+    return "\n".join(lines) or None
+
+
+def legends(rows: list[dict]) -> list[str]:
+    """The legend of the run's tables (what gemm_tables puts under each when wide), once: each timing, each kind's
+    baseline, then the marks and columns."""
+    rows = [r for r in rows if not (r["status"] == "skipped" and registry.scaling_excluded(r.get("reason")))]
+    parts: dict[str, None] = {}
+    for key, rs in _by_gemm(rows).items():
+        telemetry = any(not missing(r.get("sm_clock_mhz_median")) for r in rs)
+        for part in _caption(rs, moe=key[3] > 1, telemetry=telemetry).split("; "):
+            parts[part.replace("speedup vs", "MoE speedup vs", 1) if key[3] > 1 else part] = None
+    return ["; ".join(parts)] if parts else []
 
 
 def _by_gemm(rows: list[dict]) -> dict[tuple, list[dict]]:
