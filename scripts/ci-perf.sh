@@ -11,7 +11,7 @@
 #   RUN_ARGS="--budget 0.3 --scaling tensor,row"   more `gemmbench run` options; the default runs fp8 per tensor
 #                                     and row-wise, the cells the committed baseline holds.  The variants are the
 #                                     ones the baseline holds for each set
-#   THRESHOLD=5%   FAIL_ON=slower,failing   ARTIFACTS=perf-artifacts
+#   THRESHOLD=5%   FAIL_ON=slower,failing   ARTIFACTS=perf-artifacts   PLOTS=0: no speedup plots in $ARTIFACTS
 # Refresh the baseline from a run you trust:  gemmbench baseline save $ARTIFACTS/runs --name h200
 set -uo pipefail
 if [ -z "${BASELINE:-}" ]; then  # the baseline of this GPU model: compare refuses another model's
@@ -98,7 +98,7 @@ PY
   echo; echo "Re-run of the flagged variants:"; cat "$ARTIFACTS/compare-retry.md"
   cat "$ARTIFACTS/compare-retry.md" >> "$ARTIFACTS/compare.md"
 fi
-if gemmbench plot --help > /dev/null 2>&1; then  # plots are a convenience: they never decide the verdict
+if [ "${PLOTS:-1}" = 1 ] && gemmbench plot --help > /dev/null 2>&1; then  # a convenience: never the verdict
   gemmbench plot "$ARTIFACTS/runs" --kind speedup --out "$ARTIFACTS/plots" > /dev/null 2>&1 || true
 fi
 [ -n "${GITHUB_STEP_SUMMARY:-}" ] && cat "$ARTIFACTS/compare.md" >> "$GITHUB_STEP_SUMMARY"

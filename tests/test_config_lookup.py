@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import time
 
 import pytest
 
@@ -183,6 +184,7 @@ def _store_one(root: str, bucket: int) -> None:
     import os
 
     os.environ[tuning.CONFIG_DIR_ENV] = root
+    open(os.path.join(root, "ready"), "w").close()  # imports done: the store comes next
     config_files.save(NAME, P.with_(M=bucket), H800, SMALL, float(bucket), {})
 
 
@@ -195,7 +197,10 @@ def test_a_store_waits_for_the_files_lock(tmp_path):
     child = multiprocessing.get_context("spawn").Process(target=_store_one, args=(str(tmp_path), 32))
     with FileLock(path.parent / f".{path.name}.lock"):
         child.start()
-        child.join(5)
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "ready").exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        child.join(1.0)  # a second after it set out to store
         assert child.is_alive() and not path.exists()  # blocked on the lock
         path.write_text(json.dumps({"gpu": H800, "buckets": {"16": {"config": SMALL.to_dict()}}}))
     child.join(60)

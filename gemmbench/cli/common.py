@@ -85,7 +85,7 @@ def fail(message: str, code: int = 2) -> "typer.Exit":
 
 def progress_bar(eta: bool = False):
     """The progress bar of every long command, on stderr: what runs now, done of total, time taken; eta: and the
-    time left, from the pace so far (rich's estimate)."""
+    time left, from the pace so far (rich's estimate: run, tune, layer, profile)."""
     from rich import progress as bars  # not at --help
 
     left = [bars.TextColumn("left"), bars.TimeRemainingColumn()] if eta else []

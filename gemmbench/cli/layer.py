@@ -263,7 +263,7 @@ class _LayerSink(Sink):
 
 
 def _sweep(cells: list, path: Path, worker) -> list:
-    with progress_bar() as progress:
+    with progress_bar(eta=True) as progress:
         sink = _LayerSink(path, progress, progress.add_task("building", total=len(cells)))
         try:
             with Pool(worker, sink) as pool:

@@ -147,7 +147,7 @@ def _sweep(profiler, cells: list, path: Path) -> list:
     from gemmbench.results import side_tables  # side_tables, profile.sweep: heavy (pandas); registry not at --help
 
     rows: list = []
-    with progress_bar() as progress:
+    with progress_bar(eta=True) as progress:
         bar = progress.add_task("profiling", total=sum(len(n) for _, n in cells))
         try:
             for problem, names in cells:

@@ -384,7 +384,7 @@ def _sweep(opts, cells: list, writer) -> tuple[list, bool]:
     from gemmbench.engine import sweep  # heavy (torch, pandas)
     from gemmbench.results import store
 
-    with progress_bar() as progress:
+    with progress_bar(eta=True) as progress:
         bar = progress.add_task(
             "starting workers" if opts.gpus else "starting worker", total=sum(len(n) for _, n in cells)
         )
