@@ -270,3 +270,10 @@ def test_a_parsed_choice_survives_typers_enum_converter():
         by_value = {str(m.value): m for m in kind}  # what typer's generate_enum_convertor builds
         for member in kind:
             assert by_value.get(str(member)) is member, (kind, member)
+
+
+@pytest.mark.parametrize("command", [("run",), ("tune",), ("layer",), ("compare",), ("list", "configs"), ()])
+def test_help_shows_no_type_beside_a_flag(command):
+    res = invoke(*command, "--help")
+    assert res.exit_code == 0 and "--help" in res.stdout
+    assert "<bool>" not in res.stdout

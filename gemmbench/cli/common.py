@@ -46,6 +46,18 @@ class OneLineErrors(TyperGroup):
         sys.exit(code if isinstance(code, int) else 0)
 
 
+def _flags_without_a_type() -> None:
+    """--help without `<bool>` beside every flag (a flag takes no value, so its type says nothing); where Typer's help
+    has no such hook, as it was."""
+    from typer import core
+
+    shown = getattr(core.TyperOption, "display_type_rich", None)
+    if shown is None:
+        return
+    core.TyperOption.display_type_rich = lambda self, ctx: None if self.is_flag else shown(self, ctx)  # type: ignore[method-assign]
+
+
+_flags_without_a_type()
 app = typer.Typer(
     cls=OneLineErrors,
     add_completion=True,  # --install-completion, --show-completion: commands, options and choices complete in the shell
