@@ -277,3 +277,18 @@ def test_help_shows_no_type_beside_a_flag(command):
     res = invoke(*command, "--help")
     assert res.exit_code == 0 and "--help" in res.stdout
     assert "<bool>" not in res.stdout
+
+
+def test_baseline_list_and_merge_write_json_documents(tmp_path):
+    listed = invoke("baseline", "list", "--format", "json")
+    assert listed.exit_code == 0, listed.stderr
+    doc = json.loads(listed.stdout)
+    shipped = {b["name"]: b for b in doc["baselines"] if b["where"].endswith("shipped")}
+    assert doc["schema"] == "gemmbench.baselines/1" and shipped["h200"]["gpu"] == "NVIDIA H200"
+    assert shipped["h100"]["rows"] == 728 and shipped["h200"]["rows"] == 364  # as `baseline save` reported them
+    out = tmp_path / "m.parquet"
+    merged = invoke("merge", "gemmbench/baselines/h200.parquet", "--out", out, "--format", "json")
+    assert merged.exit_code == 0, merged.stderr
+    doc = json.loads(merged.stdout)
+    assert doc == {"schema": "gemmbench.merge/1", "file": str(out), "rows": 364,
+                   "parts": ["gemmbench/baselines/h200.parquet"], "problems": []}  # fmt: skip

@@ -12,7 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from gemmbench.cli.common import err, fail, out
-from gemmbench.cli.formats import CompareFormat, choice
+from gemmbench.cli.formats import CompareFormat, OutputFormat, choice, format_option, print_json
 from gemmbench.cli.options import COMPARISON, OUTPUT, AcrossGpus
 from gemmbench.results import named_baselines
 
@@ -247,10 +247,23 @@ def baseline_save(
 
 
 @baseline_app.command("list")
-def baseline_list() -> None:
+def baseline_list(
+    fmt: Annotated[
+        OutputFormat, format_option("table, or json: one JSON document on stdout (docs/USAGE.md: JSON output).")
+    ] = OutputFormat.table,
+) -> None:
     """The baselines `compare NAME` finds, in search order: where each resolved, its stack, its days and rows."""
     # where: cwd, user or shipped; a name found again later on the path is shadowed (dim), never used
     found = named_baselines.entries()
+    if fmt is OutputFormat.json:
+        docs = []
+        for e in found:
+            s = named_baselines.summary(e.path)
+            docs.append({"name": e.name, "where": e.where, "shadowed": e.shadowed, "file": str(e.path),
+                         **{k: getattr(s, k) for k in ("gpu", "torch", "triton", "cuda", "driver", "date", "rows",
+                                                       "error")}})  # fmt: skip
+        print_json({"schema": "gemmbench.baselines/1", "search_path": named_baselines.shown_path(), "baselines": docs})
+        return
     t = Table(title="named baselines (first found wins)")
     for col in ("name", "where", "GPU", "torch", "triton", "CUDA", "driver", "date", "rows", "file"):
         t.add_column(col, justify="right" if col == "rows" else "left")

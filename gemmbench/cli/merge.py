@@ -9,6 +9,7 @@ import typer
 from rich.markup import escape
 
 from gemmbench.cli.common import err, fail, lock_output, refuse_existing
+from gemmbench.cli.formats import OutputFormat, format_option, print_json
 from gemmbench.cli.options import OUTPUT, Force
 
 SHOWN = 10  # cells named in a message; the rest are counted
@@ -65,6 +66,9 @@ def merge(
         bool, typer.Option(help="Join runs of different sweeps (other sets, cells or timing) into one file.")
     ] = False,
     force: Force = False,
+    fmt: Annotated[
+        OutputFormat, format_option("table, or json: one JSON document on stdout (docs/USAGE.md: JSON output).")
+    ] = OutputFormat.table,
 ) -> None:
     """Join the parts of a sweep run with `--shard I/N` into one file, after checking that every cell is there once.
 
@@ -106,5 +110,8 @@ def merge(
     except (OSError, StoreError) as exc:
         raise fail(f"cannot write {out_path}: {exc}") from None
     err.print(escape(f"{len(rows)} rows from {len(files)} parts -> {out_path}"), highlight=False)
+    if fmt is OutputFormat.json:
+        print_json({"schema": "gemmbench.merge/1", "file": str(out_path), "rows": len(rows),
+                    "parts": [str(f) for f in files], "problems": problems})  # fmt: skip
     if problems:
         raise typer.Exit(1)
