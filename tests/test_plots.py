@@ -112,6 +112,7 @@ def test_speedup_series_match_the_data(tp8):
     assert list(gid(ax, "baseline").get_ydata()) == [1.0, 1.0]
     assert "speedup over cublas_fp8" in ax.get_ylabel() and "×" in ax.get_ylabel()
     assert ax.get_xlabel().startswith("M") and ax.get_xscale() == "log"
+    assert ax.get_yscale() == "log" and ax.yaxis.get_transform().base == 2  # 2x faster as far as 2x slower
     assert "cublas_fp8 = 1.0" in [t.get_text() for t in ax.get_legend().get_texts()]
     assert title_of(tp8, "attn_qkv", "fp8") in title(fig)
     (day,) = {str(t)[:10] for t in tp8["timestamp"]}  # the day the file's rows were measured
@@ -119,7 +120,11 @@ def test_speedup_series_match_the_data(tp8):
     # the cells that are not ok (the per-row and block variants at per-tensor scaling: skipped) are counted
     skipped = rows[rows["status"] != "ok"]
     assert set(skipped["status"]) == {"skipped"}
-    assert f"Not drawn: {len(skipped)} skipped ({', '.join(sorted(skipped['variant'].unique()))}: " in footnote(fig)
+    # each reason once, after the variants it is theirs
+    note = " ".join(footnote(fig).split())
+    assert f"Not drawn: {len(skipped)} skipped (" in note
+    for why, variants in skipped.groupby("reason")["variant"]:
+        assert f"{', '.join(sorted(variants.unique()))}: {' '.join(why.split())}" in note
 
 
 def test_speedup_never_from_a_wrong_or_skipped_row(tp8):
@@ -138,7 +143,7 @@ def test_speedup_never_from_a_wrong_or_skipped_row(tp8):
     note = footnote(fig)
     assert "Not drawn: 1 wrong (cublas_fp8: max rel err 0.5" in note
     now_skipped = df[qkv & (df["status"] == "skipped")]  # the file's skipped cells and the one made here
-    assert f"{len(now_skipped)} skipped ({', '.join(sorted(now_skipped['variant'].unique()))}: " in note
+    assert f"{len(now_skipped)} skipped (" in note and "triton_persistent: no fp8 here" in note
     assert "triton_persistent" in now_skipped["variant"].values
     others = df[qkv & (df["M"] == 1024) & (df["status"] == "ok") & (df["variant"] != "cublas_fp8")]
     assert f"No speedup for {len(others)} ok cells" in note  # every other ok row at M = 1024
@@ -308,6 +313,9 @@ def test_schedules_by_tokens():
     assert list(rel["triton_moe_col"].get_xdata()) == sorted(bf16["M"].unique())
     (e, topk), *_ = bf16[["E", "topk"]].drop_duplicates().values
     assert bottom.get_xlabel().startswith("tokens") and f"E={e} top-{topk}" in title(fig)
+    assert "dashed: torch references" in footnote(fig)  # torch_moe_loop is drawn here
+    alone = plots.figures("schedules", prepared([MOE_COLD], dtypes=["bf16"], variants=["triton_moe_*"]))[0].figure
+    assert "dashed" not in footnote(alone)  # no reference drawn: the footnote does not name one
 
 
 def test_skipped_cells_are_absent_and_counted():

@@ -265,7 +265,8 @@ def dates(df: pd.DataFrame) -> str:
 
 
 def not_drawn(g: pd.DataFrame) -> Optional[str]:
-    """'Not drawn: 56 skipped (torch_moe_loop, torch_grouped_mm: <reason>)' for the rows that are not ok, or None."""
+    """'Not drawn: 56 skipped (torch_moe_loop, torch_grouped_mm: <reason>; moe_align: <its reason>)' for the rows that
+    are not ok, or None: each reason with the variants it is theirs."""
     bad = g[g["status"] != "ok"]
     if bad.empty:
         return None
@@ -274,9 +275,12 @@ def not_drawn(g: pd.DataFrame) -> Optional[str]:
         s = bad[bad["status"] == status]
         if s.empty:
             continue
-        reason = s["reason"].dropna().astype(str).mode()
-        why = f": {_short(reason.iloc[0], 90)}" if len(reason) else ""
-        parts.append(f"{len(s)} {status} ({', '.join(sorted(s['variant'].astype(str).unique()))}{why})")
+        reasons = s["reason"].fillna("").astype(str).map(lambda r: _short(r, 160))
+        whys = []
+        for why, variants in s.groupby(reasons, sort=False)["variant"]:
+            names = ", ".join(sorted(variants.astype(str).unique()))
+            whys.append(f"{names}: {why}" if why else names)
+        parts.append(f"{len(s)} {status} ({'; '.join(whys)})")
     return "Not drawn: " + "; ".join(parts)
 
 

@@ -13,6 +13,7 @@ from typing import Optional, Sequence
 
 import pandas as pd
 from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter
 
 from gemmbench.plot import data as plotdata
 from gemmbench.plot import ncu_figure
@@ -70,9 +71,11 @@ def speedup(g: pd.DataFrame) -> Optional[Figure]:
     ax.axhline(1.0, color="black", lw=1.0, ls="--", label=base_label, gid="baseline")
     m_axis(ax, g["M"], moe)
     ax.set_ylabel(f"speedup over {bases[0] if len(bases) == 1 else 'the baseline'} (×, higher is faster)")
+    # log2: 2x faster and 2x slower are as far from 1.0, and a 0.01x row does not flatten the rest onto 0
     lo, hi = min(pts["speedup"].min(), 1.0), max(pts["speedup"].max(), 1.0)
-    pad = max(0.05, 0.08 * (hi - lo))
-    ax.set_ylim(lo - pad, hi + pad)
+    ax.set_yscale("log", base=2)
+    ax.set_ylim(lo / 1.15, hi * 1.15)
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:.3g}×"))
     legend(ax)
     missing = ok[ok["speedup"].isna() & (ok["variant"] != ok["baseline"])]
     notes = [
@@ -183,7 +186,8 @@ def schedules(g: pd.DataFrame) -> Optional[Figure]:
     legend(top)
     notes = [
         "Solid: the fused Triton MoE GEMM with each tile schedule (row-major, column-major, grouped, SplitK); "
-        "dashed: torch references. Bottom: fastest schedule's median time ÷ this schedule's. Bands: p20-p80.",
+        + ("dashed: torch references. " if not refs.empty else "")
+        + "Bottom: fastest schedule's median time ÷ this schedule's. Bands: p20-p80.",
         plotdata.not_drawn(g),
         _runs_note(g),
     ]
