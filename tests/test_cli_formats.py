@@ -292,3 +292,12 @@ def test_baseline_list_and_merge_write_json_documents(tmp_path):
     doc = json.loads(merged.stdout)
     assert doc == {"schema": "gemmbench.merge/1", "file": str(out), "rows": 364,
                    "parts": ["gemmbench/baselines/h200.parquet"], "problems": []}  # fmt: skip
+
+
+def test_a_hint_on_stderr_is_one_line_whatever_its_length(tmp_path):
+    """A command in a hint copies whole: stderr lines are not cut at the terminal's width."""
+    out = tmp_path / ("a-folder-with-a-long-name-" * 4) / "qwen2-7b.yaml"
+    res = invoke("shapes", "from-config", "tests/fixtures/hf-configs/qwen2-7b.json", "--out", out)
+    assert res.exit_code == 0, res.stderr
+    [line] = [ln for ln in res.stderr.splitlines() if "run it with" in ln]
+    assert line.endswith(f"run it with: gemmbench run --shapes {out}")

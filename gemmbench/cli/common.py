@@ -68,7 +68,7 @@ app = typer.Typer(
 
 # Piped output (CI logs, files) gets a wide fixed width instead of rich's 80-column default.
 out = Console(width=None if sys.stdout.isatty() else 160)
-err = Console(stderr=True)
+err = Console(stderr=True, soft_wrap=True)  # a line is never cut: a command in a hint copies whole
 
 
 def _show_version(value: bool) -> None:
