@@ -9,19 +9,7 @@ from test_cli import invoke
 
 from gemmbench.results import store
 
-SWEEP = (
-    "run",
-    "--shapes",
-    "smoke",
-    "--variants",
-    "cublas_fp16",
-    "--dtype",
-    "fp16",
-    "--m",
-    "1,2,4,8",
-    "--budget",
-    "0.01",
-)
+SWEEP = "run --shapes smoke --variants cublas_fp16 --dtype fp16 --m 1,2,4,8 --budget 0.01".split()
 
 
 def test_a_full_disk_stops_the_sweep_and_resume_finishes_it(tmp_path, monkeypatch):
