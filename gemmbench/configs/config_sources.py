@@ -127,7 +127,7 @@ def predict(
     if found is None:
         return {"source": "search", "from": None, "bucket": None, "file": None}
     b = found.nearest(problem.M, problem.is_moe)
-    lender = (gpu_parts.find(found.gpu) or part).name if found.kind == "borrowed" else None  # type: ignore[union-attr]
+    lender = found.gpu if found.kind == "borrowed" else None  # lenders() names them as the driver does
     return {"source": found.kind, "from": lender, "bucket": int(b), "file": found.files[b]}
 
 
@@ -151,18 +151,18 @@ def files_for(
     folders = [gpu] + (lenders(part) if part is not None and policy.borrow else [])
     rows, seen = [], set()
     for i, folder in enumerate(folders):
+        merged: dict[tuple[str, str], dict] = {}  # (variant, file name) -> its buckets, the user's over the shipped
         for root in config_files.config_roots():
             for f in sorted((root / config_files.gpu_dirname(folder)).glob("*/*.json")):
-                key = (f.parent.name, f.name)
-                if key in seen or not any(fnmatch.fnmatch(f.parent.name, g) for g in globs):
-                    continue
-                entries = config_files.read_entries(f)
-                tuned = sorted(int(b) for b, e in entries.items() if e.get("source") != config_files.SEARCHED)
-                if i > 0 and not tuned:
-                    continue  # a lender's searched entries are never lent
-                seen.add(key)
-                kind = "borrowed" if i else ("own" if tuned else "searched")
-                buckets = tuned if i else sorted(int(b) for b in entries)
-                rows.append({"variant": f.parent.name, "file": f.name, "buckets": ",".join(map(str, buckets)),
-                             "source": kind, "from": folder if i else None})  # fmt: skip
+                if any(fnmatch.fnmatch(f.parent.name, g) for g in globs):
+                    merged.setdefault((f.parent.name, f.name), {}).update(config_files.read_entries(f))
+        for key, entries in sorted(merged.items()):
+            tuned = sorted(int(b) for b, e in entries.items() if e.get("source") != config_files.SEARCHED)
+            if key in seen or (i > 0 and not tuned):  # a lender's searched entries are never lent
+                continue
+            seen.add(key)
+            kind = "borrowed" if i else ("own" if tuned else "searched")
+            buckets = tuned if i else sorted(int(b) for b in entries)
+            rows.append({"variant": key[0], "file": key[1], "buckets": ",".join(map(str, buckets)), "source": kind,
+                         "from": folder if i else None})  # fmt: skip
     return rows
