@@ -22,18 +22,19 @@ from gemmbench.engine.pool import PoolError, parse_gpus
 try:  # Typer >= 0.29 carries its own copy of click
     from typer._click.exceptions import ClickException, NoArgsIsHelpError
 except ImportError:  # pragma: no cover - older Typer on click
-    from click.exceptions import ClickException, NoArgsIsHelpError
+    from click.exceptions import ClickException, NoArgsIsHelpError  # type: ignore[assignment]
 
 
 class OneLineErrors(TyperGroup):
     """Usage errors (an unknown option, a value of the wrong type, a missing option) as one line on stderr and exit
     code 2, like every other bad input: Typer draws them as 5-6 line boxes."""
 
-    def main(self, *args, standalone_mode: bool = True, **kwargs):
+    def main(self, *args, standalone_mode: bool = True, **kwargs):  # type: ignore[override]
+        run = super().main
         if not standalone_mode:
-            return super().main(*args, standalone_mode=False, **kwargs)
+            return run(*args, **{**kwargs, "standalone_mode": False})
         try:
-            code = super().main(*args, standalone_mode=False, **kwargs)  # an Exit comes back as its code
+            code = run(*args, **{**kwargs, "standalone_mode": False})  # an Exit comes back as its code
         except NoArgsIsHelpError as exc:  # `gemmbench` or `gemmbench list` alone: the help, as before
             exc.show()
             sys.exit(exc.exit_code)

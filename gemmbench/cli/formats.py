@@ -20,7 +20,7 @@ from gemmbench.choices import Choice
 try:  # Typer >= 0.29 carries its own copy of click (as in common.py)
     from typer._click.exceptions import UsageError
 except ImportError:  # pragma: no cover - older Typer on click
-    from click.exceptions import UsageError
+    from click.exceptions import UsageError  # type: ignore[assignment]
 
 
 class OutputFormat(Choice):

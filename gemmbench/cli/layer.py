@@ -236,7 +236,8 @@ class _LayerSink(Sink):
     """Every plan's rows into the layer table, rewritten after each (an interrupted sweep keeps what it measured)."""
 
     def __init__(self, path: Path, progress, bar):
-        self.path, self.progress, self.bar, self.rows = path, progress, bar, []
+        self.path, self.progress, self.bar = path, progress, bar
+        self.rows: list[dict] = []
 
     def begin(self, cell, item, phase, gpu) -> None:
         self.progress.update(self.bar, description=escape(f"{item} ({phase})"))

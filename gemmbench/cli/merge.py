@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Optional
 
 import typer
 from rich.markup import escape
@@ -22,7 +22,7 @@ def _named(keys: list) -> str:
     return shown + (f"; and {len(keys) - SHOWN} more" if len(keys) > SHOWN else "")
 
 
-def _sweeps(files: list) -> dict:
+def _sweeps(files: list) -> dict[Path, Optional[str]]:
     """{file: what sweep it holds}: a shard part's sweep (its shard metadata), else the run's own fingerprint (the
     set, the cells and how they were measured: engine.sweep_fingerprint), else None (a file written without one)."""
     import pyarrow.parquet as pq  # not at --help
@@ -30,7 +30,7 @@ def _sweeps(files: list) -> dict:
     from gemmbench.engine import sweep_fingerprint
     from gemmbench.results import shard as shard_mod
 
-    out = {}
+    out: dict[Path, Optional[str]] = {}
     for f in files:
         part = shard_mod.read_metadata(f)
         if part is not None:

@@ -201,7 +201,7 @@ def run(
     from gemmbench.engine import sweep  # heavy (pandas; torch)
     from gemmbench.results import store
 
-    timing, values, budget, as_json = timing.value, inputs.value, positive_budget(budget), fmt is OutputFormat.json
+    mode, values, budget, as_json = timing.value, inputs.value, positive_budget(budget), fmt is OutputFormat.json
     dep, watchdog_s = deployment(tp, dp, ep, layout), watchdog(cell_timeout, budget)
     if dry_run:  # nothing written, nothing run, no GPU needed
         from gemmbench.cli.target_gpu import target_gpu
@@ -220,21 +220,21 @@ def run(
     variants, imported = import_configs(import_config, variants)  # the imported variants always run
     sset, cells = select_cells(shapes, variants, dtype, m, routing, seed, plugin, dep, scaling, fp8_accum)
     meta, cells = _shard(cells, shard_at)
-    timing = timing if _on_gpu() else timing_modes.CPU  # no CUDA events on a CPU
-    setup.comparable_baseline(compare_to, timing, values)
+    mode = mode if _on_gpu() else timing_modes.CPU  # no CUDA events on a CPU
+    setup.comparable_baseline(compare_to, mode, values)
     run_id = store.new_run_id(sset.name) + (f"-shard{shard_at[0]}of{shard_at[1]}" if shard_at else "")
     policy = Policy(borrow=borrow, store=not no_store, own=not no_own)
-    fp = setup.fingerprint(sset, cells, timing, values, budget, seed, sanitize, retune, plugin, import_config, policy)
+    fp = setup.fingerprint(sset, cells, mode, values, budget, seed, sanitize, retune, plugin, import_config, policy)
     meta = {**(meta or {}), **sweep_fingerprint.encode(fp)}
     setup.check_resume(resume, fp)
     cpu = setup.cpu_path(cells, sanitize)  # refused before anything is written
-    writer, run_id, cells = setup.writer(out_path, run_id, meta, cells, timing, append, force, resume)
+    writer, run_id, cells = setup.writer(out_path, run_id, meta, cells, mode, append, force, resume)
     if cpu and cells:
         _say_cpu_path()
     if not cells:
         _nothing_to_run(writer, meta, resume, shard, run_id, as_json)
         return
-    worker = WorkerOptions(timing, budget, inputs=values, plugins=plugin or [], cpu=cpu, retune=retune, ceilings=not cpu, env={**imported, **policy.env()},
+    worker = WorkerOptions(mode, budget, inputs=values, plugins=plugin or [], cpu=cpu, retune=retune, ceilings=not cpu, env={**imported, **policy.env()},
                            watchdog_s=watchdog_s)  # fmt: skip
     ab_args = _baseline_args(baseline_cmd, request.options())  # every sweep option its build has (cli.ab.sweep_args)
     options = lambda process: sweep.SweepOptions(run_id, worker, seed, sanitize, gpu_ids, process)  # noqa: E731
@@ -285,7 +285,8 @@ def _processes(repeat: int, baseline_cmd, ab_args: list[str], options, cells: li
     the joined baseline file: None without --ab or where no baseline process ended)."""
     with tempfile.TemporaryDirectory(prefix="gemmbench-ab-") as parts_dir:
         parts: list[Path] = []
-        stopped, rows, process = False, [], 0
+        stopped, process = False, 0
+        rows: list[dict] = []
         for side, process in ab_mod.order(repeat) if baseline_cmd else [("", p) for p in range(repeat)]:
             if repeat > 1 or baseline_cmd:
                 err.print(escape(f"process {process + 1} of {repeat}{f' ({side})' if side else ''}"), highlight=False)

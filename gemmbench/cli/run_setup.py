@@ -173,7 +173,7 @@ def writer(out_path, run_id, meta, cells, timing, append, force, resume) -> tupl
     if resume is not None or (append and written):
         option = "--resume" if resume is not None else "--append"
         try:
-            kept = store.records(store.load(path))
+            kept = store.records(store.load([path]))
         except store.StoreError as exc:
             raise fail(f"{option}: {exc}") from None
     if resume is None:
