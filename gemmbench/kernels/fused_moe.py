@@ -117,8 +117,8 @@ def fused_moe_kernel(
         a_s_ptrs = a_bscale_ptr
         b_s_ptrs = b_bscale_ptr
     # Full K blocks load unmasked along K; only the tail block (K not a multiple of BLOCK_K) is masked.  Masking every
-    # block cost 10x on fp8 (GPT-OSS-120B's K 2880 with BLOCK_K 128: 7-11% of the read bound, docs/BENCHMARKS.md):
-    # a K mask the compiler cannot prove whole splits the vector loads.
+    # block cost an order of magnitude on fp8 (GPT-OSS-120B's K 2880 with BLOCK_K 128; docs/BENCHMARKS.md keeps the
+    # figures): a K mask the compiler cannot prove whole splits the vector loads.
     full_end = kb_end if EVEN_K else tl.minimum(kb_end, K // BLOCK_K)
     for i in range(0, full_end - kb_start):
         kb = kb_start + i
@@ -342,7 +342,8 @@ def _space(problem, on_gpu: bool, full: bool) -> list[MoeConfig]:
         for st in (3, 4)
     ]
     # Hopper's large tiles with wide L2 groups: vLLM's H100 config for Mixtral 8x7B at 2048 tokens, 128 x 256 x 64,
-    # GROUP_M 32, 8 warps, 4 stages, was 1.2x faster than this space's best (GROUP_M 8; docs/BENCHMARKS.md); its fp8
+    # GROUP_M 32, 8 warps, 4 stages, beat this space's best (GROUP_M 8; docs/BENCHMARKS.md, "Fused MoE against
+    # vLLM's kernel"); its fp8
     # entries are the same tiles 128 deep, GROUP_M 16-64
     prefill += [tile(128, 256, 128 if fp8 else 64, 8, st, GROUP_M=g) for st in (3, 4) for g in (16, 32, 64)]
     # Between the two (32-128 rows an expert): 64-row tiles on 4 warps with K 128 and wide or no L2 groups.  vLLM's

@@ -27,13 +27,11 @@ Prefill (M > 64, _prefill_space): the persistent kernel's winning tiles, read th
 wave of tiles but the last to the programs whole (data-parallel, dp_tiles) and shares out only the rest, so that
 fewer tiles are met in pieces.
 
-Measured on the H100 (docs/BENCHMARKS.md): on TP 8 QKV fp8 at M 1-16 the best of 116 configs (16 x 64 x
-256, one program per SM) ran at 10.7-10.9 µs, 0.98-1.01x cuBLAS and slower than SplitK (9.3-9.5 µs): even shares do
-not pay where SplitK's splits already fill the SMs, and the pieces still meet in L2.  At prefill it was faster than
-the persistent kernel on 9 of 62 cells (up to 1.6x, TP 8 QKV bf16 at M 128; never as fast as cuBLAS) and slower on
-the rest, down to 0.37x: programs working at different K offsets share no operand tiles in L2 (ncu, K 8192: 2.0-4.6x
-the persistent kernel's DRAM bytes), and on 128-wide tiles this kernel holds 255 registers a thread
-(the persistent kernel 159-160).
+Measured on the H100 (docs/BENCHMARKS.md keeps the figures): at decode its best config was level with cuBLAS and
+slower than SplitK: even shares do not pay where SplitK's splits already fill the SMs, and the pieces still meet in
+L2.  At prefill it beat the persistent kernel on a few cells only (never cuBLAS) and was slower on the rest: programs
+working at different K offsets share no operand tiles in L2 (ncu: a multiple of the persistent kernel's DRAM bytes),
+and on 128-wide tiles this kernel holds far more registers a thread than the persistent kernel.
 """
 
 from __future__ import annotations

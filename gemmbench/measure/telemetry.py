@@ -20,10 +20,9 @@ of the cell's timed batches, summed, over the calls those batches ran.  In cold 
 the L2 eviction read (>= 256 MiB, timing.evict_l2), which the counter sees too: there J/call is an upper bound; in
 stream mode it is the calls alone.  Wall mode's calls per sample are chosen per sample, and cupti mode's batches
 hold the profiler's host time with the GPU idle: no J/call in either (timing_modes.Mode.energy_per_call).  The counter
-advances in steps: on the H100 (driver 580; docs/BENCHMARKS.md) cells whose batches spanned ~10-50 ms read 4.6 and 6.8 J a
-call (6.7 and 1.4 kW: one step of the counter landing in a short window) or did not move at all, while lm_head's
-batches, 2.3 s together, read 8.2 J a call at 11.5 ms: 713 W, at the GPU's 700 W cap.  So J/call is given only for
-cells whose batches span MIN_ENERGY_WINDOW_S together.
+advances in steps: on the H100 (docs/BENCHMARKS.md keeps the figures) cells whose batches spanned tens of ms read
+kilowatts (one step of the counter landing in a short window) or nothing at all, while batches spanning seconds read
+the GPU's power cap.  So J/call is given only for cells whose batches span MIN_ENERGY_WINDOW_S together.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@
          all, at most 1024 copies, as many as free memory holds: plan_copies), time per call: what a
          model sees layer after layer.  L2: streaming.  Inputs too big for two copies: timed cold.  Not
          held (launch_hold): a replay streams >= 512 MiB, hundreds of µs, and a graph launch queued behind
-         a spin blocked the host (H100: 12-21 ms, 2 of 1,400 cells; docs/BENCHMARKS.md).
+         a spin blocked the host for milliseconds on a few H100 cells (docs/BENCHMARKS.md).
   graph  a CUDA graph of [eviction, start event, call, end event] replayed per sample.  L2: cold.
   wall   host wall time per call of eager launches, synchronised: what eager Python code pays
          (launch overhead included).  L2: warm.  The only mode on a CPU.

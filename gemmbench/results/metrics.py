@@ -171,8 +171,8 @@ def pct_of_roofline(time_us: float, bound_us: float) -> float:
     return 100.0 * bound_us / time_us
 
 
-# A cell whose 80th-percentile sample is more than 1.5x its 20th is too noisy to rank: cold GPU timing on the H100
-# spreads by a few % (docs/BENCHMARKS.md), while a loaded CPU machine was seen at 250x.  Such a row is marked
+# A cell whose 80th-percentile sample is more than NOISY_SPREAD times its 20th is too noisy to rank: cold GPU timing
+# spreads by a few percent, a loaded CPU machine by orders of magnitude (docs/BENCHMARKS.md).  Such a row is marked
 # `noisy`, shown so in the table and never starred fastest.
 NOISY_SPREAD = 1.5
 
