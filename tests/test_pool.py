@@ -1,6 +1,7 @@
 """The engine's GPU pool with fake workers (no process, no CUDA): every item ends as exactly one outcome; a worker that
-dies costs only the item in flight, blamed by name; a fresh worker carries on; a GPU whose workers die MAX_DEATHS
-times in a row without finishing anything, or cannot start one, hands its cells to the other GPUs."""
+dies or hangs costs only the item in flight, blamed by name, however many in a row; a fresh worker carries on; a GPU
+where no worker can start any more hands its cells to the other GPUs, and with none left the items never run have no
+outcome (PoolError says how many)."""
 
 from __future__ import annotations
 
@@ -16,8 +17,8 @@ KEYS = [f"job{i}" for i in range(10)]
 
 
 class FakeWorker:
-    """Answers a task item by item as plan says: `crash_on` (dies on that item, killed by SIGSEGV), `fail` (its own
-    error outcome), else a done outcome naming the GPU."""
+    """Answers a task item by item as plan says: `crash_on` (dies on that item, killed by SIGSEGV), `hang_on` (goes
+    silent on it: the pool's watchdog), `fail` (its own error outcome), else a done outcome naming the GPU."""
 
     def __init__(self, plan: dict, gpu):
         self.plan, self.gpu, self.events = plan, gpu, collections.deque()
@@ -30,6 +31,9 @@ class FakeWorker:
                 self.events.append(None)
                 self.code, self.out = -11, "compiling...\ntriton: an illegal memory access was encountered\n"
                 return
+            if item in self.plan.get("hang_on", ()):
+                self.events.append("silent")
+                return
             if item in self.plan.get("fail", ()):
                 row = {"failed": item, "reason": "no config runs it"}
             else:
@@ -38,7 +42,11 @@ class FakeWorker:
         self.events.append({"ev": "done"})
 
     def next_event(self, timeout=None):
-        return self.events.popleft()
+        ev = self.events.popleft()
+        if ev == "silent":
+            self.events.appendleft(None)  # what the pool reads once it has killed the worker
+            raise TimeoutError(f"sent nothing for {timeout:.0f} s")
+        return ev
 
     def death_reason(self) -> str:
         return f"worker died ({exit_hint(self.out, self.code)})"
@@ -65,7 +73,8 @@ class Fakes:
 
     def start(self, opts, gpu, prefix=()):
         self.started.append(gpu)
-        if self.plans.get(gpu, {}).get("die_at_start"):
+        plan = self.plans.get(gpu, {})
+        if plan.get("die_at_start") or self.started.count(gpu) > plan.get("starts", len(self.started)):
             raise PoolError("the benchmark worker could not start: exit code 3: RuntimeError: CUDA error: "
                             "uncorrectable ECC error encountered")  # fmt: skip
         return FakeWorker(self.plans.get(gpu, {}), gpu)
@@ -88,8 +97,8 @@ class Fakes:
     def closed(self, cell, log, code):
         pass
 
-    def run(self, gpus=(0, 1), keys=KEYS, **kw):
-        cells = [Cell("tune", {}, (k,), k) for k in keys]
+    def run(self, gpus=(0, 1), keys=KEYS, timeout=None, **kw):
+        cells = [Cell("tune", {}, (k,), k, timeout_s=timeout) for k in keys]
         with Pool(WorkerOptions(), self, list(gpus) if gpus else None, start=self.start, **kw) as pool:
             pool.run(cells)
         return self
@@ -133,31 +142,41 @@ def test_a_gpu_whose_worker_cannot_start_hands_its_cells_to_the_other():
     assert any("GPU 1 given up" in n and "ECC error" in n for n in f.notes)
 
 
-def test_a_gpu_that_faults_on_every_item_loses_max_deaths_items_then_hands_over():
+def test_a_gpu_that_faults_on_every_item_costs_each_item_alone_and_keeps_its_cells():
+    # 10 cells of one cost on 2 GPUs: split hands them out alternately (0, 1, 0, ...), so GPU 1 has the odd ones
     f = Fakes({1: {"crash_on": KEYS}}).run()
-    assert len(f.lost_) == pool_mod.MAX_DEATHS  # three deaths in a row, one item each
+    assert sorted(f.lost_) == [f"job{i}" for i in (1, 3, 5, 7, 9)]
+    assert all(r.startswith("tune: worker died (killed by signal 11") for r in f.lost_.values())
+    assert f.done_on(0) == [f"job{i}" for i in (0, 2, 4, 6, 8)] and not any("given up" in n for n in f.notes)
+
+
+def test_three_hangs_in_a_row_cost_only_their_three_items():
+    f = Fakes({0: {"hang_on": ["job1", "job2", "job3"]}}).run(gpus=[0], timeout=5)
+    assert f.lost_ == {k: "timeout after 5 s (tune)" for k in ("job1", "job2", "job3")}
     assert sorted(f.results) == sorted(set(KEYS) - set(f.lost_))
-    assert f.done_on(1) == [] and any("GPU 1 given up" in n and "3 worker deaths in a row" in n for n in f.notes)
+    assert f.started == [0] * 4  # the first worker, and a fresh one after each hang
 
 
-def test_deaths_in_a_row_are_counted_between_finished_items():
-    # each worker finishes items, then dies on one: never two deaths in a row without progress
-    f = Fakes({0: {"crash_on": ["job2", "job6"]}}).run(gpus=[0], max_deaths=2)
-    assert sorted(f.lost_) == ["job2", "job6"] and len(f.results) == 8
+def test_a_lost_device_stops_the_sweep_and_the_items_never_run_have_no_outcome():
+    # the worker dies on job3; the fresh worker cannot start (the GPU probe fails): job4..job9 never ran
+    f = Fakes({0: {"crash_on": ["job3"], "starts": 1}})
+    with pytest.raises(PoolError, match=r"^no GPU can start a worker: GPU 0: .*ECC error encountered; 6 still to run$"):
+        f.run(gpus=[0])
+    assert sorted(f.results) == ["job0", "job1", "job2"] and list(f.lost_) == ["job3"]
+
+
+def test_a_lost_device_hands_its_cells_to_the_gpus_still_working():
+    f = Fakes({1: {"crash_on": ["job1"], "starts": 1}}).run()
+    assert list(f.lost_) == ["job1"]
+    assert f.done_on(0) == sorted(set(KEYS) - {"job1"})
+    assert any("GPU 1 given up" in n and "ECC error" in n for n in f.notes)
 
 
 def test_when_no_gpu_can_start_a_worker_the_sweep_stops_with_the_reasons():
-    with pytest.raises(PoolError, match=r"no GPU could start a worker: GPU 0: .*ECC.*GPU 1: "):
+    with pytest.raises(PoolError, match=r"^no GPU can start a worker: GPU 0: .*ECC.*GPU 1: .*ECC error encountered$"):
         Fakes({0: {"die_at_start": True}, 1: {"die_at_start": True}}).run()
     with pytest.raises(PoolError, match=r"^the benchmark worker could not start: exit code 3"):
         Fakes({None: {"die_at_start": True}}).run(gpus=None)
-
-
-def test_when_every_gpu_is_given_up_after_deaths_the_rest_are_lost_with_the_reasons():
-    f = Fakes({0: {"crash_on": KEYS}, 1: {"crash_on": KEYS}}).run()
-    assert not f.results and sorted(f.lost_) == sorted(KEYS)
-    rest = [r for r in f.lost_.values() if r.startswith("no GPU left to run it (GPU ")]
-    assert len(rest) == len(KEYS) - 2 * pool_mod.MAX_DEATHS
 
 
 def test_a_task_that_answers_no_outcome_for_an_item_loses_it_by_name():

@@ -400,7 +400,8 @@ def _sweep(opts, cells: list, writer) -> tuple[list, bool]:
             finally:  # the finished rows as one file, whatever stopped the sweep (a full disk keeps its parts)
                 writer.close()
         except PoolError as exc:
-            raise fail(f"{exc} ({len(writer.rows)} rows saved to {writer.path})") from None
+            rest = f"; --resume {writer.path} runs the rest" if writer.rows else ""
+            raise fail(f"{exc} ({len(writer.rows)} rows saved to {writer.path}{rest})") from None
         except OSError as exc:  # the results file could not be written (a full disk, say): the parts written stay
             lost = f"; {writer.unwritten} rows measured last could not be written" if writer.unwritten else ""
             raise fail(f"cannot write {writer.path}: {exc.strerror or exc}; the sweep stopped there, the rows written "

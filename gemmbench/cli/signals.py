@@ -13,7 +13,7 @@ _caught: list[int] = []
 
 
 def _stop(signum: int, frame) -> None:
-    if _caught:  # the user insists: no more cleanup (the workers end by themselves: worker.watch_owner)
+    if _caught:  # the user insists: no more cleanup (each worker's watcher ends it: worker_process.WATCHER)
         os._exit(128 + signum)
     _caught.append(signum)
     raise KeyboardInterrupt

@@ -295,7 +295,9 @@ def _tune(jobs: list, seed: int, search: tuple[float, bool], gpu_ids: Optional[l
                 pool.run(cells(jobs, seed, search))
         except PoolError as exc:
             progress.stop()
-            raise fail(f"{exc} (the configs stored so far are kept)") from None
+            raise fail(
+                f"{exc} (the configs stored so far are kept: the same command with --skip-stored tunes the rest)"
+            ) from None
         except KeyboardInterrupt:
             progress.stop()
             raise fail("interrupted: the configs stored so far are kept", 130) from None

@@ -3,9 +3,10 @@
 Why workers: a faulting kernel ends the CUDA context of its process and with it every later launch there, so no cell
 runs in the process that owns the sweep.  A worker that dies costs only the item in flight (the one it said it
 began; the next one in line when it died between items): that item's outcome is an error naming the cause, and a
-fresh worker on the same GPU carries on with the rest of the cell.  A GPU whose workers die MAX_DEATHS times in a row
-without finishing anything, or whose worker cannot start, is given up on, and its remaining cells go to the GPUs
-still working.
+fresh worker on the same GPU carries on with the rest of the cell.  However many cells hang or fault in a row, each
+costs only itself: the fresh worker's start-up probes the GPU, and only a GPU where no worker can start any more (a
+lost device) is given up on.  Its remaining cells go to the GPUs still working; with none left the sweep stops
+(PoolError) and the cells never run have no outcome at all, so that `--resume` runs them.
 
 The pool knows no task: a Cell is a task name, a JSON payload and the items it produces one outcome each (variant
 names, a tuning job, a layer plan).  What a worker sends back goes to a Sink, which the command adapting the engine
@@ -22,8 +23,6 @@ from typing import Callable, Optional
 
 from gemmbench.engine import worker_process
 from gemmbench.engine.worker_process import PoolError, WorkerOptions, WorkerProcess
-
-MAX_DEATHS = 3
 
 
 def _start(opts: WorkerOptions, gpu: Optional[int], prefix: tuple = ()) -> WorkerProcess:
@@ -55,7 +54,7 @@ class Sink:
         """`item` is finished: its rows (any status)."""
 
     def lost(self, cell: Cell, item: str, reason: str, gpu: Optional[int]) -> None:
-        """`item` has no outcome from its worker (it died on it, or no GPU is left): why."""
+        """`item` has no outcome from its worker (it died or hung on it): why."""
 
     def note(self, text: str) -> None:
         """A line for the user (a GPU given up, a fresh worker)."""
@@ -95,12 +94,11 @@ def split(cells: list[Cell], n: int) -> list[list[Cell]]:
 
 
 class _SlotLost(Exception):
-    """A GPU is given up on (its worker cannot start, or dies MAX_DEATHS times in a row); `rest`: what is left of
-    the cell it was on."""
+    """A GPU is given up on (no worker can start on it); `rest`: what is left of the cell it was on."""
 
-    def __init__(self, why: str, started: bool, rest: Optional[Cell]):
+    def __init__(self, why: str, rest: Optional[Cell]):
         super().__init__(why)
-        self.why, self.started, self.rest = why, started, rest
+        self.why, self.rest = why, rest
 
 
 def _rest(cell: Cell, left: list) -> Optional[Cell]:
@@ -112,17 +110,15 @@ class Pool:
     between run() calls; close() ends them."""
 
     def __init__(self, opts: WorkerOptions, sink: Sink, gpus: Optional[list[int]] = None,
-                 start: Optional[Callable[..., WorkerProcess]] = None, max_deaths: int = MAX_DEATHS):  # fmt: skip
+                 start: Optional[Callable[..., WorkerProcess]] = None):  # fmt: skip
         # worker_process.start_worker looked up when a worker starts, not at import: tests replace it
-        self.opts, self.sink, self.start, self.max_deaths = opts, sink, start or _start, max_deaths
+        self.opts, self.sink, self.start = opts, sink, start or _start
         self.slots: list[Optional[int]] = list(gpus) if gpus else [None]
         self.lock = threading.RLock()
         self.workers: dict[Optional[int], WorkerProcess] = {}
         self.lost: dict[Optional[int], _SlotLost] = {}
-        self.deaths: dict[Optional[int], int] = collections.defaultdict(int)
-        self.last_death: dict[Optional[int], str] = {}
-        self.progressed: dict[Optional[int], bool] = {}  # the slot's current worker has finished an item
         self.leftover: collections.deque = collections.deque()
+        self.ran = False  # some item has an outcome: a later loss leaves items "not run", not the whole sweep
 
     def __enter__(self) -> Pool:
         return self
@@ -144,12 +140,13 @@ class Pool:
     # -- events ---------------------------------------------------------------------------
     def _call(self, name: str, *args) -> None:
         with self.lock:
+            self.ran = self.ran or name in ("result", "lost")
             getattr(self.sink, name)(*args)
 
     # -- the sweep ------------------------------------------------------------------------
     def run(self, cells: list[Cell]) -> None:
-        """Every item of every cell ends as exactly one result or lost event.  Raises PoolError when no GPU could
-        start a worker (the cells not run then have no outcome)."""
+        """Every item of every cell ends as exactly one result or lost event, unless no GPU is left: then PoolError
+        says why and how many items never ran (they have no outcome)."""
         alive = [s for s in self.slots if s not in self.lost]
         plans = dict(zip(alive, split(list(cells), len(alive)), strict=True)) if alive else {}
         try:
@@ -189,11 +186,10 @@ class Pool:
 
     def _no_gpu_left(self, cells: list[Cell]) -> None:
         why = "; ".join(self._where(s) + lost.why for s, lost in self.lost.items())
-        if not any(lost.started for lost in self.lost.values()):
-            raise PoolError(f"no GPU could start a worker: {why}" if self.slots != [None] else why)
-        for cell in cells:
-            for item in cell.items:
-                self._call("lost", cell, item, f"no GPU left to run it ({why})", None)
+        if self.slots != [None]:
+            why = f"no GPU can start a worker: {why}"
+        items = sum(len(c.items) for c in cells)
+        raise PoolError(f"{why}; {items} still to run" if self.ran else why)
 
     @staticmethod
     def _where(slot: Optional[int]) -> str:
@@ -235,7 +231,7 @@ class Pool:
                 w = self._worker(slot, cell)
             except PoolError as exc:
                 if not cell.prefix:
-                    raise _SlotLost(str(exc), False, _rest(cell, left)) from None
+                    raise _SlotLost(str(exc), _rest(cell, left)) from None
                 for item in left:  # the tool around the worker failed (no permission, say): this cell's outcome
                     self._call("lost", cell, item, f"before start: {exc}", slot)
                 self._call("closed", cell, str(exc), -1)
@@ -245,12 +241,7 @@ class Pool:
                 if cell.prefix:
                     self._close_own(cell, w)
                 return None
-            self.workers.pop(slot, None)
-            # deaths in a row: a worker that finished anything before it died restarts the count
-            self.deaths[slot] = 1 if self.progressed.pop(slot, False) else self.deaths[slot] + 1
-            if self.deaths[slot] >= self.max_deaths:
-                why = f"{self.max_deaths} worker deaths in a row, the last: {self.last_death[slot]}"
-                raise _SlotLost(why, True, _rest(cell, left))
+            self.workers.pop(slot, None)  # the next start probes the GPU: a lost device ends this slot there
             if left and slot is not None:
                 self._call("note", f"GPU {slot}: a worker died; a fresh one takes the rest of {cell.label}")
         return None
@@ -276,7 +267,7 @@ class Pool:
             else:
                 why = None
             if ev is None:
-                self.last_death[slot] = why = why or w.death_reason()
+                why = why or w.death_reason()
                 lost = why if why.startswith("timeout after") else f"{phase}: {why}"
                 if not fatal and left:  # the worker reports its own casualty before a fatal exit
                     blame = current if current in left else left[0]
@@ -293,7 +284,6 @@ class Pool:
             elif kind == "result":
                 if ev["item"] in left:
                     left.remove(ev["item"])
-                    self.progressed[slot] = True
                     self._call("result", cell, ev["item"], ev.get("rows", []), bool(ev.get("passed")), slot)
                 current = None if current == ev["item"] else current
             elif kind == "fatal":

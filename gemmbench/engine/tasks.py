@@ -49,6 +49,20 @@ def _l2_state(mode: str) -> str:
     return L2_STATE.get(mode, "cold")
 
 
+_FAILED = object()  # a variant's supports() raised: its error is recorded already
+
+
+def _unsupported(ctx, name: str, variant, problem: Problem, rows_for: Callable[[str], list]) -> Any:
+    """variant.unsupported_reason(), as a phase of its own: a plugin's supports() that hangs is stopped by the
+    watchdog and blamed on this variant, and one that raises is this variant's error (_FAILED, recorded)."""
+    ctx.begin(name, "supports")
+    try:
+        return variant.unsupported_reason(problem, ctx.dev)
+    except Exception as exc:  # noqa: BLE001 - a plugin's bug: this variant's error row, the cell goes on
+        ctx.failed(name, rows_for, "supports", exc)
+        return _FAILED
+
+
 # ---------------------------------------------------------------- time (and check)
 
 
@@ -59,7 +73,9 @@ def time_task(ctx, task: dict) -> None:
     passed, peaks = {}, {}
     for name in task["items"]:
         variant = registry.get(name)
-        reason = variant.unsupported_reason(problem, ctx.dev)
+        reason = _unsupported(ctx, name, variant, problem, _error_rows(ctx, problem, variant, None))
+        if reason is _FAILED:
+            continue
         if reason:
             ctx.result(name, [_run_row(ctx, problem, variant, "skipped", reason)])
             continue
@@ -250,7 +266,9 @@ def profile_task(ctx, task: dict) -> None:
     rng = range_name("profile", cell_name(name, problem))
     outcome: dict = {"range": rng, "domain": domain_in_use(), "config": None, "max_rel_err": None, "experts_hit": None,
                      "pairs": None, "tokens": None}  # fmt: skip
-    reason = variant.unsupported_reason(problem, ctx.dev)
+    reason = _unsupported(ctx, name, variant, problem, lambda r: [dict(outcome, status="error", reason=r)])
+    if reason is _FAILED:
+        return
     if reason:
         ctx.result(name, [dict(outcome, status="skipped", reason=reason)])
         return

@@ -5,6 +5,7 @@ run here, never in the process that owns the sweep (pool.py).  The pool sends on
 {"task": "time"|"check"|"tune"|"profile"|"layer", "items": [...], ...payload}.  Events go back as JSON lines on the
 file descriptor named by GEMMBENCH_EVENT_FD (stdout stays free for whatever kernels, plugins or profilers print):
 
+  {"ev": "starting", "phase": P}                              during start-up, as each phase begins (a heartbeat)
   {"ev": "ready"} / {"ev": "startup_failed", "error": E}     once, after start-up
   {"ev": "begin", "item": I, "phase": P}                       before any work on I that could fault
   {"ev": "result", "item": I, "rows": [...], "passed": bool}   I is finished (any status), exactly once
@@ -20,14 +21,10 @@ import argparse
 import json
 import os
 import sys
-import threading
-import time
 import traceback
 from typing import Any, Callable, Optional
 
 FATAL_EXIT = 3
-OWNER_GONE_EXIT = 4  # the sweep that started this worker is gone: nobody will read a result
-OWNER_POLL_S = 0.5
 # The CPU path measures no GPU number, and Triton's interpreter takes 25-250 ms a call on the smoke set (measured on the
 # 2-core CI machine): there a cell takes exactly 5 samples, after the wall sampler's first call (which
 # also decides the calls per sample) as its only warm-up; not >= 25 ms of warm-up, >= 10 samples and then more until
@@ -41,7 +38,9 @@ def one_line(exc: BaseException) -> str:
     Triton, so that a plugin's bug names the plugin's line."""
     text = str(exc).strip().splitlines()
     where = ""
-    frames = [f for f in traceback.extract_tb(exc.__traceback__) if not _library(f.filename)]
+    frames = [
+        f for f in traceback.extract_tb(exc.__traceback__) if not _library(f.filename) and f.name != "refuse_exit"
+    ]
     if frames:
         where = f" (at {frames[-1].filename}:{frames[-1].lineno})"
     return f"{type(exc).__name__}: {text[0] if text else ''}"[:500] + where
@@ -81,10 +80,12 @@ class Context:
         from gemmbench.configs import engine_import
         from gemmbench.measure import ceilings, device
 
+        events.send(ev="starting", phase="loading plugins")
         for plugin in args.plugin:
             registry.load_plugin(plugin)
         engine_import.register_from_env()  # the command's --import-config variants
         self.args, self.events = args, events
+        events.send(ev="starting", phase="probing the GPU")
         self.dev = device.detect()
         self.devname = "cuda" if self.dev.kind == "cuda" else "cpu"
         import torch
@@ -94,6 +95,8 @@ class Context:
         else:  # the CPU path: one thread, so a small matmul is not timed in the scheduler's ticks of a busy machine
             torch.set_num_threads(1)
         # measured (or read from the cache) here, so that a failure is one start-up error, not a cell's
+        if args.ceilings and self.dev.kind == "cuda":
+            events.send(ev="starting", phase="measuring the GPU's ceilings")
         self.ceilings = ceilings.ceilings(args.timing) if args.ceilings and self.dev.kind == "cuda" else None
         self.provenance = device.provenance()
         self._timer = None
@@ -130,24 +133,16 @@ class Context:
         self.result(item, rows_for(f"{phase}: {one_line(exc)}"))
         if poisoned:
             self.events.send(ev="fatal")  # the row above was the casualty: the pool restarts, no new row
-            sys.exit(FATAL_EXIT)
+            raise SystemExit(FATAL_EXIT)  # not sys.exit: that is a plugin's error here (refuse_exit)
 
 
-def watch_owner(owner: int, parent: int) -> None:
-    """Ends this worker once the sweep that started it is gone, however it went (SIGKILL included): a worker must
-    never hold a GPU for nobody.  `parent` is the process that started this one (the sweep, or the tool around
-    this worker), `owner` the sweep."""
-    while True:
-        time.sleep(OWNER_POLL_S)
-        try:
-            os.kill(owner, 0)
-            gone = os.getppid() != parent  # re-parented: the parent died (a zombie owner still answers kill 0)
-        except ProcessLookupError:
-            gone = True
-        except PermissionError:
-            gone = False
-        if gone:
-            os._exit(OWNER_GONE_EXIT)
+class PluginExit(Exception):
+    """sys.exit called by a variant's code inside the worker: that variant's error, not the end of the worker."""
+
+
+def refuse_exit(code: object = None) -> None:
+    """sys.exit in the worker: an exception the cell's own error handling records against the variant in flight."""
+    raise PluginExit(f"sys.exit({code!r}) called inside the benchmark worker, which only gemmbench may end")
 
 
 def main() -> None:
@@ -160,16 +155,14 @@ def main() -> None:
     parser.add_argument("--ceilings", action="store_true", help="measure the GPU's ceilings at start-up")
     args = parser.parse_args()
     events = Events(int(os.environ["GEMMBENCH_EVENT_FD"]))
-    owner = os.environ.get("GEMMBENCH_OWNER_PID")
-    if owner:
-        threading.Thread(target=watch_owner, args=(int(owner), os.getppid()), daemon=True).start()
+    sys.exit = refuse_exit  # type: ignore[assignment]  # a plugin's hook ending the worker would be a silent loss
     try:
         from gemmbench.engine import tasks  # heavy, in the try: a failed import (torch, pandas) is startup_failed
 
         ctx = Context(args, events)
     except Exception as exc:  # noqa: BLE001 - the pool reports it once and stops
         events.send(ev="startup_failed", error=one_line(exc), detail=traceback.format_exc()[-2000:])
-        sys.exit(2)
+        raise SystemExit(2) from None
     events.send(ev="ready")
     for line in sys.stdin:
         if line.strip():

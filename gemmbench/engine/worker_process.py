@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import signal
 import subprocess
 import sys
 import tempfile
@@ -16,7 +17,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-WORKER_START_TIMEOUT_S = 300  # importing torch and measuring ceilings on a cold machine
+WORKER_START_TIMEOUT_S = 300  # a start-up phase's limit with no --cell-timeout (importing torch on a cold machine)
+START_FLOOR_S = 60  # a start-up phase (imports, plugins, the GPU probe, ceilings) may take this long whatever the limit
+
+# The watcher: a process of its own per worker, so that it runs while the worker's kernel holds the interpreter lock.
+# It blocks on a pipe that only the sweep holds open: at end of file (the sweep closed it, or died however it died)
+# it kills the worker's whole process group, a plugin's children included.
+WATCHER = """import os, signal, sys
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+try:
+    while os.read(0, 4096):
+        pass
+except OSError:
+    pass
+try:
+    os.killpg(int(sys.argv[1]), signal.SIGKILL)
+except OSError:
+    pass
+"""
 
 
 class PoolError(RuntimeError):
@@ -64,9 +82,7 @@ class WorkerProcess:
     def __init__(self, opts: WorkerOptions, gpu: Optional[int], prefix: tuple = ()):
         self.log = tempfile.NamedTemporaryFile(prefix="gemmbench-worker-", suffix=".log", delete=False)
         read_fd, write_fd = os.pipe()
-        # GEMMBENCH_OWNER_PID: the worker exits by itself once this process is gone (worker.watch_owner)
-        env = dict(os.environ, GEMMBENCH_EVENT_FD=str(write_fd), PYTHONUNBUFFERED="1", GEMMBENCH_OWNER_PID=str(os.getpid()),
-                   **opts.env)  # fmt: skip
+        env = dict(os.environ, GEMMBENCH_EVENT_FD=str(write_fd), PYTHONUNBUFFERED="1", **opts.env)
         if gpu is not None:
             env["CUDA_VISIBLE_DEVICES"] = visible_device(gpu)
         if opts.retune:
@@ -85,6 +101,10 @@ class WorkerProcess:
             pass_fds=(write_fd,), text=True, start_new_session=True,
         )  # fmt: skip
         os.close(write_fd)
+        # the worker leads its own process group (a new session): the watcher and the watchdog kill the group
+        self.watcher = subprocess.Popen([sys.executable, "-I", "-S", "-c", WATCHER, str(self.proc.pid)],
+                                        stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                        start_new_session=True)  # fmt: skip
         self.events: queue.Queue = queue.Queue()
         threading.Thread(target=self._pump, args=(read_fd,), daemon=True).start()
 
@@ -120,7 +140,12 @@ class WorkerProcess:
             return self.proc.wait()
 
     def kill(self) -> None:
-        self.proc.kill()
+        """The worker and everything it started in its process group (a plugin's children): nothing may keep the
+        GPU busy after its cell is given up."""
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except OSError:  # the group is gone already
+            self.proc.kill()
 
     def close(self, timeout: float = 10) -> None:
         """Ends the worker (stdin closed: it exits after its task) and removes its log."""
@@ -132,21 +157,43 @@ class WorkerProcess:
                 self.proc.stdin.close()
                 self.proc.wait(timeout=timeout)
             except (OSError, subprocess.TimeoutExpired):
-                self.proc.kill()
+                self.kill()
                 self.proc.wait()
+        self._end_watcher()
         self.log.close()
         os.unlink(self.log.name)
 
+    def _end_watcher(self) -> None:
+        """The worker has exited: its watcher kills what is left of its group (a plugin's children), then exits."""
+        if self.watcher.stdin is not None and not self.watcher.stdin.closed:
+            self.watcher.stdin.close()
+        try:
+            self.watcher.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.watcher.kill()
+            self.watcher.wait()
+
+
+def start_limit(watchdog_s: Optional[float]) -> float:
+    """Seconds one start-up phase may stay silent: the cell limit, but never under START_FLOOR_S."""
+    return max(watchdog_s if watchdog_s is not None else WORKER_START_TIMEOUT_S, START_FLOOR_S)
+
 
 def start_worker(opts: WorkerOptions, gpu: Optional[int], prefix: tuple = ()) -> WorkerProcess:
-    """A worker that has said it is ready; PoolError with its reason when it cannot start."""
+    """A worker that has said it is ready; PoolError with its reason when it cannot start, or when one phase of its
+    start-up (worker.py's `starting` events) stays silent longer than start_limit()."""
     w = WorkerProcess(opts, gpu, prefix)
-    try:
-        first = w.next_event(timeout=WORKER_START_TIMEOUT_S)
-    except TimeoutError as exc:
-        w.kill()
-        w.close()
-        raise PoolError(f"the benchmark worker {exc} while starting") from None
+    limit, phase = start_limit(opts.watchdog_s), "importing gemmbench and torch"
+    while True:
+        try:
+            first = w.next_event(timeout=limit)
+        except TimeoutError as exc:
+            w.kill()
+            w.close()
+            raise PoolError(f"the benchmark worker {exc} while starting ({phase})") from None
+        if first is None or first.get("ev") != "starting":
+            break
+        phase = first["phase"]
     if first is None or first.get("ev") != "ready":
         reason = first["error"] if first else w.death_reason()
         w.close()
