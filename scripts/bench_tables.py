@@ -6,9 +6,9 @@
 In BENCHMARKS a table stands between `<!-- bench_tables.py ARGS -->` and `<!-- /bench_tables.py -->`: ARGS are this
 script's arguments, so each table is reproduced from the committed Parquet files it names.
 
-    python scripts/bench_tables.py results/RUN/llama70b-attn-cold.parquet \
+    python scripts/bench_tables.py benchmarks/data/RUN/llama70b-attn-cold.parquet \
         [--group DP=triton_dp_*] [--group SplitK=triton_splitk_*]
-    python scripts/bench_tables.py --moe results/RUN/moe-tp2-cold.parquet
+    python scripts/bench_tables.py --moe benchmarks/data/RUN/moe-tp2-cold.parquet
 
 One row per (GEMM, TP, dtype, M): the dtype's cuBLAS baseline (µs, % of roofline), cuBLAS fp8 row-wise
 where it ran, then for each group (default: one per non-cuBLAS family) its fastest ok variant, µs,

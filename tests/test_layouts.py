@@ -193,10 +193,9 @@ def test_from_config_refuses_to_overwrite(tmp_path):
 
 
 def test_tune_uses_the_same_rule_as_run():
-    from gemmbench.cli import tune as cli_tune
-    from gemmbench.cli.common import deployment
+    from gemmbench.engine.plan import deployment, tunable
 
-    tuned, _ = cli_tune._select("qwen3-235b-a22b", "triton_*", "bf16", "16", deployment("8", "1", "8", "vllm"), None)
+    tuned, _ = tunable("qwen3-235b-a22b", "triton_*", "bf16", "16", deployment("8", "1", "8", "vllm"), None, print)
     got = {p.gemm: (p.N, p.K, p.local_experts) for p in tuned}
     # QKV: (64 / 8 + 2 x 1) x 128 = 1280; experts whole at EP 8 = TP 8: w13 N 2 x 1536, 128 / 8 = 16 on rank 0
     assert got["attn_qkv"] == (1280, 4096, 1) and got["moe_w13"] == (3072, 4096, 16)

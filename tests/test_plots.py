@@ -26,14 +26,15 @@ from gemmbench.results import side_tables, store
 
 ROOT = Path(__file__).resolve().parent.parent
 # the committed H100 runs (scripts/bench/*.sh measured them; docs/BENCHMARKS.md has their tables)
-TP8 = ROOT / "results/prefill/prefill.parquet"  # Llama3-70B's 5 GEMMs at TP=8, M 512-4096, fp8 per tensor + bf16
+# Llama3-70B's 5 GEMMs at TP=8, M 512-4096, fp8 per tensor + bf16
+TP8 = ROOT / "benchmarks/data/prefill/prefill.parquet"
 ATTN_TP8 = ["attn_*"]  # --shapes for its attention GEMMs: the README's roofline
-ATTN = ROOT / "results/decode/attn.parquet"  # attn at TP=1, decode M 1-64, one run ...
+ATTN = ROOT / "benchmarks/data/decode/attn.parquet"  # attn at TP=1, decode M 1-64, one run ...
 SHIPPED = ROOT / "gemmbench/baselines/h100.parquet"  # ... and the shipped baseline: its cells again, per tensor and row
-MLP = ROOT / "results/decode/mlp.parquet"  # the MLP GEMMs at TP=1, decode M
-MOE_COLD = ROOT / "results/moe/moe-cold.parquet"  # Mixtral's expert GEMMs at TP=2, 1-4096 tokens
-MOE_STREAM = ROOT / "results/moe/moe-stream.parquet"  # torch_moe_loop cells skipped (not capturable)
-PROFILE = ROOT / "results/profile/attn-m16.parquet"  # ncu of ATTN's GEMMs at M=16
+MLP = ROOT / "benchmarks/data/decode/mlp.parquet"  # the MLP GEMMs at TP=1, decode M
+MOE_COLD = ROOT / "benchmarks/data/moe/moe-cold.parquet"  # Mixtral's expert GEMMs at TP=2, 1-4096 tokens
+MOE_STREAM = ROOT / "benchmarks/data/moe/moe-stream.parquet"  # torch_moe_loop cells skipped (not capturable)
+PROFILE = ROOT / "benchmarks/data/profile/attn-m16.parquet"  # ncu of ATTN's GEMMs at M=16
 GPU = "NVIDIA H100 80GB HBM3"
 
 

@@ -31,7 +31,7 @@ from gemmbench.plot import layer as plots_layer
 from gemmbench.plot import style
 from gemmbench.results import store
 
-LAYERS = ROOT / "results/layer"  # gemmbench layer: Llama3-70B at TP=8 in fp8, Mixtral 8x7B at TP=2 in bf16
+LAYERS = ROOT / "benchmarks/data/layer"  # gemmbench layer: Llama3-70B at TP=8 in fp8, Mixtral 8x7B at TP=2 in bf16
 MIX = LAYERS / "mixtral.parquet"  # one plan, cublas_bf16+triton_moe_col: the dense steps by cuBLAS, the experts fused
 
 

@@ -15,9 +15,9 @@ from conftest import HAS_CUDA
 from test_cli import bad, invoke, text
 
 from gemmbench.cli import tune as cli_tune
-from gemmbench.cli.common import deployment
 from gemmbench.configs import tuning
 from gemmbench.engine import tasks
+from gemmbench.engine.plan import deployment, tunable
 from gemmbench.kernels.dense_dp import DenseConfig
 from gemmbench.measure.device import DeviceInfo
 from gemmbench.results import shard
@@ -26,7 +26,7 @@ FAKE_GPU = DeviceInfo(kind="cuda", name="NVIDIA Fake GPU 80GB", capability=(9, 0
 
 
 def build_jobs(shapes="smoke", variants="triton_*", dtype="fp16,fp8", m="1,32", tp="1,2"):
-    problems, chosen = cli_tune._select(shapes, variants, dtype, m, deployment(tp, "1", "1", "vllm"), None)
+    problems, chosen = tunable(shapes, variants, dtype, m, deployment(tp, "1", "1", "vllm"), None, print)
     return cli_tune._jobs(problems, chosen, FAKE_GPU)
 
 

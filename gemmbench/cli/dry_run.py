@@ -8,9 +8,10 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from gemmbench.cli.common import Deployment, err, out
+from gemmbench.cli.common import err, out
 from gemmbench.cli.formats import print_json
 from gemmbench.cli.options import OUTPUT
+from gemmbench.engine.plan import Deployment
 
 DryRun = Annotated[
     bool,

@@ -13,13 +13,6 @@ from rich.markup import escape
 from rich.table import Table
 
 from gemmbench.cli.common import (
-    _dtypes,
-    _fp8_accums,
-    _load_plugins,
-    _scalings,
-    combinations,
-    cpu_too_large,
-    deployment,
     err,
     fail,
     lock_output,
@@ -28,7 +21,7 @@ from gemmbench.cli.common import (
     positive_budget,
     progress_bar,
     refuse_existing,
-    warn_about,
+    warn,
     watchdog,
 )  # fmt: skip
 from gemmbench.cli.engines import import_configs
@@ -50,6 +43,7 @@ from gemmbench.cli.options import (
     Seed,
     Tp,
 )  # fmt: skip
+from gemmbench.engine import plan
 from gemmbench.engine.pool import Cell, Pool, PoolError, Sink
 from gemmbench.engine.worker_process import WorkerOptions
 from gemmbench.measure import timing_modes
@@ -125,7 +119,7 @@ def layer(
     if out_path.suffix == ".parquet":
         refuse_existing([out_path], force)
     _, imported = import_configs(import_config, None)  # pinned (moe_w13=triton_moe_grouped@vllm) or in a glob
-    sset, plans, notes = _plans(model, deployment(tp, dp, ep, layout), dtype, m, variants, best_from, plugin, scaling,
+    sset, plans, notes = _plans(model, plan.deployment(tp, dp, ep, layout), dtype, m, variants, best_from, plugin, scaling,
                                 fp8_accum)  # fmt: skip
     gpu = _device_path(plans)
     run_id = store.new_run_id(f"layer-{sset.name}")
@@ -135,7 +129,7 @@ def layer(
         refuse_existing([path], force)
     for label, note in notes.items():
         err.print(escape(f"--best-from {label}: {note}"), highlight=False)
-    cells = [_cell(sset, model, run_id, plan, seed, layers, budget) for plan in plans]
+    cells = [_cell(sset, model, run_id, one, seed, layers, budget) for one in plans]
     worker = WorkerOptions(timing_modes.default(gpu), plugins=plugin or [], cpu=not gpu, env=imported,
                            watchdog_s=watchdog_s)  # fmt: skip
     rows = _sweep(cells, path, worker)
@@ -155,9 +149,9 @@ def _plans(model, dep, dtype, m, variants, best_from, plugin, scaling=None, fp8_
     from gemmbench.results.store import StoreError, load
 
     dev = detect()
-    dtype_names = _dtypes(dtype)
-    scalings = _scalings(scaling, dtype_names)
-    accums = _fp8_accums(fp8_accum, dtype_names)
+    dtype_names = plan.dtype_names(dtype)
+    scalings = plan.scaling_names(scaling, dtype_names)
+    accums = plan.fp8_accum_names(fp8_accum, dtype_names)
     dtype_runs = [(d, s, a) for d in dtype_names
                   for s in (scalings if dtypes.get(d).scaled else [dtypes.REFERENCE_SCALING])  # a 16-bit one: "none"
                   for a in (accums if dtypes.get(d).scaled else [dtypes.REFERENCE_FP8_ACCUM])  # a 16-bit one: "none"
@@ -166,9 +160,9 @@ def _plans(model, dep, dtype, m, variants, best_from, plugin, scaling=None, fp8_
         raise fail(f"--fp8-accum {fp8_accum} --scaling {scaling}: {dtypes.NO_FAST_FOR_BLOCKS}")
     try:
         sset = P.resolve_model(model)
-        warn_about(sset)
+        plan.set_warnings(sset, warn)
         m_values = shapes.parse_m_list(m)
-        _load_plugins(plugin or [])
+        plan.load_plugins(plugin)
         notes: dict = {}
         if best_from:
             choose, notes = P.best_chooser(load(P.run_files(best_from)), dev)
@@ -187,7 +181,7 @@ def _plans(model, dep, dtype, m, variants, best_from, plugin, scaling=None, fp8_
                 kind,
                 P.steps_for(P.layer_problems(sset, M, d, t, e, kind, s, dp, dep.layout, a), choose),
             )  # fmt: skip
-            for t, dp, e in combinations(sset, dep)
+            for t, dp, e in plan.combinations(sset, dep, warn)
             for d, s, a in dtype_runs
             for M in m_values
             for kind in P.layer_kinds(sset)
@@ -203,7 +197,7 @@ def _device_path(plans: list) -> bool:
 
     if torch.cuda.is_available():
         return True
-    reason = cpu_too_large([s.problem for *_, steps in plans for s in steps if s.is_gemm], "--model")
+    reason = plan.cpu_too_large([s.problem for *_, steps in plans for s in steps if s.is_gemm], "--model")
     if reason:
         raise fail(f"no CUDA GPU here, so this would be the CPU path, and {reason}")
     err.print(
@@ -214,14 +208,14 @@ def _device_path(plans: list) -> bool:
     return False
 
 
-def _cell(sset, model, run_id, plan, seed, layers, budget):
+def _cell(sset, model, run_id, one, seed, layers, budget):
     """One layer plan as an engine cell: the worker's `layer` task builds, checks and times it."""
     from gemmbench.dtypes import label as dtype_label
     from gemmbench.dtypes import problem_fp8_accum
     from gemmbench.engine.layer_plan import steps_to_wire  # heavy (pandas, torch), as device is
     from gemmbench.measure.device import provenance
 
-    t, e, dp, layout, d, s, a, M, kind, steps = plan
+    t, e, dp, layout, d, s, a, M, kind, steps = one
     a = problem_fp8_accum(d, a)  # a 16-bit layer's: "none", as its rows' problems have it
     par = f"tp{t}{f' ep{e}' if e > 1 else ''}{f' dp{dp}' if dp > 1 else ''}{f' {layout}' if layout != 'vllm' else ''}"
     label = f"{sset.name}{f' {kind}' if kind else ''} {par} {dtype_label(d, s, a)} M{M}"

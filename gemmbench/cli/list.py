@@ -8,9 +8,10 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from gemmbench.cli.common import _load_plugins, deployment, fail, out, select_cells
+from gemmbench.cli.common import fail, out, warn
 from gemmbench.cli.formats import LayoutChoice, OutputFormat, format_option, print_json
 from gemmbench.cli.options import OUTPUT, WHAT, Borrow, Dp, Dtype, Ep, GpuName, Layout, Ms, Plugins, Tp, Variants
+from gemmbench.engine import plan
 
 list_app = typer.Typer(no_args_is_help=True, help="List shape sets, variants, or the configs a GPU would run.")
 
@@ -76,7 +77,7 @@ def list_variants(
     from gemmbench import registry  # not at --help (yaml, importlib.metadata)
 
     try:
-        _load_plugins(plugin or [])
+        plan.load_plugins(plugin)
         variants = registry.all_variants()
     except registry.RegistryError as exc:
         raise fail(str(exc)) from None
@@ -130,7 +131,7 @@ def list_configs(
 
     target = target_gpu(gpu, required=True)
     assert target is not None  # required: refused in one line otherwise
-    rows = _config_rows(target, shapes, variants, dtype, m, deployment(tp, dp, ep, layout), borrow)
+    rows = _config_rows(target, shapes, variants, dtype, m, plan.deployment(tp, dp, ep, layout), borrow)
     if fmt is OutputFormat.json:
         print_json({"schema": "gemmbench.configs/1", "gpu": target.name, "configs": rows})
         return
@@ -152,7 +153,7 @@ def _config_rows(target, shapes, variants, dtype, m, dep, borrow: bool) -> list[
     policy = config_sources.Policy(borrow=borrow)
     if shapes is None:
         return config_sources.files_for(target.name, target.part, variants, policy)
-    _, cells = select_cells(shapes, variants, dtype, m, "uniform", 0, None, dep)
+    _, cells = plan.cells(shapes, variants, dtype, m, "uniform", 0, None, dep, warn)
     rows = []
     for p, names in cells:
         for name in names:

@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 import typer
 from rich.markup import escape
 
-from gemmbench.cli.common import _choices, _dtypes, _tp_list, err, fail, refuse_existing
+from gemmbench.cli.common import err, fail, refuse_existing
 from gemmbench.cli.formats import OutputFormat, format_option, print_json
 from gemmbench.cli.options import (
     OUTPUT,
@@ -22,6 +22,7 @@ from gemmbench.cli.options import (
     RowTp,
     RowVariants,
 )  # fmt: skip
+from gemmbench.engine import plan
 
 # the options only `plot` or only `report` takes (the rows both draw: cli.options)
 PlotOut = Annotated[
@@ -59,8 +60,8 @@ def _selected(results: list[Path], shapes, variants, dtype, tp, gpu, baseline):
     f = plotdata.Filters(
         shapes=_globs("--shapes", shapes),
         variants=_globs("--variants", variants),
-        dtypes=_dtypes(dtype) if dtype is not None else None,
-        tps=_tp_list(tp) if tp is not None else None,
+        dtypes=plan.dtype_names(dtype) if dtype is not None else None,
+        tps=plan.tp_list(tp) if tp is not None else None,
         gpu=gpu,
     )
     try:
@@ -121,8 +122,8 @@ def plot(
     """Draw figures from result files: one per GEMM and dtype (a roofline: one per dtype); prints each path written."""
     from gemmbench.plot import figures as plots  # heavy (matplotlib, pandas)
 
-    kinds = _choices("--kind", kind, plots.KINDS)
-    formats = _choices("--format", fmt, plots.FORMATS)
+    kinds = plan.choices("--kind", kind, plots.KINDS)
+    formats = plan.choices("--format", fmt, plots.FORMATS)
     if out_path.is_file():
         raise fail(f"--out {out_path}: give a folder (one file per figure goes inside it)")
     runs, profiles, _, layers = _selected(results, shapes, variants, dtype, tp, gpu, baseline)

@@ -10,12 +10,11 @@ from rich.markup import escape
 from rich.table import Table
 
 from gemmbench.cli.common import (
-    deployment,
     err,
     fail,
     out,
     progress_bar,
-    select_cells,
+    warn,
     watchdog,
 )  # fmt: skip
 from gemmbench.cli.engines import import_configs
@@ -39,6 +38,7 @@ from gemmbench.cli.options import (
     Variants,
 )  # fmt: skip
 from gemmbench.dtypes import label
+from gemmbench.engine import plan
 from gemmbench.profile import ncu
 from gemmbench.profile.ncu import SUM_KERNEL
 
@@ -95,9 +95,9 @@ def profile(
     if out_path.suffix == ".parquet" or out_path.is_file():
         raise fail(f"--out {out_path}: give a folder (the profile table and the reports go inside it)")
     runs = _runs_to_join(join)
-    dep = deployment(tp, dp, ep, layout)
+    dep = plan.deployment(tp, dp, ep, layout)
     variants, imported = import_configs(import_config, variants)  # profiled beside the kernel they configure
-    sset, cells = select_cells(shapes, variants, dtype, m, routing, seed, plugin, dep, scaling, fp8_accum)
+    sset, cells = plan.cells(shapes, variants, dtype, m, routing, seed, plugin, dep, warn, scaling, fp8_accum)
     run_id = store.new_run_id(sset.name)
     profiler = _profiler(out_path, run_id, ncu_, nsys_, seed, plugin, ncu_set, timeout, metrics, imported)
     path = out_path / f"{run_id}-profile.parquet"

@@ -16,15 +16,14 @@ from gemmbench.cli import ab as ab_mod
 from gemmbench.cli import compare as cli_compare
 from gemmbench.cli import run_setup as setup
 from gemmbench.cli.common import (
-    deployment,
     err,
     fail,
     gpus_option,
     out,
     positive_budget,
     progress_bar,
-    select_cells,
     shard_option,
+    warn,
     watchdog,
 )  # fmt: skip
 from gemmbench.cli.dry_run import DryRun, print_dry_run
@@ -58,7 +57,7 @@ from gemmbench.cli.options import (
     Variants,
 )  # fmt: skip
 from gemmbench.cli.request import SweepRequest as R
-from gemmbench.engine import sweep_fingerprint
+from gemmbench.engine import plan, sweep_fingerprint
 from gemmbench.engine.pool import PoolError
 from gemmbench.engine.worker_process import WorkerOptions
 from gemmbench.measure import timing_modes
@@ -202,12 +201,12 @@ def run(
     from gemmbench.results import store
 
     mode, values, budget, as_json = timing.value, inputs.value, positive_budget(budget), fmt is OutputFormat.json
-    dep, watchdog_s = deployment(tp, dp, ep, layout), watchdog(cell_timeout, budget)
+    dep, watchdog_s = plan.deployment(tp, dp, ep, layout), watchdog(cell_timeout, budget)
     if dry_run:  # nothing written, nothing run, no GPU needed
         from gemmbench.cli.target_gpu import target_gpu
 
         variants, _ = import_configs(import_config, variants)
-        sset, cells = select_cells(shapes, variants, dtype, m, routing, seed, plugin, dep, scaling, fp8_accum)
+        sset, cells = plan.cells(shapes, variants, dtype, m, routing, seed, plugin, dep, warn, scaling, fp8_accum)
         print_dry_run(sset, cells, dep, as_json, target_gpu(gpu), Policy(borrow=borrow, own=not no_own))
         return
     if gpu is not None:
@@ -218,7 +217,7 @@ def run(
     setup.check_repeat(repeat, resume)
     baseline_cmd = setup.check_ab(ab, compare_to, append, resume, out_path, force)
     variants, imported = import_configs(import_config, variants)  # the imported variants always run
-    sset, cells = select_cells(shapes, variants, dtype, m, routing, seed, plugin, dep, scaling, fp8_accum)
+    sset, cells = plan.cells(shapes, variants, dtype, m, routing, seed, plugin, dep, warn, scaling, fp8_accum)
     meta, cells = _shard(cells, shard_at)
     mode = mode if _on_gpu() else timing_modes.CPU  # no CUDA events on a CPU
     setup.comparable_baseline(compare_to, mode, values)

@@ -13,8 +13,9 @@ from rich.markup import escape
 
 from gemmbench.cli import ab as ab_mod
 from gemmbench.cli import compare as cli_compare
-from gemmbench.cli.common import cpu_too_large, err, fail, lock_output, output_path
+from gemmbench.cli.common import err, fail, lock_output, output_path
 from gemmbench.engine import sweep_fingerprint
+from gemmbench.engine.plan import cpu_too_large
 from gemmbench.results import named_baselines
 
 

@@ -16,21 +16,13 @@ from rich.markup import escape
 from rich.table import Table
 
 from gemmbench.cli.common import (
-    _dtypes,
-    _fp8_accums,
-    _load_plugins,
-    _problems,
-    _scalings,
-    deployment,
     err,
     fail,
     gpus_option,
     out,
     progress_bar,
-    runs_a_scaling,
-    runs_an_fp8_accum,
     shard_option,
-    warn_about,
+    warn,
     watchdog,
 )  # fmt: skip
 from gemmbench.cli.engines import Export, ExportForce, ExportOnly, export_plan
@@ -52,6 +44,7 @@ from gemmbench.cli.options import (
     Shapes,
     Tp,
 )  # fmt: skip
+from gemmbench.engine import plan
 from gemmbench.engine.pool import Cell, Pool, PoolError, Sink
 from gemmbench.engine.worker_process import WorkerOptions
 
@@ -112,10 +105,12 @@ def tune(
     if (export_only or force) and export is None:
         raise fail(f"{'--export-only' if export_only else '--force'} goes with --export ENGINE DIR")
     shard_at, watchdog_s = shard_option(shard), watchdog(cell_timeout)
-    problems, chosen = _select(shapes, variants, dtype, m, deployment(tp, dp, ep, layout), plugin, scaling, fp8_accum)
-    plan = export_plan(export, shapes, problems, chosen) if export else ([], [])  # refused before tuning
+    problems, chosen = plan.tunable(
+        shapes, variants, dtype, m, plan.deployment(tp, dp, ep, layout), plugin, warn, scaling, fp8_accum
+    )
+    exports = export_plan(export, shapes, problems, chosen) if export else ([], [])  # refused before tuning
     if export and export_only:
-        export_files(export, plan, chosen, force, tuned=False)
+        export_files(export, exports, chosen, force, tuned=False)
         return
     gpu_ids, dev = _gpus_and_device(gpus)
     jobs = _jobs(problems, chosen, dev)
@@ -133,7 +128,7 @@ def tune(
         err.print("nothing to tune: " + ("every selected (variant, shape, M bucket) already has a stored config"
                                          if skip_stored else "the tune has fewer jobs than shards"))  # fmt: skip
         if export:
-            export_files(export, plan, chosen, force, tuned=False)
+            export_files(export, exports, chosen, force, tuned=False)
         return
     title = f"tuned on {dev.name} (cold L2) -> {config_files.configs_root() / config_files.gpu_dirname(dev.name)}"
     title += f", shard {shard_at[0]}/{shard_at[1]} ({len(jobs)} of {total} jobs)" if shard_at else ""
@@ -146,38 +141,12 @@ def tune(
     for line in report.failure_lines():
         err.print(escape(line), highlight=False, soft_wrap=True)
     if export:  # what failed to tune is not stored: the export writes what is
-        export_files(export, plan, chosen, force, tuned=True)
+        export_files(export, exports, chosen, force, tuned=True)
     if report.failed:
         raise typer.Exit(1)
 
 
 # ---------------------------------------------------------------- what to tune
-
-
-def _select(shapes, variants, dtype, m, dep, plugin, scaling=None, fp8_accum=None) -> tuple[list, list]:
-    """(problems, tunable variants) of the options, or a one-line error."""
-    from gemmbench import registry
-    from gemmbench import shapes as shapes_mod
-    from gemmbench.models import shape_sets  # not at --help (yaml, importlib.metadata)
-
-    dtype_names = _dtypes(dtype)
-    scalings = _scalings(scaling, dtype_names)
-    accums = _fp8_accums(fp8_accum, dtype_names)
-    try:
-        sset = shape_sets.load(shapes)
-        m_values = shapes_mod.parse_m_list(m) if m is not None else None
-        # configs are stored per shape, not per routing: tuned on uniform routing
-        warn_about(sset)
-        problems = _problems(sset, dtype_names, m_values, dep, ["uniform"], scalings, accums)
-        _load_plugins(plugin or [])
-        chosen = [v for v in registry.select(variants) if v.tunable is not None]
-    except (shapes_mod.ShapeError, registry.RegistryError) as exc:
-        raise fail(str(exc)) from None
-    if not chosen:
-        raise fail(f"--variants {variants!r} selects no tunable variant (the Triton ones are)")
-    runs_a_scaling(chosen, scalings, dtype_names)
-    runs_an_fp8_accum(chosen, accums, dtype_names, scalings)
-    return problems, chosen
 
 
 def _gpus_and_device(gpus: Optional[str]):

@@ -35,7 +35,7 @@ from gemmbench import registry
 from gemmbench.engine.layer_plan import Step, plan_label
 from gemmbench.measure import check as check_mod
 from gemmbench.measure import timing, timing_modes
-from gemmbench.measure.inputs import cell_seed, local_ids, make_inputs
+from gemmbench.measure.inputs import GemmInputs, cell_seed, local_ids, make_inputs
 from gemmbench.results.metrics import gap_note, summarize
 from gemmbench.results.side_tables import LAYER_SCHEMA
 from gemmbench.shapes import Problem
@@ -51,7 +51,7 @@ class Built:
     fn: Callable
     graph_safe: bool = True
     config: dict = field(default_factory=dict)
-    inputs: object = None
+    inputs: Optional[GemmInputs] = None  # None for the routing step
     out: object = None
 
 
@@ -90,7 +90,8 @@ def build(steps: Sequence[Step], seed: int, device: str) -> list[Built]:
     alignment computed) for the routing it will see, then each variant's launch."""
     routings: dict = {}  # (E, topk) -> its Routing, made for the first expert GEMM it feeds (the router reads its K)
     for s in steps:
-        if s.is_gemm and s.problem.is_moe and (s.problem.E, s.problem.topk) not in routings:
+        # s.is_gemm, spelled out so that the type checker narrows s.problem
+        if s.problem is not None and s.problem.is_moe and (s.problem.E, s.problem.topk) not in routings:
             routings[(s.problem.E, s.problem.topk)] = r = Routing(s.problem, seed, device)
             r()
     built = []
@@ -98,6 +99,7 @@ def build(steps: Sequence[Step], seed: int, device: str) -> list[Built]:
         if not s.is_gemm:
             built.append(Built(s, routings[s.routes]))
             continue
+        assert s.problem is not None and s.variant is not None  # a GEMM step has both
         v = registry.get(s.variant)
         inputs = make_inputs(s.problem, cell_seed(seed, s.problem), device)
         routing = routings.get((s.problem.E, s.problem.topk))
@@ -105,8 +107,10 @@ def build(steps: Sequence[Step], seed: int, device: str) -> list[Built]:
             inputs.topk_ids, inputs.topk_weights = routing.ids, routing.weights
         launch = v.make(s.problem, inputs)
         built.append(Built(s, launch.fn, launch.graph_safe, dict(launch.config), inputs, launch.out))
-        if s.problem.is_moe and "BLOCK_M" in launch.config and launch.config["BLOCK_M"] not in routing.block_ms:
-            routing.block_ms.append(int(launch.config["BLOCK_M"]))
+        if s.problem.is_moe and "BLOCK_M" in launch.config:
+            assert routing is not None  # the first loop made one for every expert GEMM
+            if launch.config["BLOCK_M"] not in routing.block_ms:
+                routing.block_ms.append(int(launch.config["BLOCK_M"]))
     return built
 
 
@@ -117,6 +121,7 @@ def check(built: Sequence[Built]) -> list[dict]:
     for b in built:
         if not b.step.is_gemm:
             continue
+        assert b.step.problem is not None and b.step.variant is not None and b.inputs is not None  # built as a GEMM
         res = check_mod.check_cell(b.step.problem, registry.get(b.step.variant), b.inputs, launch=b).result
         out.append(dict(step=b.step.name, ok=res.ok, max_rel_err=res.max_rel_err, detail=res.detail))
     return out
@@ -213,6 +218,7 @@ def _capture(copies: list[list[Built]], fns: list) -> tuple[Optional[Callable], 
             if not torch.equal(e, g):
                 return None, "graph replay routed tokens differently from the eager launches", None
             continue
+        assert s.problem is not None and b.inputs is not None  # a GEMM step's, built with its inputs
         res = check_mod.compare(s.problem, g, e.float(), check_mod.owned_rows(b.inputs))
         if not res.ok:
             return None, f"graph replay output of {s.name} differs from eager: {res.detail}", res.max_rel_err
@@ -249,6 +255,7 @@ def rows_for(
             max_rel_err=errs.get(s.name),
         )
         if s.is_gemm:
+            assert s.problem is not None
             row.update(N=s.problem.N, K=s.problem.K, E=s.problem.E, topk=s.problem.topk)
         if m is not None:
             stats = summarize(m.kernel_samples[i])

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Optional, Sequence, cast
 
 from gemmbench import dtypes, registry, shapes
 from gemmbench.measure import timing_modes
@@ -240,5 +240,6 @@ def _runs_here(registry, name: str, p: Problem, device) -> bool:
 
 def plan_label(steps: Sequence[Step]) -> str:
     """What the layer ran, as one short label: the one variant, or the variants in step order joined by '+'."""
-    names = list(dict.fromkeys(s.variant for s in steps if s.is_gemm))
+    # a GEMM step always names its variant (only routing steps have none)
+    names = list(dict.fromkeys(cast(str, s.variant) for s in steps if s.is_gemm))
     return names[0] if len(names) == 1 else "+".join(names)

@@ -259,6 +259,7 @@ class Pool:
         current, phase, fatal = None, "before start", False
         limit = cell.timeout_s if cell.timeout_s is not None else self.opts.watchdog_s
         while True:
+            why: Optional[str]  # the watchdog's reason, or None while the worker answers
             try:
                 ev = w.next_event(limit)
             except TimeoutError:  # the watchdog: a phase silent this long is a hang, not a slow cell

@@ -10,7 +10,7 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Optional, Protocol
 
 from gemmbench import registry
 from gemmbench.engine.pool import Cell, Pool, PoolError, Sink
@@ -23,6 +23,12 @@ from gemmbench.results.store import cell_columns
 from gemmbench.shapes import Problem
 
 SANITIZER_PADDING = 1 << 20  # bytes of guard after every allocation under --sanitize
+
+
+class RowWriter(Protocol):
+    """Where the sweep's rows go (store.RunWriter); one that has .flush() is flushed when the sweep ends."""
+
+    def append(self, row: dict, /) -> None: ...
 
 
 @dataclass
@@ -68,7 +74,7 @@ def error_row(problem: Problem, variant: str, reason: str, timing: str, gpu: Opt
 class _Sink(Sink):
     """Rows to the writer (stamped with the run and the time), progress to the command."""
 
-    writer: object
+    writer: RowWriter
     opts: SweepOptions
     progress: Progress
     passed: dict = field(default_factory=dict)  # sanitizer cells: label -> variants whose check passed
@@ -155,7 +161,7 @@ def sanitizer_worker(worker: WorkerOptions) -> WorkerOptions:
     return WorkerOptions(**{**asdict(worker), "env": env, "ceilings": False})
 
 
-def run(cells: list, opts: SweepOptions, writer, progress: Optional[Progress] = None) -> None:
+def run(cells: list, opts: SweepOptions, writer: RowWriter, progress: Optional[Progress] = None) -> None:
     """Every (problem, variant) of `cells` ends as one row in `writer`, on disk when this returns (its parts: the
     command joins them, store.RunWriter.close).  PoolError when no worker can start."""
     try:
@@ -166,7 +172,7 @@ def run(cells: list, opts: SweepOptions, writer, progress: Optional[Progress] = 
             flush()
 
 
-def _run(cells: list, opts: SweepOptions, writer, progress: Optional[Progress]) -> None:
+def _run(cells: list, opts: SweepOptions, writer: RowWriter, progress: Optional[Progress]) -> None:
     if opts.sanitize and not shutil.which("compute-sanitizer"):
         raise PoolError("--sanitize needs compute-sanitizer on the PATH (it ships with the CUDA toolkit, in "
                         "<cuda>/bin or the Nsight Compute install)")  # fmt: skip

@@ -12,7 +12,7 @@ its items with exactly one result, sent as soon as it is known:
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, cast
 
 import torch
 
@@ -83,7 +83,10 @@ def time_task(ctx, task: dict) -> None:
         memory.reset_peak(ctx.devname)
         try:
             inputs = make_inputs(problem, seed, ctx.devname)
-            checked = check_cell(problem, variant, inputs, on_phase=lambda ph, n=name: ctx.begin(n, ph))
+            # mypy cannot infer a lambda with a default argument (n binds this variant) from the parameter's type
+            checked = check_cell(
+                problem, variant, inputs, on_phase=cast(Callable[[str], None], lambda ph, n=name: ctx.begin(n, ph))
+            )
         except Exception as exc:  # noqa: BLE001 - recorded as the cell's error, the sweep goes on
             inputs = None  # not held through the next variant's draw
             peak = memory.peak_bytes(ctx.devname)
@@ -213,7 +216,9 @@ def _throughput(ctx, problem: Problem, variant, works: list, t: float) -> dict:
     nbytes = round(sum(metrics.bytes_min(problem, **w) for w in works) / len(works))
     # every row has the FLOPs of a routing-independent problem (cell_columns); under EP they are this rank's pairs
     flops = round(sum(metrics.flops(problem, w.get("pairs")) for w in works) / len(works))
-    out = dict(flops=flops, bytes_min=nbytes, tflops=metrics.tflops(flops, t), gbps=metrics.gbps(nbytes, t))
+    out: dict[str, Any] = dict(
+        flops=flops, bytes_min=nbytes, tflops=metrics.tflops(flops, t), gbps=metrics.gbps(nbytes, t)
+    )
     if ctx.ceilings is not None and flops > 0:  # flops 0: no pair on this rank (EP), no bound to be a % of
         bw = metrics.bandwidth_at(ctx.ceilings.bandwidth_ladder, nbytes)
         peak = ctx.ceilings.peak_for(problem.dtype)
