@@ -14,7 +14,7 @@ from gemmbench.results import store
 
 ROOT = Path(__file__).parent.parent
 SHIPPED = ROOT / "gemmbench" / "baselines" / "h100.parquet"
-LAYER = sorted((ROOT / "results" / "layer").glob("*.parquet"))[0]
+LAYER = sorted((ROOT / "benchmarks" / "data" / "layer").glob("*.parquet"))[0]
 
 
 def _run(tmp_path: Path, name: str, run_id: str, M: int = 16) -> Path:

@@ -982,6 +982,6 @@ def test_layer_tables_from_before_the_accumulation_contracts_read_as_precise():
 
     from gemmbench.results.side_tables import load_layer_tables
 
-    root = Path(__file__).parent.parent / "results" / "layer"
+    root = Path(__file__).parent.parent / "benchmarks" / "data" / "layer"
     df = load_layer_tables([root / "llama70b.parquet", root / "mixtral.parquet"])
     assert set(zip(df["dtype"], df["fp8_accum"], strict=True)) == {("fp8", "precise"), ("bf16", "none")}
