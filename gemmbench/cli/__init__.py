@@ -12,7 +12,8 @@ import sys
 from rich.markup import escape
 
 from gemmbench.cli import ceilings, compare, layer, list, merge, plot, profile, run, shapes, signals, tune
-from gemmbench.cli.common import app, err, release_locks
+from gemmbench.cli.common import app, err
+from gemmbench.results.run_file import release_locks
 
 app.command()(run.run)
 app.command()(tune.tune)

@@ -4,10 +4,7 @@ and exit code 2, never a traceback."""
 
 from __future__ import annotations
 
-import atexit
-import os
 import sys
-from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
@@ -17,6 +14,7 @@ from typer.core import TyperGroup
 
 from gemmbench.engine.plan import PlanError
 from gemmbench.engine.pool import PoolError, parse_gpus
+from gemmbench.results.run_file import RunFileError
 
 try:  # Typer >= 0.29 carries its own copy of click
     from typer._click.exceptions import ClickException, NoArgsIsHelpError
@@ -37,7 +35,7 @@ class OneLineErrors(TyperGroup):
         except NoArgsIsHelpError as exc:  # `gemmbench` or `gemmbench list` alone: the help, as before
             exc.show()
             sys.exit(exc.exit_code)
-        except PlanError as exc:  # the engine's plan refused the selection: the same one line
+        except (PlanError, RunFileError) as exc:  # the plan or the results file refused: the same one line
             err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
             sys.exit(2)
         except ClickException as exc:
@@ -153,67 +151,3 @@ def gpus_option(gpus: Optional[str]) -> Optional[list[int]]:
         return parse_gpus(gpus, torch.cuda.device_count() if torch.cuda.is_available() else 0)
     except PoolError as exc:
         raise fail(str(exc)) from None
-
-
-def refuse_existing(paths: list[Path], force: bool) -> None:
-    """Results already written are never replaced without --force: one line naming the first that exists."""
-    there = [p for p in paths if p.exists()]
-    if there and not force:
-        more = f" (and {len(there) - 1} more)" if len(there) > 1 else ""
-        raise fail(f"--out: {there[0]} exists{more}; --force replaces it")
-
-
-_HELD: dict = {}  # the lock files this process holds, open until it ends (a command run again in it holds them)
-
-
-def lock_output(path: Path) -> None:
-    """One writer per results file: a second gemmbench writing the same file at the same time is refused in one
-    line (the lock is a hidden file beside it, `.NAME.lock`, held until this process ends)."""
-    import fcntl  # POSIX; the commands that write results run where the GPUs are
-
-    lock = path.with_name(f".{path.name}.lock").resolve()
-    if lock in _HELD:
-        return
-    handle = open(lock, "a+")
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        handle.seek(0)
-        who = handle.read().strip() or "another process"
-        handle.close()
-        raise fail(f"--out {path}: gemmbench {who} is writing it now; wait for it, or give another --out") from None
-    handle.seek(0)
-    handle.truncate()
-    handle.write(f"pid {os.getpid()}")
-    handle.flush()
-    if not _HELD:
-        atexit.register(release_locks)
-    _HELD[lock] = handle
-
-
-def release_locks() -> None:
-    """The locks this process holds, let go (at exit, or before it dies by a signal).  The files stay: one removed
-    while another process waits on it would let two writers in."""
-    for handle in _HELD.values():
-        handle.close()
-    _HELD.clear()
-
-
-def output_path(out: Path, run_id: str) -> Path:
-    """A run's Parquet path (`out` itself when it ends in .parquet), its folder made and writable, before any
-    cell runs."""
-    import tempfile
-
-    path = out if out.suffix == ".parquet" else out / f"{run_id}.parquet"
-    if path.is_dir():
-        raise fail(f"--out {out}: is a folder; give a folder without the .parquet suffix, or a file path")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise fail(f"--out {out}: cannot create the folder ({exc.strerror})") from None
-    try:  # a file made and removed: the only sure test (os.access says yes to root, and /proc refuses anyway)
-        with tempfile.NamedTemporaryFile(dir=path.parent, prefix=".gemmbench-probe-"):
-            pass
-    except OSError as exc:
-        raise fail(f"--out {out}: cannot write in {path.parent} ({exc.strerror or exc})") from None
-    return path

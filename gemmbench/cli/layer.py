@@ -15,12 +15,9 @@ from rich.table import Table
 from gemmbench.cli.common import (
     err,
     fail,
-    lock_output,
     out,
-    output_path,
     positive_budget,
     progress_bar,
-    refuse_existing,
     warn,
     watchdog,
 )  # fmt: skip
@@ -47,6 +44,7 @@ from gemmbench.engine import plan
 from gemmbench.engine.pool import Cell, Pool, PoolError, Sink
 from gemmbench.engine.worker_process import WorkerOptions
 from gemmbench.measure import timing_modes
+from gemmbench.results.run_file import lock, output_path, refuse_existing
 
 # the options only `layer` takes (those it shares: cli.options), by --help panel
 LayerModel = Annotated[
@@ -124,7 +122,7 @@ def layer(
     gpu = _device_path(plans)
     run_id = store.new_run_id(f"layer-{sset.name}")
     path = output_path(out_path, run_id)
-    lock_output(path)  # one writer: a second layer (or run) on the same file is refused
+    lock(path)  # one writer: a second layer (or run) on the same file is refused
     if path.exists() and not force:  # written while this one planned
         refuse_existing([path], force)
     for label, note in notes.items():

@@ -8,9 +8,10 @@ from typing import Annotated, Optional
 import typer
 from rich.markup import escape
 
-from gemmbench.cli.common import err, fail, lock_output, refuse_existing
+from gemmbench.cli.common import err, fail
 from gemmbench.cli.formats import OutputFormat, format_option, print_json
 from gemmbench.cli.options import OUTPUT, Force
+from gemmbench.results.run_file import lock, refuse_existing
 
 SHOWN = 10  # cells named in a message; the rest are counted
 
@@ -78,7 +79,7 @@ def merge(
 
     if out_path.suffix != ".parquet":
         raise fail(f"--out {out_path}: give a .parquet file path")
-    lock_output(out_path)  # a run or another merge writing it now is refused, before anything is read
+    lock(out_path)  # a run or another merge writing it now is refused, before anything is read
     refuse_existing([out_path], force)
     try:
         files = [f for p in parts for f in result_files(p)]

@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 import typer
 from rich.markup import escape
 
-from gemmbench.cli.common import err, fail, refuse_existing
+from gemmbench.cli.common import err, fail
 from gemmbench.cli.formats import OutputFormat, format_option, print_json
 from gemmbench.cli.options import (
     OUTPUT,
@@ -23,6 +23,7 @@ from gemmbench.cli.options import (
     RowVariants,
 )  # fmt: skip
 from gemmbench.engine import plan
+from gemmbench.results.run_file import refuse_existing
 
 # the options only `plot` or only `report` takes (the rows both draw: cli.options)
 PlotOut = Annotated[

@@ -227,7 +227,7 @@ def run(
     meta = {**(meta or {}), **sweep_fingerprint.encode(fp)}
     setup.check_resume(resume, fp)
     cpu = setup.cpu_path(cells, sanitize)  # refused before anything is written
-    writer, run_id, cells = setup.writer(out_path, run_id, meta, cells, mode, append, force, resume)
+    writer, run_id, cells = setup.open_run(out_path, run_id, meta, cells, mode, append, force, resume)
     if cpu and cells:
         _say_cpu_path()
     if not cells:

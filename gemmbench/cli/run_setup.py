@@ -5,7 +5,6 @@ fingerprint."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import Optional
 
@@ -13,10 +12,11 @@ from rich.markup import escape
 
 from gemmbench.cli import ab as ab_mod
 from gemmbench.cli import compare as cli_compare
-from gemmbench.cli.common import err, fail, lock_output, output_path
+from gemmbench.cli.common import err, fail
 from gemmbench.engine import sweep_fingerprint
 from gemmbench.engine.plan import cpu_too_large
 from gemmbench.results import named_baselines
+from gemmbench.results.run_file import refuse_written
 
 
 def results_path(out: Optional[Path], resume: Optional[Path]) -> Path:
@@ -61,18 +61,6 @@ def refuse_before_work(out_path: Path, append: bool, force: bool, resume: Option
         raise fail(f"--resume {resume}: no such run file")
     if resume is None and out_path.suffix == ".parquet" and not (append or force):
         refuse_written(out_path)
-
-
-def refuse_written(path: Path) -> None:
-    """One line where a run file, or an unfinished sweep's parts of one, is at `path` (nothing to replace without
-    --append or --force)."""
-    from gemmbench.results.store import parts_dir  # heavy (pandas)
-
-    if path.exists():
-        raise fail(f"--out {path} exists; --append adds this sweep's rows to it, --force replaces it")
-    if parts_dir(path).exists():
-        raise fail(f"--out {path}: an unfinished sweep's rows are in {parts_dir(path)}; --resume {path} finishes "
-                   "it, --force replaces it")  # fmt: skip
 
 
 def check_ab(ab: Optional[str], compare_to, append: bool, resume, out_path: Path, force: bool) -> Optional[list[str]]:
@@ -157,41 +145,15 @@ def fingerprint(sset, cells, timing, inputs, budget, seed, sanitize, retune, plu
     )  # fmt: skip
 
 
-def writer(out_path, run_id, meta, cells, timing, append, force, resume) -> tuple:
-    """(the run's writer, its run id, the cells still to run): a new file; an existing --out only with --append
-    (its rows kept) or --force; --resume: the file's own run, less the cells it has finished."""
-    from gemmbench.results import store
-
-    path = resume if resume is not None else output_path(out_path, run_id)
-    lock_output(path)
-    if resume is None and not (append or force):  # written by a run that ended while this one started
-        refuse_written(path)
-    written = path.exists() or store.parts_dir(path).exists()
-    if written and force:  # replaced now: never read later as one run with this sweep's parts
-        path.unlink(missing_ok=True)
-        shutil.rmtree(store.parts_dir(path), ignore_errors=True)
-    kept: list = []
-    if resume is not None or (append and written):
-        option = "--resume" if resume is not None else "--append"
-        try:
-            kept = store.records(store.load([path]))
-        except store.StoreError as exc:
-            raise fail(f"{option}: {exc}") from None
-    if resume is None:
-        return store.RunWriter(path, meta, kept), run_id, cells
-    return store.RunWriter(path, meta, kept), kept[0]["run_id"] if kept else run_id, _not_done(cells, kept, timing)
-
-
-def _not_done(cells: list, kept: list, timing: str) -> list:
-    """The cells a resumed run still has to run (a row of the same cell, timing mode and build is done)."""
+def open_run(out_path, run_id, meta, cells, timing, append, force, resume) -> tuple:
+    """run_file.open_run for this build; --resume says what it keeps and what is left."""
     import gemmbench
     from gemmbench.measure import device
-    from gemmbench.results import store
-    from gemmbench.results.shard import cell_key
+    from gemmbench.results import run_file
 
-    done = {store.resume_key(r) for r in kept}
-    build = [timing, gemmbench.__version__, str(device.git_sha())]
-    left = [(p, [n for n in names if "|".join([cell_key(p, n), *build]) not in done]) for p, names in cells]
-    left = [(p, names) for p, names in left if names]
-    err.print(escape(f"--resume: {len(kept)} rows kept, {sum(len(n) for _, n in left)} cells to run"), highlight=False)
-    return left
+    build = (timing, gemmbench.__version__, str(device.git_sha()))
+    writer, run_id, left, kept = run_file.open_run(out_path, run_id, meta, cells, build, append, force, resume)
+    if resume is not None:
+        err.print(escape(f"--resume: {len(kept)} rows kept, {sum(len(n) for _, n in left)} cells to run"),
+                  highlight=False)  # fmt: skip
+    return writer, run_id, left
