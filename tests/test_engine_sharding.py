@@ -330,3 +330,35 @@ def test_expert_split_refusal_lifts_with_whole_experts():
 def test_ep_on_a_dense_model_is_refused():
     # gemmbench's own rule, not vLLM's (which ignores EP without expert layers): such flags are a mistake
     assert refusal("llama3.1-8b", 8, 1, 8) == "llama3.1-8b: --ep 8 needs expert GEMMs (E > 1), and this set has none"
+
+
+MOE60 = """name: moe60
+m: [1]
+gemms:
+  - {id: moe_w13, N: 2816, K: 2048, parallel: column, E: 60, topk: 4}
+  - {id: moe_w2, N: 2048, K: 1408, parallel: row, E: 60, topk: 4}
+"""
+
+
+def test_sglang_refuses_experts_that_do_not_divide_over_ep():
+    # SGLang's start-up check: every EP rank holds E / EP experts, so 60 experts over EP 8 (7.5 each) is refused;
+    # vLLM gives the first 60 % 8 = 4 ranks one expert more, so it runs (rank 0: ceil(60 / 8) = 8 experts)
+    sset = load_text("moe60", MOE60)
+    with pytest.raises(ShapeError, match=r"^moe60: SGLang places the same number of experts on every GPU, and 60 "
+                                         r"experts do not divide by --ep 8$"):  # fmt: skip
+        problems(sset, "bf16", [1], tp=8, ep=8, layout="sglang")
+    assert {p.E for p in problems(sset, "bf16", [1], tp=8, ep=8, layout="vllm")} == {60}
+    assert problems(sset, "bf16", [1], tp=8, ep=4, layout="sglang")  # 60 / 4 = 15 experts a rank
+    assert problems(load_text("moe64", MOE60.replace("E: 60", "E: 64")), "bf16", [1], tp=8, ep=8, layout="sglang")
+
+
+def test_a_list_sweep_runs_the_combinations_the_engine_accepts():
+    from test_cli import invoke
+
+    # Llama3-70B's 64 query heads divide by TP 4 and 8, not by 6: the sweep runs 4 and 8 and names 6 in one line
+    res = invoke("run", "--shapes", "llama70b-attn", "--tp", "4,6,8", "--dtype", "bf16", "--m", "1", "--dry-run",
+                 "--format", "json")  # fmt: skip
+    assert res.exit_code == 0, res.stderr
+    assert {c["tp"] for c in json.loads(res.stdout)["cells"]} == {4, 8}
+    assert "left out 1 of the --tp/--dp/--ep combinations: TP 6 DP 1 EP 1: llama70b-attn: attn_qkv: 64 query " \
+           "heads do not divide by TP 6" in " ".join(res.stderr.split())  # fmt: skip

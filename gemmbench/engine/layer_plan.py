@@ -117,7 +117,7 @@ def layer_problems(
     layer) runs the same at any EP degree: its problems carry ep 1.  Every GEMM of the layer has the one fp8
     `scaling` (a block-fp8 layer: every variant chosen runs block) and the one `fp8_accum` contract."""
     # the whole model's experts decide whether the deployment is valid: a dense-prefix layer alone has none
-    sharding.check(sharding.Parallel(tp, dp, ep, layout), sset.name, any(g.is_moe for g in sset.gemms))
+    sharding.check(sharding.Parallel(tp, dp, ep, layout), sset.name, sharding.experts(sset))
     gemms = [g for g in sset.gemms if in_layer(g, kind)]
     if not gemms:
         what = f"{kind} " if kind else ""

@@ -100,7 +100,7 @@ def deployment(tp: str, dp: str, ep: str, layout: str) -> Deployment:
 def combinations(sset, dep: Deployment, warn: Warn) -> list[tuple[int, int, int]]:
     """The (TP, DP, EP) of the lists that the layout's engine can run on the set; the others named in one warning.
     ShapeError with the first refusal when none is left."""
-    from gemmbench.models.sharding import Parallel, check  # not at --help (yaml)
+    from gemmbench.models.sharding import Parallel, check, experts  # not at --help (yaml)
     from gemmbench.shapes import ShapeError
 
     combos, refused = [], []
@@ -108,7 +108,7 @@ def combinations(sset, dep: Deployment, warn: Warn) -> list[tuple[int, int, int]
         for d in dep.dps:
             for e in dep.eps:
                 try:
-                    check(Parallel(t, d, e, dep.layout), sset.name, any(g.is_moe for g in sset.gemms))
+                    check(Parallel(t, d, e, dep.layout), sset.name, experts(sset))
                     combos.append((t, d, e))
                 except ShapeError as exc:
                     refused.append(str(exc))
@@ -125,14 +125,24 @@ def problems(sset, dtypes_asked: Sequence[str], m_values, dep: Deployment, routi
     contract; a GEMM that neither EP nor the routing changes once per (TP, DP).  ShapeError (one line) where no
     combination is left, and where a GEMM does not divide."""
     from gemmbench.models.sharding import problems as shard  # not at --help (yaml)
+    from gemmbench.shapes import ShapeError
 
-    out, seen = [], set()
+    out, seen, refused = [], set(), []
     for t, d, e in combinations(sset, dep, warn):
-        for r in routings:
-            for p in shard(sset, dtypes_asked, m_values, t, r, e, scalings, d, dep.layout, fp8_accums):
-                if p not in seen:  # a dense GEMM is the same problem at every EP and routing
-                    seen.add(p)
-                    out.append(p)
+        try:  # a GEMM that does not divide at this TP refuses this combination only
+            found = [p for r in routings
+                     for p in shard(sset, dtypes_asked, m_values, t, r, e, scalings, d, dep.layout, fp8_accums)]  # fmt: skip
+        except ShapeError as exc:
+            refused.append(f"TP {t} DP {d} EP {e}: {exc}")
+            continue
+        for p in found:
+            if p not in seen:  # a dense GEMM is the same problem at every EP and routing
+                seen.add(p)
+                out.append(p)
+    if refused and not out:
+        raise ShapeError(refused[0].split(": ", 1)[1])
+    if refused:
+        warn(f"left out {len(refused)} of the --tp/--dp/--ep combinations: {'; '.join(refused)}")
     return out
 
 

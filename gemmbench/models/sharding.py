@@ -74,8 +74,10 @@ class RankGemm:
     shared_experts: int = 0  # experts every token is routed to (a folded shared expert), the last of E
 
 
-def check(par: Parallel, name: str, has_experts: bool) -> None:
-    """The deployment is one the layout's engine can run on this set; else a one-line ShapeError."""
+def check(par: Parallel, name: str, expert_counts: Sequence[int]) -> None:
+    """The deployment is one the layout's engine can run on this set (`expert_counts`: the E of its expert GEMMs);
+    else a one-line ShapeError."""
+    has_experts = bool(expert_counts)
     for flag, value in (("tp", par.tp), ("dp", par.dp), ("ep", par.ep)):
         if not _is_int(value) or value < 1:
             raise ShapeError(f"--{flag} must be a positive integer, got {value!r}")
@@ -93,6 +95,15 @@ def check(par: Parallel, name: str, has_experts: bool) -> None:
         raise ShapeError(f"{name}: vLLM runs experts split over all TP x DP = {par.world} GPUs (EP 1) or whole, one "
                          f"set a GPU (EP = TP x DP = {par.world}); --ep {par.ep} with --tp {par.tp} --dp {par.dp} is "
                          "neither (--layout sglang takes any EP that divides TP x DP)")  # fmt: skip
+    uneven = sorted({e for e in expert_counts if e % par.ep})
+    if par.layout == "sglang" and uneven:  # SGLang's start-up check (vLLM gives the first ranks one expert more)
+        raise ShapeError(f"{name}: SGLang places the same number of experts on every GPU, and {uneven[0]} experts "
+                         f"do not divide by --ep {par.ep}")  # fmt: skip
+
+
+def experts(shape_set: ShapeSet) -> tuple[int, ...]:
+    """The expert counts of the set's expert GEMMs (none for a dense set)."""
+    return tuple(g.E for g in shape_set.gemms if g.is_moe)
 
 
 def for_layout(gemms: tuple[Gemm, ...], par: Parallel) -> list[Gemm]:
@@ -220,7 +231,7 @@ def problems(
             raise ShapeError(f"{shape_set.source}: empty M list")
         ms = tuple(sorted({_positive(m, "every M", shape_set.source) for m in m_values}))
     par = Parallel(tp, dp, ep, layout)
-    check(par, shape_set.name, any(g.is_moe for g in shape_set.gemms))
+    check(par, shape_set.name, experts(shape_set))
     out = []
     for gemm in for_layout(shape_set.gemms, par):
         r = shard(gemm, par, shape_set.name)
