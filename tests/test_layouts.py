@@ -127,12 +127,27 @@ def test_dry_run_counts_the_dp_ranks_tokens():
 
 
 def test_dry_run_needs_no_gpu_for_its_answer(tmp_path):
-    doc = _dry("--shapes", "smoke", "--m", "1", "--dtype", "fp16", "--variants", "triton_dp_row,cublas_fp16")
-    cell = next(c for c in doc["cells"] if c["gemm"] == "smoke_square")
+    doc = _dry("--shapes", "smoke", "--m", "1", "--dtype", "fp16,fp8", "--variants", "triton_dp_row,cublas_*",
+               *(() if torch.cuda.is_available() else ("--gpu", "NVIDIA H200")))  # fmt: skip
+    cell = next(c for c in doc["cells"] if c["gemm"] == "smoke_square" and c["dtype"] == "fp16")
+    fp8 = next(c for c in doc["cells"] if c["gemm"] == "smoke_square" and c["dtype"] == "fp8")
     if torch.cuda.is_available():  # the variant's own check runs against the GPU
         assert "triton_dp_row" in cell["runs"] or "triton_dp_row" in cell["skips"]
-    else:  # it asks the device, and there is none: said, not guessed
-        assert cell["skips"]["triton_dp_row"] == "unknown: needs a GPU" and cell["runs"] == ["cublas_fp16"]
+    else:  # an H200 from the parts table: Triton needs capability 8.0+ and fp16 (it has 9.0); cuBLAS fp16 always
+        assert doc["gpu"] == "NVIDIA H200" and doc["stand_in"] is True
+        assert cell["runs"] == ["cublas_fp16", "triton_dp_row"] and not cell["skips"]
+        # whether the GPU machine's torch has _scaled_mm is that machine's to say, not this one's
+        assert (
+            fp8["on_the_gpu"]["cublas_fp8"] == "decided on the GPU: whether its torch has _scaled_mm's tensor-wise path"
+        )
+
+
+def test_dry_run_without_a_gpu_answers_for_an_h200(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    res = invoke("run", "--shapes", "smoke", "--m", "1", "--dtype", "fp16", "--dry-run")
+    assert res.exit_code == 0, res.stderr
+    assert "on NVIDIA H200 (described from the parts table)" in " ".join(res.stdout.split())
+    assert "runs: cublas_fp16, triton_dp_grouped, triton_splitk_atomic, triton_persistent, triton_streamk" in res.stdout
 
 
 def test_dry_run_table_and_refusals():

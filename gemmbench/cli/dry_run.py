@@ -22,13 +22,14 @@ DryRun = Annotated[
         rich_help_panel=OUTPUT,
     ),
 ]
-NEEDS_GPU = "unknown: needs a GPU"  # a variant's own support check asks the device, and there is none here
+DEFAULT_GPU = "NVIDIA H200"  # what a dry run on a machine without a GPU answers for (--gpu NAME: another part)
 
 
-def print_dry_run(sset, cells: list, dep: Deployment, as_json: bool, gpu=None, policy=None) -> None:
-    """The cells of `run` (select_cells') as a table, or as the `gemmbench.dry-run/1` JSON document; gpu (a
-    cli.target_gpu.TargetGpu, or None on a machine without one): whose support and configs are predicted, under the
-    lookup's policy (config_sources.Policy)."""
+def print_dry_run(sset, cells: list, dep: Deployment, as_json: bool, gpu, policy=None) -> None:
+    """The cells of `run` (plan.cells') as a table of one line per problem with footnotes, or as the
+    `gemmbench.dry-run/1` JSON document; gpu (a cli.target_gpu.TargetGpu): whose support and configs are predicted,
+    under the lookup's policy (config_sources.Policy).  A rule a GPU described from the parts table cannot settle here
+    (a probe of the GPU machine's own torch or Triton) is listed apart, as decided on the GPU."""
     from gemmbench.dtypes import label  # not at --help
 
     docs = [_cell(p, names, gpu, policy) for p, names in cells]
@@ -37,24 +38,62 @@ def print_dry_run(sset, cells: list, dep: Deployment, as_json: bool, gpu=None, p
         print_json({"schema": "gemmbench.dry-run/1", "shape_set": sset.name, "source": sset.source,
                     "deployment": {"tp": list(dep.tps), "dp": list(dep.dps), "ep": list(dep.eps),
                                    "layout": dep.layout},
-                    "gpu": gpu.name if gpu else None, "configs": configs, "cells": docs})  # fmt: skip
+                    "gpu": gpu.name, "stand_in": bool(gpu.device.stand_in), "configs": configs,
+                    "cells": docs})  # fmt: skip
         return
-    table = Table(title=escape(f"{sset.name}: rank 0's GEMMs, layout {dep.layout} (dry run: nothing runs)"))
-    for col in ("gemm", "tp", "dp", "ep", "M", "tokens", "N", "K", "E", "local E", "topk", "dtype", "runs", "skips"):
-        table.add_column(col, justify="left" if col in ("gemm", "dtype", "runs", "skips") else "right")
+    where = "described from the parts table" if gpu.device.stand_in else "this machine's"
+    table = Table(title=escape(f"{sset.name}: rank 0's GEMMs on {gpu.name} ({where}), layout {dep.layout} (dry run: "
+                               "nothing runs)"))  # fmt: skip
+    cols = ("gemm", "tp", "dp", "ep", "M", "tokens", "N", "K", "E", "local E", "topk", "dtype", "run", "on the GPU",
+            "skip")  # fmt: skip
+    for col in cols:
+        table.add_column(col, justify="left" if col in ("gemm", "dtype") else "right", no_wrap=True)
     for c in docs:
         moe = c["E"] > 1
-        skips = "; ".join(f"{v}: {why}" for v, why in c["skips"].items())
         table.add_row(
             escape(c["gemm"]), *(str(c[k]) for k in ("tp", "dp", "ep", "M", "tokens", "N", "K")),
             *((str(c["E"]), str(c["local_experts"]), str(c["topk"])) if moe else ("", "", "")),
             escape(label(c["dtype"], c["scaling"], c["fp8_accum"]) if c["scaling"] != "none" else c["dtype"]),
-            escape(", ".join(c["runs"])), escape(skips),
+            str(len(c["runs"])), str(len(c["on_the_gpu"])) if c["on_the_gpu"] else "", str(len(c["skips"])) or "",
         )  # fmt: skip
     out.print(table)
+    for line in _footnotes(docs):
+        out.print(escape(line), highlight=False, soft_wrap=True)
     if configs is not None:
         out.print(escape(_configs_line(configs)), highlight=False, soft_wrap=True)
-    err.print(f"{len(docs)} problems, {sum(len(c['runs']) for c in docs)} cells would run", highlight=False)
+    later = sum(len(c["on_the_gpu"]) for c in docs)
+    err.print(f"{len(docs)} problems, {sum(len(c['runs']) for c in docs)} cells would run"
+              + (f", {later} more decided on the GPU" if later else ""), highlight=False)  # fmt: skip
+
+
+def _footnotes(docs: list[dict]) -> list[str]:
+    """Who runs, who is left to the GPU and who is skipped, one line per variant set or reason, with the problems."""
+    from gemmbench.measure.device import ON_THE_GPU  # torch: not at --help
+
+    groups: dict[tuple[str, str], list[int]] = {}
+    for i, c in enumerate(docs):
+        groups.setdefault(("run", ", ".join(c["runs"]) or "nothing"), []).append(i)
+        for v, why in c["on_the_gpu"].items():
+            groups.setdefault((why, v), []).append(i)
+        for v, why in c["skips"].items():
+            groups.setdefault((why, v), []).append(i)
+    lines: list[str] = []
+    by_reason: dict[str, list[tuple[str, list[int]]]] = {}
+    for (kind, what), rows in groups.items():
+        if kind == "run":
+            lines.append(f"runs: {what} ({_count(rows, docs)})")
+        else:
+            by_reason.setdefault(kind, []).append((what, rows))
+    for why, variants in by_reason.items():
+        names = ", ".join(v for v, _ in variants)
+        rows = sorted({i for _, r in variants for i in r})
+        kind = "" if why.startswith(ON_THE_GPU) else "skipped: "
+        lines.append(f"{kind}{names}: {why} ({_count(rows, docs)})")
+    return lines
+
+
+def _count(rows: list[int], docs: list[dict]) -> str:
+    return "every problem" if len(rows) == len(docs) else f"{len(rows)} of {len(docs)} problems"
 
 
 def _cell(p, names: list[str], gpu: Any, policy: Any = None) -> dict:
@@ -63,24 +102,27 @@ def _cell(p, names: list[str], gpu: Any, policy: Any = None) -> dict:
     Triton variant that runs, the config a run on the GPU would take (config_sources.predict)."""
     from gemmbench import registry
     from gemmbench.configs import config_sources
+    from gemmbench.measure.device import ON_THE_GPU
 
-    runs, skips, configs = [], {}, {}
+    runs, later, skips, configs = [], {}, {}, {}
     for name in names:
         v = registry.get(name)
         why = v.declared_reason(p)
         if why is None and v.supports is not None:
-            why = v.supports(p, gpu.device) if gpu is not None else NEEDS_GPU
+            why = v.supports(p, gpu.device)
         if why is None:
             runs.append(name)
-            if v.tunable is not None and gpu is not None:
+            if v.tunable is not None:
                 configs[name] = config_sources.predict(name, p, gpu.name, gpu.part, policy or config_sources.Policy())
+        elif why.startswith(ON_THE_GPU):
+            later[name] = why
         else:
             skips[name] = why
     doc = dict(gemm=p.gemm, M=p.M // p.dp_tokens, tokens=p.M, N=p.N, K=p.K, E=p.E, local_experts=p.local_experts,
                topk=p.topk, shared_experts=p.shared_experts, routing=p.routing if p.is_moe else None,
                pairs_routed=p.M * p.topk if p.is_moe else None, tp=p.tp, ep=p.ep, dp=p.dp, layout=p.layout,
                dtype=p.dtype, scaling=p.scaling, fp8_accum=p.fp8_accum)  # fmt: skip
-    return dict(doc, runs=runs, skips=skips, configs=configs)
+    return dict(doc, runs=runs, on_the_gpu=later, skips=skips, configs=configs)
 
 
 def _configs_summary(docs: list[dict], gpu: Any) -> Optional[dict]:

@@ -121,7 +121,8 @@ GpuName = Annotated[
     typer.Option(
         "--gpu",
         help="Say what a run on this GPU would use, without it: a name of the Hopper parts table, e.g. 'NVIDIA H200' "
-        "(README: Which configs a run uses).  Default: this machine's GPU.",
+        "(README: Which configs a run uses).  Default: this machine's GPU; with --dry-run on a machine without one, "
+        "NVIDIA H200.",
         rich_help_panel=WHAT,
     ),  # fmt: skip
 ]

@@ -26,7 +26,7 @@ from gemmbench.cli.common import (
     warn,
     watchdog,
 )  # fmt: skip
-from gemmbench.cli.dry_run import DryRun, print_dry_run
+from gemmbench.cli.dry_run import DEFAULT_GPU, DryRun, print_dry_run
 from gemmbench.cli.engines import import_configs
 from gemmbench.cli.formats import InputValues, OutputFormat, choice, format_option, print_json
 from gemmbench.cli.options import (
@@ -207,7 +207,9 @@ def run(
 
         variants, _ = import_configs(import_config, variants)
         sset, cells = plan.cells(shapes, variants, dtype, m, routing, seed, plugin, dep, warn, scaling, fp8_accum)
-        print_dry_run(sset, cells, dep, as_json, target_gpu(gpu), Policy(borrow=borrow, own=not no_own))
+        print_dry_run(
+            sset, cells, dep, as_json, target_gpu(gpu) or target_gpu(DEFAULT_GPU), Policy(borrow=borrow, own=not no_own)
+        )
         return
     if gpu is not None:
         raise fail("--gpu goes with --dry-run: a run measures the GPU it runs on")

@@ -136,7 +136,7 @@ def device_of(part: gpu_parts.GpuPart):
     from gemmbench.measure.device import DeviceInfo  # torch: only where a part stands in for a GPU
 
     return DeviceInfo(kind="cuda", name=part.name, capability=part.capability, sm_count=part.sms,
-                      l2_bytes=part.l2_mib << 20, smem_per_block=part.smem_per_block_kib << 10)  # fmt: skip
+                      l2_bytes=part.l2_mib << 20, smem_per_block=part.smem_per_block_kib << 10, stand_in=True)  # fmt: skip
 
 
 def files_for(

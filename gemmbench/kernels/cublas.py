@@ -17,6 +17,7 @@ import torch
 
 from gemmbench import dtypes
 from gemmbench.builtin_baselines import BASELINES
+from gemmbench.measure.device import on_the_gpu
 from gemmbench.registry import Launch, Variant, register
 
 
@@ -61,7 +62,9 @@ def fp8_supports(scaling: str):
             return f"torch._scaled_mm needs N and K divisible by 16 (N={problem.N}, K={problem.K})"
         if device.kind == "cuda" and device.capability < ((9, 0) if scaling == "row" else (8, 9)):
             return f"cuBLAS fp8 ({scaling}-wise) needs a newer GPU than {device.name} {device.capability}"
-        return _scaled_mm_error(device.kind, scaling)
+        return on_the_gpu(device, f"whether its torch has _scaled_mm's {scaling}-wise path") or _scaled_mm_error(
+            device.kind, scaling
+        )
 
     return supports
 

@@ -15,6 +15,7 @@ import torch
 
 from gemmbench import dtypes
 from gemmbench.builtin_baselines import BASELINES
+from gemmbench.measure.device import on_the_gpu
 from gemmbench.measure.inputs import act_block_scales, act_scale_padded
 from gemmbench.registry import Launch, Variant, register
 
@@ -90,7 +91,8 @@ def _block_probe() -> Optional[str]:
 def _block_supports(problem, device) -> Optional[str]:
     if problem.N % 16 or problem.K % 16:
         return f"torch._scaled_mm needs N and K divisible by 16 (N={problem.N}, K={problem.K})"
-    return _block_rule(device.kind, tuple(device.capability) if device.kind == "cuda" else ()) or _block_probe()
+    rule = _block_rule(device.kind, tuple(device.capability) if device.kind == "cuda" else ())
+    return rule or on_the_gpu(device, "whether its torch has block-scaled _scaled_mm") or _block_probe()
 
 
 register(

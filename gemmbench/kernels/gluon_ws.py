@@ -37,6 +37,7 @@ import triton
 from gemmbench import dtypes
 from gemmbench.configs import tuning
 from gemmbench.kernels.tile_loop import TRITON_SCALINGS, BlockScales, block_scaled, fp8_promote_every
+from gemmbench.measure.device import on_the_gpu
 from gemmbench.registry import Launch, Variant, register
 
 try:  # the Gluon names this kernel is written against (supports() refuses a Triton whose Gluon differs)
@@ -551,6 +552,8 @@ def unsupported(problem, device) -> Optional[str]:
         return "Gluon kernels run on a CUDA GPU only (Triton's gluon.jit has no CPU interpreter)"
     if device.capability[0] != 9:
         return f"wgmma is Hopper's (compute capability 9.x); {device.name} has {device.capability}"
+    if device.stand_in:  # a GPU described from the parts table: this machine's Triton says nothing about its own
+        return alignment_reason(problem) or on_the_gpu(device, "whether its Triton's Gluon is the kernel's")
     reason = gluon_unsupported_reason()
     if reason:
         return reason

@@ -19,6 +19,7 @@ from typing import Optional
 import torch
 
 from gemmbench import dtypes
+from gemmbench.measure.device import on_the_gpu
 from gemmbench.registry import Launch, Variant, register
 
 
@@ -39,7 +40,9 @@ def _unsupported(device_kind: str, dtype: str) -> Optional[str]:
 
 
 def _supports(problem, device) -> Optional[str]:
-    return _unsupported(device.kind, problem.dtype)
+    return on_the_gpu(device, f"whether its torch._grouped_mm takes {problem.dtype}") or _unsupported(
+        device.kind, problem.dtype
+    )
 
 
 def _make(problem, inputs) -> Launch:

@@ -31,6 +31,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from gemmbench.kernels import cublas
+from gemmbench.measure.device import on_the_gpu
 from gemmbench.registry import Launch, Variant, register
 
 MODE = "max-autotune-no-cudagraphs"
@@ -110,6 +111,9 @@ def _supports(problem, device) -> Optional[str]:
         return "torch.compile's GPU matmul needs a CUDA GPU (on a CPU Inductor builds a C++ matmul instead)"
     from torch.utils._triton import has_triton  # torch's own test of whether Inductor can emit GPU kernels here
 
+    deferred = on_the_gpu(device, "whether its torch.compile can emit Triton")
+    if deferred:
+        return deferred
     if not has_triton():
         return "torch.compile's GPU code needs Triton, which this torch cannot use on this GPU"
     return cublas.fp8_supports(problem.scaling)(problem, device) if problem.dtype == "fp8" else None

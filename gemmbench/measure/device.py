@@ -26,6 +26,18 @@ class DeviceInfo:
     uuid: Optional[str] = None
     memory_bytes: Optional[int] = None
     smem_per_block: Optional[int] = None  # bytes a block may opt in to (Hopper: 227 KiB)
+    # a GPU described from the parts table, not this machine's: what a probe of this machine's stack (torch's
+    # _scaled_mm paths, Triton's Gluon) finds says nothing about it (on_the_gpu)
+    stand_in: bool = False
+
+
+ON_THE_GPU = "decided on the GPU"  # the start of a reason only the GPU's own machine can settle
+
+
+def on_the_gpu(device: DeviceInfo, what: str) -> Optional[str]:
+    """For a stand-in device, the reason that a rule probed on this machine (`what`) is left to the GPU's machine;
+    None for a real device, whose probe then runs."""
+    return f"{ON_THE_GPU}: {what}" if device.stand_in else None
 
 
 @functools.lru_cache(maxsize=None)
