@@ -8,7 +8,9 @@
 #             $VLLM_MOE_CONFIG), VLLM_CONFIG_DIR vLLM's vllm/model_executor/layers/fused_moe/configs folder.
 #   roofline: DeepSeek-V3's routed experts at TP 8 + EP 8 and Qwen3-30B-A3B's at TP 1, 1-64 and 4096 tokens, bf16,
 #             fp8 per tensor and fp8 block, every MoE Triton form (three schedules, SplitK, persistent, permuted).
-# Usage: scripts/bench/moe-vllm.sh OUT_DIR [PART ...]   PART: vllm roofline (default: both)
+#   h200:     on an H200, Mixtral's experts at TP 2, bf16, vLLM's 18 token counts: vLLM's kernel reading vLLM's own H200
+#             file (the plugin finds it) against triton_moe_grouped with gemmbench's shipped H200 configs.
+# Usage: scripts/bench/moe-vllm.sh OUT_DIR [PART ...]   PART: vllm h200 roofline (default: vllm roofline)
 set -euo pipefail
 out=${1:?give the output folder}
 shift
@@ -36,12 +38,18 @@ for part in $parts; do
           --budget 0.2
       done
       python3 scripts/bench_tables.py --moe-vllm "$out"/vllm-*.parquet > "$out/vllm.md" ;;
+    h200)  # on an H200: vLLM's kernel with vLLM's own H200 file against ours with the shipped H200 configs, bf16,
+      # vLLM's 18 token counts; nothing stored (--no-store), so a run's searches cannot stand in for a config
+      plugin=${VLLM_MOE_PLUGIN:?name the plugin file of vLLMs kernel (VLLM_MOE_PLUGIN)}
+      sweep moe-vllm-bf16 --plugin "$plugin" --shapes mixtral-moe --tp 2 --dtype bf16 --no-store \
+        --m 1,2,4,8,16,24,32,48,64,96,128,256,512,1024,1536,2048,3072,4096 --variants 'vllm_fused_moe,triton_moe_grouped'
+      python3 scripts/bench_tables.py --moe-vllm "$out/moe-vllm-bf16.parquet" > "$out/h200.md" ;;
     roofline)
       sweep roofline-deepseek-v3 --shapes deepseek-v3 --tp 8 --ep 8 --m 1,2,4,8,16,32,64,4096 --dtype bf16,fp8 \
         --scaling tensor,block --variants "$fused" --budget 0.1
       sweep roofline-qwen3-30b-a3b --shapes qwen3-30b-a3b --m 1,2,4,8,16,32,64,4096 --dtype bf16,fp8 \
         --scaling tensor,block --variants "$fused" --budget 0.1
       python3 scripts/bench_tables.py --moe-roofline "$out"/roofline-*.parquet > "$out/roofline.md" ;;
-    *) echo "moe-vllm.sh: unknown part '$part' (vllm roofline)" >&2; exit 2 ;;
+    *) echo "moe-vllm.sh: unknown part '$part' (vllm h200 roofline)" >&2; exit 2 ;;
   esac
 done
