@@ -87,9 +87,11 @@ def test_ep_keeps_experts_whole_and_tp_divides_the_rest(tiny_set):
 
 def test_ep_that_does_not_divide_the_experts_gives_rank_0_one_more(tiny_set):
     sset = shape_sets.load(str(tiny_set))
-    # 8 experts over 3 ranks: vLLM's linear map gives ranks 0 and 1 three, rank 2 two
-    w13 = next(p for p in problems(sset, ["fp16"], tp=2, dp=3, ep=3, layout="sglang") if p.gemm == "moe_w13")
-    assert (w13.local_experts, w13.N, w13.M) == (3, 128 // 2, 3 * 3)  # experts' TP 2 x 3 / 3 = 2; 3 DP ranks' tokens
+    # 8 experts over 3 ranks: vLLM's linear map gives ranks 0 and 1 three, rank 2 two (SGLang refuses it instead)
+    w13 = next(p for p in problems(sset, ["fp16"], tp=1, dp=3, ep=3) if p.gemm == "moe_w13")
+    assert (w13.local_experts, w13.N, w13.M) == (3, 128, 3 * 3)  # experts' TP 1 x 3 / 3 = 1; 3 DP ranks' tokens
+    with pytest.raises(ShapeError, match="8 experts do not divide by --ep 3"):
+        problems(sset, ["fp16"], tp=2, dp=3, ep=3, layout="sglang")
 
 
 def test_ep_refusals_are_one_line(tiny_set):
