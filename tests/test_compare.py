@@ -397,31 +397,21 @@ def test_ci_perf_script_confirms_a_regression_by_rerunning(tmp_path):
     store.write_rows(tmp_path / "slow.parquet", [dict(r, samples_us=[x * 1e6 for x in r["samples_us"]]) for r in clean])
     store.write_rows(tmp_path / "fast.parquet", [dict(r, samples_us=[x / 1e6 for x in r["samples_us"]]) for r in clean])
 
-    ok = subprocess.run(
-        ["bash", str(script)],
-        cwd=tmp_path,
-        env=dict(env, BASELINE=str(tmp_path / "slow.parquet"), ARTIFACTS="a1"),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert ok.returncode == 0, ok.stdout + ok.stderr
-    assert not (tmp_path / "a1" / "retry").exists() and (tmp_path / "a1" / "compare.json").exists()
+    def job(baseline: str, artifacts: str) -> subprocess.Popen:
+        return subprocess.Popen(["bash", str(script)], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, env=dict(env, BASELINE=str(tmp_path / baseline), ARTIFACTS=artifacts))  # fmt: skip
 
-    bad_ = subprocess.run(
-        ["bash", str(script)],
-        cwd=tmp_path,
-        env=dict(env, BASELINE=str(tmp_path / "fast.parquet"), ARTIFACTS="a2"),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert bad_.returncode == 1, bad_.stdout + bad_.stderr
+    # both jobs at once: each is mostly waiting on its own processes' start-up
+    jobs = [job("slow.parquet", "a1"), job("fast.parquet", "a2")]
+    (ok_out, ok_err), (bad_out, bad_err) = (j.communicate(timeout=300) for j in jobs)
+    assert jobs[0].returncode == 0, ok_out + ok_err
+    assert not (tmp_path / "a1" / "retry").exists() and (tmp_path / "a1" / "compare.json").exists()
+    assert jobs[1].returncode == 1, bad_out + bad_err
     art = tmp_path / "a2"
     assert (art / "retry.txt").read_text().split() == ["smoke", "cublas_fp16"]
     retry = json.loads((art / "compare-retry.json").read_text())
     assert retry["counts"]["slower"] == len(store.load(art / "retry" / "smoke.parquet")) == 6, retry
-    assert "Re-run of the flagged variants" in bad_.stdout
+    assert "Re-run of the flagged variants" in bad_out
 
 
 def test_ci_perf_without_a_baseline_of_this_gpu_says_how_to_make_one(tmp_path):
