@@ -412,8 +412,14 @@ def test_a_lost_cells_row_names_the_gpu_it_ran_on(monkeypatch):
 
     asked: list = []
     monkeypatch.setattr(device, "provenance", lambda index=0: asked.append(index) or {"gpu_uuid": f"GPU-{index}"})
-    row = sweep.error_row(Problem("s", "g", 1, 8, 8, "fp16"), "cublas_fp16", "worker died", "cold", gpu=1)
+    from gemmbench.engine.worker_process import WorkerOptions
+
+    worker = WorkerOptions(timing="cold", inputs="ones")
+    row = sweep.error_row(Problem("s", "g", 1, 8, 8, "fp16"), "cublas_fp16", "worker died", worker, gpu=1)
     assert asked == [1] and row["gpu_uuid"] == "GPU-1"  # the worker's GPU under --gpus, not this process's GPU 0
+    # the same columns as a worker's own rows: the cell's, its outcome, how and on what it was timed
+    assert (row["status"], row["reason"], row["timing_mode"], row["l2_state"], row["inputs"]) == (
+        "error", "worker died", "cold", "cold", "ones")  # fmt: skip
 
 
 def test_the_compilers_report_is_kept_in_the_config_and_not_compared():

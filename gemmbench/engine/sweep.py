@@ -14,12 +14,11 @@ from typing import Callable, Optional, Protocol
 
 from gemmbench import registry
 from gemmbench.engine.pool import Cell, Pool, PoolError, Sink
+from gemmbench.engine.rows import cell_row
 from gemmbench.engine.worker_process import WorkerOptions
 from gemmbench.measure import device
 from gemmbench.measure.inputs import cell_seed
-from gemmbench.measure.timing import L2_STATE
 from gemmbench.results import shard
-from gemmbench.results.store import cell_columns
 from gemmbench.shapes import Problem
 
 SANITIZER_PADDING = 1 << 20  # bytes of guard after every allocation under --sanitize
@@ -64,10 +63,10 @@ def time_cells(cells: list, seed: int) -> list[Cell]:
     ]
 
 
-def error_row(problem: Problem, variant: str, reason: str, timing: str, gpu: Optional[int] = None) -> dict:
+def error_row(problem: Problem, variant: str, reason: str, worker: WorkerOptions, gpu: Optional[int] = None) -> dict:
     """The row of a cell whose worker died on it (the worker could not write it), naming the GPU it ran on."""
-    return dict(cell_columns(problem, registry.get(variant)), status="error", reason=reason, timing_mode=timing,
-                l2_state=L2_STATE[timing], **device.provenance(gpu or 0))  # fmt: skip
+    return cell_row(problem, registry.get(variant), "error", reason, worker.timing, worker.inputs,
+                    device.provenance(gpu or 0))  # fmt: skip
 
 
 @dataclass
@@ -85,7 +84,6 @@ class _Sink(Sink):
             row,
             run_id=self.opts.run_id,
             process=self.opts.process,
-            inputs=self.opts.worker.inputs,  # the lost cells' rows too, made here
             timestamp=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         )
         self.writer.append(row)
@@ -104,7 +102,7 @@ class _Sink(Sink):
             self._emit(row)
 
     def lost(self, cell: Cell, item: str, reason: str, gpu: Optional[int]) -> None:
-        row = error_row(Problem(**cell.payload["problem"]), item, reason, self.opts.worker.timing, gpu)
+        row = error_row(Problem(**cell.payload["problem"]), item, reason, self.opts.worker, gpu)
         if cell.task == "check":  # compute-sanitizer's log, read when the worker has exited, may explain it
             self.held.setdefault(cell.label, []).append(row)
         else:
@@ -122,7 +120,7 @@ class _Sink(Sink):
             self.passed.pop(cell.label, None)
             [name] = cell.items
             rows = [error_row(Problem(**cell.payload["problem"]), name, f"check: compute-sanitizer: {report}",
-                              self.opts.worker.timing)]  # fmt: skip
+                              self.opts.worker)]  # fmt: skip
         for row in rows:
             self._emit(row)
 

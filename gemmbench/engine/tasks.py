@@ -20,33 +20,26 @@ from gemmbench import registry
 from gemmbench.configs import tuning
 from gemmbench.engine import layer as L
 from gemmbench.engine.layer_plan import steps_from_wire
+from gemmbench.engine.rows import cell_row
 from gemmbench.measure import memory, telemetry
 from gemmbench.measure.check import check_cell, reference
 from gemmbench.measure.inputs import make_inputs
 from gemmbench.measure.nvtx_ranges import annotate, cell_name, domain_in_use, range_name
 from gemmbench.measure.referee import Referee
-from gemmbench.measure.timing import L2_STATE, TimingError, plan_copies
+from gemmbench.measure.timing import TimingError, plan_copies
 from gemmbench.results import metrics
-from gemmbench.results.store import cell_columns
 from gemmbench.shapes import Problem
 
 PROFILE_WARMUP_CALLS = 3
 
 
 def _run_row(ctx, problem: Problem, variant, status: str, reason: str = "", **extra: Any) -> dict:
-    row = dict(cell_columns(problem, variant), status=status, reason=reason or None, timing_mode=ctx.args.timing,
-               l2_state=_l2_state(ctx.args.timing), inputs=ctx.args.inputs, **ctx.provenance)  # fmt: skip
-    row.update(extra)
-    return row
+    return cell_row(problem, variant, status, reason, ctx.args.timing, ctx.args.inputs, ctx.provenance, **extra)
 
 
 def _error_rows(ctx, problem: Problem, variant, peak: Optional[int]) -> Callable[[str], list]:
     """The `error` row of a variant, with the peak GPU memory its cell reached, for ctx.failed to fill with the reason."""
     return lambda reason: [_run_row(ctx, problem, variant, "error", reason, gpu_mem_peak_bytes=peak)]
-
-
-def _l2_state(mode: str) -> str:
-    return L2_STATE.get(mode, "cold")
 
 
 _FAILED = object()  # a variant's supports() raised: its error is recorded already
