@@ -6,6 +6,7 @@ import contextlib
 import json
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -196,59 +197,114 @@ def run(
 ) -> None:  # fmt: skip
     """Check, then time, every variant on every problem of a shape set; write Parquet and print tables."""
     request = R.of(locals())  # the sweep as asked: what --ab gives the baseline build
-    from gemmbench.configs.config_sources import Policy
-    from gemmbench.engine import sweep  # heavy (pandas; torch)
-    from gemmbench.results import store
-
-    mode, values, budget, as_json = timing.value, inputs.value, positive_budget(budget), fmt is OutputFormat.json
-    dep, watchdog_s = plan.deployment(tp, dp, ep, layout), watchdog(cell_timeout, budget)
+    as_json = fmt is OutputFormat.json
     if dry_run:  # nothing written, nothing run, no GPU needed
-        from gemmbench.cli.target_gpu import target_gpu
-
-        variants, _ = import_configs(import_config, variants)
-        sset, cells = plan.cells(shapes, variants, dtype, m, routing, seed, plugin, dep, warn, scaling, fp8_accum)
-        print_dry_run(
-            sset, cells, dep, as_json, target_gpu(gpu) or target_gpu(DEFAULT_GPU), Policy(borrow=borrow, own=not no_own)
-        )
-        return
+        return _dry_run(request, gpu, as_json)
     if gpu is not None:
         raise fail("--gpu goes with --dry-run: a run measures the GPU it runs on")
-    shard_at, gpu_ids = shard_option(shard), gpus_option(gpus)
-    out_path = setup.results_path(out_path, resume)
-    setup.refuse_before_work(out_path, append, force, resume, compare_to)
-    setup.check_repeat(repeat, resume)
-    baseline_cmd = setup.check_ab(ab, compare_to, append, resume, out_path, force)
-    variants, imported = import_configs(import_config, variants)  # the imported variants always run
-    sset, cells = plan.cells(shapes, variants, dtype, m, routing, seed, plugin, dep, warn, scaling, fp8_accum)
-    meta, cells = _shard(cells, shard_at)
-    mode = mode if _on_gpu() else timing_modes.CPU  # no CUDA events on a CPU
-    setup.comparable_baseline(compare_to, mode, values)
-    run_id = store.new_run_id(sset.name) + (f"-shard{shard_at[0]}of{shard_at[1]}" if shard_at else "")
-    policy = Policy(borrow=borrow, store=not no_store, own=not no_own)
-    fp = setup.fingerprint(sset, cells, mode, values, budget, seed, sanitize, retune, plugin, import_config, policy)
-    meta = {**(meta or {}), **sweep_fingerprint.encode(fp)}
-    setup.check_resume(resume, fp)
-    cpu = setup.cpu_path(cells, sanitize)  # refused before anything is written
-    writer, run_id, cells = setup.open_run(out_path, run_id, meta, cells, mode, append, force, resume)
-    if cpu and cells:
-        _say_cpu_path()
-    if not cells:
-        _nothing_to_run(writer, meta, resume, shard, run_id, as_json)
-        return
-    worker = WorkerOptions(mode, budget, inputs=values, plugins=plugin or [], cpu=cpu, retune=retune, ceilings=not cpu, env={**imported, **policy.env()},
-                           watchdog_s=watchdog_s)  # fmt: skip
+    dest = _Destination(setup.results_path(out_path, resume), append, force, resume, compare_to)
+    baseline_cmd = _refuse_before_work(dest, repeat, ab)  # parse: what cannot go together, before any work
+    sset, cells, imported = _plan(request)  # plan: the cells of the sweep
+    opened = _open(request, dest, sset, cells, imported, as_json)  # open: the file, locked, and the workers' options
+    if opened is None:  # nothing left to run: said, and done
+        return None
+    writer, run_id, cells, worker = opened
     ab_args = _baseline_args(baseline_cmd, request.options())  # every sweep option its build has (cli.ab.sweep_args)
-    options = lambda process: sweep.SweepOptions(run_id, worker, seed, sanitize, gpu_ids, process)  # noqa: E731
-    rows, stopped, process, joined = _processes(repeat, baseline_cmd, ab_args, options, cells, writer)
-    compare_to = str(joined) if joined else compare_to
+    options = lambda process: sweep_options(request, run_id, worker, process)  # noqa: E731
+    rows, stopped, process, joined = _processes(repeat, baseline_cmd, ab_args, options, cells, writer)  # sweep
     rows = _last_process(rows, run_id, repeat, process)
-    _show(rows, run_id, writer, stopped, as_json, wide)
+    _show(rows, run_id, writer, stopped, as_json, wide)  # show: the tables, the comparison, the summary
     # under --format json stdout holds the run's document only: the comparison goes to stderr
     with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
-        code = cli_compare.compare_after_run(compare_to, writer.path, across_gpus)
+        code = cli_compare.compare_after_run(str(joined) if joined else compare_to, writer.path, across_gpus)
     _summary(rows, writer.path, strict)
     if code:
         raise typer.Exit(code)
+
+
+@dataclass(frozen=True)
+class _Destination:
+    """Where a run's rows go and what it may do to what is there."""
+
+    path: Path
+    append: bool
+    force: bool
+    resume: Optional[Path]
+    compare_to: Optional[str]
+
+
+def _dry_run(request: R, gpu: Optional[str], as_json: bool) -> None:
+    """`--dry-run`: the cells, for this machine's GPU, --gpu NAME, or an H200 from the parts table."""
+    from gemmbench.cli.target_gpu import target_gpu
+    from gemmbench.configs.config_sources import Policy
+
+    q = request
+    variants, _ = import_configs(list(q.import_config), q.variants)
+    dep = plan.deployment(q.tp, q.dp, q.ep, q.layout)
+    sset, cells = plan.cells(q.shapes, variants, q.dtype, q.m, q.routing, q.seed, list(q.plugin), dep, warn, q.scaling,
+                             q.fp8_accum)  # fmt: skip
+    target = target_gpu(gpu) or target_gpu(DEFAULT_GPU)
+    print_dry_run(sset, cells, dep, as_json, target, Policy(borrow=q.borrow, own=not q.no_own))
+
+
+def _refuse_before_work(dest: _Destination, repeat: int, ab: Optional[str]) -> Optional[list[str]]:
+    """Every refusal that needs no cell: results it would replace, options that do not go together; --ab's argv."""
+    setup.refuse_before_work(dest.path, dest.append, dest.force, dest.resume, dest.compare_to)
+    setup.check_repeat(repeat, dest.resume)
+    return setup.check_ab(ab, dest.compare_to, dest.append, dest.resume, dest.path, dest.force)
+
+
+def _plan(request: R) -> tuple:
+    """(shape set, cells, the imported configs' environment): engine/plan.py's cells of the request."""
+    q = request
+    (
+        positive_budget(q.budget),
+        watchdog(q.cell_timeout, q.budget),
+        shard_option(q.shard),
+        gpus_option(q.gpus),
+    )  # one line each
+    variants, imported = import_configs(list(q.import_config), q.variants)  # the imported variants always run
+    dep = plan.deployment(q.tp, q.dp, q.ep, q.layout)
+    sset, cells = plan.cells(q.shapes, variants, q.dtype, q.m, q.routing, q.seed, list(q.plugin), dep, warn, q.scaling,
+                             q.fp8_accum)  # fmt: skip
+    return sset, cells, imported
+
+
+def _open(request: R, dest: _Destination, sset, cells: list, imported: dict, as_json: bool) -> Optional[tuple]:
+    """The run file opened (new, --append, --force or --resume), its sweep's fingerprint in it, and the workers'
+    options -> (writer, run id, the cells still to run, WorkerOptions); None where no cell is left (said)."""
+    from gemmbench.configs.config_sources import Policy
+    from gemmbench.results import store
+
+    q = request
+    shard_at = shard_option(q.shard)
+    meta, cells = _shard(cells, shard_at)
+    mode = q.timing.value if _on_gpu() else timing_modes.CPU  # no CUDA events on a CPU
+    setup.comparable_baseline(dest.compare_to, mode, q.inputs.value)
+    run_id = store.new_run_id(sset.name) + (f"-shard{shard_at[0]}of{shard_at[1]}" if shard_at else "")
+    policy = Policy(borrow=q.borrow, store=not q.no_store, own=not q.no_own)
+    fp = setup.fingerprint(sset, cells, mode, q.inputs.value, q.budget, q.seed, q.sanitize, q.retune, list(q.plugin),
+                           list(q.import_config), policy)  # fmt: skip
+    meta = {**(meta or {}), **sweep_fingerprint.encode(fp)}
+    setup.check_resume(dest.resume, fp)
+    cpu = setup.cpu_path(cells, q.sanitize)  # refused before anything is written
+    writer, run_id, cells = setup.open_run(dest.path, run_id, meta, cells, mode, dest.append, dest.force, dest.resume)
+    if cpu and cells:
+        _say_cpu_path()
+    if not cells:
+        _nothing_to_run(writer, meta, dest.resume, q.shard, run_id, as_json)
+        return None
+    worker = WorkerOptions(mode, q.budget, inputs=q.inputs.value, plugins=list(q.plugin), cpu=cpu, retune=q.retune,
+                           ceilings=not cpu, env={**imported, **policy.env()},
+                           watchdog_s=watchdog(q.cell_timeout, q.budget))  # fmt: skip
+    return writer, run_id, cells, worker
+
+
+def sweep_options(request: R, run_id: str, worker: WorkerOptions, process: int):
+    """engine.sweep.SweepOptions of one of the --repeat processes."""
+    from gemmbench.engine import sweep  # heavy (pandas; torch)
+
+    return sweep.SweepOptions(run_id, worker, request.seed, request.sanitize, gpus_option(request.gpus), process)
 
 
 def _nothing_to_run(
