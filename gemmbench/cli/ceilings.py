@@ -10,6 +10,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from gemmbench.cli.common import err, fail, out
+from gemmbench.cli.formats import OutputFormat, print_json
+from gemmbench.cli.options import DocFormat
 
 Remeasure = Annotated[bool, typer.Option(help="Measure again, replacing this GPU's cached ceilings.")]
 Stream = Annotated[
@@ -17,7 +19,7 @@ Stream = Annotated[
 ]
 
 
-def ceilings(remeasure: Remeasure = False, stream: Stream = False) -> None:
+def ceilings(remeasure: Remeasure = False, stream: Stream = False, fmt: DocFormat = OutputFormat.table) -> None:
     """Measure (or read from the cache) this GPU's bandwidth and compute ceilings; print both ladders."""
     import torch  # heavy
 
@@ -29,6 +31,13 @@ def ceilings(remeasure: Remeasure = False, stream: Stream = False) -> None:
     got = measured.ceilings("stream" if stream else "cold", remeasure=remeasure)
     assert got is not None  # a CUDA GPU is there
     rungs = compute_ladder.from_rows(got.compute_ladder)
+    if fmt is OutputFormat.json:
+        print_json({"schema": "gemmbench.ceilings/1", "mode": got.mode, "key": got.key,
+                    "cache": str(measured.cache_path(got.key)), "peak_tflops": got.peak_tflops,
+                    "compute_ladder": [dict(dtype=r.dtype, M=r.m, N=r.n, K=r.k, median_us=r.median_us, p10_us=r.fast_us,
+                                            tflops=r.tflops, skipped=r.skipped) for r in rungs],
+                    "bandwidth_ladder": [{"bytes": b, "gbps": g} for b, g in got.bandwidth_ladder]})  # fmt: skip
+        return
     t = Table(title="compute ladder: cuBLAS, zero operands, cold L2; TFLOP/s at each rung's fastest tenth of "
               "samples (p10 µs); the peak is each dtype's best (*)")  # fmt: skip
     for col in ("dtype", "M x N x K", "median µs", "p10 µs", "TFLOP/s"):

@@ -22,12 +22,13 @@ from gemmbench.cli.common import (
     watchdog,
 )  # fmt: skip
 from gemmbench.cli.engines import import_configs
-from gemmbench.cli.formats import LayoutChoice
+from gemmbench.cli.formats import LayoutChoice, OutputFormat, print_json
 from gemmbench.cli.options import (
     OUTPUT,
     TIMING,
     WHAT,
     CellTimeout,
+    DocFormat,
     Dp,
     Ep,
     Force,
@@ -97,7 +98,7 @@ def layer(
     import_config: ImportConfig = None,
     seed: Seed = 0, tp: Tp = "1", dp: Dp = "1", ep: Ep = "1", layout: Layout = LayoutChoice.vllm,
     layers: Layers = 1, budget: LayerBudget = 1.0, out_path: LayerOut = Path("results/layers"), force: Force = False,
-    cell_timeout: CellTimeout = None,
+    cell_timeout: CellTimeout = None, fmt: DocFormat = OutputFormat.table,
 ) -> None:  # fmt: skip
     """Time one decoder layer's GEMMs end to end: eager Python launches vs one CUDA graph, and the kernel sum."""
     import torch  # heavy, as store (pandas) is
@@ -131,7 +132,10 @@ def layer(
     worker = WorkerOptions(timing_modes.default(gpu), plugins=plugin or [], cpu=not gpu, env=imported,
                            watchdog_s=watchdog_s)  # fmt: skip
     rows = _sweep(cells, path, worker)
-    _print(rows)
+    if fmt is OutputFormat.json:  # the layer table's rows: the layer's own and each step's (docs/USAGE.md)
+        print_json({"schema": "gemmbench.layer/1", "run_id": run_id, "file": str(path), "rows": rows})
+    else:
+        _print(rows)
     err.print(escape(f"Results: {path}"), highlight=False)
 
 

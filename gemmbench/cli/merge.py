@@ -9,8 +9,8 @@ import typer
 from rich.markup import escape
 
 from gemmbench.cli.common import err, fail
-from gemmbench.cli.formats import OutputFormat, format_option, print_json
-from gemmbench.cli.options import OUTPUT, Force
+from gemmbench.cli.formats import OutputFormat, print_json
+from gemmbench.cli.options import OUTPUT, DocFormat, Force
 from gemmbench.results.run_file import lock, refuse_existing
 
 SHOWN = 10  # cells named in a message; the rest are counted
@@ -67,9 +67,7 @@ def merge(
         bool, typer.Option(help="Join runs of different sweeps (other sets, cells or timing) into one file.")
     ] = False,
     force: Force = False,
-    fmt: Annotated[
-        OutputFormat, format_option("table, or json: one JSON document on stdout (docs/USAGE.md: JSON output).")
-    ] = OutputFormat.table,
+    fmt: DocFormat = OutputFormat.table,
 ) -> None:
     """Join the parts of a sweep run with `--shard I/N` into one file, after checking that every cell is there once.
 

@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from gemmbench.cli.formats import LayoutChoice, choice
+from gemmbench.cli.formats import LayoutChoice, OutputFormat, choice, format_option
 from gemmbench.dtypes import FP8_ACCUM_ENGINES  # light (no torch): the contracts' engine counterparts, written once
 
 # The --help panels, in the order a command's options first name them
@@ -199,4 +199,11 @@ RowGpu = Annotated[
         help="The GPU whose rows to use (its name, or part of it: 'H100'); needed when RESULTS hold several.",
         rich_help_panel=ROWS,
     ),
+]
+
+
+# `--format` of the commands that print tables or one JSON document (docs/USAGE.md: JSON output)
+DocFormat = Annotated[
+    OutputFormat,
+    format_option("table, or json: one JSON document on stdout (docs/USAGE.md: JSON output).", OUTPUT),
 ]

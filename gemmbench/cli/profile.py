@@ -18,10 +18,11 @@ from gemmbench.cli.common import (
     watchdog,
 )  # fmt: skip
 from gemmbench.cli.engines import import_configs
-from gemmbench.cli.formats import LayoutChoice
+from gemmbench.cli.formats import LayoutChoice, OutputFormat, print_json
 from gemmbench.cli.options import (
     OUTPUT,
     CellTimeout,
+    DocFormat,
     Dp,
     Dtype,
     Ep,
@@ -82,6 +83,7 @@ def profile(
     seed: Seed = 0, tp: Tp = "1", dp: Dp = "1", ep: Ep = "1", layout: Layout = LayoutChoice.vllm,
     ncu_: Ncu = False, nsys_: Nsys = False, metrics: Metrics = None, ncu_set: NcuSet = None,
     out_path: ProfileOut = Path("profiles"), join: Join = None, cell_timeout: CellTimeout = None,
+    fmt: DocFormat = OutputFormat.table,
 ) -> None:  # fmt: skip
     """Profile each selected cell once under Nsight Compute or Nsight Systems: one row per kernel, and a summed row.
 
@@ -102,7 +104,11 @@ def profile(
     profiler = _profiler(out_path, run_id, ncu_, nsys_, seed, plugin, ncu_set, timeout, metrics, imported)
     path = out_path / f"{run_id}-profile.parquet"
     rows = _sweep(profiler, cells, path)
-    _print(rows)
+    if fmt is OutputFormat.json:  # the profile table's rows: per kernel, and each cell's sum (docs/RESULTS.md)
+        print_json({"schema": "gemmbench.profile/1", "run_id": run_id, "file": str(path), "reports": str(out_path / run_id),
+                    "rows": rows})  # fmt: skip
+    else:
+        _print(rows)
     done = [r for r in rows if r["status"] == "ok" and r.get("ncu_kernel") in (None, SUM_KERNEL)]
     total = sum(len(n) for _, n in cells)
     err.print(escape(f"{len(done)} of {total} cells profiled. Profile: {path}; reports: {out_path / run_id}"),

@@ -27,11 +27,12 @@ from gemmbench.cli.common import (
 )  # fmt: skip
 from gemmbench.cli.engines import Export, ExportForce, ExportOnly, export_plan
 from gemmbench.cli.engines import export as export_files
-from gemmbench.cli.formats import LayoutChoice
+from gemmbench.cli.formats import LayoutChoice, OutputFormat, print_json
 from gemmbench.cli.options import (
     ENGINE,
     WHAT,
     CellTimeout,
+    DocFormat,
     Dp,
     Dtype,
     Ep,
@@ -94,7 +95,7 @@ def tune(
     skip_stored: SkipStored = False, time_budget: TimeBudget = 10.0, exhaustive: Exhaustive = False,
     tp: Tp = "1", dp: Dp = "1", ep: Ep = "1", layout: Layout = LayoutChoice.vllm,
     export: Export = None, export_only: ExportOnly = False, force: ExportForce = False,
-    gpus: Gpus = None, shard: TuneShard = None, cell_timeout: CellTimeout = None,
+    gpus: Gpus = None, shard: TuneShard = None, cell_timeout: CellTimeout = None, fmt: DocFormat = OutputFormat.table,
 ) -> None:  # fmt: skip
     """Search each Triton variant's config space per (GPU, N, K, dtype, scaling, M bucket); store the winners as JSON."""
     from gemmbench.configs import config_files
@@ -137,7 +138,10 @@ def tune(
     err.print(f"{len(jobs)} jobs, {each} each", highlight=False)
     report = _tune(jobs, seed, (time_budget, exhaustive), gpu_ids, WorkerOptions("cold", plugins=[Path(p).resolve() for p in plugin or []],
                                                       watchdog_s=watchdog_s))  # fmt: skip
-    out.print(report.table(title))
+    if fmt is OutputFormat.json:
+        print_json(report.document(dev.name, config_files.configs_root() / config_files.gpu_dirname(dev.name)))
+    else:
+        out.print(report.table(title))
     for line in report.failure_lines():
         err.print(escape(line), highlight=False, soft_wrap=True)
     if export:  # what failed to tune is not stored: the export writes what is
@@ -250,6 +254,20 @@ class Report(Sink):
                 results.add_row(v.name, p.gemm, str(p.N), str(p.K), dtypes.label(p.dtype, p.scaling, p.fp8_accum), str(p.M), f"{e['us']:.2f}", short,
                                 str(e["tried"]))  # fmt: skip
         return results
+
+    def document(self, gpu: str, folder: Path) -> dict:
+        """`--format json`: `gemmbench.tune/1`, one entry per job, tuned or failed (docs/USAGE.md: JSON output)."""
+        jobs = []
+        for key, (p, v) in self.jobs.items():
+            job = dict(variant=v.name, gemm=p.gemm, N=p.N, K=p.K, E=p.E, topk=p.topk, dtype=p.dtype, scaling=p.scaling,
+                       fp8_accum=p.fp8_accum, bucket=p.M)  # fmt: skip
+            if key in self.done:
+                e = self.done[key]
+                job.update(status="tuned", us=e["us"], config=e["config"], tried=e["tried"], file=e.get("file"))
+            else:
+                job.update(status="failed", reason=self.failed.get(key, "not run"))
+            jobs.append(job)
+        return {"schema": "gemmbench.tune/1", "gpu": gpu, "folder": str(folder), "jobs": jobs}
 
     def failure_lines(self) -> list[str]:
         return [f"failed: {v.name} {p.label}: {self.failed[k]}" for k, (p, v) in self.jobs.items() if k in self.failed]
