@@ -184,6 +184,15 @@ def report(
     out_path: ReportOut = Path("report"),
     fmt: ReportFormat = OutputFormat.table,
     force: Force = False,
+    embed: Annotated[
+        bool,
+        typer.Option(
+            "--embed/--no-embed",
+            help="Put the figures inside report.html (one file to share), or link to img/ "
+            "(a small page that needs its folder).",
+            rich_help_panel=OUTPUT,
+        ),
+    ] = True,
 ) -> None:
     """Write a Markdown report and a self-contained HTML one; prints each path written.
 
@@ -198,14 +207,15 @@ def report(
         raise fail(f"nothing to report in {', '.join(map(str, results))}: no run file or profile table "
                    "(`gemmbench plot --kind layer` draws `layer` tables)")  # fmt: skip
     try:
-        rep = rep_mod.build(runs, profiles, files)
+        with err.status(f"building the report of {len(files)} files"):  # drawing every figure takes a while
+            rep = rep_mod.build(runs, profiles, files)
     except StoreError as exc:
         raise fail(str(exc)) from None
     for w in rep.warnings:
         _warn(w)
     refuse_existing(rep_mod.paths(rep, out_path), force)
     try:
-        paths = rep_mod.write(rep, out_path)
+        paths = rep_mod.write(rep, out_path, embed)
     except OSError as exc:
         raise fail(f"--out {out_path}: cannot write ({exc.strerror or exc})") from None
     if fmt is OutputFormat.json:  # the paths and the winners tables, for scripts (docs/USAGE.md: JSON output)
@@ -214,3 +224,7 @@ def report(
         return
     for p in paths:
         typer.echo(str(p))
+    html = paths[-1].stat().st_size
+    err.print(f"report: {len(paths)} files, {sum(p.stat().st_size for p in paths) / 1e6:.1f} MB; {paths[-1].name} "
+              f"{html / 1e6:.1f} MB{' (figures inside)' if embed else ' (figures linked: keep img/ beside it)'}",
+              highlight=False)  # fmt: skip

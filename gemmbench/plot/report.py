@@ -336,12 +336,13 @@ padding:3px 7px}th{background:#f3f3f3}td[style*=right]{font-variant-numeric:tabu
 display:block;margin:1em 0}code{background:#f3f3f3;padding:0 3px}"""
 
 
-def to_html(rep: Report) -> str:
+def to_html(rep: Report, embed: bool = True) -> str:
     """report.md rendered by markdown-it-py (CommonMark, its table rule on, raw HTML off: data is shown, never run),
-    each image's `img/<stem>.png` replaced by the PNG itself (a data URI), so that the page is one file."""
+    each image's `img/<stem>.png` replaced by the PNG itself (a data URI), so that the page is one file; embed=False
+    keeps the links to img/ (a small page, which needs its folder)."""
     md = MarkdownIt("commonmark", {"html": False}).enable("table")
     tokens = md.parse(to_markdown(rep))
-    inline = {md.normalizeLink(f"{IMG_DIR}/{stem}.png"): png for stem, png in rep.images.items()}
+    inline = {md.normalizeLink(f"{IMG_DIR}/{stem}.png"): png for stem, png in rep.images.items()} if embed else {}
     for child in (c for t in tokens for c in t.children or ()):
         if child.type == "image" and child.attrGet("src") in inline:
             child.attrSet("src", "data:image/png;base64," + base64.b64encode(inline[child.attrGet("src")]).decode())
@@ -358,11 +359,12 @@ def paths(rep: Report, out_dir: Path) -> list[Path]:
     return [out_dir / IMG_DIR / f"{stem}.png" for stem in rep.images] + [out_dir / REPORT_MD, out_dir / REPORT_HTML]
 
 
-def write(rep: Report, out_dir: Path) -> list[Path]:
-    """report.md (images in img/), report.html (images inside), each written atomically; the paths written."""
+def write(rep: Report, out_dir: Path, embed: bool = True) -> list[Path]:
+    """report.md (images in img/), report.html (images inside, or linked to img/ with embed=False), each written
+    atomically; the paths written."""
     files = paths(rep, out_dir)
     for path, png in zip(files[:-2], rep.images.values(), strict=True):
         write_atomic(path, png)
     write_atomic(files[-2], to_markdown(rep).encode("utf-8"))
-    write_atomic(files[-1], to_html(rep).encode("utf-8"))
+    write_atomic(files[-1], to_html(rep, embed).encode("utf-8"))
     return files
