@@ -985,3 +985,33 @@ def test_layer_tables_from_before_the_accumulation_contracts_read_as_precise():
     root = Path(__file__).parent.parent / "benchmarks" / "data" / "layer"
     df = load_layer_tables([root / "llama70b.parquet", root / "mixtral.parquet"])
     assert set(zip(df["dtype"], df["fp8_accum"], strict=True)) == {("fp8", "precise"), ("bf16", "none")}
+
+
+def test_a_step_whose_variant_fails_takes_the_next_of_variants(tmp_path):
+    """test_refuse raises at make() on N 64 (smoke_square), as cuBLAS's block-scaled fp8 refuses some K at run time:
+    that step runs the next variant of --variants (cuBLAS), the others keep test_refuse, and the row says why."""
+    from pathlib import Path
+
+    from test_cli import invoke
+
+    from gemmbench.results.side_tables import load_layer_tables
+
+    plugin = Path(__file__).parent / "plugins" / "refuse_plugin.py"
+    out = tmp_path / "l.parquet"
+    res = invoke("layer", "--model", "smoke", "--m", "1", "--variants", "test_refuse,cublas_*,torch_moe_loop",
+                 "--plugin", plugin, "--out", out)  # fmt: skip
+    assert res.exit_code == 0, res.stderr
+    steps = load_layer_tables([out]).query("part == 'step'").set_index("gemm")
+    assert (steps.loc["smoke_square", "variant"], steps.loc["smoke_tails", "variant"]) == ("cublas_fp16", "test_refuse")
+    why = steps.loc["smoke_square", "fallback"]
+    assert (
+        why.startswith("test_refuse: RuntimeError: Invalid scaling configuration for N 64")
+        and "refuse_plugin.py:" in why
+    )
+    assert steps["fallback"].drop("smoke_square").isna().all()
+    assert "M 1 smoke_square: cublas_fp16 ran, after test_refuse: RuntimeError" in " ".join(res.stderr.split())
+    # with no variant left after it, the layer is the error it always was
+    res = invoke("layer", "--model", "smoke", "--m", "1", "--variants", "smoke_square=test_refuse,cublas_*,torch_moe_loop",
+                 "--plugin", plugin, "--out", tmp_path / "m.parquet")  # fmt: skip
+    layer = load_layer_tables([tmp_path / "m.parquet"]).query("part == 'layer'").iloc[0]
+    assert layer["status"] == "error" and "Invalid scaling configuration for N 64" in layer["reason"]

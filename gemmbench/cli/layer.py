@@ -136,6 +136,10 @@ def layer(
         print_json({"schema": "gemmbench.layer/1", "run_id": run_id, "file": str(path), "rows": rows})
     else:
         _print(rows)
+    for r in rows:  # a step whose first variants failed: which ran instead, and why
+        if r.get("fallback"):
+            err.print(escape(f"M {r['M']} {r['gemm']}: {r['variant']} ran, after {r['fallback']}"), highlight=False,
+                      soft_wrap=True)  # fmt: skip
     err.print(escape(f"Results: {path}"), highlight=False)
 
 

@@ -85,6 +85,14 @@ class Routing:
         return self.ids
 
 
+class StepFailed(Exception):
+    """A GEMM step's variant raised while the layer was built or checked: `step` names it, `exc` is what it raised."""
+
+    def __init__(self, step: str, exc: Exception):
+        super().__init__(f"{step}: {exc}")
+        self.step, self.exc = step, exc
+
+
 def build(steps: Sequence[Step], seed: int, device: str) -> list[Built]:
     """One layer copy: inputs drawn on the device, the routing run once so that every expert GEMM is made (its
     alignment computed) for the routing it will see, then each variant's launch."""
@@ -105,7 +113,10 @@ def build(steps: Sequence[Step], seed: int, device: str) -> list[Built]:
         routing = routings.get((s.problem.E, s.problem.topk))
         if routing is not None:  # the layer's routing, not each GEMM's own
             inputs.topk_ids, inputs.topk_weights = routing.ids, routing.weights
-        launch = v.make(s.problem, inputs)
+        try:
+            launch = v.make(s.problem, inputs)
+        except Exception as exc:  # noqa: BLE001 - the step's variant refused it: the layer may take the next one
+            raise StepFailed(s.name, exc) from exc
         built.append(Built(s, launch.fn, launch.graph_safe, dict(launch.config), inputs, launch.out))
         if s.problem.is_moe and "BLOCK_M" in launch.config:
             assert routing is not None  # the first loop made one for every expert GEMM
@@ -122,7 +133,10 @@ def check(built: Sequence[Built]) -> list[dict]:
         if not b.step.is_gemm:
             continue
         assert b.step.problem is not None and b.step.variant is not None and b.inputs is not None  # built as a GEMM
-        res = check_mod.check_cell(b.step.problem, registry.get(b.step.variant), b.inputs, launch=b).result
+        try:
+            res = check_mod.check_cell(b.step.problem, registry.get(b.step.variant), b.inputs, launch=b).result
+        except Exception as exc:  # noqa: BLE001 - the step's variant failed its launch: the layer may take the next one
+            raise StepFailed(b.step.name, exc) from exc
         out.append(dict(step=b.step.name, ok=res.ok, max_rel_err=res.max_rel_err, detail=res.detail))
     return out
 
@@ -253,6 +267,7 @@ def rows_for(
             config=json.dumps(b.config, sort_keys=True) if b and b.config else None,
             status=status,
             max_rel_err=errs.get(s.name),
+            fallback="; ".join(s.failed) or None,
         )
         if s.is_gemm:
             assert s.problem is not None

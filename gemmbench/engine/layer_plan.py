@@ -6,7 +6,7 @@ run's fastest), and the steps as JSON for the engine's `layer` task.  Pure plann
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Optional, Sequence, cast
 
@@ -64,6 +64,10 @@ class Step:
     problem: Optional[Problem] = None
     variant: Optional[str] = None
     routes: Optional[tuple[int, int]] = None  # a routing step: the (E, topk) of the expert GEMMs it feeds
+    # the variants of --variants after `variant` that also run the GEMM here, in order: taken one by one where the
+    # ones before fail when the layer is built or checked
+    fallbacks: tuple[str, ...] = ()
+    failed: tuple[str, ...] = ()  # "variant: why" of each that failed before `variant` ran
 
     @property
     def is_gemm(self) -> bool:
@@ -73,12 +77,12 @@ class Step:
 def steps_to_wire(steps: Sequence[Step]) -> list[dict]:
     """Steps as JSON, for the engine's `layer` task (steps_from_wire reads them back)."""
     return [{"name": s.name, "problem": asdict(s.problem) if s.problem else None, "variant": s.variant,
-             "routes": s.routes} for s in steps]  # fmt: skip
+             "routes": s.routes, "fallbacks": list(s.fallbacks)} for s in steps]  # fmt: skip
 
 
 def steps_from_wire(wire: Sequence[dict]) -> list[Step]:
     return [Step(s["name"], Problem(**s["problem"]) if s["problem"] else None, s["variant"],
-                 tuple(s["routes"]) if s.get("routes") else None) for s in wire]  # fmt: skip
+                 tuple(s["routes"]) if s.get("routes") else None, tuple(s.get("fallbacks", ()))) for s in wire]  # fmt: skip
 
 
 def in_layer(g: shapes.Gemm, kind: str = "") -> bool:
@@ -138,8 +142,22 @@ def steps_for(problems: Sequence[Problem], choose: Callable[[Problem], str]) -> 
         if p.is_moe and (p.E, p.topk) not in routed:
             name = ROUTING if not routed else f"{ROUTING}_E{p.E}_top{p.topk}"
             steps.append(Step(name, routes=(p.E, p.topk)))
-        steps.append(Step(p.gemm, p, choose(p)))
+        name = choose(p)
+        later = getattr(choose, "after", None)  # a chooser of --variants globs knows the next candidates
+        steps.append(Step(p.gemm, p, name, fallbacks=tuple(later(p, name)) if later else ()))
     return steps
+
+
+def fall_back(steps: Sequence[Step], name: str, why: str) -> Optional[list[Step]]:
+    """The steps with GEMM step `name` on its next fallback variant (the failed one and `why` recorded), or None
+    where it has none left."""
+    out = list(steps)
+    i = next(i for i, s in enumerate(out) if s.name == name)
+    s = out[i]
+    if not s.fallbacks:
+        return None
+    out[i] = replace(s, variant=s.fallbacks[0], fallbacks=s.fallbacks[1:], failed=(*s.failed, f"{s.variant}: {why}"))
+    return out
 
 
 def chooser(spec: str, device, gemms: Sequence[str] = ()) -> Callable[[Problem], str]:
@@ -156,6 +174,17 @@ def chooser(spec: str, device, gemms: Sequence[str] = ()) -> Callable[[Problem],
         if not registry.get(name).gemm:  # an unknown name fails here too, before anything runs
             raise LayerError(f"--variants {gemm}={name}: {name} is not a GEMM variant")
     candidates = [v for g in globs for v in registry.select(g) if v.gemm]
+
+    def runs(p: Problem) -> list[str]:
+        """Every glob candidate of the GEMM's kind that runs it here, in --variants order."""
+        return [v.name for v in candidates if v.moe == p.is_moe and not v.unsupported_reason(p, device)]
+
+    def after(p: Problem, chosen: str) -> list[str]:
+        """The candidates a pinned GEMM has none of; else those after `chosen`."""
+        if p.gemm in pinned:
+            return []
+        names = runs(p)
+        return names[names.index(chosen) + 1 :] if chosen in names else []
 
     def choose(p: Problem) -> str:
         if p.gemm in pinned:
@@ -177,6 +206,7 @@ def chooser(spec: str, device, gemms: Sequence[str] = ()) -> Callable[[Problem],
             f"{p.label}: no variant of --variants {spec!r} runs it here{why}; pin one with {p.gemm}=VARIANT"
         )
 
+    choose.after = after  # type: ignore[attr-defined]  # steps_for reads the fallbacks from it
     return choose
 
 

@@ -19,7 +19,8 @@ import torch
 from gemmbench import registry
 from gemmbench.configs import tuning
 from gemmbench.engine import layer as L
-from gemmbench.engine.layer_plan import steps_from_wire
+from gemmbench.engine.faults import context_poisoned, one_line
+from gemmbench.engine.layer_plan import fall_back, steps_from_wire
 from gemmbench.engine.rows import cell_row
 from gemmbench.measure import memory, telemetry
 from gemmbench.measure.check import check_cell, reference
@@ -309,9 +310,18 @@ def layer_task(ctx, task: dict) -> None:
 
     ctx.begin(label, "check")
     try:
-        copies = [L.build(steps, seed + 7919 * i, ctx.devname) for i in range(layers)]
-        built = copies[0]
-        checks = L.check(built)
+        while True:  # a step whose variant fails to build or launch takes the next of --variants, if it has one
+            try:
+                copies = [L.build(steps, seed + 7919 * i, ctx.devname) for i in range(layers)]
+                built = copies[0]
+                checks = L.check(built)
+                break
+            except L.StepFailed as failed:
+                nxt = None if context_poisoned() else fall_back(steps, failed.step, one_line(failed.exc))
+                if nxt is None:  # none left, or the CUDA context is gone: this layer's error
+                    raise failed.exc from None
+                steps, built, checks = nxt, [], []
+                ctx.begin(label, "check")
         wrong = [c for c in checks if not c["ok"]]
         if wrong:
             ctx.result(label, rows("wrong", "; ".join(f"{c['step']}: {c['detail']}" for c in wrong)))

@@ -24,6 +24,8 @@ import sys
 import traceback
 from typing import Any, Callable, Optional
 
+from gemmbench.engine.faults import context_poisoned, one_line
+
 FATAL_EXIT = 3
 # The CPU path measures no GPU number, and Triton's interpreter takes 25-250 ms a call on the smoke set (measured on the
 # 2-core CI machine): there a cell takes exactly 5 samples, after the wall sampler's first call (which
@@ -31,36 +33,6 @@ FATAL_EXIT = 3
 # --budget is spent (that rule gave interpreter cells 10-20 samples and each torch cell 0.5 s: half the smoke run).
 # Five, not fewer: `compare`'s Mann-Whitney U can reach p < 0.01 (two-sided) between two runs only from 5 samples each.
 CPU_SAMPLES = 5
-
-
-def one_line(exc: BaseException) -> str:
-    """'Type: first line of the message (at file:line)' — the place is the innermost frame outside torch and
-    Triton, so that a plugin's bug names the plugin's line."""
-    text = str(exc).strip().splitlines()
-    where = ""
-    frames = [
-        f for f in traceback.extract_tb(exc.__traceback__) if not _library(f.filename) and f.name != "refuse_exit"
-    ]
-    if frames:
-        where = f" (at {frames[-1].filename}:{frames[-1].lineno})"
-    return f"{type(exc).__name__}: {text[0] if text else ''}"[:500] + where
-
-
-def _library(path: str) -> bool:
-    return any(f"{os.sep}{lib}{os.sep}" in path for lib in ("torch", "triton", "site-packages"))
-
-
-def context_poisoned() -> bool:
-    """True when the CUDA context is unusable (a sticky error): only a new process recovers."""
-    import torch  # heavy, off this module's top: main reports a failed import as startup_failed
-
-    if not torch.cuda.is_available():
-        return False
-    try:
-        torch.cuda.synchronize()
-        return False
-    except Exception:  # noqa: BLE001 - any failure here means the context is gone
-        return True
 
 
 class Events:

@@ -96,6 +96,7 @@ LAYER_COLUMNS = (
     "steps",
     "status",
     "reason",
+    "fallback",  # a step's: the variants of --variants that failed before its own ran, each with why (else null)
     "max_rel_err",
     "timing_mode",
     "l2_state",
