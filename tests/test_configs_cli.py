@@ -104,3 +104,13 @@ def test_a_gpu_not_in_the_table_and_gpu_without_dry_run_are_refused():
     assert ran.exit_code == 2 and "--gpu goes with --dry-run" in bad(ran)
     nogpu = invoke("list", "configs")
     assert nogpu.exit_code == 2 and "name the GPU to ask about with --gpu" in bad(nogpu)
+
+
+def test_list_configs_counts_a_variant_whose_rule_only_the_gpu_can_settle():
+    # gluon_ws on an H200 from the parts table: whether that machine's Triton has the kernel's Gluon is its own to
+    # say, so the config it would take is still listed: llama70b-attn's 2 GEMMs x the 7 decode M, in fp8
+    res = invoke("list", "configs", "--gpu", "NVIDIA H200", "--shapes", "llama70b-attn", "--variants", "gluon_ws",
+                 "--dtype", "fp8", "--format", "json")  # fmt: skip
+    assert res.exit_code == 0, res.stderr
+    rows = json.loads(res.stdout)["configs"]
+    assert len(rows) == 2 * 7 and {r["variant"] for r in rows} == {"gluon_ws"}

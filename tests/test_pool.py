@@ -241,3 +241,35 @@ def test_the_sanitizer_worker_measures_no_ceilings_and_allocates_every_tensor_al
     assert checked.ceilings is False and checked.budget_s == 0.2
     assert checked.env == {"A": "1", "PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}
     assert timed.ceilings is True and timed.env == {"A": "1"}  # the timing pool's options are left as they were
+
+
+def test_a_worker_the_sweep_killed_on_ctrl_c_is_no_cells_fault():
+    # Ctrl-C: the pool kills its workers itself (Pool.kill sets `stopping`); the item in flight then has no outcome (no
+    # error row blaming it) and no fresh worker starts for the rest
+    pools: list = []
+
+    class KilledOnCtrlC(FakeWorker):
+        def next_event(self, timeout=None):
+            ev = super().next_event(timeout)
+            if ev is None:
+                pools[0].stopping = True  # what Pool.kill does, from the main thread, as the worker dies
+            return ev
+
+    f = Fakes({})
+    pool = Pool(WorkerOptions(), f, [0], start=lambda o, g, p=(): KilledOnCtrlC({"crash_on": ["job1"]}, g))
+    pools.append(pool)
+    pool.run([Cell("tune", {}, ("job0", "job1", "job2"), "c")])
+    assert list(f.results) == ["job0"] and not f.lost_  # job1 killed by the sweep, job2 never run: no outcome
+
+
+def test_a_gpu_sweep_refuses_a_worker_that_finds_no_gpu():
+    """A GPU that fell off the bus: a fresh worker sees no CUDA device and would run the rest on the CPU path."""
+    import torch
+
+    from gemmbench.engine.worker_process import start_worker
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: the worker finds it")
+    with pytest.raises(PoolError, match=r"^the benchmark worker found no CUDA GPU \(the device is lost\)$"):
+        start_worker(WorkerOptions(cpu=False), None)
+    start_worker(WorkerOptions(cpu=True), None).close()  # the CPU path asks for no GPU

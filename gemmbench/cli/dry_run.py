@@ -54,7 +54,7 @@ def print_dry_run(sset, cells: list, dep: Deployment, as_json: bool, gpu, policy
             escape(c["gemm"]), *(str(c[k]) for k in ("tp", "dp", "ep", "M", "tokens", "N", "K")),
             *((str(c["E"]), str(c["local_experts"]), str(c["topk"])) if moe else ("", "", "")),
             escape(label(c["dtype"], c["scaling"], c["fp8_accum"]) if c["scaling"] != "none" else c["dtype"]),
-            str(len(c["runs"])), str(len(c["on_the_gpu"])) if c["on_the_gpu"] else "", str(len(c["skips"])) or "",
+            str(len(c["runs"])), str(len(c["on_the_gpu"])) if c["on_the_gpu"] else "", str(len(c["skips"])) if c["skips"] else "",
         )  # fmt: skip
     out.print(table)
     for line in _footnotes(docs):
@@ -116,6 +116,8 @@ def _cell(p, names: list[str], gpu: Any, policy: Any = None) -> dict:
                 configs[name] = config_sources.predict(name, p, gpu.name, gpu.part, policy or config_sources.Policy())
         elif why.startswith(ON_THE_GPU):
             later[name] = why
+            if v.tunable is not None:  # should the GPU's machine run it, this is the config it would take
+                configs[name] = config_sources.predict(name, p, gpu.name, gpu.part, policy or config_sources.Policy())
         else:
             skips[name] = why
     doc = dict(gemm=p.gemm, M=p.M // p.dp_tokens, tokens=p.M, N=p.N, K=p.K, E=p.E, local_experts=p.local_experts,

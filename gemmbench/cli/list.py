@@ -149,6 +149,7 @@ def _config_rows(target, shapes, variants, dtype, m, dep, borrow: bool) -> list[
     """One row per (Triton variant, problem) of a shape set, or per stored file the GPU would read."""
     from gemmbench import registry
     from gemmbench.configs import config_sources
+    from gemmbench.measure.device import ON_THE_GPU  # torch: not at --help
 
     policy = config_sources.Policy(borrow=borrow)
     if shapes is None:
@@ -158,7 +159,8 @@ def _config_rows(target, shapes, variants, dtype, m, dep, borrow: bool) -> list[
     for p, names in cells:
         for name in names:
             v = registry.get(name)
-            if v.tunable is None or v.declared_reason(p) or (v.supports and v.supports(p, target.device)):
+            why = v.declared_reason(p) or (v.supports(p, target.device) if v.supports else None)
+            if v.tunable is None or (why and not why.startswith(ON_THE_GPU)):  # the GPU's own rules: predicted
                 continue
             got = config_sources.predict(name, p, target.name, target.part, policy)
             rows.append({"variant": name, "gemm": p.gemm, "M": p.M, "N": p.N, "K": p.K, "E": p.local_experts,

@@ -211,7 +211,8 @@ def run(
     writer, run_id, cells, worker = opened
     ab_args = _baseline_args(baseline_cmd, request.options())  # every sweep option its build has (cli.ab.sweep_args)
     options = lambda process: sweep_options(request, run_id, worker, process)  # noqa: E731
-    rows, stopped, process, joined = _processes(repeat, baseline_cmd, ab_args, options, cells, writer)  # sweep
+    resumable = repeat == 1 and baseline_cmd is None and not append  # what --resume can finish
+    rows, stopped, process, joined = _processes(repeat, baseline_cmd, ab_args, options, cells, writer, resumable)
     rows = _last_process(rows, run_id, repeat, process)
     _show(rows, run_id, writer, stopped, as_json, wide)  # show: the tables, the comparison, the summary
     # under --format json stdout holds the run's document only: the comparison goes to stderr
@@ -336,7 +337,7 @@ def _baseline_args(baseline_cmd: Optional[list[str]], options: list) -> list[str
         raise fail(f"--ab: {exc}") from None
 
 
-def _processes(repeat: int, baseline_cmd, ab_args: list[str], options, cells: list, writer) -> tuple:
+def _processes(repeat: int, baseline_cmd, ab_args: list[str], options, cells: list, writer, resumable: bool) -> tuple:
     """The --repeat processes of this build's sweep (`options(process)`: its sweep.SweepOptions), with --ab each
     after one of the baseline build's -> (the file's rows, whether Ctrl-C or SIGINT stopped them, the last process,
     the joined baseline file: None without --ab or where no baseline process ended)."""
@@ -358,7 +359,7 @@ def _processes(repeat: int, baseline_cmd, ab_args: list[str], options, cells: li
                     break
                 continue
             # N sweeps one after another, each with fresh workers: N fresh processes a cell
-            rows, stopped = _sweep(options(process), cells, writer)
+            rows, stopped = _sweep(options(process), cells, writer, resumable)
             if stopped:
                 break
         return rows, stopped, process, _join_baseline(parts, writer.path) if baseline_cmd else None
@@ -436,7 +437,7 @@ def _say_cpu_path() -> None:
     )
 
 
-def _sweep(opts, cells: list, writer) -> tuple[list, bool]:
+def _sweep(opts, cells: list, writer, resumable: bool = True) -> tuple[list, bool]:
     """gemmbench.engine.sweep.run under one progress bar -> (the file's rows, whether Ctrl-C stopped it); a sweep that
     cannot go on is one line, its rows kept."""
     from gemmbench.engine import sweep  # heavy (torch, pandas)
@@ -457,7 +458,7 @@ def _sweep(opts, cells: list, writer) -> tuple[list, bool]:
             finally:  # the finished rows as one file, whatever stopped the sweep (a full disk keeps its parts)
                 writer.close()
         except PoolError as exc:
-            rest = f"; --resume {writer.path} runs the rest" if writer.rows else ""
+            rest = f"; --resume {writer.path} runs the rest" if writer.rows and resumable else ""
             raise fail(f"{exc} ({len(writer.rows)} rows saved to {writer.path}{rest})") from None
         except OSError as exc:  # the results file could not be written (a full disk, say): the parts written stay
             lost = f"; {writer.unwritten} rows measured last could not be written" if writer.unwritten else ""

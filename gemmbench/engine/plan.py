@@ -100,6 +100,18 @@ def deployment(tp: str, dp: str, ep: str, layout: str) -> Deployment:
 def combinations(sset, dep: Deployment, warn: Warn) -> list[tuple[int, int, int]]:
     """The (TP, DP, EP) of the lists that the layout's engine can run on the set; the others named in one warning.
     ShapeError with the first refusal when none is left."""
+    combos, refused = _combinations(sset, dep)
+    _left_out(refused, warn)
+    return combos
+
+
+def _left_out(refused: list[str], warn: Warn) -> None:
+    if refused:
+        warn(f"left out {len(refused)} of the --tp/--dp/--ep combinations: {'; '.join(refused)}")
+
+
+def _combinations(sset, dep: Deployment) -> tuple[list[tuple[int, int, int]], list[str]]:
+    """(the combinations the layout's engine accepts, a line for each it refuses); ShapeError where it accepts none."""
     from gemmbench.models.sharding import Parallel, check, experts  # not at --help (yaml)
     from gemmbench.shapes import ShapeError
 
@@ -114,9 +126,7 @@ def combinations(sset, dep: Deployment, warn: Warn) -> list[tuple[int, int, int]
                     refused.append(str(exc))
     if not combos:
         raise ShapeError(refused[0])
-    if refused:
-        warn(f"left out {len(refused)} of the --tp/--dp/--ep combinations: {'; '.join(refused)}")
-    return combos
+    return combos, refused
 
 
 def problems(sset, dtypes_asked: Sequence[str], m_values, dep: Deployment, routings: Sequence[str], warn: Warn,
@@ -127,8 +137,9 @@ def problems(sset, dtypes_asked: Sequence[str], m_values, dep: Deployment, routi
     from gemmbench.models.sharding import problems as shard  # not at --help (yaml)
     from gemmbench.shapes import ShapeError
 
-    out, seen, refused = [], set(), []
-    for t, d, e in combinations(sset, dep, warn):
+    out, seen = [], set()
+    combos, refused = _combinations(sset, dep)
+    for t, d, e in combos:
         try:  # a GEMM that does not divide at this TP refuses this combination only
             found = [p for r in routings
                      for p in shard(sset, dtypes_asked, m_values, t, r, e, scalings, d, dep.layout, fp8_accums)]  # fmt: skip
@@ -139,10 +150,9 @@ def problems(sset, dtypes_asked: Sequence[str], m_values, dep: Deployment, routi
             if p not in seen:  # a dense GEMM is the same problem at every EP and routing
                 seen.add(p)
                 out.append(p)
-    if refused and not out:
-        raise ShapeError(refused[0].split(": ", 1)[1])
-    if refused:
-        warn(f"left out {len(refused)} of the --tp/--dp/--ep combinations: {'; '.join(refused)}")
+    if not out and refused:  # every combination the layout accepts has a GEMM that does not divide
+        raise ShapeError(refused[-1].split(": ", 1)[1])
+    _left_out(refused, warn)
     return out
 
 

@@ -119,6 +119,7 @@ class Pool:
         self.lost: dict[Optional[int], _SlotLost] = {}
         self.leftover: collections.deque = collections.deque()
         self.ran = False  # some item has an outcome: a later loss leaves items "not run", not the whole sweep
+        self.stopping = False  # Ctrl-C: the workers are killed on purpose, and what they were doing is no one's fault
 
     def __enter__(self) -> Pool:
         return self
@@ -133,6 +134,7 @@ class Pool:
 
     def kill(self) -> None:
         """Ctrl-C: no worker may outlive the sweep and keep a GPU busy."""
+        self.stopping = True
         for w in list(self.workers.values()):
             w.kill()
         self.close()
@@ -225,8 +227,8 @@ class Pool:
 
     def _cell(self, slot: Optional[int], cell: Cell) -> None:
         """Runs `cell` to completion across worker deaths (each costs the item in flight)."""
-        left = list(cell.items)
-        while left:
+        left, resent = list(cell.items), False
+        while left and not self.stopping:
             try:
                 w = self._worker(slot, cell)
             except PoolError as exc:
@@ -236,7 +238,14 @@ class Pool:
                     self._call("lost", cell, item, f"before start: {exc}", slot)
                 self._call("closed", cell, str(exc), -1)
                 return
-            w.send(dict(cell.payload, task=cell.task, items=list(left)))
+            try:
+                w.send(dict(cell.payload, task=cell.task, items=list(left)))
+            except OSError:  # the worker died between cells, with nothing of this cell in flight: a fresh one, once
+                if not resent:
+                    self.workers.pop(slot, None)
+                    w.close()
+                    resent = True
+                    continue
             if self._events(slot, cell, w, left):  # the task ended normally
                 if cell.prefix:
                     self._close_own(cell, w)
@@ -267,6 +276,9 @@ class Pool:
                 ev, why = None, f"timeout after {limit:.0f} s ({phase})"
             else:
                 why = None
+            if ev is None and self.stopping:  # killed by the sweep's own Ctrl-C: no outcome, no blame
+                w.close()
+                return False
             if ev is None:
                 why = why or w.death_reason()
                 lost = why if why.startswith("timeout after") else f"{phase}: {why}"

@@ -37,6 +37,7 @@ CPU_SAMPLES = 5
 
 class Events:
     def __init__(self, fd: int):
+        os.set_inheritable(fd, False)  # a plugin's child must not hold the pipe open past this worker's death
         self._f = os.fdopen(fd, "w", buffering=1)
 
     def send(self, **event: Any) -> None:
@@ -135,7 +136,7 @@ def main() -> None:
     except Exception as exc:  # noqa: BLE001 - the pool reports it once and stops
         events.send(ev="startup_failed", error=one_line(exc), detail=traceback.format_exc()[-2000:])
         raise SystemExit(2) from None
-    events.send(ev="ready")
+    events.send(ev="ready", device=ctx.dev.kind)  # a GPU that fell off the bus starts as a "cpu" worker
     for line in sys.stdin:
         if line.strip():
             task = json.loads(line)

@@ -198,4 +198,7 @@ def start_worker(opts: WorkerOptions, gpu: Optional[int], prefix: tuple = ()) ->
         reason = first["error"] if first else w.death_reason()
         w.close()
         raise PoolError(f"the benchmark worker could not start: {reason}")
+    if not opts.cpu and first.get("device", "cuda") != "cuda":  # the GPU this sweep measures is gone
+        w.close()
+        raise PoolError("the benchmark worker found no CUDA GPU (the device is lost)")
     return w

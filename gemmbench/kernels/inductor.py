@@ -31,7 +31,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from gemmbench.kernels import cublas
-from gemmbench.measure.device import on_the_gpu
+from gemmbench.measure.device import ON_THE_GPU, on_the_gpu
 from gemmbench.registry import Launch, Variant, register
 
 MODE = "max-autotune-no-cudagraphs"
@@ -111,12 +111,15 @@ def _supports(problem, device) -> Optional[str]:
         return "torch.compile's GPU matmul needs a CUDA GPU (on a CPU Inductor builds a C++ matmul instead)"
     from torch.utils._triton import has_triton  # torch's own test of whether Inductor can emit GPU kernels here
 
+    scaled = cublas.fp8_supports(problem.scaling)(problem, device) if problem.dtype == "fp8" else None
+    if scaled and not scaled.startswith(ON_THE_GPU):  # a rule of the problem or the GPU: certain anywhere
+        return scaled
     deferred = on_the_gpu(device, "whether its torch.compile can emit Triton")
     if deferred:
         return deferred
     if not has_triton():
         return "torch.compile's GPU code needs Triton, which this torch cannot use on this GPU"
-    return cublas.fp8_supports(problem.scaling)(problem, device) if problem.dtype == "fp8" else None
+    return scaled
 
 
 register(
