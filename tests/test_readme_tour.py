@@ -24,7 +24,7 @@ CPU = {
     "list shapes": (0, None, None),
     "list configs": (0, None, None),
     "run --shapes deepseek-v3": (0, None, None),  # the dry run: nothing runs
-    "run --shapes llama70b-attn": (2, "too large for the CPU path", "run --shapes smoke --m 1"),
+    "run --shapes llama70b-attn": (2, "too large for the CPU path", "run --shapes smoke --m 1 --dtype fp16"),
     "plot results/": (0, None, None),
     "report results/": (0, None, None),
     # the shipped baseline is an H100's, cold; the CPU path's rows are wall times: compare refuses, and says why
