@@ -197,8 +197,8 @@ def _space(problem, on_gpu: bool, full: bool) -> list[DenseConfig]:
         bk = 128 if fp8 else 64
         quick = [tile(128, 128, bk, 8, 4), tile(128, 256, 64, 8, 3)]
         if tuning.has_tma():
-            # the copy engine's K loop: at prefill on the H100 as fast as the pointer loop with 128x128 tiles, and
-            # much faster with 128x256 (docs/BENCHMARKS.md keeps the figures)
+            # the copy engine's K loop: at prefill on the H100 as fast as the pointer loop with square 128-row tiles,
+            # and much faster with tiles twice as wide (docs/BENCHMARKS.md keeps the figures)
             quick = [tile(128, 128, bk, 8, 4, TMA=True), tile(128, 256, bk, 8, 3, TMA=True)] + quick
         more = [
             tile(bm, bn, bk, 4 if bm * bn <= 64 * 128 else 8, st)
