@@ -1015,3 +1015,11 @@ def test_a_step_whose_variant_fails_takes_the_next_of_variants(tmp_path):
                  "--plugin", plugin, "--out", tmp_path / "m.parquet")  # fmt: skip
     layer = load_layer_tables([tmp_path / "m.parquet"]).query("part == 'layer'").iloc[0]
     assert layer["status"] == "error" and "Invalid scaling configuration for N 64" in layer["reason"]
+    # a fallback that ends its worker: the layer's error names the fallback, not the variant that failed before it
+    res = invoke("layer", "--model", "smoke", "--m", "1", "--variants", "test_refuse,test_dies,cublas_*,torch_moe_loop",
+                 "--plugin", plugin, "--out", tmp_path / "d.parquet")  # fmt: skip
+    layer = load_layer_tables([tmp_path / "d.parquet"]).query("part == 'layer'").iloc[0]
+    assert layer["status"] == "error"
+    assert layer["reason"].startswith(
+        "check, smoke_square on test_dies after test_refuse failed: worker died (exit code 3"
+    )

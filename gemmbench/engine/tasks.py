@@ -321,7 +321,9 @@ def layer_task(ctx, task: dict) -> None:
                 if nxt is None:  # none left, or the CUDA context is gone: this layer's error
                     raise failed.exc from None
                 steps, built, checks = nxt, [], []
-                ctx.begin(label, "check")
+                took = next(s for s in steps if s.name == failed.step)
+                # the phase names the fallback: a death or hang from here on is blamed on it, not on the plan sent
+                ctx.begin(label, f"check, {failed.step} on {took.variant} after {took.failed[-1].split(':')[0]} failed")
         wrong = [c for c in checks if not c["ok"]]
         if wrong:
             ctx.result(label, rows("wrong", "; ".join(f"{c['step']}: {c['detail']}" for c in wrong)))
