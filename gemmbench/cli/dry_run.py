@@ -112,14 +112,13 @@ def _cell(p, names: list[str], gpu: Any, policy: Any = None) -> dict:
             why = v.supports(p, gpu.device)
         if why is None:
             runs.append(name)
-            if v.tunable is not None:
-                configs[name] = config_sources.predict(name, p, gpu.name, gpu.part, policy or config_sources.Policy())
         elif why.startswith(ON_THE_GPU):
             later[name] = why
-            if v.tunable is not None:  # should the GPU's machine run it, this is the config it would take
-                configs[name] = config_sources.predict(name, p, gpu.name, gpu.part, policy or config_sources.Policy())
         else:
             skips[name] = why
+            continue
+        if v.tunable is not None:  # left to the GPU's machine too: should it run, this is the config it would take
+            configs[name] = config_sources.predict(name, p, gpu.name, gpu.part, policy or config_sources.Policy())
     doc = dict(gemm=p.gemm, M=p.M // p.dp_tokens, tokens=p.M, N=p.N, K=p.K, E=p.E, local_experts=p.local_experts,
                topk=p.topk, shared_experts=p.shared_experts, routing=p.routing if p.is_moe else None,
                pairs_routed=p.M * p.topk if p.is_moe else None, tp=p.tp, ep=p.ep, dp=p.dp, layout=p.layout,

@@ -239,13 +239,9 @@ def _dry_run(request: R, gpu: Optional[str], as_json: bool) -> None:
     from gemmbench.cli.target_gpu import target_gpu
     from gemmbench.configs.config_sources import Policy
 
-    q = request
-    variants, _ = import_configs(list(q.import_config), q.variants)
-    dep = plan.deployment(q.tp, q.dp, q.ep, q.layout)
-    sset, cells = plan.cells(q.shapes, variants, q.dtype, q.m, q.routing, q.seed, list(q.plugin), dep, warn, q.scaling,
-                             q.fp8_accum)  # fmt: skip
+    sset, cells, _, dep = _cells(request)
     target = target_gpu(gpu) or target_gpu(DEFAULT_GPU)
-    print_dry_run(sset, cells, dep, as_json, target, Policy(borrow=q.borrow, own=not q.no_own))
+    print_dry_run(sset, cells, dep, as_json, target, Policy(borrow=request.borrow, own=not request.no_own))
 
 
 def _refuse_before_work(dest: _Destination, repeat: int, ab: Optional[str]) -> Optional[list[str]]:
@@ -256,19 +252,26 @@ def _refuse_before_work(dest: _Destination, repeat: int, ab: Optional[str]) -> O
 
 
 def _plan(request: R) -> tuple:
-    """(shape set, cells, the imported configs' environment): engine/plan.py's cells of the request."""
+    """(shape set, cells, the imported configs' environment), after refusing in one line the options a sweep checks
+    before any work (budget, cell timeout, shard, --gpus)."""
     q = request
-    (
-        positive_budget(q.budget),
-        watchdog(q.cell_timeout, q.budget),
-        shard_option(q.shard),
-        gpus_option(q.gpus),
-    )  # one line each
-    variants, imported = import_configs(list(q.import_config), q.variants)  # the imported variants always run
+    positive_budget(q.budget)
+    watchdog(q.cell_timeout, q.budget)
+    shard_option(q.shard)
+    gpus_option(q.gpus)
+    sset, cells, imported, _ = _cells(q)
+    return sset, cells, imported
+
+
+def _cells(request: R) -> tuple:
+    """(shape set, cells, the imported configs' environment, deployment): engine/plan.py's cells of the request, the
+    imported variants among them."""
+    q = request
+    variants, imported = import_configs(list(q.import_config), q.variants)
     dep = plan.deployment(q.tp, q.dp, q.ep, q.layout)
     sset, cells = plan.cells(q.shapes, variants, q.dtype, q.m, q.routing, q.seed, list(q.plugin), dep, warn, q.scaling,
                              q.fp8_accum)  # fmt: skip
-    return sset, cells, imported
+    return sset, cells, imported, dep
 
 
 def _open(request: R, dest: _Destination, sset, cells: list, imported: dict, as_json: bool) -> Optional[tuple]:
