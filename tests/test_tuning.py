@@ -270,3 +270,44 @@ def test_a_runs_choice_of_config_is_per_accumulation_contract():
     fast = Problem("t", "g", 2048, 1280, 8192, "fp8", fp8_accum="fast")
     assert tuning._choice_key(t, precise) != tuning._choice_key(t, fast)
     assert t.space(precise, True, False) != t.space(fast, True, False)
+
+
+def test_candidates_make_their_first_calls_side_by_side_and_errors_stay_theirs(monkeypatch):
+    """With several compile threads, every candidate's first call runs before any is checked, overlapping in time
+    (each waits at a barrier that only all of them together pass), and a candidate whose calls raise is a trial with
+    its own error while the others are timed."""
+    import threading
+
+    v = registry.get("triton_splitk_atomic")
+    p = Problem("t", "g", 5, 48, 64, "fp16")
+    inputs = make_inputs(p, 1, DEV)
+    configs = [SplitKConfig.tile(16, n, 32, 4, 1, SPLIT_K=1) for n in (16, 32, 64)]
+    barrier = threading.Barrier(len(configs), timeout=10)
+    first_calls = []
+
+    def build(problem, inp, config):
+        launch = v.tunable.build(problem, inp, config)
+        real, calls = launch.fn, []
+
+        def fn():
+            calls.append(1)
+            if len(calls) == 1:  # the first call: all three are in flight at once, or the barrier times out
+                first_calls.append(config.BLOCK_N)
+                barrier.wait()
+            if config.BLOCK_N == 64:
+                raise RuntimeError("out of resource: shared memory")
+            return real()
+
+        launch.fn = fn
+        return launch
+
+    monkeypatch.setattr(tuning, "interpreter_on", lambda: False)
+    monkeypatch.setenv(tuning.COMPILE_THREADS_ENV, "3")
+    beats = []
+    fake = tuning.Tunable("fake", v.tunable.space, build, SplitKConfig)
+    trials = tuning.search(fake, p, inputs, configs, reference(p, inputs), beat=lambda: beats.append(1))
+    assert sorted(first_calls) == [16, 32, 64]
+    by_n = {x.params.BLOCK_N: x for x in trials}
+    assert "out of resource" in by_n[64].error and by_n[64].time_us == float("inf")
+    assert not by_n[16].error and not by_n[32].error and by_n[16].time_us < float("inf")
+    assert len(beats) >= len(configs)

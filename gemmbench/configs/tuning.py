@@ -28,6 +28,7 @@ its JSON (stored files, the row's `config`), so that the JSON stays what it was 
 
 from __future__ import annotations
 
+import concurrent.futures
 import functools
 import math
 import os
@@ -36,6 +37,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Optional
+
+import torch
 
 from gemmbench import locations, registry
 from gemmbench.configs import config_files, config_sources
@@ -214,6 +217,34 @@ class Trial:
 TIE = 0.01
 # The coarse pass of a tune: the quick candidates and about this many more, evenly spread over the full space.
 COARSE = 12
+# Threads that make the candidates' first calls at once: Triton's compile (its passes and ptxas) lets go of the
+# interpreter lock, and a tune from nothing spends most of its time compiling (BENCHMARKS "Tuning").
+COMPILE_THREADS_ENV = "GEMMBENCH_COMPILE_THREADS"
+
+
+def compile_threads() -> int:
+    """How many candidates compile at once: GEMMBENCH_COMPILE_THREADS, else the CPUs this process may use, at most 8
+    (one on Triton's CPU interpreter, which compiles nothing)."""
+    if interpreter_on():
+        return 1
+    if os.environ.get(COMPILE_THREADS_ENV):
+        return max(1, int(os.environ[COMPILE_THREADS_ENV]))
+    return max(1, min(8, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1))
+
+
+def _first_calls(launches: list, beat: Callable[[], None]) -> None:
+    """Each launch called once, several at a time, so that their kernels compile side by side; what a call raises is
+    left for the candidate's own call after (a config that cannot run fails there again, with its error)."""
+    threads = compile_threads()
+    if threads < 2 or len(launches) < 2:
+        return
+    with concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="compile") as pool:
+        pending = {pool.submit(launch.fn) for launch in launches}
+        while pending:
+            beat()
+            _, pending = concurrent.futures.wait(pending, timeout=1.0)
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
 
 
 def _time_each(
@@ -223,15 +254,23 @@ def _time_each(
     """Each candidate compiled, checked against `reference` where given (a wrong config is never chosen), and timed
     briefly (cold L2); a config that cannot run is a trial with its error.  Stops at `deadline` (time.monotonic),
     the first candidate always timed."""
+    built: dict[int, Any] = {}
+    for i, config in enumerate(candidates):
+        try:
+            built[i] = t.build(problem, inputs, config)
+        except Exception as exc:  # noqa: BLE001 - built again below, where its error is recorded
+            built[i] = exc
+    _first_calls([x for x in built.values() if not isinstance(x, Exception)], beat)
     trials = []
-    for config in candidates:
+    for i, config in enumerate(candidates):
         if trials and time.monotonic() > deadline:
             break
         beat()
         trial = Trial(config)
         try:
-            launch = t.build(problem, inputs, config)
-            # the first call compiles: a config needing more shared memory than the GPU has fails here
+            launch = built[i] if not isinstance(built[i], Exception) else t.build(problem, inputs, config)
+            # the first call compiles (or finds the kernel _first_calls compiled): a config needing more shared
+            # memory than the GPU has fails here
             if reference is None:
                 launch.fn()
             else:

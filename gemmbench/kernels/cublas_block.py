@@ -19,11 +19,9 @@ from gemmbench.measure.device import on_the_gpu
 from gemmbench.measure.inputs import act_block_scales, act_scale_padded
 from gemmbench.registry import Launch, Variant, register
 
-# torch._scaled_mm took block scales in 2.9 (pytorch/pytorch#158037, cuBLAS 12.9's block-scaled GEMM), but laid
-# the weight's scales out wrongly where ceil(K/128) is not a multiple of 4 (silently wrong results) until 2.10
-# (pytorch/pytorch#166752): 2.10 is the first torch whose block-scaled _scaled_mm is right on every shape.
+# torch._scaled_mm took block scales in 2.9 (pytorch/pytorch#158037, cuBLAS 12.9's block-scaled GEMM); 2.10 is the
+# first torch whose block-scaled _scaled_mm is right on every shape, so older ones are refused.
 BLOCKWISE_TORCH = (2, 10)
-_L4 = 4  # cuBLAS wants the weight scales' K extent padded to a multiple of 4 blocks (pytorch/pytorch#166752)
 
 
 def _torch_version() -> tuple[int, int]:
@@ -32,26 +30,26 @@ def _torch_version() -> tuple[int, int]:
 
 
 def block_scale_operands(a, a_scale, b_scale):
-    """What torch._scaled_mm takes for block scales (its cuBLAS layouts, pytorch/pytorch#166752): the activations'
-    (M_pad, ceil(K/128)) scales column-major over M padded to a multiple of 4 (the input factory lays them out so:
-    inputs.act_block_scales), and the weight's (ceil(N/128), ceil(K/128)) scales transposed to (ceil(K/128),
-    ceil(N/128)) over rows of round_up(ceil(K/128), 4).  Returns (a writer of the activations into what cuBLAS reads,
-    the activations' scales, the weight's): M a multiple of 4 reads `a` itself; otherwise `a` is copied into M_pad
-    rows whose padding is zero (scale 1), as a serving stack pads M per call.  Only the weight's are made here."""
+    """What torch._scaled_mm takes for block scales, in the layouts its own check names (ScaledBlas.cpp,
+    is_blockwise_1x128_scaling / is_blockwise_128x128_scaling): the activations' (M_pad, ceil(K/128)) scales
+    column-major over M padded to a multiple of 4 (the input factory lays them out so: inputs.act_block_scales), and
+    the weight's (ceil(N/128), ceil(K/128)) scales row-major, handed over transposed.  Padding the weight's rows to a
+    multiple of 4 blocks (cuBLAS's own layout) is torch's job: a padded row stride is refused wherever ceil(K/128) is
+    not a multiple of 4.  Returns (a writer of the activations into what cuBLAS reads, the activations' scales, the
+    weight's): M a multiple of 4 reads `a` itself; otherwise `a` is copied into M_pad rows whose padding is zero
+    (scale 1), as a serving stack pads M per call."""
     M, K = a.shape
     sa = act_scale_padded(a_scale)
-    nN, nK = b_scale.shape
-    sb = torch.zeros((nN, -(-nK // _L4) * _L4), dtype=torch.float32, device=a.device)
-    sb[:, :nK] = b_scale
+    sb = b_scale.contiguous().t()
     if sa.shape[0] == M:
-        return (lambda: a), sa, sb[:, :nK].t()
+        return (lambda: a), sa, sb
     a_pad = torch.zeros((sa.shape[0], K), dtype=a.dtype, device=a.device)
 
     def padded():
         a_pad[:M].copy_(a)
         return a_pad
 
-    return padded, sa, sb[:, :nK].t()
+    return padded, sa, sb
 
 
 def _make_block_scaled_mm(problem, inputs) -> Launch:
@@ -72,16 +70,28 @@ def _block_rule(device_kind: str, capability: tuple) -> Optional[str]:
 
 @functools.lru_cache(maxsize=None)
 def _block_probe() -> Optional[str]:
-    """Why this torch refuses block-scaled fp8 on this GPU, or None: one tiny call (M 4, N 128, K 256)."""
+    """Why this torch refuses block-scaled fp8 on this GPU, or None: one tiny call (M 4, N 256, K 384: two weight
+    blocks along N and three along K, the case a mislaid scale layout refuses or gets wrong), checked against its
+    exact answer (all ones times scales that differ per block)."""
     if _torch_version() < BLOCKWISE_TORCH:
         return (f"torch {torch.__version__} has no right block-scaled torch._scaled_mm: torch "
                 f"{'.'.join(map(str, BLOCKWISE_TORCH))} (with CUDA 12.9+) has it")  # fmt: skip
     fp8 = dtypes.FP8
     try:
-        a = torch.ones((4, 256), device="cuda").to(fp8.torch)
-        b = torch.ones((128, 256), device="cuda").to(fp8.torch)
-        a, sa, sb = block_scale_operands(a, act_block_scales(4, 2, "cuda"), torch.ones((1, 2), device="cuda"))
-        torch._scaled_mm(a(), b.t(), scale_a=sa, scale_b=sb, out_dtype=dtypes.get(fp8.out).torch)
+        M, N, K = 4, 256, 384
+        a = torch.ones((M, K), device="cuda").to(fp8.torch)
+        b = torch.ones((N, K), device="cuda").to(fp8.torch)
+        # weight block (n, k) scaled by 1 + n + 2k: every 128 x 128 block's scale differs, so a transposed or
+        # padded read of the scales changes the answer; a column of block n sums 128 * (1 + n + 2k) over k = 0, 1, 2
+        b_scale = 1.0 + torch.arange(2, device="cuda").view(2, 1) + 2.0 * torch.arange(3, device="cuda").view(1, 3)
+        a, sa, sb = block_scale_operands(a, act_block_scales(M, 3, "cuda"), b_scale)
+        out = torch._scaled_mm(a(), b.t(), scale_a=sa, scale_b=sb, out_dtype=dtypes.get(fp8.out).torch)[:M]
+        per_block = torch.tensor([128.0 * (3 * (1 + n) + 2 * (0 + 1 + 2)) for n in (0, 1)], device="cuda")
+        want = per_block.repeat_interleave(128)
+        if not torch.equal(out.float(), want.expand(M, N)):
+            return (f"torch {torch.__version__}'s block-scaled torch._scaled_mm reads the scales wrongly here (a "
+                    f"4 x 256 x 384 probe gave {out[0, 0].item():g} and {out[0, -1].item():g}, expected "
+                    f"{want[0].item():g} and {want[-1].item():g})")  # fmt: skip
         return None
     except Exception as exc:  # noqa: BLE001 - any failure means "cannot run here"
         return (f"torch {torch.__version__} refuses block-scaled torch._scaled_mm here (torch "
