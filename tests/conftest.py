@@ -68,6 +68,24 @@ TIMESTAMP = stamp()
 # let go and keeps new ones off.  The gate is taken first by every test, so that a waiting exclusive test is not
 # passed by new shared ones.  Each test hands its worker's cached GPU memory back before it lets go: an idle worker's
 # allocator cache would otherwise hold what the exclusive test needs.
+# The columns every producer of a run row fills (engine/rows.cell_row, then the sink), as a synthetic row of a test
+# has them unless it says otherwise: store.normalize_row refuses a row that leaves one out.
+FILLED = dict(ep=1, dp=1, layout="vllm", process=0, inputs="randn", timing_mode="cold", timestamp=TIMESTAMP)
+# a dtype's scaling and fp8 accumulation where a test names only the dtype (dtypes.REFERENCE_SCALING, and fp8's
+# default contract): the values a run of that dtype stores
+DTYPE_DEFAULTS = {"fp8": ("tensor", "precise"), "bf16": ("none", "none"), "fp16": ("none", "none"),
+                  "fp32": ("tensor", "none")}  # fmt: skip
+
+
+def run_row(**cols) -> dict:
+    """A synthetic run row: `cols` over FILLED, with the dtype's scaling and accumulation where not given."""
+    row = {**FILLED, **cols}
+    scaling, accum = DTYPE_DEFAULTS.get(row.get("dtype"), (None, None))
+    row.setdefault("scaling", scaling)
+    row.setdefault("fp8_accum", accum)
+    return row
+
+
 _GPU_TAG = os.environ.get("CUDA_VISIBLE_DEVICES", "all").replace(",", "-")  # one gate and lock per GPU
 _GPU_GATE = Path(tempfile.gettempdir()) / f"gemmbench-gpu-tests-{_GPU_TAG}.gate"
 _GPU_LOCK = Path(tempfile.gettempdir()) / f"gemmbench-gpu-tests-{_GPU_TAG}.lock"
@@ -104,7 +122,7 @@ def pytest_collection_modifyitems(config, items):
 
 
 class TaskContext:
-    """What tasks.time_task sees of its worker, in this process: the run's timer, the results collected, a failure
+    """What time_task.work sees of its worker, in this process: the run's timer, the results collected, a failure
     raised (tests/test_memory.py on the CPU, tests/test_gpu_memory.py on the GPU)."""
 
     def __init__(self, timing: str, devname: str, timer):

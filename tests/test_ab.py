@@ -8,7 +8,7 @@ import sys
 from datetime import datetime, timezone
 
 import pytest
-from conftest import stamp
+from conftest import run_row, stamp
 from typer.testing import CliRunner
 
 from gemmbench.cli import ab, app
@@ -46,7 +46,7 @@ def invoke(*args):
 
 def fake_baseline(tmp_path, fail: bool = False):
     """(the fake's path, its log); fail: it prints 'boom' on stderr and exits 3 instead."""
-    row = dict(shape_set="ab", gemm="g", M=1, N=64, K=64, E=1, topk=1, tp=1, ep=1, dtype="fp16", scaling="none",
+    row = run_row(shape_set="ab", gemm="g", M=1, N=64, K=64, E=1, topk=1, tp=1, ep=1, dtype="fp16", scaling="none",
                variant="cublas_fp16", family="cublas", status="ok", timing_mode="wall", l2_state="warm",
                samples_us=[1e6] * 5, time_us_median=1e6, time_us_p20=1e6, time_us_p80=1e6, n_samples=5,
                timestamp=stamp(), config="{}", **device.provenance())  # fmt: skip

@@ -10,7 +10,7 @@ import math
 
 import pytest
 import torch
-from conftest import stamp
+from conftest import run_row, stamp
 from typer.testing import CliRunner
 
 from gemmbench import dtypes, registry
@@ -232,7 +232,7 @@ def test_stored_configs_are_named_by_a_scaling_other_than_tensor(tmp_path, monke
 
 
 def _row(variant, scaling, t, dtype="fp8"):
-    return dict(run_id="r", timestamp=stamp(), shape_set="t", gemm="g", M=16, N=256, K=256, E=1,
+    return run_row(run_id="r", timestamp=stamp(), shape_set="t", gemm="g", M=16, N=256, K=256, E=1,
                 topk=1, tp=1, ep=1, dtype=dtype, scaling=scaling, variant=variant, status="ok",
                 time_us_median=t, time_us_p20=t, time_us_p80=t, samples_us=[t] * 5, flops=2 * 16 * 256 * 256,
                 timing_mode="cold", gpu="H100")  # fmt: skip
@@ -277,3 +277,19 @@ def test_bad_scaling_is_one_line_and_exit_2(tmp_path, args, says):
 
 def test_a_row_without_scaling_counts_as_tensor():
     assert tables.baseline_for({"dtype": "fp8", "E": 1, "variant": "x"}) == "cublas_fp8"
+
+
+def test_cublas_block_asks_its_k_rule_only_where_k_blocks_are_not_a_multiple_of_four(monkeypatch):
+    """cuBLAS reads the weight's scales over rows padded to a multiple of 4 blocks of 128: K 2048 (16 blocks) and
+    2560 (20) need no padding and are not asked about; K 2304 (18 blocks), 256 (2) and 2112 (17, the last partial)
+    are, and take the torch's rule as their skip reason (docs/GPU-FACTS.md §8)."""
+    from gemmbench.kernels import cublas_block
+
+    asked = []
+    monkeypatch.setattr(cublas_block, "_block_probe", lambda: None)
+    monkeypatch.setattr(cublas_block, "_k_blocks_probe", lambda: asked.append(1) or "THE K RULE")
+    hopper = DeviceInfo("cuda", "NVIDIA H200", (9, 0), 132, 50 << 20)
+    v = registry.get("cublas_fp8_block")
+    reasons = {K: v.unsupported_reason(dense(M=16, N=7168, K=K), hopper) for K in (2048, 2560, 2304, 256, 2112)}
+    assert reasons == {2048: None, 2560: None, 2304: "THE K RULE", 256: "THE K RULE", 2112: "THE K RULE"}
+    assert len(asked) == 3

@@ -171,7 +171,7 @@ def test_fp16_is_held_to_its_own_rung_and_falls_back_to_bf16s():
 
 def test_a_row_above_its_compute_ceiling_is_flagged_in_its_row():
     from gemmbench import registry
-    from gemmbench.engine.tasks import _throughput
+    from gemmbench.engine.tasks.time_task import _throughput
     from gemmbench.shapes import Problem
 
     # fp16 128³: 2 x 128³ = 4,194,304 FLOPs; bytes A + B + out = 3 x 128 x 128 x 2 = 98,304.

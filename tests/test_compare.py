@@ -7,7 +7,7 @@ import json
 
 import numpy as np
 import pytest
-from conftest import TIMESTAMP, stamp
+from conftest import TIMESTAMP, run_row, stamp
 from test_cli import bad, cpu_only, invoke, table_rows, text
 
 from gemmbench.results import compare as cmp
@@ -30,7 +30,7 @@ def row(
 ) -> dict:
     s = samples(100.0, 0.01) if s is None and status == "ok" else s
     extra = {**STACK, **extra}
-    return dict(
+    return run_row(
         run_id="r",
         timestamp=ts,
         shape_set="set",

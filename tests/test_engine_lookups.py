@@ -13,10 +13,10 @@ import pytest
 from test_cli import invoke
 from test_engine_configs import TINY  # the tiny MoE block both files export from
 
-from gemmbench.cli import tune as cli_tune
 from gemmbench.configs import config_files, tuning
 from gemmbench.configs.inference_engines import TOKEN_COUNTS
 from gemmbench.engine.plan import deployment, tunable
+from gemmbench.engine.tasks import tune_task
 from gemmbench.kernels.fused_moe import MoeConfig
 from gemmbench.measure.device import DeviceInfo
 from gemmbench.shapes import Problem
@@ -195,5 +195,5 @@ def test_tune_m_with_vllms_token_counts_tunes_the_power_of_two_buckets(tmp_path)
     problems, chosen = tunable(str(tmp_path / "tiny.yaml"), "triton_moe_grouped", "fp16", m,
                                         deployment("1", "1", "1", "vllm"), None, print)  # fmt: skip
     gpu = DeviceInfo(kind="cuda", name="NVIDIA H100 80GB HBM3", capability=(9, 0), sm_count=132)
-    jobs = cli_tune._jobs(problems, chosen, gpu)
+    jobs = tune_task.jobs(problems, chosen, gpu)
     assert sorted({p.M for p, _ in jobs}) == list(BUCKETS) and len(jobs) == 2 * len(BUCKETS)

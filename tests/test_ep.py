@@ -370,7 +370,7 @@ def test_profile_outcome_carries_this_ranks_work(monkeypatch):
     from dataclasses import asdict
     from types import SimpleNamespace
 
-    from gemmbench.engine import tasks
+    from gemmbench.engine.tasks import profile_task
 
     monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)  # the CPU has no stream to wait for
     p = moe(M=9)
@@ -378,7 +378,7 @@ def test_profile_outcome_carries_this_ranks_work(monkeypatch):
     got: dict = {}
     ctx = SimpleNamespace(dev=detect(), devname=DEV, begin=lambda *a: None,
                           result=lambda name, rows: got.update(rows[0]), failed=None)  # fmt: skip
-    tasks.profile_task(ctx, {"items": ["torch_moe_loop"], "problem": asdict(p), "seed": seed})
+    profile_task.work(ctx, {"items": ["torch_moe_loop"], "problem": asdict(p), "seed": seed})
     ids = make_inputs(p, seed, DEV).topk_ids.tolist()
     assert got["status"] == "ok"
     assert got["pairs"] == sum(e >= 0 for row in ids for e in row)
@@ -404,7 +404,7 @@ def test_a_rank_with_no_pair_says_so_and_has_no_roofline(tiny_set, tmp_path):
 def test_no_roofline_for_a_rank_without_work_and_one_for_a_rank_with_work():
     from types import SimpleNamespace
 
-    from gemmbench.engine.tasks import _throughput
+    from gemmbench.engine.tasks.time_task import _throughput
     from gemmbench.measure.ceilings import Ceilings
 
     ctx = SimpleNamespace(ceilings=Ceilings(mode="cold", bandwidth_ladder=[(1 << 20, 1000.0), (1 << 30, 3000.0)],

@@ -9,6 +9,7 @@ import json
 
 import pytest
 import torch
+from conftest import run_row
 from test_cli import bad, cpu_only, invoke, table_rows
 from test_compare import row as compare_row
 from test_compare import write as write_run
@@ -133,19 +134,19 @@ def test_bad_fp8_accum_in_tune_and_layer():
 
 
 def test_tune_tunes_each_contract_asked_on_its_own():
-    from gemmbench.cli import tune
+    from gemmbench.engine.tasks import tune_task
     from gemmbench.measure import device
 
     sset = shape_sets.load("smoke")
     problems = sharding.problems(sset, ["fp8"], [1], fp8_accums=["fast", "precise"])
     chosen = [registry.get("triton_dp_row"), registry.get("inductor_mm")]
-    jobs = tune._jobs(problems, chosen, device.detect())
+    jobs = tune_task.jobs(problems, chosen, device.detect())
     dense = [g.name for g in sset.gemms if g.E == 1]
     # by hand: triton_dp_row once per shape and contract (each stored in its own file); inductor_mm (precise only, and
     # not run by the interpreter) none
     expected = sorted((g, a, "triton_dp_row") for g in dense for a in ("fast", "precise"))
     assert sorted((p.gemm, p.fp8_accum, v.name) for p, v in jobs) == expected
-    only_fast = tune._jobs(sharding.problems(sset, ["fp8"], [1], fp8_accums=["fast"]), chosen, device.detect())
+    only_fast = tune_task.jobs(sharding.problems(sset, ["fp8"], [1], fp8_accums=["fast"]), chosen, device.detect())
     assert sorted((p.gemm, p.fp8_accum) for p, _ in only_fast) == [(g, "fast") for g in sorted(dense)]
 
 
@@ -189,7 +190,7 @@ def test_store_and_shard_write_the_problems_contract(tmp_path):
     # a shard's cells: both contracts, each once
     parts = shard.partition([(precise, [v.name]), (fast, [v.name])], 2)
     assert sorted(p.fp8_accum for part in parts for p, _ in part) == ["fast", "precise"]
-    rows = [dict(store.cell_columns(p, v), run_id="r", status="skipped", reason="x") for p in (precise, fast)]
+    rows = [run_row(**store.cell_columns(p, v), run_id="r", status="skipped", reason="x") for p in (precise, fast)]
     store.write_rows(tmp_path / "r.parquet", rows)
     assert sorted(store.load(tmp_path / "r.parquet")["fp8_accum"]) == ["fast", "precise"]
 

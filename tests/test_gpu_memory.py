@@ -11,7 +11,7 @@ import torch
 from conftest import TaskContext
 
 from gemmbench import registry
-from gemmbench.engine import tasks
+from gemmbench.engine.tasks import time_task
 from gemmbench.measure import device, memory
 from gemmbench.measure.check import check_cell
 from gemmbench.measure.inputs import make_inputs
@@ -73,7 +73,7 @@ def test_deepseek_v3_routed_experts_check_ok_within_the_bound(gemm, M, name, dty
 def _time_row(timing: str) -> dict:
     p = Problem("test", "g", 16, 4096, 4096, "bf16")  # a 32 MiB weight: 16 copies make the 512 MiB floor
     ctx = TaskContext(timing, "cuda", Timer(timing, budget_s=0.05))
-    tasks.time_task(ctx, {"task": "time", "items": ["cublas_bf16"], "problem": asdict(p), "seed": 1})
+    time_task.work(ctx, {"task": "time", "items": ["cublas_bf16"], "problem": asdict(p), "seed": 1})
     [row] = ctx.rows["cublas_bf16"]
     assert row["status"] == "ok", row.get("reason")
     return row
@@ -89,7 +89,7 @@ def test_stream_mode_with_room_times_distinct_copies_and_records_the_peak():
 def test_stream_mode_without_room_falls_back_to_cold_and_says_so(monkeypatch):
     # as if the first copy had filled the GPU (the plan alone: the check's reference still sizes from real memory)
     monkeypatch.setattr(
-        tasks, "plan_copies", lambda mode, wanted, per_copy, free: plan_copies(mode, wanted, per_copy, 0)
+        time_task, "plan_copies", lambda mode, wanted, per_copy, free: plan_copies(mode, wanted, per_copy, 0)
     )
     row = _time_row("stream")
     assert row["timing_mode"] == "cold" and row["l2_state"] == "cold"

@@ -9,7 +9,7 @@ from dataclasses import asdict
 import pytest
 from conftest import TaskContext
 
-from gemmbench.engine import tasks
+from gemmbench.engine.tasks import time_task
 from gemmbench.measure import device, telemetry
 from gemmbench.measure.timing import Timer
 from gemmbench.shapes import Problem
@@ -27,7 +27,7 @@ def test_a_gpu_row_has_clocks_power_and_temperature():
     ctx = TaskContext("stream", "cuda", Timer("stream", budget_s=0.05))
     ctx.provenance = {"gpu_uuid": uuid}
     p = Problem("test", "g", 16, 4096, 4096, "bf16")
-    tasks.time_task(ctx, {"task": "time", "items": ["cublas_bf16"], "problem": asdict(p), "seed": 1})
+    time_task.work(ctx, {"task": "time", "items": ["cublas_bf16"], "problem": asdict(p), "seed": 1})
     [row] = ctx.rows["cublas_bf16"]
     assert row["status"] == "ok", row.get("reason")
     assert 0 < row["sm_clock_mhz_min"] <= row["sm_clock_mhz_median"] <= row["sm_clock_mhz_max"] < 5000

@@ -13,22 +13,12 @@ from gemmbench import registry
 from gemmbench.shapes import Problem
 
 
-class _Bars:
-    """A progress bar that draws nothing (tune's Report only advances it)."""
-
-    def add_task(self, *a, **k):
-        return 0
-
-    def advance(self, *a, **k):
-        pass
-
-
 def test_tune_document_has_every_job_tuned_or_failed():
-    from gemmbench.cli.tune import Report
+    from gemmbench.engine.tasks.tune_task import TuneSink
 
     p16, p32 = Problem("s", "g", 16, 256, 512, "fp16"), Problem("s", "g", 32, 256, 512, "fp16")
     v = registry.get("triton_dp_row")
-    report = Report([(p16, v), (p32, v)], _Bars())
+    report = TuneSink.of([(p16, v), (p32, v)])
     k16, k32 = list(report.jobs)
     report.result(None, k16, [{"done": k16, "us": 12.5, "config": {"BLOCK_M": 16}, "tried": 7, "file": "f.json"}],
                   True, None)  # fmt: skip

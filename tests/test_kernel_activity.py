@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import pytest
 import torch
+from conftest import run_row
 
 from gemmbench.measure import kernel_trace
 from gemmbench.measure.kernel_activity import (
@@ -154,7 +155,7 @@ def test_no_kernel_names_on_a_cpu():
 
 
 def test_kernel_names_round_trip(tmp_path):
-    base = dict(run_id="r", shape_set="s", gemm="attn_o", M=16, N=64, K=64, E=1, topk=1, tp=1, ep=1, dtype="fp8",
+    base = run_row(run_id="r", shape_set="s", gemm="attn_o", M=16, N=64, K=64, E=1, topk=1, tp=1, ep=1, dtype="fp8",
                 scaling="tensor", variant="cublas_fp8", status="ok")  # fmt: skip
     path = tmp_path / "run.parquet"
     store.write_rows(path, [dict(base, kernels=f"{GEMM};{REDUCE}")])

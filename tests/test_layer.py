@@ -16,6 +16,7 @@ import pandas as pd
 import pytest
 import torch
 from conftest import HAS_CUDA, TIMESTAMP
+from conftest import run_row as filled
 from typer.testing import CliRunner
 
 from gemmbench import dtypes, registry, shapes
@@ -347,7 +348,7 @@ def test_chooser_pin_of_a_non_gemm_variant_is_refused(tiny, dev):
 
 
 def run_row(gemm, M, variant, t, *, N=96, K=64, E=1, topk=1, dtype="fp16", status="ok", mode="cold"):
-    return dict(
+    return filled(
         run_id="r1",
         shape_set="tiny-layer",
         gemm=gemm,

@@ -11,10 +11,10 @@ from dataclasses import asdict
 
 import pytest
 import torch
-from conftest import TaskContext
+from conftest import TIMESTAMP, TaskContext
 
 from gemmbench import dtypes
-from gemmbench.engine import tasks
+from gemmbench.engine.tasks import time_task
 from gemmbench.measure import check, inputs, memory
 from gemmbench.measure.check import reference
 from gemmbench.measure.inputs import GemmInputs, draw, make_inputs, quantize_fp8
@@ -327,22 +327,22 @@ class StreamOnCpu(Timer):
 
 
 def _time(monkeypatch, free, peaks=None):
-    """tasks.time_task on cublas_fp16 at 4 x 32 x 16 with `free` bytes free; returns (its row, the timer, draws)."""
-    draws, real = [], tasks.make_inputs
+    """time_task.work on cublas_fp16 at 4 x 32 x 16 with `free` bytes free; returns (its row, the timer, draws)."""
+    draws, real = [], time_task.make_inputs
 
     def make(problem, seed, dev, scaling="tensor", values="randn"):
         draws.append(seed)
         return real(problem, seed, dev, scaling=scaling, values=values)
 
-    monkeypatch.setattr(tasks, "make_inputs", make)
+    monkeypatch.setattr(time_task, "make_inputs", make)
     monkeypatch.setattr(memory, "free_bytes", lambda dev: free)
     if peaks is not None:  # a GPU's peak counter, replayed: each read returns the next value
         monkeypatch.setattr(memory, "peak_bytes", lambda dev: peaks.pop(0))
     ctx = TaskContext("stream", "cpu", StreamOnCpu())
     p = Problem("test", "g", 4, 32, 16, "fp16")
-    tasks.time_task(ctx, {"task": "time", "items": ["cublas_fp16"], "problem": asdict(p), "seed": 100})
+    time_task.work(ctx, {"task": "time", "items": ["cublas_fp16"], "problem": asdict(p), "seed": 100})
     [row] = ctx.rows["cublas_fp16"]
-    normalize_row(dict(row, run_id="r"))  # a row the run schema takes (the sink adds run_id)
+    normalize_row(dict(row, run_id="r", process=0, timestamp=TIMESTAMP))  # the run schema takes it, with the sink's
     return row, ctx.timer, draws
 
 

@@ -234,7 +234,7 @@ def test_a_real_worker_process_runs_a_task_and_a_crash_costs_its_item(tmp_path):
 def test_the_sanitizer_worker_measures_no_ceilings_and_allocates_every_tensor_alone():
     """memcheck's worker runs checks only: their rows carry no ceilings, and a ceiling ladder timed under memcheck
     fails; without the caching allocator each tensor has its own guard region (an overread lands outside it)."""
-    from gemmbench.engine.sweep import sanitizer_worker
+    from gemmbench.engine.tasks.time_task import sanitizer_worker
 
     timed = WorkerOptions(ceilings=True, env={"A": "1"}, budget_s=0.2)
     checked = sanitizer_worker(timed)

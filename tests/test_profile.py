@@ -15,7 +15,7 @@ from types import SimpleNamespace
 
 import pandas as pd
 import pytest
-from conftest import HAS_CUDA, TIMESTAMP, stamp
+from conftest import HAS_CUDA, TIMESTAMP, run_row, stamp
 from typer.testing import CliRunner
 
 from gemmbench import registry
@@ -693,7 +693,7 @@ def _run_row(**over):
         time_us_median=60.0,
     )
     r.update(over)
-    return r
+    return run_row(**r)
 
 
 def _cell_profile(ts: str, duration: float, status="ok", **cell) -> list[dict]:

@@ -5,6 +5,7 @@ import math
 
 import pandas as pd
 import pytest
+from conftest import run_row
 from rich.console import Console
 
 from gemmbench.plot import report
@@ -13,7 +14,7 @@ from gemmbench.results import metrics, ranking, store, tables
 
 def timed(variant: str, p20: float, median: float, p80: float, **over) -> dict:
     """An ok dense fp16 row of one cell (attn_o M 16) with the percentiles given."""
-    r = dict(run_id="r", shape_set="s", gemm="attn_o", M=16, N=64, K=32, E=1, topk=1, tp=1, ep=1, dtype="fp16",
+    r = run_row(run_id="r", shape_set="s", gemm="attn_o", M=16, N=64, K=32, E=1, topk=1, tp=1, ep=1, dtype="fp16",
              scaling="none", variant=variant, status="ok", flops=65536, bytes_min=4096, tflops=1.0, gbps=1.0,
              time_us_median=median, time_us_p20=p20, time_us_p80=p80, noisy=metrics.noisy(p20, p80), config=None)  # fmt: skip
     r.update(over)

@@ -406,7 +406,7 @@ def test_a_worker_that_died_silently_says_so():
 
 
 def test_a_lost_cells_row_names_the_gpu_it_ran_on(monkeypatch):
-    from gemmbench.engine import sweep
+    from gemmbench.engine.tasks import time_task
     from gemmbench.measure import device
     from gemmbench.shapes import Problem
 
@@ -415,7 +415,7 @@ def test_a_lost_cells_row_names_the_gpu_it_ran_on(monkeypatch):
     from gemmbench.engine.worker_process import WorkerOptions
 
     worker = WorkerOptions(timing="cold", inputs="ones")
-    row = sweep.error_row(Problem("s", "g", 1, 8, 8, "fp16"), "cublas_fp16", "worker died", worker, gpu=1)
+    row = time_task.error_row(Problem("s", "g", 1, 8, 8, "fp16"), "cublas_fp16", "worker died", worker, gpu=1)
     assert asked == [1] and row["gpu_uuid"] == "GPU-1"  # the worker's GPU under --gpus, not this process's GPU 0
     # the same columns as a worker's own rows: the cell's, its outcome, how and on what it was timed
     assert (row["status"], row["reason"], row["timing_mode"], row["l2_state"], row["inputs"]) == (

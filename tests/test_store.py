@@ -12,7 +12,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import TIMESTAMP
+from conftest import TIMESTAMP, run_row
 
 from gemmbench.results import run_schema, store
 from gemmbench.results.run_schema import COLUMNS, RUN_FORMAT, SCHEMA, TELEMETRY_COLUMNS
@@ -41,7 +41,7 @@ def row(**over):
         status="ok",
     )
     r.update(over)
-    return r
+    return run_row(**r)
 
 
 def test_schema_columns_and_nullability():
@@ -90,7 +90,7 @@ def test_round_trip_through_runwriter(tmp_path):
     # None values come back as missing
     assert df.loc[1, "samples_us"] is None
     assert pd.isna(df.loc[1, "time_us_median"]) and pd.isna(df.loc[1, "n_samples"])
-    assert pd.isna(df.loc[1, "timestamp"]) and pd.isna(df.loc[0, "reason"])
+    assert df.loc[1, "timestamp"] == TIMESTAMP and pd.isna(df.loc[0, "reason"])
     assert df.loc[1, "reason"] == "K not a multiple of 16"
 
 
@@ -270,11 +270,13 @@ def test_a_file_of_another_format_is_refused(tmp_path, found, says):
         load([path])
 
 
-def test_fp8_rows_are_precise_and_16_bit_rows_none():
-    """The accumulation contract a row names (dtypes.FP8_ACCUMS): fp8's reference one, "none" for 16-bit dtypes."""
-    assert normalize_row(row(dtype="fp8", scaling="tensor"))["fp8_accum"] == "precise"
-    assert normalize_row(row(dtype="bf16", scaling="none"))["fp8_accum"] == "none"
-    assert normalize_row(row(dtype="fp8", fp8_accum="fast"))["fp8_accum"] == "fast"
+@pytest.mark.parametrize("column", ["ep", "dp", "layout", "scaling", "fp8_accum", "process", "inputs", "timestamp"])
+def test_a_row_a_producer_left_incomplete_is_refused_not_filled(column):
+    """Every producer fills these (engine/rows.cell_row, then the sink): a row without one is a producer's bug, named
+    when it is stored, never given a made-up value."""
+    incomplete = {k: v for k, v in row().items() if k != column}
+    with pytest.raises(StoreError, match=f"missing required column {column!r}"):
+        normalize_row(incomplete)
 
 
 def test_empty_run_file_loads(tmp_path):
@@ -291,11 +293,15 @@ def test_run_killed_after_three_rows(tmp_path):
         w = RunWriter(sys.argv[1])
         for m in (1, 2, 4):
             w.append(dict(run_id="killed", shape_set="s", gemm="g", M=m, N=64, K=64, E=1, topk=1,
-                          tp=1, dtype="bf16", variant="v", status="ok", samples_us=[1.0, 2.0]))
+                          tp=1, dtype="bf16", variant="v", status="ok", samples_us=[1.0, 2.0], ep=1, dp=1,
+                          layout="vllm", scaling="none", fp8_accum="none", process=0, inputs="randn",
+                          timing_mode="cold", timestamp=sys.argv[2]))
         w.flush()  # as after PART_ROWS rows, or PART_S seconds
         os.kill(os.getpid(), signal.SIGKILL)
     """)
-    proc = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(path), TIMESTAMP], capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == -signal.SIGKILL, proc.stderr
     # what a writer killed mid-write leaves behind must not confuse load()
     part = store.parts_dir(path) / "part-00001.parquet"

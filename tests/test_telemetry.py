@@ -8,10 +8,10 @@ import sys
 from dataclasses import asdict
 
 import pytest
-from conftest import TaskContext
+from conftest import TIMESTAMP, TaskContext
 from rich.console import Console
 
-from gemmbench.engine import tasks
+from gemmbench.engine.tasks import time_task
 from gemmbench.measure import telemetry
 from gemmbench.measure.timing import Prepared, Timer
 from gemmbench.results import tables
@@ -164,9 +164,9 @@ def test_a_timed_row_carries_its_telemetry(monkeypatch, fresh_probe):
     ctx = TaskContext("cold", "cpu", ColdOnCpu())
     ctx.provenance = {"gpu_uuid": "GPU-1234"}
     p = Problem("test", "g", 4, 32, 16, "fp16")
-    tasks.time_task(ctx, {"task": "time", "items": ["cublas_fp16"], "problem": asdict(p), "seed": 1})
+    time_task.work(ctx, {"task": "time", "items": ["cublas_fp16"], "problem": asdict(p), "seed": 1})
     [row] = ctx.rows["cublas_fp16"]
-    normalize_row(dict(row, run_id="r"))  # the run schema takes it
+    normalize_row(dict(row, run_id="r", process=0, timestamp=TIMESTAMP))  # the run schema takes it, with the sink's
     # one batch of 2 cold samples (1 call each): 1000 mJ / 2 calls = 0.5 J/call; 2*4*32*16 = 4096 FLOPs a call
     assert row["energy_j_per_call"] == 0.5 and row["tflop_per_j"] == pytest.approx(4096e-12 / 0.5)
     assert (row["sm_clock_mhz_median"], row["throttled_samples"], row["throttle"]) == (1410, 2, "sw_power_cap")

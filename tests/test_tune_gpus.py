@@ -14,10 +14,9 @@ import torch
 from conftest import HAS_CUDA
 from test_cli import bad, invoke, text
 
-from gemmbench.cli import tune as cli_tune
 from gemmbench.configs import tuning
-from gemmbench.engine import tasks
 from gemmbench.engine.plan import deployment, tunable
+from gemmbench.engine.tasks import tune_task
 from gemmbench.kernels.dense_dp import DenseConfig
 from gemmbench.measure.device import DeviceInfo
 from gemmbench.results import shard
@@ -27,7 +26,7 @@ FAKE_GPU = DeviceInfo(kind="cuda", name="NVIDIA Fake GPU 80GB", capability=(9, 0
 
 def build_jobs(shapes="smoke", variants="triton_*", dtype="fp16,fp8", m="1,32", tp="1,2"):
     problems, chosen = tunable(shapes, variants, dtype, m, deployment(tp, "1", "1", "vllm"), None, print)
-    return cli_tune._jobs(problems, chosen, FAKE_GPU)
+    return tune_task.jobs(problems, chosen, FAKE_GPU)
 
 
 def keys(jobs) -> list[str]:
@@ -102,7 +101,7 @@ def test_gpus_of_two_models_are_refused(two_fake_gpus, monkeypatch):
 
 
 class FakeCtx:
-    """What tasks.tune_task sees of its worker: results collected, no CUDA."""
+    """What tune_task.work sees of its worker: results collected, no CUDA."""
 
     def __init__(self):
         self.devname, self.cache, self.results, self.begun = "cpu", {}, {}, []
@@ -144,7 +143,7 @@ def test_the_tune_task_answers_each_job_with_done_or_failed(fake_tuning):
     jobs = build_jobs(variants="triton_dp_row,triton_dp_col,triton_dp_grouped", dtype="fp16", m="1", tp="1")[:3]
     ctx = FakeCtx()
     for p, v in jobs:
-        tasks.tune_task(ctx, _task(p, v))
+        tune_task.work(ctx, _task(p, v))
     by_variant = {k.rsplit("|", 1)[1]: rows for k, rows in ctx.results.items()}
     [row] = by_variant["triton_dp_row"]
     assert row["us"] == 2.5 and row["tried"] == 7 and row["config"]["BLOCK_M"] == 16 and "done" in row

@@ -4,7 +4,6 @@ gemmbench.engine.layer."""
 from __future__ import annotations
 
 import os
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -42,7 +41,7 @@ from gemmbench.cli.options import (
     Tp,
 )  # fmt: skip
 from gemmbench.engine import plan
-from gemmbench.engine.pool import Cell, Pool, PoolError, Sink
+from gemmbench.engine.pool import Pool, PoolError
 from gemmbench.engine.worker_process import WorkerOptions
 from gemmbench.measure import timing_modes
 from gemmbench.results.run_file import lock, output_path, refuse_existing
@@ -128,7 +127,9 @@ def layer(
         refuse_existing([path], force)
     for label, note in notes.items():
         err.print(escape(f"--best-from {label}: {note}"), highlight=False)
-    cells = [_cell(sset, model, run_id, one, seed, layers, budget) for one in plans]
+    from gemmbench.engine.tasks.layer_task import cell  # heavy (pandas, torch)
+
+    cells = [cell(sset, model, run_id, one, seed, layers, budget) for one in plans]
     worker = WorkerOptions(timing_modes.default(gpu), plugins=plugin or [], cpu=not gpu, env=imported,
                            watchdog_s=watchdog_s)  # fmt: skip
     rows = _sweep(cells, path, worker)
@@ -214,71 +215,29 @@ def _device_path(plans: list) -> bool:
     return False
 
 
-def _cell(sset, model, run_id, one, seed, layers, budget):
-    """One layer plan as an engine cell: the worker's `layer` task builds, checks and times it."""
-    from gemmbench.dtypes import label as dtype_label
-    from gemmbench.dtypes import problem_fp8_accum
-    from gemmbench.engine.layer_plan import steps_to_wire  # heavy (pandas, torch), as device is
-    from gemmbench.measure.device import provenance
-
-    t, e, dp, layout, d, s, a, M, kind, steps = one
-    a = problem_fp8_accum(d, a)  # a 16-bit layer's: "none", as its rows' problems have it
-    par = f"tp{t}{f' ep{e}' if e > 1 else ''}{f' dp{dp}' if dp > 1 else ''}{f' {layout}' if layout != 'vllm' else ''}"
-    label = f"{sset.name}{f' {kind}' if kind else ''} {par} {dtype_label(d, s, a)} M{M}"
-    meta = dict(provenance(), run_id=run_id, timestamp=_now(), model=model, shape_set=sset.name, layer_kind=kind,
-                tp=t, ep=e, dp=dp, layout=layout, dtype=d, scaling=s, fp8_accum=a, M=M, layers=layers,
-                l2_state="cold at layer start", timing_mode="wall")  # fmt: skip
-    payload = dict(steps=steps_to_wire(steps), meta=meta, seed=seed, layers=layers, budget=budget)
-    return Cell("layer", payload, (label,), label)
-
-
-class _LayerSink(Sink):
-    """Every plan's rows into the layer table, rewritten after each (an interrupted sweep keeps what it measured)."""
-
-    def __init__(self, path: Path, progress, bar):
-        self.path, self.progress, self.bar = path, progress, bar
-        self.rows: list[dict] = []
-
-    def begin(self, cell, item, phase, gpu) -> None:
-        self.progress.update(self.bar, description=escape(f"{item} ({phase})"))
-
-    def result(self, cell, item, rows, passed, gpu) -> None:
-        from gemmbench.results import side_tables  # heavy (pandas, pyarrow)
-
-        self.rows += rows
-        try:
-            side_tables.write_layer_table(self.path, self.rows)
-        except OSError as exc:
-            raise fail(f"cannot write {self.path}: {exc}") from None
-        self.progress.advance(self.bar)
-
-    def lost(self, cell, item, reason, gpu) -> None:
-        from gemmbench.engine.layer import rows_for  # heavy (pandas, torch)
-        from gemmbench.engine.layer_plan import steps_from_wire
-
-        steps = steps_from_wire(cell.payload["steps"])
-        self.result(cell, item, rows_for(cell.payload["meta"], steps, [], None, "error", reason), False, gpu)
-
-    def note(self, text: str) -> None:
-        self.progress.console.print(escape(text), highlight=False)
-
-
 def _sweep(cells: list, path: Path, worker) -> list:
+    from gemmbench.engine.tasks.layer_task import LayerSink  # heavy (pandas, torch)
+
     with progress_bar(eta=True) as progress:
-        sink = _LayerSink(path, progress, progress.add_task("building", total=len(cells)))
+        bar = progress.add_task("building", total=len(cells))
+        sink = LayerSink(
+            path,
+            begin_hook=lambda text: progress.update(bar, description=escape(text)),
+            advance=lambda: progress.advance(bar),
+            note_hook=lambda text: progress.console.print(escape(text), highlight=False),
+        )
         try:
             with Pool(worker, sink) as pool:
                 pool.run(cells)
+        except OSError as exc:
+            progress.stop()
+            raise fail(f"cannot write {path}: {exc}") from None
         except PoolError as exc:
             raise fail(f"{exc} ({len(sink.rows)} rows saved to {path})") from None
         except KeyboardInterrupt:
             progress.stop()
             raise fail(f"interrupted: {len(sink.rows)} finished rows are in {path}", 130) from None
     return sink.rows
-
-
-def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
 def _fmt(v, spec: str = ".1f") -> str:

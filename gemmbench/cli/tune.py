@@ -1,5 +1,5 @@
 """`gemmbench tune`: search the Triton variants' configs and store the winners (the work: gemmbench.configs.tuning, run in the
-engine's workers by its `tune` task).
+engine's workers by its `tune` task, engine/tasks/tune_task.py, which also holds the jobs, their cells and the sink).
 
 A job is one (problem at its M bucket, variant), one cell of the engine: a faulting config costs only its job, and a
 fresh worker carries on.  Each winner is its own JSON file, written atomically, so disjoint job sets (`--shard` on
@@ -7,7 +7,6 @@ several hosts, `--gpus` on one) never conflict and need no merge step."""
 
 from __future__ import annotations
 
-from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -46,7 +45,7 @@ from gemmbench.cli.options import (
     Tp,
 )  # fmt: skip
 from gemmbench.engine import plan
-from gemmbench.engine.pool import Cell, Pool, PoolError, Sink
+from gemmbench.engine.pool import Pool, PoolError
 from gemmbench.engine.worker_process import WorkerOptions
 
 # the options only `tune` takes (those it shares: cli.options; --export: cli.engines), by --help panel
@@ -114,7 +113,9 @@ def tune(
         export_files(export, exports, chosen, force, tuned=False)
         return
     gpu_ids, dev = _gpus_and_device(gpus)
-    jobs = _jobs(problems, chosen, dev)
+    from gemmbench.engine.tasks import tune_task  # heavy (torch)
+
+    jobs = tune_task.jobs(problems, chosen, dev)
     if not jobs:
         raise fail("no selected variant runs these problems here")
     total = len(jobs)
@@ -141,16 +142,13 @@ def tune(
     if fmt is OutputFormat.json:
         print_json(report.document(dev.name, config_files.configs_root() / config_files.gpu_dirname(dev.name)))
     else:
-        out.print(report.table(title))
+        out.print(_table(report, title))
     for line in report.failure_lines():
         err.print(escape(line), highlight=False, soft_wrap=True)
     if export:  # what failed to tune is not stored: the export writes what is
         export_files(export, exports, chosen, force, tuned=True)
     if report.failed:
         raise typer.Exit(1)
-
-
-# ---------------------------------------------------------------- what to tune
 
 
 def _gpus_and_device(gpus: Optional[str]):
@@ -172,114 +170,21 @@ def _gpus_and_device(gpus: Optional[str]):
     return ids, models[ids[0]]
 
 
-def _jobs(problems: list, chosen: list, dev) -> list:
-    """[(problem at its M bucket, variant)], in a fixed order: every shard's host builds this same list from the
-    same options.  M = 1..16 share a bucket, so they are tuned once.  Each fp8 accumulation contract asked is tuned
-    on its own and stored in its own file (config_files.config_path: fast's ends ,fp8_accum=fast, and fast runs read
-    it over the shared one): a tile chosen under fast accumulation can need twice the registers with promotion."""
-    from gemmbench.configs import config_files  # not at --help (yaml; shard: hashlib)
-    from gemmbench.results.shard import cell_key
+def _tune(jobs: list, seed: int, search: tuple[float, bool], gpu_ids: Optional[list], worker: WorkerOptions):
+    """Every job in the engine's workers (one per GPU), under one progress bar with the time left -> the TuneSink."""
+    from gemmbench.engine.tasks import tune_task  # heavy (torch)
 
-    seen, jobs = set(), []
-    for p in problems:
-        p = p.with_(M=config_files.m_bucket(p.M, p.is_moe))
-        for v in chosen:
-            key = cell_key(p, v.name)
-            if key not in seen and not v.unsupported_reason(p, dev):
-                seen.add(key)
-                jobs.append((p, v))
-    return jobs
-
-
-def cells(jobs: list, seed: int, search: tuple[float, bool]) -> list:
-    """The engine's cells: one `tune` task per job, its one item the job key; search: (seconds per job, exhaustive)."""
-    from gemmbench.results.shard import cell_key, cost  # not at --help (hashlib)
-
-    return [
-        Cell(
-            "tune",
-            {"problem": asdict(p), "variant": v.name, "seed": seed, "budget_s": search[0], "exhaustive": search[1]},
-            (cell_key(p, v.name),),
-            f"{p.label}  {v.name}",
-            cost=cost(p),
-        )  # fmt: skip
-        for p, v in jobs
-    ]
-
-
-# ---------------------------------------------------------------- tuning them
-
-
-class Report(Sink):
-    """The pool's events for the jobs, as one progress bar and one table (a Sink of gemmbench.engine.pool)."""
-
-    def __init__(self, jobs: list, progress):
-        from gemmbench.results.shard import cell_key  # not at --help (hashlib)
-
-        self.jobs = {cell_key(p, v.name): (p, v) for p, v in jobs}
-        self.done: dict = {}
-        self.failed: dict = {}
-        self.progress = progress
-        self.bar = progress.add_task("tuning", total=len(jobs))
-
-    def begin(self, cell, item, phase, gpu) -> None:
-        where = f"GPU {gpu}: " if gpu is not None else ""
-        self.progress.update(self.bar, description=escape(f"{where}{cell.label}"))
-
-    def result(self, cell, item, rows, passed, gpu) -> None:
-        for row in rows:
-            if "done" in row:
-                self.done[item] = row
-            else:
-                self.failed[item] = row.get("reason", "")
-        self.progress.advance(self.bar)
-
-    def lost(self, cell, item, reason, gpu) -> None:
-        self.failed[item] = f"GPU {gpu}: {reason}" if gpu is not None else reason
-        self.progress.advance(self.bar)
-
-    def note(self, text: str) -> None:
-        self.progress.console.print(escape(text), highlight=False, soft_wrap=True)
-
-    def table(self, title: str) -> Table:
-        from gemmbench import dtypes  # not at --help
-
-        results = Table(title=title)
-        for col in ("variant", "GEMM", "N", "K", "dtype", "M bucket", "µs", "config", "tried"):
-            results.add_column(col)
-        for key, (p, v) in self.jobs.items():
-            if key in self.done:
-                e = self.done[key]
-                short = " ".join(f"{k}={val}" for k, val in e["config"].items() if k not in ("GROUP_M",))
-                results.add_row(v.name, p.gemm, str(p.N), str(p.K), dtypes.label(p.dtype, p.scaling, p.fp8_accum), str(p.M), f"{e['us']:.2f}", short,
-                                str(e["tried"]))  # fmt: skip
-        return results
-
-    def document(self, gpu: str, folder: Path) -> dict:
-        """`--format json`: `gemmbench.tune/1`, one entry per job, tuned or failed (docs/USAGE.md: JSON output)."""
-        jobs = []
-        for key, (p, v) in self.jobs.items():
-            job = dict(variant=v.name, gemm=p.gemm, N=p.N, K=p.K, E=p.E, topk=p.topk, dtype=p.dtype, scaling=p.scaling,
-                       fp8_accum=p.fp8_accum, bucket=p.M)  # fmt: skip
-            if key in self.done:
-                e = self.done[key]
-                job.update(status="tuned", us=e["us"], config=e["config"], tried=e["tried"], file=e.get("file"))
-            else:
-                job.update(status="failed", reason=self.failed.get(key, "not run"))
-            jobs.append(job)
-        return {"schema": "gemmbench.tune/1", "gpu": gpu, "folder": str(folder), "jobs": jobs}
-
-    def failure_lines(self) -> list[str]:
-        return [f"failed: {v.name} {p.label}: {self.failed[k]}" for k, (p, v) in self.jobs.items() if k in self.failed]
-
-
-def _tune(jobs: list, seed: int, search: tuple[float, bool], gpu_ids: Optional[list], worker: WorkerOptions) -> Report:
-    """Every job in the engine's workers (one per GPU), under one progress bar with the time left."""
     with progress_bar(eta=True) as progress:
-        report = Report(jobs, progress)
+        bar = progress.add_task("tuning", total=len(jobs))
+        report = tune_task.TuneSink.of(
+            jobs,
+            begin_hook=lambda text: progress.update(bar, description=escape(text)),
+            advance=lambda: progress.advance(bar),
+            note_hook=lambda text: progress.console.print(escape(text), highlight=False, soft_wrap=True),
+        )
         try:
             with Pool(worker, report, gpu_ids) as pool:
-                pool.run(cells(jobs, seed, search))
+                pool.run(tune_task.cells(jobs, seed, search))
         except PoolError as exc:
             progress.stop()
             raise fail(
@@ -288,5 +193,21 @@ def _tune(jobs: list, seed: int, search: tuple[float, bool], gpu_ids: Optional[l
         except KeyboardInterrupt:
             progress.stop()
             raise fail("interrupted: the configs stored so far are kept", 130) from None
-        progress.update(report.bar, description="done")
+        progress.update(bar, description="done")
     return report
+
+
+def _table(report, title: str) -> Table:
+    """The tuned jobs, one row each (TuneSink.done), in the jobs' order."""
+    from gemmbench import dtypes  # not at --help
+
+    results = Table(title=title)
+    for col in ("variant", "GEMM", "N", "K", "dtype", "M bucket", "µs", "config", "tried"):
+        results.add_column(col)
+    for key, (p, v) in report.jobs.items():
+        if key in report.done:
+            e = report.done[key]
+            short = " ".join(f"{k}={val}" for k, val in e["config"].items() if k not in ("GROUP_M",))
+            results.add_row(v.name, p.gemm, str(p.N), str(p.K), dtypes.label(p.dtype, p.scaling, p.fp8_accum), str(p.M),
+                            f"{e['us']:.2f}", short, str(e["tried"]))  # fmt: skip
+    return results

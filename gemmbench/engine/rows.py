@@ -1,4 +1,4 @@
-"""The one builder of a run row's cell part, used on both sides of the worker pipe: a worker's rows (tasks.py) and
+"""The one builder of a run row's cell part, used on both sides of the worker pipe: a worker's rows (tasks/time_task.py) and
 the rows the sweep writes for what no worker could answer (a death, a hang: sweep.py).  Every row then carries the
 same columns by construction: the cell, its outcome, how it was timed, on which inputs, and where."""
 

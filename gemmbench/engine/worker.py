@@ -1,4 +1,4 @@
-"""The worker process: runs the engine's tasks (tasks.py), one cell at a time, in a process a faulting kernel may end.
+"""The worker process: runs the engine's tasks (engine/tasks/), one cell at a time, in a process a faulting kernel may end.
 
 A kernel that faults (illegal address, misaligned access) poisons the CUDA context of its whole process, so cells
 run here, never in the process that owns the sweep (pool.py).  The pool sends one task per line on stdin:
@@ -132,6 +132,7 @@ def main() -> None:
     try:
         from gemmbench.engine import tasks  # heavy, in the try: a failed import (torch, pandas) is startup_failed
 
+        work = tasks.load_all()
         ctx = Context(args, events)
     except Exception as exc:  # noqa: BLE001 - the pool reports it once and stops
         events.send(ev="startup_failed", error=one_line(exc), detail=traceback.format_exc()[-2000:])
@@ -140,7 +141,7 @@ def main() -> None:
     for line in sys.stdin:
         if line.strip():
             task = json.loads(line)
-            tasks.RUN[task["task"]](ctx, task)
+            work[task["task"]](ctx, task)
             events.send(ev="done")
 
 

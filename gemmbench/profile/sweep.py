@@ -14,17 +14,17 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Optional
 
 import pandas as pd
 
-from gemmbench.engine.pool import Cell, Pool, Sink
+from gemmbench.engine.pool import Pool
+from gemmbench.engine.tasks import profile_task
 from gemmbench.engine.worker_process import WorkerOptions, exit_hint
 from gemmbench.measure import device
-from gemmbench.measure.inputs import cell_seed
 from gemmbench.measure.nvtx_ranges import cell_name, domain_in_use, range_name
 from gemmbench.profile import ncu, ncu_reader, nsys
 from gemmbench.results import metrics
@@ -63,24 +63,6 @@ def _last_error(output: str, code: int) -> str:
     return f"the profiled process failed ({how}): {hint}"
 
 
-class _Outcome(Sink):
-    """A Sink of gemmbench.engine.pool for one profiled cell: the worker's outcome (or why it has none), the tool's output."""
-
-    def __init__(self):
-        self.outcome: Optional[dict] = None
-        self.why_lost: Optional[str] = None
-        self.output, self.code = "", 0
-
-    def result(self, cell, item, rows, passed, gpu) -> None:
-        self.outcome = rows[0]
-
-    def lost(self, cell, item, reason, gpu) -> None:
-        self.why_lost = reason
-
-    def closed(self, cell, log, code) -> None:
-        self.output, self.code = log, code
-
-
 class CellProfiler:
     """Profiles cells one at a time, each in a worker of the engine's pool started under the profiler (the `profile`
     task); each returns its rows (never raises for one cell's failure)."""
@@ -95,10 +77,8 @@ class CellProfiler:
 
     def _child(self, prefix: list, problem: Problem, variant) -> tuple[Optional[dict], str, int]:
         """One worker under the tool `prefix` over the cell: (its outcome or None, the tool's output, exit code)."""
-        payload = {"problem": asdict(problem), "seed": cell_seed(self.opts.seed, problem)}
-        cell = Cell("profile", payload, (variant.name,), problem.label, prefix=tuple(prefix),
-                    timeout_s=self.opts.timeout_s)  # fmt: skip
-        sink = _Outcome()
+        cell = profile_task.cell(problem, variant.name, self.opts.seed, tuple(prefix), self.opts.timeout_s)
+        sink = profile_task.Outcome()
         with Pool(
             WorkerOptions("cold", plugins=list(self.opts.plugins), env=self.opts.env), sink, start=self.start
         ) as pool:

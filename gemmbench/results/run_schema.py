@@ -121,6 +121,9 @@ REQUIRED = (
     "status",
     "run_format",
 )
+# Columns every row gets from its producer but an older file may lack (read as ADDED_COLUMNS) or have null (process,
+# before --repeat): checked when a row is stored, not declared non-null in the file's schema
+COMPLETE = ("process", "inputs", "timing_mode", "timestamp")
 # Columns added to RUN_FORMAT after files of it were written, with the value that is true of every such older file
 # (they all timed on randn): read as that value, so an additive column needs no new format and no file is refused
 ADDED_COLUMNS = {"inputs": "randn"}

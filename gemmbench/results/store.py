@@ -24,11 +24,11 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from gemmbench import dtypes
 from gemmbench.results.metrics import flops, missing
 from gemmbench.results.run_schema import (
     ADDED_COLUMNS,
     COLUMNS,
+    COMPLETE,
     LAST_READER,
     META_KEY,
     OLD_META_KEY,
@@ -112,7 +112,10 @@ def _one_line(e: BaseException) -> str:
 
 
 def normalize_row(row: dict) -> dict:
-    """A complete row in column order: missing columns None, run_format set, values checked.
+    """A row in column order, checked: every column known, every column a producer must fill (REQUIRED, and
+    COMPLETE) filled, the status one of STATUSES, each value of its column's type; absent measured columns None,
+    run_format set.  Rows are complete by construction (engine/rows.cell_row, then the sink's run_id, process and
+    timestamp): nothing here makes up a value a producer left out.
 
     A dict `config` is serialized to JSON text (sorted keys, so equal configs compare equal).
     """
@@ -121,27 +124,11 @@ def normalize_row(row: dict) -> dict:
         raise StoreError(f"unknown column {unknown[0]!r} in result row")
     out = {name: row.get(name) for name in COLUMNS}
     out["run_format"] = RUN_FORMAT
-    for name, default in ADDED_COLUMNS.items():  # a producer that predates the column measured as they all did
-        if out[name] is None:
-            out[name] = default
-    if out["ep"] is None:  # a row made without expert parallelism in mind (a plugin's, a test's): EP 1
-        out["ep"] = 1
-    if out["dp"] is None:  # a row made without data parallelism or layouts in mind (a plugin's, a test's)
-        out["dp"] = 1
-    if out["layout"] is None:
-        out["layout"] = "vllm"
-    if out["process"] is None:  # a run of one process (no --repeat), a plugin's or a test's row
-        out["process"] = 0
-    if out["dtype"] is not None:  # a row made without fp8 scalings in mind (a plugin's, a test's): the defaults
-        if out["scaling"] is None:
-            out["scaling"] = dtypes.problem_scaling(out["dtype"], dtypes.REFERENCE_SCALING)
-        if out["fp8_accum"] is None:
-            out["fp8_accum"] = dtypes.fp8_accum(out["dtype"])
     if out["config"] is not None and not isinstance(out["config"], str):
         out["config"] = json.dumps(out["config"], sort_keys=True)
     if out["samples_us"] is not None:
         out["samples_us"] = [float(x) for x in out["samples_us"]]  # numpy arrays, tuples -> list
-    for name in REQUIRED:
+    for name in REQUIRED + COMPLETE:
         if out[name] is None:
             raise StoreError(f"result row is missing required column {name!r}")
     if out["status"] not in STATUSES:

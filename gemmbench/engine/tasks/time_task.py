@@ -1,37 +1,165 @@
-"""What a worker does with each task (worker.py runs them; pool.py schedules them as cells).
-
-Every task checks with the one `check.check_cell()` before anything is timed, tuned or profiled, and answers each of
-its items with exactly one result, sent as soon as it is known:
-
-  time     a problem's variants: check each, then time those that passed in interleaved rounds (run rows)
-  check    the same check alone (compute-sanitizer runs it in a worker of its own, one variant at a time)
-  tune     one (problem at its M bucket, variant): search its configs, checked, and store the winner
-  profile  one (problem, variant): check, warm up, then one launch inside its NVTX range for the profiler around
-  layer    one layer plan: build, check every GEMM, time kernels, eager launches and one CUDA graph (layer rows)
-"""
+"""The `time` task (and `check`, its check alone): a problem's variants are one cell, checked on fresh inputs, then
+timed side by side in interleaved rounds; each variant's row is built by rows.cell_row and sent as soon as it is
+known.  The parent's side: the cells (`cells`, and under --sanitize `sanitizer_cells`, one variant per worker under
+compute-sanitizer) and TimeSink, which stamps each row with its run and hands it to the run file's writer; the
+worker's: `work`."""
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional, cast
-
-import torch
+import os
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable, Optional, Protocol, cast
 
 from gemmbench import registry
-from gemmbench.configs import tuning
-from gemmbench.engine import layer as L
-from gemmbench.engine.faults import context_poisoned, one_line
-from gemmbench.engine.layer_plan import fall_back, steps_from_wire
+from gemmbench.engine.pool import Cell, Sink
 from gemmbench.engine.rows import cell_row
-from gemmbench.measure import memory, telemetry
-from gemmbench.measure.check import check_cell, reference
-from gemmbench.measure.inputs import make_inputs
-from gemmbench.measure.nvtx_ranges import annotate, cell_name, domain_in_use, range_name
+from gemmbench.engine.tasks.common import FAILED, unsupported
+from gemmbench.engine.worker_process import WorkerOptions
+from gemmbench.measure import device, memory, telemetry
+from gemmbench.measure.check import check_cell
+from gemmbench.measure.inputs import cell_seed, make_inputs
+from gemmbench.measure.nvtx_ranges import cell_name
 from gemmbench.measure.referee import Referee
 from gemmbench.measure.timing import TimingError, plan_copies
-from gemmbench.results import metrics
+from gemmbench.results import metrics, shard
 from gemmbench.shapes import Problem
 
-PROFILE_WARMUP_CALLS = 3
+SANITIZER_PADDING = 1 << 20  # bytes of guard after every allocation under --sanitize
+
+
+# ---------------------------------------------------------------- the parent's side
+
+
+class RowWriter(Protocol):
+    """Where the sweep's rows go (store.RunWriter); one that has .flush() is flushed when the sweep ends."""
+
+    def append(self, row: dict, /) -> None: ...
+
+
+@dataclass
+class Progress:
+    """What the command shows while the sweep runs (all optional)."""
+
+    row: Callable[[dict], None] = lambda row: None
+    begin: Callable[[str], None] = lambda what: None
+    note: Callable[[str], None] = lambda text: None
+
+
+def cells(selected: list, seed: int) -> list[Cell]:
+    """[(problem, [variant names])] -> the engine's cells."""
+    return [
+        Cell(
+            "time",
+            {"problem": asdict(p), "seed": cell_seed(seed, p)},
+            tuple(names),
+            p.label,
+            cost=shard.cost(p) * len(names),
+        )  # fmt: skip
+        for p, names in selected
+    ]
+
+
+def error_row(problem: Problem, variant: str, reason: str, worker: WorkerOptions, gpu: Optional[int] = None) -> dict:
+    """The row of a cell whose worker died on it (the worker could not write it), naming the GPU it ran on."""
+    return cell_row(problem, registry.get(variant), "error", reason, worker.timing, worker.inputs,
+                    device.provenance(gpu or 0))  # fmt: skip
+
+
+@dataclass
+class TimeSink(Sink):
+    """Rows to the writer (stamped with the run, the process of --repeat and the time), progress to the command."""
+
+    writer: RowWriter
+    run_id: str
+    process: int
+    worker: WorkerOptions
+    progress: Progress
+    passed: dict = field(default_factory=dict)  # sanitizer cells: label -> variants whose check passed
+    held: dict = field(default_factory=dict)  # sanitizer cells: label -> their rows, kept until the log is read
+
+    def _emit(self, row: dict) -> None:
+        row = dict(
+            row,
+            run_id=self.run_id,
+            process=self.process,
+            timestamp=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        )
+        self.writer.append(row)
+        self.progress.row(row)
+
+    def begin(self, cell: Cell, item: str, phase: str, gpu: Optional[int]) -> None:
+        self.progress.begin(f"{cell.label}  {item} ({phase})")
+
+    def result(self, cell: Cell, item: str, rows: list, passed: bool, gpu: Optional[int]) -> None:
+        if cell.task == "check":  # judged once compute-sanitizer's log is read (closed)
+            self.held.setdefault(cell.label, []).extend(rows)
+            if passed:
+                self.passed.setdefault(cell.label, []).append(item)
+            return
+        for row in rows:
+            self._emit(row)
+
+    def lost(self, cell: Cell, item: str, reason: str, gpu: Optional[int]) -> None:
+        row = error_row(Problem(**cell.payload["problem"]), item, reason, self.worker, gpu)
+        if cell.task == "check":  # compute-sanitizer's log, read when the worker has exited, may explain it
+            self.held.setdefault(cell.label, []).append(row)
+        else:
+            self._emit(row)
+
+    def note(self, text: str) -> None:
+        self.progress.note(text)
+
+    def closed(self, cell: Cell, log: str, code: int) -> None:
+        """A sanitizer cell's worker has exited: compute-sanitizer's finding, if any, explains whatever happened."""
+        path = cell.payload["sanitizer_log"]
+        report = first_sanitizer_error(Path(path).read_text(errors="replace")) if os.path.exists(path) else ""
+        rows = self.held.pop(cell.label, [])
+        if report:
+            self.passed.pop(cell.label, None)
+            [name] = cell.items
+            rows = [error_row(Problem(**cell.payload["problem"]), name, f"check: compute-sanitizer: {report}",
+                              self.worker)]  # fmt: skip
+        for row in rows:
+            self._emit(row)
+
+
+def first_sanitizer_error(text: str) -> str:
+    """'Invalid __global__ read of size 2 bytes at _overread_kernel+0x90 ...' from a memcheck log, or ''."""
+    lines = [ln.strip("= ").strip() for ln in text.splitlines()]
+    starts = ("Invalid", "Program hit", "Uninitialized", "Misaligned", "Out-of-range")
+    for i, ln in enumerate(lines):
+        if ln.startswith(starts):
+            where = next((x for x in lines[i + 1 : i + 4] if x.startswith("at ")), "")
+            return f"{ln} {where}".strip()[:400]
+    return ""
+
+
+def sanitizer_cells(selected: list, seed: int, folder: Path) -> list[Cell]:
+    """One cell per (problem, variant), each in a worker of its own under memcheck: its log is complete only when
+    its process has exited."""
+    out = []
+    for i, (p, names) in enumerate(selected):
+        for name in names:
+            log = folder / f"{i}-{name}.log"
+            # --padding: small allocations sit side by side, so an overread would land in a neighbour (valid
+            # memory, no report); a guard region after each allocation makes it visible
+            prefix = ("compute-sanitizer", "--tool", "memcheck", "--padding", str(SANITIZER_PADDING),
+                      "--log-file", str(log), "--print-limit", "20")  # fmt: skip
+            payload = {"problem": asdict(p), "seed": cell_seed(seed, p), "sanitizer_log": str(log)}
+            out.append(Cell("check", payload, (name,), f"{p.label} {name}", prefix=prefix))
+    return out
+
+
+def sanitizer_worker(worker: WorkerOptions) -> WorkerOptions:
+    """The options of a worker that runs checks under compute-sanitizer: every tensor its own allocation, so that an
+    overread shows; no ceilings, which its rows do not carry and which memcheck cannot time."""
+    env = dict(worker.env, PYTORCH_NO_CUDA_MEMORY_CACHING="1")
+    return WorkerOptions(**{**asdict(worker), "env": env, "ceilings": False})
+
+
+# ---------------------------------------------------------------- the worker's side
 
 
 def _run_row(ctx, problem: Problem, variant, status: str, reason: str = "", **extra: Any) -> dict:
@@ -43,32 +171,15 @@ def _error_rows(ctx, problem: Problem, variant, peak: Optional[int]) -> Callable
     return lambda reason: [_run_row(ctx, problem, variant, "error", reason, gpu_mem_peak_bytes=peak)]
 
 
-_FAILED = object()  # a variant's supports() raised: its error is recorded already
-
-
-def _unsupported(ctx, name: str, variant, problem: Problem, rows_for: Callable[[str], list]) -> Any:
-    """variant.unsupported_reason(), as a phase of its own: a plugin's supports() that hangs is stopped by the
-    watchdog and blamed on this variant, and one that raises is this variant's error (_FAILED, recorded)."""
-    ctx.begin(name, "supports")
-    try:
-        return variant.unsupported_reason(problem, ctx.dev)
-    except Exception as exc:  # noqa: BLE001 - a plugin's bug: this variant's error row, the cell goes on
-        ctx.failed(name, rows_for, "supports", exc)
-        return _FAILED
-
-
-# ---------------------------------------------------------------- time (and check)
-
-
-def time_task(ctx, task: dict) -> None:
+def work(ctx, task: dict) -> None:
     """Check every item (a variant name) on fresh inputs, then time the ones that passed, side by side.  Each row
     records the peak GPU memory of its cell (memory.peak_bytes): its check, and its timing's set-up and warm-up."""
     problem, seed = Problem(**task["problem"]), task["seed"]
     passed, peaks = {}, {}
     for name in task["items"]:
         variant = registry.get(name)
-        reason = _unsupported(ctx, name, variant, problem, _error_rows(ctx, problem, variant, None))
-        if reason is _FAILED:
+        reason = unsupported(ctx, name, variant, problem, _error_rows(ctx, problem, variant, None))
+        if reason is FAILED:
             continue
         if reason:
             ctx.result(name, [_run_row(ctx, problem, variant, "skipped", reason)])
@@ -221,125 +332,3 @@ def _throughput(ctx, problem: Problem, variant, works: list, t: float) -> dict:
         out.update(ceiling_bw_gbps=bw, ceiling_tflops=peak, roofline_bound_us=bound, pct_of_roofline=pct,
                    roofline_note=metrics.roofline_note(pct, flops, nbytes, bw, peak))  # fmt: skip
     return out
-
-
-# ---------------------------------------------------------------- tune
-
-
-def tune_task(ctx, task: dict) -> None:
-    """One job: its item is the job key; the result row is {"done": key, ...} or {"failed": key, "reason": ...}."""
-    [key] = task["items"]
-    problem, variant = Problem(**task["problem"]), registry.get(task["variant"])
-    ctx.begin(key, "tune")
-    try:
-        share = (
-            problem.label
-        )  # a problem's variants come one after another: one reference (the label names the scaling)
-        if ctx.cache.get("tune") != share:
-            inputs = make_inputs(problem, task["seed"], ctx.devname)
-            ctx.cache.update(tune=share, inputs=inputs, ref=reference(problem, inputs))
-        inputs, ref = ctx.cache["inputs"], ctx.cache["ref"]
-        # each candidate is a sign of life to the pool's watchdog
-        best, path, tried = tuning.tune_and_store(variant.tunable, problem, inputs, ref, lambda: ctx.begin(key, "tune"),
-                                                  task.get("budget_s", tuning.DEFAULT_BUDGET_S), task.get("exhaustive", False))  # fmt: skip
-    except tuning.TuningError as exc:  # no config runs it: the next job can still run
-        ctx.result(key, [{"failed": key, "reason": str(exc)}])
-        return
-    except Exception as exc:  # noqa: BLE001 - a fault: this job's outcome, then the worker may have to go
-        ctx.cache.clear()
-        ctx.failed(key, lambda r: [{"failed": key, "reason": r}], "tune", exc)
-        return
-    ctx.result(key, [{"done": key, "us": best.time_us, "config": best.config, "tried": tried, "file": str(path)}])
-
-
-# ---------------------------------------------------------------- profile
-
-
-def profile_task(ctx, task: dict) -> None:
-    """Everything a profiler should not see happens first, outside the range (inputs, make and its tuning, the
-    check, a warm-up); then one eager launch inside "profile <cell>", the range ncu --nvtx-include selects.  A cell
-    whose check fails is never profiled.  The result row is the outcome: status, reason, config, max_rel_err,
-    experts_hit, pairs, tokens (GemmInputs.local_work), range, domain."""
-    [name] = task["items"]
-    problem, variant = Problem(**task["problem"]), registry.get(name)
-    rng = range_name("profile", cell_name(name, problem))
-    outcome: dict = {"range": rng, "domain": domain_in_use(), "config": None, "max_rel_err": None, "experts_hit": None,
-                     "pairs": None, "tokens": None}  # fmt: skip
-    reason = _unsupported(ctx, name, variant, problem, lambda r: [dict(outcome, status="error", reason=r)])
-    if reason is _FAILED:
-        return
-    if reason:
-        ctx.result(name, [dict(outcome, status="skipped", reason=reason)])
-        return
-    ctx.begin(name, "check")
-    try:
-        inputs = make_inputs(problem, task["seed"], ctx.devname)
-        checked = check_cell(problem, variant, inputs, on_phase=lambda ph: ctx.begin(name, ph))
-        outcome.update(config=checked.launch.config, max_rel_err=checked.result.max_rel_err,
-                       experts_hit=inputs.experts_hit())  # fmt: skip
-        outcome.update(inputs.local_work())  # MoE: experts_hit again, pairs and tokens
-        if not checked.result.ok:
-            ctx.result(name, [dict(outcome, status="wrong", reason=checked.result.detail)])
-            return
-        ctx.begin(name, "profile")
-        for _ in range(PROFILE_WARMUP_CALLS):
-            checked.launch.fn()
-        torch.cuda.synchronize()
-        with annotate(rng):
-            checked.launch.fn()
-            torch.cuda.synchronize()
-    except Exception as exc:  # noqa: BLE001
-        ctx.failed(name, lambda r: [dict(outcome, status="error", reason=r)], "profile", exc)
-        return
-    ctx.result(name, [dict(outcome, status="ok", reason=None)])
-
-
-# ---------------------------------------------------------------- layer
-
-
-def layer_task(ctx, task: dict) -> None:
-    """One layer plan (its item is the plan's label): build `layers` copies, check every GEMM, then measure."""
-    [label] = task["items"]
-    steps = steps_from_wire(task["steps"])
-    meta, seed, layers = task["meta"], task["seed"], task["layers"]
-    built: list = []
-    checks: list = []
-
-    def rows(status: str, reason=None, measured=None) -> list:
-        return L.rows_for(meta, steps, built, measured, status, reason, checks)
-
-    ctx.begin(label, "check")
-    try:
-        while True:  # a step whose variant fails to build or launch takes the next of --variants, if it has one
-            try:
-                copies = [L.build(steps, seed + 7919 * i, ctx.devname) for i in range(layers)]
-                built = copies[0]
-                checks = L.check(built)
-                break
-            except L.StepFailed as failed:
-                nxt = None if context_poisoned() else fall_back(steps, failed.step, one_line(failed.exc))
-                if nxt is None:  # none left, or the CUDA context is gone: this layer's error
-                    raise failed.exc from None
-                steps, built, checks = nxt, [], []
-                took = next(s for s in steps if s.name == failed.step)
-                # the phase names the fallback: a death or hang from here on is blamed on it, not on the plan sent
-                ctx.begin(label, f"check, {failed.step} on {took.variant} after {took.failed[-1].split(':')[0]} failed")
-        wrong = [c for c in checks if not c["ok"]]
-        if wrong:
-            ctx.result(label, rows("wrong", "; ".join(f"{c['step']}: {c['detail']}" for c in wrong)))
-            return
-        ctx.begin(label, "time")
-        measured = L.measure(copies, task["budget"], label)
-    except Exception as exc:  # noqa: BLE001 - a fault, a failed launch, a variant's bug: this layer only
-        ctx.failed(label, lambda r: rows("error", r), "layer", exc)
-        return
-    ctx.result(label, rows("ok", None, measured))
-
-
-RUN: dict[str, Callable[[Any, dict], None]] = {
-    "time": time_task,
-    "check": time_task,  # the same check, and nothing timed: its passes are `passed` results
-    "tune": tune_task,
-    "profile": profile_task,
-    "layer": layer_task,
-}
