@@ -54,6 +54,9 @@ class ShapeSet:
     m_values: tuple[int, ...]  # default M list (tokens for MoE)
     source: str  # the file it came from
     warnings: tuple[str, ...] = ()  # what a reader should hear about the file, one line each (e.g. an old key)
+    # the model's MoE blocks go sequence-parallel where vLLM turns it on (gemmbench.models.sharding): a trait of the
+    # engine's model code, not of the checkpoint
+    moe_sequence_parallel: bool = False
 
 
 @dataclass(frozen=True)
@@ -82,7 +85,9 @@ class Problem:
     dp: int = 1  # data-parallel groups of the deployment (gemmbench.models.sharding)
     layout: str = "vllm"  # whose GEMMs: gemmbench.models.sharding.LAYOUTS
     shared_experts: int = 0  # of E, the last ones every token is routed to (SGLang's folded shared expert)
-    dp_tokens: int = 1  # how many DP ranks' tokens M holds: dp where they are gathered (expert GEMMs), else 1
+    # the M asked (one DP rank's tokens) where this GEMM sees another count (expert GEMMs: M x dp; a sequence-parallel
+    # MoE block's: its share of them); 0: M itself
+    dp_rank_m: int = 0
     # how fp8 tensor-core sums reach fp32: a name in dtypes.FP8_ACCUMS; a 16-bit dtype's is "none" (its "precise",
     # the default, becomes "none"); "fast" of a 16-bit dtype is a problem no variant runs, as a scaling is
     fp8_accum: str = dtypes.REFERENCE_FP8_ACCUM

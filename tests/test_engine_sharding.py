@@ -10,6 +10,11 @@ plain arithmetic and imports nothing from gemmbench.  The rules are vLLM's:
   FusedMoEParallelConfig     experts split over world / EP GPUs (world = TP x DP; EP is 1 or the world), and the
                              tokens of the DP group (M x DP) routed together
   determine_expert_map       rank 0 holds ceil(E / EP) experts
+  use_sequence_parallel_moe  (vllm/config/parallel.py at 00193b8, default all2all backend allgather_reducescatter)
+                             with EP = world, TP > 1 and DP > 1, the MoE blocks of the model files that chunk
+                             (deepseek_v2.py, qwen3_moe.py, llama4.py, gpt_oss.py; not mixtral.py, qwen2_moe.py)
+                             give each TP rank ceil(M / TP) of its DP rank's tokens: router and shared experts on
+                             that share, shared experts whole (disable_tp), experts on world x ceil(M / TP) tokens
 
 A size a deployment cannot divide is refused by vLLM (its divide() asserts): there gemmbench must raise ShapeError.
 gemmbench's answer is gemmbench.models.sharding.problems on the set gemmbench.models.hf_config.from_hf_config makes of the file.
@@ -51,6 +56,8 @@ LLAMA4 = "Llama4ForConditionalGeneration"
 MLA = {"DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM"}
 QWEN_MOE = {"Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM"}
 ALL_LAYERS_MOE = {"MixtralForCausalLM", "GptOssForCausalLM"}
+# the model files whose MoE blocks chunk tokens across TP under sequence-parallel MoE, read from vLLM's source
+CHUNKING = {"DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "Qwen3MoeForCausalLM", LLAMA4, "GptOssForCausalLM"}
 DEPLOYMENT = "deployment"  # the refused "GEMM" when the flags themselves are refused
 
 
@@ -152,11 +159,17 @@ def derive(cfg: dict, tp: int, dp: int, ep: int, m: int) -> tuple[dict[str, Rank
         moe_inter = c["moe_intermediate_size"] if arch in QWEN_MOE | MLA else c["intermediate_size"]
         experts_tp = world // ep
         routed = {"E": experts, "topk": topk, "local_experts": -(-experts // ep), "ep": ep}
-        dense("moe_router", experts, hidden)
-        gemms["moe_w13"] = Rank(m * dp, 2 * part("moe_w13", moe_inter, experts_tp), hidden, **routed)
-        gemms["moe_w2"] = Rank(m * dp, hidden, part("moe_w2", moe_inter, experts_tp), **routed)
+        chunk = arch in CHUNKING and ep == world > 1 and tp > 1 and dp > 1  # sequence-parallel MoE
+        share = -(-m // tp)  # this TP rank's share of its DP rank's tokens
+        routed_m = world * share if chunk else m * dp
+        gemms["moe_router"] = Rank(share if chunk else m, experts, hidden)
+        gemms["moe_w13"] = Rank(routed_m, 2 * part("moe_w13", moe_inter, experts_tp), hidden, **routed)
+        gemms["moe_w2"] = Rank(routed_m, hidden, part("moe_w2", moe_inter, experts_tp), **routed)
         shared = shared_intermediate(arch, c)
-        if shared:  # every token, on its own DP rank: divided by TP like a dense MLP
+        if shared and chunk:  # this rank's share of the tokens, the shared expert whole
+            gemms["moe_shared_gate_up"] = Rank(share, 2 * shared, hidden)
+            gemms["moe_shared_down"] = Rank(share, hidden, shared)
+        elif shared:  # every token, on its own DP rank: divided by TP like a dense MLP
             dense("moe_shared_gate_up", 2 * part("moe_shared_gate_up", shared, tp), hidden)
             dense("moe_shared_down", hidden, part("moe_shared_down", shared, tp))
     padded = -(-c["vocab_size"] // VOCAB_PADDING) * VOCAB_PADDING
@@ -264,6 +277,16 @@ NAMED = [
     ("llama4-maverick", 8, 1, 1, 16, "moe_shared_gate_up", {"N": 2048}),  # shared expert: intermediate_size 8192
     ("deepseek-v2-lite", 2, 1, 1, 16, "mla_q", {"N": 1536, "K": 2048}),  # q_lora_rank null: 16 x 192 / 2
     ("gpt-oss-120b", 8, 1, 8, 16, "moe_w2", {"K": 2880, "topk": 4, "local_experts": 16}),  # experts_per_token
+    # sequence-parallel MoE (TP 8, DP 8, EP 64): each TP rank takes ceil(16 / 8) = 2 of its DP rank's 16 tokens
+    ("deepseek-v3", 8, 8, 64, 16, "moe_shared_gate_up", {"M": 2, "N": 4096, "K": 7168}),  # whole: 2 x 2048
+    ("deepseek-v3", 8, 8, 64, 16, "moe_shared_down", {"M": 2, "N": 7168, "K": 2048}),
+    ("deepseek-v3", 8, 8, 64, 16, "moe_router", {"M": 2, "N": 256, "K": 7168}),
+    ("deepseek-v3", 8, 8, 64, 16, "moe_w13", {"M": 128, "N": 4096, "local_experts": 4}),  # 64 ranks x 2 tokens
+    ("deepseek-v3", 8, 8, 64, 1, "moe_w13", {"M": 64}),  # ceil(1 / 8) = 1 token from each of the 64 ranks
+    ("deepseek-v3", 8, 8, 64, 16, "attn_o", {"M": 16, "K": 2048}),  # attention: all 16 tokens, TP as ever
+    ("gpt-oss-120b", 2, 8, 16, 3, "moe_router", {"M": 2, "N": 128}),  # ceil(3 / 2)
+    ("mixtral-8x7b", 2, 8, 16, 16, "moe_w13", {"M": 128}),  # mixtral.py does not chunk: M x DP
+    ("deepseek-v3", 8, 8, 1, 16, "moe_router", {"M": 16}),  # experts split, not parallel: no chunking
 ]
 
 

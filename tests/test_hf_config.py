@@ -571,3 +571,14 @@ def test_layer_and_role_keys_refused(extra, expected):
     with pytest.raises(ShapeError) as e:
         load_text("t", gemm_entry(extra))
     assert str(e.value).startswith(f"t: gemm 'g': {expected}")
+
+
+@pytest.mark.parametrize(
+    "config, chunks",
+    [("deepseek-v3", True), ("deepseek-v2-lite", True), ("qwen3-30b-a3b", True), ("llama4-scout", True),
+     ("gpt-oss-120b", True), ("mixtral-8x7b", False), ("qwen1.5-moe-a2.7b", False), ("llama3.1-8b", False)],
+)  # fmt: skip
+def test_a_set_says_whether_vllm_chunks_its_moe_blocks(config, chunks):
+    """vLLM's deepseek_v2.py, qwen3_moe.py, llama4.py and gpt_oss.py chunk an MoE block's tokens across TP under
+    sequence-parallel MoE; mixtral.py and qwen2_moe.py do not, and a dense model has no MoE block (USAGE: Sharding)."""
+    assert made(FIXTURES / f"{config}.json").moe_sequence_parallel is chunks

@@ -386,7 +386,14 @@ MALFORMED = [
     ("", "file is empty"),
     ("- 1\n- 2\n", "top level must be a mapping (name, gemms, ...), got list"),
     ("just text\n", "top level must be a mapping (name, gemms, ...), got str"),
-    (f"name: x\nmodel: y\ngemms: [{GEMM}]\n", "unknown key 'model' (allowed: name, description, m, include, gemms)"),
+    (
+        f"name: x\nmodel: y\ngemms: [{GEMM}]\n",
+        "unknown key 'model' (allowed: name, description, m, moe_sequence_parallel, include, gemms)",
+    ),
+    (
+        f"name: x\nmoe_sequence_parallel: sometimes\ngemms: [{GEMM}]\n",
+        "moe_sequence_parallel must be true or false, got 'sometimes'",
+    ),
     (f"gemms: [{GEMM}]\n", "missing field 'name'"),
     ("name: x\n", "missing field 'gemms'"),
     (f"name: 7\ngemms: [{GEMM}]\n", "name must be a non-empty string, got 7"),

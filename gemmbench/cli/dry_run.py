@@ -119,7 +119,7 @@ def _cell(p, names: list[str], gpu: Any, policy: Any = None) -> dict:
             continue
         if v.tunable is not None:  # left to the GPU's machine too: should it run, this is the config it would take
             configs[name] = config_sources.predict(name, p, gpu.name, gpu.part, policy or config_sources.Policy())
-    doc = dict(gemm=p.gemm, M=p.M // p.dp_tokens, tokens=p.M, N=p.N, K=p.K, E=p.E, local_experts=p.local_experts,
+    doc = dict(gemm=p.gemm, M=p.dp_rank_m or p.M, tokens=p.M, N=p.N, K=p.K, E=p.E, local_experts=p.local_experts,
                topk=p.topk, shared_experts=p.shared_experts, routing=p.routing if p.is_moe else None,
                pairs_routed=p.M * p.topk if p.is_moe else None, tp=p.tp, ep=p.ep, dp=p.dp, layout=p.layout,
                dtype=p.dtype, scaling=p.scaling, fp8_accum=p.fp8_accum)  # fmt: skip

@@ -377,6 +377,13 @@ def _gpt_oss(f: Fields) -> Model:
     return Model(gemms, [_uniform(f, "MoE"), heads, experts_line, f"hidden {hidden}"])
 
 
+# The families whose vLLM model code chunks a DP rank's tokens across TP in its MoE blocks when vLLM runs them
+# sequence-parallel (gemmbench.models.sharding), as vllm-project/vllm's files read: deepseek_v2.py (002d607, b863fe5),
+# qwen3_moe.py (2e0831b), llama4.py (0303cbd), gpt_oss.py (a6b6cfa); mixtral.py (f0e2695) and qwen2_moe.py (8bbabf0)
+# do not chunk
+MOE_SEQUENCE_PARALLEL = frozenset({"DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "Qwen3MoeForCausalLM",
+                                   "Llama4ForConditionalGeneration", "Llama4ForCausalLM", "GptOssForCausalLM"})  # fmt: skip
+
 FAMILIES: dict[str, Callable[[Fields], Model]] = {
     "LlamaForCausalLM": _dense,
     "MistralForCausalLM": _dense,

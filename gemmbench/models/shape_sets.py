@@ -7,6 +7,8 @@ A shape set is a YAML file::
     description: Llama3-70B attention projections   # optional
     m: decode        # optional (default "all"): "decode" = 1,2,4,8,16,32,64;
                      # "prefill" = 128..4096; "all" = both; a mix "decode,128"; or a list [1, 5, 16]
+    moe_sequence_parallel: true  # optional (default false): vLLM's model code for it chunks a DP rank's tokens
+                     # across TP in its MoE blocks when they are expert-parallel and DP > 1 (gemmbench.models.sharding)
     include: [llama70b-mlp]          # optional: GEMMs of BUILT-IN sets, placed before this file's own
     gemms:                           # required, non-empty; ids unique (across includes too)
       - id: attn_qkv                 # out = act (M, K) @ weight (N, K)^T
@@ -49,7 +51,7 @@ from gemmbench.models.sharding import VOCAB_PADDING
 from gemmbench.shapes import PRESETS, Gemm, ShapeError, ShapeSet, _is_int, _one_line, _parse_m, _positive
 
 PARALLEL = ("column", "row", "none", "qkv", "vocab")
-_TOP_KEYS = ("name", "description", "m", "include", "gemms")
+_TOP_KEYS = ("name", "description", "m", "moe_sequence_parallel", "include", "gemms")
 _GEMM_KEYS = ("id", "N", "K", "parallel", "E", "topk", "layer", "role", "heads", "kv_heads", "head_dim", "vocab",
               "pad_to", "parts", "fold_shared")  # fmt: skip
 ROLES = ("router", "mlp", "shared_expert")
@@ -129,6 +131,9 @@ def _parse(data: Any, src: str, chain: tuple[str, ...]) -> ShapeSet:
     if not isinstance(description, str):
         raise ShapeError(f"{src}: description must be a string, got {description!r}")
     m_values = _m_from_yaml(data.get("m", "all"), f"{src}: m")
+    sequence_parallel = data.get("moe_sequence_parallel", False)
+    if not isinstance(sequence_parallel, bool):
+        raise ShapeError(f"{src}: moe_sequence_parallel must be true or false, got {sequence_parallel!r}")
 
     gemms: list[Gemm] = []
     origin: dict[str, str] = {}  # gemm id -> where it came from, for the duplicate message
@@ -170,7 +175,7 @@ def _parse(data: Any, src: str, chain: tuple[str, ...]) -> ShapeSet:
         if _old_qkv(g)
     )
     return ShapeSet(name=name, description=description, gemms=tuple(gemms), m_values=m_values, source=src,
-                    warnings=warnings)  # fmt: skip
+                    warnings=warnings, moe_sequence_parallel=sequence_parallel)  # fmt: skip
 
 
 def _parse_gemm(entry: Any, where: str, src: str) -> Gemm:

@@ -18,6 +18,14 @@ of a DP group route their M tokens together, so an expert GEMM sees M x dp token
 | column/row with E > 1 (experts) | N or K / experts_tp; ceil(E/ep) local experts on rank | FusedMoE                |
 |                                 | 0 (vLLM's linear expert map); M x dp tokens routed    |                         |
 
+Sequence-parallel MoE (vLLM's ParallelConfig.use_sequence_parallel_moe, vllm-project/vllm 00193b8: its default
+all2all backend, allgather_reducescatter, is one of those that turn it on): with experts parallel (EP = world), TP > 1
+and DP > 1, a model whose MoE blocks chunk (the set's `moe_sequence_parallel`) splits its DP rank's M tokens across
+the TP ranks before the router, each rank taking ceil(M/TP).  Its router and shared experts run on that share, the
+shared experts whole (`disable_tp`), and its expert GEMMs on every world rank's share gathered: world x ceil(M/TP)
+tokens.  Attention and dense layers are untouched.  Which model files chunk is written where the sets are made
+(gemmbench.models.hf_families, MOE_SEQUENCE_PARALLEL).
+
 Layouts (which GEMMs an engine launches; `parts` and `fold_shared` in the shape set say what can change):
   vllm   the set as written: QKV, gate+up and DeepSeek's q_a+kv_a fused.
   sglang the same, and under DP attention (dp > 1) the dense MLPs, shared experts, router and LM head run at the
@@ -62,16 +70,27 @@ class Parallel:
     def describe(self) -> str:
         return f"TP {self.tp} x DP {self.dp} = {self.world} GPUs, EP {self.ep}, layout {self.layout}"
 
+    def sequence_parallel_moe(self, model_chunks: bool) -> bool:
+        """vLLM's ParallelConfig.use_sequence_parallel_moe (its default all2all backend is one that chunks) for a
+        model whose MoE blocks chunk (ShapeSet.moe_sequence_parallel): experts parallel, TP > 1 and DP > 1."""
+        return model_chunks and self.layout == "vllm" and self.ep > 1 and self.tp > 1 and self.dp > 1
+
 
 @dataclass(frozen=True)
 class RankGemm:
     """One GEMM as rank 0 runs it: `gemm` with its N and K divided (E, topk as routed), the factor on M (dp where
-    the DP ranks' tokens are gathered, else 1) and its EP degree (1 for a dense GEMM)."""
+    the DP ranks' tokens are gathered, else 1; the world's ranks under sequence-parallel MoE), whether M is first
+    chunked across TP (ceil(M/TP): a sequence-parallel MoE block) and its EP degree (1 for a dense GEMM)."""
 
     gemm: Gemm
     m_factor: int
     ep: int
     shared_experts: int = 0  # experts every token is routed to (a folded shared expert), the last of E
+    chunked: bool = False
+
+    def tokens(self, m: int, tp: int) -> int:
+        """The tokens this GEMM sees when a DP rank has m."""
+        return self.m_factor * (-(-m // tp) if self.chunked else m)
 
 
 def check(par: Parallel, name: str, expert_counts: Sequence[int]) -> None:
@@ -136,10 +155,17 @@ def fold_shared(g: Gemm) -> Gemm:
     return replace(g, E=g.E + g.fold_shared, topk=g.topk + g.fold_shared)
 
 
-def shard(g: Gemm, par: Parallel, name: str) -> RankGemm:
+def shard(g: Gemm, par: Parallel, name: str, sequence_parallel: bool = False) -> RankGemm:
     """Rank 0's view of GEMM `g` (already in the layout's form) under `par`; a one-line ShapeError naming the set
-    (`name`), the GEMM and the numbers where the engine would refuse it."""
+    (`name`), the GEMM and the numbers where the engine would refuse it.  `sequence_parallel`: the MoE blocks run
+    sequence-parallel (Parallel.sequence_parallel_moe)."""
     where = f"{name}: {g.name}"
+    if sequence_parallel and g.is_moe:  # every rank of the world sends its TP share of its DP rank's tokens
+        return RankGemm(_divide(g, par.experts_tp, where), par.world, par.ep, chunked=True)
+    if sequence_parallel and g.role == "router":  # on this rank's share, replicated as ever
+        return RankGemm(g, 1, 1, chunked=True)
+    if sequence_parallel and g.role == "shared_expert":  # on this rank's share, whole (vLLM's disable_tp)
+        return RankGemm(g, 1, 1, chunked=True)
     if g.is_moe:
         # rank 0's experts: Problem.local_experts, vLLM's linear expert map (the first E % ep ranks hold one more)
         shared = g.fold_shared if par.layout == "sglang" and par.ep == 1 else 0
@@ -232,15 +258,16 @@ def problems(
         ms = tuple(sorted({_positive(m, "every M", shape_set.source) for m in m_values}))
     par = Parallel(tp, dp, ep, layout)
     check(par, shape_set.name, experts(shape_set))
+    sequence_parallel = par.sequence_parallel_moe(shape_set.moe_sequence_parallel)
     out = []
     for gemm in for_layout(shape_set.gemms, par):
-        r = shard(gemm, par, shape_set.name)
+        r = shard(gemm, par, shape_set.name, sequence_parallel)
         g = r.gemm
         out += [
             Problem(
                 shape_set=shape_set.name,
                 gemm=g.name,
-                M=m * r.m_factor,
+                M=r.tokens(m, tp),
                 N=g.N,
                 K=g.K,
                 dtype=d,
@@ -253,7 +280,7 @@ def problems(
                 dp=dp,
                 layout=layout,
                 shared_experts=r.shared_experts,
-                dp_tokens=r.m_factor,
+                dp_rank_m=m if r.tokens(m, tp) != m else 0,
                 fp8_accum=a,
             )
             for m in ms
