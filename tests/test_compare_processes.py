@@ -165,3 +165,18 @@ def test_run_repeat_2_writes_each_cell_once_per_process(tmp_path):
     assert "--repeat 0" in bad(invoke(*args, "--repeat", "0", "--out", tmp_path / "x.parquet"))
     assert "--resume" in bad(invoke(*args, "--repeat", "2", "--resume", out))
     assert not (tmp_path / "x.parquet").exists()
+
+
+def test_a_comparison_of_identical_processes_is_valid_json(tmp_path):
+    """Three processes a side, each median exactly 100: Welch's t has no spread to divide by, so its p-value is NaN,
+    which JSON cannot hold; the document says null there and parses under a reader that refuses NaN."""
+    base, cand = write(tmp_path, "b", processes("a", [100, 100, 100])), write(tmp_path, "c", processes("a", [100] * 3))
+    res = invoke("compare", base, cand, "--format", "json")
+    assert res.exit_code == 0, res.stderr
+
+    def refuse(constant):
+        raise ValueError(f"{constant} is not JSON")
+
+    doc = json.loads(res.stdout, parse_constant=refuse)
+    [got] = doc["rows"]
+    assert got["verdict"] == "same" and got["p_raw"] is None and got["p_value"] is None

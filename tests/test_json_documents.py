@@ -51,7 +51,7 @@ def test_ceilings_document_has_both_ladders(monkeypatch):
         mode="cold", bandwidth_ladder=[[1 << 20, 900.0], [1 << 30, 4200.0]], peak_tflops={"bf16": 700.0},
         compute_ladder=[dict(dtype="bf16", m=8192, n=8192, k=8192, median_us=1600.0, fast_us=1570.0, tflops=700.0),
                         dict(dtype="fp8", m=8192, n=8192, k=8192, skipped="no fp8 path")],
-        key={"gpu": "X"},
+        key={"gpu": "X", "mode": "cold", "torch": "2.11.0"},  # what ceilings.cache_key writes
     )  # fmt: skip
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(ceilings, "ceilings", lambda mode, remeasure=False: got)

@@ -898,8 +898,11 @@ def test_layer_smoke_runs_on_the_cpu_with_its_defaults(tmp_path):
     out = tmp_path / "l.parquet"
     res = invoke("layer", "--model", "smoke", "--m", "1", "--budget", "0.01", "--out", out)
     assert res.exit_code == 0, text(res.stderr)
-    top = side_tables.load_layer_tables([out]).query("part == 'layer'")
+    table = side_tables.load_layer_tables([out])
+    top = table.query("part == 'layer'")
     assert list(top["dtype"]) == ["fp16"] and (top["status"] == "ok").all()
+    # a 16-bit layer is unscaled with no fp8 contract, in its own rows and each step's, as its run rows are
+    assert set(table["scaling"]) == {"none"} and set(table["fp8_accum"]) == {"none"}
 
 
 # ---------------------------------------------------------------- 8. a gap below zero is noise, shown as N/A

@@ -110,7 +110,7 @@ def compare_runs(
     if fmt == "markdown":
         out.print(cmp.markdown(rows, thr, *names, failed, stack), markup=False, highlight=False, soft_wrap=True)
     elif fmt == "json":
-        out.print(cmp.to_json(rows, thr, stack), markup=False, highlight=False, soft_wrap=True)
+        print_json(cmp.document(rows, thr, stack))
     else:
         _table(rows, thr, stack)
         out.print(escape(cmp.test_note(rows)), highlight=False, soft_wrap=True)

@@ -408,22 +408,20 @@ def _md_table(rows: list[Row]) -> list[str]:
     )
 
 
-def to_json(rows: list[Row], threshold: float, stack_change: Optional[str] = None) -> str:
-    """The verdicts for scripts: each row's `verdict` as it is (what --fail-on matches) with its `stack_changed`
-    mark, its processes a side and `within_process` (true: tested on pooled samples only; null: not timed);
-    `stack_change` says what differs where the runs were compared across stacks (null otherwise)."""
-    return json.dumps(
-        {
-            "schema": "gemmbench.compare/1",
-            "threshold": threshold,
-            "alpha": ALPHA,
-            "p_adjustment": "benjamini-hochberg",
-            "process_test": PROCESS_TEST,
-            "min_processes": MIN_PROCESSES,
-            "within_process_only": any(r.within_process for r in rows),
-            "stack_change": stack_change,
-            "counts": counts(rows),
-            "rows": [asdict(r) for r in rows],
-        },
-        indent=1,
-    )
+def document(rows: list[Row], threshold: float, stack_change: Optional[str] = None) -> dict:
+    """The verdicts for scripts (`gemmbench.compare/1`): each row's `verdict` as it is (what --fail-on matches) with
+    its `stack_changed` mark, its processes a side and `within_process` (true: tested on pooled samples only; null:
+    not timed); `stack_change` says what differs where the runs were compared across stacks (null otherwise).  A
+    p-value no test could give (NaN: every sample equal) is written as null by the JSON writer."""
+    return {
+        "schema": "gemmbench.compare/1",
+        "threshold": threshold,
+        "alpha": ALPHA,
+        "p_adjustment": "benjamini-hochberg",
+        "process_test": PROCESS_TEST,
+        "min_processes": MIN_PROCESSES,
+        "within_process_only": any(r.within_process for r in rows),
+        "stack_change": stack_change,
+        "counts": counts(rows),
+        "rows": [asdict(r) for r in rows],
+    }

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Callable
 
 from gemmbench.dtypes import label as dtype_label
-from gemmbench.dtypes import problem_fp8_accum
+from gemmbench.dtypes import problem_fp8_accum, problem_scaling
 from gemmbench.engine import layer as L
 from gemmbench.engine.faults import context_poisoned, one_line
 from gemmbench.engine.layer_plan import fall_back, steps_from_wire, steps_to_wire
@@ -26,7 +26,7 @@ from gemmbench.results import side_tables
 def cell(sset, model: str, run_id: str, one: tuple, seed: int, layers: int, budget: float) -> Cell:
     """One layer plan as an engine cell: the worker's `layer` task builds, checks and times it."""
     t, e, dp, layout, d, s, a, M, kind, steps = one
-    a = problem_fp8_accum(d, a)  # a 16-bit layer's: "none", as its rows' problems have it
+    a, s = problem_fp8_accum(d, a), problem_scaling(d, s)  # a 16-bit layer's: "none", as its rows' problems have
     par = f"tp{t}{f' ep{e}' if e > 1 else ''}{f' dp{dp}' if dp > 1 else ''}{f' {layout}' if layout != 'vllm' else ''}"
     label = f"{sset.name}{f' {kind}' if kind else ''} {par} {dtype_label(d, s, a)} M{M}"
     meta = dict(provenance(), run_id=run_id, timestamp=datetime.now(timezone.utc).isoformat(timespec="seconds"), model=model, shape_set=sset.name, layer_kind=kind,
