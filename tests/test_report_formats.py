@@ -4,9 +4,10 @@ data that looks like Markdown or HTML shown as it is."""
 
 from __future__ import annotations
 
-import base64
 import json
 import os
+import re
+import urllib.parse
 
 os.environ["MPLBACKEND"] = "Agg"  # before anything imports matplotlib: no GUI backend in a test
 
@@ -29,7 +30,9 @@ class Page(HTMLParser):
     def __init__(self, html: str):
         super().__init__()  # convert_charrefs: "&lt;" arrives as "<"
         self.tables: list = []
-        self.align: list = []
+        self.classes: list = []
+        self.styles: set = set()  # a style attribute found on any cell
+        self.css = ""
         self.images: list = []
         self.tags_in_cells: set = set()
         self.headings: list = []
@@ -39,13 +42,15 @@ class Page(HTMLParser):
     def handle_starttag(self, tag, attrs):
         if tag == "table":
             self.tables.append([])
-            self.align.append([])
+            self.classes.append(dict(attrs).get("class"))
         elif tag == "tr":
             self.tables[-1].append([])
-            self.align[-1].append([])
         elif tag in ("td", "th"):
             self._cell = []
-            self.align[-1][-1].append(dict(attrs).get("style"))
+            if dict(attrs).get("style"):
+                self.styles.add(dict(attrs)["style"])
+        elif tag == "style":
+            self._style = []
         elif tag in ("h1", "h2", "h3"):
             self._heading = []
         elif tag == "img":
@@ -62,6 +67,9 @@ class Page(HTMLParser):
             self._heading = None
 
     def handle_data(self, data):
+        if getattr(self, "_style", None) is not None:
+            self.css += data
+            self._style = None
         for part in (self._cell, self._heading):
             if part is not None:
                 part.append(data)
@@ -72,16 +80,21 @@ def test_html_tables_and_images_are_the_reports():
     page = Page(report.to_html(rep))
     blocks = [b for b in rep.blocks if b[0] == "table"]
     assert len(page.tables) == len(blocks) > 2
-    for (_, head, rows, align), table, styles in zip(blocks, page.tables, page.align, strict=True):
+    for (_, head, rows, align), table, cls in zip(blocks, page.tables, page.classes, strict=True):
         assert table == [[str(h) for h in head]] + [[str(c) for c in r] for r in rows]
-        # "r" columns right-aligned (markdown-it's table rule, from "---:"), the others left to the stylesheet
-        assert all(s == [("text-align:right" if a == "r" else None) for a in align] for s in styles)
-    assert not page.tags_in_cells
+        # "r" columns right-aligned (markdown-it's table rule, from "---:"), the others left to the stylesheet: one
+        # class a table, "r" or "x" (none) per column, and a rule that right-aligns exactly its "r" columns' cells
+        assert cls == "a-" + "".join("r" if a == "r" else "x" for a in align)
+        rule = re.search(rf"((?:\.{cls} t[dh]:nth-child\(\d+\),?)+){{text-align:right}}", page.css)
+        right = {int(n) for n in re.findall(r"nth-child\((\d+)\)", rule.group(1))} if rule else set()
+        assert right == {i + 1 for i, a in enumerate(align) if a == "r"}
+    assert not page.styles and not page.tags_in_cells
     shown = [b for b in rep.blocks if b[0] == "img"]
     assert [i["alt"] for i in page.images] == [b[2] for b in shown]
     for img, (_, stem, _) in zip(page.images, shown, strict=True):  # each figure inside the page, byte for byte
         head, _, data = img["src"].partition(",")
-        assert head == "data:image/png;base64" and base64.b64decode(data) == rep.images[stem]
+        assert head == "data:image/svg+xml" and urllib.parse.unquote(data).encode() == rep.images[stem]
+        assert rep.images[stem].startswith(b"<?xml") and b"<svg" in rep.images[stem]
     assert page.headings[0] == "gemmbench report" and any(h.startswith("attn_o (N=8192, K=1024") for h in page.headings)
 
 
@@ -158,3 +171,32 @@ def test_report_format_json_holds_the_winners(tmp_path, shipped):
         r["tp"],
         "cold",
     )
+
+
+def test_throughput_figures_only_when_asked():
+    """The default report draws each GEMM's speedup by M; --throughput adds its TFLOP/s by M beside it, one figure per
+    group each (the tables hold every cell's TFLOP/s either way)."""
+    runs = prepared([TP8], dtypes=["fp8"], shapes=["attn_o"])
+    lean, full = report.build(runs, None, [TP8]), report.build(runs, None, [TP8], throughput=True)
+    kinds = lambda rep: sorted(stem.split("-")[0] for stem in rep.images)  # noqa: E731 - one line each
+    speedups = kinds(lean).count("speedup")
+    assert speedups > 0 and "tflops" not in kinds(lean)
+    assert kinds(full).count("tflops") == kinds(full).count("speedup") == speedups
+
+
+def test_a_report_figure_is_compact_svg_whose_words_are_as_drawn():
+    """render_compact: an SVG (it parses), its text as text, coordinates inside tags cut to two decimals, no identity
+    rotation, no metadata; a label's own digits (1.23456x) untouched."""
+    import xml.etree.ElementTree as ET
+
+    from gemmbench.plot import style
+
+    fig, axes = style.new_figure(4, 3)
+    axes[0][0].plot([1.0, 2.123456], [3.0, 4.987654])
+    axes[0][0].set_title("speedup 1.23456x")
+    svg = style.render_compact(fig).decode()
+    root = ET.fromstring(re.sub(r"^<\?xml[^>]*>\s*(<!DOCTYPE[^>]*>)?", "", svg))
+    assert root.tag.endswith("svg")
+    assert "speedup 1.23456x" in svg and "<text" in svg and "<metadata" not in svg and "rotate(-0 " not in svg
+    inside_tags = " ".join(re.findall(r"<[^>]*>", svg))
+    assert not re.search(r"\d\.\d{3}", inside_tags)

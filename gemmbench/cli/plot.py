@@ -193,6 +193,15 @@ def report(
             rich_help_panel=OUTPUT,
         ),
     ] = True,
+    throughput: Annotated[
+        bool,
+        typer.Option(
+            "--throughput",
+            help="Draw the TFLOP/s of each GEMM by M too, beside its speedup (the tables hold the TFLOP/s of every cell either "
+            "way): about twice the figures.",
+            rich_help_panel=OUTPUT,
+        ),
+    ] = False,
 ) -> None:
     """Write a Markdown report and a self-contained HTML one; prints each path written.
 
@@ -208,7 +217,7 @@ def report(
                    "(`gemmbench plot --kind layer` draws `layer` tables)")  # fmt: skip
     try:
         with err.status(f"building the report of {len(files)} files"):  # drawing every figure takes a while
-            rep = rep_mod.build(runs, profiles, files)
+            rep = rep_mod.build(runs, profiles, files, throughput)
     except StoreError as exc:
         raise fail(str(exc)) from None
     for w in rep.warnings:

@@ -1,11 +1,15 @@
-"""`gemmbench report`: one Markdown file and one self-contained HTML file (its PNGs embedded as base64) from result
-rows: per GEMM, dtype and timing mode the winning variant by M with its speedup over the baseline and % of roofline,
-the full tables, and the figures of gemmbench.plot.figures.  The report is built as a list of blocks written as
-Markdown; the HTML is that Markdown rendered by markdown-it-py, so the two files cannot say different things."""
+"""`gemmbench report`: one Markdown file and one self-contained HTML file from result rows: per GEMM, dtype and timing
+mode the winning variant by M with its speedup over the baseline and % of roofline, the full tables, and the figures
+of gemmbench.plot.figures (speedup by M; TFLOP/s by M with `throughput`), rooflines, MoE schedules and profiles.  The
+report is built as a list of blocks written as Markdown; the HTML is that Markdown rendered by markdown-it-py, so the
+two files cannot say different things.
+
+Figures are SVG with their text as text (style.render_compact): a line figure is a few kB, where a PNG of it was
+about ten times that, so a report of hundreds of figures stays one file small enough to share (docs/BENCHMARKS.md
+"Budgets").  report.html holds each as an image of its own (a data URI: nothing in it can run or reach the page)."""
 
 from __future__ import annotations
 
-import base64
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,6 +17,7 @@ from typing import Optional, Sequence
 
 import pandas as pd
 from markdown_it import MarkdownIt
+from markdown_it.common.utils import escapeHtml
 
 from gemmbench.plot import data as plotdata
 from gemmbench.plot import figures as plots
@@ -23,7 +28,7 @@ from gemmbench.results.run_schema import STATUSES
 from gemmbench.results.store import write_atomic
 from gemmbench.results.tables import short_config
 
-IMG_DIR = "img"
+IMG_DIR, IMG_SUFFIX = "img", "svg"
 REPORT_MD, REPORT_HTML = "report.md", "report.html"
 
 
@@ -31,7 +36,7 @@ REPORT_MD, REPORT_HTML = "report.md", "report.html"
 class Report:
     blocks: list = field(default_factory=list)  # ("h", level, text) | ("p", text) | ("table", head, rows, align)
     #                                              | ("img", stem, alt) | ("list", items)
-    images: dict = field(default_factory=dict)  # stem -> PNG bytes
+    images: dict = field(default_factory=dict)  # stem -> SVG bytes
     warnings: list = field(default_factory=list)  # for stderr
 
     def add(self, *block) -> None:
@@ -41,7 +46,7 @@ class Report:
         if drawn.figure is None:
             self.add("p", f"*{_literal(drawn.note)}*")
             return
-        self.images[drawn.stem] = style.render(drawn.figure, "png")
+        self.images[drawn.stem] = style.render_compact(drawn.figure)
         self.add("img", drawn.stem, alt)
 
 
@@ -185,7 +190,7 @@ def _gemm_section(rep: Report, k: dict, g: pd.DataFrame, figs: dict) -> None:
             "rlrrlr",
         )
     for kind, what in (("speedup", "speedup by M"), ("tflops", "TFLOP/s by M")):
-        d = _lookup(figs[kind], k)
+        d = _lookup(figs[kind], k) if kind in figs else None
         if d is not None:
             rep.figure(d, f"{what}: {style.gemm_title(k)}")
     table = []
@@ -260,8 +265,11 @@ def _profile_section(rep: Report, profiles: pd.DataFrame) -> None:
         )
 
 
-def build(runs: Optional[pd.DataFrame], profiles: Optional[pd.DataFrame], files: Sequence[Path]) -> Report:
-    """The report of the selected rows (runs: plotdata.select, with_speedups, keep_variants; profiles: select)."""
+def build(
+    runs: Optional[pd.DataFrame], profiles: Optional[pd.DataFrame], files: Sequence[Path], throughput: bool = False
+) -> Report:
+    """The report of the selected rows (runs: plotdata.select, with_speedups, keep_variants; profiles: select);
+    `throughput`: each GEMM's TFLOP/s figure too (its tables hold each cell's TFLOP/s either way)."""
     rep = Report()
     rep.add("h", 1, "gemmbench report")
     both = pd.concat([d for d in (runs, profiles) if d is not None], ignore_index=True)
@@ -291,7 +299,8 @@ def build(runs: Optional[pd.DataFrame], profiles: Optional[pd.DataFrame], files:
             )
         rep.add("table", ["run", "shape set", "timing", "rows", "status", "gemmbench", "stack"], info, "lllrlll")
         keyed = plotdata.groups(runs, plotdata.FIGURE_COLS)
-        figs = {kind: _fig_index(plots.figures(kind, runs)) for kind in ("speedup", "tflops")}
+        kinds = ("speedup", "tflops") if throughput else ("speedup",)
+        figs = {kind: _fig_index(plots.figures(kind, runs)) for kind in kinds}
         _summary(rep, keyed)
         rooflines = plots.figures("roofline", runs)
         if rooflines:
@@ -324,7 +333,7 @@ def to_markdown(rep: Report) -> str:
         elif b[0] == "p":
             out.append(b[1])
         elif b[0] == "img":
-            out.append(f"![{md_text(b[2])}]({IMG_DIR}/{b[1]}.png)")
+            out.append(f"![{md_text(b[2])}]({IMG_DIR}/{b[1]}.{IMG_SUFFIX})")
         elif b[0] == "table":
             out.append("\n".join(md_table(*b[1:])))
     return "\n\n".join(out) + "\n"
@@ -332,39 +341,91 @@ def to_markdown(rep: Report) -> str:
 
 _CSS = """body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;max-width:1200px;margin:2em auto;
 padding:0 1em;color:rgb(34,34,34)}table{border-collapse:collapse;margin:1em 0;font-size:13px}th,td{border:1px solid #ccc;
-padding:3px 7px}th{background:#f3f3f3}td[style*=right]{font-variant-numeric:tabular-nums}img{max-width:100%;
+padding:3px 7px}th{background:#f3f3f3}td{font-variant-numeric:tabular-nums}img{max-width:100%;
 display:block;margin:1em 0}code{background:#f3f3f3;padding:0 3px}"""
+_ALIGN = {"text-align:left": "l", "text-align:right": "r", "text-align:center": "c"}
+
+
+def _aligned_by_class(tokens: list) -> str:
+    """Each table's column alignment as one class (a-lrr: left, right, right) in place of a style on every cell, which
+    made most of a large report's text; returns the CSS of the classes used."""
+    rules: dict[str, list[str]] = {}
+    table, columns, in_head = None, [], False
+    for t in tokens:
+        if t.type == "table_open":
+            table, columns = t, []
+        elif t.type == "thead_open":
+            in_head = True
+        elif t.type == "thead_close" and table is not None:
+            in_head = False
+            rules["a-" + "".join(columns)] = columns
+            table.attrSet("class", "a-" + "".join(columns))
+        elif t.type in ("th_open", "td_open"):
+            align = t.attrGet("style")
+            if in_head:
+                columns.append(_ALIGN.get(align or "", "x"))
+            if align is not None:
+                del t.attrs["style"]
+    css = []
+    for name, columns in rules.items():
+        for letter, word in (("r", "right"), ("c", "center")):
+            cells = [
+                f".{name} {c}:nth-child({i + 1})" for i, a in enumerate(columns) if a == letter for c in ("td", "th")
+            ]
+            if cells:
+                css.append(f"{','.join(cells)}{{text-align:{word}}}")
+    return "".join(css)
+
+
+def _data_uri(svg: bytes) -> str:
+    """An SVG as a data URI for an img's src: escaped only where a URI or a double-quoted attribute needs it (base64
+    would make it a third larger)."""
+    text = svg.decode("utf-8")
+    for char, code in (("%", "%25"), ("#", "%23"), ("&", "%26"), ('"', "%22"), ("\n", "%0A")):
+        text = text.replace(char, code)
+    return "data:image/svg+xml," + text
 
 
 def to_html(rep: Report, embed: bool = True) -> str:
     """report.md rendered by markdown-it-py (CommonMark, its table rule on, raw HTML off: data is shown, never run),
-    each image's `img/<stem>.png` replaced by the PNG itself (a data URI), so that the page is one file; embed=False
+    each image's `img/<stem>.svg` replaced by the figure itself (a data URI), so that the page is one file; embed=False
     keeps the links to img/ (a small page, which needs its folder)."""
     md = MarkdownIt("commonmark", {"html": False}).enable("table")
     tokens = md.parse(to_markdown(rep))
-    inline = {md.normalizeLink(f"{IMG_DIR}/{stem}.png"): png for stem, png in rep.images.items()} if embed else {}
-    for child in (c for t in tokens for c in t.children or ()):
-        if child.type == "image" and child.attrGet("src") in inline:
-            child.attrSet("src", "data:image/png;base64," + base64.b64encode(inline[child.attrGet("src")]).decode())
+    table_css = _aligned_by_class(tokens)
+    inline = (
+        {md.normalizeLink(f"{IMG_DIR}/{stem}.{IMG_SUFFIX}"): im for stem, im in rep.images.items()} if embed else {}
+    )
+    default_image = md.renderer.rules["image"]
+
+    def image(renderer, tokens, idx, options, env):
+        src = tokens[idx].attrGet("src")
+        if src not in inline:
+            return default_image(tokens, idx, options, env)
+        alt = escapeHtml(md.renderer.renderInlineAsText(tokens[idx].children or [], options, env))
+        return f'<img src="{_data_uri(inline[src])}" alt="{alt}">'  # the URI escaped for the attribute already
+
+    md.add_render_rule("image", image)
     body = md.renderer.render(tokens, md.options, {})
     return (
         '<!doctype html>\n<html lang="en"><head><meta charset="utf-8"><title>gemmbench report</title>\n'
-        f"<style>{_CSS}</style></head><body>\n{body}</body></html>\n"
+        f"<style>{_CSS}{table_css}</style></head><body>\n{body}</body></html>\n"
     )
 
 
 def paths(rep: Report, out_dir: Path) -> list[Path]:
     """The files write() writes: the images (img/), report.md, report.html."""
     out_dir = Path(out_dir)
-    return [out_dir / IMG_DIR / f"{stem}.png" for stem in rep.images] + [out_dir / REPORT_MD, out_dir / REPORT_HTML]
+    images = [out_dir / IMG_DIR / f"{stem}.{IMG_SUFFIX}" for stem in rep.images]
+    return images + [out_dir / REPORT_MD, out_dir / REPORT_HTML]
 
 
 def write(rep: Report, out_dir: Path, embed: bool = True) -> list[Path]:
     """report.md (images in img/), report.html (images inside, or linked to img/ with embed=False), each written
     atomically; the paths written."""
     files = paths(rep, out_dir)
-    for path, png in zip(files[:-2], rep.images.values(), strict=True):
-        write_atomic(path, png)
+    for path, image in zip(files[:-2], rep.images.values(), strict=True):
+        write_atomic(path, image)
     write_atomic(files[-2], to_markdown(rep).encode("utf-8"))
     write_atomic(files[-1], to_html(rep, embed).encode("utf-8"))
     return files

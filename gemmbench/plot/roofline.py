@@ -346,9 +346,11 @@ def _draw_points(panel_axes: list, parts: list, ok: pd.DataFrame) -> _Key:
         groups = sorted(p.groupby(["glabel", "mlabel", "variant"], sort=False), key=lambda x: -size[x[0][2]])
         for (gl, ml, variant), s in groups:
             c, hollow = key.palette[str(variant)], key.hollow[ml]
+            # rasterized: in an SVG (a report's figures) thousands of markers as vector shapes made a roofline a
+            # third of a megabyte; as one image they weigh a fraction of that, and a PNG is the same either way
             ax.scatter(s["ai"], s["tf"], marker=key.marker[ml], s=size[variant], facecolors="none" if hollow else c,
                        edgecolors=c if hollow else "white", linewidths=1.2 if hollow else 0.4, zorder=3,
-                       gid=f"points:{gl}:{variant}")  # fmt: skip
+                       gid=f"points:{gl}:{variant}", rasterized=True)  # fmt: skip
         over = above_ceiling(p)
         if len(over):
             over = p.loc[over.index]
