@@ -20,9 +20,8 @@ def test_no_embed_links_the_figures_and_the_sizes_are_said(tmp_path):
     page = (linked / "report.html").read_text()
     srcs = re.findall(r'<img src="([^"]+)"', page)
     assert srcs and "data:image" not in page and all((linked / s).is_file() for s in srcs)
-    assert (inside / "report.html").read_text().count('<img src="data:image/svg+xml,') == len(
-        srcs
-    )  # the default: inside
+    inside_page = (inside / "report.html").read_text()  # the default: the figures inside the page
+    assert inside_page.count('<img src="data:image/svg+xml,') == len(srcs)
     written = [linked / p for p in res.stdout.split()]
     total, html = sum(p.stat().st_size for p in written), (linked / "report.html").stat().st_size
     assert f"report: {len(written)} files, {total / 1e6:.1f} MB; report.html {html / 1e6:.1f} MB (figures linked" in (
