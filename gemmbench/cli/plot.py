@@ -129,22 +129,25 @@ def plot(
         raise fail(f"--out {out_path}: give a folder (one file per figure goes inside it)")
     runs, profiles, _, layers = _selected(results, shapes, variants, dtype, tp, gpu, baseline)
     _kinds_have_rows(kinds, runs, profiles, layers)
-    drawn = _draw(kinds, runs, profiles, layers)
+    with err.status(f"drawing the {', '.join(kinds)} figures"):  # a folder of runs takes a while; silent when piped
+        drawn = _draw(kinds, runs, profiles, layers)
     if not any(d.figure is not None for d in drawn):
         raise fail("nothing to draw: " + ("; ".join(d.note for d in drawn) or f"no rows that --kind {kind} draws"))
     refuse_existing([out_path / f"{d.stem}.{f}" for d in drawn if d.figure is not None for f in formats], force)
-    for d in drawn:
-        if d.figure is None:
-            _warn(d.note)
-            continue
-        for w in d.warnings:
-            _warn(f"{d.stem}: {w}")
-        try:
-            paths = plots.save(d.figure, out_path, d.stem, formats)
-        except OSError as exc:
-            raise fail(f"--out {out_path}: cannot write ({exc.strerror or exc})") from None
-        for p in paths:
-            typer.echo(str(p))
+    with err.status("writing the figures") as status:
+        for i, d in enumerate(drawn, 1):
+            status.update(f"writing the figures: {i} of {len(drawn)}")
+            if d.figure is None:
+                _warn(d.note)
+                continue
+            for w in d.warnings:
+                _warn(f"{d.stem}: {w}")
+            try:
+                paths = plots.save(d.figure, out_path, d.stem, formats)
+            except OSError as exc:
+                raise fail(f"--out {out_path}: cannot write ({exc.strerror or exc})") from None
+            for p in paths:
+                typer.echo(str(p))
 
 
 def _kinds_have_rows(kinds: list, runs, profiles, layers) -> None:
