@@ -390,10 +390,9 @@ class ReportDocument(_Closed):
 # ---------------------------------------------------------------- layer/1 (gemmbench.engine.layer.rows_for)
 
 
-class LayerRow(_Row):
-    """One row of a layer table: the layer's own (part "layer") or one step's (part "step")."""
+class _ProvenanceRow(_Row):
+    """A table row with the machine and build it was measured on (gemmbench.measure.device.provenance)."""
 
-    # provenance (gemmbench.measure.device.provenance)
     device: str
     gpu: Optional[str]
     gpu_uuid: Optional[str]
@@ -406,6 +405,11 @@ class LayerRow(_Row):
     git_sha: Optional[str]
     host: str
     cpu: str
+
+
+class LayerRow(_ProvenanceRow):
+    """One row of a layer table: the layer's own (part "layer") or one step's (part "step")."""
+
     # the plan (gemmbench.engine.tasks.layer_task.cell's meta)
     run_id: str
     timestamp: str
@@ -469,7 +473,7 @@ class MergeDocument(_Closed):
 # ---------------------------------------------------------------- profile/1 (gemmbench.profile.sweep.CellProfiler)
 
 
-class ProfileRow(_Row):
+class ProfileRow(_ProvenanceRow):
     """One row of a profile table: one kernel's counters, or a cell's sum, or a cell that was not profiled."""
 
     # the cell (gemmbench.results.store.cell_columns)
@@ -497,19 +501,6 @@ class ProfileRow(_Row):
     profile_schema: int
     timestamp: str
     nvtx_range: str
-    # provenance (gemmbench.measure.device.provenance)
-    device: str
-    gpu: Optional[str]
-    gpu_uuid: Optional[str]
-    sm_count: Optional[int]
-    driver: Optional[str]
-    cuda: Optional[str]
-    torch: str
-    triton: str
-    gemmbench_version: str
-    git_sha: Optional[str]
-    host: str
-    cpu: str
     status: Status
     reason: Optional[str]
 
