@@ -78,8 +78,8 @@ class RunConfigs(_Closed):
     tune_estimate_s: Optional[int]
 
 
-class RunCell(_Closed):
-    """One row of a run as its tables show it (gemmbench.results.tables.summary, SUMMARY_FIELDS)."""
+class _Cell(BaseModel):
+    """The columns that name a cell (gemmbench.results.store.cell_columns), in every row of a run or a profile."""
 
     shape_set: str
     gemm: str
@@ -97,6 +97,11 @@ class RunCell(_Closed):
     scaling: str
     fp8_accum: str
     variant: str
+
+
+class RunCell(_Closed, _Cell):
+    """One row of a run as its tables show it (gemmbench.results.tables.summary, SUMMARY_FIELDS)."""
+
     timing_mode: str
     status: Status
     reason: Optional[str]
@@ -473,26 +478,9 @@ class MergeDocument(_Closed):
 # ---------------------------------------------------------------- profile/1 (gemmbench.profile.sweep.CellProfiler)
 
 
-class ProfileRow(_ProvenanceRow):
+class ProfileRow(_ProvenanceRow, _Cell):
     """One row of a profile table: one kernel's counters, or a cell's sum, or a cell that was not profiled."""
 
-    # the cell (gemmbench.results.store.cell_columns)
-    shape_set: str
-    gemm: str
-    M: int
-    N: int
-    K: int
-    E: int
-    topk: int
-    routing: Optional[str]
-    tp: int
-    ep: int
-    dp: int
-    layout: str
-    dtype: str
-    scaling: str
-    fp8_accum: str
-    variant: str
     family: str
     variant_source: str
     flops: Optional[int]
