@@ -179,21 +179,62 @@ def test_config_json_keeps_the_schedule_and_old_files_load():
     assert loaded.SCHEDULE == "pingpong" and loaded.PROMOTE_OVERLAP is False
 
 
-def test_block_scales_run_the_overlapped_loop_of_the_warp_specialized_schedules():
+def test_block_scales_run_a_k_loop_that_scales_each_steps_own_sum():
     from gemmbench import registry
 
     p = Problem("t", "g", 2048, 7168, 4096, "fp8", scaling="block")
     full = g.search_space(p, on_gpu=True, full=True)
-    # each K step's own sum is scaled: only the overlapped loop keeps one; its three fp32 tiles must fit 192
-    assert full and all(c.PROMOTE_OVERLAP and not c.BLOCK_N2 for c in full)
-    # by hand: the fp32 tile and two partials of BLOCK_M x BLOCK_N over the consumer's threads (ping-pong: 4 warps)
+    # each K step's own sum is scaled: the overlapped loop's partials, or a wave's
+    assert full and all((c.PROMOTE_OVERLAP or c.PROMOTE_WAVES) and not c.BLOCK_N2 for c in full)
     threads = {c: 32 * (4 if c.SCHEDULE == "pingpong" else c.num_warps) for c in full}
-    assert all(3 * c.BLOCK_M * c.BLOCK_N // threads[c] <= 192 for c in full)
+    for c in full:
+        tile = c.BLOCK_M * c.BLOCK_N // threads[c]
+        if c.PROMOTE_OVERLAP:  # by hand: the fp32 tile and two partials within the 192 left for accumulators
+            assert 3 * tile <= 192
+        else:  # the fp32 tile and one wave's partial within 192 less the 32 the scales take; one weight block wide
+            assert tile + tile // c.PROMOTE_WAVES <= 160 and c.BLOCK_N <= 128
+    assert any(c.PROMOTE_WAVES for c in full) and any(c.PROMOTE_OVERLAP for c in full)
+    # by hand: 256 x 128 on 8 warps in two waves holds 128 + 64 = 192 (ptxas spilled it with block scales)
+    assert cfg(256, 128, 128, 8, 3, SCHEDULE="ws", PROMOTE_WAVES=2) not in full
+    assert cfg(128, 128, 128, 8, 4, SCHEDULE="ws", PROMOTE_WAVES=1) in full  # 64 + 64
     first = g.search_space(p, on_gpu=True, full=False)[0]
     assert (first.SCHEDULE, first.BLOCK_M, first.BLOCK_N, first.num_warps) == ("ws", 128, 128, 8)
     # the one-partition steps have no such loop: they decline block scales by declaration
     assert "block" in registry.get("gluon_persistent").declared_reason(p)
     assert registry.get("gluon_ws").declared_reason(p) is None
+
+
+def test_waves_fit_one_partial_beside_the_fp32_tile():
+    precise = Problem("t", "g", 2048, 8192, 1024, "fp8", fp8_accum="precise")
+    full = g.search_space(precise, on_gpu=True, full=True)
+    waves = lambda bm, bn, w, st, n, s="ws": cfg(bm, bn, 128, w, st, SCHEDULE=s, PROMOTE_WAVES=n)  # noqa: E731
+    # by hand, 8 warps (256 threads): a 256 x 128 or 128 x 256 fp32 tile is 128 a thread, a wave's partial (half
+    # the rows) 64: 192, the budget; shared memory 3 x (256 + 128) x 128 B + 256 x 128 x 2 B = 212992 <= 232448
+    assert waves(256, 128, 8, 3, 2) in full and waves(128, 256, 8, 3, 2) in full
+    assert waves(256, 128, 8, 3, 1) not in full  # one wave: 128 + 128 = 256
+    assert waves(64, 128, 4, 4, 2) not in full  # two waves of 32 rows: a wgmma takes 64
+    assert waves(128, 128, 4, 4, 2, "pingpong") in full  # 4 warps: 128 + 64
+    assert not any(c.PROMOTE_WAVES and c.BLOCK_N2 for c in full)
+    # fast accumulation on 16 x 64 = 1024 tiles (>= 132 SMs) promotes nothing: no wave is searched
+    fast = Problem("t", "g", 2048, 8192, 1024, "fp8", fp8_accum="fast")
+    assert not any(c.PROMOTE_WAVES for c in g.search_space(fast, on_gpu=True, full=True))
+    assert not any(c.PROMOTE_WAVES for c in g.search_space(Problem("t", "g", 2048, 8192, 1024, "bf16"), True, True))
+
+
+@pytest.mark.parametrize(
+    "extra,promote,scale,want",
+    [
+        ({"PROMOTE_WAVES": 2}, 128, "tensor", (False, 2)),
+        ({"PROMOTE_WAVES": 2}, 0, "tensor", (False, 0)),  # fast accumulation: the plain K loop
+        ({"PROMOTE_WAVES": 1}, 0, "block", (False, 1)),  # block scales always scale each step's own sum
+        ({}, 0, "block", (True, 0)),
+        ({"PROMOTE_OVERLAP": True}, 128, "row", (True, 0)),
+        ({"PROMOTE_OVERLAP": True}, 0, "row", (False, 0)),
+        ({}, 128, "tensor", (False, 0)),  # Triton's promotion in its wgmma lowering
+    ],
+)
+def test_which_k_loop_promotes(extra, promote, scale, want):
+    assert g.promotion(cfg(128, 128, 128, 8, 4, SCHEDULE="ws", **extra), promote, scale) == want
 
 
 def test_the_tables_config_column_names_schedule_width_and_swap():

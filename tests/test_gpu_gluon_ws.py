@@ -1,5 +1,6 @@
 """The Gluon GEMM (gemmbench/kernels/gluon_ws.py) on the GPU: every schedule, 16-bit and fp8 (per tensor,
-row-wise and block scales, precise and fast accumulation, the promotion in the wgmma lowering and overlapped in the K loop), tiles
+row-wise and block scales, precise and fast accumulation, the promotion in the wgmma lowering, overlapped in the K
+loop and in row waves, the waves at every stage count they fit), tiles
 that leave partial tiles in M, N and K, programs with several tiles each (so the two ping-pong consumers take
 turns), decode M, and several calls of one launch.  Each result is checked against the fp32 reference through
 the one check.  No timing is asserted."""
@@ -24,6 +25,11 @@ TILES = [  # (schedule, BLOCK_M, BLOCK_N, warps, stages, extra)
     ("ws", 64, 128, 4, 6, {}),
     ("pingpong", 128, 128, 4, 4, {"GROUP_M": 1}),
     ("pingpong", 64, 128, 4, 6, {"PROMOTE_OVERLAP": True}),
+    ("ws", 256, 128, 8, 3, {"PROMOTE_WAVES": 2}),
+    ("ws", 128, 256, 8, 3, {"PROMOTE_WAVES": 2}),
+    ("ws", 128, 128, 8, 4, {"PROMOTE_WAVES": 1}),
+    ("ws", 128, 128, 8, 4, {"PROMOTE_WAVES": 2}),
+    ("pingpong", 128, 128, 4, 4, {"PROMOTE_WAVES": 2}),
 ]
 
 
@@ -65,6 +71,50 @@ def test_gluon_on_gpu(M, N, K, case, tile):
         assert result.ok, f"call {call}: {result.detail}"
     reported = launch.config["ptxas"]
     assert reported["registers"] > 0 and reported["spills"] >= 0
+
+
+# the waves' quick tiles (gluon_ws._QUICK) and a ping-pong one: (schedule, BLOCK_M, BLOCK_N, warps, waves) and the
+# stage counts from 2 that fit, by hand.  Shared memory: (BLOCK_M + BLOCK_N) x 128 B a stage and 2 B an output
+# element per consumer, within 232448 B: 256 x 128 and 128 x 256, 49152 a stage + 65536: 3 stages; 128 x 128 on one
+# consumer, 32768 + 32768: 6; ping-pong's two output tiles: 5.  Registers (block scales: 160 of accumulators, else
+# 192): 128 + 64 a thread for the first two and ping-pong (4 warps), 64 + 64 for 128 x 128 in one wave on 8 warps;
+# 128 x 256 spans two weight blocks, which the waves do not scale.
+WAVE_TILES = [
+    ("ws", 256, 128, 8, 2, {"tensor": 2, "row": 2, "block": 0}),
+    ("ws", 128, 256, 8, 2, {"tensor": 2, "row": 2, "block": 0}),
+    ("ws", 128, 128, 8, 1, {"tensor": 5, "row": 5, "block": 5}),
+    ("pingpong", 128, 128, 4, 2, {"tensor": 4, "row": 4, "block": 0}),
+]
+
+
+@pytest.mark.parametrize("scaling", ["tensor", "row", "block"])
+@pytest.mark.parametrize("tile", WAVE_TILES, ids=lambda t: "-".join(map(str, t[:5])))
+def test_waves_at_every_stage_count_they_fit(tile, scaling):
+    """A ring's races show at some stage counts only (a stage refilled under a wgmma still reading it): each wave
+    tile at 2 to 6 stages, wherever it fits, on partial tiles and on many tiles a program."""
+    from gemmbench import registry
+    from gemmbench.kernels.gluon_ws import GluonConfig, fits
+    from gemmbench.measure.check import check_cell, reference
+    from gemmbench.measure.inputs import make_inputs
+    from gemmbench.shapes import Problem
+
+    schedule, bm, bn, warps, waves, stage_counts = tile
+    v = registry.get("gluon_ws")
+    ran = 0
+    for M, N, K in [(333, 1008, 1040), (2048, 8192, 1024)]:
+        p = Problem("test", "g", M, N, K, "fp8", scaling=scaling, fp8_accum="precise")
+        inputs = make_inputs(p, 7, "cuda")
+        ref = reference(p, inputs)
+        for stages in range(2, 7):
+            config = GluonConfig.tile(bm, bn, 128, warps, stages, SCHEDULE=schedule, PROMOTE_WAVES=waves)
+            if not fits(config, 1, True, scaling == "block"):
+                continue
+            launch = v.tunable.build(p, inputs, config)
+            for call in range(2):
+                result = check_cell(p, None, inputs, launch=launch, ref=ref).result
+                assert result.ok, f"{stages} stages, call {call}: {result.detail}"
+            ran += 1
+    assert ran == 2 * stage_counts[scaling]  # two shapes
 
 
 @pytest.mark.parametrize("scaling", ["tensor", "row"])

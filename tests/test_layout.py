@@ -8,6 +8,8 @@
   functions count); the one exception, the registry's plugin loader, is named in ALLOWED with its reason.
 - The plugin API keeps its import path (gemmbench.registry) and the documented plugin example still matches it.
 - Every package has an __init__.py whose docstring says its job.
+- No kernel file (gemmbench/kernels/*.py) is over KERNEL_FILE_LINES lines: a kernel that grows is split (device code
+  and host code), not scrolled.
 """
 
 from __future__ import annotations
@@ -368,3 +370,12 @@ def test_package_says_its_job(folder):
     assert doc and doc.strip(), f"{_rel(init)} has no docstring: one to three lines saying the package's job"
     summary = doc.strip().split("\n\n")[0]
     assert len(summary.splitlines()) <= 3, f"{_rel(init)}: its docstring's first paragraph is over three lines"
+
+
+KERNEL_FILE_LINES = 500
+
+
+@pytest.mark.parametrize("path", sorted((PKG / "kernels").glob("*.py")), ids=lambda p: p.name)
+def test_no_kernel_file_is_over_its_line_limit(path):
+    lines = len(path.read_text().splitlines())
+    assert lines <= KERNEL_FILE_LINES, f"{_rel(path)}: {lines} lines, over {KERNEL_FILE_LINES}: split it"

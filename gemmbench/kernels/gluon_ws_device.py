@@ -1,0 +1,455 @@
+"""The Gluon GEMM's device code: the kernels of gemmbench/kernels/gluon_ws.py, which holds their configs, register
+and shared-memory budgets, search space and launch.
+
+out (M, N) = a (M, K) @ b (N, K)^T.  The schedules (config field SCHEDULE), each a step on the one before:
+
+- "pipelined": one program per output tile, one partition; the TMA loads run STAGES-2 K steps ahead of async
+  wgmma, which keeps one group in flight.
+- "persistent": one program per SM, walking tiles in grouped order, the same loop per tile.
+- "ws": persistent and warp-specialized: a one-warp producer partition fills the ring across tile boundaries
+  (an mbarrier pair per stage: ready when its bytes landed, empty when its wgmma finished); one consumer
+  partition of 4 warps, or 8 (cooperative: two warpgroups on one tile), runs wgmma and the epilogue.
+- "pingpong": two 4-warp consumer partitions, each its own tile (even and odd tiles of the program), taking
+  turns at their K loops, so one's epilogue runs while the other's wgmma keep the tensor cores busy, the way
+  CUTLASS's Hopper ping-pong kernels do.
+Both warp-specialized schedules can widen a tile by a second accumulator (BLOCK_N2: 128 + 32 = 160 columns).
+
+fp8 promotion, three ways: Triton's wgmma lowering promotes every PROMOTE of K (max_num_imprecise_acc); the
+overlapped loop (OVERLAP) sums each K step into one of two alternating partials and adds the finished one while the
+other's wgmma runs; the waves (WAVES) take the tile's rows in one or two waves, each K step's sum of a wave into one
+partial, waited for and added into the wave's fp32 tile, so that only one partial lives beside the fp32 tile.
+Per-tensor and row-wise scales are applied in the epilogue; block scales (1 x 128 activation groups, 128 x 128
+weight blocks) to each K step's own sum; bf16 out.
+
+Each jit signature is grouped by role, a commented line each.  Triton 3.6's gluon.jit ignores TRITON_INTERPRET: this
+code runs on the GPU only (tests/test_gpu_gluon_ws.py).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+try:  # the Gluon names this kernel is written against (supports() refuses a Triton whose Gluon differs)
+    from triton.experimental import gluon
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.language.nvidia.hopper import (
+        fence_async_shared,
+        mbarrier,
+        tma,
+        warpgroup_mma,
+        warpgroup_mma_wait,
+    )
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor  # noqa: F401 - for the host side's descriptors
+
+    GLUON_IMPORT_ERROR: Optional[str] = None
+except ImportError as exc:  # pragma: no cover - an older or newer Triton without these names
+    GLUON_IMPORT_ERROR = f"{type(exc).__name__}: {exc}"
+
+
+if GLUON_IMPORT_ERROR is None:
+    # fmt: off
+
+    @gluon.jit
+    def _tile_coords(tile, grid_m, grid_n, GROUP_M: gl.constexpr):
+        """(pid_m, pid_n) of a tile in the grouped order: GROUP_M rows of tiles swept together, so the A rows and B
+        columns that neighbouring programs read stay in L2."""
+        per_group = GROUP_M * grid_n
+        first_m = (tile // per_group) * GROUP_M
+        rows = gl.minimum(grid_m - first_m, GROUP_M)
+        within = tile % per_group
+        return first_m + within % rows, within // rows
+
+    @gluon.jit
+    def _mma_step(a_smem, b_smem, acc, PROMOTE: gl.constexpr):
+        """One async wgmma of a stage into acc; PROMOTE > 0 (fp8 precise): promoted into fp32 every PROMOTE K."""
+        if PROMOTE > 0:
+            acc = warpgroup_mma(a_smem, b_smem.permute((1, 0)), acc, is_async=True, max_num_imprecise_acc=PROMOTE)
+        else:
+            acc = warpgroup_mma(a_smem, b_smem.permute((1, 0)), acc, is_async=True)
+        return acc
+
+    @gluon.jit
+    def _scaled(acc, a_scale_ptr, b_scale_ptr, off_m, off_n, M, N, SCALE: gl.constexpr):
+        """An fp32 tile (rows from off_m, columns from off_n) times its per-tensor or row-wise scales."""
+        if SCALE == "tensor":
+            return acc * (gl.load(a_scale_ptr) * gl.load(b_scale_ptr))
+        elif SCALE == "row":
+            layout: gl.constexpr = acc.type.layout
+            rows = off_m + gl.arange(0, acc.shape[0], layout=gl.SliceLayout(1, layout))
+            cols = off_n + gl.arange(0, acc.shape[1], layout=gl.SliceLayout(0, layout))
+            sa = gl.load(a_scale_ptr + rows, mask=rows < M, other=0.0)
+            sb = gl.load(b_scale_ptr + cols, mask=cols < N, other=0.0)
+            return acc * gl.expand_dims(sa, 1) * gl.expand_dims(sb, 0)
+        else:
+            return acc
+
+    @gluon.jit
+    def _epilogue(acc, c_desc, c_smem, a_scale_ptr, b_scale_ptr, off_m, off_n, M, N, SCALE: gl.constexpr):
+        """Scale the fp32 tile, cast it, and store it through shared memory with one TMA copy (which clips what lies
+        past M and N); the previous tile's copy must have left c_smem first."""
+        acc = _scaled(acc, a_scale_ptr, b_scale_ptr, off_m, off_n, M, N, SCALE)
+        tma.store_wait(0)
+        c_smem.store(acc.to(c_desc.dtype))
+        fence_async_shared()
+        tma.async_copy_shared_to_global(c_desc, [off_m, off_n], c_smem)
+
+    @gluon.jit
+    def _load_stage(a_desc, b_desc, a_bufs, b_bufs, ready, pos, off_m, off_n, k, pred):
+        """TMA copies of one K step of A and B into ring position pos, counted on its ready barrier."""
+        slot = pos % a_bufs.shape[0]
+        bar = ready.index(slot)
+        mbarrier.expect(bar, a_desc.block_type.nbytes + b_desc.block_type.nbytes, pred=pred)
+        tma.async_copy_global_to_shared(a_desc, [off_m, k], bar, a_bufs.index(slot), pred)
+        tma.async_copy_global_to_shared(b_desc, [off_n, k], bar, b_bufs.index(slot), pred)
+
+    @gluon.jit
+    def single_partition_kernel(
+        a_desc, b_desc, c_desc,                                  # operands and output: TMA descriptors
+        a_scale_ptr, b_scale_ptr,                                # scales: per tensor or per row
+        M, N, K,                                                 # sizes
+        GROUP_M: gl.constexpr, STAGES: gl.constexpr,             # schedule
+        PROMOTE: gl.constexpr, SCALE: gl.constexpr,              # fp8: promotion, which scales
+        layout: gl.constexpr,                                    # meta: the accumulator's layout
+    ):
+        """The "pipelined" and "persistent" schedules: the grid says which (one program per tile, or per SM)."""
+        BM: gl.constexpr = a_desc.block_type.shape[0]
+        BN: gl.constexpr = b_desc.block_type.shape[0]
+        BK: gl.constexpr = a_desc.block_type.shape[1]
+        AHEAD: gl.constexpr = STAGES - 2  # the stage the wgmma in flight reads is not refilled under it
+        a_bufs = gl.allocate_shared_memory(a_desc.dtype, [STAGES, BM, BK], a_desc.layout)
+        b_bufs = gl.allocate_shared_memory(b_desc.dtype, [STAGES, BN, BK], b_desc.layout)
+        c_smem = gl.allocate_shared_memory(c_desc.dtype, [BM, BN], c_desc.layout)
+        ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        for i in gl.static_range(STAGES):
+            mbarrier.init(ready.index(i), count=1)
+        grid_m = gl.cdiv(M, BM)
+        grid_n = gl.cdiv(N, BN)
+        k_steps = gl.cdiv(K, BK)
+        base = 0  # ring position of this tile's first K step
+        for tile in range(gl.program_id(0), grid_m * grid_n, gl.num_programs(0)):
+            pid_m, pid_n = _tile_coords(tile, grid_m, grid_n, GROUP_M)
+            off_m = pid_m * BM
+            off_n = pid_n * BN
+            for j in gl.static_range(AHEAD):
+                _load_stage(a_desc, b_desc, a_bufs, b_bufs, ready, base + j, off_m, off_n, j * BK, j < k_steps)
+            acc = gl.zeros([BM, BN], gl.float32, layout)
+            for k in range(k_steps):
+                ahead = k + AHEAD
+                _load_stage(a_desc, b_desc, a_bufs, b_bufs, ready, base + ahead, off_m, off_n, ahead * BK,
+                            ahead < k_steps)
+                pos = base + k
+                mbarrier.wait(ready.index(pos % STAGES), (pos // STAGES) & 1)
+                acc = _mma_step(a_bufs.index(pos % STAGES), b_bufs.index(pos % STAGES), acc, PROMOTE)
+                acc = warpgroup_mma_wait(1, deps=[acc])
+            acc = warpgroup_mma_wait(0, deps=[acc])
+            base += k_steps
+            _epilogue(acc, c_desc, c_smem, a_scale_ptr, b_scale_ptr, off_m, off_n, M, N, SCALE)
+        tma.store_wait(0)
+        for i in gl.static_range(STAGES):
+            mbarrier.invalidate(ready.index(i))
+
+    @gluon.jit
+    def _producer(a_desc, b_desc, b2_desc, ring, M, N, K, GROUP_M: gl.constexpr, BN2: gl.constexpr):
+        """The producer warp: every K step of every tile of this program into the ring, in the order the consumers
+        take them, each stage once its last reader released it.  BN2 > 0: each stage also holds the BN2 rows of B
+        after the first BLOCK_N (a tile BLOCK_N + BN2 wide)."""
+        a_bufs, b_bufs, b2_bufs, ready, empty = ring
+        BM: gl.constexpr = a_desc.block_type.shape[0]
+        BN: gl.constexpr = b_desc.block_type.shape[0]
+        BK: gl.constexpr = a_desc.block_type.shape[1]
+        STAGES: gl.constexpr = a_bufs.shape[0]
+        grid_m = gl.cdiv(M, BM)
+        grid_n = gl.cdiv(N, BN + BN2)
+        k_steps = gl.cdiv(K, BK)
+        pos = 0
+        for tile in range(gl.program_id(0), grid_m * grid_n, gl.num_programs(0)):
+            pid_m, pid_n = _tile_coords(tile, grid_m, grid_n, GROUP_M)
+            off_n = pid_n * (BN + BN2)
+            for k in range(k_steps):
+                slot = pos % STAGES
+                # barriers start with phase 1 complete: the first pass over the ring does not wait
+                mbarrier.wait(empty.index(slot), ((pos // STAGES) & 1) ^ 1)
+                if BN2 > 0:
+                    bar = ready.index(slot)
+                    mbarrier.expect(bar, a_desc.block_type.nbytes + b_desc.block_type.nbytes
+                                    + b2_desc.block_type.nbytes)
+                    tma.async_copy_global_to_shared(a_desc, [pid_m * BM, k * BK], bar, a_bufs.index(slot))
+                    tma.async_copy_global_to_shared(b_desc, [off_n, k * BK], bar, b_bufs.index(slot))
+                    tma.async_copy_global_to_shared(b2_desc, [off_n + BN, k * BK], bar, b2_bufs.index(slot))
+                else:
+                    _load_stage(a_desc, b_desc, a_bufs, b_bufs, ready, pos, pid_m * BM, off_n, k * BK, True)
+                pos += 1
+
+    @gluon.jit
+    def _add_step(acc, part, k, bscales, off_m, off_n, M, N, BK: gl.constexpr, SCALE: gl.constexpr,
+                  layout: gl.constexpr):
+        """acc + one K step's partial sum; block scales: the partial times its rows' activation scales and its
+        columns' weight scales of the 128-K group the step lies in (column n: weight block row n // 128)."""
+        if SCALE == "block":
+            a_bs, b_bs, s_am, s_ak, s_bn, s_bk = bscales
+            BM: gl.constexpr = acc.shape[0]
+            BN: gl.constexpr = acc.shape[1]
+            group = (k * BK) // 128
+            rows = off_m + gl.arange(0, BM, layout=gl.SliceLayout(1, layout))
+            cols = off_n + gl.arange(0, BN, layout=gl.SliceLayout(0, layout))
+            sa = gl.load(a_bs + rows * s_am + group * s_ak, mask=rows < M, other=0.0)
+            sb = gl.load(b_bs + (cols // 128) * s_bn + group * s_bk, mask=cols < N, other=0.0)
+            return acc + part * gl.expand_dims(sa, 1) * gl.expand_dims(sb, 0)
+        else:
+            return acc + part
+
+    @gluon.jit
+    def _k_loop_overlapped(a_bufs, b_bufs, ready, empty, base, k_steps, acc, bscales, off_m, off_n, M, N,
+                           SCALE: gl.constexpr, layout: gl.constexpr):
+        """fp8 with each K step's sum promoted on its own: each step's wgmma starts a partial sum of its own (two,
+        alternating), and the finished one is added into the fp32 tile (block scales: scaled first) while the
+        other's wgmma runs; Triton's max_num_imprecise_acc instead drains the wgmma group before each add.  Two K
+        steps a trip, so each partial keeps its registers (a wgmma accumulates in place)."""
+        STAGES: gl.constexpr = a_bufs.shape[0]
+        BK: gl.constexpr = a_bufs.shape[2]
+        pa = gl.zeros_like(acc)
+        pb = gl.zeros_like(acc)
+        for k in range(0, k_steps, 2):
+            pos = base + k
+            mbarrier.wait(ready.index(pos % STAGES), (pos // STAGES) & 1)
+            pa = warpgroup_mma(a_bufs.index(pos % STAGES), b_bufs.index(pos % STAGES).permute((1, 0)), pa,
+                               use_acc=False, is_async=True)
+            pa, pb = warpgroup_mma_wait(1, deps=[pa, pb])
+            if k > 0:  # the step before's partial
+                acc = _add_step(acc, pb, k - 1, bscales, off_m, off_n, M, N, BK, SCALE, layout)
+            mbarrier.arrive(empty.index((pos + STAGES - 1) % STAGES), count=1, pred=k > 0)
+            if k + 1 < k_steps:
+                nxt = pos + 1
+                mbarrier.wait(ready.index(nxt % STAGES), (nxt // STAGES) & 1)
+                pb = warpgroup_mma(a_bufs.index(nxt % STAGES), b_bufs.index(nxt % STAGES).permute((1, 0)), pb,
+                                   use_acc=False, is_async=True)
+                pa, pb = warpgroup_mma_wait(1, deps=[pa, pb])
+                acc = _add_step(acc, pa, k, bscales, off_m, off_n, M, N, BK, SCALE, layout)
+                mbarrier.arrive(empty.index(pos % STAGES), count=1)
+        pa, pb = warpgroup_mma_wait(0, deps=[pa, pb])
+        if k_steps % 2 == 1:
+            acc = _add_step(acc, pa, k_steps - 1, bscales, off_m, off_n, M, N, BK, SCALE, layout)
+        else:
+            acc = _add_step(acc, pb, k_steps - 1, bscales, off_m, off_n, M, N, BK, SCALE, layout)
+        mbarrier.arrive(empty.index((base + k_steps - 1) % STAGES), count=1)
+        return acc
+
+    @gluon.jit
+    def _wave_scales(bscales, k, off_m, off_n, M, BK: gl.constexpr, WAVE_M: gl.constexpr, layout: gl.constexpr):
+        """Block scales of K step k for a tile's two row waves, per row: each row's activation scale times the
+        tile's one weight scale (a tile of at most 128 columns lies in one 128-column weight block), of the 128-K
+        group the step lies in."""
+        a_bs, b_bs, s_am, s_ak, s_bn, s_bk = bscales
+        group = (k * BK) // 128
+        rows = off_m + gl.arange(0, WAVE_M, layout=gl.SliceLayout(1, layout))
+        sb = gl.load(b_bs + (off_n // 128) * s_bn + group * s_bk)
+        sa0 = gl.load(a_bs + rows * s_am + group * s_ak, mask=rows < M, other=0.0)
+        sa1 = gl.load(a_bs + (rows + WAVE_M) * s_am + group * s_ak, mask=rows + WAVE_M < M, other=0.0)
+        return sa0 * sb, sa1 * sb
+
+    @gluon.jit
+    def _promoted(acc, raw, scale, SCALE: gl.constexpr):
+        """acc + one K step's exact sum: block scales multiply it by its rows' scales (times the tile's) first."""
+        if SCALE == "block":
+            return gl.fma(raw, gl.expand_dims(scale, 1), acc)
+        else:
+            return acc + raw
+
+    @gluon.jit
+    def _k_loop_waves(a_bufs, b_bufs, ready, empty, base, k_steps, acc0, acc1, bscales, off_m, off_n, M, N,
+                      SCALE: gl.constexpr, WAVES: gl.constexpr):
+        """fp8 promoted in row waves: each K step's sum of a wave of WAVE_M rows (each warpgroup its 64-row slice)
+        goes into one reduced-precision accumulator, started afresh (use_acc False), waited for, and added into that
+        wave's fp32 accumulator; then the next wave.  Only one partial beside the fp32 tile: 256 x 128 fits where
+        Triton's promotion of a whole tile spills or serializes its wgmma.  The two warpgroups wait for their own
+        wgmma only, so one's promotion runs beside the other's wgmma."""
+        STAGES: gl.constexpr = a_bufs.shape[0]
+        BK: gl.constexpr = a_bufs.shape[2]
+        WAVE_M: gl.constexpr = a_bufs.shape[1] // WAVES
+        layout: gl.constexpr = acc0.type.layout
+        raw = gl.zeros_like(acc0)
+        s0 = gl.full([WAVE_M], 1.0, gl.float32, gl.SliceLayout(1, layout))
+        s1 = s0
+        for k in range(k_steps):
+            pos = base + k
+            slot = pos % STAGES
+            if SCALE == "block":  # loaded before the wait: their latency hides under the data's
+                s0, s1 = _wave_scales(bscales, k, off_m, off_n, M, BK, WAVE_M, layout)
+            mbarrier.wait(ready.index(slot), (pos // STAGES) & 1)
+            a = a_bufs.index(slot)
+            b = b_bufs.index(slot).permute((1, 0))
+            raw = warpgroup_mma(a.slice(0, WAVE_M, dim=0), b, raw, use_acc=False, is_async=True)
+            raw = warpgroup_mma_wait(0, deps=[raw])
+            acc0 = _promoted(acc0, raw, s0, SCALE)
+            if WAVES == 2:
+                raw = warpgroup_mma(a.slice(WAVE_M, WAVE_M, dim=0), b, raw, use_acc=False, is_async=True)
+                raw = warpgroup_mma_wait(0, deps=[raw])
+                acc1 = _promoted(acc1, raw, s1, SCALE)
+            mbarrier.arrive(empty.index(slot), count=1)
+        return acc0, acc1
+
+    @gluon.jit
+    def _epilogue_waves(acc0, acc1, c_desc, c_smem, a_scale_ptr, b_scale_ptr, off_m, off_n, M, N,
+                        SCALE: gl.constexpr, WAVES: gl.constexpr):
+        """_epilogue for a tile held as row waves: each wave scaled and written into its rows of c_smem, then one
+        TMA copy of the tile."""
+        WAVE_M: gl.constexpr = acc0.shape[0]
+        tma.store_wait(0)
+        c_smem.slice(0, WAVE_M, dim=0).store(_scaled(acc0, a_scale_ptr, b_scale_ptr, off_m, off_n, M, N, SCALE)
+                                             .to(c_desc.dtype))
+        if WAVES == 2:
+            c_smem.slice(WAVE_M, WAVE_M, dim=0).store(
+                _scaled(acc1, a_scale_ptr, b_scale_ptr, off_m + WAVE_M, off_n, M, N, SCALE).to(c_desc.dtype))
+        fence_async_shared()
+        tma.async_copy_shared_to_global(c_desc, [off_m, off_n], c_smem)
+
+    @gluon.jit
+    def _consumer(
+        ring, turns,                                             # shared memory: the stages, the turns' barriers
+        c_desc, c2_desc, c_smem, c2_smem,                        # output: TMA descriptors and staging tiles
+        a_scale_ptr, b_scale_ptr, bscales,                       # scales: per tensor or row; block (pointers, strides)
+        M, N, K,                                                 # sizes
+        FIRST: gl.constexpr, EVERY: gl.constexpr,                # schedule: which of the program's tiles
+        GROUP_M: gl.constexpr,
+        PROMOTE: gl.constexpr, OVERLAP: gl.constexpr,            # fp8: how it promotes, which scales
+        WAVES: gl.constexpr, SCALE: gl.constexpr,
+        layout: gl.constexpr, layout2: gl.constexpr,             # meta: accumulator layouts, the second's width
+        wave_layout: gl.constexpr, BN2: gl.constexpr,
+    ):
+        """A consumer partition: the program's tiles FIRST, FIRST + EVERY, ... (its ring positions follow: each
+        tile takes k_steps of them), each summed by async wgmma and stored by this partition's epilogue.  A stage
+        goes back to the producer once the wgmma after the one reading it has been issued and the reader done.
+        Two consumers take turns at their K loops (turns: one barrier each, the other arrives on it), so neither
+        waits on a ring position more than one lap ahead: an mbarrier's phase parity tells one lap from the next
+        only.  BN2 > 0: a second accumulator for the tile's last BN2 columns (register tensors are powers of two:
+        a 128 + 32 wide tile is two of them)."""
+        a_bufs, b_bufs, b2_bufs, ready, empty = ring
+        BM: gl.constexpr = c_desc.block_type.shape[0]
+        BN: gl.constexpr = c_desc.block_type.shape[1]
+        BK: gl.constexpr = a_bufs.shape[2]
+        STAGES: gl.constexpr = a_bufs.shape[0]
+        grid_m = gl.cdiv(M, BM)
+        grid_n = gl.cdiv(N, BN + BN2)
+        k_steps = gl.cdiv(K, BK)
+        step = gl.num_programs(0)
+        base = FIRST * k_steps
+        turn = 0
+        for tile in range(gl.program_id(0) + FIRST * step, grid_m * grid_n, EVERY * step):
+            pid_m, pid_n = _tile_coords(tile, grid_m, grid_n, GROUP_M)
+            acc = gl.zeros([BM, BN], gl.float32, layout)
+            if BN2 > 0:
+                acc2 = gl.zeros([BM, BN2], gl.float32, layout2)
+            if EVERY > 1:  # the first consumer's first turn finds its barrier's phase 1 complete, as created
+                mbarrier.wait(turns.index(FIRST), (turn & 1) ^ (1 - FIRST))
+            if WAVES > 0:
+                w0 = gl.zeros([BM // WAVES, BN], gl.float32, wave_layout)
+                w1 = w0
+                if WAVES == 2:
+                    w1 = gl.zeros_like(w0)
+                w0, w1 = _k_loop_waves(a_bufs, b_bufs, ready, empty, base, k_steps, w0, w1, bscales, pid_m * BM,
+                                       pid_n * BN, M, N, SCALE, WAVES)
+            elif OVERLAP:
+                acc = _k_loop_overlapped(a_bufs, b_bufs, ready, empty, base, k_steps, acc, bscales, pid_m * BM,
+                                         pid_n * (BN + BN2), M, N, SCALE, layout)
+            else:
+                for k in range(k_steps):
+                    pos = base + k
+                    mbarrier.wait(ready.index(pos % STAGES), (pos // STAGES) & 1)
+                    acc = _mma_step(a_bufs.index(pos % STAGES), b_bufs.index(pos % STAGES), acc, PROMOTE)
+                    if BN2 > 0:
+                        acc2 = _mma_step(a_bufs.index(pos % STAGES), b2_bufs.index(pos % STAGES), acc2, PROMOTE)
+                        acc, acc2 = warpgroup_mma_wait(2, deps=[acc, acc2])
+                    else:
+                        acc = warpgroup_mma_wait(1, deps=[acc])
+                    mbarrier.arrive(empty.index((pos + STAGES - 1) % STAGES), count=1, pred=k > 0)
+                if BN2 > 0:
+                    acc, acc2 = warpgroup_mma_wait(0, deps=[acc, acc2])
+                else:
+                    acc = warpgroup_mma_wait(0, deps=[acc])
+                mbarrier.arrive(empty.index((base + k_steps - 1) % STAGES), count=1)
+            if EVERY > 1:
+                mbarrier.arrive(turns.index(1 - FIRST), count=1)
+                turn += 1
+            base += EVERY * k_steps
+            off_n = pid_n * (BN + BN2)
+            if WAVES > 0:
+                _epilogue_waves(w0, w1, c_desc, c_smem, a_scale_ptr, b_scale_ptr, pid_m * BM, off_n, M, N, SCALE,
+                                WAVES)
+            else:
+                _epilogue(acc, c_desc, c_smem, a_scale_ptr, b_scale_ptr, pid_m * BM, off_n, M, N, SCALE)
+            if BN2 > 0:
+                _epilogue(acc2, c2_desc, c2_smem, a_scale_ptr, b_scale_ptr, pid_m * BM, off_n + BN, M, N, SCALE)
+        tma.store_wait(0)
+
+    @gluon.jit
+    def warp_specialized_kernel(
+        a_desc, b_desc, b2_desc, c_desc, c2_desc,                # operands and output: TMA descriptors
+        a_scale_ptr, b_scale_ptr, a_bs_ptr, b_bs_ptr,            # scales: per tensor or row; block
+        s_am, s_ak, s_bn, s_bk,                                  # strides: the block scales'
+        M, N, K,                                                 # sizes
+        GROUP_M: gl.constexpr, STAGES: gl.constexpr,             # schedule
+        CONSUMERS: gl.constexpr,
+        PROMOTE: gl.constexpr, OVERLAP: gl.constexpr,            # fp8: how it promotes, which scales
+        WAVES: gl.constexpr, SCALE: gl.constexpr,
+        layout: gl.constexpr, layout2: gl.constexpr,             # meta: accumulator layouts, the second's width,
+        wave_layout: gl.constexpr, BN2: gl.constexpr,            # each partition's registers
+        CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
+    ):
+        """The "ws" (CONSUMERS 1) and "pingpong" (CONSUMERS 2) schedules: a producer warp and consumer partitions
+        sharing one ring of STAGES stages; each consumer stores through a tile of shared memory of its own.  Where
+        BN2 is 0, b2_desc and c2_desc are b_desc and c_desc, never read."""
+        BM: gl.constexpr = a_desc.block_type.shape[0]
+        BN: gl.constexpr = b_desc.block_type.shape[0]
+        BK: gl.constexpr = a_desc.block_type.shape[1]
+        a_bufs = gl.allocate_shared_memory(a_desc.dtype, [STAGES, BM, BK], a_desc.layout)
+        b_bufs = gl.allocate_shared_memory(b_desc.dtype, [STAGES, BN, BK], b_desc.layout)
+        if BN2 > 0:
+            b2_bufs = gl.allocate_shared_memory(b2_desc.dtype, [STAGES, BN2, BK], b2_desc.layout)
+            c20 = gl.allocate_shared_memory(c2_desc.dtype, [BM, BN2], c2_desc.layout)
+        else:
+            b2_bufs = b_bufs
+        ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        for i in gl.static_range(STAGES):
+            mbarrier.init(ready.index(i), count=1)
+            mbarrier.init(empty.index(i), count=1)
+        turns = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+        for i in gl.static_range(2):
+            mbarrier.init(turns.index(i), count=1)
+        c0 = gl.allocate_shared_memory(c_desc.dtype, [BM, BN], c_desc.layout)
+        if BN2 == 0:
+            c20 = c0
+        ring = (a_bufs, b_bufs, b2_bufs, ready, empty)
+        bscales = (a_bs_ptr, b_bs_ptr, s_am, s_ak, s_bn, s_bk)  # SCALE "block": (M, K/128) and (N/128, K/128)
+        # Gluon takes each partition's function written out in the call (a tuple variable holds no function)
+        if CONSUMERS == 1:
+            gl.warp_specialize(
+                [
+                    (_consumer, (ring, turns, c_desc, c2_desc, c0, c20, a_scale_ptr, b_scale_ptr, bscales, M, N, K, 0, 1,
+                                 GROUP_M, PROMOTE, OVERLAP, WAVES, SCALE, layout, layout2, wave_layout, BN2)),
+                    (_producer, (a_desc, b_desc, b2_desc, ring, M, N, K, GROUP_M, BN2)),
+                ],
+                [1],
+                [PRODUCER_REGS],
+            )
+        else:
+            c1 = gl.allocate_shared_memory(c_desc.dtype, [BM, BN], c_desc.layout)
+            if BN2 > 0:
+                c21 = gl.allocate_shared_memory(c2_desc.dtype, [BM, BN2], c2_desc.layout)
+            else:
+                c21 = c1
+            gl.warp_specialize(
+                [
+                    (_consumer, (ring, turns, c_desc, c2_desc, c0, c20, a_scale_ptr, b_scale_ptr, bscales, M, N, K, 0, 2,
+                                 GROUP_M, PROMOTE, OVERLAP, WAVES, SCALE, layout, layout2, wave_layout, BN2)),
+                    (_consumer, (ring, turns, c_desc, c2_desc, c1, c21, a_scale_ptr, b_scale_ptr, bscales, M, N, K, 1, 2,
+                                 GROUP_M, PROMOTE, OVERLAP, WAVES, SCALE, layout, layout2, wave_layout, BN2)),
+                    (_producer, (a_desc, b_desc, b2_desc, ring, M, N, K, GROUP_M, BN2)),
+                ],
+                [4, 1],  # WARPGROUP: a jit function reads no module constant
+                [CONSUMER_REGS, PRODUCER_REGS],
+            )
+        for i in gl.static_range(STAGES):
+            mbarrier.invalidate(ready.index(i))
+            mbarrier.invalidate(empty.index(i))
+    # fmt: on
