@@ -116,7 +116,8 @@ def test_search_space_fits_and_starts_with_the_measured_winners(dtype, accum):
     full = g.search_space(p, on_gpu=True, full=True)
     quick = g.search_space(p, on_gpu=True, full=False)
     assert full[: len(quick)] == quick and len(set(full)) == len(full)
-    assert {c.SCHEDULE for c in full} == {"ws", "pingpong"}
+    # the halves take turns at the waves' promotion: fp8 precise only
+    assert {c.SCHEDULE for c in full} == {"ws", "pingpong"} | ({"halves"} if precise else set())
     bk = 128 if dtype == "fp8" else 64
     wide, tall = cfg(128, 256, bk, 8, 3, SCHEDULE="ws"), cfg(256, 128, bk, 8, 3, SCHEDULE="ws")
     # by hand: 128 x 256 on 8 warps holds 128 fp32 a thread; promotion adds a 64 x 256 partial over 128 threads,
@@ -186,9 +187,9 @@ def test_block_scales_run_a_k_loop_that_scales_each_steps_own_sum():
     full = g.search_space(p, on_gpu=True, full=True)
     # each K step's own sum is scaled: the overlapped loop's partials, or a wave's
     assert full and all((c.PROMOTE_OVERLAP or c.PROMOTE_WAVES) and not c.BLOCK_N2 for c in full)
-    threads = {c: 32 * (4 if c.SCHEDULE == "pingpong" else c.num_warps) for c in full}
-    for c in full:
-        tile = c.BLOCK_M * c.BLOCK_N // threads[c]
+    threads = {c: 32 * (4 if c.SCHEDULE in ("pingpong", "halves") else c.num_warps) for c in full}
+    for c in full:  # a consumer's rows: halves hold half the tile's each
+        tile = (c.BLOCK_M // 2 if c.SCHEDULE == "halves" else c.BLOCK_M) * c.BLOCK_N // threads[c]
         if c.PROMOTE_OVERLAP:  # by hand: the fp32 tile and two partials within the 192 left for accumulators
             assert 3 * tile <= 192
         else:  # the fp32 tile and one wave's partial within 192 less the 32 the scales take; one weight block wide
@@ -215,6 +216,12 @@ def test_waves_fit_one_partial_beside_the_fp32_tile():
     assert waves(64, 128, 4, 4, 2) not in full  # two waves of 32 rows: a wgmma takes 64
     assert waves(128, 128, 4, 4, 2, "pingpong") in full  # 4 warps: 128 + 64
     assert not any(c.PROMOTE_WAVES and c.BLOCK_N2 for c in full)
+    # halves, two 4-warp consumers of 128 threads on half the rows each: 256 x 128 in two waves of 64 rows holds
+    # 128 x 128 / 128 = 128 and a 64 x 128 partial, 64: 192; in one wave 128 + 128 = 256
+    assert waves(256, 128, 4, 3, 2, "halves") in full and waves(256, 128, 4, 3, 1, "halves") not in full
+    assert waves(256, 128, 8, 3, 2, "halves") not in full  # a half is one warpgroup
+    assert all(c.PROMOTE_WAVES for c in full if c.SCHEDULE == "halves")  # the turns are the waves'
+    assert waves(128, 128, 4, 4, 2, "halves") not in full  # halves of 64 rows in two waves of 32
     # fast accumulation on 16 x 64 = 1024 tiles (>= 132 SMs) promotes nothing: no wave is searched
     fast = Problem("t", "g", 2048, 8192, 1024, "fp8", fp8_accum="fast")
     assert not any(c.PROMOTE_WAVES for c in g.search_space(fast, on_gpu=True, full=True))

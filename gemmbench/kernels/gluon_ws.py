@@ -33,7 +33,9 @@ from gemmbench.registry import Launch, Variant, register
 # changes between releases (layouts computed by constexpr functions, accumulator tokens), so another release is
 # refused rather than miscompiled.
 GLUON_TRITON_RELEASES = ("3.6.",)
-SCHEDULES = ("pipelined", "persistent", "ws", "pingpong")
+SCHEDULES = ("pipelined", "persistent", "ws", "pingpong", "halves")
+WARP_SPECIALIZED = SCHEDULES[2:]
+TWO_CONSUMERS = ("pingpong", "halves")  # two 4-warp consumer partitions: each its own tile, or half of one
 SMEM_BYTES = 227 * 1024  # what one block may hold on the H100
 PRODUCER_REGS = 40  # the producer warp holds addresses and counters only
 CONSUMER_REGS = 232  # what each consumer thread may hold: ACC + fp8 promotion tile + scales, under 256
@@ -91,7 +93,7 @@ def wgmma_layout_params(bm: int, bn: int, warps: int, elem_bits: int) -> tuple[l
 
 def partition_warps(config: GluonConfig) -> tuple[int, list[int]]:
     """(the default partition's warps, the worker partitions' warps) of a warp-specialized schedule."""
-    if config.SCHEDULE == "pingpong":
+    if config.SCHEDULE in TWO_CONSUMERS:
         return WARPGROUP, [WARPGROUP, 1]
     return config.num_warps, [1]
 
@@ -99,7 +101,7 @@ def partition_warps(config: GluonConfig) -> tuple[int, list[int]]:
 def max_registers(config: GluonConfig) -> Optional[int]:
     """The kernel's register limit (maxnreg): what lets the consumers be given CONSUMER_REGS and the producer
     PRODUCER_REGS when the registers are redistributed, warps counted in whole warpgroups; None for one partition."""
-    if config.SCHEDULE not in ("ws", "pingpong"):
+    if config.SCHEDULE not in WARP_SPECIALIZED:
         return None
     default, workers = partition_warps(config)
     consumer_warps = default + sum(w for w in workers if w >= WARPGROUP)
@@ -109,7 +111,8 @@ def max_registers(config: GluonConfig) -> Optional[int]:
 
 
 def smem_bytes(config: GluonConfig, elem: int, out_elem: int = 2) -> int:
-    """Shared memory of a config: its ring of A and B stages and each consumer's output tile."""
+    """Shared memory of a config: its ring of A and B stages and each consumer's output tile (halves: half the
+    tile's rows each)."""
     width = config.BLOCK_N + config.BLOCK_N2
     stages = config.num_stages * (config.BLOCK_M + width) * config.BLOCK_K * elem
     consumers = 2 if config.SCHEDULE == "pingpong" else 1
@@ -118,9 +121,11 @@ def smem_bytes(config: GluonConfig, elem: int, out_elem: int = 2) -> int:
 
 def accumulator_registers(config: GluonConfig, fp8_precise: bool) -> int:
     """fp32 registers a consumer thread holds for its tile, plus, for fp8 promoted every FP8_PROMOTE, the
-    reduced-precision partial of one wgmma instruction (64 rows by its N) that is added into it."""
-    warps = WARPGROUP if config.SCHEDULE == "pingpong" else config.num_warps
-    regs = config.BLOCK_M * (config.BLOCK_N + config.BLOCK_N2) // (32 * warps)
+    reduced-precision partial of one wgmma instruction (64 rows by its N) that is added into it (halves: of half
+    the tile's rows)."""
+    warps = WARPGROUP if config.SCHEDULE in TWO_CONSUMERS else config.num_warps
+    rows = config.BLOCK_M // 2 if config.SCHEDULE == "halves" else config.BLOCK_M
+    regs = rows * (config.BLOCK_N + config.BLOCK_N2) // (32 * warps)
     if fp8_precise and config.PROMOTE_OVERLAP:
         return 3 * regs  # the fp32 tile and two partial sums
     if fp8_precise and config.PROMOTE_WAVES:
@@ -137,19 +142,22 @@ def fits(config: GluonConfig, elem: int, fp8_precise: bool, block: bool = False)
     if config.BLOCK_M % 64 or config.num_stages < 2:
         return False
     waves = config.PROMOTE_WAVES
+    halves = config.SCHEDULE == "halves"
     if config.BLOCK_N2 and (config.SCHEDULE not in ("ws", "pingpong") or config.PROMOTE_OVERLAP or waves or block):
         return False  # only the warp-specialized K loop of Triton's promotion has the second accumulator
-    if waves and (config.SCHEDULE not in ("ws", "pingpong") or config.PROMOTE_OVERLAP or not (fp8_precise or block)):
+    if waves and (config.SCHEDULE not in WARP_SPECIALIZED or config.PROMOTE_OVERLAP or not (fp8_precise or block)):
         return False  # the waves are a promotion of the warp-specialized consumers
-    if waves and config.BLOCK_M % (64 * waves):
+    if halves and (not waves or config.num_warps != WARPGROUP):
+        return False  # the halves take turns at the waves' wgmma, one warpgroup each
+    if waves and config.BLOCK_M % (64 * waves * (2 if halves else 1)):
         return False  # each wave a whole number of 64-row warpgroup wgmmas
-    if block and (config.SCHEDULE not in ("ws", "pingpong") or not (config.PROMOTE_OVERLAP or waves)):
+    if block and (config.SCHEDULE not in WARP_SPECIALIZED or not (config.PROMOTE_OVERLAP or waves)):
         return False  # block scales multiply each K step's own sum: the overlapped loop's partials, or a wave's
     if block and waves and 128 % config.BLOCK_N:
         return False  # the waves scale a tile by one weight block's scale: its columns within one 128-column block
     # registers left for addresses, barriers' phases and scales: 40 under the consumers' CONSUMER_REGS; one
     # partition, 255 a thread, keeps 192 for accumulators (docs/BENCHMARKS.md, "The Gluon kernel": what spilled)
-    budget = CONSUMER_REGS - 40 if config.SCHEDULE in ("ws", "pingpong") else 192
+    budget = CONSUMER_REGS - 40 if config.SCHEDULE in WARP_SPECIALIZED else 192
     if block and waves:
         # each wave's row scales and their addresses: ptxas spilled 256 x 128 in two waves with them (192 registers
         # of accumulators), and not without (docs/BENCHMARKS.md, "Promoted fp8")
@@ -176,7 +184,7 @@ def promotes(problem) -> bool:
 
 def search_space(problem, on_gpu: bool, full: bool = True) -> list[GluonConfig]:
     """Candidates for `gemmbench tune` (full) or for a run that finds no stored config (the first few)."""
-    return _space(problem, full, SCHEDULES[2:])
+    return _space(problem, full, WARP_SPECIALIZED)
 
 
 # The quick candidates are each contract's fastest on the H100 (docs/BENCHMARKS.md, "The Gluon kernel, step by
@@ -233,9 +241,9 @@ def _space(problem, full: bool, schedules: tuple[str, ...]) -> list[GluonConfig]
         for bm in (64, 128, 256)
         for bn in (64, 128, 256)
         for bn2 in ((0, 32) if bn == 128 and schedule in ("ws", "pingpong") else (0,))
-        for warps in ((4,) if schedule == "pingpong" else (4, 8))
+        for warps in ((4,) if schedule in TWO_CONSUMERS else (4, 8))
         for stages in (3, 4, 5, 6)
-        for overlap, waves in (_PROMOTIONS if (precise or block) and schedule in ("ws", "pingpong") else ((False, 0),))
+        for overlap, waves in (_PROMOTIONS if (precise or block) and schedule in WARP_SPECIALIZED else ((False, 0),))
     ]
     return quick + [c for c in more if c not in quick and fits(c, elem, precise, block)]
 
@@ -279,32 +287,35 @@ def _gl_dtype(t: torch.Tensor):
 
 def descriptors(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, config: GluonConfig) -> tuple:
     """TMA descriptors of A ([BLOCK_M, BLOCK_K] blocks), B ([BLOCK_N, BLOCK_K]), B's next BLOCK_N2 rows, the output
-    ([BLOCK_M, BLOCK_N]) and its next BLOCK_N2 columns, each in the shared-memory layout with the widest swizzle
-    its rows allow; without BLOCK_N2 the second B and output descriptors are the first ones (never read)."""
+    ([BLOCK_M, BLOCK_N]; halves: each consumer's half of the rows) and its next BLOCK_N2 columns, each in the
+    shared-memory layout with the widest swizzle its rows allow; without BLOCK_N2 the second B and output
+    descriptors are the first ones (never read)."""
     bm, bn, bk, bn2 = config.BLOCK_M, config.BLOCK_N, config.BLOCK_K, config.BLOCK_N2
+    out_rows = bm // 2 if config.SCHEDULE == "halves" else bm
 
     def made(t: torch.Tensor, block: list[int]):
         return gluon_ws_device.TensorDescriptor.from_tensor(
             t, block, gluon_ws_device.gl.NVMMASharedLayout.get_default_for(block, _gl_dtype(t))
         )
 
-    da, db, dc = made(a, [bm, bk]), made(b, [bn, bk]), made(out, [bm, bn])
-    return da, db, made(b, [bn2, bk]) if bn2 else db, dc, made(out, [bm, bn2]) if bn2 else dc
+    da, db, dc = made(a, [bm, bk]), made(b, [bn, bk]), made(out, [out_rows, bn])
+    return da, db, made(b, [bn2, bk]) if bn2 else db, dc, made(out, [out_rows, bn2]) if bn2 else dc
 
 
 def accumulator_layouts(config: GluonConfig, elem_bits: int) -> tuple:
     """The wgmma layouts of the consumer's accumulators: BLOCK_N's, BLOCK_N2's (the first where it is 0), and one
     row wave's (PROMOTE_WAVES; the first where it is 0)."""
-    warps = WARPGROUP if config.SCHEDULE == "pingpong" else config.num_warps
+    warps = WARPGROUP if config.SCHEDULE in TWO_CONSUMERS else config.num_warps
+    rows = config.BLOCK_M // 2 if config.SCHEDULE == "halves" else config.BLOCK_M
 
     def layout(bm: int, bn: int):
         warps_per_cta, instr = wgmma_layout_params(bm, bn, warps, elem_bits)
         return gluon_ws_device.gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=warps_per_cta, instr_shape=instr)
 
-    first = layout(config.BLOCK_M, config.BLOCK_N)
-    second = layout(config.BLOCK_M, config.BLOCK_N2) if config.BLOCK_N2 else first
+    first = layout(rows, config.BLOCK_N)
+    second = layout(rows, config.BLOCK_N2) if config.BLOCK_N2 else first
     waves = config.PROMOTE_WAVES
-    return first, second, layout(config.BLOCK_M // waves, config.BLOCK_N) if waves else first
+    return first, second, layout(rows // waves, config.BLOCK_N) if waves else first
 
 
 def promotion(config: GluonConfig, promote: int, scale: str) -> tuple[bool, int]:
@@ -362,7 +373,7 @@ class GluonGemm:
             self.compiled = gluon_ws_device.warp_specialized_kernel[(self.programs,)](
                 a_desc, b_desc, b2_desc, c_desc, c2_desc, *self.scales, *self.blocks, M, N, K, **common,
                 layout2=self.layouts[1],
-                BN2=cfg.BLOCK_N2, CONSUMERS=2 if cfg.SCHEDULE == "pingpong" else 1,
+                BN2=cfg.BLOCK_N2, CONSUMERS=2 if cfg.SCHEDULE in TWO_CONSUMERS else 1, HALVES=cfg.SCHEDULE == "halves",
                 OVERLAP=overlap,
                 CONSUMER_REGS=CONSUMER_REGS, PRODUCER_REGS=PRODUCER_REGS, WAVES=waves, wave_layout=self.layouts[2],
                 num_warps=partition_warps(cfg)[0], maxnreg=max_registers(cfg),
@@ -412,7 +423,7 @@ def _register(name: str, schedules: tuple[str, ...], what: str, scalings: tuple[
 
 _register(
     "gluon_ws",
-    SCHEDULES[2:],
+    WARP_SPECIALIZED,
     "persistent, a producer warp and ping-pong or cooperative consumers",
     TRITON_SCALINGS + ("row",),
 )

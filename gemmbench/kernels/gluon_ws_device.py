@@ -256,16 +256,25 @@ if GLUON_IMPORT_ERROR is None:
             return acc + raw
 
     @gluon.jit
-    def _k_loop_waves(a_bufs, b_bufs, ready, empty, base, k_steps, acc0, acc1, bscales, off_m, off_n, M, N,
-                      SCALE: gl.constexpr, WAVES: gl.constexpr):
+    def _k_loop_waves(
+        a_bufs, b_bufs, ready, empty, turns,                     # shared memory: stages, their barriers, the turns'
+        base, k_steps, turn,                                     # ring position, K steps, turns taken
+        acc0, acc1, bscales,                                     # the waves' fp32 tiles; block scales
+        off_m, off_n, M, N,                                      # this consumer's rows (from off_m) and columns
+        ROW0: gl.constexpr,                                      # its first row within a stage's A block
+        FIRST: gl.constexpr, TURNS: gl.constexpr,                # schedule: which consumer, whether they alternate
+        SCALE: gl.constexpr, WAVES: gl.constexpr,                # fp8: which scales, how many waves
+    ):
         """fp8 promoted in row waves: each K step's sum of a wave of WAVE_M rows (each warpgroup its 64-row slice)
         goes into one reduced-precision accumulator, started afresh (use_acc False), waited for, and added into that
         wave's fp32 accumulator; then the next wave.  Only one partial beside the fp32 tile: 256 x 128 fits where
-        Triton's promotion of a whole tile spills or serializes its wgmma.  The two warpgroups wait for their own
-        wgmma only, so one's promotion runs beside the other's wgmma."""
+        Triton's promotion of a whole tile spills or serializes its wgmma.  TURNS (two consumers on the two halves
+        of a tile's rows): each issues a wave's wgmma in its turn and hands the turn over once issued, so the
+        tensor cores take the two consumers' waves one after the other and each one's promotion runs under the
+        other's wgmma.  Returns the waves' tiles and the turns taken."""
         STAGES: gl.constexpr = a_bufs.shape[0]
         BK: gl.constexpr = a_bufs.shape[2]
-        WAVE_M: gl.constexpr = a_bufs.shape[1] // WAVES
+        WAVE_M: gl.constexpr = acc0.shape[0]
         layout: gl.constexpr = acc0.type.layout
         raw = gl.zeros_like(acc0)
         s0 = gl.full([WAVE_M], 1.0, gl.float32, gl.SliceLayout(1, layout))
@@ -278,15 +287,26 @@ if GLUON_IMPORT_ERROR is None:
             mbarrier.wait(ready.index(slot), (pos // STAGES) & 1)
             a = a_bufs.index(slot)
             b = b_bufs.index(slot).permute((1, 0))
-            raw = warpgroup_mma(a.slice(0, WAVE_M, dim=0), b, raw, use_acc=False, is_async=True)
-            raw = warpgroup_mma_wait(0, deps=[raw])
+            raw, turn = _wave_mma(a.slice(ROW0, WAVE_M, dim=0), b, raw, turns, turn, FIRST, TURNS)
             acc0 = _promoted(acc0, raw, s0, SCALE)
             if WAVES == 2:
-                raw = warpgroup_mma(a.slice(WAVE_M, WAVE_M, dim=0), b, raw, use_acc=False, is_async=True)
-                raw = warpgroup_mma_wait(0, deps=[raw])
+                raw, turn = _wave_mma(a.slice(ROW0 + WAVE_M, WAVE_M, dim=0), b, raw, turns, turn, FIRST, TURNS)
                 acc1 = _promoted(acc1, raw, s1, SCALE)
             mbarrier.arrive(empty.index(slot), count=1)
-        return acc0, acc1
+        return acc0, acc1, turn
+
+    @gluon.jit
+    def _wave_mma(a, b, raw, turns, turn, FIRST: gl.constexpr, TURNS: gl.constexpr):
+        """One wave's K step into raw, started afresh and waited for; TURNS: issued in this consumer's turn (the
+        first consumer's first turn finds its barrier's phase 1 complete, as created), the turn handed over once
+        issued."""
+        if TURNS:
+            mbarrier.wait(turns.index(FIRST), (turn & 1) ^ (1 - FIRST))
+        raw = warpgroup_mma(a, b, raw, use_acc=False, is_async=True)
+        if TURNS:
+            mbarrier.arrive(turns.index(1 - FIRST), count=1)
+        raw = warpgroup_mma_wait(0, deps=[raw])
+        return raw, turn + 1
 
     @gluon.jit
     def _epilogue_waves(acc0, acc1, c_desc, c_smem, a_scale_ptr, b_scale_ptr, off_m, off_n, M, N,
@@ -309,8 +329,8 @@ if GLUON_IMPORT_ERROR is None:
         c_desc, c2_desc, c_smem, c2_smem,                        # output: TMA descriptors and staging tiles
         a_scale_ptr, b_scale_ptr, bscales,                       # scales: per tensor or row; block (pointers, strides)
         M, N, K,                                                 # sizes
-        FIRST: gl.constexpr, EVERY: gl.constexpr,                # schedule: which of the program's tiles
-        GROUP_M: gl.constexpr,
+        FIRST: gl.constexpr, EVERY: gl.constexpr,                # schedule: which of the program's tiles, or
+        HALVES: gl.constexpr, GROUP_M: gl.constexpr,             # which half of every tile's rows
         PROMOTE: gl.constexpr, OVERLAP: gl.constexpr,            # fp8: how it promotes, which scales
         WAVES: gl.constexpr, SCALE: gl.constexpr,
         layout: gl.constexpr, layout2: gl.constexpr,             # meta: accumulator layouts, the second's width
@@ -322,9 +342,12 @@ if GLUON_IMPORT_ERROR is None:
         Two consumers take turns at their K loops (turns: one barrier each, the other arrives on it), so neither
         waits on a ring position more than one lap ahead: an mbarrier's phase parity tells one lap from the next
         only.  BN2 > 0: a second accumulator for the tile's last BN2 columns (register tensors are powers of two:
-        a 128 + 32 wide tile is two of them)."""
+        a 128 + 32 wide tile is two of them).  HALVES: every tile of the program, rows FIRST * its half on (the
+        output descriptor's block is the half), the two consumers' waves taking turns (_k_loop_waves)."""
         a_bufs, b_bufs, b2_bufs, ready, empty = ring
-        BM: gl.constexpr = c_desc.block_type.shape[0]
+        BM: gl.constexpr = a_bufs.shape[1]  # the tile's rows; this consumer's are the output block's
+        ROWS: gl.constexpr = c_desc.block_type.shape[0]
+        ROW0: gl.constexpr = FIRST * ROWS if HALVES else 0
         BN: gl.constexpr = c_desc.block_type.shape[1]
         BK: gl.constexpr = a_bufs.shape[2]
         STAGES: gl.constexpr = a_bufs.shape[0]
@@ -332,22 +355,22 @@ if GLUON_IMPORT_ERROR is None:
         grid_n = gl.cdiv(N, BN + BN2)
         k_steps = gl.cdiv(K, BK)
         step = gl.num_programs(0)
-        base = FIRST * k_steps
+        base = 0 if HALVES else FIRST * k_steps
         turn = 0
-        for tile in range(gl.program_id(0) + FIRST * step, grid_m * grid_n, EVERY * step):
+        for tile in range(gl.program_id(0) + (0 if HALVES else FIRST) * step, grid_m * grid_n, EVERY * step):
             pid_m, pid_n = _tile_coords(tile, grid_m, grid_n, GROUP_M)
-            acc = gl.zeros([BM, BN], gl.float32, layout)
+            acc = gl.zeros([ROWS, BN], gl.float32, layout)
             if BN2 > 0:
-                acc2 = gl.zeros([BM, BN2], gl.float32, layout2)
+                acc2 = gl.zeros([ROWS, BN2], gl.float32, layout2)
             if EVERY > 1:  # the first consumer's first turn finds its barrier's phase 1 complete, as created
                 mbarrier.wait(turns.index(FIRST), (turn & 1) ^ (1 - FIRST))
             if WAVES > 0:
-                w0 = gl.zeros([BM // WAVES, BN], gl.float32, wave_layout)
+                w0 = gl.zeros([ROWS // WAVES, BN], gl.float32, wave_layout)
                 w1 = w0
                 if WAVES == 2:
                     w1 = gl.zeros_like(w0)
-                w0, w1 = _k_loop_waves(a_bufs, b_bufs, ready, empty, base, k_steps, w0, w1, bscales, pid_m * BM,
-                                       pid_n * BN, M, N, SCALE, WAVES)
+                w0, w1, turn = _k_loop_waves(a_bufs, b_bufs, ready, empty, turns, base, k_steps, turn, w0, w1, bscales,
+                                             pid_m * BM + ROW0, pid_n * BN, M, N, ROW0, FIRST, HALVES, SCALE, WAVES)
             elif OVERLAP:
                 acc = _k_loop_overlapped(a_bufs, b_bufs, ready, empty, base, k_steps, acc, bscales, pid_m * BM,
                                          pid_n * (BN + BN2), M, N, SCALE, layout)
@@ -373,8 +396,8 @@ if GLUON_IMPORT_ERROR is None:
             base += EVERY * k_steps
             off_n = pid_n * (BN + BN2)
             if WAVES > 0:
-                _epilogue_waves(w0, w1, c_desc, c_smem, a_scale_ptr, b_scale_ptr, pid_m * BM, off_n, M, N, SCALE,
-                                WAVES)
+                _epilogue_waves(w0, w1, c_desc, c_smem, a_scale_ptr, b_scale_ptr, pid_m * BM + ROW0, off_n, M, N,
+                                SCALE, WAVES)
             else:
                 _epilogue(acc, c_desc, c_smem, a_scale_ptr, b_scale_ptr, pid_m * BM, off_n, M, N, SCALE)
             if BN2 > 0:
@@ -388,16 +411,17 @@ if GLUON_IMPORT_ERROR is None:
         s_am, s_ak, s_bn, s_bk,                                  # strides: the block scales'
         M, N, K,                                                 # sizes
         GROUP_M: gl.constexpr, STAGES: gl.constexpr,             # schedule
-        CONSUMERS: gl.constexpr,
+        CONSUMERS: gl.constexpr, HALVES: gl.constexpr,
         PROMOTE: gl.constexpr, OVERLAP: gl.constexpr,            # fp8: how it promotes, which scales
         WAVES: gl.constexpr, SCALE: gl.constexpr,
         layout: gl.constexpr, layout2: gl.constexpr,             # meta: accumulator layouts, the second's width,
         wave_layout: gl.constexpr, BN2: gl.constexpr,            # each partition's registers
         CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
     ):
-        """The "ws" (CONSUMERS 1) and "pingpong" (CONSUMERS 2) schedules: a producer warp and consumer partitions
-        sharing one ring of STAGES stages; each consumer stores through a tile of shared memory of its own.  Where
-        BN2 is 0, b2_desc and c2_desc are b_desc and c_desc, never read."""
+        """The "ws" (CONSUMERS 1), "pingpong" and "halves" (CONSUMERS 2, HALVES) schedules: a producer warp and
+        consumer partitions sharing one ring of STAGES stages; each consumer stores through a tile of shared memory
+        of its own (halves: the output descriptor's block is half the tile's rows).  Where BN2 is 0, b2_desc and
+        c2_desc are b_desc and c_desc, never read."""
         BM: gl.constexpr = a_desc.block_type.shape[0]
         BN: gl.constexpr = b_desc.block_type.shape[0]
         BK: gl.constexpr = a_desc.block_type.shape[1]
@@ -412,11 +436,11 @@ if GLUON_IMPORT_ERROR is None:
         empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         for i in gl.static_range(STAGES):
             mbarrier.init(ready.index(i), count=1)
-            mbarrier.init(empty.index(i), count=1)
+            mbarrier.init(empty.index(i), count=2 if HALVES else 1)  # halves: each consumer reads each stage
         turns = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
         for i in gl.static_range(2):
             mbarrier.init(turns.index(i), count=1)
-        c0 = gl.allocate_shared_memory(c_desc.dtype, [BM, BN], c_desc.layout)
+        c0 = gl.allocate_shared_memory(c_desc.dtype, c_desc.block_type.shape, c_desc.layout)
         if BN2 == 0:
             c20 = c0
         ring = (a_bufs, b_bufs, b2_bufs, ready, empty)
@@ -426,24 +450,24 @@ if GLUON_IMPORT_ERROR is None:
             gl.warp_specialize(
                 [
                     (_consumer, (ring, turns, c_desc, c2_desc, c0, c20, a_scale_ptr, b_scale_ptr, bscales, M, N, K, 0, 1,
-                                 GROUP_M, PROMOTE, OVERLAP, WAVES, SCALE, layout, layout2, wave_layout, BN2)),
+                                 False, GROUP_M, PROMOTE, OVERLAP, WAVES, SCALE, layout, layout2, wave_layout, BN2)),
                     (_producer, (a_desc, b_desc, b2_desc, ring, M, N, K, GROUP_M, BN2)),
                 ],
                 [1],
                 [PRODUCER_REGS],
             )
         else:
-            c1 = gl.allocate_shared_memory(c_desc.dtype, [BM, BN], c_desc.layout)
+            c1 = gl.allocate_shared_memory(c_desc.dtype, c_desc.block_type.shape, c_desc.layout)
             if BN2 > 0:
                 c21 = gl.allocate_shared_memory(c2_desc.dtype, [BM, BN2], c2_desc.layout)
             else:
                 c21 = c1
             gl.warp_specialize(
                 [
-                    (_consumer, (ring, turns, c_desc, c2_desc, c0, c20, a_scale_ptr, b_scale_ptr, bscales, M, N, K, 0, 2,
-                                 GROUP_M, PROMOTE, OVERLAP, WAVES, SCALE, layout, layout2, wave_layout, BN2)),
-                    (_consumer, (ring, turns, c_desc, c2_desc, c1, c21, a_scale_ptr, b_scale_ptr, bscales, M, N, K, 1, 2,
-                                 GROUP_M, PROMOTE, OVERLAP, WAVES, SCALE, layout, layout2, wave_layout, BN2)),
+                    (_consumer, (ring, turns, c_desc, c2_desc, c0, c20, a_scale_ptr, b_scale_ptr, bscales, M, N, K, 0, 1 if HALVES else 2,
+                                 HALVES, GROUP_M, PROMOTE, OVERLAP, WAVES, SCALE, layout, layout2, wave_layout, BN2)),
+                    (_consumer, (ring, turns, c_desc, c2_desc, c1, c21, a_scale_ptr, b_scale_ptr, bscales, M, N, K, 1, 1 if HALVES else 2,
+                                 HALVES, GROUP_M, PROMOTE, OVERLAP, WAVES, SCALE, layout, layout2, wave_layout, BN2)),
                     (_producer, (a_desc, b_desc, b2_desc, ring, M, N, K, GROUP_M, BN2)),
                 ],
                 [4, 1],  # WARPGROUP: a jit function reads no module constant
