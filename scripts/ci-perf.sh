@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The perf gate for any CI with a GPU runner: run the sweep, compare it with a committed baseline, leave the
 # Parquet files, the comparison (Markdown for a PR comment, JSON) and plots in $ARTIFACTS, exit 1 on a
-# confirmed regression (a `slower` or `now-failing` cell that is flagged again when its variants are re-run;
-# CONFIRM=0 fails on the first comparison), 0 otherwise.
+# confirmed regression (a `slower` or `now-failing` cell that is flagged again when its variants are re-run at the
+# flagged M and dtypes in CONFIRM_PROCESSES fresh processes, default 3: against a baseline of 3 processes or more that
+# is a test between processes; CONFIRM=0 fails on the first comparison), 0 otherwise.
 #   BASELINE=h200                    a named baseline (./results/baselines/$BASELINE.parquet in the checkout; the
 #                                     search path: docs/CI.md), or a path; default: the first baseline measured on
 #                                     the runner's GPU model (the package ships h100 and h200); none: exit 2, saying
@@ -23,8 +24,8 @@ gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
 found = named_baselines.for_gpu(gpu) if gpu else None
 if found is None:
     name = re.sub(r"[^a-z0-9]+", "-", (gpu or "cpu").lower().removeprefix("nvidia ")).strip("-")
-    runs = " && ".join(f"gemmbench run --shapes {s} --m decode --budget 0.3 --scaling tensor,row --out base/{s}.parquet"
-                       for s in os.environ["SHAPES"].split())
+    runs = " && ".join(f"gemmbench run --shapes {s} --m decode --budget 0.3 --scaling tensor,row --repeat 3 "
+                       f"--out base/{s}.parquet" for s in os.environ["SHAPES"].split())
     print(f"no baseline was measured on {gpu or 'this machine (no CUDA GPU)'}: make one on a commit you trust with "
           f"{runs} && gemmbench baseline save base --name {name}; then BASELINE={name} scripts/ci-perf.sh", file=sys.stderr)
     sys.exit(2)
@@ -86,11 +87,16 @@ fail = {"slower": "slower", "failing": "now-failing", "noisy": "noisy", "missing
 want = {fail[x] for x in sys.argv[2].split(",") if x in fail}
 hits = [r for r in rows if r["verdict"] in want]
 for s in sorted({r["cell"].split()[0] for r in hits}):
-    print(s, ",".join(sorted({r["variant"] for r in hits if r["cell"].split()[0] == s})))
+    mine = [r for r in hits if r["cell"].split()[0] == s]  # cell: "SET GEMM DTYPE [SCALING] M<m> N<n> K<k>"
+    ms = sorted({int(t[1:]) for r in mine for t in r["cell"].split() if t[:1] == "M" and t[1:].isdigit()})
+    print(s, ",".join(sorted({r["variant"] for r in mine})), ",".join(map(str, ms)),
+          ",".join(sorted({r["cell"].split()[2] for r in mine})))
 PY
-  while read -r set variants; do
+  while read -r set variants ms dtypes; do
+    # only the flagged M and dtypes, in several processes: the test between processes needs them on both sides
     # shellcheck disable=SC2086
     gemmbench run --shapes "$set" --m decode ${RUN_ARGS:---budget 0.3 --scaling tensor,row} --variants "$variants" \
+      --m "$ms" --dtype "$dtypes" --repeat "${CONFIRM_PROCESSES:-3}" \
       --out "$ARTIFACTS/retry/$set.parquet" > "$ARTIFACTS/retry-$set.txt" || true
   done < "$ARTIFACTS/retry.txt"
   cmp retry compare-retry

@@ -361,8 +361,8 @@ def test_run_compare_to_refuses_another_stack_before_any_work(tmp_path):
 def test_ci_perf_script_confirms_a_regression_by_rerunning(tmp_path):
     """scripts/ci-perf.sh end to end on the CPU smoke set: against a baseline 10^6x slower it passes (exit 0; CPU
     wall times of one run and the next differ too much for "the same" to be a stable test); against a
-    baseline whose samples are 10^6x faster every cell is slower, the flagged variants are run again, and the
-    job fails (exit 1) because the re-run confirms it.  Artifacts: the runs, both comparisons in Markdown and JSON."""
+    baseline whose samples are 10^6x faster every cell is slower, the flagged variants are run again (at the flagged
+    M and dtypes, in three processes), and the job fails (exit 1) because the re-run confirms it.  Artifacts: the runs, both comparisons in Markdown and JSON."""
     import os
     import subprocess
     import sys
@@ -408,9 +408,12 @@ def test_ci_perf_script_confirms_a_regression_by_rerunning(tmp_path):
     assert not (tmp_path / "a1" / "retry").exists() and (tmp_path / "a1" / "compare.json").exists()
     assert jobs[1].returncode == 1, bad_out + bad_err
     art = tmp_path / "a2"
-    assert (art / "retry.txt").read_text().split() == ["smoke", "cublas_fp16"]
+    # the re-run takes the flagged variants at the flagged M and dtypes only, in 3 processes
+    assert (art / "retry.txt").read_text().split() == ["smoke", "cublas_fp16", "1,2", "fp16"]
     retry = json.loads((art / "compare-retry.json").read_text())
-    assert retry["counts"]["slower"] == len(store.load(art / "retry" / "smoke.parquet")) == 6, retry
+    rerun = store.load(art / "retry" / "smoke.parquet")
+    assert retry["counts"]["slower"] == 6 and len(rerun) == 3 * 6 and set(rerun["process"]) == {0, 1, 2}, retry
+    assert {r["cand_processes"] for r in retry["rows"] if r["verdict"] == "slower"} == {3}
     assert "Re-run of the flagged variants" in bad_out
 
 

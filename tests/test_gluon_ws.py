@@ -127,8 +127,14 @@ def test_search_space_fits_and_starts_with_the_measured_winners(dtype, accum):
     # over the 232448 an SM block may hold
     assert cfg(128, 256, 64, 8, 4, SCHEDULE="ws") not in full
     first = quick[0]
-    if precise:  # cooperative 256 x 128: each warpgroup promotes its own 128 x 128 half
-        assert (first.SCHEDULE, first.BLOCK_M, first.BLOCK_N, first.num_warps) == ("ws", 256, 128, 8)
+    if precise:  # the halves of 256 x 128: a one-warpgroup consumer on each 128-row half, two waves each
+        assert (first.SCHEDULE, first.BLOCK_M, first.BLOCK_N, first.num_warps, first.PROMOTE_WAVES) == (
+            "halves",
+            256,
+            128,
+            4,
+            2,
+        )
     else:
         assert (first.SCHEDULE, first.BLOCK_M, first.BLOCK_N, first.num_warps) == ("ws", 128, 256, 8)
     assert any(c.PROMOTE_OVERLAP for c in full) == precise  # the overlapped promotion is searched for fp8 precise
@@ -199,7 +205,7 @@ def test_block_scales_run_a_k_loop_that_scales_each_steps_own_sum():
     assert cfg(256, 128, 128, 8, 3, SCHEDULE="ws", PROMOTE_WAVES=2) not in full
     assert cfg(128, 128, 128, 8, 4, SCHEDULE="ws", PROMOTE_WAVES=1) in full  # 64 + 64
     first = g.search_space(p, on_gpu=True, full=False)[0]
-    assert (first.SCHEDULE, first.BLOCK_M, first.BLOCK_N, first.num_warps) == ("ws", 128, 128, 8)
+    assert (first.SCHEDULE, first.BLOCK_M, first.BLOCK_N, first.num_warps) == ("halves", 128, 128, 4)
     # the one-partition steps have no such loop: they decline block scales by declaration
     assert "block" in registry.get("gluon_persistent").declared_reason(p)
     assert registry.get("gluon_ws").declared_reason(p) is None

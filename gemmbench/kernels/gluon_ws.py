@@ -187,31 +187,24 @@ def search_space(problem, on_gpu: bool, full: bool = True) -> list[GluonConfig]:
     return _space(problem, full, WARP_SPECIALIZED)
 
 
-# The quick candidates are each contract's fastest on the H100 (docs/BENCHMARKS.md, "The Gluon kernel, step by
-# step"): 16-bit and fp8 fast, cooperative 128 x 256 (8 warps, 3 stages) and ping-pong 128 x 128; fp8 precise,
-# cooperative 256 x 128 (each warpgroup promotes its own 128 x 128 half) and 128 x 128; and for every contract
-# the 128 + 32 = 160 wide cooperative tile, which fills the 132 SMs where N is 1280 (8 tiles across).  128 x 256
-# with fp8 promotion needs 256 registers a thread (it spills: fits() keeps it out); four-warp cooperative tiles
-# were slower than the eight-warp ones and stay out of the quick list.
+# The quick candidates are each contract's fastest (docs/BENCHMARKS.md, "The Gluon kernel, step by step", on the H100;
+# "Promoted fp8: the halves", on the H200): 16-bit and fp8 fast, cooperative 128 x 256 (8 warps, 3 stages) and
+# ping-pong 128 x 128; fp8 promoted and block scales, the halves (two one-warpgroup consumers on a tile's row halves,
+# taking turns at the waves' wgmma) of 256 x 128 in two waves and of 128 x 128 in one; and for every contract but
+# block scales the 128 + 32 = 160 wide cooperative tile, which fills the 132 SMs where N is 1280 (8 tiles across).
+# 128 x 256 with Triton's promotion needs 256 registers a thread (it spills: fits() keeps it out); four-warp
+# cooperative tiles were slower than the eight-warp ones and stay out of the quick list.
 _WIDE = {"BLOCK_N2": 32}
-_WAVES = {"PROMOTE_WAVES": 2}
 _QUICK = {
     "16-bit": (("ws", 128, 256, 8, 3, {}), ("pingpong", 128, 128, 4, 5, {}), ("ws", 128, 128, 8, 4, _WIDE)),
     "fast": (("ws", 128, 256, 8, 3, {}), ("pingpong", 128, 128, 4, 4, {}), ("ws", 128, 128, 8, 4, _WIDE)),
     "precise": (
-        ("ws", 256, 128, 8, 3, _WAVES),
-        ("ws", 128, 256, 8, 3, _WAVES),
-        ("ws", 256, 128, 8, 3, {}),
-        ("ws", 128, 128, 8, 4, {}),
+        ("halves", 256, 128, 4, 3, {"PROMOTE_WAVES": 2}),
+        ("halves", 128, 128, 4, 6, {"PROMOTE_WAVES": 1}),
         ("ws", 128, 128, 8, 4, _WIDE),
     ),
-    # block scales scale each K step's own sum: a wave's partial, or the overlapped loop's, whose three tiles fit
-    # 128 x 128 on 8 warps or 64 x 128 on 4
-    "block": (
-        ("ws", 128, 128, 8, 4, {"PROMOTE_WAVES": 1}),
-        ("ws", 128, 128, 8, 4, {"PROMOTE_OVERLAP": True}),
-        ("pingpong", 64, 128, 4, 6, {"PROMOTE_OVERLAP": True}),
-    ),
+    # block scales scale each K step's own sum: a wave's partial (the tile's columns in one 128-column weight block)
+    "block": (("halves", 128, 128, 4, 4, {"PROMOTE_WAVES": 1}), ("ws", 128, 128, 8, 4, {"PROMOTE_WAVES": 1})),
 }
 # the ways a warp-specialized consumer promotes (PROMOTE_OVERLAP, PROMOTE_WAVES): Triton's wgmma lowering, the
 # overlapped partials, the tile in one or two row waves
