@@ -414,6 +414,40 @@ def render_transfer(paths: list[str]) -> str:
     return "\n".join([_table(head, cols, body), "", *md_table(fp8, vs_cublas, "lrrrr")])
 
 
+def versus_ratios(rows: list[dict]) -> dict:
+    """{(GEMM, N, K, TP, dtype label, M): cuBLAS's time over the fastest other variant's} of one process's ok rows;
+    a cell without both is left out."""
+    cells: dict = {}
+    for r in rows:
+        cells.setdefault((r["gemm"], r["N"], r["K"], r["tp"], dtype_label(r), r["M"]), []).append(r)
+    ratios = {}
+    for k, rs in cells.items():
+        base = [r["time_us_median"] for r in rs if r["variant"] == baseline_for(rs[0])]
+        others = [r["time_us_median"] for r in rs if r["family"] != "cublas"]
+        if base and others:
+            ratios[k] = base[0] / min(others)
+    return ratios
+
+
+def render_versus(paths: list[str]) -> str:
+    """Builds side by side, one file each (one process of one sweep): per GEMM, TP and dtype, each M's time of cuBLAS
+    over the file's fastest other variant, in file order ("0.81x → 0.96x"); then per file the cells, their median,
+    and how many reach 0.95x and 1.0x."""
+    per_file = [versus_ratios([r for r in store.load(p).to_dict("records") if r["status"] == "ok"]) for p in paths]
+    shapes = sorted({k[:5] for ratios in per_file for k in ratios})
+    ms = sorted({k[5] for ratios in per_file for k in ratios})
+    cols = ["GEMM (N, K)", "TP", "dtype", *[f"M {m}" for m in ms]]
+    body = [[f"{g} ({n}, {kk})", str(tp), label,
+             *[" → ".join(f"{r[(g, n, kk, tp, label, m)]:.2f}x" if (g, n, kk, tp, label, m) in r else "-"
+                          for r in per_file) for m in ms]]
+            for g, n, kk, tp, label in shapes]  # fmt: skip
+    summary = [[Path(p).name, str(len(r)), f"{statistics.median(r.values()):.2f}x", str(sum(x >= 0.95 for x in r.values())),
+                str(sum(x >= 1.0 for x in r.values()))] for p, r in zip(paths, per_file, strict=True)]  # fmt: skip
+    head = " → ".join(f"`{Path(p).name}`" for p in paths) + ": cuBLAS's time over the fastest other variant's"
+    return "\n".join([_table(head, cols, body), "",
+                      *md_table(["file", "cells", "median", "≥ 0.95x", "≥ 1.0x"], summary, "lrrrr")])  # fmt: skip
+
+
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("parquet", nargs="*")
@@ -425,6 +459,7 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--moe-vllm", action="store_true", help="the fused MoE table against vLLM's kernel (a plugin)")
     ap.add_argument("--moe-roofline", action="store_true", help="the fused MoE table against its roofline targets")
     ap.add_argument("--transfer", action="store_true", help="configs across GPUs: the own, borrowed, searched runs")
+    ap.add_argument("--versus", action="store_true", help="builds side by side: each file one process, in order")
     ap.add_argument("--check", metavar="MD", help="exit 1 where a marked table of this file differs from its files")
     ap.add_argument("--update", metavar="MD", help="write every marked table of this file again from its files")
     return ap
@@ -432,7 +467,8 @@ def _parser() -> argparse.ArgumentParser:
 
 def tables(args: argparse.Namespace) -> str:
     for flag, whole in ((args.targets, render_targets), (args.moe_vllm, render_moe_vllm),
-                        (args.moe_roofline, render_moe_roofline), (args.transfer, render_transfer)):  # fmt: skip
+                        (args.moe_roofline, render_moe_roofline), (args.transfer, render_transfer),
+                        (args.versus, render_versus)):  # fmt: skip
         if flag:
             return whole(args.parquet)
     kind = render_moe if args.moe else render_layer if args.layer else render_profile if args.profile else None

@@ -64,6 +64,15 @@ def test_target_verdict_takes_the_best_median_and_is_met_only_in_every_process()
     assert verdict.target == 0.95 and not verdict.met
 
 
+def test_versus_takes_cublas_over_the_fastest_other_variant_per_cell():
+    """By hand: cuBLAS 100 µs, variants 125 and 110 µs: 100 / 110 = 0.909x; a cell without cuBLAS has no ratio."""
+    rows = [_row(0, "cublas_bf16", 100.0), _row(0, "triton_a", 125.0), _row(0, "triton_b", 110.0)]
+    rows.append(_row(0, "triton_a", 50.0, M=512))
+    got = _bench_tables().versus_ratios(rows)
+    assert list(got) == [("attn_o", 8192, 8192, 1, "bf16", 2048)]
+    assert abs(got[("attn_o", 8192, 8192, 1, "bf16", 2048)] - 100 / 110) < 1e-12
+
+
 def test_targets_by_m_and_the_decode_headline():
     """0.95x from M 512, 0.9x below, 0.97x at decode, 1.3x for TP 8's QKV fp8 in stream (its cold cell: 0.97x)."""
     cell = _bench_tables().TargetCell

@@ -285,12 +285,13 @@ def test_baseline_list_and_merge_write_json_documents(tmp_path):
     doc = json.loads(listed.stdout)
     shipped = {b["name"]: b for b in doc["baselines"] if b["where"].endswith("shipped")}
     assert doc["schema"] == "gemmbench.baselines/1" and shipped["h200"]["gpu"] == "NVIDIA H200"
-    assert shipped["h100"]["rows"] == 728 and shipped["h200"]["rows"] == 364  # as `baseline save` reported them
+    # as `baseline save` reported them (h200: three processes of 364 cells)
+    assert shipped["h100"]["rows"] == 728 and shipped["h200"]["rows"] == 1092
     out = tmp_path / "m.parquet"
     merged = invoke("merge", "gemmbench/baselines/h200.parquet", "--out", out, "--format", "json")
     assert merged.exit_code == 0, merged.stderr
     doc = json.loads(merged.stdout)
-    assert doc == {"schema": "gemmbench.merge/1", "file": str(out), "rows": 364,
+    assert doc == {"schema": "gemmbench.merge/1", "file": str(out), "rows": 1092,
                    "parts": ["gemmbench/baselines/h200.parquet"], "problems": []}  # fmt: skip
 
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 
 import pytest
 from test_cli import bad, invoke, text
@@ -121,6 +122,15 @@ def test_merge_names_missing_and_duplicated_cells(tmp_path):
     res = invoke("merge", parts[0], parts[0], parts[1], "--out", tmp_path / "m4.parquet", "--allow-missing")
     assert res.exit_code == 1 and "in more than one part" in text(res.stderr)
     assert not (tmp_path / "m4.parquet").exists()
+
+
+def test_a_cell_once_per_process_of_one_part_is_no_duplicate():
+    """A --repeat 3 sweep's file holds each cell three times (one per process): one part, nothing duplicated; the same
+    cell in two parts still is."""
+    repeated = shard.check_parts([(Path("a"), None)], {Path("a"): ["x", "y"] * 3})
+    assert repeated.duplicated == [] and repeated.rows == 6
+    two = shard.check_parts([(Path("a"), None), (Path("b"), None)], {Path("a"): ["x", "x"], Path("b"): ["x", "y"]})
+    assert two.duplicated == ["x"]
 
 
 def store_meta(path) -> bytes:
