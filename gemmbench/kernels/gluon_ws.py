@@ -1,6 +1,6 @@
 """Gluon GEMM for Hopper, the host side: its configs, register and shared-memory budgets, search space, descriptors
 and launch; the kernels are gluon_ws_device.py's (a ring of TMA-filled stages, wgmma consumers, a TMA-store
-epilogue, and the schedules and promotions it describes).
+epilogue, the schedules it describes), their fp8 promotion gluon_ws_promote.py's.
 
 out (M, N) = a (M, K) @ b (N, K)^T, as dense_dp.py.  Written in Gluon (triton.experimental.gluon), where the
 kernel names its own warps, barriers and shared memory: what Triton's own compiler does not let a kernel say.
@@ -24,7 +24,7 @@ import triton
 
 from gemmbench import dtypes
 from gemmbench.configs import tuning
-from gemmbench.kernels import gluon_ws_device
+from gemmbench.kernels import gluon_api, gluon_ws_device
 from gemmbench.kernels.tile_loop import TRITON_SCALINGS, BlockScales, block_scaled, fp8_promote_every
 from gemmbench.measure.device import on_the_gpu
 from gemmbench.registry import Launch, Variant, register
@@ -45,8 +45,8 @@ BLOCK_WAVE_REGS = 32  # what block scales take of the accumulators' registers in
 
 def gluon_unsupported_reason() -> Optional[str]:
     """Why this Triton's Gluon is not the one the kernel was written for, or None."""
-    if gluon_ws_device.GLUON_IMPORT_ERROR is not None:
-        return f"this Triton's Gluon lacks what the kernel uses ({gluon_ws_device.GLUON_IMPORT_ERROR})"
+    if gluon_api.GLUON_IMPORT_ERROR is not None:
+        return f"this Triton's Gluon lacks what the kernel uses ({gluon_api.GLUON_IMPORT_ERROR})"
     if not triton.__version__.startswith(GLUON_TRITON_RELEASES):
         written = ", ".join(r + "x" for r in GLUON_TRITON_RELEASES)
         return f"written for Gluon in Triton {written}; this is Triton {triton.__version__} (Gluon's API changes)"
@@ -272,9 +272,9 @@ def alignment_reason(problem) -> Optional[str]:
 
 def _gl_dtype(t: torch.Tensor):
     return {
-        torch.bfloat16: gluon_ws_device.gl.bfloat16,
-        torch.float16: gluon_ws_device.gl.float16,
-        torch.float8_e4m3fn: gluon_ws_device.gl.float8e4nv,
+        torch.bfloat16: gluon_api.gl.bfloat16,
+        torch.float16: gluon_api.gl.float16,
+        torch.float8_e4m3fn: gluon_api.gl.float8e4nv,
     }[t.dtype]
 
 
@@ -287,8 +287,8 @@ def descriptors(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, config: Glu
     out_rows = bm // 2 if config.SCHEDULE == "halves" else bm
 
     def made(t: torch.Tensor, block: list[int]):
-        return gluon_ws_device.TensorDescriptor.from_tensor(
-            t, block, gluon_ws_device.gl.NVMMASharedLayout.get_default_for(block, _gl_dtype(t))
+        return gluon_api.TensorDescriptor.from_tensor(
+            t, block, gluon_api.gl.NVMMASharedLayout.get_default_for(block, _gl_dtype(t))
         )
 
     da, db, dc = made(a, [bm, bk]), made(b, [bn, bk]), made(out, [out_rows, bn])
@@ -303,7 +303,7 @@ def accumulator_layouts(config: GluonConfig, elem_bits: int) -> tuple:
 
     def layout(bm: int, bn: int):
         warps_per_cta, instr = wgmma_layout_params(bm, bn, warps, elem_bits)
-        return gluon_ws_device.gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=warps_per_cta, instr_shape=instr)
+        return gluon_api.gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=warps_per_cta, instr_shape=instr)
 
     first = layout(rows, config.BLOCK_N)
     second = layout(rows, config.BLOCK_N2) if config.BLOCK_N2 else first

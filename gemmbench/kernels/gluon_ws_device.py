@@ -1,5 +1,5 @@
-"""The Gluon GEMM's device code: the kernels of gemmbench/kernels/gluon_ws.py, which holds their configs, register
-and shared-memory budgets, search space and launch.
+"""The Gluon GEMM's kernels (device code); gemmbench/kernels/gluon_ws.py holds their configs, register and
+shared-memory budgets, search space and launch, gluon_ws_promote.py the K loops that promote fp8 by themselves.
 
 out (M, N) = a (M, K) @ b (N, K)^T.  The schedules (config field SCHEDULE), each a step on the one before:
 
@@ -12,14 +12,10 @@ out (M, N) = a (M, K) @ b (N, K)^T.  The schedules (config field SCHEDULE), each
 - "pingpong": two 4-warp consumer partitions, each its own tile (even and odd tiles of the program), taking
   turns at their K loops, so one's epilogue runs while the other's wgmma keep the tensor cores busy, the way
   CUTLASS's Hopper ping-pong kernels do.
-Both warp-specialized schedules can widen a tile by a second accumulator (BLOCK_N2: 128 + 32 = 160 columns).
-
-fp8 promotion, three ways: Triton's wgmma lowering promotes every PROMOTE of K (max_num_imprecise_acc); the
-overlapped loop (OVERLAP) sums each K step into one of two alternating partials and adds the finished one while the
-other's wgmma runs; the waves (WAVES) take the tile's rows in one or two waves, each K step's sum of a wave into one
-partial, waited for and added into the wave's fp32 tile, so that only one partial lives beside the fp32 tile.
-Per-tensor and row-wise scales are applied in the epilogue; block scales (1 x 128 activation groups, 128 x 128
-weight blocks) to each K step's own sum; bf16 out.
+- "halves": two 4-warp consumer partitions on the two row halves of every tile, taking turns at each wave's wgmma
+  (fp8 promoted in row waves: gluon_ws_promote.k_loop_waves), so one's promotion runs under the other's wgmma.
+"ws" and "pingpong" can widen a tile by a second accumulator (BLOCK_N2: 128 + 32 = 160 columns).  Per-tensor and
+row-wise scales are applied in the epilogue; block scales to each K step's own sum; bf16 out.
 
 Each jit signature is grouped by role, a commented line each.  Triton 3.6's gluon.jit ignores TRITON_INTERPRET: this
 code runs on the GPU only (tests/test_gpu_gluon_ws.py).
@@ -27,26 +23,20 @@ code runs on the GPU only (tests/test_gpu_gluon_ws.py).
 
 from __future__ import annotations
 
-from typing import Optional
+from gemmbench.kernels import gluon_api
 
-try:  # the Gluon names this kernel is written against (supports() refuses a Triton whose Gluon differs)
-    from triton.experimental import gluon
-    from triton.experimental.gluon import language as gl
-    from triton.experimental.gluon.language.nvidia.hopper import (
+if gluon_api.GLUON_IMPORT_ERROR is None:
+    from gemmbench.kernels.gluon_api import (
         fence_async_shared,
+        gl,
+        gluon,
         mbarrier,
         tma,
         warpgroup_mma,
         warpgroup_mma_wait,
     )
-    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor  # noqa: F401 - for the host side's descriptors
+    from gemmbench.kernels.gluon_ws_promote import epilogue_waves, k_loop_overlapped, k_loop_waves, scaled
 
-    GLUON_IMPORT_ERROR: Optional[str] = None
-except ImportError as exc:  # pragma: no cover - an older or newer Triton without these names
-    GLUON_IMPORT_ERROR = f"{type(exc).__name__}: {exc}"
-
-
-if GLUON_IMPORT_ERROR is None:
     # fmt: off
 
     @gluon.jit
@@ -69,32 +59,27 @@ if GLUON_IMPORT_ERROR is None:
         return acc
 
     @gluon.jit
-    def _scaled(acc, a_scale_ptr, b_scale_ptr, off_m, off_n, M, N, SCALE: gl.constexpr):
-        """An fp32 tile (rows from off_m, columns from off_n) times its per-tensor or row-wise scales."""
-        if SCALE == "tensor":
-            return acc * (gl.load(a_scale_ptr) * gl.load(b_scale_ptr))
-        elif SCALE == "row":
-            layout: gl.constexpr = acc.type.layout
-            rows = off_m + gl.arange(0, acc.shape[0], layout=gl.SliceLayout(1, layout))
-            cols = off_n + gl.arange(0, acc.shape[1], layout=gl.SliceLayout(0, layout))
-            sa = gl.load(a_scale_ptr + rows, mask=rows < M, other=0.0)
-            sb = gl.load(b_scale_ptr + cols, mask=cols < N, other=0.0)
-            return acc * gl.expand_dims(sa, 1) * gl.expand_dims(sb, 0)
-        else:
-            return acc
-
-    @gluon.jit
-    def _epilogue(acc, c_desc, c_smem, a_scale_ptr, b_scale_ptr, off_m, off_n, M, N, SCALE: gl.constexpr):
+    def _epilogue(
+        acc,                                                     # the fp32 tile
+        c_desc, c_smem,                                          # output: TMA descriptor and staging tile
+        a_scale_ptr, b_scale_ptr,                                # scales: per tensor or per row
+        off_m, off_n, M, N,                                      # the tile's first row and column; sizes
+        SCALE: gl.constexpr,                                     # which scales
+    ):
         """Scale the fp32 tile, cast it, and store it through shared memory with one TMA copy (which clips what lies
         past M and N); the previous tile's copy must have left c_smem first."""
-        acc = _scaled(acc, a_scale_ptr, b_scale_ptr, off_m, off_n, M, N, SCALE)
+        acc = scaled(acc, a_scale_ptr, b_scale_ptr, off_m, off_n, M, N, SCALE)
         tma.store_wait(0)
         c_smem.store(acc.to(c_desc.dtype))
         fence_async_shared()
         tma.async_copy_shared_to_global(c_desc, [off_m, off_n], c_smem)
 
     @gluon.jit
-    def _load_stage(a_desc, b_desc, a_bufs, b_bufs, ready, pos, off_m, off_n, k, pred):
+    def _load_stage(
+        a_desc, b_desc,                                          # operands: TMA descriptors
+        a_bufs, b_bufs, ready,                                   # shared memory: the stages, their ready barriers
+        pos, off_m, off_n, k, pred,                              # ring position, block offsets, whether to load
+    ):
         """TMA copies of one K step of A and B into ring position pos, counted on its ready barrier."""
         slot = pos % a_bufs.shape[0]
         bar = ready.index(slot)
@@ -149,7 +134,13 @@ if GLUON_IMPORT_ERROR is None:
             mbarrier.invalidate(ready.index(i))
 
     @gluon.jit
-    def _producer(a_desc, b_desc, b2_desc, ring, M, N, K, GROUP_M: gl.constexpr, BN2: gl.constexpr):
+    def _producer(
+        a_desc, b_desc, b2_desc,                                 # operands: TMA descriptors
+        ring,                                                    # shared memory: the stages and their barriers
+        M, N, K,                                                 # sizes
+        GROUP_M: gl.constexpr,                                   # schedule
+        BN2: gl.constexpr,                                       # meta: the second accumulator's width
+    ):
         """The producer warp: every K step of every tile of this program into the ring, in the order the consumers
         take them, each stage once its last reader released it.  BN2 > 0: each stage also holds the BN2 rows of B
         after the first BLOCK_N (a tile BLOCK_N + BN2 wide)."""
@@ -179,149 +170,6 @@ if GLUON_IMPORT_ERROR is None:
                 else:
                     _load_stage(a_desc, b_desc, a_bufs, b_bufs, ready, pos, pid_m * BM, off_n, k * BK, True)
                 pos += 1
-
-    @gluon.jit
-    def _add_step(acc, part, k, bscales, off_m, off_n, M, N, BK: gl.constexpr, SCALE: gl.constexpr,
-                  layout: gl.constexpr):
-        """acc + one K step's partial sum; block scales: the partial times its rows' activation scales and its
-        columns' weight scales of the 128-K group the step lies in (column n: weight block row n // 128)."""
-        if SCALE == "block":
-            a_bs, b_bs, s_am, s_ak, s_bn, s_bk = bscales
-            BM: gl.constexpr = acc.shape[0]
-            BN: gl.constexpr = acc.shape[1]
-            group = (k * BK) // 128
-            rows = off_m + gl.arange(0, BM, layout=gl.SliceLayout(1, layout))
-            cols = off_n + gl.arange(0, BN, layout=gl.SliceLayout(0, layout))
-            sa = gl.load(a_bs + rows * s_am + group * s_ak, mask=rows < M, other=0.0)
-            sb = gl.load(b_bs + (cols // 128) * s_bn + group * s_bk, mask=cols < N, other=0.0)
-            return acc + part * gl.expand_dims(sa, 1) * gl.expand_dims(sb, 0)
-        else:
-            return acc + part
-
-    @gluon.jit
-    def _k_loop_overlapped(a_bufs, b_bufs, ready, empty, base, k_steps, acc, bscales, off_m, off_n, M, N,
-                           SCALE: gl.constexpr, layout: gl.constexpr):
-        """fp8 with each K step's sum promoted on its own: each step's wgmma starts a partial sum of its own (two,
-        alternating), and the finished one is added into the fp32 tile (block scales: scaled first) while the
-        other's wgmma runs; Triton's max_num_imprecise_acc instead drains the wgmma group before each add.  Two K
-        steps a trip, so each partial keeps its registers (a wgmma accumulates in place)."""
-        STAGES: gl.constexpr = a_bufs.shape[0]
-        BK: gl.constexpr = a_bufs.shape[2]
-        pa = gl.zeros_like(acc)
-        pb = gl.zeros_like(acc)
-        for k in range(0, k_steps, 2):
-            pos = base + k
-            mbarrier.wait(ready.index(pos % STAGES), (pos // STAGES) & 1)
-            pa = warpgroup_mma(a_bufs.index(pos % STAGES), b_bufs.index(pos % STAGES).permute((1, 0)), pa,
-                               use_acc=False, is_async=True)
-            pa, pb = warpgroup_mma_wait(1, deps=[pa, pb])
-            if k > 0:  # the step before's partial
-                acc = _add_step(acc, pb, k - 1, bscales, off_m, off_n, M, N, BK, SCALE, layout)
-            mbarrier.arrive(empty.index((pos + STAGES - 1) % STAGES), count=1, pred=k > 0)
-            if k + 1 < k_steps:
-                nxt = pos + 1
-                mbarrier.wait(ready.index(nxt % STAGES), (nxt // STAGES) & 1)
-                pb = warpgroup_mma(a_bufs.index(nxt % STAGES), b_bufs.index(nxt % STAGES).permute((1, 0)), pb,
-                                   use_acc=False, is_async=True)
-                pa, pb = warpgroup_mma_wait(1, deps=[pa, pb])
-                acc = _add_step(acc, pa, k, bscales, off_m, off_n, M, N, BK, SCALE, layout)
-                mbarrier.arrive(empty.index(pos % STAGES), count=1)
-        pa, pb = warpgroup_mma_wait(0, deps=[pa, pb])
-        if k_steps % 2 == 1:
-            acc = _add_step(acc, pa, k_steps - 1, bscales, off_m, off_n, M, N, BK, SCALE, layout)
-        else:
-            acc = _add_step(acc, pb, k_steps - 1, bscales, off_m, off_n, M, N, BK, SCALE, layout)
-        mbarrier.arrive(empty.index((base + k_steps - 1) % STAGES), count=1)
-        return acc
-
-    @gluon.jit
-    def _wave_scales(bscales, k, off_m, off_n, M, BK: gl.constexpr, WAVE_M: gl.constexpr, layout: gl.constexpr):
-        """Block scales of K step k for a tile's two row waves, per row: each row's activation scale times the
-        tile's one weight scale (a tile of at most 128 columns lies in one 128-column weight block), of the 128-K
-        group the step lies in."""
-        a_bs, b_bs, s_am, s_ak, s_bn, s_bk = bscales
-        group = (k * BK) // 128
-        rows = off_m + gl.arange(0, WAVE_M, layout=gl.SliceLayout(1, layout))
-        sb = gl.load(b_bs + (off_n // 128) * s_bn + group * s_bk)
-        sa0 = gl.load(a_bs + rows * s_am + group * s_ak, mask=rows < M, other=0.0)
-        sa1 = gl.load(a_bs + (rows + WAVE_M) * s_am + group * s_ak, mask=rows + WAVE_M < M, other=0.0)
-        return sa0 * sb, sa1 * sb
-
-    @gluon.jit
-    def _promoted(acc, raw, scale, SCALE: gl.constexpr):
-        """acc + one K step's exact sum: block scales multiply it by its rows' scales (times the tile's) first."""
-        if SCALE == "block":
-            return gl.fma(raw, gl.expand_dims(scale, 1), acc)
-        else:
-            return acc + raw
-
-    @gluon.jit
-    def _k_loop_waves(
-        a_bufs, b_bufs, ready, empty, turns,                     # shared memory: stages, their barriers, the turns'
-        base, k_steps, turn,                                     # ring position, K steps, turns taken
-        acc0, acc1, bscales,                                     # the waves' fp32 tiles; block scales
-        off_m, off_n, M, N,                                      # this consumer's rows (from off_m) and columns
-        ROW0: gl.constexpr,                                      # its first row within a stage's A block
-        FIRST: gl.constexpr, TURNS: gl.constexpr,                # schedule: which consumer, whether they alternate
-        SCALE: gl.constexpr, WAVES: gl.constexpr,                # fp8: which scales, how many waves
-    ):
-        """fp8 promoted in row waves: each K step's sum of a wave of WAVE_M rows (each warpgroup its 64-row slice)
-        goes into one reduced-precision accumulator, started afresh (use_acc False), waited for, and added into that
-        wave's fp32 accumulator; then the next wave.  Only one partial beside the fp32 tile: 256 x 128 fits where
-        Triton's promotion of a whole tile spills or serializes its wgmma.  TURNS (two consumers on the two halves
-        of a tile's rows): each issues a wave's wgmma in its turn and hands the turn over once issued, so the
-        tensor cores take the two consumers' waves one after the other and each one's promotion runs under the
-        other's wgmma.  Returns the waves' tiles and the turns taken."""
-        STAGES: gl.constexpr = a_bufs.shape[0]
-        BK: gl.constexpr = a_bufs.shape[2]
-        WAVE_M: gl.constexpr = acc0.shape[0]
-        layout: gl.constexpr = acc0.type.layout
-        raw = gl.zeros_like(acc0)
-        s0 = gl.full([WAVE_M], 1.0, gl.float32, gl.SliceLayout(1, layout))
-        s1 = s0
-        for k in range(k_steps):
-            pos = base + k
-            slot = pos % STAGES
-            if SCALE == "block":  # loaded before the wait: their latency hides under the data's
-                s0, s1 = _wave_scales(bscales, k, off_m, off_n, M, BK, WAVE_M, layout)
-            mbarrier.wait(ready.index(slot), (pos // STAGES) & 1)
-            a = a_bufs.index(slot)
-            b = b_bufs.index(slot).permute((1, 0))
-            raw, turn = _wave_mma(a.slice(ROW0, WAVE_M, dim=0), b, raw, turns, turn, FIRST, TURNS)
-            acc0 = _promoted(acc0, raw, s0, SCALE)
-            if WAVES == 2:
-                raw, turn = _wave_mma(a.slice(ROW0 + WAVE_M, WAVE_M, dim=0), b, raw, turns, turn, FIRST, TURNS)
-                acc1 = _promoted(acc1, raw, s1, SCALE)
-            mbarrier.arrive(empty.index(slot), count=1)
-        return acc0, acc1, turn
-
-    @gluon.jit
-    def _wave_mma(a, b, raw, turns, turn, FIRST: gl.constexpr, TURNS: gl.constexpr):
-        """One wave's K step into raw, started afresh and waited for; TURNS: issued in this consumer's turn (the
-        first consumer's first turn finds its barrier's phase 1 complete, as created), the turn handed over once
-        issued."""
-        if TURNS:
-            mbarrier.wait(turns.index(FIRST), (turn & 1) ^ (1 - FIRST))
-        raw = warpgroup_mma(a, b, raw, use_acc=False, is_async=True)
-        if TURNS:
-            mbarrier.arrive(turns.index(1 - FIRST), count=1)
-        raw = warpgroup_mma_wait(0, deps=[raw])
-        return raw, turn + 1
-
-    @gluon.jit
-    def _epilogue_waves(acc0, acc1, c_desc, c_smem, a_scale_ptr, b_scale_ptr, off_m, off_n, M, N,
-                        SCALE: gl.constexpr, WAVES: gl.constexpr):
-        """_epilogue for a tile held as row waves: each wave scaled and written into its rows of c_smem, then one
-        TMA copy of the tile."""
-        WAVE_M: gl.constexpr = acc0.shape[0]
-        tma.store_wait(0)
-        c_smem.slice(0, WAVE_M, dim=0).store(_scaled(acc0, a_scale_ptr, b_scale_ptr, off_m, off_n, M, N, SCALE)
-                                             .to(c_desc.dtype))
-        if WAVES == 2:
-            c_smem.slice(WAVE_M, WAVE_M, dim=0).store(
-                _scaled(acc1, a_scale_ptr, b_scale_ptr, off_m + WAVE_M, off_n, M, N, SCALE).to(c_desc.dtype))
-        fence_async_shared()
-        tma.async_copy_shared_to_global(c_desc, [off_m, off_n], c_smem)
 
     @gluon.jit
     def _consumer(
@@ -369,10 +217,10 @@ if GLUON_IMPORT_ERROR is None:
                 w1 = w0
                 if WAVES == 2:
                     w1 = gl.zeros_like(w0)
-                w0, w1, turn = _k_loop_waves(a_bufs, b_bufs, ready, empty, turns, base, k_steps, turn, w0, w1, bscales,
+                w0, w1, turn = k_loop_waves(a_bufs, b_bufs, ready, empty, turns, base, k_steps, turn, w0, w1, bscales,
                                              pid_m * BM + ROW0, pid_n * BN, M, N, ROW0, FIRST, HALVES, SCALE, WAVES)
             elif OVERLAP:
-                acc = _k_loop_overlapped(a_bufs, b_bufs, ready, empty, base, k_steps, acc, bscales, pid_m * BM,
+                acc = k_loop_overlapped(a_bufs, b_bufs, ready, empty, base, k_steps, acc, bscales, pid_m * BM,
                                          pid_n * (BN + BN2), M, N, SCALE, layout)
             else:
                 for k in range(k_steps):
@@ -396,7 +244,7 @@ if GLUON_IMPORT_ERROR is None:
             base += EVERY * k_steps
             off_n = pid_n * (BN + BN2)
             if WAVES > 0:
-                _epilogue_waves(w0, w1, c_desc, c_smem, a_scale_ptr, b_scale_ptr, pid_m * BM + ROW0, off_n, M, N,
+                epilogue_waves(w0, w1, c_desc, c_smem, a_scale_ptr, b_scale_ptr, pid_m * BM + ROW0, off_n, M, N,
                                 SCALE, WAVES)
             else:
                 _epilogue(acc, c_desc, c_smem, a_scale_ptr, b_scale_ptr, pid_m * BM, off_n, M, N, SCALE)

@@ -1,0 +1,214 @@
+"""The Gluon GEMM's fp8 promotion in device code: the consumer K loops that promote by themselves (the overlapped
+partials and the row waves, with their block scales) and a tile's per-tensor or row-wise scales; the schedules that
+call them are gluon_ws_device.py's.
+
+Triton's wgmma lowering promotes every PROMOTE of K by itself (max_num_imprecise_acc) and waits for each wgmma before
+adding it.  The overlapped loop sums each K step into one of two alternating partials and adds the finished one while
+the other's wgmma runs (three fp32 tiles).  The waves take the tile's rows in one or two waves: each K step's sum of a
+wave goes into one partial, waited for and added into that wave's fp32 tile, so only one partial lives beside the
+fp32 tile; in the halves schedule two consumers take turns at the waves' wgmma (docs/BENCHMARKS.md, "Promoted fp8:
+the waves and the halves").  Each jit signature is grouped by role, a commented line each.
+"""
+
+from __future__ import annotations
+
+from gemmbench.kernels import gluon_api
+
+if gluon_api.GLUON_IMPORT_ERROR is None:
+    from gemmbench.kernels.gluon_api import (
+        fence_async_shared,
+        gl,
+        gluon,
+        mbarrier,
+        tma,
+        warpgroup_mma,
+        warpgroup_mma_wait,
+    )
+
+    # fmt: off
+
+    @gluon.jit
+    def scaled(
+        acc,                                                     # the fp32 tile
+        a_scale_ptr, b_scale_ptr,                                # scales: per tensor or per row
+        off_m, off_n, M, N,                                      # the tile's first row and column; sizes
+        SCALE: gl.constexpr,                                     # which scales
+    ):
+        """An fp32 tile (rows from off_m, columns from off_n) times its per-tensor or row-wise scales."""
+        if SCALE == "tensor":
+            return acc * (gl.load(a_scale_ptr) * gl.load(b_scale_ptr))
+        elif SCALE == "row":
+            layout: gl.constexpr = acc.type.layout
+            rows = off_m + gl.arange(0, acc.shape[0], layout=gl.SliceLayout(1, layout))
+            cols = off_n + gl.arange(0, acc.shape[1], layout=gl.SliceLayout(0, layout))
+            sa = gl.load(a_scale_ptr + rows, mask=rows < M, other=0.0)
+            sb = gl.load(b_scale_ptr + cols, mask=cols < N, other=0.0)
+            return acc * gl.expand_dims(sa, 1) * gl.expand_dims(sb, 0)
+        else:
+            return acc
+
+    @gluon.jit
+    def _add_step(
+        acc, part, k,                                            # the fp32 tile, one K step's sum, that step
+        bscales,                                                 # block scales: pointers and strides
+        off_m, off_n, M, N,                                      # the tile's first row and column; sizes
+        BK: gl.constexpr, SCALE: gl.constexpr,                   # K step, which scales
+        layout: gl.constexpr,                                    # meta: the accumulator's layout
+    ):
+        """acc + one K step's partial sum; block scales: the partial times its rows' activation scales and its
+        columns' weight scales of the 128-K group the step lies in (column n: weight block row n // 128)."""
+        if SCALE == "block":
+            a_bs, b_bs, s_am, s_ak, s_bn, s_bk = bscales
+            BM: gl.constexpr = acc.shape[0]
+            BN: gl.constexpr = acc.shape[1]
+            group = (k * BK) // 128
+            rows = off_m + gl.arange(0, BM, layout=gl.SliceLayout(1, layout))
+            cols = off_n + gl.arange(0, BN, layout=gl.SliceLayout(0, layout))
+            sa = gl.load(a_bs + rows * s_am + group * s_ak, mask=rows < M, other=0.0)
+            sb = gl.load(b_bs + (cols // 128) * s_bn + group * s_bk, mask=cols < N, other=0.0)
+            return acc + part * gl.expand_dims(sa, 1) * gl.expand_dims(sb, 0)
+        else:
+            return acc + part
+
+    @gluon.jit
+    def k_loop_overlapped(
+        a_bufs, b_bufs, ready, empty,                            # shared memory: stages and their barriers
+        base, k_steps,                                           # ring position, K steps
+        acc, bscales,                                            # the fp32 tile; block scales
+        off_m, off_n, M, N,                                      # the tile's first row and column; sizes
+        SCALE: gl.constexpr,                                     # which scales
+        layout: gl.constexpr,                                    # meta: the accumulator's layout
+    ):
+        """fp8 with each K step's sum promoted on its own: each step's wgmma starts a partial sum of its own (two,
+        alternating), and the finished one is added into the fp32 tile (block scales: scaled first) while the
+        other's wgmma runs; Triton's max_num_imprecise_acc instead drains the wgmma group before each add.  Two K
+        steps a trip, so each partial keeps its registers (a wgmma accumulates in place)."""
+        STAGES: gl.constexpr = a_bufs.shape[0]
+        BK: gl.constexpr = a_bufs.shape[2]
+        pa = gl.zeros_like(acc)
+        pb = gl.zeros_like(acc)
+        for k in range(0, k_steps, 2):
+            pos = base + k
+            mbarrier.wait(ready.index(pos % STAGES), (pos // STAGES) & 1)
+            pa = warpgroup_mma(a_bufs.index(pos % STAGES), b_bufs.index(pos % STAGES).permute((1, 0)), pa,
+                               use_acc=False, is_async=True)
+            pa, pb = warpgroup_mma_wait(1, deps=[pa, pb])
+            if k > 0:  # the step before's partial
+                acc = _add_step(acc, pb, k - 1, bscales, off_m, off_n, M, N, BK, SCALE, layout)
+            mbarrier.arrive(empty.index((pos + STAGES - 1) % STAGES), count=1, pred=k > 0)
+            if k + 1 < k_steps:
+                nxt = pos + 1
+                mbarrier.wait(ready.index(nxt % STAGES), (nxt // STAGES) & 1)
+                pb = warpgroup_mma(a_bufs.index(nxt % STAGES), b_bufs.index(nxt % STAGES).permute((1, 0)), pb,
+                                   use_acc=False, is_async=True)
+                pa, pb = warpgroup_mma_wait(1, deps=[pa, pb])
+                acc = _add_step(acc, pa, k, bscales, off_m, off_n, M, N, BK, SCALE, layout)
+                mbarrier.arrive(empty.index(pos % STAGES), count=1)
+        pa, pb = warpgroup_mma_wait(0, deps=[pa, pb])
+        if k_steps % 2 == 1:
+            acc = _add_step(acc, pa, k_steps - 1, bscales, off_m, off_n, M, N, BK, SCALE, layout)
+        else:
+            acc = _add_step(acc, pb, k_steps - 1, bscales, off_m, off_n, M, N, BK, SCALE, layout)
+        mbarrier.arrive(empty.index((base + k_steps - 1) % STAGES), count=1)
+        return acc
+
+    @gluon.jit
+    def _wave_scales(
+        bscales, k,                                              # block scales: pointers and strides; the K step
+        off_m, off_n, M,                                         # the first wave's first row, the tile's column; M
+        BK: gl.constexpr, WAVE_M: gl.constexpr,                  # K step, a wave's rows
+        layout: gl.constexpr,                                    # meta: a wave's accumulator layout
+    ):
+        """Block scales of K step k for a tile's two row waves, per row: each row's activation scale times the
+        tile's one weight scale (a tile of at most 128 columns lies in one 128-column weight block), of the 128-K
+        group the step lies in."""
+        a_bs, b_bs, s_am, s_ak, s_bn, s_bk = bscales
+        group = (k * BK) // 128
+        rows = off_m + gl.arange(0, WAVE_M, layout=gl.SliceLayout(1, layout))
+        sb = gl.load(b_bs + (off_n // 128) * s_bn + group * s_bk)
+        sa0 = gl.load(a_bs + rows * s_am + group * s_ak, mask=rows < M, other=0.0)
+        sa1 = gl.load(a_bs + (rows + WAVE_M) * s_am + group * s_ak, mask=rows + WAVE_M < M, other=0.0)
+        return sa0 * sb, sa1 * sb
+
+    @gluon.jit
+    def _promoted(acc, raw, scale, SCALE: gl.constexpr):
+        """acc + one K step's exact sum: block scales multiply it by its rows' scales (times the tile's) first."""
+        if SCALE == "block":
+            return gl.fma(raw, gl.expand_dims(scale, 1), acc)
+        else:
+            return acc + raw
+
+    @gluon.jit
+    def k_loop_waves(
+        a_bufs, b_bufs, ready, empty, turns,                     # shared memory: stages, their barriers, the turns'
+        base, k_steps, turn,                                     # ring position, K steps, turns taken
+        acc0, acc1, bscales,                                     # the waves' fp32 tiles; block scales
+        off_m, off_n, M, N,                                      # this consumer's rows (from off_m) and columns
+        ROW0: gl.constexpr,                                      # its first row within a stage's A block
+        FIRST: gl.constexpr, TURNS: gl.constexpr,                # schedule: which consumer, whether they alternate
+        SCALE: gl.constexpr, WAVES: gl.constexpr,                # fp8: which scales, how many waves
+    ):
+        """fp8 promoted in row waves: each K step's sum of a wave of WAVE_M rows (each warpgroup its 64-row slice)
+        goes into one reduced-precision accumulator, started afresh (use_acc False), waited for, and added into that
+        wave's fp32 accumulator; then the next wave.  Only one partial beside the fp32 tile: 256 x 128 fits where
+        Triton's promotion of a whole tile spills or serializes its wgmma.  TURNS (two consumers on the two halves
+        of a tile's rows): each issues a wave's wgmma in its turn and hands the turn over once issued, so the
+        tensor cores take the two consumers' waves one after the other and each one's promotion runs under the
+        other's wgmma.  Returns the waves' tiles and the turns taken."""
+        STAGES: gl.constexpr = a_bufs.shape[0]
+        BK: gl.constexpr = a_bufs.shape[2]
+        WAVE_M: gl.constexpr = acc0.shape[0]
+        layout: gl.constexpr = acc0.type.layout
+        raw = gl.zeros_like(acc0)
+        s0 = gl.full([WAVE_M], 1.0, gl.float32, gl.SliceLayout(1, layout))
+        s1 = s0
+        for k in range(k_steps):
+            pos = base + k
+            slot = pos % STAGES
+            if SCALE == "block":  # loaded before the wait: their latency hides under the data's
+                s0, s1 = _wave_scales(bscales, k, off_m, off_n, M, BK, WAVE_M, layout)
+            mbarrier.wait(ready.index(slot), (pos // STAGES) & 1)
+            a = a_bufs.index(slot)
+            b = b_bufs.index(slot).permute((1, 0))
+            raw, turn = _wave_mma(a.slice(ROW0, WAVE_M, dim=0), b, raw, turns, turn, FIRST, TURNS)
+            acc0 = _promoted(acc0, raw, s0, SCALE)
+            if WAVES == 2:
+                raw, turn = _wave_mma(a.slice(ROW0 + WAVE_M, WAVE_M, dim=0), b, raw, turns, turn, FIRST, TURNS)
+                acc1 = _promoted(acc1, raw, s1, SCALE)
+            mbarrier.arrive(empty.index(slot), count=1)
+        return acc0, acc1, turn
+
+    @gluon.jit
+    def _wave_mma(a, b, raw, turns, turn, FIRST: gl.constexpr, TURNS: gl.constexpr):
+        """One wave's K step into raw, started afresh and waited for; TURNS: issued in this consumer's turn (the
+        first consumer's first turn finds its barrier's phase 1 complete, as created), the turn handed over once
+        issued."""
+        if TURNS:
+            mbarrier.wait(turns.index(FIRST), (turn & 1) ^ (1 - FIRST))
+        raw = warpgroup_mma(a, b, raw, use_acc=False, is_async=True)
+        if TURNS:
+            mbarrier.arrive(turns.index(1 - FIRST), count=1)
+        raw = warpgroup_mma_wait(0, deps=[raw])
+        return raw, turn + 1
+
+    @gluon.jit
+    def epilogue_waves(
+        acc0, acc1,                                              # the waves' fp32 tiles
+        c_desc, c_smem,                                          # output: TMA descriptor and staging tile
+        a_scale_ptr, b_scale_ptr,                                # scales: per tensor or per row
+        off_m, off_n, M, N,                                      # the first row and column; sizes
+        SCALE: gl.constexpr, WAVES: gl.constexpr,                # which scales, how many waves
+    ):
+        """The epilogue (gluon_ws_device) for a tile held as row waves: each wave scaled and written into its rows of c_smem, then one
+        TMA copy of the tile."""
+        WAVE_M: gl.constexpr = acc0.shape[0]
+        tma.store_wait(0)
+        c_smem.slice(0, WAVE_M, dim=0).store(scaled(acc0, a_scale_ptr, b_scale_ptr, off_m, off_n, M, N, SCALE)
+                                             .to(c_desc.dtype))
+        if WAVES == 2:
+            c_smem.slice(WAVE_M, WAVE_M, dim=0).store(
+                scaled(acc1, a_scale_ptr, b_scale_ptr, off_m + WAVE_M, off_n, M, N, SCALE).to(c_desc.dtype))
+        fence_async_shared()
+        tma.async_copy_shared_to_global(c_desc, [off_m, off_n], c_smem)
+
+    # fmt: on
