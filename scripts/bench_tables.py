@@ -441,8 +441,9 @@ def render_versus(paths: list[str]) -> str:
              *[" → ".join(f"{r[(g, n, kk, tp, label, m)]:.2f}x" if (g, n, kk, tp, label, m) in r else "-"
                           for r in per_file) for m in ms]]
             for g, n, kk, tp, label in shapes]  # fmt: skip
-    summary = [[Path(p).name, str(len(r)), f"{statistics.median(r.values()):.2f}x", str(sum(x >= 0.95 for x in r.values())),
-                str(sum(x >= 1.0 for x in r.values()))] for p, r in zip(paths, per_file, strict=True)]  # fmt: skip
+    summary = [[Path(p).name, str(len(r)), f"{statistics.median(r.values()):.2f}x",
+                str(sum(x >= 0.95 for x in r.values())), str(sum(x >= 1.0 for x in r.values()))]
+               for p, r in zip(paths, per_file, strict=True)]  # fmt: skip
     head = " → ".join(f"`{Path(p).name}`" for p in paths) + ": cuBLAS's time over the fastest other variant's"
     return "\n".join([_table(head, cols, body), "",
                       *md_table(["file", "cells", "median", "≥ 0.95x", "≥ 1.0x"], summary, "lrrrr")])  # fmt: skip

@@ -75,13 +75,13 @@ def test_gluon_on_gpu(M, N, K, case, tile):
     assert reported["registers"] > 0 and reported["spills"] >= 0
 
 
-# the waves' quick tiles (gluon_ws._QUICK), a ping-pong one and the halves': (schedule, BLOCK_M, BLOCK_N, warps, waves) and the
-# stage counts from 2 that fit, by hand.  Shared memory: (BLOCK_M + BLOCK_N) x 128 B a stage and 2 B an output
-# element per consumer, within 232448 B: 256 x 128 and 128 x 256, 49152 a stage + 65536: 3 stages; 128 x 128 on one
-# consumer, 32768 + 32768: 6; ping-pong's two output tiles: 5; halves, two half-tiles: as one consumer.  Registers
-# (block scales: 160 of accumulators, else 192): 128 + 64 a thread for the first two, ping-pong and 256-row halves
-# (4 warps on 128 rows), 64 + 64 for 128 x 128 in one wave on 8 warps and for 128-row halves (64 rows on 4 warps);
-# 128 x 256 spans two weight blocks, which the waves do not scale.
+# the waves' quick tiles (gluon_ws._QUICK), a ping-pong one and the halves': (schedule, BLOCK_M, BLOCK_N, warps,
+# waves) and the stage counts from 2 that fit, by hand.  Shared memory: (BLOCK_M + BLOCK_N) x 128 B a stage and 2 B an
+# output element per consumer, within 232448 B: 256 x 128 and 128 x 256, 49152 a stage + 65536: 3 stages; 128 x 128
+# on one consumer, 32768 + 32768: 6; ping-pong's two output tiles: 5; halves, two half-tiles: as one consumer.
+# Registers (block scales: 160 of accumulators, else 192): 128 + 64 a thread for the first two, ping-pong and
+# 256-row halves (4 warps on 128 rows), 64 + 64 for 128 x 128 in one wave on 8 warps and for 128-row halves (64 rows
+# on 4 warps); 128 x 256 spans two weight blocks, which the waves do not scale.
 WAVE_TILES = [
     ("ws", 256, 128, 8, 2, {"tensor": 2, "row": 2, "block": 0}),
     ("ws", 128, 256, 8, 2, {"tensor": 2, "row": 2, "block": 0}),

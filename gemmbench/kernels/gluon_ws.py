@@ -76,8 +76,8 @@ class GluonConfig(tuning.KernelConfig):
     # 128 + 32 = 160 wide (cuBLAS's width for N 1280: 8 tiles across, not 10 or 5); Triton's tensors are powers of two
     BLOCK_N2: int = field(default=0, metadata={"choices": (0, 16, 32, 64)})
     # fp8 promoted or block-scaled, warp-specialized schedules: the tile's rows in this many waves, each K step's sum
-    # of a wave started afresh in one partial accumulator and added into that wave's fp32 tile (_k_loop_waves); 0:
-    # not this loop
+    # of a wave started afresh in one partial accumulator and added into that wave's fp32 tile
+    # (gluon_ws_promote.k_loop_waves); 0: not this loop
     PROMOTE_WAVES: int = field(default=0, metadata={"choices": (0, 1, 2)})
 
 
@@ -160,7 +160,7 @@ def fits(config: GluonConfig, elem: int, fp8_precise: bool, block: bool = False)
     budget = CONSUMER_REGS - 40 if config.SCHEDULE in WARP_SPECIALIZED else 192
     if block and waves:
         # each wave's row scales and their addresses: ptxas spilled 256 x 128 in two waves with them (192 registers
-        # of accumulators), and not without (docs/BENCHMARKS.md, "Promoted fp8")
+        # of accumulators), and not without (docs/BENCHMARKS.md, "Promoted fp8: the waves and the halves")
         budget -= BLOCK_WAVE_REGS
     return smem_bytes(config, elem) <= SMEM_BYTES and accumulator_registers(config, fp8_precise or block) <= budget
 
@@ -187,11 +187,12 @@ def search_space(problem, on_gpu: bool, full: bool = True) -> list[GluonConfig]:
     return _space(problem, full, WARP_SPECIALIZED)
 
 
-# The quick candidates are each contract's fastest (docs/BENCHMARKS.md, "The Gluon kernel, step by step", on the H100;
-# "Promoted fp8: the waves and the halves", on the H200): 16-bit and fp8 fast, cooperative 128 x 256 (8 warps, 3 stages) and
-# ping-pong 128 x 128; fp8 promoted and block scales, the halves (two one-warpgroup consumers on a tile's row halves,
-# taking turns at the waves' wgmma) of 256 x 128 in two waves and of 128 x 128 in one; and for every contract but
-# block scales the 128 + 32 = 160 wide cooperative tile, which fills the 132 SMs where N is 1280 (8 tiles across).
+# The quick candidates are each contract's fastest (docs/BENCHMARKS.md: "The Gluon kernel, step by step", on the
+# H100; "Promoted fp8: the waves and the halves", on the H200): 16-bit and fp8 fast, cooperative 128 x 256 (8 warps,
+# 3 stages) and ping-pong 128 x 128; fp8 promoted and block scales, the halves (two one-warpgroup consumers on a
+# tile's row halves, taking turns at the waves' wgmma) of 256 x 128 in two waves and of 128 x 128 in one; and for
+# every contract but block scales the 128 + 32 = 160 wide cooperative tile, which fills the 132 SMs where N is 1280
+# (8 tiles across).
 # 128 x 256 with Triton's promotion needs 256 registers a thread (it spills: fits() keeps it out); four-warp
 # cooperative tiles were slower than the eight-warp ones and stay out of the quick list.
 _WIDE = {"BLOCK_N2": 32}

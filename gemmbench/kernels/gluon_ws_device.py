@@ -297,8 +297,9 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
         if CONSUMERS == 1:
             gl.warp_specialize(
                 [
-                    (_consumer, (ring, turns, c_desc, c2_desc, c0, c20, a_scale_ptr, b_scale_ptr, bscales, M, N, K, 0, 1,
-                                 False, GROUP_M, PROMOTE, OVERLAP, WAVES, SCALE, layout, layout2, wave_layout, BN2)),
+                    (_consumer, (ring, turns, c_desc, c2_desc, c0, c20, a_scale_ptr, b_scale_ptr, bscales,
+                                 M, N, K, 0, 1, False, GROUP_M, PROMOTE, OVERLAP, WAVES, SCALE,
+                                 layout, layout2, wave_layout, BN2)),
                     (_producer, (a_desc, b_desc, b2_desc, ring, M, N, K, GROUP_M, BN2)),
                 ],
                 [1],
@@ -312,10 +313,12 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
                 c21 = c1
             gl.warp_specialize(
                 [
-                    (_consumer, (ring, turns, c_desc, c2_desc, c0, c20, a_scale_ptr, b_scale_ptr, bscales, M, N, K, 0, 1 if HALVES else 2,
-                                 HALVES, GROUP_M, PROMOTE, OVERLAP, WAVES, SCALE, layout, layout2, wave_layout, BN2)),
-                    (_consumer, (ring, turns, c_desc, c2_desc, c1, c21, a_scale_ptr, b_scale_ptr, bscales, M, N, K, 1, 1 if HALVES else 2,
-                                 HALVES, GROUP_M, PROMOTE, OVERLAP, WAVES, SCALE, layout, layout2, wave_layout, BN2)),
+                    (_consumer, (ring, turns, c_desc, c2_desc, c0, c20, a_scale_ptr, b_scale_ptr, bscales,
+                                 M, N, K, 0, 1 if HALVES else 2, HALVES, GROUP_M, PROMOTE, OVERLAP, WAVES, SCALE,
+                                 layout, layout2, wave_layout, BN2)),
+                    (_consumer, (ring, turns, c_desc, c2_desc, c1, c21, a_scale_ptr, b_scale_ptr, bscales,
+                                 M, N, K, 1, 1 if HALVES else 2, HALVES, GROUP_M, PROMOTE, OVERLAP, WAVES, SCALE,
+                                 layout, layout2, wave_layout, BN2)),
                     (_producer, (a_desc, b_desc, b2_desc, ring, M, N, K, GROUP_M, BN2)),
                 ],
                 [4, 1],  # WARPGROUP: a jit function reads no module constant

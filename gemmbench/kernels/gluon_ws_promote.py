@@ -199,8 +199,8 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
         off_m, off_n, M, N,                                      # the first row and column; sizes
         SCALE: gl.constexpr, WAVES: gl.constexpr,                # which scales, how many waves
     ):
-        """The epilogue (gluon_ws_device) for a tile held as row waves: each wave scaled and written into its rows of c_smem, then one
-        TMA copy of the tile."""
+        """The epilogue (gluon_ws_device) for a tile held as row waves: each wave scaled and written into its rows of
+        c_smem, then one TMA copy of the tile."""
         WAVE_M: gl.constexpr = acc0.shape[0]
         tma.store_wait(0)
         c_smem.slice(0, WAVE_M, dim=0).store(scaled(acc0, a_scale_ptr, b_scale_ptr, off_m, off_n, M, N, SCALE)
