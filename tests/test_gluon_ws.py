@@ -220,7 +220,9 @@ def test_waves_fit_one_partial_beside_the_fp32_tile():
     assert waves(256, 128, 8, 3, 2) in full and waves(128, 256, 8, 3, 2) in full
     assert waves(256, 128, 8, 3, 1) not in full  # one wave: 128 + 128 = 256
     assert waves(64, 128, 4, 4, 2) not in full  # two waves of 32 rows: a wgmma takes 64
-    assert waves(128, 128, 4, 4, 2, "pingpong") in full  # 4 warps: 128 + 64
+    # ping-pong's consumers take turns per tile (the waves' turns are the halves'), though 128 + 64 would fit 4 warps
+    assert waves(128, 128, 4, 4, 2, "pingpong") not in full
+    assert not any(c.PROMOTE_WAVES for c in full if c.SCHEDULE == "pingpong")
     assert not any(c.PROMOTE_WAVES and c.BLOCK_N2 for c in full)
     # halves, two 4-warp consumers of 128 threads on half the rows each: 256 x 128 in two waves of 64 rows holds
     # 128 x 128 / 128 = 128 and a 64 x 128 partial, 64: 192; in one wave 128 + 128 = 256

@@ -182,14 +182,15 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
     def _wave_mma(a, b, raw, turns, turn, FIRST: gl.constexpr, TURNS: gl.constexpr):
         """One wave's K step into raw, started afresh and waited for; TURNS: issued in this consumer's turn (the
         first consumer's first turn finds its barrier's phase 1 complete, as created), the turn handed over once
-        issued."""
+        issued and counted (only then: the count's parity is the barrier's phase)."""
         if TURNS:
             mbarrier.wait(turns.index(FIRST), (turn & 1) ^ (1 - FIRST))
         raw = warpgroup_mma(a, b, raw, use_acc=False, is_async=True)
         if TURNS:
             mbarrier.arrive(turns.index(1 - FIRST), count=1)
+            turn += 1
         raw = warpgroup_mma_wait(0, deps=[raw])
-        return raw, turn + 1
+        return raw, turn
 
     @gluon.jit
     def epilogue_waves(
