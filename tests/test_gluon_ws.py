@@ -246,10 +246,12 @@ def test_waves_fit_one_partial_beside_the_fp32_tile():
         ({"PROMOTE_OVERLAP": True}, 128, "row", (True, 0)),
         ({"PROMOTE_OVERLAP": True}, 0, "row", (False, 0)),
         ({}, 128, "tensor", (False, 0)),  # Triton's promotion in its wgmma lowering
+        # the halves have no K loop but the waves': under the fast contract too (a stored promoted config it reads)
+        ({"SCHEDULE": "halves", "PROMOTE_WAVES": 2}, 0, "tensor", (False, 2)),
     ],
 )
 def test_which_k_loop_promotes(extra, promote, scale, want):
-    assert g.promotion(cfg(128, 128, 128, 8, 4, SCHEDULE="ws", **extra), promote, scale) == want
+    assert g.promotion(cfg(128, 128, 128, 8, 4, **{"SCHEDULE": "ws", **extra}), promote, scale) == want
 
 
 def test_the_tables_config_column_names_schedule_width_and_swap():

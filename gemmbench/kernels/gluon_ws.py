@@ -318,7 +318,10 @@ def accumulator_layouts(config: GluonConfig, elem_bits: int) -> tuple:
 def promotion(config: GluonConfig, promote: int, scale: str) -> tuple[bool, int]:
     """(OVERLAP, WAVES) of a warp-specialized launch: the K loop that promotes, where one does (promote > 0: fp8
     promoted; block scales scale each step's own sum, so they always take one).  Without PROMOTE_WAVES or
-    PROMOTE_OVERLAP block scales take the overlapped loop; where nothing is promoted, Triton's plain K loop."""
+    PROMOTE_OVERLAP block scales take the overlapped loop; where nothing is promoted, Triton's plain K loop, except
+    for the halves, whose turns are the waves' (a promoted config read for the fast contract: promoting is exact)."""
+    if config.SCHEDULE == "halves":
+        return False, config.PROMOTE_WAVES
     if promote <= 0 and scale != "block":
         return False, 0
     if config.PROMOTE_WAVES:
