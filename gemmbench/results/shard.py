@@ -138,7 +138,7 @@ def check_parts(parts: list[tuple[Path, dict | None]], keys_by_part: dict) -> Me
         )
     seen: dict = {}
     for f, _ in parts:
-        for k in set(keys_by_part[f]):  # a part holds a cell once per process of a --repeat sweep: one part still
+        for k in set(keys_by_part[f]):  # a --repeat part holds each cell once per process: still one part
             seen[k] = seen.get(k, 0) + 1
     duplicated = sorted(k for k, c in seen.items() if c > 1)
     expected = [k for m in metas for k in m["cells"]]
