@@ -7,11 +7,13 @@ import pytest
 import torch
 
 from gemmbench.kernels import gluon_ws as g
+from gemmbench.kernels import gluon_ws_config as gc
+from gemmbench.kernels import gluon_ws_space as gs
 from gemmbench.measure.device import DeviceInfo
 from gemmbench.shapes import Problem
 
 H100 = DeviceInfo(kind="cuda", name="NVIDIA H100 80GB HBM3", capability=(9, 0))
-cfg = g.GluonConfig.tile
+cfg = gc.GluonConfig.tile
 
 
 def test_refuses_the_cpu_other_gpus_and_other_tritons(monkeypatch):
@@ -57,45 +59,97 @@ def test_aligned_rows_pass():
     ],
 )
 def test_accumulator_layout(bm, bn, warps, bits, want):
-    assert g.wgmma_layout_params(bm, bn, warps, bits) == want
+    assert gc.wgmma_layout_params(bm, bn, warps, bits) == want
 
 
 def test_register_limit_gives_consumers_232_and_the_producer_40():
     # ping-pong: 4 + 4 consumer warps and the producer's warpgroup of 4 (registers move per warpgroup):
     # (232 * 256 + 40 * 128) / 384 threads = 64512 / 384 = 168 registers a thread, within the SM's 65536
-    assert g.max_registers(cfg(128, 128, 64, 4, 4, SCHEDULE="pingpong")) == 168
-    assert g.max_registers(cfg(128, 256, 64, 8, 3, SCHEDULE="ws")) == 168  # 8 consumer warps: the same sum
-    assert g.max_registers(cfg(128, 128, 64, 4, 4, SCHEDULE="ws")) == (232 * 128 + 40 * 128) // 256  # 136
-    assert g.max_registers(cfg(128, 128, 64, 4, 4, SCHEDULE="persistent")) is None  # one partition: no move
+    assert gc.max_registers(cfg(128, 128, 64, 4, 4, SCHEDULE="pingpong")) == 168
+    assert gc.max_registers(cfg(128, 256, 64, 8, 3, SCHEDULE="ws")) == 168  # 8 consumer warps: the same sum
+    assert gc.max_registers(cfg(128, 128, 64, 4, 4, SCHEDULE="ws")) == (232 * 128 + 40 * 128) // 256  # 136
+    assert gc.max_registers(cfg(128, 128, 64, 4, 4, SCHEDULE="persistent")) is None  # one partition: no move
 
 
 def test_shared_memory_counts_the_ring_and_each_consumers_output_tile():
     # 4 stages of (128 + 128) x 64 bf16 = 131072 B, and two 128 x 128 bf16 output tiles = 65536 B
-    assert g.smem_bytes(cfg(128, 128, 64, 4, 4, SCHEDULE="pingpong"), 2) == 196608
+    assert gc.smem_bytes(cfg(128, 128, 64, 4, 4, SCHEDULE="pingpong"), 2) == 196608
     # 3 stages of (128 + 256) x 128 fp8 = 147456 B, one 128 x 256 bf16 output tile = 65536 B
-    assert g.smem_bytes(cfg(128, 256, 128, 8, 3, SCHEDULE="ws"), 1) == 212992
+    assert gc.smem_bytes(cfg(128, 256, 128, 8, 3, SCHEDULE="ws"), 1) == 212992
 
 
 def test_fits_keeps_out_what_spills_or_overflows():
     # 128 x 256 on 8 warps: 128 fp32 registers a thread; fp8 promotion adds one instruction's partial, 64 rows by
     # 256 over a warpgroup's 128 threads = 128 more: 256 > 192
     ws_wide = cfg(128, 256, 128, 8, 3, SCHEDULE="ws")
-    assert g.fits(ws_wide, 1, fp8_precise=False)
-    assert not g.fits(ws_wide, 1, fp8_precise=True)
+    assert gc.fits(ws_wide, 1, fp8_precise=False)
+    assert not gc.fits(ws_wide, 1, fp8_precise=True)
     # ping-pong 128 x 128 on 4 warps: 128 + a 64 x 128 partial (64) = 192: fits; overlapped promotion holds two
     # whole partial tiles: 3 x 128 = 384 does not
-    assert g.fits(cfg(128, 128, 128, 4, 4, SCHEDULE="pingpong"), 1, fp8_precise=True)
-    assert not g.fits(cfg(128, 128, 128, 4, 4, SCHEDULE="pingpong", PROMOTE_OVERLAP=True), 1, fp8_precise=True)
+    assert gc.fits(cfg(128, 128, 128, 4, 4, SCHEDULE="pingpong"), 1, fp8_precise=True)
+    assert not gc.fits(cfg(128, 128, 128, 4, 4, SCHEDULE="pingpong", PROMOTE_OVERLAP=True), 1, fp8_precise=True)
     # 6 stages of (128 + 256) x 64 bf16 = 294912 B: over the SM's 232448
-    assert not g.fits(cfg(128, 256, 64, 8, 6, SCHEDULE="ws"), 2, fp8_precise=False)
-    assert not g.fits(cfg(32, 128, 64, 4, 4, SCHEDULE="ws"), 2, fp8_precise=False)  # 32 rows: half a wgmma
+    assert not gc.fits(cfg(128, 256, 64, 8, 6, SCHEDULE="ws"), 2, fp8_precise=False)
+    assert not gc.fits(cfg(32, 128, 64, 4, 4, SCHEDULE="ws"), 2, fp8_precise=False)  # 32 rows: half a wgmma
 
 
 def test_grid_is_one_program_per_tile_or_per_sm():
     # 2048 x 1280 in 128 x 128 tiles: 16 x 10 = 160 tiles
-    assert g.programs(cfg(128, 128, 64, 4, 4, SCHEDULE="pipelined"), 2048, 1280, 132) == 160
-    assert g.programs(cfg(128, 128, 64, 4, 4, SCHEDULE="pingpong"), 2048, 1280, 132) == 132
-    assert g.programs(cfg(128, 256, 64, 8, 3, SCHEDULE="ws"), 1, 1280, 132) == 5  # 1 x 5 tiles
+    assert g.programs(cfg(128, 128, 64, 4, 4, SCHEDULE="pipelined"), 2048, 1280, 8192, 132) == 160
+    assert g.programs(cfg(128, 128, 64, 4, 4, SCHEDULE="pingpong"), 2048, 1280, 8192, 132) == 132
+    assert g.programs(cfg(128, 256, 64, 8, 3, SCHEDULE="ws"), 1, 1280, 8192, 132) == 5  # 1 x 5 tiles
+    # split-K: 512 x 1280 is 4 x 10 = 40 tiles; in 3 splits 120 units, in 4 160 (one program per SM at most)
+    assert g.programs(cfg(128, 128, 128, 8, 4, SCHEDULE="ws", SPLIT_K=3), 512, 1280, 8192, 132) == 120
+    assert g.programs(cfg(128, 128, 128, 8, 4, SCHEDULE="ws", SPLIT_K=4), 512, 1280, 8192, 132) == 132
+
+
+@pytest.mark.parametrize(
+    "split,K,want",
+    [
+        (3, 8192, (3, 22)),  # 64 K steps of 128: shares of ceil(64 / 3) = 22: 22, 22, 20
+        (12, 8192, (11, 6)),  # shares of ceil(64 / 12) = 6: ten of 6 and one of 4 cover K; a twelfth would be empty
+        (100, 8192, (64, 1)),  # no more splits than K steps
+        (4, 1040, (3, 3)),  # ceil(1040 / 128) = 9 steps: shares of 3, three of them
+        (1, 1040, (1, 9)),
+    ],
+)
+def test_split_k_shares_are_ceil_sized_and_none_is_empty(split, K, want):
+    assert gc.split_k(cfg(128, 128, 128, 8, 4, SCHEDULE="ws", SPLIT_K=split), K) == want
+
+
+def test_split_k_fits_one_consumer_order_and_the_meetings_registers():
+    precise = dict(elem=1, fp8_precise=True)
+    halves = cfg(128, 128, 128, 4, 4, SCHEDULE="halves", PROMOTE_WAVES=1, SPLIT_K=3)
+    # a 128-row half tile on 4 warps: 64 x 128 / 128 threads = 64 fp32 a thread, and as much loaded: 128 <= 192
+    assert gc.fits(halves, **precise) and gc.fits(halves, **precise, block=True)
+    # 256 rows in two waves: 128 a thread, and 128 loaded: 256 > 192 (ptxas spilled it)
+    assert not gc.fits(cfg(256, 128, 128, 4, 3, SCHEDULE="halves", PROMOTE_WAVES=2, SPLIT_K=3), **precise)
+    assert gc.fits(cfg(256, 128, 128, 4, 3, SCHEDULE="halves", PROMOTE_WAVES=2), **precise)
+    # 128 x 256 on 8 warps: 128 a thread, 256 with the loaded copy
+    assert not gc.fits(cfg(128, 256, 128, 8, 3, SCHEDULE="ws", SPLIT_K=2), 1, fp8_precise=False)
+    assert gc.fits(cfg(128, 128, 128, 8, 4, SCHEDULE="ws", SPLIT_K=2), 1, fp8_precise=False)
+    # ping-pong's consumers take alternate units; the second accumulator's columns do not meet
+    assert not gc.fits(cfg(128, 128, 128, 4, 4, SCHEDULE="pingpong", SPLIT_K=2), 1, fp8_precise=False)
+    assert not gc.fits(cfg(128, 128, 128, 8, 4, SCHEDULE="ws", BLOCK_N2=32, SPLIT_K=2), 1, fp8_precise=False)
+
+
+@pytest.mark.parametrize(
+    "M,N,K,want",
+    [
+        (512, 1280, 8192, 3),  # 4 x 10 = 40 tiles: 132 // 40 = 3 splits fill the SMs once
+        (128, 1280, 8192, 13),  # 10 tiles: 13; shares of ceil(64 / 13) = 5 steps, 13 of them
+        (128, 1280, 1024, 2),  # 8 K steps: at least 4 each, so 2
+        (2048, 8192, 8192, 1),  # 1024 tiles: the tiles fill the SMs
+    ],
+)
+def test_the_filling_split_is_a_quick_candidate_of_small_outputs(monkeypatch, M, N, K, want):
+    monkeypatch.setattr(g.tuning, "sm_count", lambda: 132)
+    for accum in ("precise", "fast"):
+        p = Problem("t", "g", M, N, K, "fp8", fp8_accum=accum)
+        split = [c for c in gs.search_space(p, on_gpu=True, full=False) if c.splits() > 1]
+        assert [c.SPLIT_K for c in split] == ([want] if want > 1 else [])
+        full = gs.search_space(p, on_gpu=True, full=True)
+        assert max(c.splits() for c in full) == max((s for s in gs.SPLIT_CHOICES if s <= 2 * want), default=1)
 
 
 def test_descriptors_take_the_configs_blocks():
@@ -113,8 +167,8 @@ def test_descriptors_take_the_configs_blocks():
 def test_search_space_fits_and_starts_with_the_measured_winners(dtype, accum):
     p = Problem("t", "g", 2048, 8192, 1024, dtype, fp8_accum=accum)
     elem, precise = (1, accum == "precise") if dtype == "fp8" else (2, False)
-    full = g.search_space(p, on_gpu=True, full=True)
-    quick = g.search_space(p, on_gpu=True, full=False)
+    full = gs.search_space(p, on_gpu=True, full=True)
+    quick = gs.search_space(p, on_gpu=True, full=False)
     assert full[: len(quick)] == quick and len(set(full)) == len(full)
     # the halves take turns at the waves' promotion: fp8 precise only
     assert {c.SCHEDULE for c in full} == {"ws", "pingpong"} | ({"halves"} if precise else set())
@@ -159,12 +213,12 @@ def test_fast_accumulation_promotes_where_cublas_fast_is_accurate(monkeypatch, M
     128 x 256 out (256 registers)."""
     monkeypatch.setattr(g.tuning, "sm_count", lambda: 132)
     fast = Problem("t", "g", M, N, 8192, "fp8", fp8_accum="fast")
-    assert g.promotes(fast) == promoted
-    assert g.promotes(Problem("t", "g", M, N, 8192, "fp8", fp8_accum="precise"))
-    assert not g.promotes(Problem("t", "g", M, N, 8192, "bf16"))
+    assert gs.promotes(fast) == promoted
+    assert gs.promotes(Problem("t", "g", M, N, 8192, "fp8", fp8_accum="precise"))
+    assert not gs.promotes(Problem("t", "g", M, N, 8192, "bf16"))
     wide = cfg(128, 256, 128, 8, 3, SCHEDULE="ws")
-    assert (wide in g.search_space(fast, on_gpu=True, full=True)) == (not promoted)
-    first = g.search_space(fast, on_gpu=True, full=False)[0]
+    assert (wide in gs.search_space(fast, on_gpu=True, full=True)) == (not promoted)
+    first = gs.search_space(fast, on_gpu=True, full=False)[0]
     assert (first.BLOCK_M, first.BLOCK_N) == ((256, 128) if promoted else (128, 256))
 
 
@@ -182,7 +236,7 @@ def test_step_variants_search_their_own_schedule(dtype, accum):
 def test_config_json_keeps_the_schedule_and_old_files_load():
     c = cfg(128, 128, 64, 4, 4, SCHEDULE="pingpong")
     assert c.to_dict()["SCHEDULE"] == "pingpong"
-    loaded = g.GluonConfig.from_dict({"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "num_warps": 4, "num_stages": 4})
+    loaded = gc.GluonConfig.from_dict({"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "num_warps": 4, "num_stages": 4})
     assert loaded.SCHEDULE == "pingpong" and loaded.PROMOTE_OVERLAP is False
 
 
@@ -190,7 +244,7 @@ def test_block_scales_run_a_k_loop_that_scales_each_steps_own_sum():
     from gemmbench import registry
 
     p = Problem("t", "g", 2048, 7168, 4096, "fp8", scaling="block")
-    full = g.search_space(p, on_gpu=True, full=True)
+    full = gs.search_space(p, on_gpu=True, full=True)
     # each K step's own sum is scaled: the overlapped loop's partials, or a wave's
     assert full and all((c.PROMOTE_OVERLAP or c.PROMOTE_WAVES) and not c.BLOCK_N2 for c in full)
     threads = {c: 32 * (4 if c.SCHEDULE in ("pingpong", "halves") else c.num_warps) for c in full}
@@ -204,7 +258,7 @@ def test_block_scales_run_a_k_loop_that_scales_each_steps_own_sum():
     # by hand: 256 x 128 on 8 warps in two waves holds 128 + 64 = 192 (ptxas spilled it with block scales)
     assert cfg(256, 128, 128, 8, 3, SCHEDULE="ws", PROMOTE_WAVES=2) not in full
     assert cfg(128, 128, 128, 8, 4, SCHEDULE="ws", PROMOTE_WAVES=1) in full  # 64 + 64
-    first = g.search_space(p, on_gpu=True, full=False)[0]
+    first = gs.search_space(p, on_gpu=True, full=False)[0]
     assert (first.SCHEDULE, first.BLOCK_M, first.BLOCK_N, first.num_warps) == ("halves", 128, 128, 4)
     # the one-partition steps have no such loop: they decline block scales by declaration
     assert "block" in registry.get("gluon_persistent").declared_reason(p)
@@ -213,7 +267,7 @@ def test_block_scales_run_a_k_loop_that_scales_each_steps_own_sum():
 
 def test_waves_fit_one_partial_beside_the_fp32_tile():
     precise = Problem("t", "g", 2048, 8192, 1024, "fp8", fp8_accum="precise")
-    full = g.search_space(precise, on_gpu=True, full=True)
+    full = gs.search_space(precise, on_gpu=True, full=True)
     waves = lambda bm, bn, w, st, n, s="ws": cfg(bm, bn, 128, w, st, SCHEDULE=s, PROMOTE_WAVES=n)  # noqa: E731
     # by hand, 8 warps (256 threads): a 256 x 128 or 128 x 256 fp32 tile is 128 a thread, a wave's partial (half
     # the rows) 64: 192, the budget; shared memory 3 x (256 + 128) x 128 B + 256 x 128 x 2 B = 212992 <= 232448
@@ -232,8 +286,8 @@ def test_waves_fit_one_partial_beside_the_fp32_tile():
     assert waves(128, 128, 4, 4, 2, "halves") not in full  # halves of 64 rows in two waves of 32
     # fast accumulation on 16 x 64 = 1024 tiles (>= 132 SMs) promotes nothing: no wave is searched
     fast = Problem("t", "g", 2048, 8192, 1024, "fp8", fp8_accum="fast")
-    assert not any(c.PROMOTE_WAVES for c in g.search_space(fast, on_gpu=True, full=True))
-    assert not any(c.PROMOTE_WAVES for c in g.search_space(Problem("t", "g", 2048, 8192, 1024, "bf16"), True, True))
+    assert not any(c.PROMOTE_WAVES for c in gs.search_space(fast, on_gpu=True, full=True))
+    assert not any(c.PROMOTE_WAVES for c in gs.search_space(Problem("t", "g", 2048, 8192, 1024, "bf16"), True, True))
 
 
 @pytest.mark.parametrize(

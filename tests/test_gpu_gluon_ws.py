@@ -31,11 +31,17 @@ TILES = [  # (schedule, BLOCK_M, BLOCK_N, warps, stages, extra)
     ("ws", 128, 128, 8, 4, {"PROMOTE_WAVES": 2}),
     ("halves", 256, 128, 4, 3, {"PROMOTE_WAVES": 2}),
     ("halves", 128, 128, 4, 4, {"PROMOTE_WAVES": 1}),
+    # split-K: K steps 64, 9 (fp8) and 17 (16-bit) in shares of 22, 3 (3 launched of 4) and 5 (the last 2);
+    # 2048 x 8192 gives each program many units, each tile's counters reused within one launch
+    ("ws", 128, 128, 8, 4, {"SPLIT_K": 3}),
+    ("ws", 128, 128, 8, 4, {"SPLIT_K": 4, "PROMOTE_OVERLAP": True}),
+    ("ws", 128, 128, 8, 4, {"SPLIT_K": 4, "PROMOTE_WAVES": 1}),
+    ("halves", 128, 128, 4, 4, {"SPLIT_K": 4, "PROMOTE_WAVES": 1}),
 ]
 
 
 def _candidate(case, tile) -> bool:
-    from gemmbench.kernels.gluon_ws import GluonConfig, fits
+    from gemmbench.kernels.gluon_ws_config import GluonConfig, fits
 
     (dtype, _, accum), (schedule, bm, bn, warps, stages, extra) = case, tile
     config = GluonConfig.tile(bm, bn, 128 if dtype == "fp8" else 64, warps, stages, SCHEDULE=schedule, **extra)
@@ -51,7 +57,7 @@ RUNS = [(case, tile) for case in CASES for tile in TILES if _candidate(case, til
 @pytest.mark.parametrize("M,N,K", SHAPES)
 def test_gluon_on_gpu(M, N, K, case, tile):
     from gemmbench import registry
-    from gemmbench.kernels.gluon_ws import GluonConfig
+    from gemmbench.kernels.gluon_ws_config import GluonConfig
     from gemmbench.measure.check import check_cell, reference
     from gemmbench.measure.device import detect
     from gemmbench.measure.inputs import make_inputs
@@ -96,7 +102,7 @@ def test_waves_at_every_stage_count_they_fit(tile, scaling):
     """A ring's races show at some stage counts only (a stage refilled under a wgmma still reading it): each wave
     tile at 2 to 6 stages, wherever it fits, on partial tiles and on many tiles a program."""
     from gemmbench import registry
-    from gemmbench.kernels.gluon_ws import GluonConfig, fits
+    from gemmbench.kernels.gluon_ws_config import GluonConfig, fits
     from gemmbench.measure.check import check_cell, reference
     from gemmbench.measure.inputs import make_inputs
     from gemmbench.shapes import Problem
@@ -120,6 +126,50 @@ def test_waves_at_every_stage_count_they_fit(tile, scaling):
     assert ran == 2 * stage_counts[scaling]  # two shapes
 
 
+# split-K's quick tiles (gluon_ws._SPLIT_QUICK) and the stage counts from 2 that fit, by hand: 128 x 128 fp8 stages
+# of 32768 B and one 32768 B output tile (halves: two half-tiles): 6 within 232448 B
+# (block scales have no fast contract)
+SPLIT_TILES = [("ws", 128, 128, 8, 0, "fast"), ("halves", 128, 128, 4, 1, "precise"), ("ws", 128, 128, 8, 1, "precise")]
+SPLIT_RUNS = [(t, s) for t in SPLIT_TILES for s in ("tensor", "row", "block") if not (s == "block" and t[-1] == "fast")]
+
+
+@pytest.mark.parametrize("tile,scaling", SPLIT_RUNS, ids=lambda x: "-".join(map(str, x)))
+def test_split_k_at_every_stage_count_is_right_and_the_same_every_call(tile, scaling):
+    """Split-K's units share the ring like tiles and meet through a workspace and a counter per tile: every stage
+    count 2-6, a small output (4 x 10 tiles in 3 splits of 22, 22 and 20 K steps) and many units a program; the
+    splits are summed in split order, so two calls give the same bits, and the counters left zero let the second
+    call meet at all."""
+    import torch
+
+    from gemmbench import registry
+    from gemmbench.kernels.gluon_ws_config import GluonConfig, fits
+    from gemmbench.measure.check import check_cell, reference
+    from gemmbench.measure.inputs import make_inputs
+    from gemmbench.shapes import Problem
+
+    schedule, bm, bn, warps, waves, accum = tile
+    v = registry.get("gluon_ws")
+    ran = 0
+    for M, N, K in [(512, 1280, 8192), (2048, 8192, 1024)]:
+        p = Problem("test", "g", M, N, K, "fp8", scaling=scaling, fp8_accum=accum)
+        inputs = make_inputs(p, 11, "cuda")
+        ref = reference(p, inputs)
+        for stages in range(2, 7):
+            config = GluonConfig.tile(bm, bn, 128, warps, stages, SCHEDULE=schedule, PROMOTE_WAVES=waves, SPLIT_K=3)
+            if not fits(config, 1, accum == "precise", scaling == "block"):
+                continue
+            launch = v.tunable.build(p, inputs, config)
+            assert launch.config["SPLIT_K"] == 3
+            outputs = []
+            for call in range(2):
+                result = check_cell(p, None, inputs, launch=launch, ref=ref).result
+                assert result.ok, f"{stages} stages, call {call}: {result.detail}"
+                outputs.append(launch.out.clone())
+            assert torch.equal(*outputs), f"{stages} stages: two calls differ"
+            ran += 1
+    assert ran == 2 * 5  # two shapes, stages 2 to 6
+
+
 @pytest.mark.parametrize("scaling", ["tensor", "row"])
 @pytest.mark.parametrize("M,N,K", [(1, 1280, 8192), (1, 5120, 16384), (1, 16384, 53248), (333, 256, 7168)])
 def test_fast_accumulation_where_it_promotes_is_within_the_fast_tolerance(M, N, K, scaling):
@@ -141,7 +191,8 @@ def test_fast_accumulation_where_it_promotes_is_within_the_fast_tolerance(M, N, 
 def test_gluon_through_make_on_gpu():
     """The variant as a sweep runs it: make() picks among the quick candidates, and the row's config names them."""
     from gemmbench import registry
-    from gemmbench.kernels.gluon_ws import GluonConfig, search_space
+    from gemmbench.kernels.gluon_ws_config import GluonConfig
+    from gemmbench.kernels.gluon_ws_space import search_space
     from gemmbench.measure.check import check_cell
     from gemmbench.measure.inputs import make_inputs
     from gemmbench.shapes import Problem

@@ -36,6 +36,7 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
         warpgroup_mma_wait,
     )
     from gemmbench.kernels.gluon_ws_promote import epilogue_waves, k_loop_overlapped, k_loop_waves, scaled
+    from gemmbench.kernels.gluon_ws_split import meet, unit_work
 
     # fmt: off
 
@@ -137,13 +138,13 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
     def _producer(
         a_desc, b_desc, b2_desc,                                 # operands: TMA descriptors
         ring,                                                    # shared memory: the stages and their barriers
-        M, N, K,                                                 # sizes
-        GROUP_M: gl.constexpr,                                   # schedule
+        M, N, K, k_per,                                          # sizes; K steps of a split
+        GROUP_M: gl.constexpr, SPLITS: gl.constexpr,             # schedule
         BN2: gl.constexpr,                                       # meta: the second accumulator's width
     ):
-        """The producer warp: every K step of every tile of this program into the ring, in the order the consumers
-        take them, each stage once its last reader released it.  BN2 > 0: each stage also holds the BN2 rows of B
-        after the first BLOCK_N (a tile BLOCK_N + BN2 wide)."""
+        """The producer warp: every K step of every unit (a tile, or a split of one) of this program into the ring,
+        in the order the consumers take them, each stage once its last reader released it.  BN2 > 0: each stage also
+        holds the BN2 rows of B after the first BLOCK_N (a tile BLOCK_N + BN2 wide)."""
         a_bufs, b_bufs, b2_bufs, ready, empty = ring
         BM: gl.constexpr = a_desc.block_type.shape[0]
         BN: gl.constexpr = b_desc.block_type.shape[0]
@@ -153,10 +154,11 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
         grid_n = gl.cdiv(N, BN + BN2)
         k_steps = gl.cdiv(K, BK)
         pos = 0
-        for tile in range(gl.program_id(0), grid_m * grid_n, gl.num_programs(0)):
+        for unit in range(gl.program_id(0), grid_m * grid_n * SPLITS, gl.num_programs(0)):
+            tile, k_first, steps = unit_work(unit, k_steps, k_per, SPLITS)
             pid_m, pid_n = _tile_coords(tile, grid_m, grid_n, GROUP_M)
             off_n = pid_n * (BN + BN2)
-            for k in range(k_steps):
+            for k in range(k_first, k_first + steps):
                 slot = pos % STAGES
                 # barriers start with phase 1 complete: the first pass over the ring does not wait
                 mbarrier.wait(empty.index(slot), ((pos // STAGES) & 1) ^ 1)
@@ -172,13 +174,33 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
                 pos += 1
 
     @gluon.jit
+    def _tile_epilogue(
+        acc, w0, w1, acc2,                                       # the tile: whole, or in row waves; its last BN2
+        c_desc, c2_desc, c_smem, c2_smem,                        # output: TMA descriptors and staging tiles
+        a_scale_ptr, b_scale_ptr,                                # scales: per tensor or per row
+        off_m, off_n, M, N,                                      # the tile's first row and column; sizes
+        ROW0: gl.constexpr, SCALE: gl.constexpr,                 # this consumer's first row in it; which scales
+        WAVES: gl.constexpr, BN2: gl.constexpr,                  # how the tile is held
+    ):
+        """A consumer's epilogue of one tile, however it holds it (_epilogue, or gluon_ws_promote.epilogue_waves)."""
+        if WAVES > 0:
+            epilogue_waves(w0, w1, c_desc, c_smem, a_scale_ptr, b_scale_ptr, off_m + ROW0, off_n, M, N, SCALE, WAVES)
+        else:
+            _epilogue(acc, c_desc, c_smem, a_scale_ptr, b_scale_ptr, off_m, off_n, M, N, SCALE)
+        if BN2 > 0:
+            _epilogue(acc2, c2_desc, c2_smem, a_scale_ptr, b_scale_ptr, off_m, off_n + c_desc.block_type.shape[1], M,
+                      N, SCALE)
+
+    @gluon.jit
     def _consumer(
         ring, turns,                                             # shared memory: the stages, the turns' barriers
         c_desc, c2_desc, c_smem, c2_smem,                        # output: TMA descriptors and staging tiles
         a_scale_ptr, b_scale_ptr, bscales,                       # scales: per tensor or row; block (pointers, strides)
-        M, N, K,                                                 # sizes
+        ws_ptr, count_ptr,                                       # split-K: fp32 workspace, per-tile counters
+        M, N, K, k_per,                                          # sizes; K steps of a split
         FIRST: gl.constexpr, EVERY: gl.constexpr,                # schedule: which of the program's tiles, or
-        HALVES: gl.constexpr, GROUP_M: gl.constexpr,             # which half of every tile's rows
+        HALVES: gl.constexpr, GROUP_M: gl.constexpr,             # which half of every tile's rows; units per tile
+        SPLITS: gl.constexpr,
         PROMOTE: gl.constexpr, OVERLAP: gl.constexpr,            # fp8: how it promotes, which scales
         WAVES: gl.constexpr, SCALE: gl.constexpr,
         layout: gl.constexpr, layout2: gl.constexpr,             # meta: accumulator layouts, the second's width
@@ -191,7 +213,9 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
         waits on a ring position more than one lap ahead: an mbarrier's phase parity tells one lap from the next
         only.  BN2 > 0: a second accumulator for the tile's last BN2 columns (register tensors are powers of two:
         a 128 + 32 wide tile is two of them).  HALVES: every tile of the program, rows FIRST * its half on (the
-        output descriptor's block is the half), the two consumers' waves taking turns (_k_loop_waves)."""
+        output descriptor's block is the half), the two consumers' waves taking turns (_k_loop_waves).  SPLITS > 1
+        (one consumer, or the halves: every unit in the same order): units, not tiles, each a share of a tile's K
+        steps, and only the unit that meets its tile's other splits last (gluon_ws_split.meet) runs the epilogue."""
         a_bufs, b_bufs, b2_bufs, ready, empty = ring
         BM: gl.constexpr = a_bufs.shape[1]  # the tile's rows; this consumer's are the output block's
         ROWS: gl.constexpr = c_desc.block_type.shape[0]
@@ -205,9 +229,13 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
         step = gl.num_programs(0)
         base = 0 if HALVES else FIRST * k_steps
         turn = 0
-        for tile in range(gl.program_id(0) + (0 if HALVES else FIRST) * step, grid_m * grid_n, EVERY * step):
+        for unit in range(gl.program_id(0) + (0 if HALVES else FIRST) * step, grid_m * grid_n * SPLITS, EVERY * step):
+            tile, k_first, steps = unit_work(unit, k_steps, k_per, SPLITS)
             pid_m, pid_n = _tile_coords(tile, grid_m, grid_n, GROUP_M)
             acc = gl.zeros([ROWS, BN], gl.float32, layout)
+            acc2 = acc  # the tensors a schedule does not hold stand for themselves, never read
+            w0 = acc
+            w1 = acc
             if BN2 > 0:
                 acc2 = gl.zeros([ROWS, BN2], gl.float32, layout2)
             if EVERY > 1:  # the first consumer's first turn finds its barrier's phase 1 complete, as created
@@ -217,13 +245,14 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
                 w1 = w0
                 if WAVES == 2:
                     w1 = gl.zeros_like(w0)
-                w0, w1, turn = k_loop_waves(a_bufs, b_bufs, ready, empty, turns, base, k_steps, turn, w0, w1, bscales,
-                                             pid_m * BM + ROW0, pid_n * BN, M, N, ROW0, FIRST, HALVES, SCALE, WAVES)
+                w0, w1, turn = k_loop_waves(a_bufs, b_bufs, ready, empty, turns, base, k_first, steps, turn, w0, w1,
+                                             bscales, pid_m * BM + ROW0, pid_n * BN, M, N, ROW0, FIRST, HALVES, SCALE,
+                                             WAVES)
             elif OVERLAP:
-                acc = k_loop_overlapped(a_bufs, b_bufs, ready, empty, base, k_steps, acc, bscales, pid_m * BM,
+                acc = k_loop_overlapped(a_bufs, b_bufs, ready, empty, base, k_first, steps, acc, bscales, pid_m * BM,
                                          pid_n * (BN + BN2), M, N, SCALE, layout)
             else:
-                for k in range(k_steps):
+                for k in range(steps):
                     pos = base + k
                     mbarrier.wait(ready.index(pos % STAGES), (pos // STAGES) & 1)
                     acc = _mma_step(a_bufs.index(pos % STAGES), b_bufs.index(pos % STAGES), acc, PROMOTE)
@@ -237,29 +266,36 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
                     acc, acc2 = warpgroup_mma_wait(0, deps=[acc, acc2])
                 else:
                     acc = warpgroup_mma_wait(0, deps=[acc])
-                mbarrier.arrive(empty.index((base + k_steps - 1) % STAGES), count=1)
+                mbarrier.arrive(empty.index((base + steps - 1) % STAGES), count=1)
             if EVERY > 1:
                 mbarrier.arrive(turns.index(1 - FIRST), count=1)
                 turn += 1
-            base += EVERY * k_steps
+            base += EVERY * steps
             off_n = pid_n * (BN + BN2)
-            if WAVES > 0:
-                epilogue_waves(w0, w1, c_desc, c_smem, a_scale_ptr, b_scale_ptr, pid_m * BM + ROW0, off_n, M, N,
-                                SCALE, WAVES)
+            if SPLITS > 1:  # (no second accumulator: fits)
+                if WAVES > 0:
+                    last, w0, w1 = meet(w0, w1, ws_ptr, count_ptr, tile * 2 + FIRST, unit % SPLITS,
+                                        pid_m * BM + ROW0, off_n, M, N, SPLITS, WAVES)
+                else:
+                    last, acc, acc = meet(acc, acc, ws_ptr, count_ptr, tile * 2 + FIRST, unit % SPLITS, pid_m * BM,
+                                          off_n, M, N, SPLITS, 1)
+                if last:
+                    _tile_epilogue(acc, w0, w1, acc, c_desc, c2_desc, c_smem, c2_smem, a_scale_ptr, b_scale_ptr,
+                                   pid_m * BM, off_n, M, N, ROW0, SCALE, WAVES, 0)
             else:
-                _epilogue(acc, c_desc, c_smem, a_scale_ptr, b_scale_ptr, pid_m * BM, off_n, M, N, SCALE)
-            if BN2 > 0:
-                _epilogue(acc2, c2_desc, c2_smem, a_scale_ptr, b_scale_ptr, pid_m * BM, off_n + BN, M, N, SCALE)
+                _tile_epilogue(acc, w0, w1, acc2, c_desc, c2_desc, c_smem, c2_smem, a_scale_ptr, b_scale_ptr,
+                               pid_m * BM, off_n, M, N, ROW0, SCALE, WAVES, BN2)
         tma.store_wait(0)
 
     @gluon.jit
     def warp_specialized_kernel(
         a_desc, b_desc, b2_desc, c_desc, c2_desc,                # operands and output: TMA descriptors
         a_scale_ptr, b_scale_ptr, a_bs_ptr, b_bs_ptr,            # scales: per tensor or row; block
+        ws_ptr, count_ptr,                                       # split-K: fp32 workspace, per-tile counters
         s_am, s_ak, s_bn, s_bk,                                  # strides: the block scales'
-        M, N, K,                                                 # sizes
+        M, N, K, k_per,                                          # sizes; K steps of a split
         GROUP_M: gl.constexpr, STAGES: gl.constexpr,             # schedule
-        CONSUMERS: gl.constexpr, HALVES: gl.constexpr,
+        CONSUMERS: gl.constexpr, HALVES: gl.constexpr, SPLITS: gl.constexpr,
         PROMOTE: gl.constexpr, OVERLAP: gl.constexpr,            # fp8: how it promotes, which scales
         WAVES: gl.constexpr, SCALE: gl.constexpr,
         layout: gl.constexpr, layout2: gl.constexpr,             # meta: accumulator layouts, the second's width,
@@ -269,7 +305,7 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
         """The "ws" (CONSUMERS 1), "pingpong" and "halves" (CONSUMERS 2, HALVES) schedules: a producer warp and
         consumer partitions sharing one ring of STAGES stages; each consumer stores through a tile of shared memory
         of its own (halves: the output descriptor's block is half the tile's rows).  Where BN2 is 0, b2_desc and
-        c2_desc are b_desc and c_desc, never read."""
+        c2_desc are b_desc and c_desc, never read; where SPLITS is 1, ws_ptr and count_ptr are never read."""
         BM: gl.constexpr = a_desc.block_type.shape[0]
         BN: gl.constexpr = b_desc.block_type.shape[0]
         BK: gl.constexpr = a_desc.block_type.shape[1]
@@ -298,9 +334,10 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
             gl.warp_specialize(
                 [
                     (_consumer, (ring, turns, c_desc, c2_desc, c0, c20, a_scale_ptr, b_scale_ptr, bscales,
-                                 M, N, K, 0, 1, False, GROUP_M, PROMOTE, OVERLAP, WAVES, SCALE,
+                                 ws_ptr, count_ptr, M, N, K, k_per, 0, 1, False, GROUP_M, SPLITS, PROMOTE, OVERLAP,
+                                 WAVES, SCALE,
                                  layout, layout2, wave_layout, BN2)),
-                    (_producer, (a_desc, b_desc, b2_desc, ring, M, N, K, GROUP_M, BN2)),
+                    (_producer, (a_desc, b_desc, b2_desc, ring, M, N, K, k_per, GROUP_M, SPLITS, BN2)),
                 ],
                 [1],
                 [PRODUCER_REGS],
@@ -314,12 +351,14 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
             gl.warp_specialize(
                 [
                     (_consumer, (ring, turns, c_desc, c2_desc, c0, c20, a_scale_ptr, b_scale_ptr, bscales,
-                                 M, N, K, 0, 1 if HALVES else 2, HALVES, GROUP_M, PROMOTE, OVERLAP, WAVES, SCALE,
+                                 ws_ptr, count_ptr, M, N, K, k_per, 0, 1 if HALVES else 2, HALVES, GROUP_M, SPLITS,
+                                 PROMOTE, OVERLAP, WAVES, SCALE,
                                  layout, layout2, wave_layout, BN2)),
                     (_consumer, (ring, turns, c_desc, c2_desc, c1, c21, a_scale_ptr, b_scale_ptr, bscales,
-                                 M, N, K, 1, 1 if HALVES else 2, HALVES, GROUP_M, PROMOTE, OVERLAP, WAVES, SCALE,
+                                 ws_ptr, count_ptr, M, N, K, k_per, 1, 1 if HALVES else 2, HALVES, GROUP_M, SPLITS,
+                                 PROMOTE, OVERLAP, WAVES, SCALE,
                                  layout, layout2, wave_layout, BN2)),
-                    (_producer, (a_desc, b_desc, b2_desc, ring, M, N, K, GROUP_M, BN2)),
+                    (_producer, (a_desc, b_desc, b2_desc, ring, M, N, K, k_per, GROUP_M, SPLITS, BN2)),
                 ],
                 [4, 1],  # WARPGROUP: a jit function reads no module constant
                 [CONSUMER_REGS, PRODUCER_REGS],

@@ -73,7 +73,7 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
     @gluon.jit
     def k_loop_overlapped(
         a_bufs, b_bufs, ready, empty,                            # shared memory: stages and their barriers
-        base, k_steps,                                           # ring position, K steps
+        base, k_first, k_steps,                                  # ring position, first K step (split-K), steps
         acc, bscales,                                            # the fp32 tile; block scales
         off_m, off_n, M, N,                                      # the tile's first row and column; sizes
         SCALE: gl.constexpr,                                     # which scales
@@ -94,7 +94,7 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
                                use_acc=False, is_async=True)
             pa, pb = warpgroup_mma_wait(1, deps=[pa, pb])
             if k > 0:  # the step before's partial
-                acc = _add_step(acc, pb, k - 1, bscales, off_m, off_n, M, N, BK, SCALE, layout)
+                acc = _add_step(acc, pb, k_first + k - 1, bscales, off_m, off_n, M, N, BK, SCALE, layout)
             mbarrier.arrive(empty.index((pos + STAGES - 1) % STAGES), count=1, pred=k > 0)
             if k + 1 < k_steps:
                 nxt = pos + 1
@@ -102,13 +102,13 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
                 pb = warpgroup_mma(a_bufs.index(nxt % STAGES), b_bufs.index(nxt % STAGES).permute((1, 0)), pb,
                                    use_acc=False, is_async=True)
                 pa, pb = warpgroup_mma_wait(1, deps=[pa, pb])
-                acc = _add_step(acc, pa, k, bscales, off_m, off_n, M, N, BK, SCALE, layout)
+                acc = _add_step(acc, pa, k_first + k, bscales, off_m, off_n, M, N, BK, SCALE, layout)
                 mbarrier.arrive(empty.index(pos % STAGES), count=1)
         pa, pb = warpgroup_mma_wait(0, deps=[pa, pb])
         if k_steps % 2 == 1:
-            acc = _add_step(acc, pa, k_steps - 1, bscales, off_m, off_n, M, N, BK, SCALE, layout)
+            acc = _add_step(acc, pa, k_first + k_steps - 1, bscales, off_m, off_n, M, N, BK, SCALE, layout)
         else:
-            acc = _add_step(acc, pb, k_steps - 1, bscales, off_m, off_n, M, N, BK, SCALE, layout)
+            acc = _add_step(acc, pb, k_first + k_steps - 1, bscales, off_m, off_n, M, N, BK, SCALE, layout)
         mbarrier.arrive(empty.index((base + k_steps - 1) % STAGES), count=1)
         return acc
 
@@ -141,7 +141,8 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
     @gluon.jit
     def k_loop_waves(
         a_bufs, b_bufs, ready, empty, turns,                     # shared memory: stages, their barriers, the turns'
-        base, k_steps, turn,                                     # ring position, K steps, turns taken
+        base, k_first, k_steps, turn,                            # ring position, first K step (split-K), steps;
+                                                                 # turns taken
         acc0, acc1, bscales,                                     # the waves' fp32 tiles; block scales
         off_m, off_n, M, N,                                      # this consumer's rows (from off_m) and columns
         ROW0: gl.constexpr,                                      # its first row within a stage's A block
@@ -166,7 +167,7 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
             pos = base + k
             slot = pos % STAGES
             if SCALE == "block":  # loaded before the wait: their latency hides under the data's
-                s0, s1 = _wave_scales(bscales, k, off_m, off_n, M, BK, WAVE_M, layout)
+                s0, s1 = _wave_scales(bscales, k_first + k, off_m, off_n, M, BK, WAVE_M, layout)
             mbarrier.wait(ready.index(slot), (pos // STAGES) & 1)
             a = a_bufs.index(slot)
             b = b_bufs.index(slot).permute((1, 0))

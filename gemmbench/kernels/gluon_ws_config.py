@@ -1,0 +1,167 @@
+"""The Gluon GEMM's configs (gluon_ws.py launches them): the config's fields, what each schedule's partitions hold in
+registers and shared memory, and which configs an SM can hold (fits); a config's tiles and its split of K."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Optional
+
+import triton
+
+from gemmbench.configs import tuning
+
+SCHEDULES = ("pipelined", "persistent", "ws", "pingpong", "halves")
+WARP_SPECIALIZED = SCHEDULES[2:]
+TWO_CONSUMERS = ("pingpong", "halves")  # two 4-warp consumer partitions: each its own tile, or half of one
+SMEM_BYTES = 227 * 1024  # what one block may hold on the H100
+PRODUCER_REGS = 40  # the producer warp holds addresses and counters only
+CONSUMER_REGS = 232  # what each consumer thread may hold: ACC + fp8 promotion tile + scales, under 256
+WARPGROUP = 4  # warps per warpgroup: registers are reallocated per warpgroup
+BLOCK_WAVE_REGS = 32  # what block scales take of the accumulators' registers in the waves' K loop (fits)
+
+
+@dataclass(frozen=True, kw_only=True)
+class GluonConfig(tuning.KernelConfig):
+    """A config of the Gluon kernel; its fields are its JSON keys, in the order they are written.  num_warps: the
+    warps of one consumer partition (ping-pong: of each of its two)."""
+
+    BLOCK_M: int
+    BLOCK_N: int
+    BLOCK_K: int
+    GROUP_M: int = 8
+    num_warps: int
+    num_stages: int
+    SCHEDULE: str = field(default="pingpong", metadata={"choices": SCHEDULES})
+    FP8_PROMOTE: Optional[int] = None  # fp8 precise: K summed before fp32 promotion; None: tile_loop.FP8_PROMOTE
+    # fp8 precise, warp-specialized schedules: promote once per K step in the K loop, overlapped with the next
+    # step's wgmma (_k_loop_overlapped), rather than in Triton's wgmma lowering every FP8_PROMOTE
+    PROMOTE_OVERLAP: bool = False
+    # warp-specialized schedules: a second accumulator of BLOCK_N2 columns beside BLOCK_N, so that a tile can be
+    # 128 + 32 = 160 wide (cuBLAS's width for N 1280: 8 tiles across, not 10 or 5); Triton's tensors are powers of two
+    BLOCK_N2: int = field(default=0, metadata={"choices": (0, 16, 32, 64)})
+    # fp8 promoted or block-scaled, warp-specialized schedules: the tile's rows in this many waves, each K step's sum
+    # of a wave started afresh in one partial accumulator and added into that wave's fp32 tile
+    # (gluon_ws_promote.k_loop_waves); 0: not this loop
+    PROMOTE_WAVES: int = field(default=0, metadata={"choices": (0, 1, 2)})
+    # "ws" and "halves": units of work per output tile, each a share of its K steps, for outputs of fewer tiles
+    # than SMs (gluon_ws_split.py); built: the split launched (split_k: no share empty).  None (unset, left out of
+    # the JSON, so configs and rows from before it read the same): one unit a tile
+    SPLIT_K: Optional[int] = None
+
+    def splits(self) -> int:
+        """Units per tile asked for (SPLIT_K, 1 where unset)."""
+        return self.SPLIT_K or 1
+
+    def split(self, splits: int) -> GluonConfig:
+        """This config in `splits` units per tile (unset where 1)."""
+        return replace(self, SPLIT_K=splits if splits > 1 else None)
+
+
+def wgmma_layout_params(bm: int, bn: int, warps: int, elem_bits: int) -> tuple[list[int], list[int]]:
+    """(warps_per_cta, instr_shape) of the fp32 accumulator of a (bm, bn) tile on `warps` warps: the warps stacked
+    along M, 16 rows each, then along N; the wgmma instruction as wide along N as the warps' share of the tile
+    allows (at most 256), K 32 bytes deep."""
+    m_warps = max(WARPGROUP, min(warps, bm // 16))
+    n_warps = warps // m_warps
+    n = min(256, bn // n_warps)
+    return [m_warps, n_warps], [16, n, 256 // elem_bits]
+
+
+def partition_warps(config: GluonConfig) -> tuple[int, list[int]]:
+    """(the default partition's warps, the worker partitions' warps) of a warp-specialized schedule."""
+    if config.SCHEDULE in TWO_CONSUMERS:
+        return WARPGROUP, [WARPGROUP, 1]
+    return config.num_warps, [1]
+
+
+def max_registers(config: GluonConfig) -> Optional[int]:
+    """The kernel's register limit (maxnreg): what lets the consumers be given CONSUMER_REGS and the producer
+    PRODUCER_REGS when the registers are redistributed, warps counted in whole warpgroups; None for one partition."""
+    if config.SCHEDULE not in WARP_SPECIALIZED:
+        return None
+    default, workers = partition_warps(config)
+    consumer_warps = default + sum(w for w in workers if w >= WARPGROUP)
+    producer_warps = WARPGROUP  # the producer's one warp takes a whole warpgroup's registers
+    total = 32 * (consumer_warps + producer_warps)
+    return (CONSUMER_REGS * 32 * consumer_warps + PRODUCER_REGS * 32 * producer_warps) // total
+
+
+def smem_bytes(config: GluonConfig, elem: int, out_elem: int = 2) -> int:
+    """Shared memory of a config: its ring of A and B stages and each consumer's output tile (halves: half the
+    tile's rows each)."""
+    width = config.BLOCK_N + config.BLOCK_N2
+    stages = config.num_stages * (config.BLOCK_M + width) * config.BLOCK_K * elem
+    consumers = 2 if config.SCHEDULE == "pingpong" else 1
+    return stages + consumers * config.BLOCK_M * width * out_elem
+
+
+def accumulator_registers(config: GluonConfig, fp8_precise: bool) -> int:
+    """fp32 registers a consumer thread holds for its tile, plus, for fp8 promoted every FP8_PROMOTE, the
+    reduced-precision partial of one wgmma instruction (64 rows by its N) that is added into it (halves: of half
+    the tile's rows)."""
+    warps = WARPGROUP if config.SCHEDULE in TWO_CONSUMERS else config.num_warps
+    rows = config.BLOCK_M // 2 if config.SCHEDULE == "halves" else config.BLOCK_M
+    regs = rows * (config.BLOCK_N + config.BLOCK_N2) // (32 * warps)
+    if fp8_precise and config.PROMOTE_OVERLAP:
+        return 3 * regs  # the fp32 tile and two partial sums
+    if fp8_precise and config.PROMOTE_WAVES:
+        return regs + regs // config.PROMOTE_WAVES  # the fp32 tile and one wave's partial
+    if fp8_precise:
+        (_, n_warps), (_, n, _) = wgmma_layout_params(config.BLOCK_M, config.BLOCK_N, warps, 8)
+        regs += 64 * n // (32 * WARPGROUP)
+    return regs
+
+
+def meeting_registers(config: GluonConfig) -> int:
+    """fp32 registers a consumer thread holds where split-K's last unit sums the splits (gluon_ws_split.meet): its
+    tile, and as much again loaded (ptxas issues the slices' loads together: 256 x 128 in two waves spilled)."""
+    return 2 * accumulator_registers(config, False)
+
+
+def fits(config: GluonConfig, elem: int, fp8_precise: bool, block: bool = False) -> bool:
+    """A config the SM can hold: its shared memory within SMEM_BYTES, its accumulators within the consumer's
+    registers with room for addresses and scales, BLOCK_M whole warpgroup wgmmas (64 rows each)."""
+    if config.BLOCK_M % 64 or config.num_stages < 2:
+        return False
+    if config.splits() > 1 and (config.SCHEDULE not in ("ws", "halves") or config.BLOCK_N2):
+        return False  # split-K's consumers take every unit in one order; the second accumulator does not meet
+    waves = config.PROMOTE_WAVES
+    halves = config.SCHEDULE == "halves"
+    if config.BLOCK_N2 and (config.SCHEDULE not in ("ws", "pingpong") or config.PROMOTE_OVERLAP or waves or block):
+        return False  # only the warp-specialized K loop of Triton's promotion has the second accumulator
+    if waves and (config.SCHEDULE not in WARP_SPECIALIZED or config.PROMOTE_OVERLAP or not (fp8_precise or block)):
+        return False  # the waves are a promotion of the warp-specialized consumers
+    if halves and (not waves or config.num_warps != WARPGROUP):
+        return False  # the halves take turns at the waves' wgmma, one warpgroup each
+    if waves and config.SCHEDULE == "pingpong":
+        return False  # ping-pong's consumers take turns per tile, each its own: the waves' turns are the halves'
+
+    if waves and config.BLOCK_M % (64 * waves * (2 if halves else 1)):
+        return False  # each wave a whole number of 64-row warpgroup wgmmas
+    if block and (config.SCHEDULE not in WARP_SPECIALIZED or not (config.PROMOTE_OVERLAP or waves)):
+        return False  # block scales multiply each K step's own sum: the overlapped loop's partials, or a wave's
+    if block and waves and 128 % config.BLOCK_N:
+        return False  # the waves scale a tile by one weight block's scale: its columns within one 128-column block
+    # registers left for addresses, barriers' phases and scales: 40 under the consumers' CONSUMER_REGS; one
+    # partition, 255 a thread, keeps 192 for accumulators (docs/BENCHMARKS.md, "The Gluon kernel": what spilled)
+    budget = CONSUMER_REGS - 40 if config.SCHEDULE in WARP_SPECIALIZED else 192
+    if block and waves:
+        # each wave's row scales and their addresses: ptxas spilled 256 x 128 in two waves with them (192 registers
+        # of accumulators), and not without (docs/BENCHMARKS.md, "Promoted fp8: the waves and the halves")
+        budget -= BLOCK_WAVE_REGS
+    if config.splits() > 1 and meeting_registers(config) > budget:
+        return False
+    return smem_bytes(config, elem) <= SMEM_BYTES and accumulator_registers(config, fp8_precise or block) <= budget
+
+
+def tiles(config: GluonConfig, M: int, N: int) -> int:
+    """Output tiles of a config."""
+    return triton.cdiv(M, config.BLOCK_M) * triton.cdiv(N, config.BLOCK_N + config.BLOCK_N2)
+
+
+def split_k(config: GluonConfig, K: int) -> tuple[int, int]:
+    """(splits, K steps each) of a launch: SPLIT_K shares of the K steps, ceil-sized, so the last may be shorter;
+    shares that would be empty (SPLIT_K near the steps) are not launched."""
+    steps = triton.cdiv(K, config.BLOCK_K)
+    per = triton.cdiv(steps, min(config.splits(), steps))
+    return triton.cdiv(steps, per), per

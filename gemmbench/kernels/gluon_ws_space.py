@@ -1,0 +1,119 @@
+"""The Gluon GEMM's search space (gluon_ws.py registers it): the quick candidates a run chooses among where no config is
+stored, the full space `gemmbench tune` searches, and which contract each problem's promotion follows."""
+
+from __future__ import annotations
+
+import triton
+
+from gemmbench import dtypes
+from gemmbench.configs import tuning
+from gemmbench.kernels.gluon_ws_config import TWO_CONSUMERS, WARP_SPECIALIZED, GluonConfig, fits, split_k, tiles
+from gemmbench.kernels.tile_loop import block_scaled
+
+# Fast accumulation is a bound on the error, not a demand: where cuBLAS's fast kernels are accurate, which the fast
+# tolerance follows, the kernel promotes anyway: at decode M, and where the output has fewer 128 x 128 tiles than
+# the GPU has SMs (cuBLAS splits K there).  One wgmma chain over all of K drifts outside that tolerance in both
+# (docs/BENCHMARKS.md, "The Gluon kernel": fp8 fast where cuBLAS is accurate).
+PROMOTE_FAST_UP_TO_M = 64
+
+
+def promotes(problem) -> bool:
+    """Whether the kernel promotes its fp8 sums into fp32 for a problem: the precise contract always; fast at
+    M <= PROMOTE_FAST_UP_TO_M and on outputs of fewer 128 x 128 tiles than SMs."""
+    if problem.dtype != "fp8":
+        return False
+    if problem.fp8_accum != dtypes.FAST_FP8_ACCUM or problem.M <= PROMOTE_FAST_UP_TO_M:
+        return True
+    return triton.cdiv(problem.M, 128) * triton.cdiv(problem.N, 128) < tuning.sm_count()
+
+
+def search_space(problem, on_gpu: bool, full: bool = True) -> list[GluonConfig]:
+    """Candidates for `gemmbench tune` (full) or for a run that finds no stored config (the first few)."""
+    return schedules_space(problem, full, WARP_SPECIALIZED)
+
+
+# The quick candidates are each contract's fastest (docs/BENCHMARKS.md: "The Gluon kernel, step by step", on the
+# H100; "Promoted fp8: the waves and the halves", on the H200): 16-bit and fp8 fast, cooperative 128 x 256 (8 warps,
+# 3 stages) and ping-pong 128 x 128; fp8 promoted and block scales, the halves (two one-warpgroup consumers on a
+# tile's row halves, taking turns at the waves' wgmma) of 256 x 128 in two waves and of 128 x 128 in one; and for
+# every contract but block scales the 128 + 32 = 160 wide cooperative tile, which fills the 132 SMs where N is 1280
+# (8 tiles across).
+# 128 x 256 with Triton's promotion needs 256 registers a thread (it spills: fits() keeps it out); four-warp
+# cooperative tiles were slower than the eight-warp ones and stay out of the quick list.
+_WIDE = {"BLOCK_N2": 32}
+_QUICK = {
+    "16-bit": (("ws", 128, 256, 8, 3, {}), ("pingpong", 128, 128, 4, 5, {}), ("ws", 128, 128, 8, 4, _WIDE)),
+    "fast": (("ws", 128, 256, 8, 3, {}), ("pingpong", 128, 128, 4, 4, {}), ("ws", 128, 128, 8, 4, _WIDE)),
+    "precise": (
+        ("halves", 256, 128, 4, 3, {"PROMOTE_WAVES": 2}),
+        ("halves", 128, 128, 4, 6, {"PROMOTE_WAVES": 1}),
+        ("ws", 128, 128, 8, 4, _WIDE),
+    ),
+    # block scales scale each K step's own sum: a wave's partial (the tile's columns in one 128-column weight block)
+    "block": (("halves", 128, 128, 4, 4, {"PROMOTE_WAVES": 1}), ("ws", 128, 128, 8, 4, {"PROMOTE_WAVES": 1})),
+}
+# split-K (outputs of fewer tiles than SMs): each contract's 128 x 128 config of one consumer order, split so that
+# the units fill the SMs once
+_SPLIT_QUICK = {
+    "16-bit": ("ws", 128, 128, 8, 4, {}),
+    "fast": ("ws", 128, 128, 8, 4, {}),
+    "precise": ("halves", 128, 128, 4, 6, {"PROMOTE_WAVES": 1}),
+    "block": ("halves", 128, 128, 4, 4, {"PROMOTE_WAVES": 1}),
+}
+SPLIT_CHOICES = (2, 3, 4, 6, 8, 12, 16)  # the full search's splits, where a config's tiles leave SMs idle
+MIN_SPLIT_STEPS = 4  # K steps a split takes at least: fewer spend more on filling the ring and meeting than summing
+# the ways a warp-specialized consumer promotes (PROMOTE_OVERLAP, PROMOTE_WAVES): Triton's wgmma lowering, the
+# overlapped partials, the tile in one or two row waves
+_PROMOTIONS = ((False, 0), (True, 0), (False, 1), (False, 2))
+# the one-partition steps: 128 x 256 on 8 warps, except with fp8 promotion (256 registers a thread: it spills),
+# where 128 x 128 on 4 warps (192: it does not)
+_STEP_QUICK = {"16-bit": (128, 256, 8, 3), "fast": (128, 256, 8, 3), "precise": (128, 128, 4, 4)}
+
+
+def filling_split(problem, config: GluonConfig, sms: int) -> int:
+    """The split whose units fill the SMs once (at most), each split MIN_SPLIT_STEPS K steps or more; 1 where the
+    tiles alone do."""
+    steps = triton.cdiv(problem.K, config.BLOCK_K)
+    wanted = max(1, min(sms // tiles(config, problem.M, problem.N), steps // MIN_SPLIT_STEPS))
+    return split_k(config.split(wanted), problem.K)[0]  # the split a launch of it runs
+
+
+def _split_choices(problem, config: GluonConfig, sms: int) -> tuple[int, ...]:
+    """The full search's splits of a config: 1, and SPLIT_CHOICES up to twice its filling split."""
+    most = 2 * filling_split(problem, config, sms) if config.SCHEDULE in ("ws", "halves") else 1
+    return (1,) + tuple(s for s in SPLIT_CHOICES if s <= most)
+
+
+def schedules_space(problem, full: bool, schedules: tuple[str, ...]) -> list[GluonConfig]:
+    """The quick candidates (full False) or the whole space of the given schedules for a problem."""
+    fp8 = problem.dtype == "fp8"
+    precise = promotes(problem)
+    block = block_scaled(problem)
+    elem, bk = (1, 128) if fp8 else (2, 64)
+    tile = GluonConfig.tile
+    contract = "block" if block else ("precise" if precise else "fast") if fp8 else "16-bit"
+    sms = tuning.sm_count()
+    quick = [tile(bm, bn, bk, w, st, SCHEDULE=s, **x) for s, bm, bn, w, st, x in _QUICK[contract] if s in schedules]
+    s, bm, bn, warps, stages, extra = _SPLIT_QUICK[contract]
+    split = tile(bm, bn, bk, warps, stages, SCHEDULE=s, **extra)
+    split = split.split(filling_split(problem, split, sms))
+    if s in schedules and split.splits() > 1:
+        quick.append(split)
+    if contract in _STEP_QUICK:
+        bm, bn, warps, stages = _STEP_QUICK[contract]
+        quick += [tile(bm, bn, bk, warps, stages, SCHEDULE=s) for s in schedules if s in ("pipelined", "persistent")]
+    quick = [c for c in quick if fits(c, elem, precise, block)]
+    if not full:
+        return quick
+    unsplit = [
+        tile(bm, bn, bk, warps, stages, SCHEDULE=schedule, PROMOTE_OVERLAP=overlap, BLOCK_N2=bn2, PROMOTE_WAVES=waves)
+        for schedule in schedules
+        for bm in (64, 128, 256)
+        for bn in (64, 128, 256)
+        for bn2 in ((0, 32) if bn == 128 and schedule in ("ws", "pingpong") else (0,))
+        for warps in ((4,) if schedule in TWO_CONSUMERS else (4, 8))
+        for stages in (3, 4, 5, 6)
+        for overlap, waves in (_PROMOTIONS if (precise or block) and schedule in WARP_SPECIALIZED else ((False, 0),))
+    ]
+    more = [c.split(split) for c in unsplit for split in _split_choices(problem, c, sms)]
+    return quick + [c for c in more if c not in quick and fits(c, elem, precise, block)]
