@@ -277,7 +277,7 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
                     last, w0, w1 = meet(w0, w1, ws_ptr, count_ptr, tile * 2 + FIRST, unit % SPLITS,
                                         pid_m * BM + ROW0, off_n, M, N, SPLITS, WAVES)
                 else:
-                    last, acc, acc = meet(acc, acc, ws_ptr, count_ptr, tile * 2 + FIRST, unit % SPLITS, pid_m * BM,
+                    last, acc, _ = meet(acc, acc, ws_ptr, count_ptr, tile * 2 + FIRST, unit % SPLITS, pid_m * BM,
                                           off_n, M, N, SPLITS, 1)
                 if last:
                     _tile_epilogue(acc, w0, w1, acc, c_desc, c2_desc, c_smem, c2_smem, a_scale_ptr, b_scale_ptr,
