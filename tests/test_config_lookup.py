@@ -122,6 +122,20 @@ def test_nothing_stored_searches_stores_and_the_next_run_reads_it(fake):
     assert again == config and fake["timed"] == []  # read, not searched again
 
 
+def test_a_stored_search_among_other_candidates_is_searched_again(fake):
+    _choose(fake)  # a search among SMALL and LARGE stored; LARGE (3.0 µs) won
+    # another build adds a quick candidate (faster still): its run must time it, not read the older winner
+    wide = DenseConfig.tile(16, 256, 128, 4, 3)
+    fake["us"][256] = 2.0
+    build = fake["tunable"].build
+    fake["tunable"] = tuning.Tunable(NAME, lambda p, on_gpu, full: [SMALL, LARGE, wide], build, DenseConfig)
+    fake["timed"].clear()
+    config = _choose(fake)
+    assert config["source"] == "searched" and config["BLOCK_N"] == 256 and sorted(fake["timed"]) == [64, 128, 256]
+    fake["timed"].clear()
+    assert _choose(fake) == config and fake["timed"] == []  # the same candidates: read, not searched again
+
+
 def test_a_lender_comes_before_a_stored_search_and_borrowing_is_off_by_default(fake, monkeypatch):
     _choose(fake)  # a search stored for H800, bucket 64
     _tune(H100, 64, SMALL)
@@ -178,6 +192,18 @@ def test_coarse_then_fine_candidates():
     assert coarse[0] == full[5] and set(coarse[1:]) <= set(full) and len(coarse) == len(set(coarse))
     # one field apart: BLOCK_N 32 -> 64 only; not two fields
     assert tuning.one_apart(full[0], full[4]) and not tuning.one_apart(full[0], full[5])
+
+
+def test_a_tune_past_its_budget_still_times_every_quick_candidate(fake):
+    # three quick candidates of a twelve-config space and no time at all: the budget stops the search after the
+    # quick candidates, never inside them (compiling every candidate first can spend a short budget by itself)
+    full = [DenseConfig.tile(16, n, k, w, 3) for n in (32, 64, 128) for k in (64, 128) for w in (4, 8)]
+    quick = [full[11], full[0], full[5]]  # BLOCK_N 128, 32, 64: each timed once
+    fake["us"] = {32: 4.0, 64: 5.0, 128: 3.0}
+    t = tuning.Tunable(NAME, lambda p, on_gpu, is_full: full if is_full else quick, fake["tunable"].build, DenseConfig)
+    trials, space = tuning.tune_search(t, P, None, None, budget_s=0.0, refine=1)
+    assert space == 12 and fake["timed"][:3] == [128, 32, 64]
+    assert [x.params for x in trials[:3]] == [full[11], full[0], full[5]]  # fastest first: 3.0, 4.0, 5.0 µs
 
 
 def _store_one(root: str, bucket: int) -> None:

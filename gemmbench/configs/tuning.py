@@ -30,6 +30,8 @@ from __future__ import annotations
 
 import concurrent.futures
 import functools
+import hashlib
+import json
 import math
 import os
 import time
@@ -140,6 +142,8 @@ def choose(t: Tunable, problem: Problem, inputs) -> tuple[KernelConfig, Provenan
     if gpu:
         part = config_sources.part_of(gpu, device.detect())
         match = config_sources.lookup(t.name, problem, gpu, policy, part)
+        if match is not None and match.kind == "searched" and not _same_candidates(t, problem, match):
+            match = None  # an earlier run chose among other candidates (another build's): choose again
         found = _from_stored(t, problem, inputs, match) if match else None
     if found is None:
         candidates = t.space(problem, gpu is not None, False)
@@ -149,6 +153,19 @@ def choose(t: Tunable, problem: Problem, inputs) -> tuple[KernelConfig, Provenan
             found = _search_and_store(t, problem, inputs, candidates, gpu, policy.store)
     _chosen[key] = found
     return found
+
+
+def candidates_key(candidates: list[KernelConfig]) -> str:
+    """Which candidates a run's search chose among, in a few characters (stored with its winner)."""
+    text = json.dumps([c.to_dict() for c in candidates], sort_keys=True)
+    return hashlib.sha1(text.encode()).hexdigest()[:12]
+
+
+def _same_candidates(t: Tunable, problem: Problem, match: config_sources.Found) -> bool:
+    """Whether an earlier run's stored search chose among the candidates this build's run would: a kernel's new
+    quick candidates (or a change of their fields) are searched, not hidden behind an older build's winner."""
+    entry = match.buckets[match.nearest(problem.M, problem.is_moe)]
+    return entry.get("among") == candidates_key(t.space(problem, True, False))
 
 
 def _from_stored(t: Tunable, problem: Problem, inputs, match: config_sources.Found) -> tuple[KernelConfig, Provenance]:
@@ -192,7 +209,8 @@ def _search_and_store(
     best = search(t, problem, inputs, candidates, refine=len(candidates))[0]
     if not store:
         return best.params, Provenance(SEARCHED)
-    about = {"source": SEARCHED, "timing": "cold", "candidates": len(candidates), **_about()}
+    about = {"source": SEARCHED, "timing": "cold", "candidates": len(candidates),
+             "among": candidates_key(candidates), **_about()}  # fmt: skip
     path = save(t.name, problem, gpu, best.params, best.time_us, about)
     bucket = config_files.m_bucket(problem.M, problem.is_moe)
     return best.params, Provenance(SEARCHED, str(path), bucket)
@@ -249,11 +267,11 @@ def _first_calls(launches: list, beat: Callable[[], None]) -> None:
 
 def _time_each(
     t: Tunable, problem: Problem, inputs, candidates: list[KernelConfig], reference, quick_s: float,
-    beat: Callable[[], None], deadline: float = math.inf,
+    beat: Callable[[], None], deadline: float = math.inf, at_least: int = 1,
 ) -> list[Trial]:  # fmt: skip
     """Each candidate compiled, checked against `reference` where given (a wrong config is never chosen), and timed
     briefly (cold L2); a config that cannot run is a trial with its error.  Stops at `deadline` (time.monotonic),
-    the first candidate always timed."""
+    the first `at_least` candidates always timed."""
     built: dict[int, Any] = {}
     for i, config in enumerate(candidates):
         try:
@@ -263,7 +281,7 @@ def _time_each(
     _first_calls([x for x in built.values() if not isinstance(x, Exception)], beat)
     trials = []
     for i, config in enumerate(candidates):
-        if trials and time.monotonic() > deadline:
+        if len(trials) >= at_least and time.monotonic() > deadline:
             break
         beat()
         trial = Trial(config)
@@ -371,8 +389,9 @@ def tune_search(
     (trials fastest first, the winner first; how many configs the full space has)."""
     full = t.space(problem, True, True)
     deadline = time.monotonic() + budget_s
-    tried = _time_each(t, problem, inputs, coarse_candidates(full, t.space(problem, True, False)), reference, 0.02,
-                       beat, deadline)  # fmt: skip
+    quick = [c for c in t.space(problem, True, False) if c in full]  # coarse_candidates puts them first
+    tried = _time_each(t, problem, inputs, coarse_candidates(full, quick), reference, 0.02, beat, deadline,
+                       at_least=len(quick))  # fmt: skip
     while time.monotonic() < deadline:
         best = sorted((x for x in tried if not x.error), key=lambda x: x.time_us)[:2]
         seen = {x.params for x in tried}
