@@ -432,8 +432,10 @@ def versus_ratios(rows: list[dict]) -> dict:
 def render_versus(paths: list[str]) -> str:
     """Builds side by side, one file each (one process of one sweep): per GEMM, TP and dtype, each M's time of cuBLAS
     over the file's fastest other variant, in file order ("0.81x → 0.96x"); then per file the cells, their median,
-    and how many reach 0.95x and 1.0x."""
+    and how many reach 0.95x and 1.0x.  Only the cells every file holds: like against like."""
     per_file = [versus_ratios([r for r in store.load(p).to_dict("records") if r["status"] == "ok"]) for p in paths]
+    common = set.intersection(*(set(r) for r in per_file))
+    per_file = [{k: v for k, v in r.items() if k in common} for r in per_file]
     shapes = sorted({k[:5] for ratios in per_file for k in ratios})
     ms = sorted({k[5] for ratios in per_file for k in ratios})
     cols = ["GEMM (N, K)", "TP", "dtype", *[f"M {m}" for m in ms]]

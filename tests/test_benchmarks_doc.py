@@ -73,6 +73,27 @@ def test_versus_takes_cublas_over_the_fastest_other_variant_per_cell():
     assert abs(got[("attn_o", 8192, 8192, 1, "bf16", 2048)] - 100 / 110) < 1e-12
 
 
+def test_versus_compares_only_the_cells_every_file_holds(tmp_path, monkeypatch):
+    """Two builds, the second run over one of the first's two M: the side-by-side and its summary hold M 2048 only
+    (cuBLAS 100 µs over 125, then over 100: 0.80x → 1.00x), never a cell one build lacks."""
+    bench_tables = _bench_tables()
+    files = {"a.parquet": [_row(0, "cublas_bf16", 100.0), _row(0, "triton_a", 125.0),
+                           _row(0, "cublas_bf16", 100.0, M=512), _row(0, "triton_a", 50.0, M=512)],
+             "b.parquet": [_row(0, "cublas_bf16", 100.0), _row(0, "triton_a", 100.0)]}  # fmt: skip
+
+    class Store:
+        @staticmethod
+        def load(path):
+            import pandas as pd
+
+            return pd.DataFrame([dict(r, status="ok") for r in files[path]])
+
+    monkeypatch.setattr(bench_tables, "store", Store)
+    text = bench_tables.render_versus(["a.parquet", "b.parquet"])
+    assert "0.80x → 1.00x" in text and "M 512" not in text and "2.00x" not in text
+    assert "| a.parquet | 1 | 0.80x | 0 | 0 |" in text and "| b.parquet | 1 | 1.00x | 1 | 1 |" in text
+
+
 def test_targets_by_m_and_the_decode_headline():
     """0.95x from M 512, 0.9x below, 0.97x at decode, 1.3x for TP 8's QKV fp8 in stream (its cold cell: 0.97x)."""
     cell = _bench_tables().TargetCell

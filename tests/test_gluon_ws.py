@@ -1,4 +1,4 @@
-"""The Gluon GEMM's host side on the CPU (gemmbench/kernels/gluon_ws.py): which problems and Tritons it refuses, the
+"""The Gluon GEMM's host side on the CPU (gemmbench/kernels/gluon_ws*.py): which problems and Tritons it refuses, the
 accumulator layout, the register and shared-memory budgets, the grid, the descriptors and the search space.  The
 kernel itself runs on the GPU only (tests/test_gpu_gluon_ws.py): Triton's gluon.jit has no CPU interpreter.
 Expected values are worked from Hopper's rules in each test."""

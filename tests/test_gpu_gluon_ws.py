@@ -1,7 +1,7 @@
-"""The Gluon GEMM (gemmbench/kernels/gluon_ws.py) on the GPU: every schedule, 16-bit and fp8 (per tensor,
+"""The Gluon GEMM (gemmbench/kernels/gluon_ws*.py) on the GPU: every schedule, 16-bit and fp8 (per tensor,
 row-wise and block scales, precise and fast accumulation, the promotion in the wgmma lowering, overlapped in the K
-loop and in row waves, the waves at every stage count they fit), tiles
-that leave partial tiles in M, N and K, programs with several tiles each (so the two ping-pong consumers take
+loop and in row waves, the waves and split-K at every stage count they fit), tiles that leave partial tiles in M, N
+and K, programs with several tiles each (so the two ping-pong consumers take
 turns), decode M, and several calls of one launch.  Each result is checked against the fp32 reference through
 the one check.  No timing is asserted."""
 

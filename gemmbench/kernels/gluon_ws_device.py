@@ -1,5 +1,6 @@
-"""The Gluon GEMM's kernels (device code); gemmbench/kernels/gluon_ws.py holds their configs, register and
-shared-memory budgets, search space and launch, gluon_ws_promote.py the K loops that promote fp8 by themselves.
+"""The Gluon GEMM's kernels (device code); gemmbench/kernels/gluon_ws.py launches them (their configs and budgets
+are gluon_ws_config.py's, their search space gluon_ws_space.py's), gluon_ws_promote.py holds the K loops that
+promote fp8 by themselves, gluon_ws_split.py split-K's units and meeting.
 
 out (M, N) = a (M, K) @ b (N, K)^T.  The schedules (config field SCHEDULE), each a step on the one before:
 
