@@ -167,11 +167,10 @@ class GluonGemm:
         self.splits, self.k_per = split_k(config, K)
         assert self.splits * M * N < 2**31, "the workspace's offsets are int32"
         # split-K: each split's fp32 partial, and a counter per tile and consumer (zero between calls: the last
-        # unit of a tile resets its own)
-        self.workspace = torch.empty(
-            (self.splits, M, N) if self.splits > 1 else (1,), dtype=torch.float32, device=out.device
-        )
-        self.counters = torch.zeros(2 * tiles(config, M, N), dtype=torch.int32, device=out.device)
+        # unit of a tile resets its own); one element each, never read, without it
+        split = self.splits > 1
+        self.workspace = torch.empty((self.splits, M, N) if split else (1,), dtype=torch.float32, device=out.device)
+        self.counters = torch.zeros(2 * tiles(config, M, N) if split else 1, dtype=torch.int32, device=out.device)
         self.programs = programs(config, M, N, K, tuning.sm_count())
         self.compiled = None  # the CompiledKernel of the last launch: registers and spills
 

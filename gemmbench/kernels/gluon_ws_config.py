@@ -13,6 +13,7 @@ from gemmbench.configs import tuning
 SCHEDULES = ("pipelined", "persistent", "ws", "pingpong", "halves")
 WARP_SPECIALIZED = SCHEDULES[2:]
 TWO_CONSUMERS = ("pingpong", "halves")  # two 4-warp consumer partitions: each its own tile, or half of one
+SPLITTABLE = ("ws", "halves")  # the schedules whose consumers take every unit in one order: split-K's
 SMEM_BYTES = 227 * 1024  # what one block may hold on the H100
 PRODUCER_REGS = 40  # the producer warp holds addresses and counters only
 CONSUMER_REGS = 232  # what each consumer thread may hold: ACC + fp8 promotion tile + scales, under 256
@@ -123,8 +124,8 @@ def fits(config: GluonConfig, elem: int, fp8_precise: bool, block: bool = False)
     registers with room for addresses and scales, BLOCK_M whole warpgroup wgmmas (64 rows each)."""
     if config.BLOCK_M % 64 or config.num_stages < 2:
         return False
-    if config.splits() > 1 and (config.SCHEDULE not in ("ws", "halves") or config.BLOCK_N2):
-        return False  # split-K's consumers take every unit in one order; the second accumulator does not meet
+    if config.splits() > 1 and (config.SCHEDULE not in SPLITTABLE or config.BLOCK_N2):
+        return False  # the second accumulator does not meet
     waves = config.PROMOTE_WAVES
     halves = config.SCHEDULE == "halves"
     if config.BLOCK_N2 and (config.SCHEDULE not in ("ws", "pingpong") or config.PROMOTE_OVERLAP or waves or block):

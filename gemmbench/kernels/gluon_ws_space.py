@@ -7,7 +7,15 @@ import triton
 
 from gemmbench import dtypes
 from gemmbench.configs import tuning
-from gemmbench.kernels.gluon_ws_config import TWO_CONSUMERS, WARP_SPECIALIZED, GluonConfig, fits, split_k, tiles
+from gemmbench.kernels.gluon_ws_config import (
+    SPLITTABLE,
+    TWO_CONSUMERS,
+    WARP_SPECIALIZED,
+    GluonConfig,
+    fits,
+    split_k,
+    tiles,
+)
 from gemmbench.kernels.tile_loop import block_scaled
 
 # Fast accumulation is a bound on the error, not a demand: where cuBLAS's fast kernels are accurate, which the fast
@@ -80,7 +88,7 @@ def filling_split(problem, config: GluonConfig, sms: int) -> int:
 
 def _split_choices(problem, config: GluonConfig, sms: int) -> tuple[int, ...]:
     """The full search's splits of a config: 1, and SPLIT_CHOICES up to twice its filling split."""
-    most = 2 * filling_split(problem, config, sms) if config.SCHEDULE in ("ws", "halves") else 1
+    most = 2 * filling_split(problem, config, sms) if config.SCHEDULE in SPLITTABLE else 1
     return (1,) + tuple(s for s in SPLIT_CHOICES if s <= most)
 
 
