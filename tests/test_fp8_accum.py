@@ -174,6 +174,26 @@ def test_fast_configs_have_their_own_file_read_over_the_shared_one():
     assert saved["fp8_accum"] == "fast" and list(saved["buckets"]) == ["2048"]
 
 
+def test_a_gluon_fast_problem_never_runs_the_precise_contracts_config():
+    """The Gluon kernel's precise configs are promoting schedules (the halves): a fast problem with only the shared
+    file's bucket runs none (the run searches its fast candidates; `tune --skip-stored` tunes it), while a Triton
+    variant's fast problem still reads that bucket (its tile runs unpromoted under fast)."""
+    from gemmbench.configs import config_files
+    from gemmbench.kernels.gluon_ws import GluonConfig
+
+    precise, fast = problem(M=512, N=8192, K=8192), problem(M=512, N=8192, K=8192, fp8_accum="fast")
+    halves = GluonConfig.tile(256, 128, 128, 4, 3, SCHEDULE="halves", PROMOTE_WAVES=2)
+    config_files.save("gluon_ws", precise, "GPU X", halves, 10.0, {})
+    config_files.save("triton_dp_row", precise, "GPU X", DenseConfig.tile(128, 128, 64, 8, 3), 10.0, {})
+    assert config_files.stored("gluon_ws", precise, "GPU X")[0] == halves
+    assert config_files.stored("gluon_ws", fast, "GPU X") is None
+    assert config_files.stored("triton_dp_row", fast, "GPU X") is not None
+    wide = GluonConfig.tile(128, 256, 128, 8, 3, SCHEDULE="ws")
+    config_files.save("gluon_ws", fast, "GPU X", wide, 8.0, {})  # fast's own file, once tuned
+    assert config_files.stored("gluon_ws", fast, "GPU X")[0] == wide
+    assert config_files.stored("gluon_ws", precise, "GPU X")[0] == halves
+
+
 # ---------------------------------------------------------------- rows and cell keys
 
 

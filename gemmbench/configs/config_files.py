@@ -116,12 +116,12 @@ def overlay_buckets(
     tune's (only those, never both: the lookup tries a tune's own and borrowed configs before its searched ones).
     A user folder that is the shipped one (GEMMBENCH_CONFIG_DIR=gemmbench/kernels/configs in a checkout, how the
     project commits its tunes) is read once, as shipped.  Under fast accumulation the files tuned under it come over
-    the shared ones, bucket by bucket.  roots: the folders to read (default: shipped, then the user's)."""
+    the shared ones, bucket by bucket (only those, for a variant whose configs fix the promotion: fast_reads_shared).  roots: the folders to read (default: shipped, then the user's)."""
     shipped = shipped_configs_root()
     folders = config_roots() if roots is None else roots
     buckets: dict = {}
     where: dict[str, str] = {}
-    contracts = (True, False) if tuned_fast(problem) else (True,)
+    contracts = ((True, False) if fast_reads_shared(variant) else (False,)) if tuned_fast(problem) else (True,)
     for shared, root in ((c, r) for c in contracts for r in folders):
         path = config_path(variant, problem, gpu, root, shared)
         found = {b: e for b, e in _read(path).get("buckets", {}).items() if (e.get("source") == SEARCHED) == searched}
@@ -129,6 +129,14 @@ def overlay_buckets(
         name = str(path.relative_to(root)) if root == shipped else str(path)
         where.update(dict.fromkeys(found, name))
     return buckets, where
+
+
+def fast_reads_shared(variant: str) -> bool:
+    """Whether a variant's fast-accumulation problems also read the shared files (tuned under precise): a tile tuned
+    with promotion still runs fast there.  Not where a config itself promotes (a promoting schedule runs its
+    promotion whatever the contract asked, and loses to the fast schedules)."""
+    tunable = registry.get(variant).tunable
+    return tunable is None or not tunable.promotion_in_config
 
 
 def config_roots() -> list[Path]:

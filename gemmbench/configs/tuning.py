@@ -111,6 +111,9 @@ class Tunable:
     space: Callable[[Problem, bool, bool], list[KernelConfig]]
     build: Callable[[Problem, Any, KernelConfig], registry.Launch]
     config_type: type[KernelConfig]  # what the variant's stored configs load into
+    # whether a config fixes how fp8 sums are promoted (a schedule of its own): then a fast-accumulation problem runs
+    # only configs tuned under fast, never the precise contract's shared ones (config_files.overlay_buckets)
+    promotion_in_config: bool = False
 
     def make(self, problem: Problem, inputs) -> registry.Launch:
         config, provenance = choose(self, problem, inputs)

@@ -226,7 +226,7 @@ def _register(name: str, schedules: tuple[str, ...], what: str, scalings: tuple[
     def space(problem, on_gpu: bool, full: bool = True) -> list[GluonConfig]:
         return schedules_space(problem, full, schedules)
 
-    tunable = tuning.Tunable(name, space, _build, GluonConfig)
+    tunable = tuning.Tunable(name, space, _build, GluonConfig, promotion_in_config=True)
     register(
         Variant(
             name=name,
