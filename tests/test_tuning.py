@@ -16,6 +16,7 @@ from gemmbench.cli import app
 from gemmbench.configs import config_files, provenance, tuning
 from gemmbench.kernels.dense_dp import DenseConfig
 from gemmbench.kernels.fused_moe import MoeConfig
+from gemmbench.kernels.gluon_ws_config import GluonConfig
 from gemmbench.kernels.persistent import PersistentConfig
 from gemmbench.kernels.splitk import SplitKConfig
 from gemmbench.kernels.streamk import StreamKConfig
@@ -176,6 +177,7 @@ CONFIG_TYPES = {
     "triton_moe": MoeConfig,
     "triton_persistent": PersistentConfig,
     "triton_streamk": StreamKConfig,
+    "gluon": GluonConfig,
 }
 
 
