@@ -194,16 +194,25 @@ def test_coarse_then_fine_candidates():
     assert tuning.one_apart(full[0], full[4]) and not tuning.one_apart(full[0], full[5])
 
 
-def test_a_tune_past_its_budget_still_times_every_quick_candidate(fake):
-    # three quick candidates of a twelve-config space and no time at all: the budget stops the search after the
-    # quick candidates, never inside them (compiling every candidate first can spend a short budget by itself)
-    full = [DenseConfig.tile(16, n, k, w, 3) for n in (32, 64, 128) for k in (64, 128) for w in (4, 8)]
-    quick = [full[11], full[0], full[5]]  # BLOCK_N 128, 32, 64: each timed once
+def test_a_tune_past_its_budget_still_times_its_whole_coarse_pass(fake):
+    # three quick candidates of a 48-config space (BLOCK_N 32, 64, 128 by sixteens) and no time at all: the coarse
+    # pass is the quick ones, then every 4th config (48 // COARSE 12), full[0] already among the quick: 3 + 11 = 14
+    # timed, and no fine round after
+    # (compiling the candidates can spend a short budget by itself; a first job must not time fewer than a later one)
+    full = [
+        DenseConfig.tile(16, n, k, w, s) for n in (32, 64, 128) for k in (64, 128) for w in (4, 8) for s in (2, 3, 4, 5)
+    ]
+    quick = [full[41], full[0], full[21]]
     fake["us"] = {32: 4.0, 64: 5.0, 128: 3.0}
     t = tuning.Tunable(NAME, lambda p, on_gpu, is_full: full if is_full else quick, fake["tunable"].build, DenseConfig)
     trials, space = tuning.tune_search(t, P, None, None, budget_s=0.0, refine=1)
-    assert space == 12 and fake["timed"][:3] == [128, 32, 64]
-    assert [x.params for x in trials[:3]] == [full[11], full[0], full[5]]  # fastest first: 3.0, 4.0, 5.0 µs
+    coarse = [full[41], full[0], full[21]] + [full[i] for i in range(4, 48, 4)]
+    assert (
+        space == 48
+        and len(fake["timed"]) == 14
+        and sorted(map(str, (x.params for x in trials))) == sorted(map(str, coarse))
+    )
+    assert fake["timed"][:3] == [128, 32, 64]  # the quick ones first
 
 
 def _store_one(root: str, bucket: int) -> None:

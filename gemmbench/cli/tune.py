@@ -66,8 +66,8 @@ SkipStored = Annotated[
 TimeBudget = Annotated[
     float,
     typer.Option(
-        help="Seconds of search per (variant, shape, M bucket) at most: coarse, then fine around the best, until a "
-        "round finds nothing faster or the time is spent (the quick candidates are always timed).",
+        help="Seconds of search per (variant, shape, M bucket): coarse (the quick candidates and about 12 more, "
+        "always timed whole), then fine around the best, until a round finds nothing faster or the time is spent.",
         rich_help_panel=WHAT,
     ),
 ]

@@ -387,14 +387,14 @@ def tune_search(
     beat: Callable[[], None] = lambda: None,
 ) -> tuple[list[Trial], int]:  # fmt: skip
     """`gemmbench tune`'s search of one problem: coarse (coarse_candidates), then fine (the untried configs one field
-    apart from the two best so far, until a round finds nothing faster), within budget_s seconds (the coarse pass
-    always finishes its quick candidates); then the `refine` best re-timed and the winner picked (pick).  Returns
-    (trials fastest first, the winner first; how many configs the full space has)."""
+    apart from the two best so far, until a round finds nothing faster), within budget_s seconds; the coarse pass is
+    timed whole however short the budget (the first job of a tune compiles what later ones find compiled: a cut coarse
+    pass would make a winner depend on the job's place).  Then the `refine` best re-timed and the winner picked
+    (pick).  Returns (trials fastest first, the winner first; how many configs the full space has)."""
     full = t.space(problem, True, True)
     deadline = time.monotonic() + budget_s
-    quick = [c for c in t.space(problem, True, False) if c in full]  # coarse_candidates puts them first
-    tried = _time_each(t, problem, inputs, coarse_candidates(full, quick), reference, 0.02, beat, deadline,
-                       at_least=len(quick))  # fmt: skip
+    coarse = coarse_candidates(full, [c for c in t.space(problem, True, False) if c in full])
+    tried = _time_each(t, problem, inputs, coarse, reference, 0.02, beat, deadline, at_least=len(coarse))
     while time.monotonic() < deadline:
         best = sorted((x for x in tried if not x.error), key=lambda x: x.time_us)[:2]
         seen = {x.params for x in tried}
