@@ -116,7 +116,8 @@ def overlay_buckets(
     tune's (only those, never both: the lookup tries a tune's own and borrowed configs before its searched ones).
     A user folder that is the shipped one (GEMMBENCH_CONFIG_DIR=gemmbench/kernels/configs in a checkout, how the
     project commits its tunes) is read once, as shipped.  Under fast accumulation the files tuned under it come over
-    the shared ones, bucket by bucket (only those, for a variant whose configs fix the promotion: fast_reads_shared).  roots: the folders to read (default: shipped, then the user's)."""
+    the shared ones, bucket by bucket (only those, for a variant whose configs fix the promotion: fast_reads_shared).
+    roots: the folders to read (default: shipped, then the user's)."""
     shipped = shipped_configs_root()
     folders = config_roots() if roots is None else roots
     buckets: dict = {}
