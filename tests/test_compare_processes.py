@@ -4,6 +4,7 @@ physical GPUs, per-process medians from `gemmbench run --repeat N`, and the `pro
 from __future__ import annotations
 
 import json
+import warnings
 
 import numpy as np
 import pytest
@@ -171,8 +172,11 @@ def test_a_comparison_of_identical_processes_is_valid_json(tmp_path):
     """Three processes a side, each median exactly 100: Welch's t has no spread to divide by, so its p-value is NaN,
     which JSON cannot hold; the document says null there and parses under a reader that refuses NaN."""
     base, cand = write(tmp_path, "b", processes("a", [100, 100, 100])), write(tmp_path, "c", processes("a", [100] * 3))
-    res = invoke("compare", base, cand, "--format", "json")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        res = invoke("compare", base, cand, "--format", "json")
     assert res.exit_code == 0, res.stderr
+    assert not [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]  # nothing on the terminal
 
     def refuse(constant):
         raise ValueError(f"{constant} is not JSON")
