@@ -325,6 +325,34 @@ def test_cell_rows_weight_hit_rates_by_sectors():
     assert total["ncu_l2_hit_pct"] == pytest.approx((8.443056 * 4 + 79.3746 * 1) / 5)
 
 
+def test_a_full_set_report_says_why_warps_waited_and_how_evenly_the_sms_were_busy():
+    """The H200 export of `--set full` (the Gluon kernel, block scales, M 1024 N 7168 K 18432), its cells read by
+    hand: 19 stall reasons in cycles per issued instruction summing to 12.12 ("selected", the issuing cycle, counted
+    in the interval but never named a reason); SM active cycles 570,633.66 mean against 678,585 at the busiest."""
+    [kernel] = ncu.parse_raw_csv((Path(__file__).parent / "fixtures" / "ncu-raw-h200-fullset.csv").read_text())
+    row, total = ncu.cell_rows([kernel], ncu.Model(None, None))
+    waits = [4.99, 0.02, 0.20, 0.00, 0.10, 0.01, 0, 4.65, 0.04, 0, 0.00, 0.00, 0.04, 0.24, 1.00, 0.01, 0, 0, 0.82]
+    assert row["ncu_issue_cycles"] == pytest.approx(sum(waits)) and sum(waits) == pytest.approx(12.12)
+    assert row["ncu_stall_top"] == "barrier 5.0, long_scoreboard 4.7, wait 0.8"
+    assert row["ncu_sm_balance"] == pytest.approx(570_633.66 / 678_585)
+    assert total["ncu_stall_top"] == row["ncu_stall_top"]  # one kernel: the cell's are its own
+    assert total["ncu_issue_cycles"] == pytest.approx(12.12) and total["ncu_sm_balance"] == pytest.approx(
+        0.840917, 1e-6
+    )
+    # the default metrics hold neither: empty, not zero
+    assert {ncu.cell_rows(fixture_kernels(), _dense_model())[-1][c] for c in
+            ("ncu_issue_cycles", "ncu_stall_top", "ncu_sm_balance")} == {None}  # fmt: skip
+
+
+def test_a_cells_stall_reasons_are_its_longest_kernels():
+    stall = "smsp__average_warps_issue_stalled_{}_per_issue_active.ratio".format
+    gemm = {"id": 0, "kernel": "gemm", "gpu__time_duration.sum": 3000.0, stall("barrier"): 6.0, stall("wait"): 2.0}
+    reduce_ = {"id": 1, "kernel": "reduce", "gpu__time_duration.sum": 1000.0, stall("long_scoreboard"): 10.0}
+    *_, total = ncu.cell_rows([reduce_, gemm], ncu.Model(None, None))
+    assert total["ncu_stall_top"] == "barrier 6.0, wait 2.0"
+    assert total["ncu_issue_cycles"] == pytest.approx((8.0 * 3000 + 10.0 * 1000) / 4000)  # weighted by duration
+
+
 def test_cell_rows_without_model_or_counters():
     rows = ncu.cell_rows([{"id": 0, "kernel": "k", "gpu__time_duration.sum": 1000.0}], ncu.Model(None, None))
     total = rows[-1]

@@ -63,7 +63,13 @@ Metrics = Annotated[
     Optional[str], typer.Option(help="Extra raw ncu metric names, comma-separated.", rich_help_panel=PROFILER)
 ]
 NcuSet = Annotated[
-    Optional[str], typer.Option("--set", help="ncu section set to collect too, e.g. full.", rich_help_panel=PROFILER)
+    Optional[str],
+    typer.Option(
+        "--set",
+        help="ncu section set to collect too, e.g. full (which also fills the stall and SM-balance columns: "
+        "ncu_issue_cycles, ncu_stall_top, ncu_sm_balance).",
+        rich_help_panel=PROFILER,
+    ),
 ]
 ProfileOut = Annotated[
     Path,

@@ -58,6 +58,13 @@ FLOP_METRICS = (
     "sm__ops_path_tensor_op_hmma_src_fp16_dst_fp16_sparsity_off.sum",
     "sm__ops_path_tensor_src_fp8_sparsity_off.sum",  # every fp8 path
 )
+# Why warps waited and how evenly the SMs were busy, where the report holds them (`--set full` collects both; the
+# default metrics do not, to keep the replay short): each stall reason in cycles per issued instruction, and the SMs'
+# active cycles, whose mean over the busiest's falls below 1 where tiles leave SMs idle or the last wave is partial.
+STALL_METRIC = ("smsp__average_warps_issue_stalled_", "_per_issue_active.ratio")
+SM_ACTIVE_CYCLES = ("sm__cycles_active.avg", "sm__cycles_active.max")
+TOP_STALLS = 3  # reasons named in ncu_stall_top
+NOT_A_STALL = ("selected",)  # the cycle a warp issues: in the interval between issues, never a reason to wait
 # Summed over a cell's kernels; the percentages are weighted (hit rates by their sectors, the rest by
 # duration); sizes take the largest kernel's.
 _ADDITIVE = (
@@ -73,7 +80,14 @@ _ADDITIVE = (
     "ncu_tensor_flops",
 )
 _BY_SECTORS = {"ncu_l1_hit_pct": "ncu_l1_sectors", "ncu_l2_hit_pct": "ncu_l2_sectors"}
-_BY_DURATION = ("ncu_occupancy_pct", "ncu_tensor_pipe_pct", "ncu_sm_pct", "ncu_sm_mhz")
+_BY_DURATION = (
+    "ncu_occupancy_pct",
+    "ncu_tensor_pipe_pct",
+    "ncu_sm_pct",
+    "ncu_sm_mhz",
+    "ncu_issue_cycles",
+    "ncu_sm_balance",
+)
 _LARGEST = ("ncu_registers", "ncu_smem_bytes", "ncu_dram_peak_gbps")
 SUM_KERNEL = "(all kernels)"
 
@@ -223,7 +237,26 @@ def kernel_columns(kernel: dict) -> dict:
     cols["ncu_dram_peak_gbps"] = per_cycle * cycles / 1e9 if per_cycle and cycles else None
     hz = cols.pop("ncu_sm_hz")
     cols["ncu_sm_mhz"] = hz / 1e6 if hz else None
-    return cols
+    return cols | _stall_columns(kernel)
+
+
+def _stall_columns(kernel: dict) -> dict:
+    """ncu_issue_cycles (a warp's cycles between issued instructions: every reason's summed), ncu_stall_top (the
+    TOP_STALLS largest reasons, "barrier 5.0, ..."), ncu_sm_balance (the SMs' mean active cycles over the busiest's);
+    None where the report lacks them."""
+    head, tail = STALL_METRIC
+    stalls = {
+        name[len(head) : -len(tail)]: value
+        for name, value in kernel.items()
+        if name.startswith(head) and name.endswith(tail) and value is not None
+    }
+    waits = sorted(((v, k) for k, v in stalls.items() if k not in NOT_A_STALL), key=lambda x: (-x[0], x[1]))
+    mean, busiest = (kernel.get(m) for m in SM_ACTIVE_CYCLES)
+    return {
+        "ncu_issue_cycles": sum(stalls.values()) if stalls else None,
+        "ncu_stall_top": ", ".join(f"{k} {v:.1f}" for v, k in waits[:TOP_STALLS]) if stalls else None,
+        "ncu_sm_balance": mean / busiest if mean is not None and busiest else None,
+    }
 
 
 def _derive(cols: dict, model: Model) -> dict:
@@ -268,6 +301,8 @@ def cell_rows(kernels: list[dict], model: Model, extra_metrics: Sequence[str] = 
         vals = [r[col] for r in per if r.get(col) is not None]
         total[col] = max(vals) if vals else None
     total["ncu_grid_size"] = total["ncu_block_size"] = None  # per kernel only
+    longest = max(per, key=lambda r: r["ncu_duration_ns"] or 0, default=None)
+    total["ncu_stall_top"] = longest["ncu_stall_top"] if longest else None  # the kernel that took the time
     total = _derive(total, model)
     peak = total.get("ncu_dram_peak_gbps")
     total["ncu_dram_pct_peak"] = 100 * total["ncu_dram_gbps"] / peak if peak and total["ncu_dram_gbps"] else None
