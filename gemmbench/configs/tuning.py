@@ -393,7 +393,7 @@ def tune_search(
     (pick).  Returns (trials fastest first, the winner first; how many configs the full space has)."""
     full = t.space(problem, True, True)
     deadline = time.monotonic() + budget_s
-    coarse = coarse_candidates(full, [c for c in t.space(problem, True, False) if c in full])
+    coarse = coarse_candidates(full, t.space(problem, True, False))
     tried = _time_each(t, problem, inputs, coarse, reference, 0.02, beat, deadline, at_least=len(coarse))
     while time.monotonic() < deadline:
         best = sorted((x for x in tried if not x.error), key=lambda x: x.time_us)[:2]
