@@ -28,11 +28,10 @@ JSON
 profile() {  # NAME CONFIG_DIR profile-arguments...: CONFIG_DIR "none": no stored config (the run's own choice)
   local name=$1 configs=$2
   shift 2
-  if [ "$configs" = none ]; then
-    GEMMBENCH_RETUNE=1 gemmbench profile --ncu --set full --out "$out/$name" "$@" > "$out/$name.txt"
-  else
-    GEMMBENCH_CONFIG_DIR=$configs gemmbench profile --ncu --set full --out "$out/$name" "$@" > "$out/$name.txt"
-  fi
+  (
+    if [ "$configs" = none ]; then export GEMMBENCH_RETUNE=1; else export GEMMBENCH_CONFIG_DIR=$configs; fi
+    gemmbench profile --ncu --set full --out "$out/$name" "$@" > "$out/$name.txt"
+  )
 }
 profile promoted-m1024 none --shapes "$out/promoted.yaml" --dtype fp8 --fp8-accum precise --variants cublas_fp8,gluon_ws
 profile block-m1024 none --shapes "$out/block.yaml" --dtype fp8 --scaling block --variants cublas_fp8_block,gluon_ws
