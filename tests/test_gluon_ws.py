@@ -3,6 +3,8 @@ accumulator layout, the register and shared-memory budgets, the grid, the descri
 kernel itself runs on the GPU only (tests/test_gpu_gluon_ws.py): Triton's gluon.jit has no CPU interpreter.
 Expected values are worked from Hopper's rules in each test."""
 
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -133,23 +135,62 @@ def test_split_k_fits_one_consumer_order_and_the_meetings_registers():
     assert not gc.fits(cfg(128, 128, 128, 8, 4, SCHEDULE="ws", BLOCK_N2=32, SPLIT_K=2), 1, fp8_precise=False)
 
 
+# The split model by hand (132 SMs, 128 x 128 fp8 tiles, K steps of 128): a launch costs its whole waves' K steps, then
+# per wave of split units ceil(steps / S) + 1 + S (its share, its own partial stored, the S slices summed)
 @pytest.mark.parametrize(
     "M,N,K,want",
     [
-        (512, 1280, 8192, 3),  # 4 x 10 = 40 tiles: 132 // 40 = 3 splits fill the SMs once
-        (128, 1280, 8192, 13),  # 10 tiles: 13; shares of ceil(64 / 13) = 5 steps, 13 of them
-        (128, 1280, 1024, 2),  # 8 K steps: at least 4 each, so 2
-        (2048, 8192, 8192, 1),  # 1024 tiles: the tiles fill the SMs
+        # 4 x 10 = 40 tiles, 64 steps: whole 64; S 2: 120 units, one wave, 32 + 3 = 35; S 3: 22 + 4 = 26;
+        # S 4: 160 units, two waves of 16 + 5: 42
+        (512, 1280, 8192, 3),
+        # 8 x 10 = 80 tiles, 64 steps: whole 64; S 2: 160 units, two waves of 35 = 70; S 3: two of 26 = 52;
+        # S 4: three of 21 = 63; S 5: four of 13 + 6 = 76; S 6: four of 18 = 72; S 8: five of 17 = 85
+        (1024, 1280, 8192, 3),
+        # 10 tiles, 64 steps, one wave up to S 13: S 7: 10 + 8 = 18; S 8: 8 + 9 = 17; S 9: 8 + 10 = 18
+        (128, 1280, 8192, 8),
+        (128, 1280, 1024, 2),  # 8 K steps: at least 4 each, so S 2: 4 + 3 = 7 against 8 whole
+        # 8 x 18 = 144 tiles, 128 steps: whole two waves, 256; split, one whole wave (128) and the 12 tiles past it in
+        # one wave up to S 11: S 9: 15 + 10 = 25, S 10: 13 + 11 = 24, S 11: 12 + 12 = 24 (the fewer: 10)
+        (1024, 2304, 16384, 10),
+        # 16 x 64 = 1024 tiles, 64 steps: whole eight waves, 512; S 2: seven whole (448) and 200 units in two
+        # waves of 35: 518
+        (2048, 8192, 8192, 1),
     ],
 )
-def test_the_filling_split_is_a_quick_candidate_of_small_outputs(monkeypatch, M, N, K, want):
+def test_the_split_models_fastest_split_is_a_quick_candidate(monkeypatch, M, N, K, want):
     monkeypatch.setattr(g.tuning, "sm_count", lambda: 132)
+    # the full search's splits of one config: 1, the model's, and SPLIT_CHOICES (2, 3, 4, 6, 8, 12, 16) up to
+    # twice the model's
+    full_splits = {1: {1}, 2: {1, 2, 3, 4}, 3: {1, 2, 3, 4, 6}, 8: {1, 2, 3, 4, 6, 8, 12, 16},
+                   10: {1, 2, 3, 4, 6, 8, 10, 12, 16}}[want]  # fmt: skip
     for accum in ("precise", "fast"):
         p = Problem("t", "g", M, N, K, "fp8", fp8_accum=accum)
         split = [c for c in gs.search_space(p, on_gpu=True, full=False) if c.splits() > 1]
-        assert [c.SPLIT_K for c in split] == ([want] if want > 1 else [])
-        full = gs.search_space(p, on_gpu=True, full=True)
-        assert max(c.splits() for c in full) == max((s for s in gs.SPLIT_CHOICES if s <= 2 * want), default=1)
+        assert [(c.SPLIT_K, c.SPLIT_TAIL) for c in split] == ([(want, True)] if want > 1 else [])
+        one = cfg(128, 128, 128, 8, 4, SCHEDULE="ws")
+        full = [
+            c for c in gs.search_space(p, on_gpu=True, full=True) if replace(c, SPLIT_K=None, SPLIT_TAIL=None) == one
+        ]
+        assert {c.splits() for c in full} == full_splits
+        assert all(c.SPLIT_TAIL for c in full if c.splits() > 1)
+
+
+def test_only_the_tiles_past_the_whole_waves_are_split_where_the_tail_is():
+    # 1024 x 2304: 8 x 18 = 144 tiles on 132 SMs: one whole wave, then 12 tiles in 10 units each
+    tail = cfg(128, 128, 128, 8, 4, SCHEDULE="ws", SPLIT_K=10, SPLIT_TAIL=True)
+    assert gc.whole_tiles(tail, 1024, 2304, 132) == 132
+    assert gc.units(tail, 1024, 2304, 16384, 132) == 132 + 12 * 10
+    assert g.programs(tail, 1024, 2304, 16384, 132) == 132
+    every = replace(tail, SPLIT_TAIL=None)  # every tile split: 1440 units
+    assert gc.whole_tiles(every, 1024, 2304, 132) == 0 and gc.units(every, 1024, 2304, 16384, 132) == 1440
+    # 4 x 10 = 40 tiles, fewer than SMs, no whole wave: every tile split, as without the tail
+    assert gc.whole_tiles(tail, 512, 1280, 132) == 0 and gc.units(tail, 512, 1280, 8192, 132) == 40 * 10
+    # 2048 x 8448: 16 x 66 = 1056 tiles, eight whole waves: nothing left to split
+    assert gc.units(tail, 2048, 8448, 8192, 132) == 1056
+    assert gc.units(cfg(128, 128, 128, 8, 4, SCHEDULE="ws"), 1024, 2304, 16384, 132) == 144
+    # a config of one split keeps no tail; splitting keeps the config's own choice unless told
+    assert tail.split(1).SPLIT_TAIL is None and tail.split(3).SPLIT_TAIL is True
+    assert cfg(128, 128, 128, 8, 4, SCHEDULE="ws").split(4, tail=True).to_dict()["SPLIT_TAIL"] is True
 
 
 def test_descriptors_take_the_configs_blocks():

@@ -36,7 +36,9 @@ from gemmbench.kernels.gluon_ws_config import (
     partition_warps,
     split_k,
     tiles,
+    units,
     wgmma_layout_params,
+    whole_tiles,
 )
 from gemmbench.kernels.gluon_ws_space import promotes, schedules_space
 from gemmbench.kernels.tile_loop import TRITON_SCALINGS, BlockScales, fp8_promote_every
@@ -146,8 +148,8 @@ def promotion(config: GluonConfig, promote: int, scale: str) -> tuple[bool, int]
 def programs(config: GluonConfig, M: int, N: int, K: int, sms: int) -> int:
     """Grid size: one program per tile ("pipelined"), else one per SM at most (persistent schedules), over the
     units of split-K."""
-    units = tiles(config, M, N) * split_k(config, K)[0]
-    return units if config.SCHEDULE == "pipelined" else max(1, min(units, sms))
+    count = units(config, M, N, K, sms)
+    return count if config.SCHEDULE == "pipelined" else max(1, min(count, sms))
 
 
 class GluonGemm:
@@ -165,13 +167,18 @@ class GluonGemm:
         self.blocks = (blocks.a, blocks.b, *blocks.strides) if on else (out, out, 0, 0, 0, 0)
         self.layouts = accumulator_layouts(config, 8 * a.element_size())
         self.splits, self.k_per = split_k(config, K)
-        assert self.splits * M * N < 2**31, "the workspace's offsets are int32"
-        # split-K: each split's fp32 partial, and a counter per tile and consumer (zero between calls: the last
-        # unit of a tile resets its own); one element each, never read, without it
-        split = self.splits > 1
-        self.workspace = torch.empty((self.splits, M, N) if split else (1,), dtype=torch.float32, device=out.device)
-        self.counters = torch.zeros(2 * tiles(config, M, N) if split else 1, dtype=torch.int32, device=out.device)
-        self.programs = programs(config, M, N, K, tuning.sm_count())
+        sms = tuning.sm_count()
+        self.whole = whole_tiles(config, M, N, sms) if self.splits > 1 else tiles(config, M, N)
+        # split-K: each split tile's fp32 partials, a whole tile per split (its slices adjacent), and a counter per
+        # tile and consumer (zero between calls: the last unit of a tile resets its own); one element each, never
+        # read, where no tile is split
+        split_tiles = tiles(config, M, N) - self.whole
+        slices = split_tiles * self.splits * config.BLOCK_M * config.BLOCK_N
+        assert slices < 2**31, "the workspace's offsets are int32"
+        self.workspace = torch.empty(max(slices, 1), dtype=torch.float32, device=out.device)
+        self.counters = torch.zeros(max(2 * tiles(config, M, N) * (split_tiles > 0), 1), dtype=torch.int32,
+                                    device=out.device)  # fmt: skip
+        self.programs = programs(config, M, N, K, sms)
         self.compiled = None  # the CompiledKernel of the last launch: registers and spills
 
     def resources(self) -> Optional[dict]:
@@ -194,7 +201,7 @@ class GluonGemm:
             overlap, waves = promotion(cfg, self.promote, self.scale)
             self.compiled = gluon_ws_device.warp_specialized_kernel[(self.programs,)](
                 a_desc, b_desc, b2_desc, c_desc, c2_desc, *self.scales, *self.blocks[:2], self.workspace,
-                self.counters, *self.blocks[2:], M, N, K, self.k_per, **common, SPLITS=self.splits,
+                self.counters, *self.blocks[2:], M, N, K, self.k_per, self.whole, **common, SPLITS=self.splits,
                 layout2=self.layouts[1],
                 BN2=cfg.BLOCK_N2, CONSUMERS=2 if cfg.SCHEDULE in TWO_CONSUMERS else 1, HALVES=cfg.SCHEDULE == "halves",
                 OVERLAP=overlap,

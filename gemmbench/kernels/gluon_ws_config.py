@@ -48,14 +48,20 @@ class GluonConfig(tuning.KernelConfig):
     # than SMs (gluon_ws_split.py); built: the split launched (split_k: no share empty).  None (unset, left out of
     # the JSON, so configs and rows from before it read the same): one unit a tile
     SPLIT_K: Optional[int] = None
+    # split-K: True splits only the tiles past the grid's whole waves (the last, partial wave), the waves before it
+    # running their tiles whole, so that an output of 144 tiles on 132 SMs runs one wave and a split twelfth, not
+    # two waves; None (unset): every tile is split
+    SPLIT_TAIL: Optional[bool] = None
 
     def splits(self) -> int:
         """Units per tile asked for (SPLIT_K, 1 where unset)."""
         return self.SPLIT_K or 1
 
-    def split(self, splits: int) -> GluonConfig:
-        """This config in `splits` units per tile (unset where 1)."""
-        return replace(self, SPLIT_K=splits if splits > 1 else None)
+    def split(self, splits: int, tail: Optional[bool] = None) -> GluonConfig:
+        """This config in `splits` units per tile (unset where 1), of the tail's tiles only where tail is True (the
+        config's own choice where tail is None)."""
+        tail = self.SPLIT_TAIL if tail is None else tail
+        return replace(self, SPLIT_K=splits if splits > 1 else None, SPLIT_TAIL=True if splits > 1 and tail else None)
 
 
 def wgmma_layout_params(bm: int, bn: int, warps: int, elem_bits: int) -> tuple[list[int], list[int]]:
@@ -158,6 +164,21 @@ def fits(config: GluonConfig, elem: int, fp8_precise: bool, block: bool = False)
 def tiles(config: GluonConfig, M: int, N: int) -> int:
     """Output tiles of a config."""
     return triton.cdiv(M, config.BLOCK_M) * triton.cdiv(N, config.BLOCK_N + config.BLOCK_N2)
+
+
+def whole_tiles(config: GluonConfig, M: int, N: int, sms: int) -> int:
+    """The tiles a launch runs whole before its split ones: the grid's whole waves where only the tail is split
+    (SPLIT_TAIL), none where every tile is, all where nothing is."""
+    count = tiles(config, M, N)
+    if config.splits() == 1:
+        return count
+    return (count // sms) * sms if config.SPLIT_TAIL else 0
+
+
+def units(config: GluonConfig, M: int, N: int, K: int, sms: int) -> int:
+    """Units of work of a launch: its whole tiles, and split_k's shares of each of the others."""
+    count, whole = tiles(config, M, N), whole_tiles(config, M, N, sms)
+    return whole + (count - whole) * split_k(config, K)[0]
 
 
 def split_k(config: GluonConfig, K: int) -> tuple[int, int]:

@@ -139,7 +139,7 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
     def _producer(
         a_desc, b_desc, b2_desc,                                 # operands: TMA descriptors
         ring,                                                    # shared memory: the stages and their barriers
-        M, N, K, k_per,                                          # sizes; K steps of a split
+        M, N, K, k_per, whole,                                   # sizes; K steps of a split, tiles run whole
         GROUP_M: gl.constexpr, SPLITS: gl.constexpr,             # schedule
         BN2: gl.constexpr,                                       # meta: the second accumulator's width
     ):
@@ -155,8 +155,8 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
         grid_n = gl.cdiv(N, BN + BN2)
         k_steps = gl.cdiv(K, BK)
         pos = 0
-        for unit in range(gl.program_id(0), grid_m * grid_n * SPLITS, gl.num_programs(0)):
-            tile, k_first, steps = unit_work(unit, k_steps, k_per, SPLITS)
+        for unit in range(gl.program_id(0), whole + (grid_m * grid_n - whole) * SPLITS, gl.num_programs(0)):
+            tile, k_first, steps, _ = unit_work(unit, k_steps, k_per, whole, SPLITS)
             pid_m, pid_n = _tile_coords(tile, grid_m, grid_n, GROUP_M)
             off_n = pid_n * (BN + BN2)
             for k in range(k_first, k_first + steps):
@@ -198,7 +198,7 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
         c_desc, c2_desc, c_smem, c2_smem,                        # output: TMA descriptors and staging tiles
         a_scale_ptr, b_scale_ptr, bscales,                       # scales: per tensor or row; block (pointers, strides)
         ws_ptr, count_ptr,                                       # split-K: fp32 workspace, per-tile counters
-        M, N, K, k_per,                                          # sizes; K steps of a split
+        M, N, K, k_per, whole,                                   # sizes; K steps of a split, tiles run whole
         FIRST: gl.constexpr, EVERY: gl.constexpr,                # schedule: which of the program's tiles, or
         HALVES: gl.constexpr, GROUP_M: gl.constexpr,             # which half of every tile's rows; units per tile
         SPLITS: gl.constexpr,
@@ -230,8 +230,9 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
         step = gl.num_programs(0)
         base = 0 if HALVES else FIRST * k_steps
         turn = 0
-        for unit in range(gl.program_id(0) + (0 if HALVES else FIRST) * step, grid_m * grid_n * SPLITS, EVERY * step):
-            tile, k_first, steps = unit_work(unit, k_steps, k_per, SPLITS)
+        units = whole + (grid_m * grid_n - whole) * SPLITS
+        for unit in range(gl.program_id(0) + (0 if HALVES else FIRST) * step, units, EVERY * step):
+            tile, k_first, steps, split = unit_work(unit, k_steps, k_per, whole, SPLITS)
             pid_m, pid_n = _tile_coords(tile, grid_m, grid_n, GROUP_M)
             acc = gl.zeros([ROWS, BN], gl.float32, layout)
             acc2 = acc  # the tensors a schedule does not hold stand for themselves, never read
@@ -274,12 +275,14 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
             base += EVERY * steps
             off_n = pid_n * (BN + BN2)
             if SPLITS > 1:  # (no second accumulator: fits)
-                if WAVES > 0:
-                    last, w0, w1 = meet(w0, w1, ws_ptr, count_ptr, tile * 2 + FIRST, unit % SPLITS,
-                                        pid_m * BM + ROW0, off_n, M, N, SPLITS, WAVES)
-                else:
-                    last, acc, _ = meet(acc, acc, ws_ptr, count_ptr, tile * 2 + FIRST, unit % SPLITS, pid_m * BM,
-                                          off_n, M, N, SPLITS, 1)
+                last = unit < whole  # a whole tile's unit is its tile's only one
+                if unit >= whole:
+                    if WAVES > 0:
+                        last, w0, w1 = meet(w0, w1, ws_ptr, count_ptr, tile * 2 + FIRST, tile, whole, split, ROW0,
+                                            BM, SPLITS, WAVES)
+                    else:
+                        last, acc, _ = meet(acc, acc, ws_ptr, count_ptr, tile * 2 + FIRST, tile, whole, split, 0, BM,
+                                            SPLITS, 1)
                 if last:
                     _tile_epilogue(acc, w0, w1, acc, c_desc, c2_desc, c_smem, c2_smem, a_scale_ptr, b_scale_ptr,
                                    pid_m * BM, off_n, M, N, ROW0, SCALE, WAVES, 0)
@@ -294,7 +297,7 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
         a_scale_ptr, b_scale_ptr, a_bs_ptr, b_bs_ptr,            # scales: per tensor or row; block
         ws_ptr, count_ptr,                                       # split-K: fp32 workspace, per-tile counters
         s_am, s_ak, s_bn, s_bk,                                  # strides: the block scales'
-        M, N, K, k_per,                                          # sizes; K steps of a split
+        M, N, K, k_per, whole,                                   # sizes; K steps of a split, tiles run whole
         GROUP_M: gl.constexpr, STAGES: gl.constexpr,             # schedule
         CONSUMERS: gl.constexpr, HALVES: gl.constexpr, SPLITS: gl.constexpr,
         PROMOTE: gl.constexpr, OVERLAP: gl.constexpr,            # fp8: how it promotes, which scales
@@ -335,10 +338,10 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
             gl.warp_specialize(
                 [
                     (_consumer, (ring, turns, c_desc, c2_desc, c0, c20, a_scale_ptr, b_scale_ptr, bscales,
-                                 ws_ptr, count_ptr, M, N, K, k_per, 0, 1, False, GROUP_M, SPLITS, PROMOTE, OVERLAP,
+                                 ws_ptr, count_ptr, M, N, K, k_per, whole, 0, 1, False, GROUP_M, SPLITS, PROMOTE, OVERLAP,
                                  WAVES, SCALE,
                                  layout, layout2, wave_layout, BN2)),
-                    (_producer, (a_desc, b_desc, b2_desc, ring, M, N, K, k_per, GROUP_M, SPLITS, BN2)),
+                    (_producer, (a_desc, b_desc, b2_desc, ring, M, N, K, k_per, whole, GROUP_M, SPLITS, BN2)),
                 ],
                 [1],
                 [PRODUCER_REGS],
@@ -352,14 +355,14 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
             gl.warp_specialize(
                 [
                     (_consumer, (ring, turns, c_desc, c2_desc, c0, c20, a_scale_ptr, b_scale_ptr, bscales,
-                                 ws_ptr, count_ptr, M, N, K, k_per, 0, 1 if HALVES else 2, HALVES, GROUP_M, SPLITS,
+                                 ws_ptr, count_ptr, M, N, K, k_per, whole, 0, 1 if HALVES else 2, HALVES, GROUP_M, SPLITS,
                                  PROMOTE, OVERLAP, WAVES, SCALE,
                                  layout, layout2, wave_layout, BN2)),
                     (_consumer, (ring, turns, c_desc, c2_desc, c1, c21, a_scale_ptr, b_scale_ptr, bscales,
-                                 ws_ptr, count_ptr, M, N, K, k_per, 1, 1 if HALVES else 2, HALVES, GROUP_M, SPLITS,
+                                 ws_ptr, count_ptr, M, N, K, k_per, whole, 1, 1 if HALVES else 2, HALVES, GROUP_M, SPLITS,
                                  PROMOTE, OVERLAP, WAVES, SCALE,
                                  layout, layout2, wave_layout, BN2)),
-                    (_producer, (a_desc, b_desc, b2_desc, ring, M, N, K, k_per, GROUP_M, SPLITS, BN2)),
+                    (_producer, (a_desc, b_desc, b2_desc, ring, M, N, K, k_per, whole, GROUP_M, SPLITS, BN2)),
                 ],
                 [4, 1],  # WARPGROUP: a jit function reads no module constant
                 [CONSUMER_REGS, PRODUCER_REGS],

@@ -60,8 +60,8 @@ _QUICK = {
     # block scales scale each K step's own sum: a wave's partial (the tile's columns in one 128-column weight block)
     "block": (("halves", 128, 128, 4, 4, {"PROMOTE_WAVES": 1}), ("ws", 128, 128, 8, 4, {"PROMOTE_WAVES": 1})),
 }
-# split-K (outputs of fewer tiles than SMs): each contract's 128 x 128 config of one consumer order, split so that
-# the units fill the SMs once
+# split-K (outputs of fewer tiles than SMs, or a last wave that leaves SMs idle): each contract's 128 x 128 config of
+# one consumer order, the tiles past the whole waves split as the split model finds fastest (filling_split)
 _SPLIT_QUICK = {
     "16-bit": ("ws", 128, 128, 8, 4, {}),
     "fast": ("ws", 128, 128, 8, 4, {}),
@@ -70,6 +70,7 @@ _SPLIT_QUICK = {
 }
 SPLIT_CHOICES = (2, 3, 4, 6, 8, 12, 16)  # the full search's splits, where a config's tiles leave SMs idle
 MIN_SPLIT_STEPS = 4  # K steps a split takes at least: fewer spend more on filling the ring and meeting than summing
+MOST_SPLITS = 16
 # the ways a warp-specialized consumer promotes (PROMOTE_OVERLAP, PROMOTE_WAVES): Triton's wgmma lowering, the
 # overlapped partials, the tile in one or two row waves
 _PROMOTIONS = ((False, 0), (True, 0), (False, 1), (False, 2))
@@ -78,18 +79,34 @@ _PROMOTIONS = ((False, 0), (True, 0), (False, 1), (False, 2))
 _STEP_QUICK = {"16-bit": (128, 256, 8, 3), "fast": (128, 256, 8, 3), "precise": (128, 128, 4, 4)}
 
 
+def split_time(tiles: int, sms: int, steps: int, splits: int) -> int:
+    """A launch's time in K steps, as the split model counts it: the grid's whole waves of whole tiles, then the
+    tiles past them in `splits` units each, a wave of units at a time; a split unit also stores its fp32 partial
+    and the last of a tile's units sums them all, each slice counted as a K step (an fp32 128 x 128 slice is
+    twice the bytes of an fp8 K step's operands, through L2 instead of TMA)."""
+    whole_waves = tiles // sms if splits > 1 else 0
+    rest = tiles - whole_waves * sms
+    unit = triton.cdiv(steps, splits) + (1 + splits if splits > 1 else 0)
+    return whole_waves * steps + triton.cdiv(rest * splits, sms) * unit
+
+
 def filling_split(problem, config: GluonConfig, sms: int) -> int:
-    """The split whose units fill the SMs once (at most), each split MIN_SPLIT_STEPS K steps or more; 1 where the
-    tiles alone do."""
+    """The split of the tiles past the grid's whole waves that the split model (split_time) finds fastest, each
+    split MIN_SPLIT_STEPS K steps or more, the fewest splits among equals; 1 where none beats the tiles whole."""
     steps = triton.cdiv(problem.K, config.BLOCK_K)
-    wanted = max(1, min(sms // tiles(config, problem.M, problem.N), steps // MIN_SPLIT_STEPS))
-    return split_k(config.split(wanted), problem.K)[0]  # the split a launch of it runs
+    count = tiles(config, problem.M, problem.N)
+    splits = range(1, max(1, min(MOST_SPLITS, steps // MIN_SPLIT_STEPS)) + 1)
+    best = min(splits, key=lambda s: (split_time(count, sms, steps, s), s))
+    return split_k(config.split(best), problem.K)[0]  # the split a launch of it runs
 
 
 def _split_choices(problem, config: GluonConfig, sms: int) -> tuple[int, ...]:
-    """The full search's splits of a config: 1, and SPLIT_CHOICES up to twice its filling split."""
-    most = 2 * filling_split(problem, config, sms) if config.SCHEDULE in SPLITTABLE else 1
-    return (1,) + tuple(s for s in SPLIT_CHOICES if s <= most)
+    """The full search's splits of a config: 1, and where the model splits (filling_split), SPLIT_CHOICES up to
+    twice its split and its split itself."""
+    best = filling_split(problem, config, sms) if config.SCHEDULE in SPLITTABLE else 1
+    if best == 1:
+        return (1,)
+    return tuple(sorted({1, best} | {s for s in SPLIT_CHOICES if s <= 2 * best}))
 
 
 def schedules_space(problem, full: bool, schedules: tuple[str, ...]) -> list[GluonConfig]:
@@ -104,7 +121,7 @@ def schedules_space(problem, full: bool, schedules: tuple[str, ...]) -> list[Glu
     quick = [tile(bm, bn, bk, w, st, SCHEDULE=s, **x) for s, bm, bn, w, st, x in _QUICK[contract] if s in schedules]
     s, bm, bn, warps, stages, extra = _SPLIT_QUICK[contract]
     split = tile(bm, bn, bk, warps, stages, SCHEDULE=s, **extra)
-    split = split.split(filling_split(problem, split, sms))
+    split = split.split(filling_split(problem, split, sms), tail=True)
     if s in schedules and split.splits() > 1:
         quick.append(split)
     if contract in _STEP_QUICK:
@@ -123,5 +140,5 @@ def schedules_space(problem, full: bool, schedules: tuple[str, ...]) -> list[Glu
         for stages in (3, 4, 5, 6)
         for overlap, waves in (_PROMOTIONS if (precise or block) and schedule in WARP_SPECIALIZED else ((False, 0),))
     ]
-    more = [c.split(split) for c in unsplit for split in _split_choices(problem, c, sms)]
+    more = [c.split(split, tail=True) for c in unsplit for split in _split_choices(problem, c, sms)]
     return quick + [c for c in more if c not in quick and fits(c, elem, precise, block)]
