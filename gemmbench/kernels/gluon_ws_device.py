@@ -338,8 +338,8 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
             gl.warp_specialize(
                 [
                     (_consumer, (ring, turns, c_desc, c2_desc, c0, c20, a_scale_ptr, b_scale_ptr, bscales,
-                                 ws_ptr, count_ptr, M, N, K, k_per, whole, 0, 1, False, GROUP_M, SPLITS, PROMOTE, OVERLAP,
-                                 WAVES, SCALE,
+                                 ws_ptr, count_ptr, M, N, K, k_per, whole, 0, 1, False, GROUP_M, SPLITS, PROMOTE,
+                                 OVERLAP, WAVES, SCALE,
                                  layout, layout2, wave_layout, BN2)),
                     (_producer, (a_desc, b_desc, b2_desc, ring, M, N, K, k_per, whole, GROUP_M, SPLITS, BN2)),
                 ],
@@ -355,12 +355,12 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
             gl.warp_specialize(
                 [
                     (_consumer, (ring, turns, c_desc, c2_desc, c0, c20, a_scale_ptr, b_scale_ptr, bscales,
-                                 ws_ptr, count_ptr, M, N, K, k_per, whole, 0, 1 if HALVES else 2, HALVES, GROUP_M, SPLITS,
-                                 PROMOTE, OVERLAP, WAVES, SCALE,
+                                 ws_ptr, count_ptr, M, N, K, k_per, whole, 0, 1 if HALVES else 2, HALVES, GROUP_M,
+                                 SPLITS, PROMOTE, OVERLAP, WAVES, SCALE,
                                  layout, layout2, wave_layout, BN2)),
                     (_consumer, (ring, turns, c_desc, c2_desc, c1, c21, a_scale_ptr, b_scale_ptr, bscales,
-                                 ws_ptr, count_ptr, M, N, K, k_per, whole, 1, 1 if HALVES else 2, HALVES, GROUP_M, SPLITS,
-                                 PROMOTE, OVERLAP, WAVES, SCALE,
+                                 ws_ptr, count_ptr, M, N, K, k_per, whole, 1, 1 if HALVES else 2, HALVES, GROUP_M,
+                                 SPLITS, PROMOTE, OVERLAP, WAVES, SCALE,
                                  layout, layout2, wave_layout, BN2)),
                     (_producer, (a_desc, b_desc, b2_desc, ring, M, N, K, k_per, whole, GROUP_M, SPLITS, BN2)),
                 ],

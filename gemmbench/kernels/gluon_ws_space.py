@@ -70,7 +70,7 @@ _SPLIT_QUICK = {
 }
 SPLIT_CHOICES = (2, 3, 4, 6, 8, 12, 16)  # the full search's splits, where a config's tiles leave SMs idle
 MIN_SPLIT_STEPS = 4  # K steps a split takes at least: fewer spend more on filling the ring and meeting than summing
-MOST_SPLITS = 16
+MOST_SPLITS = 16  # the model's splits go no further: SPLIT_CHOICES' largest
 # the ways a warp-specialized consumer promotes (PROMOTE_OVERLAP, PROMOTE_WAVES): Triton's wgmma lowering, the
 # overlapped partials, the tile in one or two row waves
 _PROMOTIONS = ((False, 0), (True, 0), (False, 1), (False, 2))

@@ -40,12 +40,13 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
             return gl.where(unit < whole, unit, whole + past // SPLITS), k_first, steps, split
 
     @gluon.jit
-    def _partial_ptrs(acc, ws_ptr, slice, row0, TILE_M: gl.constexpr):
-        """Where an fp32 partial (the tile's rows from row0 on, all its columns) lies in a workspace slice."""
+    def _partial_ptrs(acc, ws_ptr, index, row0, TILE_M: gl.constexpr):
+        """Where an fp32 partial (the tile's rows from row0 on, all its columns) lies in workspace slice `index`."""
         layout: gl.constexpr = acc.type.layout
         rows = row0 + gl.arange(0, acc.shape[0], layout=gl.SliceLayout(1, layout))
         cols = gl.arange(0, acc.shape[1], layout=gl.SliceLayout(0, layout))
-        return ws_ptr + slice * (TILE_M * acc.shape[1]) + gl.expand_dims(rows, 1) * acc.shape[1] + gl.expand_dims(cols, 0)
+        return (ws_ptr + index * (TILE_M * acc.shape[1]) + gl.expand_dims(rows, 1) * acc.shape[1]
+                + gl.expand_dims(cols, 0))
 
     @gluon.jit
     def _summed(acc, ws_ptr, first, row0, TILE_M: gl.constexpr, SPLITS: gl.constexpr):
