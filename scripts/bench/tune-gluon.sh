@@ -2,11 +2,17 @@
 # docs/BENCHMARKS.md "The Gluon kernel against its targets (H200)": the tune behind gluon_ws's shipped configs, on the
 # targets' shapes: fp8 promoted at M 512-4096 (Llama3-70B TP 1-8, Llama3-405B and Qwen2.5-72B TP 8), every contract at
 # M 128 and 512 (Llama3-70B TP 1 and 8), block scales at M 512-4096 (DeepSeek-V3 TP 1 and 8).  Writes into
-# CONFIG_DIR (merge its <GPU>/gluon_ws/*.json, bucket by bucket, into gemmbench/kernels/configs to ship them).  Every
-# bucket is tuned again: --skip-stored would count the shipped configs as tuned.
+# CONFIG_DIR, which starts as a copy of the shipped gluon_ws files (a file already there is kept), so that the buckets
+# tuned here replace theirs and the others stay: copy its <GPU>/gluon_ws/*.json over gemmbench/kernels/configs's to
+# ship them.  Every bucket named is tuned again: --skip-stored would count the shipped configs as tuned.
 # Usage: scripts/bench/tune-gluon.sh CONFIG_DIR
 set -euo pipefail
 export GEMMBENCH_CONFIG_DIR=${1:?give the config folder}
+for shipped in gemmbench/kernels/configs/*/gluon_ws; do
+  into=$GEMMBENCH_CONFIG_DIR/$(basename "$(dirname "$shipped")")/gluon_ws
+  mkdir -p "$into"
+  for file in "$shipped"/*.json; do [ -e "$into/${file##*/}" ] || cp "$file" "$into/"; done
+done
 tune() { gemmbench tune --variants gluon_ws "$@"; }
 prefill=(--m 512,1024,2048,4096 --dtype fp8 --fp8-accum precise --time-budget 3)
 for tp in 8 4 2 1; do tune --shapes llama70b --tp "$tp" "${prefill[@]}"; done
