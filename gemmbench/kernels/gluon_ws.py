@@ -167,17 +167,16 @@ class GluonGemm:
         self.blocks = (blocks.a, blocks.b, *blocks.strides) if on else (out, out, 0, 0, 0, 0)
         self.layouts = accumulator_layouts(config, 8 * a.element_size())
         self.splits, self.k_per = split_k(config, K)
-        sms = tuning.sm_count()
-        self.whole = whole_tiles(config, M, N, sms) if self.splits > 1 else tiles(config, M, N)
+        sms, count = tuning.sm_count(), tiles(config, M, N)
+        self.whole = whole_tiles(config, M, N, sms) if self.splits > 1 else count
         # split-K: each split tile's fp32 partials, a whole tile per split (its slices adjacent), and a counter per
         # tile and consumer (zero between calls: the last unit of a tile resets its own); one element each, never
         # read, where no tile is split
-        split_tiles = tiles(config, M, N) - self.whole
+        split_tiles = count - self.whole
         slices = split_tiles * self.splits * config.BLOCK_M * config.BLOCK_N
         assert slices < 2**31, "the workspace's offsets are int32"
         self.workspace = torch.empty(max(slices, 1), dtype=torch.float32, device=out.device)
-        self.counters = torch.zeros(max(2 * tiles(config, M, N) * (split_tiles > 0), 1), dtype=torch.int32,
-                                    device=out.device)  # fmt: skip
+        self.counters = torch.zeros(2 * count if split_tiles else 1, dtype=torch.int32, device=out.device)
         self.programs = programs(config, M, N, K, sms)
         self.compiled = None  # the CompiledKernel of the last launch: registers and spills
 
