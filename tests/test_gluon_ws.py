@@ -80,6 +80,20 @@ def test_shared_memory_counts_the_ring_and_each_consumers_output_tile():
     assert gc.smem_bytes(cfg(128, 256, 128, 8, 3, SCHEDULE="ws"), 1) == 212992
 
 
+def test_block_scales_in_waves_take_two_fp32_a_row_in_every_stage():
+    halves = cfg(128, 128, 128, 4, 4, SCHEDULE="halves", PROMOTE_WAVES=1)
+    # 4 stages of (128 + 128) x 128 fp8 = 131072 B, the halves' one 128 x 128 bf16 output tile = 32768 B; block
+    # scales: 4 stages of 128 activation + 128 weight scales of 4 bytes = 4096 B
+    assert gc.smem_bytes(halves, 1) == 163840
+    assert gc.smem_bytes(halves, 1, block=True) == 167936
+    # 6 stages: 196608 + 32768 = 229376 B fits 227 KiB (232448 B); with 6 x 1024 B of scales it does not
+    six = cfg(128, 128, 128, 4, 6, SCHEDULE="halves", PROMOTE_WAVES=1)
+    assert gc.fits(six, 1, True) and not gc.fits(six, 1, True, block=True)
+    # the overlapped loop reads its scales from global memory: none in its stages
+    overlap = cfg(128, 128, 128, 8, 4, SCHEDULE="ws", PROMOTE_OVERLAP=True)
+    assert gc.smem_bytes(overlap, 1, block=True) == gc.smem_bytes(overlap, 1)
+
+
 def test_fits_keeps_out_what_spills_or_overflows():
     # 128 x 256 on 8 warps: 128 fp32 registers a thread; fp8 promotion adds one instruction's partial, 64 rows by
     # 256 over a warpgroup's 128 threads = 128 more: 256 > 192

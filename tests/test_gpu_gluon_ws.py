@@ -86,16 +86,17 @@ def test_gluon_on_gpu(M, N, K, case, tile):
 # the waves' quick tiles (gluon_ws._QUICK) and the halves': (schedule, BLOCK_M, BLOCK_N, warps, waves) and the stage
 # counts from 2 that fit, by hand.  Shared memory: (BLOCK_M + BLOCK_N) x 128 B a stage and 2 B an output element per
 # consumer, within 232448 B: 256 x 128 and 128 x 256, 49152 a stage + 65536: 3 stages; 128 x 128 on one consumer,
-# 32768 + 32768: 6; halves, two half-tiles: as one consumer.  Registers (block scales: 160 of accumulators, else
+# 32768 + 32768: 6, but 5 with block scales (1024 B more a stage: 6 x 33792 + 32768 = 235520); halves, two
+# half-tiles: as one consumer.  Registers (block scales: 160 of accumulators, else
 # 192): 128 + 64 a thread for the first two and the 256-row halves (4 warps on 128 rows), 64 + 64 for 128 x 128 in
 # one wave on 8 warps and for 128-row halves (64 rows on 4 warps); 128 x 256 spans two weight blocks, which the waves
 # do not scale.
 WAVE_TILES = [
     ("ws", 256, 128, 8, 2, {"tensor": 2, "row": 2, "block": 0}),
     ("ws", 128, 256, 8, 2, {"tensor": 2, "row": 2, "block": 0}),
-    ("ws", 128, 128, 8, 1, {"tensor": 5, "row": 5, "block": 5}),
+    ("ws", 128, 128, 8, 1, {"tensor": 5, "row": 5, "block": 4}),
     ("halves", 256, 128, 4, 2, {"tensor": 2, "row": 2, "block": 0}),
-    ("halves", 128, 128, 4, 1, {"tensor": 5, "row": 5, "block": 5}),
+    ("halves", 128, 128, 4, 1, {"tensor": 5, "row": 5, "block": 4}),
 ]
 
 
@@ -130,7 +131,8 @@ def test_waves_at_every_stage_count_they_fit(tile, scaling):
 
 
 # split-K's quick tiles (gluon_ws._SPLIT_QUICK) and the stage counts from 2 that fit, by hand: 128 x 128 fp8 stages
-# of 32768 B and one 32768 B output tile (halves: two half-tiles): 6 within 232448 B
+# of 32768 B and one 32768 B output tile (halves: two half-tiles): 6 within 232448 B; 5 where the waves hold block
+# scales in each stage (33792 B a stage)
 # (block scales have no fast contract)
 SPLIT_TILES = [("ws", 128, 128, 8, 0, "fast"), ("halves", 128, 128, 4, 1, "precise"), ("ws", 128, 128, 8, 1, "precise")]
 SPLIT_RUNS = [(t, s) for t in SPLIT_TILES for s in ("tensor", "row", "block") if not (s == "block" and t[-1] == "fast")]
@@ -174,7 +176,7 @@ def test_split_k_at_every_stage_count_is_right_and_the_same_every_call(tile, sca
                 outputs.append(launch.out.clone())
             assert torch.equal(*outputs), f"{stages} stages: two calls differ"
             ran += 1
-    assert ran == 4 * 5  # four shapes, stages 2 to 6
+    assert ran == 4 * (4 if waves and scaling == "block" else 5)  # four shapes, stages 2 to 6 (or 5)
 
 
 @pytest.mark.parametrize("scaling", ["tensor", "row"])

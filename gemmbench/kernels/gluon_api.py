@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from typing import Optional
 
-__all__ = ["GLUON_IMPORT_ERROR", "TensorDescriptor", "fence_async_shared", "gl", "gluon", "mbarrier", "tma",
-           "warpgroup_mma", "warpgroup_mma_wait"]  # fmt: skip
+__all__ = ["GLUON_IMPORT_ERROR", "TensorDescriptor", "async_copy", "fence_async_shared", "gl", "gluon", "mbarrier",
+           "tma", "warpgroup_mma", "warpgroup_mma_wait"]  # fmt: skip
 
 try:
     from triton.experimental import gluon
     from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.language.nvidia.ampere import async_copy
     from triton.experimental.gluon.language.nvidia.hopper import (
         fence_async_shared,
         mbarrier,

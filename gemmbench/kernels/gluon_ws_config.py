@@ -93,11 +93,13 @@ def max_registers(config: GluonConfig) -> Optional[int]:
     return (CONSUMER_REGS * 32 * consumer_warps + PRODUCER_REGS * 32 * producer_warps) // total
 
 
-def smem_bytes(config: GluonConfig, elem: int, out_elem: int = 2) -> int:
+def smem_bytes(config: GluonConfig, elem: int, out_elem: int = 2, block: bool = False) -> int:
     """Shared memory of a config: its ring of A and B stages and each consumer's output tile (halves: half the
-    tile's rows each)."""
+    tile's rows each); block scales in row waves: each stage's scales too, two fp32 per row of the tile."""
     width = config.BLOCK_N + config.BLOCK_N2
     stages = config.num_stages * (config.BLOCK_M + width) * config.BLOCK_K * elem
+    if block and config.PROMOTE_WAVES:
+        stages += config.num_stages * 2 * config.BLOCK_M * 4
     consumers = 2 if config.SCHEDULE == "pingpong" else 1
     return stages + consumers * config.BLOCK_M * width * out_elem
 
@@ -158,7 +160,10 @@ def fits(config: GluonConfig, elem: int, fp8_precise: bool, block: bool = False)
         budget -= BLOCK_WAVE_REGS
     if config.splits() > 1 and meeting_registers(config) > budget:
         return False
-    return smem_bytes(config, elem) <= SMEM_BYTES and accumulator_registers(config, fp8_precise or block) <= budget
+    return (
+        smem_bytes(config, elem, block=block) <= SMEM_BYTES
+        and accumulator_registers(config, fp8_precise or block) <= budget
+    )
 
 
 def tiles(config: GluonConfig, M: int, N: int) -> int:

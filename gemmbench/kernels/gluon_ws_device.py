@@ -36,7 +36,13 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
         warpgroup_mma,
         warpgroup_mma_wait,
     )
-    from gemmbench.kernels.gluon_ws_promote import epilogue_waves, k_loop_overlapped, k_loop_waves, scaled
+    from gemmbench.kernels.gluon_ws_promote import (
+        epilogue_waves,
+        k_loop_overlapped,
+        k_loop_waves,
+        scaled,
+        stage_block_scales,
+    )
     from gemmbench.kernels.gluon_ws_split import meet, unit_work
 
     # fmt: off
@@ -138,15 +144,18 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
     @gluon.jit
     def _producer(
         a_desc, b_desc, b2_desc,                                 # operands: TMA descriptors
-        ring,                                                    # shared memory: the stages and their barriers
+        ring, bscales,                                           # shared memory: the stages and their barriers;
+                                                                 # block scales: pointers and strides
         M, N, K, k_per, whole,                                   # sizes; K steps of a split, tiles run whole
         GROUP_M: gl.constexpr, SPLITS: gl.constexpr,             # schedule
+        STAGED: gl.constexpr,                                    # block scales copied into each stage
         BN2: gl.constexpr,                                       # meta: the second accumulator's width
     ):
         """The producer warp: every K step of every unit (a tile, or a split of one) of this program into the ring,
         in the order the consumers take them, each stage once its last reader released it.  BN2 > 0: each stage also
-        holds the BN2 rows of B after the first BLOCK_N (a tile BLOCK_N + BN2 wide)."""
-        a_bufs, b_bufs, b2_bufs, ready, empty = ring
+        holds the BN2 rows of B after the first BLOCK_N (a tile BLOCK_N + BN2 wide).  STAGED: each stage also holds
+        its K step's block scales (gluon_ws_promote.stage_block_scales)."""
+        a_bufs, b_bufs, b2_bufs, ready, empty, a_sc, b_sc = ring
         BM: gl.constexpr = a_desc.block_type.shape[0]
         BN: gl.constexpr = b_desc.block_type.shape[0]
         BK: gl.constexpr = a_desc.block_type.shape[1]
@@ -163,6 +172,9 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
                 slot = pos % STAGES
                 # barriers start with phase 1 complete: the first pass over the ring does not wait
                 mbarrier.wait(empty.index(slot), ((pos // STAGES) & 1) ^ 1)
+                if STAGED:  # before the TMA copies' expect: the phase cannot complete without the scales
+                    stage_block_scales(bscales, a_sc.index(slot), b_sc.index(slot), ready.index(slot), pid_m * BM,
+                                       off_n, k, M, BK)
                 if BN2 > 0:
                     bar = ready.index(slot)
                     mbarrier.expect(bar, a_desc.block_type.nbytes + b_desc.block_type.nbytes
@@ -217,7 +229,7 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
         output descriptor's block is the half), the two consumers' waves taking turns (_k_loop_waves).  SPLITS > 1
         (one consumer, or the halves: every unit in the same order): units, not tiles, each a share of a tile's K
         steps, and only the unit that meets its tile's other splits last (gluon_ws_split.meet) runs the epilogue."""
-        a_bufs, b_bufs, b2_bufs, ready, empty = ring
+        a_bufs, b_bufs, b2_bufs, ready, empty, a_sc, b_sc = ring
         BM: gl.constexpr = a_bufs.shape[1]  # the tile's rows; this consumer's are the output block's
         ROWS: gl.constexpr = c_desc.block_type.shape[0]
         ROW0: gl.constexpr = FIRST * ROWS if HALVES else 0
@@ -247,9 +259,8 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
                 w1 = w0
                 if WAVES == 2:
                     w1 = gl.zeros_like(w0)
-                w0, w1, turn = k_loop_waves(a_bufs, b_bufs, ready, empty, turns, base, k_first, steps, turn, w0, w1,
-                                             bscales, pid_m * BM + ROW0, pid_n * BN, M, N, ROW0, FIRST, HALVES, SCALE,
-                                             WAVES)
+                w0, w1, turn = k_loop_waves(a_bufs, b_bufs, ready, empty, turns, a_sc, b_sc, base, steps, turn, w0,
+                                             w1, ROW0, FIRST, HALVES, SCALE, WAVES)
             elif OVERLAP:
                 acc = k_loop_overlapped(a_bufs, b_bufs, ready, empty, base, k_first, steps, acc, bscales, pid_m * BM,
                                          pid_n * (BN + BN2), M, N, SCALE, layout)
@@ -325,13 +336,21 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
         for i in gl.static_range(STAGES):
             mbarrier.init(ready.index(i), count=1)
             mbarrier.init(empty.index(i), count=2 if HALVES else 1)  # halves: each consumer reads each stage
+        STAGED: gl.constexpr = SCALE == "block" and WAVES > 0  # the waves read each step's scales from its stage
+        if STAGED:
+            scale_layout: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])  # a stage is one vector
+            a_sc = gl.allocate_shared_memory(gl.float32, [STAGES, BM], scale_layout)
+            b_sc = gl.allocate_shared_memory(gl.float32, [STAGES, BM], scale_layout)
+        else:
+            a_sc = a_bufs
+            b_sc = a_bufs
         turns = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
         for i in gl.static_range(2):
             mbarrier.init(turns.index(i), count=1)
         c0 = gl.allocate_shared_memory(c_desc.dtype, c_desc.block_type.shape, c_desc.layout)
         if BN2 == 0:
             c20 = c0
-        ring = (a_bufs, b_bufs, b2_bufs, ready, empty)
+        ring = (a_bufs, b_bufs, b2_bufs, ready, empty, a_sc, b_sc)
         bscales = (a_bs_ptr, b_bs_ptr, s_am, s_ak, s_bn, s_bk)  # SCALE "block": (M, K/128) and (N/128, K/128)
         # Gluon takes each partition's function written out in the call (a tuple variable holds no function)
         if CONSUMERS == 1:
@@ -341,7 +360,8 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
                                  ws_ptr, count_ptr, M, N, K, k_per, whole, 0, 1, False, GROUP_M, SPLITS, PROMOTE,
                                  OVERLAP, WAVES, SCALE,
                                  layout, layout2, wave_layout, BN2)),
-                    (_producer, (a_desc, b_desc, b2_desc, ring, M, N, K, k_per, whole, GROUP_M, SPLITS, BN2)),
+                    (_producer, (a_desc, b_desc, b2_desc, ring, bscales, M, N, K, k_per, whole, GROUP_M, SPLITS,
+                                 STAGED, BN2)),
                 ],
                 [1],
                 [PRODUCER_REGS],
@@ -362,7 +382,8 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
                                  ws_ptr, count_ptr, M, N, K, k_per, whole, 1, 1 if HALVES else 2, HALVES, GROUP_M,
                                  SPLITS, PROMOTE, OVERLAP, WAVES, SCALE,
                                  layout, layout2, wave_layout, BN2)),
-                    (_producer, (a_desc, b_desc, b2_desc, ring, M, N, K, k_per, whole, GROUP_M, SPLITS, BN2)),
+                    (_producer, (a_desc, b_desc, b2_desc, ring, bscales, M, N, K, k_per, whole, GROUP_M, SPLITS,
+                                 STAGED, BN2)),
                 ],
                 [4, 1],  # WARPGROUP: a jit function reads no module constant
                 [CONSUMER_REGS, PRODUCER_REGS],

@@ -16,6 +16,7 @@ from gemmbench.kernels import gluon_api
 
 if gluon_api.GLUON_IMPORT_ERROR is None:
     from gemmbench.kernels.gluon_api import (
+        async_copy,
         fence_async_shared,
         gl,
         gluon,
@@ -113,22 +114,32 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
         return acc
 
     @gluon.jit
-    def _wave_scales(
-        bscales, k,                                              # block scales: pointers and strides; the K step
-        off_m, off_n, M,                                         # the first wave's first row, the tile's column; M
-        BK: gl.constexpr, WAVE_M: gl.constexpr,                  # K step, a wave's rows
-        layout: gl.constexpr,                                    # meta: a wave's accumulator layout
+    def stage_block_scales(
+        bscales, a_dst, b_dst, bar,                              # block scales: pointers and strides; a stage's
+                                                                 # scale buffers and its ready barrier
+        off_m, off_n, k, M,                                      # the tile's first row and column, K step; M
+        BK: gl.constexpr,                                        # K step
     ):
-        """Block scales of K step k for a tile's two row waves, per row: each row's activation scale times the
-        tile's one weight scale (a tile of at most 128 columns lies in one 128-column weight block), of the 128-K
-        group the step lies in."""
+        """The producer's copy of one K step's block scales into its stage, beside the TMA copies of its operands:
+        the tile's rows' activation scales into a_dst, the tile's one weight scale (its columns lie in one 128-column
+        weight block) into every element of b_dst, both by cp.async, counted on the stage's ready barrier.  The
+        consumers then read them from shared memory after the wait that tells them the operands landed: loaded from
+        global memory in the K loop, their latency stalled each step's promotion."""
         a_bs, b_bs, s_am, s_ak, s_bn, s_bk = bscales
+        BM: gl.constexpr = a_dst.shape[0]
+        copies: gl.constexpr = gl.BlockedLayout([BM // 32], [32], [1], [0])  # the producer's one warp
         group = (k * BK) // 128
-        rows = off_m + gl.arange(0, WAVE_M, layout=gl.SliceLayout(1, layout))
-        sb = gl.load(b_bs + (off_n // 128) * s_bn + group * s_bk)
-        sa0 = gl.load(a_bs + rows * s_am + group * s_ak, mask=rows < M, other=0.0)
-        sa1 = gl.load(a_bs + (rows + WAVE_M) * s_am + group * s_ak, mask=rows + WAVE_M < M, other=0.0)
-        return sa0 * sb, sa1 * sb
+        rows = off_m + gl.arange(0, BM, layout=copies)
+        async_copy.async_copy_global_to_shared(a_dst, a_bs + rows * s_am + group * s_ak, mask=rows < M)
+        async_copy.async_copy_global_to_shared(b_dst, b_bs + (off_n // 128) * s_bn + group * s_bk + rows * 0)
+        async_copy.mbarrier_arrive(bar)  # the barrier's phase now also waits for these copies
+
+    @gluon.jit
+    def _staged_scales(a_sc, b_sc, row0, WAVE_M: gl.constexpr, layout: gl.constexpr):
+        """One wave's block scales of a K step, per row, from its stage: each row's activation scale times the
+        tile's weight scale."""
+        rows: gl.constexpr = gl.SliceLayout(1, layout)
+        return a_sc.slice(row0, WAVE_M).load(rows) * b_sc.slice(row0, WAVE_M).load(rows)
 
     @gluon.jit
     def _promoted(acc, raw, scale, SCALE: gl.constexpr):
@@ -140,12 +151,11 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
 
     @gluon.jit
     def k_loop_waves(
-        a_bufs, b_bufs, ready, empty, turns,                     # shared memory: stages, their barriers, the turns'
-        base, k_first, k_steps, turn,                            # ring position, first K step (split-K), steps;
-                                                                 # turns taken
-        acc0, acc1, bscales,                                     # the waves' fp32 tiles; block scales
-        off_m, off_n, M, N,                                      # this consumer's rows (from off_m) and columns
-        ROW0: gl.constexpr,                                      # its first row within a stage's A block
+        a_bufs, b_bufs, ready, empty, turns,                     # shared memory: stages, their barriers, the turns',
+        a_sc, b_sc,                                              # the stages' block scales (stage_block_scales)
+        base, k_steps, turn,                                     # ring position, steps; turns taken
+        acc0, acc1,                                              # the waves' fp32 tiles
+        ROW0: gl.constexpr,                                      # this consumer's first row within a stage's A block
         FIRST: gl.constexpr, TURNS: gl.constexpr,                # schedule: which consumer, whether they alternate
         SCALE: gl.constexpr, WAVES: gl.constexpr,                # fp8: which scales, how many waves
     ):
@@ -157,7 +167,6 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
         tensor cores take the two consumers' waves one after the other and each one's promotion runs under the
         other's wgmma.  Returns the waves' tiles and the turns taken."""
         STAGES: gl.constexpr = a_bufs.shape[0]
-        BK: gl.constexpr = a_bufs.shape[2]
         WAVE_M: gl.constexpr = acc0.shape[0]
         layout: gl.constexpr = acc0.type.layout
         raw = gl.zeros_like(acc0)
@@ -166,9 +175,11 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
         for k in range(k_steps):
             pos = base + k
             slot = pos % STAGES
-            if SCALE == "block":  # loaded before the wait: their latency hides under the data's
-                s0, s1 = _wave_scales(bscales, k_first + k, off_m, off_n, M, BK, WAVE_M, layout)
             mbarrier.wait(ready.index(slot), (pos // STAGES) & 1)
+            if SCALE == "block":
+                s0 = _staged_scales(a_sc.index(slot), b_sc.index(slot), ROW0, WAVE_M, layout)
+                if WAVES == 2:
+                    s1 = _staged_scales(a_sc.index(slot), b_sc.index(slot), ROW0 + WAVE_M, WAVE_M, layout)
             a = a_bufs.index(slot)
             b = b_bufs.index(slot).permute((1, 0))
             raw, turn = _wave_mma(a.slice(ROW0, WAVE_M, dim=0), b, raw, turns, turn, FIRST, TURNS)
