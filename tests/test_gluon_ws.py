@@ -207,6 +207,24 @@ def test_only_the_tiles_past_the_whole_waves_are_split_where_the_tail_is():
     assert cfg(128, 128, 128, 8, 4, SCHEDULE="ws").split(4, tail=True).to_dict()["SPLIT_TAIL"] is True
 
 
+def test_a_stored_tail_split_runs_whole_where_the_model_finds_no_split_of_this_tail_pays():
+    # the M 512 bucket's config of a 10240 x 8192 weight, 128 x 128 tiles split 2 past the whole waves; 132 SMs
+    stored = cfg(128, 128, 128, 4, 6, SCHEDULE="halves", PROMOTE_WAVES=1, SPLIT_K=2, SPLIT_TAIL=True)
+    # M 512: 4 x 80 = 320 tiles, 64 K steps: whole, three waves = 192; split 2, two whole waves (128) and 56 x 2 =
+    # 112 units in one wave of 32 + 1 + 2 = 35: 163.  Kept
+    at_512 = Problem("t", "g", 512, 10240, 8192, "fp8")
+    assert gs.launched_split(at_512, stored, 132) == stored
+    # M 333: 3 x 80 = 240 tiles: whole, two waves = 128; split 2: one whole wave (64) and 108 x 2 = 216 units in two
+    # waves of 35 = 134; split 3: 64 + three waves of 22 + 4 = 142; more splits, more waves of units: run whole
+    at_333 = Problem("t", "g", 333, 10240, 8192, "fp8")
+    launched = gs.launched_split(at_333, stored, 132)
+    assert launched.SPLIT_K is None and launched.SPLIT_TAIL is None
+    assert replace(launched, SPLIT_K=2, SPLIT_TAIL=True) == stored  # nothing else changed
+    # every tile split (no tail): launched as stored
+    every = replace(stored, SPLIT_TAIL=None)
+    assert gs.launched_split(at_333, every, 132) == every
+
+
 def test_descriptors_take_the_configs_blocks():
     a = torch.empty(333, 1040, dtype=torch.bfloat16)
     b = torch.empty(1008, 1040, dtype=torch.bfloat16)

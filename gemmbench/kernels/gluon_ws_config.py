@@ -50,7 +50,8 @@ class GluonConfig(tuning.KernelConfig):
     SPLIT_K: Optional[int] = None
     # split-K: True splits only the tiles past the grid's whole waves (the last, partial wave), the waves before it
     # running their tiles whole, so that an output of 144 tiles on 132 SMs runs one wave and a split twelfth, not
-    # two waves; None (unset): every tile is split
+    # two waves; launched only where the split model finds a split of the launch's own tail pays
+    # (gluon_ws_space.launched_split); None (unset): every tile is split
     SPLIT_TAIL: Optional[bool] = None
 
     def splits(self) -> int:

@@ -100,6 +100,16 @@ def filling_split(problem, config: GluonConfig, sms: int) -> int:
     return split_k(config.split(best), problem.K)[0]  # the split a launch of it runs
 
 
+def launched_split(problem, config: GluonConfig, sms: int) -> GluonConfig:
+    """The config a launch runs: a stored tail split runs where the split model (filling_split) finds that some split
+    of this problem's tail beats its tiles whole, and runs whole where none does.  A config is stored per M bucket:
+    its split was chosen at the bucket's M, whose last wave another M of the bucket may not have (and the tune and
+    the quick candidates split only where the model does, so at the M they were chosen for they run as chosen)."""
+    if config.SPLIT_TAIL and config.splits() > 1 and filling_split(problem, config, sms) == 1:
+        return config.split(1)
+    return config
+
+
 def _split_choices(problem, config: GluonConfig, sms: int) -> tuple[int, ...]:
     """The full search's splits of a config: 1, and where the model splits (filling_split), SPLIT_CHOICES up to
     twice its split and its split itself."""
