@@ -350,7 +350,17 @@ def test_waves_fit_one_partial_beside_the_fp32_tile():
     # ping-pong's consumers take turns per tile (the waves' turns are the halves'), though 128 + 64 would fit 4 warps
     assert waves(128, 128, 4, 4, 2, "pingpong") not in full
     assert not any(c.PROMOTE_WAVES for c in full if c.SCHEDULE == "pingpong")
-    assert not any(c.PROMOTE_WAVES and c.BLOCK_N2 for c in full)
+    # a second accumulator of BLOCK_N2 columns in each wave, by hand: halves of 128 x (128 + 32), 64 rows a consumer
+    # of 128 threads: 64 x 160 / 128 = 80 and as much for the partial, 160 <= 192; 4 stages of (128 + 160) x 128 B
+    # and a 128 x 160 bf16 output tile: 188416 B.  In two 128-row halves of 256 rows: 160 + 80 = 240 > 192
+    wide = lambda bm, bn, bn2, w, st, n, s: replace(waves(bm, bn, w, st, n, s), BLOCK_N2=bn2)  # noqa: E731
+    assert wide(128, 128, 32, 4, 4, 1, "halves") in full and wide(128, 64, 16, 4, 4, 1, "halves") in full
+    assert wide(256, 128, 32, 4, 3, 2, "halves") not in full
+    # 8 warps, 128 x 160 in two waves: 128 x 160 / 256 = 80 and a 64-row partial, 40
+    assert wide(128, 128, 32, 8, 4, 2, "ws") in full
+    # the halves of 128 x 160 are a quick candidate, at 4 stages: 6 x 36864 + 40960 = 262144 B > 232448
+    assert wide(128, 128, 32, 4, 4, 1, "halves") in gs.search_space(precise, on_gpu=True, full=False)
+    assert wide(128, 128, 32, 4, 6, 1, "halves") not in full
     # halves, two 4-warp consumers of 128 threads on half the rows each: 256 x 128 in two waves of 64 rows holds
     # 128 x 128 / 128 = 128 and a 64 x 128 partial, 64: 192; in one wave 128 + 128 = 256
     assert waves(256, 128, 4, 3, 2, "halves") in full and waves(256, 128, 4, 3, 1, "halves") not in full

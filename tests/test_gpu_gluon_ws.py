@@ -31,6 +31,11 @@ TILES = [  # (schedule, BLOCK_M, BLOCK_N, warps, stages, extra)
     ("ws", 128, 128, 8, 4, {"PROMOTE_WAVES": 2}),
     ("halves", 256, 128, 4, 3, {"PROMOTE_WAVES": 2}),
     ("halves", 128, 128, 4, 4, {"PROMOTE_WAVES": 1}),
+    # the waves with a second accumulator: 128 + 32 = 160 and 64 + 16 = 80 wide (N 1008: the last tile's second
+    # accumulator partly or wholly past N)
+    ("halves", 128, 128, 4, 4, {"PROMOTE_WAVES": 1, "BLOCK_N2": 32}),
+    ("halves", 128, 64, 4, 4, {"PROMOTE_WAVES": 1, "BLOCK_N2": 16}),
+    ("ws", 128, 128, 8, 4, {"PROMOTE_WAVES": 2, "BLOCK_N2": 32}),
     # split-K: K steps 64, 9 (fp8) and 17 (16-bit) in shares of 22, 3 (3 launched of 4) and 5 (the last 2);
     # 2048 x 8192 gives each program many units, each tile's counters reused within one launch
     ("ws", 128, 128, 8, 4, {"SPLIT_K": 3}),
@@ -130,6 +135,43 @@ def test_waves_at_every_stage_count_they_fit(tile, scaling):
                 assert result.ok, f"{stages} stages, call {call}: {result.detail}"
             ran += 1
     assert ran == 2 * stage_counts[scaling]  # two shapes
+
+
+# the waves with a second accumulator of BN2 columns (schedule, BLOCK_M, BLOCK_N, BN2, warps, waves, stage counts from
+# 2 that fit, by hand): 128 x (128 + 32): stages of (128 + 160) x 128 = 36864 B and a 128 x 160 bf16 output tile of
+# 40960 B (halves: two half-tiles), 5 stages within 232448 B; 128 x (64 + 16): 26624 B a stage, 20480 B: 6
+WIDE_WAVE_TILES = [("halves", 128, 128, 32, 4, 1, 4), ("ws", 128, 128, 32, 8, 2, 4), ("halves", 128, 64, 16, 4, 1, 5)]
+
+
+@pytest.mark.parametrize("scaling", ["tensor", "row"])
+@pytest.mark.parametrize("tile", WIDE_WAVE_TILES, ids=lambda t: "-".join(map(str, t[:6])))
+def test_wide_waves_at_every_stage_count_they_fit(tile, scaling):
+    """The waves' second accumulator at 2 to 6 stages, wherever they fit, on partial tiles and many tiles a
+    program; two calls of each launch."""
+    from gemmbench import registry
+    from gemmbench.kernels.gluon_ws_config import GluonConfig, fits
+    from gemmbench.measure.check import check_cell, reference
+    from gemmbench.measure.inputs import make_inputs
+    from gemmbench.shapes import Problem
+
+    schedule, bm, bn, bn2, warps, waves, stage_counts = tile
+    v = registry.get("gluon_ws")
+    ran = 0
+    for M, N, K in [(333, 1008, 1040), (2048, 8192, 1024)]:
+        p = Problem("test", "g", M, N, K, "fp8", scaling=scaling, fp8_accum="precise")
+        inputs = make_inputs(p, 13, "cuda")
+        ref = reference(p, inputs)
+        for stages in range(2, 7):
+            config = GluonConfig.tile(bm, bn, 128, warps, stages, SCHEDULE=schedule, PROMOTE_WAVES=waves,
+                                      BLOCK_N2=bn2)  # fmt: skip
+            if not fits(config, 1, True):
+                continue
+            launch = v.tunable.build(p, inputs, config)
+            for call in range(2):
+                result = check_cell(p, None, inputs, launch=launch, ref=ref).result
+                assert result.ok, f"{stages} stages, call {call}: {result.detail}"
+            ran += 1
+    assert ran == 2 * stage_counts  # two shapes
 
 
 # split-K's quick tiles (gluon_ws._SPLIT_QUICK) and the stage counts from 2 that fit, by hand: 128 x 128 fp8 stages

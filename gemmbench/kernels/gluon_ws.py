@@ -117,7 +117,7 @@ def descriptors(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, config: Glu
 
 def accumulator_layouts(config: GluonConfig, elem_bits: int) -> tuple:
     """The wgmma layouts of the consumer's accumulators: BLOCK_N's, BLOCK_N2's (the first where it is 0), and one
-    row wave's (PROMOTE_WAVES; the first where it is 0)."""
+    row wave's of each (PROMOTE_WAVES; the first where it is 0)."""
     warps = WARPGROUP if config.SCHEDULE in TWO_CONSUMERS else config.num_warps
     rows = config.BLOCK_M // 2 if config.SCHEDULE == "halves" else config.BLOCK_M
 
@@ -128,7 +128,10 @@ def accumulator_layouts(config: GluonConfig, elem_bits: int) -> tuple:
     first = layout(rows, config.BLOCK_N)
     second = layout(rows, config.BLOCK_N2) if config.BLOCK_N2 else first
     waves = config.PROMOTE_WAVES
-    return first, second, layout(rows // waves, config.BLOCK_N) if waves else first
+    if not waves:
+        return first, second, first, first
+    wave = layout(rows // waves, config.BLOCK_N)
+    return first, second, wave, layout(rows // waves, config.BLOCK_N2) if config.BLOCK_N2 else wave
 
 
 def promotion(config: GluonConfig, promote: int, scale: str) -> tuple[bool, int]:
@@ -205,6 +208,7 @@ class GluonGemm:
                 BN2=cfg.BLOCK_N2, CONSUMERS=2 if cfg.SCHEDULE in TWO_CONSUMERS else 1, HALVES=cfg.SCHEDULE == "halves",
                 OVERLAP=overlap,
                 CONSUMER_REGS=CONSUMER_REGS, PRODUCER_REGS=PRODUCER_REGS, WAVES=waves, wave_layout=self.layouts[2],
+                wave_layout2=self.layouts[3],
                 num_warps=partition_warps(cfg)[0], maxnreg=max_registers(cfg),
             )  # fmt: skip
         return self.out

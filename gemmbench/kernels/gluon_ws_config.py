@@ -38,7 +38,8 @@ class GluonConfig(tuning.KernelConfig):
     # step's wgmma (_k_loop_overlapped), rather than in Triton's wgmma lowering every FP8_PROMOTE
     PROMOTE_OVERLAP: bool = False
     # warp-specialized schedules: a second accumulator of BLOCK_N2 columns beside BLOCK_N, so that a tile can be
-    # 128 + 32 = 160 wide (cuBLAS's width for N 1280: 8 tiles across, not 10 or 5); Triton's tensors are powers of two
+    # 128 + 32 = 160 or 64 + 16 = 80 wide (cuBLAS's widths for N 1280: 8 or 16 tiles across, not 10 or 5); Triton's
+    # tensors are powers of two
     BLOCK_N2: int = field(default=0, metadata={"choices": (0, 16, 32, 64)})
     # fp8 promoted or block-scaled, warp-specialized schedules: the tile's rows in this many waves, each K step's sum
     # of a wave started afresh in one partial accumulator and added into that wave's fp32 tile
@@ -137,8 +138,9 @@ def fits(config: GluonConfig, elem: int, fp8_precise: bool, block: bool = False)
         return False  # the second accumulator does not meet
     waves = config.PROMOTE_WAVES
     halves = config.SCHEDULE == "halves"
-    if config.BLOCK_N2 and (config.SCHEDULE not in ("ws", "pingpong") or config.PROMOTE_OVERLAP or waves or block):
-        return False  # only the warp-specialized K loop of Triton's promotion has the second accumulator
+    if config.BLOCK_N2 and (config.SCHEDULE not in WARP_SPECIALIZED or config.PROMOTE_OVERLAP or block):
+        return False  # the second accumulator: Triton's promotion's and the waves' K loops, not the overlapped one;
+        # block scales scale a tile's columns by one weight block's scale
     if waves and (config.SCHEDULE not in WARP_SPECIALIZED or config.PROMOTE_OVERLAP or not (fp8_precise or block)):
         return False  # the waves are a promotion of the warp-specialized consumers
     if halves and (not waves or config.num_warps != WARPGROUP):

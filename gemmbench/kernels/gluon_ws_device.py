@@ -15,8 +15,9 @@ out (M, N) = a (M, K) @ b (N, K)^T.  The schedules (config field SCHEDULE), each
   CUTLASS's Hopper ping-pong kernels do.
 - "halves": two 4-warp consumer partitions on the two row halves of every tile, taking turns at each wave's wgmma
   (fp8 promoted in row waves: gluon_ws_promote.k_loop_waves), so one's promotion runs under the other's wgmma.
-"ws" and "pingpong" can widen a tile by a second accumulator (BLOCK_N2: 128 + 32 = 160 columns).  Per-tensor and
-row-wise scales are applied in the epilogue; block scales to each K step's own sum; bf16 out.
+Each warp-specialized schedule can widen a tile by a second accumulator (BLOCK_N2: 128 + 32 = 160 or 64 + 16 = 80
+columns; the waves hold one per wave).  Per-tensor and row-wise scales are applied in the epilogue; block scales to
+each K step's own sum; bf16 out.
 
 Each jit signature is grouped by role, a commented line each.  Triton 3.6's gluon.jit ignores TRITON_INTERPRET: this
 code runs on the GPU only (tests/test_gpu_gluon_ws.py).
@@ -188,7 +189,8 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
 
     @gluon.jit
     def _tile_epilogue(
-        acc, w0, w1, acc2,                                       # the tile: whole, or in row waves; its last BN2
+        acc, w0, w1, acc2, v0, v1,                               # the tile: whole, or in row waves; its last BN2
+                                                                 # columns: whole, or in row waves
         c_desc, c2_desc, c_smem, c2_smem,                        # output: TMA descriptors and staging tiles
         a_scale_ptr, b_scale_ptr,                                # scales: per tensor or per row
         off_m, off_n, M, N,                                      # the tile's first row and column; sizes
@@ -196,13 +198,16 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
         WAVES: gl.constexpr, BN2: gl.constexpr,                  # how the tile is held
     ):
         """A consumer's epilogue of one tile, however it holds it (_epilogue, or gluon_ws_promote.epilogue_waves)."""
+        off_n2 = off_n + c_desc.block_type.shape[1]
         if WAVES > 0:
             epilogue_waves(w0, w1, c_desc, c_smem, a_scale_ptr, b_scale_ptr, off_m + ROW0, off_n, M, N, SCALE, WAVES)
+            if BN2 > 0:
+                epilogue_waves(v0, v1, c2_desc, c2_smem, a_scale_ptr, b_scale_ptr, off_m + ROW0, off_n2, M, N, SCALE,
+                               WAVES)
         else:
             _epilogue(acc, c_desc, c_smem, a_scale_ptr, b_scale_ptr, off_m, off_n, M, N, SCALE)
-        if BN2 > 0:
-            _epilogue(acc2, c2_desc, c2_smem, a_scale_ptr, b_scale_ptr, off_m, off_n + c_desc.block_type.shape[1], M,
-                      N, SCALE)
+            if BN2 > 0:
+                _epilogue(acc2, c2_desc, c2_smem, a_scale_ptr, b_scale_ptr, off_m, off_n2, M, N, SCALE)
 
     @gluon.jit
     def _consumer(
@@ -216,8 +221,9 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
         SPLITS: gl.constexpr,
         PROMOTE: gl.constexpr, OVERLAP: gl.constexpr,            # fp8: how it promotes, which scales
         WAVES: gl.constexpr, SCALE: gl.constexpr,
-        layout: gl.constexpr, layout2: gl.constexpr,             # meta: accumulator layouts, the second's width
-        wave_layout: gl.constexpr, BN2: gl.constexpr,
+        layout: gl.constexpr, layout2: gl.constexpr,             # meta: accumulator layouts (whole, row waves; the
+        wave_layout: gl.constexpr, wave_layout2: gl.constexpr,   # second's of BN2 columns), the second's width
+        BN2: gl.constexpr,
     ):
         """A consumer partition: the program's tiles FIRST, FIRST + EVERY, ... (its ring positions follow: each
         tile takes k_steps of them), each summed by async wgmma and stored by this partition's epilogue.  A stage
@@ -225,10 +231,11 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
         Two consumers take turns at their K loops (turns: one barrier each, the other arrives on it), so neither
         waits on a ring position more than one lap ahead: an mbarrier's phase parity tells one lap from the next
         only.  BN2 > 0: a second accumulator for the tile's last BN2 columns (register tensors are powers of two:
-        a 128 + 32 wide tile is two of them).  HALVES: every tile of the program, rows FIRST * its half on (the
-        output descriptor's block is the half), the two consumers' waves taking turns (_k_loop_waves).  SPLITS > 1
-        (one consumer, or the halves: every unit in the same order): units, not tiles, each a share of a tile's K
-        steps, and only the unit that meets its tile's other splits last (gluon_ws_split.meet) runs the epilogue."""
+        a 128 + 32 wide tile is two of them), one per wave where the tile is held in row waves.  HALVES: every tile
+        of the program, rows FIRST * its half on (the output descriptor's block is the half), the two consumers'
+        waves taking turns (_k_loop_waves).  SPLITS > 1 (one consumer, or the halves: every unit in the same order):
+        units, not tiles, each a share of a tile's K steps, and only the unit that meets its tile's other splits
+        last (gluon_ws_split.meet) runs the epilogue."""
         a_bufs, b_bufs, b2_bufs, ready, empty, a_sc, b_sc = ring
         BM: gl.constexpr = a_bufs.shape[1]  # the tile's rows; this consumer's are the output block's
         ROWS: gl.constexpr = c_desc.block_type.shape[0]
@@ -250,7 +257,9 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
             acc2 = acc  # the tensors a schedule does not hold stand for themselves, never read
             w0 = acc
             w1 = acc
-            if BN2 > 0:
+            v0 = acc
+            v1 = acc
+            if BN2 > 0 and WAVES == 0:
                 acc2 = gl.zeros([ROWS, BN2], gl.float32, layout2)
             if EVERY > 1:  # the first consumer's first turn finds its barrier's phase 1 complete, as created
                 mbarrier.wait(turns.index(FIRST), (turn & 1) ^ (1 - FIRST))
@@ -259,8 +268,14 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
                 w1 = w0
                 if WAVES == 2:
                     w1 = gl.zeros_like(w0)
-                w0, w1, turn = k_loop_waves(a_bufs, b_bufs, ready, empty, turns, a_sc, b_sc, base, steps, turn, w0,
-                                             w1, ROW0, FIRST, HALVES, SCALE, WAVES)
+                if BN2 > 0:
+                    v0 = gl.zeros([ROWS // WAVES, BN2], gl.float32, wave_layout2)
+                    v1 = v0
+                    if WAVES == 2:
+                        v1 = gl.zeros_like(v0)
+                w0, w1, v0, v1, turn = k_loop_waves(a_bufs, b_bufs, b2_bufs, ready, empty, turns, a_sc, b_sc, base,
+                                                     steps, turn, w0, w1, v0, v1, ROW0, FIRST, HALVES, SCALE, WAVES,
+                                                     BN2)
             elif OVERLAP:
                 acc = k_loop_overlapped(a_bufs, b_bufs, ready, empty, base, k_first, steps, acc, bscales, pid_m * BM,
                                          pid_n * (BN + BN2), M, N, SCALE, layout)
@@ -295,10 +310,10 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
                         last, acc, _ = meet(acc, acc, ws_ptr, count_ptr, tile * 2 + FIRST, tile, whole, split, 0, BM,
                                             SPLITS, 1)
                 if last:
-                    _tile_epilogue(acc, w0, w1, acc, c_desc, c2_desc, c_smem, c2_smem, a_scale_ptr, b_scale_ptr,
-                                   pid_m * BM, off_n, M, N, ROW0, SCALE, WAVES, 0)
+                    _tile_epilogue(acc, w0, w1, acc, w0, w1, c_desc, c2_desc, c_smem, c2_smem, a_scale_ptr,
+                                   b_scale_ptr, pid_m * BM, off_n, M, N, ROW0, SCALE, WAVES, 0)
             else:
-                _tile_epilogue(acc, w0, w1, acc2, c_desc, c2_desc, c_smem, c2_smem, a_scale_ptr, b_scale_ptr,
+                _tile_epilogue(acc, w0, w1, acc2, v0, v1, c_desc, c2_desc, c_smem, c2_smem, a_scale_ptr, b_scale_ptr,
                                pid_m * BM, off_n, M, N, ROW0, SCALE, WAVES, BN2)
         tma.store_wait(0)
 
@@ -313,8 +328,9 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
         CONSUMERS: gl.constexpr, HALVES: gl.constexpr, SPLITS: gl.constexpr,
         PROMOTE: gl.constexpr, OVERLAP: gl.constexpr,            # fp8: how it promotes, which scales
         WAVES: gl.constexpr, SCALE: gl.constexpr,
-        layout: gl.constexpr, layout2: gl.constexpr,             # meta: accumulator layouts, the second's width,
-        wave_layout: gl.constexpr, BN2: gl.constexpr,            # each partition's registers
+        layout: gl.constexpr, layout2: gl.constexpr,             # meta: accumulator layouts (whole, row waves; the
+        wave_layout: gl.constexpr, wave_layout2: gl.constexpr,   # second's of BN2 columns), the second's width,
+        BN2: gl.constexpr,                                       # each partition's registers
         CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
     ):
         """The "ws" (CONSUMERS 1), "pingpong" and "halves" (CONSUMERS 2, HALVES) schedules: a producer warp and
@@ -328,7 +344,7 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
         b_bufs = gl.allocate_shared_memory(b_desc.dtype, [STAGES, BN, BK], b_desc.layout)
         if BN2 > 0:
             b2_bufs = gl.allocate_shared_memory(b2_desc.dtype, [STAGES, BN2, BK], b2_desc.layout)
-            c20 = gl.allocate_shared_memory(c2_desc.dtype, [BM, BN2], c2_desc.layout)
+            c20 = gl.allocate_shared_memory(c2_desc.dtype, c2_desc.block_type.shape, c2_desc.layout)
         else:
             b2_bufs = b_bufs
         ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -359,7 +375,7 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
                     (_consumer, (ring, turns, c_desc, c2_desc, c0, c20, a_scale_ptr, b_scale_ptr, bscales,
                                  ws_ptr, count_ptr, M, N, K, k_per, whole, 0, 1, False, GROUP_M, SPLITS, PROMOTE,
                                  OVERLAP, WAVES, SCALE,
-                                 layout, layout2, wave_layout, BN2)),
+                                 layout, layout2, wave_layout, wave_layout2, BN2)),
                     (_producer, (a_desc, b_desc, b2_desc, ring, bscales, M, N, K, k_per, whole, GROUP_M, SPLITS,
                                  STAGED, BN2)),
                 ],
@@ -369,7 +385,7 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
         else:
             c1 = gl.allocate_shared_memory(c_desc.dtype, c_desc.block_type.shape, c_desc.layout)
             if BN2 > 0:
-                c21 = gl.allocate_shared_memory(c2_desc.dtype, [BM, BN2], c2_desc.layout)
+                c21 = gl.allocate_shared_memory(c2_desc.dtype, c2_desc.block_type.shape, c2_desc.layout)
             else:
                 c21 = c1
             gl.warp_specialize(
@@ -377,11 +393,11 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
                     (_consumer, (ring, turns, c_desc, c2_desc, c0, c20, a_scale_ptr, b_scale_ptr, bscales,
                                  ws_ptr, count_ptr, M, N, K, k_per, whole, 0, 1 if HALVES else 2, HALVES, GROUP_M,
                                  SPLITS, PROMOTE, OVERLAP, WAVES, SCALE,
-                                 layout, layout2, wave_layout, BN2)),
+                                 layout, layout2, wave_layout, wave_layout2, BN2)),
                     (_consumer, (ring, turns, c_desc, c2_desc, c1, c21, a_scale_ptr, b_scale_ptr, bscales,
                                  ws_ptr, count_ptr, M, N, K, k_per, whole, 1, 1 if HALVES else 2, HALVES, GROUP_M,
                                  SPLITS, PROMOTE, OVERLAP, WAVES, SCALE,
-                                 layout, layout2, wave_layout, BN2)),
+                                 layout, layout2, wave_layout, wave_layout2, BN2)),
                     (_producer, (a_desc, b_desc, b2_desc, ring, bscales, M, N, K, k_per, whole, GROUP_M, SPLITS,
                                  STAGED, BN2)),
                 ],

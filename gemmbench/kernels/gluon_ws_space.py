@@ -45,7 +45,7 @@ def search_space(problem, on_gpu: bool, full: bool = True) -> list[GluonConfig]:
 # 3 stages) and ping-pong 128 x 128; fp8 promoted and block scales, the halves (two one-warpgroup consumers on a
 # tile's row halves, taking turns at the waves' wgmma) of 256 x 128 in two waves and of 128 x 128 in one; and for
 # every contract but block scales the 128 + 32 = 160 wide cooperative tile, which fills the 132 SMs where N is 1280
-# (8 tiles across).
+# (8 tiles across), and for fp8 promoted the halves of it too (4 stages: 6 of 160 columns overflow shared memory).
 # 128 x 256 with Triton's promotion needs 256 registers a thread (it spills: fits() keeps it out); four-warp
 # cooperative tiles were slower than the eight-warp ones and stay out of the quick list.
 _WIDE = {"BLOCK_N2": 32}
@@ -56,6 +56,7 @@ _QUICK = {
         ("halves", 256, 128, 4, 3, {"PROMOTE_WAVES": 2}),
         ("halves", 128, 128, 4, 6, {"PROMOTE_WAVES": 1}),
         ("ws", 128, 128, 8, 4, _WIDE),
+        ("halves", 128, 128, 4, 4, {"PROMOTE_WAVES": 1, **_WIDE}),
     ),
     # block scales scale each K step's own sum: a wave's partial (the tile's columns in one 128-column weight block)
     "block": (("halves", 128, 128, 4, 4, {"PROMOTE_WAVES": 1}), ("ws", 128, 128, 8, 4, {"PROMOTE_WAVES": 1})),
@@ -71,6 +72,9 @@ _SPLIT_QUICK = {
 SPLIT_CHOICES = (2, 3, 4, 6, 8, 12, 16)  # the full search's splits, where a config's tiles leave SMs idle
 MIN_SPLIT_STEPS = 4  # K steps a split takes at least: fewer spend more on filling the ring and meeting than summing
 MOST_SPLITS = 16  # the model's splits go no further: SPLIT_CHOICES' largest
+# the second accumulator's widths tried beside 64 and 128 columns: 80, 96, 144 and 160 wide tiles, which divide the
+# N of more weights into about as many tiles as the GPU has SMs than powers of two do
+_SECOND_WIDTHS = (0, 16, 32)
 # the ways a warp-specialized consumer promotes (PROMOTE_OVERLAP, PROMOTE_WAVES): Triton's wgmma lowering, the
 # overlapped partials, the tile in one or two row waves
 _PROMOTIONS = ((False, 0), (True, 0), (False, 1), (False, 2))
@@ -145,7 +149,7 @@ def schedules_space(problem, full: bool, schedules: tuple[str, ...]) -> list[Glu
         for schedule in schedules
         for bm in (64, 128, 256)
         for bn in (64, 128, 256)
-        for bn2 in ((0, 32) if bn == 128 and schedule in ("ws", "pingpong") else (0,))
+        for bn2 in (_SECOND_WIDTHS if bn in (64, 128) else (0,))
         for warps in ((4,) if schedule in TWO_CONSUMERS else (4, 8))
         for stages in (3, 4, 5, 6)
         for overlap, waves in (_PROMOTIONS if (precise or block) and schedule in WARP_SPECIALIZED else ((False, 0),))
