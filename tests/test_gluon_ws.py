@@ -402,3 +402,32 @@ def test_the_tables_config_column_names_schedule_width_and_swap():
         short_config({"BLOCK_M": 64, "BLOCK_N": 16, "BLOCK_K": 256, "SPLIT_K": 1})
         == "64x16x256 split 1 = data-parallel"
     )
+
+
+# The halves' width that fills the waves, by hand (132 SMs, 128-row tiles): a width's fill is its tiles over the
+# SM slots of the waves they take
+@pytest.mark.parametrize(
+    "M,N,want,stages",
+    [
+        # 8 row blocks; 80 wide: 16 across, 128 tiles, 128 / 132 = 0.97; 96: 14, 112, 0.85; 128: 10, 80, 0.61;
+        # 144: 9, 72, 0.55; 160: 8, 64, 0.48.  80 by 0.36 over 128: 6 stages of (128 + 80) x 128 B and a 128 x 80
+        # bf16 output tile, 6 x 26624 + 20480 = 180224 B <= 232448
+        (1024, 1280, (64, 16), 6),
+        # 16 row blocks; 80: 256 tiles in two waves, 256 / 264 = 0.97; 160: 128 tiles, 0.97, the wider; 128: 160
+        # tiles, 160 / 264 = 0.61.  5 stages: 5 x 36864 + 40960 = 225280 B (6: 262144)
+        (2048, 1280, (128, 32), 5),
+        # 32 row blocks; 128: 7168 tiles in 55 waves, 0.987; 160: 5760 in 44, 0.992; 80: 11488 in 88, 0.989: no
+        # width beats 128 by 0.05
+        (4096, 28672, None, 0),
+    ],
+)
+def test_the_halves_width_that_fills_the_waves_is_a_quick_candidate(monkeypatch, M, N, want, stages):
+    monkeypatch.setattr(g.tuning, "sm_count", lambda: 132)
+    p = Problem("t", "g", M, N, 8192, "fp8", fp8_accum="precise")
+    assert gs.filling_width(p, 132) == want
+    quick = gs.search_space(p, on_gpu=True, full=False)
+    if want is not None:
+        bn, bn2 = want
+        assert cfg(128, bn, 128, 4, stages, SCHEDULE="halves", PROMOTE_WAVES=1, BLOCK_N2=bn2) in quick
+    widths = {(c.BLOCK_N, c.BLOCK_N2) for c in quick if c.SCHEDULE == "halves" and c.BLOCK_M == 128}
+    assert widths == {(128, 0), (128, 32)} | ({want} if want else set())  # 128 and 160 wide are quick anyway

@@ -3,6 +3,8 @@ stored, the full space `gemmbench tune` searches, and which contract each proble
 
 from __future__ import annotations
 
+from typing import Optional
+
 import triton
 
 from gemmbench import dtypes
@@ -69,6 +71,10 @@ _SPLIT_QUICK = {
     "precise": ("halves", 128, 128, 4, 6, {"PROMOTE_WAVES": 1}),
     "block": ("halves", 128, 128, 4, 4, {"PROMOTE_WAVES": 1}),
 }
+# the halves' widths (BLOCK_N, BLOCK_N2) a quick candidate takes where it fills the SMs' last wave better than 128
+# columns by FILL_MARGIN or more (filling_width): tiles 80, 96, 128, 144 and 160 wide
+_FILLING_WIDTHS = ((64, 16), (64, 32), (128, 0), (128, 16), (128, 32))
+FILL_MARGIN = 0.05
 SPLIT_CHOICES = (2, 3, 4, 6, 8, 12, 16)  # the full search's splits, where a config's tiles leave SMs idle
 MIN_SPLIT_STEPS = 4  # K steps a split takes at least: fewer spend more on filling the ring and meeting than summing
 MOST_SPLITS = 16  # the model's splits go no further: SPLIT_CHOICES' largest
@@ -81,6 +87,23 @@ _PROMOTIONS = ((False, 0), (True, 0), (False, 1), (False, 2))
 # the one-partition steps: 128 x 256 on 8 warps, except with fp8 promotion (256 registers a thread: it spills),
 # where 128 x 128 on 4 warps (192: it does not)
 _STEP_QUICK = {"16-bit": (128, 256, 8, 3), "fast": (128, 256, 8, 3), "precise": (128, 128, 4, 4)}
+
+
+def wave_fill(tiles: int, sms: int) -> float:
+    """The share of the launch's SM slots its tiles fill: tiles over whole waves' worth of them."""
+    return tiles / (triton.cdiv(tiles, sms) * sms)
+
+
+def filling_width(problem, sms: int) -> Optional[tuple[int, int]]:
+    """The 128-row halves' (BLOCK_N, BLOCK_N2) whose tiles fill the launch's waves best (the widest within a
+    hundredth: fewer operand bytes per FLOP), where that beats 128 columns by FILL_MARGIN; None where 128 does as
+    well.  A tile fills by its count, not its speed: the tune measures it against the others."""
+
+    def fill(width: tuple[int, int]) -> float:
+        return wave_fill(triton.cdiv(problem.M, 128) * triton.cdiv(problem.N, sum(width)), sms)
+
+    best = max(_FILLING_WIDTHS, key=lambda w: (round(fill(w), 2), sum(w)))
+    return best if fill(best) >= fill((128, 0)) + FILL_MARGIN else None
 
 
 def split_time(tiles: int, sms: int, steps: int, splits: int) -> int:
@@ -138,6 +161,13 @@ def schedules_space(problem, full: bool, schedules: tuple[str, ...]) -> list[Glu
     split = split.split(filling_split(problem, split, sms), tail=True)
     if s in schedules and split.splits() > 1:
         quick.append(split)
+    width = filling_width(problem, sms) if contract == "precise" and "halves" in schedules else None
+    if width is not None:
+        bn, bn2 = width
+        fitting = [tile(128, bn, bk, 4, st, SCHEDULE="halves", PROMOTE_WAVES=1, BLOCK_N2=bn2) for st in (6, 5, 4, 3)]
+        filling = next((c for c in fitting if fits(c, elem, precise, block)), None)
+        if filling is not None and filling not in quick:
+            quick.append(filling)
     if contract in _STEP_QUICK:
         bm, bn, warps, stages = _STEP_QUICK[contract]
         quick += [tile(bm, bn, bk, warps, stages, SCHEDULE=s) for s in schedules if s in ("pipelined", "persistent")]
