@@ -431,3 +431,22 @@ def test_the_halves_width_that_fills_the_waves_is_a_quick_candidate(monkeypatch,
         assert cfg(128, bn, 128, 4, stages, SCHEDULE="halves", PROMOTE_WAVES=1, BLOCK_N2=bn2) in quick
     widths = {(c.BLOCK_N, c.BLOCK_N2) for c in quick if c.SCHEDULE == "halves" and c.BLOCK_M == 128}
     assert widths == {(128, 0), (128, 32)} | ({want} if want else set())  # 128 and 160 wide are quick anyway
+
+
+def test_a_stored_width_runs_narrow_where_it_no_longer_fills_the_waves():
+    # the halves of 128 x (128 + 32), 4 stages, stored for the M 512 bucket; 132 SMs, 128-row tiles
+    stored = cfg(128, 128, 128, 4, 4, SCHEDULE="halves", PROMOTE_WAVES=1, BLOCK_N2=32)
+    narrow = replace(stored, BLOCK_N2=0)
+    # N 10240, M 333 (bucket 512): 160 wide, 3 x 64 = 192 tiles in two waves, 192 / 264 = 0.73; 128 wide, 3 x 80 =
+    # 240, 0.91: 0.18 better.  At M 512 the width filled: 4 x 64 = 256, 0.97, against 4 x 80 = 320 in three waves,
+    # 0.81.  Runs 128 wide
+    assert gs.launched_width(Problem("t", "g", 333, 10240, 8192, "fp8"), stored, 132) == narrow
+    # at the bucket's own M, as stored
+    assert gs.launched_width(Problem("t", "g", 512, 10240, 8192, "fp8"), stored, 132) == stored
+    # M 1024: 8 x 64 = 512 tiles in four waves and 8 x 80 = 640 in five, both 0.97: as stored
+    assert gs.launched_width(Problem("t", "g", 1024, 10240, 8192, "fp8"), stored, 132) == stored
+    # N 8192, M 333: 160 wide, 3 x 52 = 156 tiles, 0.59; 128 wide, 192, 0.73.  But at M 512 the width did not fill
+    # better either (4 x 52 = 208 in two waves, 0.79, against 256, 0.97): the tune chose it for its speed, kept
+    assert gs.launched_width(Problem("t", "g", 333, 8192, 8192, "fp8"), stored, 132) == stored
+    # no second accumulator: nothing to narrow
+    assert gs.launched_width(Problem("t", "g", 333, 10240, 8192, "fp8"), narrow, 132) == narrow

@@ -40,7 +40,7 @@ from gemmbench.kernels.gluon_ws_config import (
     wgmma_layout_params,
     whole_tiles,
 )
-from gemmbench.kernels.gluon_ws_space import launched_split, promotes, schedules_space
+from gemmbench.kernels.gluon_ws_space import launched_split, launched_width, promotes, schedules_space
 from gemmbench.kernels.tile_loop import TRITON_SCALINGS, BlockScales, fp8_promote_every
 from gemmbench.measure.device import on_the_gpu
 from gemmbench.registry import Launch, Variant, register
@@ -215,7 +215,7 @@ class GluonGemm:
 
 
 def _build(problem, inputs, config: GluonConfig) -> Launch:
-    config = launched_split(problem, config, tuning.sm_count())
+    config = launched_width(problem, launched_split(problem, config, tuning.sm_count()), tuning.sm_count())
     out = torch.empty((problem.M, problem.N), dtype=inputs.out_dtype, device=inputs.a.device)
     a_scale, b_scale, scale = inputs.a_scale, inputs.b_scale, inputs.scaling
     blocks = BlockScales(inputs)

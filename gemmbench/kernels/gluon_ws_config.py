@@ -39,7 +39,8 @@ class GluonConfig(tuning.KernelConfig):
     PROMOTE_OVERLAP: bool = False
     # warp-specialized schedules: a second accumulator of BLOCK_N2 columns beside BLOCK_N, so that a tile can be
     # 128 + 32 = 160 or 64 + 16 = 80 wide (cuBLAS's widths for N 1280: 8 or 16 tiles across, not 10 or 5); Triton's
-    # tensors are powers of two
+    # tensors are powers of two.  Launched BLOCK_N wide where the width no longer fills the SMs' waves
+    # (gluon_ws_space.launched_width)
     BLOCK_N2: int = field(default=0, metadata={"choices": (0, 16, 32, 64)})
     # fp8 promoted or block-scaled, warp-specialized schedules: the tile's rows in this many waves, each K step's sum
     # of a wave started afresh in one partial accumulator and added into that wave's fp32 tile

@@ -3,12 +3,14 @@ stored, the full space `gemmbench tune` searches, and which contract each proble
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Optional
 
 import triton
 
 from gemmbench import dtypes
 from gemmbench.configs import tuning
+from gemmbench.configs.config_files import m_bucket
 from gemmbench.kernels.gluon_ws_config import (
     SPLITTABLE,
     TWO_CONSUMERS,
@@ -134,6 +136,26 @@ def launched_split(problem, config: GluonConfig, sms: int) -> GluonConfig:
     the quick candidates split only where the model does, so at the M they were chosen for they run as chosen)."""
     if config.SPLIT_TAIL and config.splits() > 1 and filling_split(problem, config, sms) == 1:
         return config.split(1)
+    return config
+
+
+def launched_width(problem, config: GluonConfig, sms: int) -> GluonConfig:
+    """The config a launch runs: a stored second accumulator (BLOCK_N2) runs where its wider tiles fill this
+    problem's waves no worse than BLOCK_N alone by FILL_MARGIN, or where they did not fill them better at the M of
+    the problem's bucket either; elsewhere the tile runs BLOCK_N wide.  A width is chosen per M bucket (the filling
+    width among the quick candidates): one that fills 132 SMs at the bucket's M can leave them idle at a smaller M
+    it serves (the M 512 bucket of N 10240 at 128 + 32: 256 tiles at M 512, two waves nearly full; 192 at M 333, a
+    wave and a half).  At the bucket's own M it always runs as stored."""
+    if not config.BLOCK_N2:
+        return config
+    narrow = replace(config, BLOCK_N2=0)
+
+    def fill(c: GluonConfig, M: int) -> float:
+        return wave_fill(tiles(c, M, problem.N), sms)
+
+    at, tuned_at = problem.M, m_bucket(problem.M)
+    if fill(narrow, at) >= fill(config, at) + FILL_MARGIN and fill(config, tuned_at) >= fill(narrow, tuned_at):
+        return narrow
     return config
 
 
