@@ -215,7 +215,8 @@ class GluonGemm:
 
 
 def _build(problem, inputs, config: GluonConfig) -> Launch:
-    config = launched_width(problem, launched_split(problem, config, tuning.sm_count()), tuning.sm_count())
+    sms = tuning.sm_count()
+    config = launched_width(problem, launched_split(problem, config, sms), sms)
     out = torch.empty((problem.M, problem.N), dtype=inputs.out_dtype, device=inputs.a.device)
     a_scale, b_scale, scale = inputs.a_scale, inputs.b_scale, inputs.scaling
     blocks = BlockScales(inputs)
