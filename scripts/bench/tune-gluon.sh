@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # docs/BENCHMARKS.md "The Gluon kernel against its targets (H200)": the tune behind gluon_ws's shipped configs, on the
 # targets' shapes: fp8 promoted at M 512-4096 (Llama3-70B TP 1-8, Llama3-405B and Qwen2.5-72B TP 8), every contract at
-# M 128 and 512 (Llama3-70B TP 1 and 8), block scales at M 512-4096 (DeepSeek-V3 TP 1 and 8).  Writes into
-# CONFIG_DIR, which starts as a copy of the shipped gluon_ws files (a file already there is kept), so that the buckets
-# tuned here replace theirs and the others stay: copy its <GPU>/gluon_ws/*.json over gemmbench/kernels/configs's to
-# ship them.  Every bucket named is tuned again: --skip-stored would count the shipped configs as tuned.
+# M 128, 256 and 512 (Llama3-70B TP 1 and 8; an M between two stored buckets runs the faster of their configs), block
+# scales at M 512-4096 (DeepSeek-V3 TP 1 and 8).  Writes into CONFIG_DIR, which starts as a copy of the shipped
+# gluon_ws files (a file already there is kept), so that the buckets tuned here replace theirs and the others stay:
+# copy its <GPU>/gluon_ws/*.json over gemmbench/kernels/configs's to ship them.  Every bucket named is tuned again:
+# --skip-stored would count the shipped configs as tuned.
 # Usage: scripts/bench/tune-gluon.sh CONFIG_DIR
 set -euo pipefail
 export GEMMBENCH_CONFIG_DIR=${1:?give the config folder}
@@ -18,7 +19,7 @@ prefill=(--m 512,1024,2048,4096 --dtype fp8 --fp8-accum precise --time-budget 3)
 for tp in 8 4 2 1; do tune --shapes llama70b --tp "$tp" "${prefill[@]}"; done
 tune --shapes llama3-405b --tp 8 "${prefill[@]}"
 tune --shapes qwen2.5-72b --tp 8 "${prefill[@]}"
-tune --shapes llama70b --tp 1,8 --m 128,512 --dtype bf16 --time-budget 3
-tune --shapes llama70b --tp 1,8 --m 128,512 --dtype fp8 --fp8-accum fast --time-budget 3
-tune --shapes llama70b --tp 1,8 --m 128 --dtype fp8 --fp8-accum precise --time-budget 3
+tune --shapes llama70b --tp 1,8 --m 128,256,512 --dtype bf16 --time-budget 3
+tune --shapes llama70b --tp 1,8 --m 128,256,512 --dtype fp8 --fp8-accum fast --time-budget 3
+tune --shapes llama70b --tp 1,8 --m 128,256 --dtype fp8 --fp8-accum precise --time-budget 3
 tune --shapes deepseek-v3 --tp 1,8 --m 512,1024,2048,4096 --dtype fp8 --scaling block --time-budget 2
