@@ -7,9 +7,11 @@ process it starts, before anything reads them; unconditionally, so that a GEMMBE
 the tests (scripts/device-run.sh points it at gemmbench/kernels/configs for its tunes) is never written by one."""
 
 import atexit
+import contextlib
 import fcntl
 import os
 import shutil
+import sys
 import tempfile
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -153,3 +155,34 @@ def fresh_probe():
     telemetry.probe.cache_clear()
     yield
     telemetry.probe.cache_clear()
+
+
+@contextlib.contextmanager
+def _variants_kept():
+    """The registered variants and imported plugin modules as they were before, restored after: a test that loads a
+    plugin in this process (`invoke(..., --plugin ...)`) would otherwise leave its variants registered, and a later
+    test's default run would take them as its own and hand their names to worker processes that never loaded them."""
+    from gemmbench import registry
+
+    registry.all_variants()  # the built-ins first: they are imported once per process, never registered again
+    variants = dict(registry._VARIANTS)
+    modules = {name for name in sys.modules if name.startswith("gemmbench_plugin_")}
+    yield
+    registry._VARIANTS.clear()
+    registry._VARIANTS.update(variants)
+    for name in [name for name in sys.modules if name.startswith("gemmbench_plugin_") and name not in modules]:
+        del sys.modules[name]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def registry_as_the_module_found():
+    """What a module's fixtures register (a module-scoped run with --plugin) ends with the module."""
+    with _variants_kept():
+        yield
+
+
+@pytest.fixture(autouse=True)
+def registry_as_the_test_found():
+    """What a test registers ends with the test."""
+    with _variants_kept():
+        yield
