@@ -437,3 +437,19 @@ def test_the_compilers_report_is_kept_in_the_config_and_not_compared():
     launch.fn()
     assert launch.config == {"BLOCK_M": 64, "ptxas": {"registers": 168, "spills": 0}}
     assert kernel_config(json.dumps(launch.config)) == {"BLOCK_M": 64}
+
+
+def test_a_plugin_loaded_inside_a_test_is_gone_after_it(tmp_path):
+    """conftest's restore around each test and module: the plugin's variant and module are gone after it, and a later
+    load imports the file afresh (registered again, not skipped as already imported)."""
+    from conftest import _variants_kept
+
+    name = uniq("kept")
+    path = tmp_path / f"{uniq('plugin')}.py"
+    path.write_text(plugin_source(name))
+    before = names(registry.all_variants())
+    for _ in range(2):
+        with _variants_kept():
+            registry.load_plugin(path)
+            assert registry.get(name).source == str(path)
+        assert names(registry.all_variants()) == before and plugin_modules(path.stem) == []
