@@ -78,6 +78,17 @@ def text(s: str) -> str:
     return ANSI.sub("", s)
 
 
+def ok_rows(*paths) -> pd.DataFrame:
+    """The rows of run files (a folder: every Parquet file under it), each one `ok`: a sweep whose every cell failed
+    exits 0 too, so a test that needs measured rows says so."""
+    files = [f for p in map(Path, paths) for f in (sorted(p.rglob("*.parquet")) if p.is_dir() else [p])]
+    assert files, paths
+    rows = pd.concat([pd.read_parquet(f) for f in files], ignore_index=True)
+    failed = rows[rows.status != "ok"]
+    assert failed.empty, failed[["variant", "status", "reason"]].head().to_string()
+    return rows
+
+
 def gemmbench_proc(*args, timeout=300):
     """`python -m gemmbench ...` as a real separate process."""
     return subprocess.run(
@@ -759,13 +770,14 @@ def test_resume_runs_only_the_cells_a_run_file_lacks(tmp_path, monkeypatch, requ
     args = ("run", "--shapes", "smoke", "--dtype", "fp16", "--m", "1", "--variants", "cublas_fp16", "--budget", "0.01")
     first = invoke(*args, "--out", out)
     assert first.exit_code == 0, text(first.stderr)
+    ok_rows(out)
     full = store.load(out)
     partial = full[full.gemm != "smoke_deep"]
     store.write_rows(out, store.records(partial), store.file_metadata(out))  # as if killed: the sweep's metadata kept
     res = invoke(*args, "--resume", out)
     assert res.exit_code == 0, text(res.stderr)
     assert "--resume: 2 rows kept, 1 cells to run" in text(res.stderr)
-    df = store.load(out)
+    df = ok_rows(out)
     assert sorted(df.gemm) == sorted(full.gemm) and df.run_id.nunique() == 1
     assert df[df.gemm != "smoke_deep"].timestamp.tolist() == partial.timestamp.tolist()
     again = invoke(*args, "--resume", out)
@@ -793,13 +805,14 @@ def test_an_existing_out_file_is_never_replaced_silently(tmp_path):
     out = tmp_path / "r.parquet"
     args = ("run", "--shapes", "smoke", "--dtype", "fp16", "--m", "1", "--variants", "cublas_fp16", "--budget", "0.01")
     assert invoke(*args, "--out", out).exit_code == 0
+    ok_rows(out)
     before = out.read_bytes()
     line = bad(invoke(*args, "--out", out))
     assert "exists; --append adds this sweep's rows to it, --force replaces it" in line
     assert out.read_bytes() == before
     assert "--append or --force, not both" in bad(invoke(*args, "--out", out, "--append", "--force"))
     assert invoke(*args, "--out", out, "--append").exit_code == 0
-    appended = store.load(out)
+    appended = ok_rows(out)
     assert len(appended) == 6 and appended.run_id.nunique() == 2
     assert invoke(*args, "--out", out, "--force").exit_code == 0
     assert len(store.load(out)) == 3
@@ -809,6 +822,7 @@ def test_baseline_save_over_an_existing_name_needs_force(tmp_path):
     run = tmp_path / "run.parquet"
     assert invoke("run", "--shapes", "smoke", "--dtype", "fp16", "--m", "1", "--variants", "cublas_fp16",
                   "--budget", "0.01", "--out", run).exit_code == 0  # fmt: skip
+    ok_rows(run)
     save = ("baseline", "save", run, "--name", "b", "--dir", tmp_path / "bl")
     assert invoke(*save).exit_code == 0
     before = (tmp_path / "bl" / "b.parquet").read_bytes()
@@ -819,6 +833,7 @@ def test_baseline_save_over_an_existing_name_needs_force(tmp_path):
     other = tmp_path / "deep" / "er" / "other.parquet"
     assert invoke("run", "--shapes", "smoke", "--dtype", "fp8", "--m", "1", "--variants", "cublas_fp8",
                   "--budget", "0.01", "--out", other).exit_code == 0  # fmt: skip
+    ok_rows(other)
     assert "nothing compared" in bad(invoke("compare", run, tmp_path / "deep"))
     assert invoke("compare", run, tmp_path / "deep", "--allow-empty").exit_code == 0
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import errno
 
-from test_cli import invoke
+from test_cli import invoke, ok_rows
 
 from gemmbench.results import store
 
@@ -34,6 +34,6 @@ def test_a_full_disk_stops_the_sweep_and_resume_finishes_it(tmp_path, monkeypatc
     monkeypatch.setattr(store.tempfile, "mkstemp", real)
     again = invoke(*SWEEP, "--resume", out)
     assert again.exit_code == 0, again.stdout + again.stderr
-    rows = store.load([out])
+    rows = ok_rows(out)
     assert len(rows) == 12 and rows.duplicated(["gemm", "M", "variant"]).sum() == 0  # 3 dense GEMMs x 4 M, once each
     assert set(map(tuple, kept[["gemm", "M"]].values)) < set(map(tuple, rows[["gemm", "M"]].values))

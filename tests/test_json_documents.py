@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import torch
-from test_cli import invoke
+from test_cli import invoke, ok_rows
 
 from gemmbench import registry
 from gemmbench.shapes import Problem
@@ -36,6 +36,7 @@ def test_layer_document_holds_the_layer_tables_rows(tmp_path):
     out = tmp_path / "l.parquet"
     res = invoke("layer", "--model", "smoke", "--m", "1", "--format", "json", "--out", out)
     assert res.exit_code == 0, res.stderr
+    ok_rows(out)
     doc = json.loads(res.stdout)  # stdout is the document alone
     assert doc["schema"] == "gemmbench.layer/1" and doc["file"] == str(out)
     from gemmbench.results.side_tables import load_layer_tables

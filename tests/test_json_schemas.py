@@ -273,7 +273,7 @@ def test_baselines_document(runs, monkeypatch, tmp_path):
 def test_layer_document(tmp_path):
     """`layer --model smoke --m 1 --format json`: the layer's row and each step's."""
     doc = document(invoke("layer", "--model", "smoke", "--m", "1", "--format", "json", "--out", tmp_path / "l.parquet"))
-    assert {r["part"] for r in doc["rows"]} == {"layer", "step"}
+    assert {r["part"] for r in doc["rows"]} == {"layer", "step"} and {r["status"] for r in doc["rows"]} == {"ok"}
 
 
 def test_profile_document(monkeypatch, tmp_path):

@@ -11,10 +11,9 @@ import shlex
 import subprocess
 from pathlib import Path
 
-import pandas as pd
 import pytest
 import torch
-from test_cli import invoke
+from test_cli import invoke, ok_rows
 
 ROOT = Path(__file__).parent.parent
 CONFIG = ROOT / "tests" / "fixtures" / "hf-configs" / "qwen3-30b-a3b.json"
@@ -78,12 +77,7 @@ def test_every_line_of_the_readme_tour_runs_in_a_fresh_checkout(tmp_path, monkey
         if stand_in:
             res = invoke(*shlex.split(stand_in))
             assert res.exit_code == 0, f"{stand_in}: {res.stderr[-2000:]}"
-    # exit 0 is not enough: a run whose every cell failed (its workers dying at start-up) exits 0 too
-    runs = sorted((tmp_path / "results").glob("*.parquet"))
-    assert runs
-    for run in runs:
-        rows = pd.read_parquet(run)
-        failed = rows[rows.status != "ok"]
-        assert failed.empty, f"{run.name}: {failed[['variant', 'status', 'reason']].head().to_string()}"
+    ok_rows(tmp_path / "results")  # the runs' and the layer's: exit 0 is not enough
+    assert list((tmp_path / "results" / "layers").glob("*.parquet"))
     assert list((tmp_path / "plots").iterdir()) and (tmp_path / "my-model.yaml").is_file()
     assert list((tmp_path / "report").glob("*.html"))

@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from test_cli import bad, invoke, text
+from test_cli import bad, invoke, ok_rows, text
 
 from gemmbench.models.shape_sets import load as load_set
 from gemmbench.models.sharding import problems
@@ -76,6 +76,7 @@ def _run_shard(tmp_path, spec, folder="parts"):
         tmp_path / folder,
     )
     assert res.exit_code == 0, res.stderr
+    ok_rows(tmp_path / folder)
     return res
 
 
@@ -169,6 +170,7 @@ def test_runs_of_different_sweeps_are_refused_unless_allowed_and_then_named(tmp_
         res = invoke("run", "--shapes", "smoke", "--m", m, "--dtype", "fp16", "--variants", "cublas_fp16",
                      "--budget", "0.01", "--out", tmp_path / folder)  # fmt: skip
         assert res.exit_code == 0, res.stderr
+        ok_rows(tmp_path / folder)
     line = bad(invoke("merge", tmp_path / "a", tmp_path / "b", "--out", tmp_path / "m.parquet"))
     assert "2 different sweeps" in line and "--allow-mixed" in line
     assert not (tmp_path / "m.parquet").exists()

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from test_cli import _alive, _children, invoke
+from test_cli import _alive, _children, invoke, ok_rows
 
 from gemmbench.results import store
 
@@ -155,6 +155,7 @@ def test_a_sweep_killed_after_its_last_part_is_finished_by_resume(tmp_path, monk
     out = tmp_path / "r.parquet"
     args = ("run", "--shapes", "smoke", "--m", "1", "--dtype", "fp16", "--variants", "cublas_fp16", "--budget", "0.01")
     assert invoke(*args, "--out", out).exit_code == 0
+    ok_rows(out)
     parts = store.parts_dir(out)
     parts.mkdir()
     out.rename(parts / "part-00001.parquet")  # every row written, the join never happened
