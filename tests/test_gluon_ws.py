@@ -150,42 +150,52 @@ def test_split_k_fits_one_consumer_order_and_the_meetings_registers():
 
 
 # The split model by hand (132 SMs, 128 x 128 fp8 tiles, K steps of 128): a launch costs its whole waves' K steps, then
-# per wave of split units ceil(steps / S) + 1 + S (its share, its own partial stored, the S slices summed)
+# per wave of split units ceil(steps / S) + 1 + S (its share, its own partial stored, the S slices summed); meeting by
+# atomics ceil(steps / S) + 2 (its share, its partial added, the one slice read)
 @pytest.mark.parametrize(
-    "M,N,K,want",
+    "M,N,K,want,atomic",
     [
         # 4 x 10 = 40 tiles, 64 steps: whole 64; S 2: 120 units, one wave, 32 + 3 = 35; S 3: 22 + 4 = 26;
-        # S 4: 160 units, two waves of 16 + 5: 42
-        (512, 1280, 8192, 3),
+        # S 4: 160 units, two waves of 16 + 5: 42.  Atomic: S 2 34, S 3 24, S 4 two waves of 18: 36
+        (512, 1280, 8192, 3, 3),
         # 8 x 10 = 80 tiles, 64 steps: whole 64; S 2: 160 units, two waves of 35 = 70; S 3: two of 26 = 52;
-        # S 4: three of 21 = 63; S 5: four of 13 + 6 = 76; S 6: four of 18 = 72; S 8: five of 17 = 85
-        (1024, 1280, 8192, 3),
-        # 10 tiles, 64 steps, one wave up to S 13: S 7: 10 + 8 = 18; S 8: 8 + 9 = 17; S 9: 8 + 10 = 18
-        (128, 1280, 8192, 8),
-        (128, 1280, 1024, 2),  # 8 K steps: at least 4 each, so S 2: 4 + 3 = 7 against 8 whole
+        # S 4: three of 21 = 63; S 5: four of 13 + 6 = 76; S 6: four of 18 = 72; S 8: five of 17 = 85.  Atomic: S 3
+        # two of 24 = 48; S 6 four of 13 = 52; S 8 five of 10 = 50; S 11 seven of 8 = 56; S 13 eight of 7 = 56
+        (1024, 1280, 8192, 3, 3),
+        # 10 tiles, 64 steps, one wave up to S 13: S 7: 10 + 8 = 18; S 8: 8 + 9 = 17; S 9: 8 + 10 = 18.  Atomic: S 11
+        # 6 + 2 = 8, S 12 8, S 13 5 + 2 = 7; S 14 on: two waves
+        (128, 1280, 8192, 8, 13),
+        (128, 1280, 1024, 2, 2),  # 8 K steps: at least 4 each, so S 2: 4 + 3 = 7 (atomic 6) against 8 whole
         # 8 x 18 = 144 tiles, 128 steps: whole two waves, 256; split, one whole wave (128) and the 12 tiles past it in
-        # one wave up to S 11: S 9: 15 + 10 = 25, S 10: 13 + 11 = 24, S 11: 12 + 12 = 24 (the fewer: 10)
-        (1024, 2304, 16384, 10),
+        # one wave up to S 11: S 9: 15 + 10 = 25, S 10: 13 + 11 = 24, S 11: 12 + 12 = 24 (the fewer: 10).  Atomic:
+        # S 10 13 + 2 = 15, S 11 12 + 2 = 14; S 12: 144 units, two waves
+        (1024, 2304, 16384, 10, 11),
         # 16 x 64 = 1024 tiles, 64 steps: whole eight waves, 512; S 2: seven whole (448) and 200 units in two
-        # waves of 35: 518
-        (2048, 8192, 8192, 1),
+        # waves of 35: 518.  Atomic: 448 + two waves of 34 = 516; S 4: 400 units, four waves of 18: 520; S 5: 500
+        # units, four waves of 13 + 2: 508; S 6: 600, five of 13: 513; S 8: 800, seven of 10: 518
+        (2048, 8192, 8192, 1, 5),
     ],
 )
-def test_the_split_models_fastest_split_is_a_quick_candidate(monkeypatch, M, N, K, want):
+def test_the_split_models_fastest_split_is_a_quick_candidate(monkeypatch, M, N, K, want, atomic):
     monkeypatch.setattr(g.tuning, "sm_count", lambda: 132)
-    # the full search's splits of one config: 1, the model's, and SPLIT_CHOICES (2, 3, 4, 6, 8, 12, 16) up to
-    # twice the model's
-    full_splits = {1: {1}, 2: {1, 2, 3, 4}, 3: {1, 2, 3, 4, 6}, 8: {1, 2, 3, 4, 6, 8, 12, 16},
-                   10: {1, 2, 3, 4, 6, 8, 10, 12, 16}}[want]  # fmt: skip
+    # the full search's splits of one config, each way of meeting: the model's, and SPLIT_CHOICES (2, 3, 4, 6, 8,
+    # 12, 16) up to twice the model's
+    choices = {1: set(), 2: {2, 3, 4}, 3: {2, 3, 4, 6}, 5: {2, 3, 4, 5, 6, 8}, 8: {2, 3, 4, 6, 8, 12, 16}, 10: {2, 3, 4, 6, 8, 10, 12, 16},
+               11: {2, 3, 4, 6, 8, 11, 12, 16}, 13: {2, 3, 4, 6, 8, 12, 13, 16}}  # fmt: skip
     for accum in ("precise", "fast"):
         p = Problem("t", "g", M, N, K, "fp8", fp8_accum=accum)
         split = [c for c in gs.search_space(p, on_gpu=True, full=False) if c.splits() > 1]
-        assert [(c.SPLIT_K, c.SPLIT_TAIL) for c in split] == ([(want, True)] if want > 1 else [])
+        quick = [(want, True, None)] if want > 1 else []
+        quick += [(atomic, True, True)] if atomic > 1 else []
+        assert [(c.SPLIT_K, c.SPLIT_TAIL, c.SPLIT_ATOMIC) for c in split] == quick
         one = cfg(128, 128, 128, 8, 4, SCHEDULE="ws")
         full = [
-            c for c in gs.search_space(p, on_gpu=True, full=True) if replace(c, SPLIT_K=None, SPLIT_TAIL=None) == one
+            c
+            for c in gs.search_space(p, on_gpu=True, full=True)
+            if replace(c, SPLIT_K=None, SPLIT_TAIL=None, SPLIT_ATOMIC=None) == one
         ]
-        assert {c.splits() for c in full} == full_splits
+        assert {c.splits() for c in full if not c.SPLIT_ATOMIC} == {1} | choices[want]
+        assert {c.splits() for c in full if c.SPLIT_ATOMIC} == choices[atomic]
         assert all(c.SPLIT_TAIL for c in full if c.splits() > 1)
 
 
@@ -205,6 +215,24 @@ def test_only_the_tiles_past_the_whole_waves_are_split_where_the_tail_is():
     # a config of one split keeps no tail; splitting keeps the config's own choice unless told
     assert tail.split(1).SPLIT_TAIL is None and tail.split(3).SPLIT_TAIL is True
     assert cfg(128, 128, 128, 8, 4, SCHEDULE="ws").split(4, tail=True).to_dict()["SPLIT_TAIL"] is True
+
+
+def test_the_workspace_holds_a_slice_per_split_or_by_atomics_one_zeroed_slice_per_tile(monkeypatch):
+    monkeypatch.setattr(g.tuning, "sm_count", lambda: 132)
+    # 128 x 1280 bf16 in 64 x 128 tiles: 2 x 10 = 20 tiles, none whole (fewer than SMs), each in 6 units
+    a, b = torch.empty(128, 8192, dtype=torch.bfloat16), torch.empty(1280, 8192, dtype=torch.bfloat16)
+    out = torch.empty(128, 1280, dtype=torch.bfloat16)
+    split = cfg(64, 128, 64, 4, 6, SCHEDULE="ws").split(6, tail=True)
+    ordered = g.GluonGemm(a, b, out, out, out, "none", split, 0)
+    assert not ordered.atomic and ordered.workspace.numel() == 20 * 6 * 64 * 128
+    atomic = g.GluonGemm(a, b, out, out, out, "none", split.split(6, atomic=True), 0)
+    # one 64 x 128 fp32 slice per tile, zero before the first call (each call's last units leave it so)
+    assert atomic.atomic and atomic.workspace.numel() == 20 * 64 * 128 and not atomic.workspace.any()
+    assert ordered.counters.numel() == atomic.counters.numel() == 2 * 20  # a counter per tile and consumer
+    # a config of one split meets in no way; splitting keeps the config's own way unless told
+    assert split.split(6, atomic=True).split(1).SPLIT_ATOMIC is None
+    assert split.split(6, atomic=True).split(3).SPLIT_ATOMIC is True and split.split(3).SPLIT_ATOMIC is None
+    assert "SPLIT_ATOMIC" not in split.to_dict() and split.split(6, atomic=True).to_dict()["SPLIT_ATOMIC"] is True
 
 
 def test_a_stored_tail_split_runs_whole_where_the_model_finds_no_split_of_this_tail_pays():

@@ -47,6 +47,10 @@ TILES = [  # (schedule, BLOCK_M, BLOCK_N, warps, stages, extra)
     # (gluon_ws_space.launched_split; the split test below runs a tail past whole waves)
     ("halves", 128, 128, 4, 4, {"SPLIT_K": 4, "PROMOTE_WAVES": 1, "SPLIT_TAIL": True}),
     ("ws", 128, 128, 8, 4, {"SPLIT_K": 4, "SPLIT_TAIL": True}),
+    # the splits meeting by atomics: every tile split, the tail only, and the two row waves' slices of the halves
+    ("ws", 128, 128, 8, 4, {"SPLIT_K": 3, "SPLIT_ATOMIC": True}),
+    ("ws", 64, 128, 4, 6, {"SPLIT_K": 8, "SPLIT_ATOMIC": True, "SPLIT_TAIL": True}),
+    ("halves", 128, 128, 4, 4, {"SPLIT_K": 4, "PROMOTE_WAVES": 1, "SPLIT_ATOMIC": True, "SPLIT_TAIL": True}),
 ]
 
 
@@ -151,13 +155,15 @@ SPLIT_TILES = [("ws", 128, 128, 8, 0, "fast"), ("halves", 128, 128, 4, 1, "preci
 SPLIT_RUNS = [(t, s) for t in SPLIT_TILES for s in ("tensor", "row", "block") if not (s == "block" and t[-1] == "fast")]
 
 
+@pytest.mark.parametrize("atomic", [None, True], ids=["ordered", "atomic"])
 @pytest.mark.parametrize("tile,scaling", SPLIT_RUNS, ids=lambda x: "-".join(map(str, x)))
-def test_split_k_at_every_stage_count_is_right_and_the_same_every_call(tile, scaling):
+def test_split_k_at_every_stage_count_is_right_and_the_same_every_call(tile, scaling, atomic):
     """Split-K's units share the ring like tiles and meet through a workspace and a counter per tile: every stage
     count 2-6, a small output (4 x 10 tiles in 3 splits of 22, 22 and 20 K steps) and many units a program, every
     tile split or only those past the whole waves (12 x 78 = 936 tiles: seven waves of 132 whole, then 12 split in
-    shares of 6, 6 and 4 K steps; 8 x 18 = 144 tiles: one wave whole, then 12 split); the splits are summed in
-    split order, so two calls give the same bits, and the counters left zero let the second call meet at all."""
+    shares of 6, 6 and 4 K steps; 8 x 18 = 144 tiles: one wave whole, then 12 split); the counters left zero let
+    the second call meet at all.  Ordered, the splits are summed in split order, so two calls give the same bits;
+    by atomics, the second call is right only if the first left its slices zero, which the test sees too."""
     import torch
 
     from gemmbench import registry
@@ -176,7 +182,7 @@ def test_split_k_at_every_stage_count_is_right_and_the_same_every_call(tile, sca
         ref = reference(p, inputs)
         for stages in range(2, 7):
             config = GluonConfig.tile(bm, bn, 128, warps, stages, SCHEDULE=schedule, PROMOTE_WAVES=waves, SPLIT_K=3,
-                                      SPLIT_TAIL=tail)  # fmt: skip
+                                      SPLIT_TAIL=tail, SPLIT_ATOMIC=atomic)  # fmt: skip
             if not fits(config, 1, accum == "precise", scaling == "block"):
                 continue
             launch = v.tunable.build(p, inputs, config)
@@ -187,7 +193,10 @@ def test_split_k_at_every_stage_count_is_right_and_the_same_every_call(tile, sca
                 result = check_cell(p, None, inputs, launch=launch, ref=ref).result
                 assert result.ok, f"{stages} stages, call {call}: {result.detail}"
                 outputs.append(launch.out.clone())
-            assert torch.equal(*outputs), f"{stages} stages: two calls differ"
+            if atomic:
+                assert launch.fn.atomic and not launch.fn.workspace.any(), f"{stages} stages: slices left unzeroed"
+            else:
+                assert torch.equal(*outputs), f"{stages} stages: two calls differ"
             ran += 1
     assert ran == 4 * (4 if waves and scaling == "block" else 5)  # four shapes, stages 2 to 6 (or 5)
 

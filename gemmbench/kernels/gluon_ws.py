@@ -172,13 +172,15 @@ class GluonGemm:
         self.splits, self.k_per = split_k(config, K)
         sms, count = tuning.sm_count(), tiles(config, M, N)
         self.whole = whole_tiles(config, M, N, sms) if self.splits > 1 else count
-        # split-K: each split tile's fp32 partials, a whole tile per split (its slices adjacent), and a counter per
-        # tile and consumer (zero between calls: the last unit of a tile resets its own); one element each, never
-        # read, where no tile is split
+        # split-K: each split tile's fp32 partials, a whole tile per split (its slices adjacent), or by atomics one
+        # slice per tile, zero between calls (the last unit of a tile leaves it so), and a counter per tile and
+        # consumer (likewise zero); one element each, never read, where no tile is split
         split_tiles = count - self.whole
-        slices = split_tiles * self.splits * config.BLOCK_M * config.BLOCK_N
+        self.atomic = bool(config.SPLIT_ATOMIC) and self.splits > 1
+        slices = split_tiles * (1 if self.atomic else self.splits) * config.BLOCK_M * config.BLOCK_N
         assert slices < 2**31, "the workspace's offsets are int32"
-        self.workspace = torch.empty(max(slices, 1), dtype=torch.float32, device=out.device)
+        made = torch.zeros if self.atomic else torch.empty
+        self.workspace = made(max(slices, 1), dtype=torch.float32, device=out.device)
         self.counters = torch.zeros(2 * count if split_tiles else 1, dtype=torch.int32, device=out.device)
         self.programs = programs(config, M, N, K, sms)
         self.compiled = None  # the CompiledKernel of the last launch: registers and spills
@@ -204,7 +206,7 @@ class GluonGemm:
             self.compiled = gluon_ws_device.warp_specialized_kernel[(self.programs,)](
                 a_desc, b_desc, b2_desc, c_desc, c2_desc, *self.scales, *self.blocks[:2], self.workspace,
                 self.counters, *self.blocks[2:], M, N, K, self.k_per, self.whole, **common, SPLITS=self.splits,
-                layout2=self.layouts[1],
+                ATOMIC=self.atomic, layout2=self.layouts[1],
                 BN2=cfg.BLOCK_N2, CONSUMERS=2 if cfg.SCHEDULE in TWO_CONSUMERS else 1, HALVES=cfg.SCHEDULE == "halves",
                 OVERLAP=overlap,
                 CONSUMER_REGS=CONSUMER_REGS, PRODUCER_REGS=PRODUCER_REGS, WAVES=waves, wave_layout=self.layouts[2],

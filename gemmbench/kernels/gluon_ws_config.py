@@ -55,16 +55,24 @@ class GluonConfig(tuning.KernelConfig):
     # two waves; launched only where the split model finds a split of the launch's own tail pays
     # (gluon_ws_space.launched_split); None (unset): every tile is split
     SPLIT_TAIL: Optional[bool] = None
+    # split-K: True adds each unit's fp32 partial into its tile's one workspace slice by L2 atomics and the last unit
+    # reads that slice alone (its read does not grow with the splits), the sum's order, and so its last bits, free to
+    # change from call to call; None (unset): each partial stored in a slice of its own and summed in split order by
+    # the last unit, the same bits every call (gluon_ws_split.py)
+    SPLIT_ATOMIC: Optional[bool] = None
 
     def splits(self) -> int:
         """Units per tile asked for (SPLIT_K, 1 where unset)."""
         return self.SPLIT_K or 1
 
-    def split(self, splits: int, tail: Optional[bool] = None) -> GluonConfig:
-        """This config in `splits` units per tile (unset where 1), of the tail's tiles only where tail is True (the
-        config's own choice where tail is None)."""
+    def split(self, splits: int, tail: Optional[bool] = None, atomic: Optional[bool] = None) -> GluonConfig:
+        """This config in `splits` units per tile (unset where 1), of the tail's tiles only where tail is True, meeting
+        by atomics where atomic is True (each the config's own choice where None)."""
         tail = self.SPLIT_TAIL if tail is None else tail
-        return replace(self, SPLIT_K=splits if splits > 1 else None, SPLIT_TAIL=True if splits > 1 and tail else None)
+        atomic = self.SPLIT_ATOMIC if atomic is None else atomic
+        many = splits > 1
+        return replace(self, SPLIT_K=splits if many else None, SPLIT_TAIL=True if many and tail else None,
+                       SPLIT_ATOMIC=True if many and atomic else None)  # fmt: skip
 
 
 def wgmma_layout_params(bm: int, bn: int, warps: int, elem_bits: int) -> tuple[list[int], list[int]]:

@@ -218,7 +218,7 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
         M, N, K, k_per, whole,                                   # sizes; K steps of a split, tiles run whole
         FIRST: gl.constexpr, EVERY: gl.constexpr,                # schedule: which of the program's tiles, or
         HALVES: gl.constexpr, GROUP_M: gl.constexpr,             # which half of every tile's rows; units per tile
-        SPLITS: gl.constexpr,
+        SPLITS: gl.constexpr, ATOMIC: gl.constexpr,              # and how they meet
         PROMOTE: gl.constexpr, OVERLAP: gl.constexpr,            # fp8: how it promotes, which scales
         WAVES: gl.constexpr, SCALE: gl.constexpr,
         layout: gl.constexpr, layout2: gl.constexpr,             # meta: accumulator layouts (whole, row waves; the
@@ -305,10 +305,10 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
                 if unit >= whole:
                     if WAVES > 0:
                         last, w0, w1 = meet(w0, w1, ws_ptr, count_ptr, tile * 2 + FIRST, tile, whole, split, ROW0,
-                                            BM, SPLITS, WAVES)
+                                            BM, SPLITS, WAVES, ATOMIC)
                     else:
                         last, acc, _ = meet(acc, acc, ws_ptr, count_ptr, tile * 2 + FIRST, tile, whole, split, 0, BM,
-                                            SPLITS, 1)
+                                            SPLITS, 1, ATOMIC)
                 if last:
                     _tile_epilogue(acc, w0, w1, acc, w0, w1, c_desc, c2_desc, c_smem, c2_smem, a_scale_ptr,
                                    b_scale_ptr, pid_m * BM, off_n, M, N, ROW0, SCALE, WAVES, 0)
@@ -326,6 +326,7 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
         M, N, K, k_per, whole,                                   # sizes; K steps of a split, tiles run whole
         GROUP_M: gl.constexpr, STAGES: gl.constexpr,             # schedule
         CONSUMERS: gl.constexpr, HALVES: gl.constexpr, SPLITS: gl.constexpr,
+        ATOMIC: gl.constexpr,                                    # split-K's units meet by atomics
         PROMOTE: gl.constexpr, OVERLAP: gl.constexpr,            # fp8: how it promotes, which scales
         WAVES: gl.constexpr, SCALE: gl.constexpr,
         layout: gl.constexpr, layout2: gl.constexpr,             # meta: accumulator layouts (whole, row waves; the
@@ -373,8 +374,8 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
             gl.warp_specialize(
                 [
                     (_consumer, (ring, turns, c_desc, c2_desc, c0, c20, a_scale_ptr, b_scale_ptr, bscales,
-                                 ws_ptr, count_ptr, M, N, K, k_per, whole, 0, 1, False, GROUP_M, SPLITS, PROMOTE,
-                                 OVERLAP, WAVES, SCALE,
+                                 ws_ptr, count_ptr, M, N, K, k_per, whole, 0, 1, False, GROUP_M, SPLITS, ATOMIC,
+                                 PROMOTE, OVERLAP, WAVES, SCALE,
                                  layout, layout2, wave_layout, wave_layout2, BN2)),
                     (_producer, (a_desc, b_desc, b2_desc, ring, bscales, M, N, K, k_per, whole, GROUP_M, SPLITS,
                                  STAGED, BN2)),
@@ -392,11 +393,11 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
                 [
                     (_consumer, (ring, turns, c_desc, c2_desc, c0, c20, a_scale_ptr, b_scale_ptr, bscales,
                                  ws_ptr, count_ptr, M, N, K, k_per, whole, 0, 1 if HALVES else 2, HALVES, GROUP_M,
-                                 SPLITS, PROMOTE, OVERLAP, WAVES, SCALE,
+                                 SPLITS, ATOMIC, PROMOTE, OVERLAP, WAVES, SCALE,
                                  layout, layout2, wave_layout, wave_layout2, BN2)),
                     (_consumer, (ring, turns, c_desc, c2_desc, c1, c21, a_scale_ptr, b_scale_ptr, bscales,
                                  ws_ptr, count_ptr, M, N, K, k_per, whole, 1, 1 if HALVES else 2, HALVES, GROUP_M,
-                                 SPLITS, PROMOTE, OVERLAP, WAVES, SCALE,
+                                 SPLITS, ATOMIC, PROMOTE, OVERLAP, WAVES, SCALE,
                                  layout, layout2, wave_layout, wave_layout2, BN2)),
                     (_producer, (a_desc, b_desc, b2_desc, ring, bscales, M, N, K, k_per, whole, GROUP_M, SPLITS,
                                  STAGED, BN2)),

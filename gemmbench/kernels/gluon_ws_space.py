@@ -108,24 +108,28 @@ def filling_width(problem, sms: int) -> Optional[tuple[int, int]]:
     return best if fill(best) >= fill((128, 0)) + FILL_MARGIN else None
 
 
-def split_time(tiles: int, sms: int, steps: int, splits: int) -> int:
+def split_time(tiles: int, sms: int, steps: int, splits: int, atomic: bool = False) -> int:
     """A launch's time in K steps, as the split model counts it: the grid's whole waves of whole tiles, then the
     tiles past them in `splits` units each, a wave of units at a time; a split unit also stores its fp32 partial
     and the last of a tile's units sums them all, each slice counted as a K step (an fp32 128 x 128 slice is
-    twice the bytes of an fp8 K step's operands, through L2 instead of TMA)."""
+    twice the bytes of an fp8 K step's operands, through L2 instead of TMA); meeting by atomics, a unit adds its
+    partial and the last reads one slice: two slices whatever the split."""
     whole_waves = tiles // sms if splits > 1 else 0
     rest = tiles - whole_waves * sms
-    unit = triton.cdiv(steps, splits) + (1 + splits if splits > 1 else 0)
+    meeting = (2 if atomic else 1 + splits) if splits > 1 else 0
+    unit = triton.cdiv(steps, splits) + meeting
     return whole_waves * steps + triton.cdiv(rest * splits, sms) * unit
 
 
-def filling_split(problem, config: GluonConfig, sms: int) -> int:
+def filling_split(problem, config: GluonConfig, sms: int, atomic: Optional[bool] = None) -> int:
     """The split of the tiles past the grid's whole waves that the split model (split_time) finds fastest, each
-    split MIN_SPLIT_STEPS K steps or more, the fewest splits among equals; 1 where none beats the tiles whole."""
+    split MIN_SPLIT_STEPS K steps or more, the fewest splits among equals, its units meeting as `atomic` says (the
+    config's own way where None); 1 where none beats the tiles whole."""
+    atomic = bool(config.SPLIT_ATOMIC) if atomic is None else atomic
     steps = triton.cdiv(problem.K, config.BLOCK_K)
     count = tiles(config, problem.M, problem.N)
     splits = range(1, max(1, min(MOST_SPLITS, steps // MIN_SPLIT_STEPS)) + 1)
-    best = min(splits, key=lambda s: (split_time(count, sms, steps, s), s))
+    best = min(splits, key=lambda s: (split_time(count, sms, steps, s, atomic), s))
     return split_k(config.split(best), problem.K)[0]  # the split a launch of it runs
 
 
@@ -159,13 +163,16 @@ def launched_width(problem, config: GluonConfig, sms: int) -> GluonConfig:
     return config
 
 
-def _split_choices(problem, config: GluonConfig, sms: int) -> tuple[int, ...]:
-    """The full search's splits of a config: 1, and where the model splits (filling_split), SPLIT_CHOICES up to
-    twice its split and its split itself."""
-    best = filling_split(problem, config, sms) if config.SCHEDULE in SPLITTABLE else 1
-    if best == 1:
-        return (1,)
-    return tuple(sorted({1, best} | {s for s in SPLIT_CHOICES if s <= 2 * best}))
+def _splits_of(problem, config: GluonConfig, sms: int) -> list[GluonConfig]:
+    """The full search's splits of an unsplit config, for each way of meeting (ordered, atomic): where the model
+    splits (filling_split), SPLIT_CHOICES up to twice its split and its split itself; the config itself first."""
+    found = [config]
+    for atomic in (False, True):
+        best = filling_split(problem, config, sms, atomic) if config.SCHEDULE in SPLITTABLE else 1
+        if best > 1:
+            choices = sorted({best} | {s for s in SPLIT_CHOICES if s <= 2 * best})
+            found += [config.split(s, tail=True, atomic=atomic) for s in choices]
+    return found
 
 
 def schedules_space(problem, full: bool, schedules: tuple[str, ...]) -> list[GluonConfig]:
@@ -179,10 +186,11 @@ def schedules_space(problem, full: bool, schedules: tuple[str, ...]) -> list[Glu
     sms = tuning.sm_count()
     quick = [tile(bm, bn, bk, w, st, SCHEDULE=s, **x) for s, bm, bn, w, st, x in _QUICK[contract] if s in schedules]
     s, bm, bn, warps, stages, extra = _SPLIT_QUICK[contract]
-    split = tile(bm, bn, bk, warps, stages, SCHEDULE=s, **extra)
-    split = split.split(filling_split(problem, split, sms), tail=True)
-    if s in schedules and split.splits() > 1:
-        quick.append(split)
+    unsplit = tile(bm, bn, bk, warps, stages, SCHEDULE=s, **extra)
+    for atomic in (False, True):  # each way of meeting at the split the model finds for it
+        split = unsplit.split(filling_split(problem, unsplit, sms, atomic), tail=True, atomic=atomic)
+        if s in schedules and split.splits() > 1:
+            quick.append(split)
     width = filling_width(problem, sms) if contract == "precise" and "halves" in schedules else None
     if width is not None:
         bn, bn2 = width
@@ -206,5 +214,5 @@ def schedules_space(problem, full: bool, schedules: tuple[str, ...]) -> list[Glu
         for stages in (3, 4, 5, 6)
         for overlap, waves in (_PROMOTIONS if (precise or block) and schedule in WARP_SPECIALIZED else ((False, 0),))
     ]
-    more = [c.split(split, tail=True) for c in unsplit for split in _split_choices(problem, c, sms)]
+    more = [split for c in unsplit for split in _splits_of(problem, c, sms)]
     return quick + [c for c in more if c not in quick and fits(c, elem, precise, block)]

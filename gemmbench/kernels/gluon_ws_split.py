@@ -8,7 +8,10 @@ units, each a contiguous share of the K steps (the host makes every share non-em
 splitk.py's ordered reduction: each unit stores its fp32 partial in its own slice of the workspace (a whole tile
 per split, a split tile's slices adjacent), then counts itself on its tile's counter; the one that counts last sums
 the slices in split order (bitwise the same sum, whichever arrived last), leaves the counter zero for the next call,
-and runs the epilogue.  No unit waits on another (none spins), so units may run in any order, and there is no
+and runs the epilogue.  ATOMIC instead: each unit adds its partial into its tile's one slice by L2 atomics, and the
+one that counts last reads that slice alone and leaves it zero: the last unit reads one slice however many splits,
+where the ordered sum reads them all one after another; the order of the adds, and so the sum's last bits, may
+differ from call to call.  No unit waits on another (none spins), so units may run in any order, and there is no
 zeroing or reduction launch.  Each consumer partition counts on a counter of its own: the halves meet their row
 halves apart.
 """
@@ -59,28 +62,48 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
         return total
 
     @gluon.jit
+    def _taken(acc, ws_ptr, index, row0, TILE_M: gl.constexpr):
+        """The atomics' sum in slice `index` (through L2: other SMs added to it), left zero for the next call."""
+        ptrs = _partial_ptrs(acc, ws_ptr, index, row0, TILE_M)
+        total = gl.load(ptrs, cache_modifier=".cg")
+        gl.store(ptrs, gl.zeros_like(total))
+        return total
+
+    @gluon.jit
     def meet(
         acc0, acc1,                                              # this consumer's fp32 tiles (row waves, or one)
         ws_ptr, count_ptr, counter,                              # workspace, counters, this consumer's counter
         tile, whole, split, row0,                                # the unit's tile, split, first row in the tile
         TILE_M: gl.constexpr,                                    # the tile's rows
         SPLITS: gl.constexpr, TILES: gl.constexpr,               # units per tile, tensors held (1 or 2 row waves)
+        ATOMIC: gl.constexpr,                                    # added into one slice, not stored in its own
     ):
         """Meet the tile's other splits: (last, acc0, acc1), last true in the unit that counted last, whose tiles
         are then the whole sums.  acc1 (TILES 2) holds the rows after acc0's."""
         WAVE_M: gl.constexpr = acc0.shape[0]
-        first = (tile - whole) * SPLITS  # the tile's first slice
-        gl.store(_partial_ptrs(acc0, ws_ptr, first + split, row0, TILE_M), acc0)
-        if TILES == 2:
-            gl.store(_partial_ptrs(acc1, ws_ptr, first + split, row0 + WAVE_M, TILE_M), acc1)
-        # every thread's partial is out before one thread's release-increment of the counter (the CUTLASS semaphore
+        if ATOMIC:
+            first = tile - whole  # the tile's one slice
+            gl.atomic_add(_partial_ptrs(acc0, ws_ptr, first, row0, TILE_M), acc0, sem="relaxed")
+            if TILES == 2:
+                gl.atomic_add(_partial_ptrs(acc1, ws_ptr, first, row0 + WAVE_M, TILE_M), acc1, sem="relaxed")
+        else:
+            first = (tile - whole) * SPLITS  # the tile's first slice
+            gl.store(_partial_ptrs(acc0, ws_ptr, first + split, row0, TILE_M), acc0)
+            if TILES == 2:
+                gl.store(_partial_ptrs(acc1, ws_ptr, first + split, row0 + WAVE_M, TILE_M), acc1)
+        # every thread's partial is out (stored or added) before one thread's release-increment of the counter (the CUTLASS semaphore
         # pattern); the acquire side makes the other units' partials visible to the one that counts last
         gl.thread_barrier()
         last = gl.atomic_add(count_ptr + counter, 1, sem="acq_rel") == SPLITS - 1
         if last:
-            acc0 = _summed(acc0, ws_ptr, first, row0, TILE_M, SPLITS)
-            if TILES == 2:
-                acc1 = _summed(acc1, ws_ptr, first, row0 + WAVE_M, TILE_M, SPLITS)
+            if ATOMIC:
+                acc0 = _taken(acc0, ws_ptr, first, row0, TILE_M)
+                if TILES == 2:
+                    acc1 = _taken(acc1, ws_ptr, first, row0 + WAVE_M, TILE_M)
+            else:
+                acc0 = _summed(acc0, ws_ptr, first, row0, TILE_M, SPLITS)
+                if TILES == 2:
+                    acc1 = _summed(acc1, ws_ptr, first, row0 + WAVE_M, TILE_M, SPLITS)
             gl.store(count_ptr + counter, 0)
         return last, acc0, acc1
 
