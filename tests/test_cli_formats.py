@@ -244,7 +244,7 @@ def test_run_format_json(json_runs):
     df = store.load([d / "a.parquet"])
     assert (doc["schema"], doc["file"], doc["interrupted"]) == ("gemmbench.run/1", str(d / "a.parquet"), False)
     assert doc["run_id"] == df["run_id"].iloc[0]
-    assert doc["counts"] == df["status"].value_counts().to_dict()
+    assert doc["counts"] == df["status"].value_counts().to_dict() == {"ok": 3 * 2 * 2}  # every cell measured
     assert len(doc["cells"]) == 3 * 2 * 2  # smoke's 3 dense GEMMs x M 1, 5 x 2 variants (bf16 has no MoE variant)
     _check_cells(doc["cells"], df)
 
@@ -253,6 +253,7 @@ def test_run_format_json_with_a_comparison(json_runs):
     _, second, d = json_runs
     doc = json.loads(second.stdout)  # the comparison went to stderr, not into the document
     assert [c["variant"] for c in doc["cells"]] == ["cublas_bf16"] * 3
+    assert doc["counts"] == {"ok": 3}  # measured cells, so the comparison compared times
     err = text(second.stderr)
     assert "### gemmbench perf:" in err
     assert second.exit_code == (1 if "regression(s)" in err else 0), err  # 1 only on a slower cell

@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 from conftest import TIMESTAMP, run_row, stamp
-from test_cli import bad, cpu_only, invoke, table_rows, text
+from test_cli import bad, cpu_only, invoke, ok_rows, table_rows, text
 
 from gemmbench.results import compare as cmp
 from gemmbench.results import store
@@ -334,9 +334,11 @@ def test_run_compare_to_on_the_cpu(tmp_path, monkeypatch):
     args = ["run", "--shapes", "smoke", "--m", "1", "--dtype", "fp16", "--variants", "cublas_fp16", "--budget", "0.01"]
     first = invoke(*args, "--out", tmp_path / "first.parquet")
     assert first.exit_code == 0, first.stderr
+    ok_rows(tmp_path / "first.parquet")  # a baseline of measured cells, not of errors
     assert invoke("baseline", "save", tmp_path / "first.parquet", "--name", "cpu").exit_code == 0
     res = invoke(*args, "--out", tmp_path / "second.parquet", "--compare-to", "cpu", "--strict")
     assert res.exit_code in (0, 1), res.stderr  # wall-clock CPU timings may move: either verdict is honest
+    ok_rows(tmp_path / "second.parquet")
     assert "### gemmbench perf:" in res.stdout and "against" in res.stdout
     assert "--compare-to" in bad(invoke(*args, "--out", tmp_path / "third.parquet", "--compare-to", "nope"))
 

@@ -66,7 +66,9 @@ _QUICK = {
     "block": (("halves", 128, 128, 4, 4, {"PROMOTE_WAVES": 1}), ("ws", 128, 128, 8, 4, {"PROMOTE_WAVES": 1})),
 }
 # split-K (outputs of fewer tiles than SMs, or a last wave that leaves SMs idle): each contract's 128 x 128 config of
-# one consumer order, the tiles past the whole waves split as the split model finds fastest (filling_split)
+# one consumer order, the tiles past the whole waves split as the split model finds fastest (filling_split), once
+# meeting in split order and once by atomics (docs/BENCHMARKS.md, "The Gluon kernel against its targets": TP 8's QKV
+# at M 128)
 _SPLIT_QUICK = {
     "16-bit": ("ws", 128, 128, 8, 4, {}),
     "fast": ("ws", 128, 128, 8, 4, {}),
