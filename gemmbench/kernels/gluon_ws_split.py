@@ -91,8 +91,9 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
             gl.store(_partial_ptrs(acc0, ws_ptr, first + split, row0, TILE_M), acc0)
             if TILES == 2:
                 gl.store(_partial_ptrs(acc1, ws_ptr, first + split, row0 + WAVE_M, TILE_M), acc1)
-        # every thread's partial is out (stored or added) before one thread's release-increment of the counter (the CUTLASS semaphore
-        # pattern); the acquire side makes the other units' partials visible to the one that counts last
+        # every thread's partial is out (stored or added) before one thread's release-increment of the counter (the
+        # CUTLASS semaphore pattern); the acquire side makes the other units' partials visible to the one that counts
+        # last
         gl.thread_barrier()
         last = gl.atomic_add(count_ptr + counter, 1, sem="acq_rel") == SPLITS - 1
         if last:
