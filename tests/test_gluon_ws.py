@@ -180,8 +180,9 @@ def test_the_split_models_fastest_split_is_a_quick_candidate(monkeypatch, M, N, 
     monkeypatch.setattr(g.tuning, "sm_count", lambda: 132)
     # the full search's splits of one config, each way of meeting: the model's, and SPLIT_CHOICES (2, 3, 4, 6, 8,
     # 12, 16) up to twice the model's
-    choices = {1: set(), 2: {2, 3, 4}, 3: {2, 3, 4, 6}, 5: {2, 3, 4, 5, 6, 8}, 8: {2, 3, 4, 6, 8, 12, 16}, 10: {2, 3, 4, 6, 8, 10, 12, 16},
-               11: {2, 3, 4, 6, 8, 11, 12, 16}, 13: {2, 3, 4, 6, 8, 12, 13, 16}}  # fmt: skip
+    choices = {1: set(), 2: {2, 3, 4}, 3: {2, 3, 4, 6}, 5: {2, 3, 4, 5, 6, 8}, 8: {2, 3, 4, 6, 8, 12, 16},
+               10: {2, 3, 4, 6, 8, 10, 12, 16}, 11: {2, 3, 4, 6, 8, 11, 12, 16},
+               13: {2, 3, 4, 6, 8, 12, 13, 16}}  # fmt: skip
     for accum in ("precise", "fast"):
         p = Problem("t", "g", M, N, K, "fp8", fp8_accum=accum)
         split = [c for c in gs.search_space(p, on_gpu=True, full=False) if c.splits() > 1]
