@@ -169,8 +169,10 @@ def _splits_of(problem, config: GluonConfig, sms: int) -> list[GluonConfig]:
     """The full search's splits of an unsplit config, for each way of meeting (ordered, atomic): where the model
     splits (filling_split), SPLIT_CHOICES up to twice its split and its split itself; the config itself first."""
     found = [config]
+    if config.SCHEDULE not in SPLITTABLE:
+        return found
     for atomic in (False, True):
-        best = filling_split(problem, config, sms, atomic) if config.SCHEDULE in SPLITTABLE else 1
+        best = filling_split(problem, config, sms, atomic)
         if best > 1:
             choices = sorted({best} | {s for s in SPLIT_CHOICES if s <= 2 * best})
             found += [config.split(s, tail=True, atomic=atomic) for s in choices]
