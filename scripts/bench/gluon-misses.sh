@@ -3,10 +3,14 @@
 # promoted at M 1024 (TP 8's QKV of Llama3-70B and Llama3-405B, Llama3-70B's TP 8 gate+up), block scales at M 1024
 # (DeepSeek-V3's dense down projection at TP 1), and TP 8's QKV in bf16 at M 128, once as the run chooses and once
 # split 13 ways (a config folder holding that one config).  Each against cuBLAS of its contract; gluon_ws's config
-# is the run's own choice among its quick candidates (no stored config), as when these were measured.
-# Usage: scripts/bench/gluon-misses.sh OUT_DIR
+# is the run's own choice among its quick candidates (no stored config), as when these were measured.  Part `mem`:
+# the memory-bound M 128 misses (Llama3-70B's TP 8 down and gate+up, TP 1's attention output) with the shipped configs,
+# fp8 fast and bf16.
+# Usage: scripts/bench/gluon-misses.sh OUT_DIR [PART...]   (parts: promoted block qkv mem; default: all)
 set -euo pipefail
 out=${1:?give the output folder}
+shift
+parts=" ${*:-promoted block qkv mem} "
 mkdir -p "$out/split13/NVIDIA_H200/gluon_ws"
 shapes() {  # NAME M GEMM:N:K ...: a shape set of fixed GEMMs
   local name=$1 m=$2 g
@@ -20,16 +24,20 @@ shapes() {  # NAME M GEMM:N:K ...: a shape set of fixed GEMMs
 shapes promoted 1024 qkv_1280:1280:8192 qkv_2304:2304:16384 gate_up_7168:7168:8192
 shapes block 1024 down_7168:7168:18432
 shapes qkv 128 qkv_1280:1280:8192
+shapes mem 128 down_8192:8192:3584 o_8192:8192:8192 gate_up_7168:7168:8192
 cat > "$out/split13/NVIDIA_H200/gluon_ws/N=1280,K=8192,dtype=bf16.json" <<'JSON'
 {"variant": "gluon_ws", "gpu": "NVIDIA H200", "N": 1280, "K": 8192, "dtype": "bf16", "buckets": {"128": {"config":
  {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 8, "num_stages": 4, "SCHEDULE": "ws",
   "PROMOTE_OVERLAP": false, "BLOCK_N2": 0, "PROMOTE_WAVES": 0, "SPLIT_K": 13}, "time_us": 1.0}}}
 JSON
-profile() {  # NAME CONFIG_DIR profile-arguments...: CONFIG_DIR "none": no stored config (the run's own choice)
+profile() {  # NAME CONFIG_DIR profile-arguments...: CONFIG_DIR "none": no stored config (the run's own choice),
+  # "shipped": the repository's configs
   local name=$1 configs=$2
   shift 2
+  case $parts in *" ${name%%-*} "*) ;; *) return 0 ;; esac
   (
-    if [ "$configs" = none ]; then export GEMMBENCH_RETUNE=1; else export GEMMBENCH_CONFIG_DIR=$configs; fi
+    if [ "$configs" = none ]; then export GEMMBENCH_RETUNE=1
+    elif [ "$configs" != shipped ]; then export GEMMBENCH_CONFIG_DIR=$configs; fi
     gemmbench profile --ncu --set full --out "$out/$name" "$@" > "$out/$name.txt"
   )
 }
@@ -37,3 +45,4 @@ profile promoted-m1024 none --shapes "$out/promoted.yaml" --dtype fp8 --fp8-accu
 profile block-m1024 none --shapes "$out/block.yaml" --dtype fp8 --scaling block --variants cublas_fp8_block,gluon_ws
 profile qkv-m128 none --shapes "$out/qkv.yaml" --dtype bf16 --variants cublas_bf16,gluon_ws
 profile qkv-m128-split13 "$out/split13" --shapes "$out/qkv.yaml" --dtype bf16 --variants gluon_ws
+profile mem-m128 shipped --shapes "$out/mem.yaml" --dtype fp8,bf16 --fp8-accum fast --variants cublas_fp8,cublas_bf16,gluon_ws
