@@ -282,6 +282,10 @@ def test_search_space_fits_and_starts_with_the_measured_winners(dtype, accum):
     # by hand: 4 stages of (128 + 256) x 64 bf16 = 196608 B and a 128 x 256 bf16 output tile = 65536 B: 262144 B,
     # over the 232448 an SM block may hold
     assert cfg(128, 256, 64, 8, 4, SCHEDULE="ws") not in full
+    # deep rings where they fit, by hand: 8 stages of (64 + 128) rows x 128 B (64 bf16 or 128 fp8) = 196608 B and a
+    # 64 x 128 output tile of 16384 B: 212992 B, within; 128 x 128 at 7 stages, 229376 + 32768 B: over
+    assert cfg(64, 128, bk, 4, 8, SCHEDULE="ws") in full
+    assert cfg(128, 128, bk, 4, 7, SCHEDULE="ws") not in full
     first = quick[0]
     if precise:  # the halves of 256 x 128: a one-warpgroup consumer on each 128-row half, two waves each
         assert (first.SCHEDULE, first.BLOCK_M, first.BLOCK_N, first.num_warps, first.PROMOTE_WAVES) == (
@@ -448,6 +452,9 @@ def test_the_tables_config_column_names_schedule_width_and_swap():
         # 32 row blocks; 128: 7168 tiles in 55 waves, 0.987; 160: 5760 in 44, 0.992; 80: 11488 in 88, 0.989: no
         # width beats 128 by 0.05
         (4096, 28672, None, 0),
+        # one row block; 64 wide: 128 tiles, 128 / 132 = 0.97; 80: 103, 0.78; 96: 86, 0.65; 128: 64, 0.48; 144: 57,
+        # 0.43; 160: 52, 0.39.  6 stages of (128 + 64) x 128 B and a 128 x 64 output tile: 6 x 24576 + 16384 = 163840
+        (128, 8192, (64, 0), 6),
     ],
 )
 def test_the_halves_width_that_fills_the_waves_is_a_quick_candidate(monkeypatch, M, N, want, stages):

@@ -109,10 +109,13 @@ WAVE_TILES = [
     ("halves", 128, 128, 0, 4, 1, {"tensor": 5, "row": 5, "block": 4}),
     # a second accumulator of BN2 columns (not with block scales, which scale a tile by one weight block's scale):
     # 128 x (128 + 32), stages of (128 + 160) x 128 = 36864 B and a 128 x 160 bf16 output tile of 40960 B (halves: two
-    # half-tiles), 5 stages; 128 x (64 + 16), 26624 B a stage and 20480 B: 6
+    # half-tiles), 5 stages; 128 x (64 + 16), 26624 B a stage and 20480 B: 7 (206848 B)
     ("halves", 128, 128, 32, 4, 1, {"tensor": 4, "row": 4, "block": 0}),
     ("ws", 128, 128, 32, 8, 2, {"tensor": 4, "row": 4, "block": 0}),
-    ("halves", 128, 64, 16, 4, 1, {"tensor": 5, "row": 5, "block": 0}),
+    ("halves", 128, 64, 16, 4, 1, {"tensor": 6, "row": 6, "block": 0}),
+    # 64 wide: 24576 B a stage (25600 with block scales' 2 x 128 fp32) and a 16384 B output tile: 8 stages, 212992
+    # (221184) B
+    ("halves", 128, 64, 0, 4, 1, {"tensor": 7, "row": 7, "block": 7}),
 ]
 
 
@@ -120,9 +123,10 @@ WAVE_TILES = [
 @pytest.mark.parametrize("tile", WAVE_TILES, ids=lambda t: "-".join(map(str, t[:6])))
 def test_waves_at_every_stage_count_they_fit(tile, scaling):
     """A ring's races show at some stage counts only (a stage refilled under a wgmma still reading it): each wave
-    tile at 2 to 6 stages, wherever it fits, on partial tiles and on many tiles a program."""
+    tile at 2 stages to the space's deepest, wherever it fits, on partial tiles and on many tiles a program."""
     from gemmbench import registry
     from gemmbench.kernels.gluon_ws_config import GluonConfig, fits
+    from gemmbench.kernels.gluon_ws_space import STAGE_CHOICES
     from gemmbench.measure.check import check_cell, reference
     from gemmbench.measure.inputs import make_inputs
     from gemmbench.shapes import Problem
@@ -134,7 +138,7 @@ def test_waves_at_every_stage_count_they_fit(tile, scaling):
         p = Problem("test", "g", M, N, K, "fp8", scaling=scaling, fp8_accum="precise")
         inputs = make_inputs(p, 7, "cuda")
         ref = reference(p, inputs)
-        for stages in range(2, 7):
+        for stages in range(2, max(STAGE_CHOICES) + 1):
             config = GluonConfig.tile(bm, bn, 128, warps, stages, SCHEDULE=schedule, PROMOTE_WAVES=waves,
                                       BLOCK_N2=bn2)  # fmt: skip
             if not fits(config, 1, True, scaling == "block"):
@@ -159,7 +163,7 @@ SPLIT_RUNS = [(t, s) for t in SPLIT_TILES for s in ("tensor", "row", "block") if
 @pytest.mark.parametrize("tile,scaling", SPLIT_RUNS, ids=lambda x: "-".join(map(str, x)))
 def test_split_k_at_every_stage_count_is_right_and_the_same_every_call(tile, scaling, atomic):
     """Split-K's units share the ring like tiles and meet through a workspace and a counter per tile: every stage
-    count 2-6, a small output (4 x 10 tiles in 3 splits of 22, 22 and 20 K steps) and many units a program, every
+    count from 2 that fits (2-6), a small output (4 x 10 tiles in 3 splits of 22, 22 and 20 K steps) and many units a program, every
     tile split or only those past the whole waves (12 x 78 = 936 tiles: seven waves of 132 whole, then 12 split in
     shares of 6, 6 and 4 K steps; 8 x 18 = 144 tiles: one wave whole, then 12 split); the counters left zero let
     the second call meet at all.  Ordered, the splits are summed in split order, so two calls give the same bits;
@@ -168,6 +172,7 @@ def test_split_k_at_every_stage_count_is_right_and_the_same_every_call(tile, sca
 
     from gemmbench import registry
     from gemmbench.kernels.gluon_ws_config import GluonConfig, fits
+    from gemmbench.kernels.gluon_ws_space import STAGE_CHOICES
     from gemmbench.measure.check import check_cell, reference
     from gemmbench.measure.inputs import make_inputs
     from gemmbench.shapes import Problem
@@ -180,7 +185,7 @@ def test_split_k_at_every_stage_count_is_right_and_the_same_every_call(tile, sca
         p = Problem("test", "g", M, N, K, "fp8", scaling=scaling, fp8_accum=accum)
         inputs = make_inputs(p, 11, "cuda")
         ref = reference(p, inputs)
-        for stages in range(2, 7):
+        for stages in range(2, max(STAGE_CHOICES) + 1):
             config = GluonConfig.tile(bm, bn, 128, warps, stages, SCHEDULE=schedule, PROMOTE_WAVES=waves, SPLIT_K=3,
                                       SPLIT_TAIL=tail, SPLIT_ATOMIC=atomic)  # fmt: skip
             if not fits(config, 1, accum == "precise", scaling == "block"):

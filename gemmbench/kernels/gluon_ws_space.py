@@ -76,9 +76,13 @@ _SPLIT_QUICK = {
     "block": ("halves", 128, 128, 4, 4, {"PROMOTE_WAVES": 1}),
 }
 # the halves' widths (BLOCK_N, BLOCK_N2) a quick candidate takes where it fills the SMs' last wave better than 128
-# columns by FILL_MARGIN or more (filling_width): tiles 80, 96, 128, 144 and 160 wide
-_FILLING_WIDTHS = ((64, 16), (64, 32), (128, 0), (128, 16), (128, 32))
+# columns by FILL_MARGIN or more (filling_width): tiles 64, 80, 96, 128, 144 and 160 wide
+_FILLING_WIDTHS = ((64, 0), (64, 16), (64, 32), (128, 0), (128, 16), (128, 32))
 FILL_MARGIN = 0.05
+# the ring's depths: a narrow tile's stages are small, and where its loads are the bound (one row of tiles, M 128)
+# more of them in flight pays, as cuBLAS's 128 x 64 fp8 kernel holds 8 (docs/BENCHMARKS.md, "The other M 128
+# misses"); fits() keeps out the depths shared memory cannot hold
+STAGE_CHOICES = (3, 4, 5, 6, 7, 8)
 SPLIT_CHOICES = (2, 3, 4, 6, 8, 12, 16)  # the full search's splits, where a config's tiles leave SMs idle
 MIN_SPLIT_STEPS = 4  # K steps a split takes at least: fewer spend more on filling the ring and meeting than summing
 MOST_SPLITS = 16  # the model's splits go no further: SPLIT_CHOICES' largest
@@ -215,7 +219,7 @@ def schedules_space(problem, full: bool, schedules: tuple[str, ...]) -> list[Glu
         for bn in (64, 128, 256)
         for bn2 in (_SECOND_WIDTHS if bn in (64, 128) else (0,))
         for warps in ((4,) if schedule in TWO_CONSUMERS else (4, 8))
-        for stages in (3, 4, 5, 6)
+        for stages in STAGE_CHOICES
         for overlap, waves in (_PROMOTIONS if (precise or block) and schedule in WARP_SPECIALIZED else ((False, 0),))
     ]
     more = [split for c in unsplit for split in _splits_of(problem, c, sms)]
