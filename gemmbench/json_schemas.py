@@ -79,7 +79,7 @@ class RunConfigs(_Closed):
 
 
 class _Cell(BaseModel):
-    """The columns that name a cell (gemmbench.results.store.cell_columns), in every row of a run or a profile."""
+    """The columns that name a cell (gemmbench.results.cells.cell_columns), in every row of a run or a profile."""
 
     shape_set: str
     gemm: str

@@ -22,8 +22,8 @@ from gemmbench.kernels.tile_loop import fp8_promote_every
 from gemmbench.measure import check
 from gemmbench.measure.inputs import make_inputs
 from gemmbench.models import shape_sets, sharding
+from gemmbench.results import cells, shard, store, tables
 from gemmbench.results import compare as cmp
-from gemmbench.results import shard, store, tables
 from gemmbench.shapes import Problem
 
 FP8_TOL = 1.6e-2  # the fp8 row of the tolerance table (gemmbench/dtypes.py), written out
@@ -200,9 +200,9 @@ def test_a_gluon_fast_problem_never_runs_the_precise_contracts_config():
 def test_store_and_shard_write_the_problems_contract(tmp_path):
     v = registry.get("cublas_fp8")
     precise, fast = problem(), problem(fp8_accum="fast")
-    assert store.cell_columns(fast, v)["fp8_accum"] == "fast"
-    assert store.cell_columns(precise, v)["fp8_accum"] == "precise"
-    assert store.cell_columns(problem(dtype="bf16"), registry.get("cublas_bf16"))["fp8_accum"] == "none"
+    assert cells.cell_columns(fast, v)["fp8_accum"] == "fast"
+    assert cells.cell_columns(precise, v)["fp8_accum"] == "precise"
+    assert cells.cell_columns(problem(dtype="bf16"), registry.get("cublas_bf16"))["fp8_accum"] == "none"
     # the key's fields in store.CELL_KEY's order, by hand: ..., dtype, scaling, fp8_accum, variant
     assert shard.cell_key(fast, v.name).endswith("|fp8|tensor|fast|cublas_fp8")
     assert shard.cell_key(precise, v.name).endswith("|fp8|tensor|precise|cublas_fp8")
@@ -210,7 +210,7 @@ def test_store_and_shard_write_the_problems_contract(tmp_path):
     # a shard's cells: both contracts, each once
     parts = shard.partition([(precise, [v.name]), (fast, [v.name])], 2)
     assert sorted(p.fp8_accum for part in parts for p, _ in part) == ["fast", "precise"]
-    rows = [run_row(**store.cell_columns(p, v), run_id="r", status="skipped", reason="x") for p in (precise, fast)]
+    rows = [run_row(**cells.cell_columns(p, v), run_id="r", status="skipped", reason="x") for p in (precise, fast)]
     store.write_rows(tmp_path / "r.parquet", rows)
     assert sorted(store.load(tmp_path / "r.parquet")["fp8_accum"]) == ["fast", "precise"]
 

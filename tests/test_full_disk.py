@@ -7,7 +7,7 @@ import errno
 
 from test_cli import invoke, ok_rows
 
-from gemmbench.results import store
+from gemmbench.results import atomic_write, store
 
 SWEEP = "run --shapes smoke --variants cublas_fp16 --dtype fp16 --m 1,2,4,8 --budget 0.01".split()
 
@@ -15,7 +15,7 @@ SWEEP = "run --shapes smoke --variants cublas_fp16 --dtype fp16 --m 1,2,4,8 --bu
 def test_a_full_disk_stops_the_sweep_and_resume_finishes_it(tmp_path, monkeypatch):
     out = tmp_path / "run.parquet"
     monkeypatch.setattr(store, "PART_ROWS", 2)  # a part every two rows
-    real, calls = store.tempfile.mkstemp, []
+    real, calls = atomic_write.tempfile.mkstemp, []
 
     def fills_up(*args, **kwargs):  # the first two parts fit, then the disk is full
         calls.append(1)
@@ -23,7 +23,7 @@ def test_a_full_disk_stops_the_sweep_and_resume_finishes_it(tmp_path, monkeypatc
             raise OSError(errno.ENOSPC, "No space left on device")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(store.tempfile, "mkstemp", fills_up)
+    monkeypatch.setattr(atomic_write.tempfile, "mkstemp", fills_up)
     first = invoke(*SWEEP, "--out", out)
     assert first.exit_code == 2, first.stdout + first.stderr
     [line] = [x for x in first.stderr.splitlines() if x.startswith("error:")]
@@ -31,7 +31,7 @@ def test_a_full_disk_stops_the_sweep_and_resume_finishes_it(tmp_path, monkeypatc
     kept = store.load([out])
     assert len(kept) == 4  # the two parts written; the cells after the failed write were never run
     assert "2 rows measured last could not be written" in line  # the two of the part that failed
-    monkeypatch.setattr(store.tempfile, "mkstemp", real)
+    monkeypatch.setattr(atomic_write.tempfile, "mkstemp", real)
     again = invoke(*SWEEP, "--resume", out)
     assert again.exit_code == 0, again.stdout + again.stderr
     rows = ok_rows(out)

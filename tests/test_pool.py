@@ -273,3 +273,21 @@ def test_a_gpu_sweep_refuses_a_worker_that_finds_no_gpu():
     with pytest.raises(PoolError, match=r"^the benchmark worker found no CUDA GPU \(the device is lost\)$"):
         start_worker(WorkerOptions(cpu=False), None)
     start_worker(WorkerOptions(cpu=True), None).close()  # the CPU path asks for no GPU
+
+
+def test_a_worker_starts_without_the_results_tables_libraries():
+    """A worker imports what it runs (its tasks, the kernels, the device probe), not pandas or pyarrow: only the
+    sweep's process writes result files, and every worker's start-up would pay their import."""
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from gemmbench.engine import tasks; tasks.load_all(); "
+        "from gemmbench import registry; registry.all_variants(); "
+        "from gemmbench.measure import ceilings, device; from gemmbench.configs import engine_import; "
+        "print(sorted(m for m in ('pandas', 'pyarrow') if m in sys.modules))"
+    )
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env).stdout
+    assert out == "[]\n"

@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import TIMESTAMP, run_row
 
-from gemmbench.results import run_schema, store
+from gemmbench.results import atomic_write, run_schema, store
 from gemmbench.results.run_schema import COLUMNS, RUN_FORMAT, SCHEMA, TELEMETRY_COLUMNS
 from gemmbench.results.store import (
     RunWriter,
@@ -124,7 +124,7 @@ def test_failed_write_keeps_what_was_written(tmp_path, monkeypatch):
     def interrupted(src, dst):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(store.os, "replace", interrupted)
+    monkeypatch.setattr(atomic_write.os, "replace", interrupted)
     w.append(row(gemm="second"))
     with pytest.raises(KeyboardInterrupt):
         w.flush()
@@ -161,7 +161,7 @@ def test_a_full_disk_keeps_the_parts_written(tmp_path, monkeypatch):
     def full(*args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(store.tempfile, "mkstemp", full)
+    monkeypatch.setattr(atomic_write.tempfile, "mkstemp", full)
     with pytest.raises(OSError, match="No space left"):
         for m in range(store.PART_ROWS):
             w.append(row(M=1000 + m))
@@ -432,12 +432,12 @@ def test_a_write_failing_in_the_clock_thread_stops_the_sweep_at_its_next_row(tmp
     monkeypatch.setattr(store, "PART_S", 0.05)
     path = tmp_path / "run.parquet"
     w = RunWriter(path)
-    real = store.tempfile.mkstemp
+    real = atomic_write.tempfile.mkstemp
 
     def full(*args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(store.tempfile, "mkstemp", full)
+    monkeypatch.setattr(atomic_write.tempfile, "mkstemp", full)
     w.append(row(M=1))
     deadline = time.monotonic() + 10
     while w.failed is None and time.monotonic() < deadline:  # the clock thread's write
@@ -448,6 +448,6 @@ def test_a_write_failing_in_the_clock_thread_stops_the_sweep_at_its_next_row(tmp
     with pytest.raises(OSError, match="No space left"):
         w.close()  # still full: nothing joined, nothing lost from disk
     assert w.unwritten == 2
-    monkeypatch.setattr(store.tempfile, "mkstemp", real)  # room again
+    monkeypatch.setattr(atomic_write.tempfile, "mkstemp", real)  # room again
     w.close()
     assert sorted(load([path])["M"]) == [1, 2] and w.unwritten == 0

@@ -25,7 +25,7 @@ from typing import Optional, TypeVar
 from gemmbench import dtypes, gpu_parts, locations, registry
 from gemmbench.configs.kernel_config import ConfigError, KernelConfig
 from gemmbench.configs.provenance import Provenance
-from gemmbench.results.store import write_atomic
+from gemmbench.results.atomic_write import write_atomic
 from gemmbench.shapes import Problem
 
 B = TypeVar("B", str, int)  # a bucket: a file's key (str) or its number

@@ -43,7 +43,7 @@ from gemmbench.configs.inference_engines import (
     sglang_folder,
     to_entry,
 )
-from gemmbench.results.store import write_atomic
+from gemmbench.results.atomic_write import write_atomic
 from gemmbench.shapes import Problem, ShapeSet
 
 EXPORTS: dict[str, Optional[int]] = {"triton_moe_grouped": None, "triton_moe_row": 1}  # -> GROUP_SIZE_M it fixes

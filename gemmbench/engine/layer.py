@@ -17,7 +17,7 @@ Attention, norms and activations are not part of it: the seed's simulated layer 
 these are what gemmbench measures.  `--layers N` builds N copies (distinct weights, as N layers of a model have)
 and launches them back to back: steady-state throughput, per layer.
 
-Rows go to a layer table (side_tables.LAYER_SCHEMA), not a run file: one `part=layer` row per (model, TP, dtype, M) and one
+Rows go to a layer table (table_versions.LAYER_SCHEMA), not a run file: one `part=layer` row per (model, TP, dtype, M) and one
 `part=step` row per step with its own kernel time; every row has family "layer".
 """
 
@@ -37,7 +37,7 @@ from gemmbench.measure import check as check_mod
 from gemmbench.measure import timing, timing_modes
 from gemmbench.measure.inputs import GemmInputs, cell_seed, local_ids, make_inputs
 from gemmbench.results.metrics import gap_note, summarize
-from gemmbench.results.side_tables import LAYER_SCHEMA
+from gemmbench.results.table_versions import LAYER_SCHEMA
 from gemmbench.shapes import Problem
 
 # ---------------------------------------------------------------- buffers and launches

@@ -13,8 +13,6 @@ from typing import TYPE_CHECKING, Callable, Optional, Sequence, cast
 from gemmbench import dtypes, registry, shapes
 from gemmbench.measure import timing_modes
 from gemmbench.models import hf_config, shape_sets, sharding
-from gemmbench.results.side_tables import table_kind
-from gemmbench.results.store import StoreError, result_files
 from gemmbench.shapes import Problem, ShapeSet
 
 if TYPE_CHECKING:
@@ -252,6 +250,9 @@ def best_chooser(runs: pd.DataFrame, device) -> tuple[Callable[[Problem], str], 
 
 def run_files(paths: Sequence) -> list[Path]:
     """--best-from's files: run files only (a layer or profile table says what it is instead of failing to load)."""
+    from gemmbench.results.side_tables import table_kind  # the parent's side: the worker imports no pandas
+    from gemmbench.results.store import StoreError, result_files
+
     files = [f for p in paths for f in result_files(Path(p))]
     for f in files:
         kind = table_kind(f)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from gemmbench.measure.timing import L2_STATE
-from gemmbench.results.store import cell_columns
+from gemmbench.results.cells import cell_columns
 from gemmbench.shapes import Problem
 
 

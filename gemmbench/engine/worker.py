@@ -130,7 +130,7 @@ def main() -> None:
     events = Events(int(os.environ["GEMMBENCH_EVENT_FD"]))
     sys.exit = refuse_exit  # type: ignore[assignment]  # a plugin's hook ending the worker would be a silent loss
     try:
-        from gemmbench.engine import tasks  # heavy, in the try: a failed import (torch, pandas) is startup_failed
+        from gemmbench.engine import tasks  # heavy, in the try: a failed import (torch, triton) is startup_failed
 
         work = tasks.load_all()
         ctx = Context(args, events)

@@ -21,7 +21,7 @@ from gemmbench.measure.device import detect
 from gemmbench.measure.streamread import StreamReader
 from gemmbench.measure.timing import Timer
 from gemmbench.results import metrics
-from gemmbench.results.store import write_atomic
+from gemmbench.results.atomic_write import write_atomic
 
 LADDER_MIB = (4, 16, 64, 256, 1024, 2048)
 

@@ -20,7 +20,7 @@ from gemmbench.plot import ncu_figure
 from gemmbench.plot import roofline as plots_roofline
 from gemmbench.plot.style import Drawn, colors, finish, gemm_title, legend, m_axis, new_figure, render, shown, subtitle
 from gemmbench.results import metrics
-from gemmbench.results.store import write_atomic
+from gemmbench.results.atomic_write import write_atomic
 
 KINDS = ("roofline", "speedup", "tflops", "latency", "schedules", "profile", "layer")
 FORMATS = ("png", "svg")

@@ -23,9 +23,9 @@ from gemmbench.plot import data as plotdata
 from gemmbench.plot import figures as plots
 from gemmbench.plot import ncu_figure, style
 from gemmbench.results import ranking
+from gemmbench.results.atomic_write import write_atomic
 from gemmbench.results.md_table import md_table, md_text
 from gemmbench.results.run_schema import STATUSES
-from gemmbench.results.store import write_atomic
 from gemmbench.results.tables import short_config
 
 IMG_DIR, IMG_SUFFIX = "img", "svg"

@@ -28,8 +28,9 @@ from gemmbench.measure import device
 from gemmbench.measure.nvtx_ranges import cell_name, domain_in_use, range_name
 from gemmbench.profile import ncu, ncu_reader, nsys
 from gemmbench.results import metrics
-from gemmbench.results.side_tables import PROFILE_SCHEMA
-from gemmbench.results.store import CELL_KEY, cell_columns, cell_keys
+from gemmbench.results.cells import CELL_KEY, cell_columns
+from gemmbench.results.store import cell_keys
+from gemmbench.results.table_versions import PROFILE_SCHEMA
 from gemmbench.shapes import Problem
 
 

@@ -14,10 +14,7 @@ import pyarrow.parquet as pq
 
 from gemmbench import dtypes
 from gemmbench.results.store import StoreError, result_files, write_table
-
-# Bump when a column is added, removed or changes meaning (in every row of its table): no upgrade chain
-PROFILE_SCHEMA = 2  # in every profile row (profile_schema)
-LAYER_SCHEMA = 2  # in every layer row (layer_schema)
+from gemmbench.results.table_versions import LAYER_SCHEMA, PROFILE_SCHEMA
 
 
 def load_side_tables(paths, column: str, not_one: str) -> list[tuple[Path, pd.DataFrame]]:

@@ -8,10 +8,8 @@ after every row, so a run killed at any moment still leaves every finished cell 
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
-import tempfile
 import threading
 import time
 import uuid
@@ -24,7 +22,9 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from gemmbench.results.metrics import flops, missing
+from gemmbench.results.atomic_write import write_atomic
+from gemmbench.results.cells import CELL_KEY
+from gemmbench.results.metrics import missing
 from gemmbench.results.run_schema import (
     ADDED_COLUMNS,
     COLUMNS,
@@ -47,37 +47,6 @@ def new_run_id(shape_set: str) -> str:
     name, and file systems refuse names past 255 bytes), never collides within a second."""
     safe = re.sub(r"[^A-Za-z0-9._-]", "_", shape_set)[:RUN_ID_NAME].strip(".") or "run"
     return f"{datetime.now(timezone.utc):%Y%m%d-%H%M%S}-{safe}-{uuid.uuid4().hex[:4]}"
-
-
-def cell_columns(problem, variant) -> dict:
-    """The columns that name a cell: its problem (a shapes.Problem) and its variant (a registry.Variant)."""
-    return dict(
-        shape_set=problem.shape_set,
-        gemm=problem.gemm,
-        M=problem.M,
-        N=problem.N,
-        K=problem.K,
-        E=problem.E,
-        topk=problem.topk,
-        routing=problem.routing if problem.is_moe else None,
-        tp=problem.tp,
-        ep=problem.ep,
-        dp=problem.dp,
-        layout=problem.layout,
-        dtype=problem.dtype,
-        scaling=problem.scaling,
-        fp8_accum=problem.fp8_accum,
-        variant=variant.name,
-        family=variant.family,
-        variant_source=variant.source,
-        # under expert parallelism the FLOPs depend on the routing: an ok row has them (tasks), others none
-        flops=flops(problem) if variant.gemm and problem.ep == 1 else None,
-    )
-
-
-# The columns that name a cell (cell_columns' problem and variant): runs, profiles and comparisons match on them.
-CELL_KEY = ("shape_set", "gemm", "M", "N", "K", "E", "topk", "routing", "tp", "ep", "dp", "layout", "dtype", "scaling",
-            "fp8_accum", "variant")  # fmt: skip
 
 
 def resume_key(row) -> str:
@@ -161,45 +130,6 @@ def write_table(path: str | Path, table: pa.Table) -> None:
     sink = pa.BufferOutputStream()
     pq.write_table(table, sink)
     write_atomic(path, sink.getvalue().to_pybytes())
-
-
-def write_atomic(path: str | Path, data: bytes) -> None:
-    """`data` as the file `path`: a temp file of its own in the same folder, fsync, rename.  Readers see the old
-    file or the new one, never half; writers racing on one path (workers on several GPUs) each finish whole."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            os.fchmod(f.fileno(), usual_mode())  # mkstemp makes 0600: give the file the usual mode
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:  # incl. KeyboardInterrupt: leave no temp file behind
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-    # Persist the rename itself; not every platform can open a directory, hence best effort.
-    try:
-        dir_fd = os.open(path.parent, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(dir_fd)
-    except OSError:
-        pass
-    finally:
-        os.close(dir_fd)
-
-
-def usual_mode() -> int:
-    """The mode an ordinary new file gets here (0666 less the umask): what a mkstemp file (0600) is given."""
-    mask = os.umask(0)
-    os.umask(mask)
-    return 0o666 & ~mask
 
 
 PART_ROWS, PART_S = 64, 5.0  # a part is written once it holds this many rows, or its first row is this old

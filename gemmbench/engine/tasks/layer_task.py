@@ -18,7 +18,6 @@ from gemmbench.engine.faults import context_poisoned, one_line
 from gemmbench.engine.layer_plan import fall_back, steps_from_wire, steps_to_wire
 from gemmbench.engine.pool import Cell, Sink
 from gemmbench.measure.device import provenance
-from gemmbench.results import side_tables
 
 # ---------------------------------------------------------------- the parent's side
 
@@ -51,6 +50,8 @@ class LayerSink(Sink):
         self.begin_hook(f"{item} ({phase})")
 
     def result(self, cell, item, rows, passed, gpu) -> None:
+        from gemmbench.results import side_tables  # the parent's side: the worker imports no pandas
+
         self.rows += rows
         side_tables.write_layer_table(self.path, self.rows)
         self.advance()
