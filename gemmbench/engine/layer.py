@@ -17,8 +17,8 @@ Attention, norms and activations are not part of it: the seed's simulated layer 
 these are what gemmbench measures.  `--layers N` builds N copies (distinct weights, as N layers of a model have)
 and launches them back to back: steady-state throughput, per layer.
 
-Rows go to a layer table (table_versions.LAYER_SCHEMA), not a run file: one `part=layer` row per (model, TP, dtype, M) and one
-`part=step` row per step with its own kernel time; every row has family "layer".
+Rows go to a layer table (table_versions.LAYER_SCHEMA), not a run file: one `part=layer` row per (model, TP, dtype,
+M) and one `part=step` row per step with its own kernel time; every row has family "layer".
 """
 
 from __future__ import annotations
