@@ -79,9 +79,9 @@ _SPLIT_QUICK = {
 # columns by FILL_MARGIN or more (filling_width): tiles 64, 80, 96, 128, 144 and 160 wide
 _FILLING_WIDTHS = ((64, 0), (64, 16), (64, 32), (128, 0), (128, 16), (128, 32))
 FILL_MARGIN = 0.05
-# the ring's depths: a narrow tile's stages are small, and where its loads are the bound (one row of tiles, M 128)
-# more of them in flight pays, as cuBLAS's 128 x 64 fp8 kernel holds 8 (docs/BENCHMARKS.md, "The other M 128
-# misses"); fits() keeps out the depths shared memory cannot hold
+# the ring's depths: a narrow tile's stages are small, and where its loads are the bound (one row of tiles) more of
+# them in flight pays, as cuBLAS's narrow-tile kernels hold (docs/BENCHMARKS.md, "The other M 128 misses"); fits()
+# keeps out the depths shared memory cannot hold
 STAGE_CHOICES = (3, 4, 5, 6, 7, 8)
 SPLIT_CHOICES = (2, 3, 4, 6, 8, 12, 16)  # the full search's splits, where a config's tiles leave SMs idle
 MIN_SPLIT_STEPS = 4  # K steps a split takes at least: fewer spend more on filling the ring and meeting than summing
