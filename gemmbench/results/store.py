@@ -1,8 +1,8 @@
 """Result rows: checked against the run schema (gemmbench.results.run_schema), crash-safe writes, and loading many runs
 (of this run format only: run_schema.RUN_FORMAT) into one DataFrame.
 
-One row per measured cell (problem x variant).  A run is one Parquet file that is rewritten whole
-after every row, so a run killed at any moment still leaves every finished cell readable.
+One row per measured cell (problem x variant).  A run is one Parquet file, its rows written in parts as they land and
+joined at the end (RunWriter), so a run killed at any moment still leaves every finished cell readable.
 """
 
 from __future__ import annotations
