@@ -190,6 +190,27 @@ def test_folder_of_two_runs_concatenates(tmp_path):
     assert load([tmp_path / "a.parquet", tmp_path / "b.parquet"])["M"].tolist() == [4, 1, 2]
 
 
+def test_reading_a_run_file_keeps_to_the_calling_thread(tmp_path, monkeypatch):
+    """pyarrow's CPU pool, once a read through a Python file object has used it, can abort the process at exit
+    ("terminate called without an active exception") after the command succeeded: a CI gate would read a pass
+    as a crash.  Every read the store and the side tables make must keep off that pool."""
+    from gemmbench.results import side_tables
+
+    write_rows(tmp_path / "a.parquet", [row(run_id="a", M=4)])
+    pd.DataFrame({"profile_schema": [1]}).to_parquet(tmp_path / "side.parquet")
+    calls = []
+    real = pq.read_table
+
+    def spy(source, **kwargs):
+        calls.append(kwargs.get("use_threads", True))
+        return real(source, **kwargs)
+
+    monkeypatch.setattr(pq, "read_table", spy)
+    assert load([tmp_path / "a.parquet"])["M"].tolist() == [4]
+    assert len(side_tables.load_side_tables(tmp_path / "side.parquet", "profile_schema", "not one")) == 1
+    assert calls == [False, False]
+
+
 def test_load_missing_path(tmp_path):
     with pytest.raises(StoreError, match="nope.parquet: no such file or folder"):
         load([tmp_path / "nope.parquet"])

@@ -24,7 +24,7 @@ def load_side_tables(paths, column: str, not_one: str) -> list[tuple[Path, pd.Da
     for p in [paths] if isinstance(paths, (str, Path)) else paths:
         for f in result_files(Path(p)):
             try:
-                df = pd.read_parquet(f)
+                df = pd.read_parquet(f, use_threads=False)  # off pyarrow's CPU pool: see store._read
             except Exception as exc:  # noqa: BLE001 - any unreadable file is the same one-line error
                 raise StoreError(f"{f}: not a readable Parquet file ({str(exc).splitlines()[0][:200]})") from None
             if column not in df.columns:

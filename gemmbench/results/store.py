@@ -355,9 +355,10 @@ def _run_format(f: Path, table: pa.Table) -> int:
 def _read(f: Path) -> pa.Table:
     try:
         # one open file object: pq.read_table(path) opens the path more than once, and a RunWriter's
-        # os.replace between the opens made concurrent reads fail
+        # os.replace between the opens made concurrent reads fail.  No threads: after a threaded read through a
+        # Python file object, pyarrow's CPU pool can abort the process at exit (a finished command exits 134)
         with open(f, "rb") as fh:
-            table = pq.read_table(fh)
+            table = pq.read_table(fh, use_threads=False)
     except (pa.ArrowException, OSError) as e:
         raise StoreError(f"{f}: not a readable Parquet file, truncated or not Parquet ({_one_line(e)})") from None
     v = _run_format(f, table)
