@@ -190,7 +190,7 @@ def test_folder_of_two_runs_concatenates(tmp_path):
     assert load([tmp_path / "a.parquet", tmp_path / "b.parquet"])["M"].tolist() == [4, 1, 2]
 
 
-def test_reading_a_run_file_keeps_to_the_calling_thread(tmp_path, monkeypatch):
+def test_reading_run_and_side_tables_keeps_off_arrows_cpu_pool(tmp_path, monkeypatch):
     """pyarrow's CPU pool, once a read through a Python file object has used it, can abort the process at exit
     ("terminate called without an active exception") after the command succeeded: a CI gate would read a pass
     as a crash.  Every read the store and the side tables make must keep off that pool."""
