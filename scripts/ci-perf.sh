@@ -38,26 +38,33 @@ fi
 GEMMBENCH_CONFIG_DIR=${GEMMBENCH_CONFIG_DIR:-$(mktemp -d)}
 export GEMMBENCH_CONFIG_DIR
 ARTIFACTS=${ARTIFACTS:-perf-artifacts}
-if [ -z "${SHAPES:-}" ]; then  # the sets the baseline holds: the gate times nothing it cannot compare
-  SHAPES=$(python3 - "$BASELINE" <<'PY'
+# What the baseline holds: with no set, its shape sets (space-separated); with one, that set's variants
+# (comma-separated): the gate times nothing it cannot compare.  A baseline it cannot find or read: one line, exit 2.
+baseline_holds() {
+  python3 - "$BASELINE" "$@" <<'PY'
 import sys
 from gemmbench.results import named_baselines, store
-print(" ".join(sorted(set(store.load([named_baselines.resolve(sys.argv[1])])["shape_set"]))))
-PY
-) || { echo "cannot read the baseline $BASELINE"; exit 2; }
-fi
-mkdir -p "$ARTIFACTS/runs"
-# the variants the baseline holds for a set (comma-separated): the gate times nothing it cannot compare
-baseline_variants() {
-  python3 - "$BASELINE" "$1" <<'PY'
-import sys
-from gemmbench.results import named_baselines, store
-rows = store.load([named_baselines.resolve(sys.argv[1])])
-print(",".join(sorted(set(rows.loc[rows["shape_set"] == sys.argv[2], "variant"]))))
+try:
+    rows = store.load([named_baselines.resolve(sys.argv[1])])
+except (named_baselines.BaselineError, store.StoreError) as e:
+    print(f"cannot read the baseline: {e}", file=sys.stderr)
+    sys.exit(2)
+if len(sys.argv) == 2:
+    print(" ".join(sorted(set(rows["shape_set"]))))
+else:
+    print(",".join(sorted(set(rows.loc[rows["shape_set"] == sys.argv[2], "variant"]))))
 PY
 }
+baseline_failed() {  # exit 2 has said why; any other exit (a crash) did not
+  [ "$1" = 2 ] || echo "reading the baseline $BASELINE failed (exit $1)" >&2
+  exit 2
+}
+if [ -z "${SHAPES:-}" ]; then
+  SHAPES=$(baseline_holds) || baseline_failed $?
+fi
+mkdir -p "$ARTIFACTS/runs"
 for set in $SHAPES; do
-  variants=$(baseline_variants "$set") || { echo "cannot read the baseline $BASELINE"; exit 2; }
+  variants=$(baseline_holds "$set") || baseline_failed $?
   [ -n "$variants" ] || { echo "the baseline $BASELINE holds no row of $set: nothing to compare"; exit 2; }
   # shellcheck disable=SC2086  # RUN_ARGS is a list of options
   gemmbench run --shapes "$set" --m decode --variants "$variants" ${RUN_ARGS:---budget 0.3 --scaling tensor,row} \

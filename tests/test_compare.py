@@ -438,6 +438,28 @@ def test_ci_perf_without_a_baseline_of_this_gpu_says_how_to_make_one(tmp_path):
     assert not (tmp_path / "art" / "runs").exists() or not any((tmp_path / "art" / "runs").iterdir())
 
 
+def test_ci_perf_with_a_baseline_it_cannot_read_says_why_in_one_line(tmp_path):
+    """BASELINE that names no baseline, a missing path or a file that is not Parquet: one line on stderr saying why
+    (no traceback), exit 2, and nothing run."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).parent.parent / "scripts" / "ci-perf.sh"
+    (tmp_path / "notes.parquet").write_text("not Parquet")
+    cases = {"no-such-name": "no baseline named 'no-such-name'", str(tmp_path / "gone.parquet"): "no such file",
+             str(tmp_path / "notes.parquet"): "not a readable Parquet file"}  # fmt: skip
+    for baseline, why in cases.items():
+        env = dict(os.environ, BASELINE=baseline, ARTIFACTS="art")
+        env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
+        got = subprocess.run(["bash", str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+        lines = got.stderr.strip().splitlines()
+        assert got.returncode == 2 and len(lines) == 1, got.stdout + got.stderr
+        assert lines[0].startswith("cannot read the baseline: ") and why in lines[0], lines
+        assert not (tmp_path / "art" / "runs").exists()
+
+
 def test_the_baseline_of_a_gpu_model_is_found_by_its_rows(tmp_path, monkeypatch):
     from gemmbench.results import named_baselines
 
