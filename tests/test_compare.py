@@ -4,6 +4,10 @@ runs that must not be compared, baselines, and `run --compare-to` on the smoke s
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -360,20 +364,21 @@ def test_run_compare_to_refuses_another_stack_before_any_work(tmp_path):
     assert not out.exists()
 
 
+CI_PERF = Path(__file__).parent.parent / "scripts" / "ci-perf.sh"
+
+
+def ci_perf_env(**extra: str) -> dict:
+    """This environment with the test's Python first on PATH (the script runs `python3` and `gemmbench`), plus
+    `extra`."""
+    return dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}", **extra)
+
+
 def test_ci_perf_script_confirms_a_regression_by_rerunning(tmp_path):
     """scripts/ci-perf.sh end to end on the CPU smoke set: against a baseline 10^6x slower it passes (exit 0; CPU
     wall times of one run and the next differ too much for "the same" to be a stable test); against a
     baseline whose samples are 10^6x faster every cell is slower, the flagged variants are run again (at the flagged
     M and dtypes, in three processes), and the job fails (exit 1) because the re-run confirms it.  Artifacts: the runs, both comparisons in Markdown and JSON."""
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    script = Path(__file__).parent.parent / "scripts" / "ci-perf.sh"
-    env = dict(
-        os.environ,
-        PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+    env = ci_perf_env(
         SHAPES="smoke",
         RUN_ARGS="--variants cublas_fp16 --dtype fp16 --m 1,2 --budget 0.01",
         THRESHOLD="50%",
@@ -400,7 +405,7 @@ def test_ci_perf_script_confirms_a_regression_by_rerunning(tmp_path):
     store.write_rows(tmp_path / "fast.parquet", [dict(r, samples_us=[x / 1e6 for x in r["samples_us"]]) for r in clean])
 
     def job(baseline: str, artifacts: str) -> subprocess.Popen:
-        return subprocess.Popen(["bash", str(script)], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        return subprocess.Popen(["bash", str(CI_PERF)], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True, env=dict(env, BASELINE=str(tmp_path / baseline), ARTIFACTS=artifacts))  # fmt: skip
 
     # both jobs at once: each is mostly waiting on its own processes' start-up
@@ -422,15 +427,8 @@ def test_ci_perf_script_confirms_a_regression_by_rerunning(tmp_path):
 def test_ci_perf_without_a_baseline_of_this_gpu_says_how_to_make_one(tmp_path):
     """No BASELINE and no baseline measured on this machine's GPU (on the CPU machine: none at all): one line naming
     the commands that make one, exit 2, and nothing run."""
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    script = Path(__file__).parent.parent / "scripts" / "ci-perf.sh"
-    env = {k: v for k, v in os.environ.items() if k != "BASELINE"}
-    env.update(PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}", ARTIFACTS="art")
-    got = subprocess.run(["bash", str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    env = {k: v for k, v in ci_perf_env(ARTIFACTS="art").items() if k != "BASELINE"}
+    got = subprocess.run(["bash", str(CI_PERF)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert got.returncode == 2, got.stdout + got.stderr
     line = got.stderr.strip()
     assert line.startswith("no baseline was measured on this machine (no CUDA GPU): make one") and "\n" not in line
@@ -441,19 +439,12 @@ def test_ci_perf_without_a_baseline_of_this_gpu_says_how_to_make_one(tmp_path):
 def test_ci_perf_with_a_baseline_it_cannot_read_says_why_in_one_line(tmp_path):
     """BASELINE that names no baseline, a missing path or a file that is not Parquet: one line on stderr saying why
     (no traceback), exit 2, and nothing run."""
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    script = Path(__file__).parent.parent / "scripts" / "ci-perf.sh"
     (tmp_path / "notes.parquet").write_text("not Parquet")
     cases = {"no-such-name": "no baseline named 'no-such-name'", str(tmp_path / "gone.parquet"): "no such file",
              str(tmp_path / "notes.parquet"): "not a readable Parquet file"}  # fmt: skip
     for baseline, why in cases.items():
-        env = dict(os.environ, BASELINE=baseline, ARTIFACTS="art")
-        env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
-        got = subprocess.run(["bash", str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+        env = ci_perf_env(BASELINE=baseline, ARTIFACTS="art")
+        got = subprocess.run(["bash", str(CI_PERF)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
         lines = got.stderr.strip().splitlines()
         assert got.returncode == 2 and len(lines) == 1, got.stdout + got.stderr
         assert lines[0].startswith("cannot read the baseline: ") and why in lines[0], lines
