@@ -56,6 +56,7 @@ def test_provenance_keys_are_the_ones_tuning_writes():
 
     made = [
         Provenance("stored-neighbour", file="f.json", bucket=16, neighbours=((16, 1.0), (32, None))),
+        Provenance("fitted", neighbours=((16, 1.0), (32, 2.0), ("fitted", 0.5))),
         Provenance("vllm", file="E=8.json", key=4),
         Provenance("searched"),
         Provenance("borrowed", file="f.json", bucket=16, borrowed="NVIDIA_H100_80GB_HBM3"),

@@ -26,6 +26,7 @@ def test_the_configs_line_counts_cells_by_source_per_gpu():
     rows = [
         _row("triton_splitk_atomic", "stored", file="f", bucket=16),
         _row("triton_splitk_atomic", "stored-neighbour", M=24, file="f", bucket=16),
+        _row("gluon_ws", "fitted", M=333, neighbours_us={"256": 2.0, "512": 3.0}, fitted_us=1.0),
         _row("triton_dp_grouped", "borrowed", borrowed="NVIDIA_H100_80GB_HBM3", file="f", bucket=16),
         _row("triton_streamk", "searched", M=16),
         _row("triton_streamk", "searched", M=8),  # M 8 and 16 share bucket 16: one tune job
@@ -36,13 +37,13 @@ def test_the_configs_line_counts_cells_by_source_per_gpu():
     ]
     docs = {d["gpu"]: d for d in configs_used.summarize(rows)}
     h200 = docs[H200]
-    assert (h200["own"], h200["borrowed"], h200["searched"], h200["imported"]) == (2, {H100: 1}, 3, 1)
+    assert (h200["own"], h200["borrowed"], h200["searched"], h200["imported"]) == (3, {H100: 1}, 3, 1)
     assert h200["tune"] == ("gemmbench tune --shapes llama70b-attn --variants triton_persistent,triton_streamk "
                             "--dtype fp8 --m 8,16,64")  # fmt: skip
     # two jobs: (streamk, bucket 16) and (persistent, bucket 64)
     assert h200["tune_estimate_s"] == round(2 * configs_used.TUNE_S_PER_JOB)
     line = configs_used.line(h200)
-    assert line.startswith(f"configs on {H200}: own 2, borrowed from {H100} 1, searched 3, imported 1 (cells)")
+    assert line.startswith(f"configs on {H200}: own 3, borrowed from {H100} 1, searched 3, imported 1 (cells)")
     assert line.endswith(f"to tune the searched ones: {h200['tune']} (about {h200['tune_estimate_s']} s)")
     assert configs_used.line(docs[H100]) == f"configs on {H100}: own 0, borrowed 0, searched 0, only 1 (cells)"
 

@@ -8,6 +8,7 @@ from dataclasses import replace
 import pytest
 import torch
 
+from gemmbench import registry
 from gemmbench.kernels import gluon_ws as g
 from gemmbench.kernels import gluon_ws_config as gc
 from gemmbench.kernels import gluon_ws_space as gs
@@ -330,8 +331,6 @@ def test_fast_accumulation_promotes_where_cublas_fast_is_accurate(monkeypatch, M
 
 @pytest.mark.parametrize("dtype,accum", [("bf16", "precise"), ("fp8", "precise"), ("fp8", "fast")])
 def test_step_variants_search_their_own_schedule(dtype, accum):
-    from gemmbench import registry
-
     p = Problem("t", "g", 2048, 8192, 1024, dtype, fp8_accum=accum)
     for name, schedule in (("gluon_pipelined", "pipelined"), ("gluon_persistent", "persistent")):
         for full in (False, True):  # a run's quick candidates too: none would leave the cell without a config
@@ -347,8 +346,6 @@ def test_config_json_keeps_the_schedule_and_old_files_load():
 
 
 def test_block_scales_run_a_k_loop_that_scales_each_steps_own_sum():
-    from gemmbench import registry
-
     p = Problem("t", "g", 2048, 7168, 4096, "fp8", scaling="block")
     full = gs.search_space(p, on_gpu=True, full=True)
     # each K step's own sum is scaled: the overlapped loop's partials, or a wave's
@@ -455,6 +452,11 @@ def test_the_tables_config_column_names_schedule_width_and_swap():
         # one row block; 64 wide: 128 tiles, 128 / 132 = 0.97; 80: 103, 0.78; 96: 86, 0.65; 128: 64, 0.48; 144: 57,
         # 0.43; 160: 52, 0.39.  6 stages of (128 + 64) x 128 B and a 128 x 64 output tile: 6 x 24576 + 16384 = 163840
         (128, 8192, (64, 0), 6),
+        # 3 row blocks; 192 wide: 43 across, 129 tiles, 129 / 132 = 0.977; 96: 86 across, 258 tiles in two waves,
+        # 258 / 264 = 0.977, equal to a hundredth: the wider; 64: 384 in three, 0.97; 80: 309, 0.78; 128: 192 in two,
+        # 0.73; 144: 171, 0.65; 160: 156, 0.59.  4 stages of (128 + 192) x 128 B and a 128 x 192 bf16 output tile:
+        # 4 x 40960 + 49152 = 212992 B (5: 253952)
+        (333, 8192, (128, 64), 4),
     ],
 )
 def test_the_halves_width_that_fills_the_waves_is_a_quick_candidate(monkeypatch, M, N, want, stages):
@@ -486,3 +488,36 @@ def test_a_stored_width_runs_narrow_where_it_no_longer_fills_the_waves():
     assert gs.launched_width(Problem("t", "g", 333, 8192, 8192, "fp8"), stored, 132) == stored
     # no second accumulator: nothing to narrow
     assert gs.launched_width(Problem("t", "g", 333, 10240, 8192, "fp8"), narrow, 132) == narrow
+
+
+@pytest.mark.parametrize(
+    "dtype,accum,scaling,want",
+    [
+        # promoted: the halves of 128 x (128 + 64), 4 stages (the filling test above, by hand)
+        ("fp8", "precise", "tensor", cfg(128, 128, 128, 4, 4, SCHEDULE="halves", PROMOTE_WAVES=1, BLOCK_N2=64)),
+        # fast, unpromoted (3 x 64 = 192 tiles of 128 x 128, not fewer than 132 SMs): the cooperative tile, 8 warps,
+        # the same 212992 B at 4 stages
+        ("fp8", "fast", "tensor", cfg(128, 128, 128, 8, 4, SCHEDULE="ws", BLOCK_N2=64)),
+        # bf16: 4 stages of (128 + 192) x 64 x 2 B = 40960 B a stage, the same bytes
+        ("bf16", "none", "none", cfg(128, 128, 64, 8, 4, SCHEDULE="ws", BLOCK_N2=64)),
+        # block scales scale a tile by one weight block's scale: no second accumulator, no filling tile
+        ("fp8", "precise", "block", None),
+    ],
+)
+def test_the_config_fitted_to_m_is_the_filling_tile_of_each_contract(monkeypatch, dtype, accum, scaling, want):
+    monkeypatch.setattr(g.tuning, "sm_count", lambda: 132)
+    p = Problem("t", "g", 333, 8192, 8192, dtype, scaling=scaling, fp8_accum=accum)
+    assert gs.filling_config(p) == want
+    assert registry.get("gluon_ws").tunable.fitted(p) == want
+    if want is not None:
+        assert want in gs.search_space(p, on_gpu=True, full=False)  # a run without stored configs tries it too
+        assert want in gs.search_space(p, on_gpu=True, full=True)  # and the tune
+    # where 128 columns fill as well (M 4096 x N 28672: the filling test above), no tile is fitted
+    assert gs.filling_config(p.with_(M=4096, N=28672)) is None
+
+
+def test_the_second_accumulator_is_narrower_than_the_first():
+    p = Problem("t", "g", 2048, 8192, 8192, "bf16")
+    widths = {(c.BLOCK_N, c.BLOCK_N2) for c in gs.search_space(p, on_gpu=True, full=True)}
+    # 192 wide as 128 + 64; 64 + 64 would be a 128 wide tile in two accumulators
+    assert (128, 64) in widths and (64, 64) not in widths and (64, 32) in widths

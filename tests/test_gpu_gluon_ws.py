@@ -36,6 +36,13 @@ TILES = [  # (schedule, BLOCK_M, BLOCK_N, warps, stages, extra)
     ("halves", 128, 128, 4, 4, {"PROMOTE_WAVES": 1, "BLOCK_N2": 32}),
     ("halves", 128, 64, 4, 4, {"PROMOTE_WAVES": 1, "BLOCK_N2": 16}),
     ("ws", 128, 128, 8, 4, {"PROMOTE_WAVES": 2, "BLOCK_N2": 32}),
+    # 128 + 64 = 192 wide (the tile fitted to M 333's waves): cooperative at each stage count it fits (16-bit and
+    # fp8 fast: (128 + 192) x 128 B a stage and a 49152 B output tile, 4 x 40960 + 49152 = 212992 B), and the halves
+    # (the waves' test below takes them through every stage count); N 1008: the second accumulator past N
+    ("ws", 128, 128, 8, 2, {"BLOCK_N2": 64}),
+    ("ws", 128, 128, 8, 3, {"BLOCK_N2": 64}),
+    ("ws", 128, 128, 8, 4, {"BLOCK_N2": 64}),
+    ("halves", 128, 128, 4, 4, {"PROMOTE_WAVES": 1, "BLOCK_N2": 64}),
     # split-K: K steps 64, 9 (fp8) and 17 (16-bit) in shares of 22, 3 (3 launched of 4) and 5 (the last 2);
     # 2048 x 8192 gives each program many units, each tile's counters reused within one launch
     ("ws", 128, 128, 8, 4, {"SPLIT_K": 3}),
@@ -67,7 +74,13 @@ def _candidate(case, tile) -> bool:
 RUNS = [(case, tile) for case in CASES for tile in TILES if _candidate(case, tile)]
 
 
-@pytest.mark.parametrize("case,tile", RUNS, ids=lambda x: "-".join(map(str, x[:5])))
+def _run_id(run) -> str:
+    """A run's id: its case and tile, with the tile's extra fields (-k BLOCK_N2_64 picks the 192-wide ones)."""
+    case, (*tile, extra) = run
+    return "-".join(map(str, (*case, *tile, *(f"{k}_{v}" for k, v in extra.items()))))
+
+
+@pytest.mark.parametrize("case,tile", RUNS, ids=[_run_id(r) for r in RUNS])
 @pytest.mark.parametrize("M,N,K", SHAPES)
 def test_gluon_on_gpu(M, N, K, case, tile):
     from gemmbench import registry
@@ -113,6 +126,11 @@ WAVE_TILES = [
     ("halves", 128, 128, 32, 4, 1, {"tensor": 4, "row": 4, "block": 0}),
     ("ws", 128, 128, 32, 8, 2, {"tensor": 4, "row": 4, "block": 0}),
     ("halves", 128, 64, 16, 4, 1, {"tensor": 6, "row": 6, "block": 0}),
+    # 128 x (128 + 64): stages of 40960 B and a 49152 B output tile, 4 x 40960 + 49152 = 212992 B (5: 253952): 3
+    # stage counts; registers: the halves 64 x 192 on 4 warps, 96 a thread and one wave's partial, 96: 192; 8 warps in
+    # two waves, 96 and 48
+    ("halves", 128, 128, 64, 4, 1, {"tensor": 3, "row": 3, "block": 0}),
+    ("ws", 128, 128, 64, 8, 2, {"tensor": 3, "row": 3, "block": 0}),
     # 64 wide: 24576 B a stage (25600 with block scales' 2 x 128 fp32) and a 16384 B output tile: 8 stages, 212992
     # (221184) B
     ("halves", 128, 64, 0, 4, 1, {"tensor": 7, "row": 7, "block": 7}),
@@ -241,6 +259,41 @@ def test_gluon_through_make_on_gpu():
         assert check_cell(p, None, inputs, launch=launch).result.ok
         ran = GluonConfig.from_dict({k: v for k, v in launch.config.items() if k in GluonConfig.__dataclass_fields__})
         assert ran in search_space(p, on_gpu=True, full=False)
+
+
+def test_m_between_two_stored_buckets_times_the_fitted_tile_beside_them(tmp_path, monkeypatch):
+    """M 333 between two buckets of the user's configs (256, 512): the run times both buckets' configs and the tile
+    fitted to M 333 (gluon_ws_space.filling_config: on 132 SMs 128 x 192, 3 x 43 = 129 tiles), takes the fastest,
+    and the row's config names all three times; the winner is right on fresh data."""
+    from gemmbench import registry
+    from gemmbench.configs import config_files, tuning
+    from gemmbench.kernels.gluon_ws_config import GluonConfig
+    from gemmbench.measure.check import check_cell
+    from gemmbench.measure.device import detect
+    from gemmbench.measure.inputs import make_inputs
+    from gemmbench.shapes import Problem
+
+    monkeypatch.setenv(tuning.CONFIG_DIR_ENV, str(tmp_path))
+    tuning._chosen.clear()
+    gpu = detect().name
+    for accum, low, high in [
+        ("precise", GluonConfig.tile(128, 128, 128, 4, 6, SCHEDULE="halves", PROMOTE_WAVES=1),
+         GluonConfig.tile(256, 128, 128, 4, 3, SCHEDULE="halves", PROMOTE_WAVES=2)),
+        ("fast", GluonConfig.tile(128, 128, 128, 4, 4, SCHEDULE="pingpong"),
+         GluonConfig.tile(128, 256, 128, 8, 3, SCHEDULE="ws")),
+    ]:  # fmt: skip
+        p = Problem("test", "g", 333, 8192, 8192, "fp8", fp8_accum=accum)
+        for bucket, config in ((256, low), (512, high)):
+            config_files.save("gluon_ws", p.with_(M=bucket), gpu, config, 1.0, {})
+        inputs = make_inputs(p, 9, "cuda")
+        launch = registry.get("gluon_ws").make(p, inputs)
+        assert launch.config["source"] in ("fitted", "stored-neighbour")
+        assert set(launch.config["neighbours_us"]) == {"256", "512"} and launch.config["fitted_us"] > 0
+        if tuning.sm_count() == 132:
+            fitted = registry.get("gluon_ws").tunable.fitted(p)
+            assert (fitted.BLOCK_M, fitted.BLOCK_N + fitted.BLOCK_N2) == (128, 192)
+        assert check_cell(p, None, inputs, launch=launch).result.ok
+    tuning._chosen.clear()
 
 
 def test_gluon_refuses_unaligned_rows_on_gpu():

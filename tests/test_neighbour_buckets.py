@@ -1,5 +1,6 @@
 """M between two stored buckets (config_files.neighbour_buckets, choose()): the faster neighbour's config at this M, timed
-only where the two configs differ, and the choice in the row's `config`.  No kernel runs: a fake tunable's launches
+only where the two configs differ, or a config fitted to M (Tunable.fitted) where it beats both, and the choice in the
+row's `config`.  No kernel runs: a fake tunable's launches
 count their calls, and the quick timer is replaced by one that returns the µs each config is given here."""
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ DENSE = Problem("s", "qkv", 100, 1280, 8192, "bf16", tp=8)
 MOE = Problem("s", "w13", 3, 512, 256, "bf16", E=8, topk=2)
 SMALL = DenseConfig.tile(16, 64, 128, 4, 3)  # BLOCK_N 64
 LARGE = DenseConfig.tile(64, 128, 64, 8, 4)  # BLOCK_N 128
+FIT = DenseConfig.tile(64, 256, 64, 8, 3)  # BLOCK_N 256: the config a kernel offers fitted to the problem's M
 
 
 @pytest.fixture
@@ -149,6 +151,63 @@ def test_retune_skips_the_neighbours(fake, monkeypatch):
     monkeypatch.setenv(tuning.RETUNE_ENV, "1")
     launch = fake["tunable"].make(DENSE, None)  # the space's one candidate: nothing to choose, nothing timed
     assert launch.config["source"] == "only" and fake["timed"] == []
+
+
+def _fitting(fake, config=FIT):
+    """The fake tunable, offering `config` as fitted to every problem's M."""
+    fake["tunable"] = tuning.Tunable(NAME, lambda p, on_gpu, full: [SMALL], fake["tunable"].build, DenseConfig,
+                                     fitted=lambda problem: config)  # fmt: skip
+    return fake["tunable"]
+
+
+def test_a_fitted_config_faster_than_both_neighbours_is_taken_with_their_times(fake):
+    _store(DENSE, {64: SMALL, 128: LARGE})
+    fake["us"] = {64: 12.0, 128: 11.0, 256: 9.5}
+    launch = _fitting(fake).make(DENSE, None)
+    assert launch.params == FIT and sorted(fake["timed"]) == [64, 128, 256]  # the three timed once each
+    assert launch.config == {**FIT.to_dict(), "source": "fitted", "neighbours_us": {"64": 12.0, "128": 11.0},
+                             "fitted_us": 9.5}  # fmt: skip
+
+
+def test_a_slower_fitted_config_leaves_the_faster_neighbour_and_its_time_is_kept(fake):
+    file = _store(DENSE, {64: SMALL, 128: LARGE})
+    fake["us"] = {64: 12.0, 128: 11.0, 256: 11.5}
+    launch = _fitting(fake).make(DENSE, None)
+    assert launch.params == LARGE
+    assert launch.config == {**LARGE.to_dict(), "source": "stored-neighbour", "file": file, "bucket": 128,
+                             "neighbours_us": {"64": 12.0, "128": 11.0}, "fitted_us": 11.5}  # fmt: skip
+
+
+def test_a_fitted_config_is_timed_against_equal_neighbours_once(fake):
+    _store(DENSE, {64: LARGE, 128: LARGE})
+    fake["us"] = {128: 11.0, 256: 9.0}
+    launch = _fitting(fake).make(DENSE, None)
+    assert launch.params == FIT and sorted(fake["timed"]) == [128, 256]  # the two buckets' one config timed once
+    assert launch.config["neighbours_us"] == {"64": 11.0, "128": 11.0} and launch.config["fitted_us"] == 9.0
+
+
+def test_a_fitted_config_equal_to_a_neighbours_is_that_neighbour(fake):
+    _store(DENSE, {64: SMALL, 128: LARGE})
+    fake["us"] = {64: 10.0, 128: 20.0}
+    launch = _fitting(fake, SMALL).make(DENSE, None)
+    assert launch.params == SMALL and sorted(fake["timed"]) == [64, 128]
+    assert launch.config["source"] == "stored-neighbour" and "fitted_us" not in launch.config
+
+
+@pytest.mark.parametrize("M", [64, 20, 200])  # a stored bucket; every bucket above M; every bucket below M
+def test_a_fitted_config_is_not_timed_off_the_neighbour_path(fake, M):
+    _store(DENSE, {64: SMALL, 128: LARGE})
+    launch = _fitting(fake).make(DENSE.with_(M=M), None)
+    assert fake["timed"] == [] and launch.config["source"] == "stored"
+
+
+def test_only_a_fitted_provenance_without_a_file_names_its_time():
+    with pytest.raises(ValueError, match="was timed among the neighbours"):
+        provenance.Provenance("fitted", neighbours=((64, 1.0), (128, 2.0)))
+    with pytest.raises(ValueError, match="has a file and a bucket"):
+        provenance.Provenance("fitted", "f.json", 64, ((64, 1.0), (128, 2.0), (provenance.FITTED, 0.5)))
+    with pytest.raises(ValueError, match="has neighbours"):
+        provenance.Provenance("fitted")
 
 
 def test_only_a_stored_neighbour_provenance_has_neighbours():

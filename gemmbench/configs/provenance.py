@@ -1,5 +1,5 @@
 """Where a config came from (Provenance), kept beside the config (Launch.provenance) and said in the row's
-`config`: the GPU's own stored configs, a nearer GPU's borrowed, a run's quick search, or the only candidate (the
+`config`: the GPU's own stored configs (or a config fitted to M that ran faster than them), a nearer GPU's borrowed, a run's quick search, or the only candidate (the
 lookup: config_sources.py, tuning.py), or an inference engine's config file (engine_import.py).  Its own module so that each of those reads it without importing the others."""
 
 from __future__ import annotations
@@ -9,8 +9,10 @@ from typing import Any, Optional
 
 from gemmbench.configs.inference_engines import InferenceEngine
 
-SOURCES = ("stored", "stored-neighbour", "borrowed", "searched", "only", *(e.value for e in InferenceEngine))
+SOURCES = ("stored", "stored-neighbour", "fitted", "borrowed", "searched", "only", *(e.value for e in InferenceEngine))
 FILED = ("stored", "stored-neighbour", "borrowed")  # always from a stored file and bucket
+TIMED = ("stored-neighbour", "fitted")  # chosen by timing two stored buckets' configs at this M
+FITTED = "fitted"  # the key of the fitted config among a provenance's neighbours (beside the buckets' numbers)
 
 
 @dataclass(frozen=True)
@@ -20,7 +22,9 @@ class Provenance:
     package's configs folder, a user's file as its full path: overlay_buckets), the winner of M bucket `bucket`;
     "stored-neighbour": the same, where M lies between two stored buckets and
     `bucket`'s config was the faster of the two at this M (`neighbours`: each bucket, lower first, with its µs in
-    this process's quick timing, None where it failed to run); "borrowed": a stored config of another GPU of the
+    this process's quick timing, None where it failed to run; and FITTED with its µs where the kernel offered a config
+    fitted to this M beside them); "fitted": that fitted config, faster than both buckets' (no file or bucket: it
+    is shaped in the run, e.g. a tile width that fills the GPU's waves at this M, not stored); "borrowed": a stored config of another GPU of the
     same compute capability (`borrowed`: its configs folder, NVIDIA_H100_80GB_HBM3), file and bucket as "stored";
     "searched": the fastest of a few candidates timed by a run (with file and bucket once stored in the user's
     folder, which the next run reads; neither where storing is off); "only": nothing to choose (one candidate, or
@@ -31,7 +35,7 @@ class Provenance:
     source: str  # one of SOURCES
     file: Optional[str] = None
     bucket: Optional[int] = None
-    neighbours: Optional[tuple[tuple[int, Optional[float]], ...]] = None
+    neighbours: Optional[tuple[tuple[int | str, Optional[float]], ...]] = None
     key: Optional[int] = None
     borrowed: Optional[str] = None
 
@@ -44,18 +48,23 @@ class Provenance:
                              f"key, others neither): {self!r}")  # fmt: skip
         if (self.borrowed is not None) != (self.source == "borrowed"):
             raise ValueError(f"not a provenance (a borrowed config, and only that, names the GPU lent): {self!r}")
-        if (self.neighbours is not None) != (self.source == "stored-neighbour"):
-            raise ValueError(f"not a provenance (a stored-neighbour config, and only that, has neighbours): {self!r}")
+        if (self.neighbours is not None) != (self.source in TIMED):
+            raise ValueError(f"not a provenance (a stored-neighbour or fitted config, and only that, has neighbours): "
+                             f"{self!r}")  # fmt: skip
+        if self.source == FITTED and not any(b == FITTED for b, _ in self.neighbours or ()):
+            raise ValueError(f"not a provenance (a fitted config was timed among the neighbours): {self!r}")
 
     def to_dict(self) -> dict[str, Any]:
         """Its keys in the row's `config` JSON: source; borrowed (the lending GPU's folder); where stored, file and
         bucket (imported: file and key); for a
-        stored-neighbour, "neighbours_us": {"<bucket>": µs or null, ...}, lower bucket first."""
+        stored-neighbour or fitted config, "neighbours_us": {"<bucket>": µs or null, ...}, lower bucket first, and
+        "fitted_us": µs or null where a fitted config was timed beside them."""
         fields = (("source", self.source), ("borrowed", self.borrowed), ("file", self.file), ("bucket", self.bucket),
                   ("key", self.key))  # fmt: skip
         out: dict[str, Any] = {k: v for k, v in fields if v is not None}
         if self.neighbours is not None:
-            out["neighbours_us"] = {str(b): us for b, us in self.neighbours}
+            out["neighbours_us"] = {str(b): us for b, us in self.neighbours if b != FITTED}
+            out.update(("fitted_us", us) for b, us in self.neighbours if b == FITTED)
         return out
 
     def __getitem__(self, key: str) -> Any:

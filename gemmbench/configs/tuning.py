@@ -4,11 +4,14 @@ A tunable variant (Tunable) has a search space and a build(problem, inputs, conf
 in order: the config already chosen for this problem in this process; a stored one in the lookup's order
 (config_sources.py: the GPU's own, else a nearer GPU's of the same capability, borrowed, else one an earlier run
 searched and stored), from a bucket in reach of M's (where M lies between two of the GPU's own buckets, the faster
-of the two at this M, timed here when they differ: neighbour_buckets); otherwise it times a few candidates right
+of the two at this M, timed here when they differ: neighbour_buckets, and of the kernel's config fitted to this M
+where it offers one: Tunable.fitted); otherwise it times a few candidates right
 there (search) and stores the winner in the user's folder as "searched", so that the next run runs the same config.
 `gemmbench run --retune` skips the stored files and stores nothing; `--no-borrow` and `--no-store` turn those steps
 off.  Where the config came from is a Provenance, kept beside the config (Launch.provenance); the row's `config`
-says it: "source" is "stored" (with "file" and "bucket"), "stored-neighbour" (the same, and "neighbours_us"),
+says it: "source" is "stored" (with "file" and "bucket"), "stored-neighbour" (the same, and "neighbours_us"; and
+"fitted_us" where a fitted config was timed), "fitted" (the fitted config, faster than both: "neighbours_us" and
+"fitted_us", no file),
 "borrowed" (the same, and "borrowed": the lender's folder), "searched" (with "file" and "bucket" once stored), "only"
 (nothing to choose: one candidate, or Triton's CPU interpreter), or an inference engine's name ("vllm", "sglang": a
 config file of the engine's, imported by `gemmbench run --import-config`; with "file" and the engine's "key":
@@ -48,7 +51,7 @@ from gemmbench.configs.config_files import SEARCHED, TuningError, neighbour_buck
 from gemmbench.configs.kernel_config import (
     KernelConfig,  # re-exported: gemmbench/kernels/*.py subclass tuning.KernelConfig
 )
-from gemmbench.configs.provenance import Provenance
+from gemmbench.configs.provenance import FITTED, Provenance
 from gemmbench.measure import device
 from gemmbench.measure.check import check_cell
 from gemmbench.measure.timing import Timer, quick_median_us
@@ -114,6 +117,9 @@ class Tunable:
     # whether a config fixes how fp8 sums are promoted (a schedule of its own): then a fast-accumulation problem runs
     # only configs tuned under fast, never the precise contract's shared ones (config_files.overlay_buckets)
     promotion_in_config: bool = False
+    # a config shaped for the problem's own M (or None): where M lies between two stored buckets, neither of which
+    # was tuned at this M, a run times it beside theirs (_from_stored)
+    fitted: Optional[Callable[[Problem], Optional[KernelConfig]]] = None
 
     def make(self, problem: Problem, inputs) -> registry.Launch:
         config, provenance = choose(self, problem, inputs)
@@ -173,14 +179,14 @@ def _same_candidates(t: Tunable, problem: Problem, match: config_sources.Found) 
 
 def _from_stored(t: Tunable, problem: Problem, inputs, match: config_sources.Found) -> tuple[KernelConfig, Provenance]:
     """The config of a stored source for this M: its own bucket, or the nearest in reach; between two of the GPU's
-    own buckets, the faster of the two at this M."""
+    own buckets, the faster at this M of the two and of the kernel's config fitted to M, if it offers one."""
     M, moe = problem.M, problem.is_moe
     load = lambda b: config_files.load(t.name, problem, match.buckets, match.files, str(b), t.config_type)  # noqa: E731
     if match.kind == "own":
         pair = neighbour_buckets(sorted(int(b) for b in match.buckets), M, moe)
         if pair is not None:
             at = [(load(b), Provenance("stored", match.files[str(b)], b)) for b in pair]
-            return _faster_neighbour(t, problem, inputs, at)
+            return _faster_neighbour(t, problem, inputs, at, t.fitted(problem) if t.fitted else None)
     b = match.nearest(M, moe)
     if match.kind == "borrowed":
         where = Provenance("borrowed", match.files[b], int(b), borrowed=config_files.gpu_dirname(match.gpu))
@@ -189,18 +195,28 @@ def _from_stored(t: Tunable, problem: Problem, inputs, match: config_sources.Fou
     return load(b), where
 
 
-def _faster_neighbour(t: Tunable, problem: Problem, inputs, neighbours: list) -> tuple[KernelConfig, Provenance]:
-    """The faster at this M of two neighbour buckets' stored (config, provenance), lower bucket first.  Timed by
-    search()'s quick pass without a reference, as a run's choice among candidates is (the run's check of the cell
-    then checks the winner), and only where the configs differ: equal ones are the upper bucket's, untimed."""
+def _faster_neighbour(
+    t: Tunable, problem: Problem, inputs, neighbours: list, fitted: Optional[KernelConfig] = None
+) -> tuple[KernelConfig, Provenance]:
+    """The fastest at this M of two neighbour buckets' stored (config, provenance), lower bucket first, and of a
+    config fitted to M (a tile for this M's waves, which neither bucket's tune saw).  Timed by search()'s quick pass
+    without a reference, as a run's choice among candidates is (the run's check of the cell then checks the winner),
+    and only where the configs differ: equal ones are the upper bucket's, untimed."""
     (low, low_at), (high, high_at) = neighbours
-    if low == high:
+    # the upper bucket first: search() sorts stably, so an equal time goes to it, as stored()'s tie does; the fitted
+    # config last, so that it wins only by being faster
+    contestants = list(dict.fromkeys([high, low] + ([fitted] if fitted is not None else [])))
+    if len(contestants) == 1:
         return high, high_at
-    # the upper bucket first: search() sorts stably, so an equal time goes to it, as stored()'s tie does
-    trials = search(t, problem, inputs, [high, low])
+    trials = search(t, problem, inputs, contestants)
     us = {id(x.params): (round(x.time_us, 3) if not x.error else None) for x in trials}
+    timed: tuple[tuple[int | str, Optional[float]], ...] = ((low_at.bucket, us.get(id(low), us[id(high)])),
+                                                             (high_at.bucket, us[id(high)]))  # fmt: skip
+    if fitted is not None and fitted not in (low, high):
+        timed += ((FITTED, us[id(fitted)]),)
+        if trials[0].params is fitted:
+            return fitted, Provenance(FITTED, neighbours=timed)
     best, at = (high, high_at) if trials[0].params is high else (low, low_at)
-    timed = ((low_at.bucket, us[id(low)]), (high_at.bucket, us[id(high)]))
     return best, Provenance("stored-neighbour", at.file, at.bucket, timed)
 
 

@@ -40,7 +40,13 @@ from gemmbench.kernels.gluon_ws_config import (
     wgmma_layout_params,
     whole_tiles,
 )
-from gemmbench.kernels.gluon_ws_space import launched_split, launched_width, promotes, schedules_space
+from gemmbench.kernels.gluon_ws_space import (
+    filling_config,
+    launched_split,
+    launched_width,
+    promotes,
+    schedules_space,
+)
 from gemmbench.kernels.tile_loop import TRITON_SCALINGS, BlockScales, fp8_promote_every
 from gemmbench.measure.device import on_the_gpu
 from gemmbench.registry import Launch, Variant, register
@@ -240,7 +246,10 @@ def _register(name: str, schedules: tuple[str, ...], what: str, scalings: tuple[
     def space(problem, on_gpu: bool, full: bool = True) -> list[GluonConfig]:
         return schedules_space(problem, full, schedules)
 
-    tunable = tuning.Tunable(name, space, _build, GluonConfig, promotion_in_config=True)
+    def fitted(problem) -> Optional[GluonConfig]:
+        return filling_config(problem, schedules)
+
+    tunable = tuning.Tunable(name, space, _build, GluonConfig, promotion_in_config=True, fitted=fitted)
     register(
         Variant(
             name=name,

@@ -75,9 +75,13 @@ _SPLIT_QUICK = {
     "precise": ("halves", 128, 128, 4, 6, {"PROMOTE_WAVES": 1}),
     "block": ("halves", 128, 128, 4, 4, {"PROMOTE_WAVES": 1}),
 }
-# the halves' widths (BLOCK_N, BLOCK_N2) a quick candidate takes where it fills the SMs' last wave better than 128
-# columns by FILL_MARGIN or more (filling_width): tiles 64, 80, 96, 128, 144 and 160 wide
-_FILLING_WIDTHS = ((64, 0), (64, 16), (64, 32), (128, 0), (128, 16), (128, 32))
+# the widths (BLOCK_N, BLOCK_N2) a quick candidate takes where it fills the SMs' last wave better than 128 columns
+# by FILL_MARGIN or more (filling_width): tiles 64, 80, 96, 128, 144, 160 and 192 wide
+_FILLING_WIDTHS = ((64, 0), (64, 16), (64, 32), (128, 0), (128, 16), (128, 32), (128, 64))
+# the filling tile's schedule, warps and ring depths, deepest that fits first: fp8 promoted the halves (as its quick
+# candidates), the other contracts the eight-warp cooperative tile (docs/BENCHMARKS.md, "M between the buckets")
+_FILLING = {"precise": ("halves", 4, (6, 5, 4, 3), {"PROMOTE_WAVES": 1}), "fast": ("ws", 8, (4, 3), {}),
+            "16-bit": ("ws", 8, (4, 3), {})}  # fmt: skip
 FILL_MARGIN = 0.05
 # the ring's depths: a narrow tile's stages are small, and where its loads are the bound (one row of tiles) more of
 # them in flight pays, as cuBLAS's narrow-tile kernels hold (docs/BENCHMARKS.md, "The other M 128 misses"); fits()
@@ -86,9 +90,9 @@ STAGE_CHOICES = (3, 4, 5, 6, 7, 8)
 SPLIT_CHOICES = (2, 3, 4, 6, 8, 12, 16)  # the full search's splits, where a config's tiles leave SMs idle
 MIN_SPLIT_STEPS = 4  # K steps a split takes at least: fewer spend more on filling the ring and meeting than summing
 MOST_SPLITS = 16  # the model's splits go no further: SPLIT_CHOICES' largest
-# the second accumulator's widths tried beside 64 and 128 columns: 80, 96, 144 and 160 wide tiles, which divide the
-# N of more weights into about as many tiles as the GPU has SMs than powers of two do
-_SECOND_WIDTHS = (0, 16, 32)
+# the second accumulator's widths tried beside 64 and 128 columns (narrower than the first): 80, 96, 144, 160 and 192
+# wide tiles, which divide the N of more weights into about as many tiles as the GPU has SMs than powers of two do
+_SECOND_WIDTHS = (0, 16, 32, 64)
 # the ways a warp-specialized consumer promotes (PROMOTE_OVERLAP, PROMOTE_WAVES): Triton's wgmma lowering, the
 # overlapped partials, the tile in one or two row waves
 _PROMOTIONS = ((False, 0), (True, 0), (False, 1), (False, 2))
@@ -183,14 +187,38 @@ def _splits_of(problem, config: GluonConfig, sms: int) -> list[GluonConfig]:
     return found
 
 
+def _contract(problem) -> str:
+    """Which of the quick lists' contracts a problem runs: "block", "precise" (promoted fp8), "fast" or "16-bit"."""
+    if problem.dtype != "fp8":
+        return "16-bit"
+    return "block" if block_scaled(problem) else "precise" if promotes(problem) else "fast"
+
+
+def filling_config(problem, schedules: tuple[str, ...] = WARP_SPECIALIZED) -> Optional[GluonConfig]:
+    """The 128-row tile of the filling width at the problem's own M (filling_width), of its contract's schedule and
+    the deepest ring that fits; None where 128 columns fill as well, the contract has none (block scales), or its
+    schedule is not among `schedules`.  A run also times it where M lies between two stored buckets (the fitted
+    config: tuning._faster_neighbour), since neither bucket's tune saw this M's waves."""
+    contract = _contract(problem)
+    if contract not in _FILLING or _FILLING[contract][0] not in schedules:
+        return None
+    width = filling_width(problem, tuning.sm_count())
+    if width is None:
+        return None
+    schedule, warps, depths, extra = _FILLING[contract]
+    elem, bk = (1, 128) if problem.dtype == "fp8" else (2, 64)
+    (bn, bn2), precise = width, contract == "precise"
+    fitting = (GluonConfig.tile(128, bn, bk, warps, st, SCHEDULE=schedule, BLOCK_N2=bn2, **extra) for st in depths)
+    return next((c for c in fitting if fits(c, elem, precise)), None)
+
+
 def schedules_space(problem, full: bool, schedules: tuple[str, ...]) -> list[GluonConfig]:
     """The quick candidates (full False) or the whole space of the given schedules for a problem."""
-    fp8 = problem.dtype == "fp8"
     precise = promotes(problem)
     block = block_scaled(problem)
-    elem, bk = (1, 128) if fp8 else (2, 64)
+    elem, bk = (1, 128) if problem.dtype == "fp8" else (2, 64)
     tile = GluonConfig.tile
-    contract = "block" if block else ("precise" if precise else "fast") if fp8 else "16-bit"
+    contract = _contract(problem)
     sms = tuning.sm_count()
     quick = [tile(bm, bn, bk, w, st, SCHEDULE=s, **x) for s, bm, bn, w, st, x in _QUICK[contract] if s in schedules]
     s, bm, bn, warps, stages, extra = _SPLIT_QUICK[contract]
@@ -199,13 +227,9 @@ def schedules_space(problem, full: bool, schedules: tuple[str, ...]) -> list[Glu
         split = unsplit.split(filling_split(problem, unsplit, sms, atomic), tail=True, atomic=atomic)
         if s in schedules and split.splits() > 1:
             quick.append(split)
-    width = filling_width(problem, sms) if contract == "precise" and "halves" in schedules else None
-    if width is not None:
-        bn, bn2 = width
-        fitting = [tile(128, bn, bk, 4, st, SCHEDULE="halves", PROMOTE_WAVES=1, BLOCK_N2=bn2) for st in (6, 5, 4, 3)]
-        filling = next((c for c in fitting if fits(c, elem, precise, block)), None)
-        if filling is not None and filling not in quick:
-            quick.append(filling)
+    filling = filling_config(problem, schedules)
+    if filling is not None and filling not in quick:
+        quick.append(filling)
     if contract in _STEP_QUICK:
         bm, bn, warps, stages = _STEP_QUICK[contract]
         quick += [tile(bm, bn, bk, warps, stages, SCHEDULE=s) for s in schedules if s in ("pipelined", "persistent")]
@@ -218,6 +242,7 @@ def schedules_space(problem, full: bool, schedules: tuple[str, ...]) -> list[Glu
         for bm in (64, 128, 256)
         for bn in (64, 128, 256)
         for bn2 in (_SECOND_WIDTHS if bn in (64, 128) else (0,))
+        if bn2 < bn
         for warps in ((4,) if schedule in TWO_CONSUMERS else (4, 8))
         for stages in STAGE_CHOICES
         for overlap, waves in (_PROMOTIONS if (precise or block) and schedule in WARP_SPECIALIZED else ((False, 0),))

@@ -58,7 +58,7 @@ FAIL_ON = {
 NOT_COMPARED = ("new", "missing", "other-gpu")  # verdicts of cells whose two sides were not set against each other
 # the keys provenance.Provenance.to_dict() puts in a row's `config` JSON beside the config's own: where it came from, not
 # what ran (tests/test_compare.py holds the two lists equal)
-PROVENANCE_KEYS = ("source", "borrowed", "file", "bucket", "key", "neighbours_us")
+PROVENANCE_KEYS = ("source", "borrowed", "file", "bucket", "key", "neighbours_us", "fitted_us")
 # what the compiler made of a config (registry.Launch.resources: registers, spills): not what ran either
 COMPILER_KEYS = ("ptxas",)
 EXACT_MAX_SAMPLES = 8  # Mann-Whitney's exact p-value up to this many samples a side (SciPy's own limit for it)
