@@ -194,11 +194,33 @@ def test_a_fitted_config_equal_to_a_neighbours_is_that_neighbour(fake):
     assert launch.config["source"] == "stored-neighbour" and "fitted_us" not in launch.config
 
 
-@pytest.mark.parametrize("M", [64, 20, 200])  # a stored bucket; every bucket above M; every bucket below M
-def test_a_fitted_config_is_not_timed_off_the_neighbour_path(fake, M):
+def test_a_fitted_config_is_not_timed_at_a_stored_buckets_own_m(fake):
     _store(DENSE, {64: SMALL, 128: LARGE})
+    launch = _fitting(fake).make(DENSE.with_(M=64), None)
+    assert fake["timed"] == [] and launch.config["source"] == "stored" and launch.params == SMALL
+    # decode M 1..16 share bucket 16: a stored 16 is tuned for every M of it
+    _store(DENSE, {16: SMALL})
+    assert _fitting(fake).make(DENSE.with_(M=5), None).config["source"] == "stored" and fake["timed"] == []
+
+
+@pytest.mark.parametrize(
+    "M,bucket,fitted_us,source",
+    [
+        (20, 64, 9.0, "fitted"),  # every stored bucket above M: the nearest (64) timed beside the fitted config
+        (200, 128, 9.0, "fitted"),  # every stored bucket below M: 128
+        (200, 128, 30.0, "stored-neighbour"),  # the fitted config slower: the nearest bucket's, with both times
+    ],
+)
+def test_off_the_buckets_on_one_side_the_fitted_config_is_timed_beside_the_nearest(fake, M, bucket, fitted_us, source):
+    file = _store(DENSE, {64: SMALL, 128: LARGE})
+    fake["us"] = {64: 12.0, 128: 11.0, 256: fitted_us}
     launch = _fitting(fake).make(DENSE.with_(M=M), None)
-    assert fake["timed"] == [] and launch.config["source"] == "stored"
+    nearest = {64: SMALL, 128: LARGE}[bucket]
+    assert sorted(fake["timed"]) == sorted([nearest.BLOCK_N, 256])  # the nearest and the fitted, once each
+    where = {"file": file, "bucket": bucket} if source == "stored-neighbour" else {}
+    assert launch.params == (FIT if source == "fitted" else nearest)
+    assert launch.config == {**launch.params.to_dict(), "source": source, **where,
+                             "neighbours_us": {str(bucket): fake["us"][nearest.BLOCK_N]}, "fitted_us": fitted_us}  # fmt: skip
 
 
 def test_only_a_fitted_provenance_without_a_file_names_its_time():

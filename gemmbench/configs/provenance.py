@@ -11,7 +11,7 @@ from gemmbench.configs.inference_engines import InferenceEngine
 
 SOURCES = ("stored", "stored-neighbour", "fitted", "borrowed", "searched", "only", *(e.value for e in InferenceEngine))
 FILED = ("stored", "stored-neighbour", "borrowed")  # always from a stored file and bucket
-TIMED = ("stored-neighbour", "fitted")  # chosen by timing two stored buckets' configs at this M
+TIMED = ("stored-neighbour", "fitted")  # chosen by timing stored buckets' configs (and a fitted one) at this M
 FITTED = "fitted"  # the key of the fitted config among a provenance's neighbours (beside the buckets' numbers)
 
 
@@ -22,9 +22,10 @@ class Provenance:
     package's configs folder, a user's file as its full path: overlay_buckets), the winner of M bucket `bucket`;
     "stored-neighbour": the same, where M lies between two stored buckets and
     `bucket`'s config was the faster of the two at this M (`neighbours`: each bucket, lower first, with its µs in
-    this process's quick timing, None where it failed to run; and FITTED with its µs where the kernel offered a config
-    fitted to this M beside them); "fitted": that fitted config, faster than both buckets' (no file or bucket: it
-    is shaped in the run, e.g. a tile width that fills the GPU's waves at this M, not stored); "borrowed": a stored config of another GPU of the
+    this process's quick timing, None where it failed to run), or where M is no stored bucket and the kernel offered a
+    config fitted to M, timed beside the bucket or two that would serve (FITTED with its µs among `neighbours`);
+    "fitted": that fitted config, faster than the buckets' (no file or bucket: it is shaped in the run, e.g. a tile
+    width that fills the GPU's waves at this M, not stored); "borrowed": a stored config of another GPU of the
     same compute capability (`borrowed`: its configs folder, NVIDIA_H100_80GB_HBM3), file and bucket as "stored";
     "searched": the fastest of a few candidates timed by a run (with file and bucket once stored in the user's
     folder, which the next run reads; neither where storing is off); "only": nothing to choose (one candidate, or

@@ -4,8 +4,8 @@ A tunable variant (Tunable) has a search space and a build(problem, inputs, conf
 in order: the config already chosen for this problem in this process; a stored one in the lookup's order
 (config_sources.py: the GPU's own, else a nearer GPU's of the same capability, borrowed, else one an earlier run
 searched and stored), from a bucket in reach of M's (where M lies between two of the GPU's own buckets, the faster
-of the two at this M, timed here when they differ: neighbour_buckets, and of the kernel's config fitted to this M
-where it offers one: Tunable.fitted); otherwise it times a few candidates right
+of the two at this M, timed here when they differ: neighbour_buckets; and where M is no stored bucket, the kernel's
+config fitted to this M, where it offers one, timed beside them: Tunable.fitted); otherwise it times a few candidates right
 there (search) and stores the winner in the user's folder as "searched", so that the next run runs the same config.
 `gemmbench run --retune` skips the stored files and stores nothing; `--no-borrow` and `--no-store` turn those steps
 off.  Where the config came from is a Provenance, kept beside the config (Launch.provenance); the row's `config`
@@ -117,8 +117,8 @@ class Tunable:
     # whether a config fixes how fp8 sums are promoted (a schedule of its own): then a fast-accumulation problem runs
     # only configs tuned under fast, never the precise contract's shared ones (config_files.overlay_buckets)
     promotion_in_config: bool = False
-    # a config shaped for the problem's own M (or None): where M lies between two stored buckets, neither of which
-    # was tuned at this M, a run times it beside theirs (_from_stored)
+    # a config shaped for the problem's own M (or None): where M is none of the stored buckets (each tuned at its own
+    # M), a run times it beside the configs of the bucket or two that would serve (_from_stored)
     fitted: Optional[Callable[[Problem], Optional[KernelConfig]]] = None
 
     def make(self, problem: Problem, inputs) -> registry.Launch:
@@ -179,15 +179,19 @@ def _same_candidates(t: Tunable, problem: Problem, match: config_sources.Found) 
 
 def _from_stored(t: Tunable, problem: Problem, inputs, match: config_sources.Found) -> tuple[KernelConfig, Provenance]:
     """The config of a stored source for this M: its own bucket, or the nearest in reach; between two of the GPU's
-    own buckets, the faster at this M of the two and of the kernel's config fitted to M, if it offers one."""
+    own buckets, the faster of the two at this M.  Where M is none of the GPU's own buckets (each tuned at its own
+    M), the kernel's config fitted to M, if it offers one, is timed beside the bucket or two that would serve."""
     M, moe = problem.M, problem.is_moe
     load = lambda b: config_files.load(t.name, problem, match.buckets, match.files, str(b), t.config_type)  # noqa: E731
-    if match.kind == "own":
-        pair = neighbour_buckets(sorted(int(b) for b in match.buckets), M, moe)
-        if pair is not None:
-            at = [(load(b), Provenance("stored", match.files[str(b)], b)) for b in pair]
-            return _faster_neighbour(t, problem, inputs, at, t.fitted(problem) if t.fitted else None)
     b = match.nearest(M, moe)
+    if match.kind == "own":
+        buckets = sorted(int(b) for b in match.buckets)
+        pair = neighbour_buckets(buckets, M, moe)
+        off_bucket = max(M, config_files.m_bucket(1, moe)) not in buckets
+        fitted = t.fitted(problem) if t.fitted and off_bucket else None
+        if pair is not None or fitted is not None:
+            at = [(load(n), Provenance("stored", match.files[str(n)], n)) for n in (pair or (int(b),))]
+            return _fastest_at_m(t, problem, inputs, at, fitted)
     if match.kind == "borrowed":
         where = Provenance("borrowed", match.files[b], int(b), borrowed=config_files.gpu_dirname(match.gpu))
     else:
@@ -195,28 +199,27 @@ def _from_stored(t: Tunable, problem: Problem, inputs, match: config_sources.Fou
     return load(b), where
 
 
-def _faster_neighbour(
+def _fastest_at_m(
     t: Tunable, problem: Problem, inputs, neighbours: list, fitted: Optional[KernelConfig] = None
 ) -> tuple[KernelConfig, Provenance]:
-    """The fastest at this M of two neighbour buckets' stored (config, provenance), lower bucket first, and of a
-    config fitted to M (a tile for this M's waves, which neither bucket's tune saw).  Timed by search()'s quick pass
-    without a reference, as a run's choice among candidates is (the run's check of the cell then checks the winner),
-    and only where the configs differ: equal ones are the upper bucket's, untimed."""
-    (low, low_at), (high, high_at) = neighbours
+    """The fastest at this M of the stored (config, provenance) of the buckets that would serve it (two neighbours,
+    lower first, or the nearest) and of a config fitted to M (a tile for this M's waves, which no bucket's tune saw).
+    Timed by search()'s quick pass without a reference, as a run's choice among candidates is (the run's check of
+    the cell then checks the winner), and only where the configs differ: equal ones are the upper bucket's, untimed."""
+    stored = [config for config, _ in neighbours]
     # the upper bucket first: search() sorts stably, so an equal time goes to it, as stored()'s tie does; the fitted
     # config last, so that it wins only by being faster
-    contestants = list(dict.fromkeys([high, low] + ([fitted] if fitted is not None else [])))
+    contestants = list(dict.fromkeys(stored[::-1] + ([fitted] if fitted is not None else [])))
     if len(contestants) == 1:
-        return high, high_at
+        return neighbours[-1]
     trials = search(t, problem, inputs, contestants)
-    us = {id(x.params): (round(x.time_us, 3) if not x.error else None) for x in trials}
-    timed: tuple[tuple[int | str, Optional[float]], ...] = ((low_at.bucket, us.get(id(low), us[id(high)])),
-                                                             (high_at.bucket, us[id(high)]))  # fmt: skip
-    if fitted is not None and fitted not in (low, high):
-        timed += ((FITTED, us[id(fitted)]),)
-        if trials[0].params is fitted:
+    us = {c: (round(x.time_us, 3) if not x.error else None) for x in trials for c in [x.params]}
+    timed: tuple[tuple[int | str, Optional[float]], ...] = tuple((at.bucket, us[c]) for c, at in neighbours)
+    if fitted is not None and fitted not in stored:
+        timed += ((FITTED, us[fitted]),)
+        if trials[0].params == fitted:
             return fitted, Provenance(FITTED, neighbours=timed)
-    best, at = (high, high_at) if trials[0].params is high else (low, low_at)
+    best, at = next((c, at) for c, at in neighbours[::-1] if c == trials[0].params)
     return best, Provenance("stored-neighbour", at.file, at.bucket, timed)
 
 

@@ -197,8 +197,8 @@ def _contract(problem) -> str:
 def filling_config(problem, schedules: tuple[str, ...] = WARP_SPECIALIZED) -> Optional[GluonConfig]:
     """The 128-row tile of the filling width at the problem's own M (filling_width), of its contract's schedule and
     the deepest ring that fits; None where 128 columns fill as well, the contract has none (block scales), or its
-    schedule is not among `schedules`.  A run also times it where M lies between two stored buckets (the fitted
-    config: tuning._faster_neighbour), since neither bucket's tune saw this M's waves."""
+    schedule is not among `schedules`.  A run also times it where M is none of the stored buckets (the fitted config:
+    tuning._fastest_at_m), since no bucket's tune saw this M's waves."""
     contract = _contract(problem)
     if contract not in _FILLING or _FILLING[contract][0] not in schedules:
         return None
