@@ -41,7 +41,7 @@ from gemmbench.kernels.gluon_ws_config import (
     whole_tiles,
 )
 from gemmbench.kernels.gluon_ws_space import (
-    filling_config,
+    fitted_config,
     launched_split,
     launched_width,
     promotes,
@@ -247,7 +247,7 @@ def _register(name: str, schedules: tuple[str, ...], what: str, scalings: tuple[
         return schedules_space(problem, full, schedules)
 
     def fitted(problem) -> Optional[GluonConfig]:
-        return filling_config(problem, schedules)
+        return fitted_config(problem, schedules)
 
     tunable = tuning.Tunable(name, space, _build, GluonConfig, promotion_in_config=True, fitted=fitted)
     register(

@@ -194,15 +194,28 @@ def _contract(problem) -> str:
     return "block" if block_scaled(problem) else "precise" if promotes(problem) else "fast"
 
 
-def filling_config(problem, schedules: tuple[str, ...] = WARP_SPECIALIZED) -> Optional[GluonConfig]:
-    """The 128-row tile of the filling width at the problem's own M (filling_width), of its contract's schedule and
-    the deepest ring that fits; None where 128 columns fill as well, the contract has none (block scales), or its
-    schedule is not among `schedules`.  A run also times it where M is none of the stored buckets (the fitted config:
-    tuning._fastest_at_m), since no bucket's tune saw this M's waves."""
+def least_work_width(problem, sms: int) -> tuple[int, int]:
+    """The 128-row tile's (BLOCK_N, BLOCK_N2) among the filling widths whose launch gives an SM the least work at the
+    problem's M: its waves times its width (the widest among equals: fewer operand bytes per FLOP).  A fuller last
+    wave is not the whole story: at N 16032, M 333 tiles 192 wide fill as many slots as 128 wide (0.95) in two waves
+    instead of three, the same columns an SM computes."""
+
+    def work(width: tuple[int, int]) -> int:
+        return triton.cdiv(triton.cdiv(problem.M, 128) * triton.cdiv(problem.N, sum(width)), sms) * sum(width)
+
+    return min(_FILLING_WIDTHS, key=lambda w: (work(w), -sum(w)))
+
+
+def filling_config(
+    problem, schedules: tuple[str, ...] = WARP_SPECIALIZED, width: Optional[tuple[int, int]] = None
+) -> Optional[GluonConfig]:
+    """The 128-row tile of `width` (by default the filling width at the problem's own M: filling_width), of its
+    contract's schedule and the deepest ring that fits; None where 128 columns fill as well, the contract has none
+    (block scales), or its schedule is not among `schedules`."""
     contract = _contract(problem)
     if contract not in _FILLING or _FILLING[contract][0] not in schedules:
         return None
-    width = filling_width(problem, tuning.sm_count())
+    width = width or filling_width(problem, tuning.sm_count())
     if width is None:
         return None
     schedule, warps, depths, extra = _FILLING[contract]
@@ -210,6 +223,14 @@ def filling_config(problem, schedules: tuple[str, ...] = WARP_SPECIALIZED) -> Op
     (bn, bn2), precise = width, contract == "precise"
     fitting = (GluonConfig.tile(128, bn, bk, warps, st, SCHEDULE=schedule, BLOCK_N2=bn2, **extra) for st in depths)
     return next((c for c in fitting if fits(c, elem, precise)), None)
+
+
+def fitted_config(problem, schedules: tuple[str, ...] = WARP_SPECIALIZED) -> Optional[GluonConfig]:
+    """The config fitted to the problem's own M: the contract's 128-row tile of the least work per SM
+    (least_work_width), 128 columns too.  A run times it where M is none of the stored buckets (tuning._fastest_at_m),
+    since no bucket's tune saw this M's waves, and a bucket's tile may compute many rows past M (256 x 128 tuned at
+    M 512 computes 512 rows at M 333)."""
+    return filling_config(problem, schedules, least_work_width(problem, tuning.sm_count()))
 
 
 def schedules_space(problem, full: bool, schedules: tuple[str, ...]) -> list[GluonConfig]:
