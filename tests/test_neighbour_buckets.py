@@ -1,7 +1,7 @@
-"""M between two stored buckets (config_files.neighbour_buckets, choose()): the faster neighbour's config at this M, timed
-only where the two configs differ, or a config fitted to M (Tunable.fitted) where it beats both, and the choice in the
-row's `config`.  No kernel runs: a fake tunable's launches
-count their calls, and the quick timer is replaced by one that returns the µs each config is given here."""
+"""M between two stored buckets (config_files.neighbour_buckets, choose()): the faster neighbour's config at this M,
+timed only where the two configs differ, or a config fitted to M (Tunable.fitted) where it beats both, and the choice
+in the row's `config`. No kernel runs: a fake tunable's launches count their calls, and the quick timer is replaced
+by one that returns the µs each config is given here."""
 
 from __future__ import annotations
 
@@ -219,8 +219,8 @@ def test_off_the_buckets_on_one_side_the_fitted_config_is_timed_beside_the_neare
     assert sorted(fake["timed"]) == sorted([nearest.BLOCK_N, 256])  # the nearest and the fitted, once each
     where = {"file": file, "bucket": bucket} if source == "stored-neighbour" else {}
     assert launch.params == (FIT if source == "fitted" else nearest)
-    assert launch.config == {**launch.params.to_dict(), "source": source, **where,
-                             "neighbours_us": {str(bucket): fake["us"][nearest.BLOCK_N]}, "fitted_us": fitted_us}  # fmt: skip
+    timed = {"neighbours_us": {str(bucket): fake["us"][nearest.BLOCK_N]}, "fitted_us": fitted_us}
+    assert launch.config == {**launch.params.to_dict(), "source": source, **where, **timed}
 
 
 def test_only_a_fitted_provenance_without_a_file_names_its_time():

@@ -19,8 +19,8 @@ KINDS = ("own", "borrowed", "searched", "only", "imported")
 
 def kind_of(source: str) -> str:
     """A provenance source as one of KINDS: the GPU's own stored configs ("stored", "stored-neighbour", and
-    "fitted": a config shaped for M that ran faster than two of them), an engine's file ("imported"), else the source
-    itself."""
+    "fitted": a config shaped for M that ran faster than the stored ones timed beside it), an engine's file
+    ("imported"), else the source itself."""
     if source in ("stored", "stored-neighbour", "fitted"):
         return "own"
     if source == "tuned":  # what rows of older builds call a run's search

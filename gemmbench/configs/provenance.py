@@ -1,6 +1,7 @@
-"""Where a config came from (Provenance), kept beside the config (Launch.provenance) and said in the row's
-`config`: the GPU's own stored configs (or a config fitted to M that ran faster than them), a nearer GPU's borrowed, a run's quick search, or the only candidate (the
-lookup: config_sources.py, tuning.py), or an inference engine's config file (engine_import.py).  Its own module so that each of those reads it without importing the others."""
+"""Where a config came from (Provenance), kept beside the config (Launch.provenance) and said in the row's `config`: the
+GPU's own stored configs (or a config fitted to M that ran faster than them), a nearer GPU's borrowed, a run's quick
+search, or the only candidate (the lookup: config_sources.py, tuning.py), or an inference engine's config file
+(engine_import.py). Its own module so that each of those reads it without importing the others."""
 
 from __future__ import annotations
 

@@ -1,21 +1,20 @@
 """Configs of the Triton variants: stored per GPU as JSON data, searched by `gemmbench tune`.
 
-A tunable variant (Tunable) has a search space and a build(problem, inputs, config) -> Launch.  Its make() takes,
-in order: the config already chosen for this problem in this process; a stored one in the lookup's order
+A tunable variant (Tunable) has a search space and a build(problem, inputs, config) -> Launch. Its make() takes, in
+order: the config already chosen for this problem in this process; a stored one in the lookup's order
 (config_sources.py: the GPU's own, else a nearer GPU's of the same capability, borrowed, else one an earlier run
-searched and stored), from a bucket in reach of M's (where M lies between two of the GPU's own buckets, the faster
-of the two at this M, timed here when they differ: neighbour_buckets; and where M is no stored bucket, the kernel's
-config fitted to this M, where it offers one, timed beside them: Tunable.fitted); otherwise it times a few candidates right
+searched and stored), from a bucket in reach of M's (where M lies between two of the GPU's own buckets, the faster of
+the two at this M, timed here when they differ: neighbour_buckets; and where M is no stored bucket, the kernel's config
+fitted to this M, where it offers one, timed beside them: Tunable.fitted); otherwise it times a few candidates right
 there (search) and stores the winner in the user's folder as "searched", so that the next run runs the same config.
-`gemmbench run --retune` skips the stored files and stores nothing; `--no-borrow` and `--no-store` turn those steps
-off.  Where the config came from is a Provenance, kept beside the config (Launch.provenance); the row's `config`
-says it: "source" is "stored" (with "file" and "bucket"), "stored-neighbour" (the same, and "neighbours_us"; and
-"fitted_us" where a fitted config was timed), "fitted" (the fitted config, faster than both: "neighbours_us" and
-"fitted_us", no file),
-"borrowed" (the same, and "borrowed": the lender's folder), "searched" (with "file" and "bucket" once stored), "only"
-(nothing to choose: one candidate, or Triton's CPU interpreter), or an inference engine's name ("vllm", "sglang": a
-config file of the engine's, imported by `gemmbench run --import-config`; with "file" and the engine's "key":
-engine_import.py).
+`gemmbench run --retune` skips the stored files and stores nothing; `--no-borrow` and `--no-store` turn those steps off.
+Where the config came from is a Provenance, kept beside the config (Launch.provenance); the row's `config` says it:
+"source" is "stored" (with "file" and "bucket"), "stored-neighbour" (the same, and "neighbours_us"; and "fitted_us"
+where a fitted config was timed), "fitted" (the fitted config, faster than the stored ones timed beside it:
+"neighbours_us" and "fitted_us", no file), "borrowed" (the same, and "borrowed": the lender's folder), "searched" (with
+"file" and "bucket" once stored), "only" (nothing to choose: one candidate, or Triton's CPU interpreter), or an
+inference engine's name ("vllm", "sglang": a config file of the engine's, imported by `gemmbench run --import-config`;
+with "file" and the engine's "key": engine_import.py).
 
 `gemmbench tune` searches coarse, then fine (tune_search): the quick candidates and an even sample of the full space,
 then the configs one field away from the best, round after round, within a time budget per problem; the finalists
@@ -185,7 +184,7 @@ def _from_stored(t: Tunable, problem: Problem, inputs, match: config_sources.Fou
     load = lambda b: config_files.load(t.name, problem, match.buckets, match.files, str(b), t.config_type)  # noqa: E731
     b = match.nearest(M, moe)
     if match.kind == "own":
-        buckets = sorted(int(b) for b in match.buckets)
+        buckets = sorted(int(stored) for stored in match.buckets)
         pair = neighbour_buckets(buckets, M, moe)
         off_bucket = max(M, config_files.m_bucket(1, moe)) not in buckets
         fitted = t.fitted(problem) if t.fitted and off_bucket else None
@@ -213,7 +212,7 @@ def _fastest_at_m(
     if len(contestants) == 1:
         return neighbours[-1]
     trials = search(t, problem, inputs, contestants)
-    us = {c: (round(x.time_us, 3) if not x.error else None) for x in trials for c in [x.params]}
+    us = {x.params: (round(x.time_us, 3) if not x.error else None) for x in trials}
     timed: tuple[tuple[int | str, Optional[float]], ...] = tuple((at.bucket, us[c]) for c, at in neighbours)
     if fitted is not None and fitted not in stored:
         timed += ((FITTED, us[fitted]),)
