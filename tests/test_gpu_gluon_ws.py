@@ -263,7 +263,7 @@ def test_gluon_through_make_on_gpu():
 
 def test_m_between_two_stored_buckets_times_the_fitted_tile_beside_them(tmp_path, monkeypatch):
     """M 333 between two buckets of the user's configs (256, 512): the run times both buckets' configs and the tile
-    fitted to M 333 (gluon_ws_space.filling_config: on 132 SMs 128 x 192, 3 x 43 = 129 tiles), takes the fastest,
+    fitted to M 333 (gluon_ws_space.fitted_config: on 132 SMs 128 x 192, 3 x 43 = 129 tiles), takes the fastest,
     and the row's config names all three times; the winner is right on fresh data."""
     from gemmbench import registry
     from gemmbench.configs import config_files, tuning
