@@ -153,11 +153,50 @@ def test_retune_skips_the_neighbours(fake, monkeypatch):
     assert launch.config["source"] == "only" and fake["timed"] == []
 
 
-def _fitting(fake, config=FIT):
-    """The fake tunable, offering `config` as fitted to every problem's M."""
+def _fitting(fake, config=FIT, launched=None):
+    """The fake tunable, offering `config` as fitted to every problem's M (and launching configs as `launched`)."""
     fake["tunable"] = tuning.Tunable(NAME, lambda p, on_gpu, full: [SMALL], fake["tunable"].build, DenseConfig,
-                                     fitted=lambda problem: config)  # fmt: skip
+                                     fitted=lambda problem: config, launched=launched)  # fmt: skip
     return fake["tunable"]
+
+
+@pytest.mark.parametrize(
+    "us,want",
+    [
+        ({64: 11.0, 128: 11.0, 256: 11.0}, 128),  # all equal: the upper bucket's, as stored()'s tie
+        ({64: 10.0, 128: 11.0, 256: 10.0}, 64),  # the fitted config ties the faster bucket: that bucket's
+        ({64: 12.0, 128: 11.0, 256: 11.0}, 128),
+    ],
+)
+def test_a_fitted_config_wins_only_by_being_faster(fake, us, want):
+    _store(DENSE, {64: SMALL, 128: LARGE})
+    fake["us"] = us
+    launch = _fitting(fake).make(DENSE, None)
+    assert launch.params == {64: SMALL, 128: LARGE}[want]
+    assert launch.config["source"] == "stored-neighbour" and launch.config["bucket"] == want
+    assert launch.config["fitted_us"] == us[256]
+
+
+def test_a_fitted_config_that_cannot_run_leaves_the_stored_one_and_says_so(fake):
+    _store(DENSE, {64: SMALL, 128: LARGE})
+    fake["fails"], fake["us"] = {256}, {64: 12.0, 128: 11.0}
+    launch = _fitting(fake).make(DENSE, None)
+    assert launch.params == LARGE and launch.config["fitted_us"] is None
+    assert launch.config["neighbours_us"] == {"64": 12.0, "128": 11.0}
+
+
+def test_configs_that_launch_alike_are_timed_once(fake):
+    _store(DENSE, {64: SMALL, 128: LARGE})
+    fake["us"] = {64: 12.0, 128: 11.0}
+    # the fitted config launches as the upper bucket's (a kernel narrowing a stored width at this M): not offered
+    launch = _fitting(fake, launched=lambda p, c: LARGE if c == FIT else c).make(DENSE, None)
+    assert sorted(fake["timed"]) == [64, 128] and launch.params == LARGE
+    assert launch.config["source"] == "stored-neighbour" and "fitted_us" not in launch.config
+    # two buckets whose configs launch alike: the upper one's, untimed
+    tuning._chosen.clear()
+    fake["timed"].clear()
+    launch = _fitting(fake, config=None, launched=lambda p, c: LARGE).make(DENSE, None)
+    assert fake["timed"] == [] and launch.params == LARGE and launch.config["source"] == "stored"
 
 
 def test_a_fitted_config_faster_than_both_neighbours_is_taken_with_their_times(fake):

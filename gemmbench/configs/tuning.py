@@ -119,6 +119,9 @@ class Tunable:
     # a config shaped for the problem's own M (or None): where M is none of the stored buckets (each tuned at its own
     # M), a run times it beside the configs of the bucket or two that would serve (_from_stored)
     fitted: Optional[Callable[[Problem], Optional[KernelConfig]]] = None
+    # the config a launch of a given one runs at a problem (or None: as given), where build() adapts a stored config to
+    # M: two configs that launch alike are timed once
+    launched: Optional[Callable[[Problem, KernelConfig], KernelConfig]] = None
 
     def make(self, problem: Problem, inputs) -> registry.Launch:
         config, provenance = choose(self, problem, inputs)
@@ -204,21 +207,25 @@ def _fastest_at_m(
     """The fastest at this M of the stored (config, provenance) of the buckets that would serve it (two neighbours,
     lower first, or the nearest) and of a config fitted to M (a tile for this M's waves, which no bucket's tune saw).
     Timed by search()'s quick pass without a reference, as a run's choice among candidates is (the run's check of
-    the cell then checks the winner), and only where the configs differ: equal ones are the upper bucket's, untimed."""
+    the cell then checks the winner), and only configs that launch differently (Tunable.launched): one that launches
+    as the upper bucket's is that bucket's, untimed, and a fitted one that launches as a stored one is not offered."""
+    ran = (lambda c: t.launched(problem, c)) if t.launched else (lambda c: c)  # noqa: E731
     stored = [config for config, _ in neighbours]
     # the upper bucket first: search() sorts stably, so an equal time goes to it, as stored()'s tie does; the fitted
     # config last, so that it wins only by being faster
-    contestants = list(dict.fromkeys(stored[::-1] + ([fitted] if fitted is not None else [])))
-    if len(contestants) == 1:
+    firsts: dict[KernelConfig, KernelConfig] = {}
+    for config in stored[::-1] + ([fitted] if fitted is not None else []):
+        firsts.setdefault(ran(config), config)
+    if len(firsts) == 1:
         return neighbours[-1]
-    trials = search(t, problem, inputs, contestants)
-    us = {x.params: (round(x.time_us, 3) if not x.error else None) for x in trials}
-    timed: tuple[tuple[int | str, Optional[float]], ...] = tuple((at.bucket, us[c]) for c, at in neighbours)
-    if fitted is not None and fitted not in stored:
-        timed += ((FITTED, us[fitted]),)
-        if trials[0].params == fitted:
+    trials = search(t, problem, inputs, list(firsts.values()))
+    us = {ran(x.params): (round(x.time_us, 3) if not x.error else None) for x in trials}
+    timed: tuple[tuple[int | str, Optional[float]], ...] = tuple((at.bucket, us[ran(c)]) for c, at in neighbours)
+    if fitted is not None and firsts.get(ran(fitted)) is fitted:
+        timed += ((FITTED, us[ran(fitted)]),)
+        if trials[0].params is fitted:
             return fitted, Provenance(FITTED, neighbours=timed)
-    best, at = next((c, at) for c, at in neighbours[::-1] if c == trials[0].params)
+    best, at = next((c, at) for c, at in neighbours[::-1] if ran(c) == ran(trials[0].params))
     return best, Provenance("stored-neighbour", at.file, at.bucket, timed)
 
 

@@ -42,8 +42,7 @@ from gemmbench.kernels.gluon_ws_config import (
 )
 from gemmbench.kernels.gluon_ws_space import (
     fitted_config,
-    launched_split,
-    launched_width,
+    launched,
     promotes,
     schedules_space,
 )
@@ -223,8 +222,7 @@ class GluonGemm:
 
 
 def _build(problem, inputs, config: GluonConfig) -> Launch:
-    sms = tuning.sm_count()
-    config = launched_width(problem, launched_split(problem, config, sms), sms)
+    config = launched(problem, config)
     out = torch.empty((problem.M, problem.N), dtype=inputs.out_dtype, device=inputs.a.device)
     a_scale, b_scale, scale = inputs.a_scale, inputs.b_scale, inputs.scaling
     blocks = BlockScales(inputs)
@@ -249,7 +247,8 @@ def _register(name: str, schedules: tuple[str, ...], what: str, scalings: tuple[
     def fitted(problem) -> Optional[GluonConfig]:
         return fitted_config(problem, schedules)
 
-    tunable = tuning.Tunable(name, space, _build, GluonConfig, promotion_in_config=True, fitted=fitted)
+    tunable = tuning.Tunable(name, space, _build, GluonConfig, promotion_in_config=True, fitted=fitted,
+                             launched=launched)  # fmt: skip
     register(
         Variant(
             name=name,

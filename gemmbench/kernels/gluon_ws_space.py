@@ -173,6 +173,13 @@ def launched_width(problem, config: GluonConfig, sms: int) -> GluonConfig:
     return config
 
 
+def launched(problem, config: GluonConfig) -> GluonConfig:
+    """The config a launch of `config` runs at this problem: its stored tail split and second accumulator where they
+    still pay at this M (launched_split, launched_width)."""
+    sms = tuning.sm_count()
+    return launched_width(problem, launched_split(problem, config, sms), sms)
+
+
 def _splits_of(problem, config: GluonConfig, sms: int) -> list[GluonConfig]:
     """The full search's splits of an unsplit config, for each way of meeting (ordered, atomic): where the model
     splits (filling_split), SPLIT_CHOICES up to twice its split and its split itself; the config itself first."""
@@ -210,8 +217,8 @@ def filling_config(
     problem, schedules: tuple[str, ...] = WARP_SPECIALIZED, width: Optional[tuple[int, int]] = None
 ) -> Optional[GluonConfig]:
     """The 128-row tile of `width` (by default the filling width at the problem's own M: filling_width), of its
-    contract's schedule and the deepest ring that fits; None where 128 columns fill as well, the contract has none
-    (block scales), or its schedule is not among `schedules`."""
+    contract's schedule and the deepest ring that fits; None where no width is given and 128 columns fill as well,
+    where the contract has none (block scales) or its schedule is not among `schedules`, or where no ring fits."""
     contract = _contract(problem)
     if contract not in _FILLING or _FILLING[contract][0] not in schedules:
         return None
