@@ -194,6 +194,11 @@ def _splits_of(problem, config: GluonConfig, sms: int) -> list[GluonConfig]:
     return found
 
 
+def _operands(problem) -> tuple[int, int]:
+    """(bytes an operand element, BLOCK_K) of the problem's dtype: fp8's K steps of 128, 16-bit's of 64."""
+    return (1, 128) if problem.dtype == "fp8" else (2, 64)
+
+
 def _contract(problem) -> str:
     """Which of the quick lists' contracts a problem runs: "block", "precise" (promoted fp8), "fast" or "16-bit"."""
     if problem.dtype != "fp8":
@@ -226,7 +231,7 @@ def filling_config(
     if width is None:
         return None
     schedule, warps, depths, extra = _FILLING[contract]
-    elem, bk = (1, 128) if problem.dtype == "fp8" else (2, 64)
+    elem, bk = _operands(problem)
     (bn, bn2), precise = width, contract == "precise"
     fitting = (GluonConfig.tile(128, bn, bk, warps, st, SCHEDULE=schedule, BLOCK_N2=bn2, **extra) for st in depths)
     return next((c for c in fitting if fits(c, elem, precise)), None)
@@ -244,7 +249,7 @@ def schedules_space(problem, full: bool, schedules: tuple[str, ...]) -> list[Glu
     """The quick candidates (full False) or the whole space of the given schedules for a problem."""
     precise = promotes(problem)
     block = block_scaled(problem)
-    elem, bk = (1, 128) if problem.dtype == "fp8" else (2, 64)
+    elem, bk = _operands(problem)
     tile = GluonConfig.tile
     contract = _contract(problem)
     sms = tuning.sm_count()
