@@ -554,3 +554,34 @@ def test_the_fitted_tile_is_the_width_of_least_work_per_sm(monkeypatch, N, want,
     fitted = registry.get("gluon_ws").tunable.fitted(p)
     assert (fitted.SCHEDULE, fitted.BLOCK_M, fitted.BLOCK_N, fitted.BLOCK_N2) == ("halves", 128, *want)
     assert gs.fitted_config(p.with_(scaling="block")) is None  # block scales: no second accumulator
+
+
+# The fitted tile split where its tiles leave SMs idle, by hand (132 SMs, M 333: 3 row blocks).  N 1280: 64 wide does
+# the least work (the test above), 3 x 20 = 60 tiles.  The split model counts K steps: a split unit's share of them,
+# plus its partial stored and the last unit's read of every partial, one step a slice.  fp8 (K 8192 in steps of 128:
+# 64): whole 64; 2 ways 120 units in one wave, 32 + 3 = 35; 3 ways 180 units in two waves, 2 x (22 + 4) = 52; 4 ways
+# 2 x (16 + 5) = 42; more ways more waves: 2.  bf16 (steps of 64: 128): whole 128; 2 ways 64 + 3 = 67; 3 ways
+# 2 x (43 + 4) = 94; 4 ways 2 x (32 + 5) = 74: 2.  The fast contract promotes there (fewer 128 x 128 tiles than SMs):
+# the promoted contract's halves.
+@pytest.mark.parametrize(
+    "dtype,accum,want",
+    [
+        ("fp8", "precise", cfg(128, 64, 128, 4, 6, SCHEDULE="halves", PROMOTE_WAVES=1, SPLIT_K=2, SPLIT_TAIL=True)),
+        ("fp8", "fast", cfg(128, 64, 128, 4, 6, SCHEDULE="halves", PROMOTE_WAVES=1, SPLIT_K=2, SPLIT_TAIL=True)),
+        ("bf16", "none", cfg(128, 64, 64, 8, 4, SCHEDULE="ws", SPLIT_K=2, SPLIT_TAIL=True)),
+    ],
+)
+def test_the_fitted_tile_is_split_where_its_tiles_leave_sms_idle(monkeypatch, dtype, accum, want):
+    monkeypatch.setattr(g.tuning, "sm_count", lambda: 132)
+    p = Problem("t", "g", 333, 1280, 8192, dtype, fp8_accum=accum)
+    assert gs.fitted_config(p) == want
+    assert registry.get("gluon_ws").tunable.launched(p, want) == want  # and a launch runs it so
+    fp8 = p.with_(dtype="fp8", fp8_accum="precise")
+    # N 2304, K 16384 (128 steps): 64 wide, 3 x 36 = 108 tiles, one wave; 2 ways 216 units, two waves,
+    # 2 x (64 + 3) = 134; 3 ways 3 x (43 + 4) = 141; 4 ways 4 x (32 + 5) = 148; more ways, more waves: whole
+    assert gs.fitted_config(fp8.with_(N=2304, K=16384)).splits() == 1
+    # K 512 (4 steps): no split takes MIN_SPLIT_STEPS (4) steps or more
+    assert gs.fitted_config(fp8.with_(K=512)).splits() == 1
+    # N 8192: 128 + 64 wide (the test above), whose second accumulator does not meet: whole
+    fitted = gs.fitted_config(fp8.with_(N=8192))
+    assert (fitted.BLOCK_N2, fitted.splits()) == (64, 1)

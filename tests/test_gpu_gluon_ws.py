@@ -296,6 +296,27 @@ def test_m_between_two_stored_buckets_times_the_fitted_tile_beside_them(tmp_path
     tuning._chosen.clear()
 
 
+@pytest.mark.parametrize("dtype,accum", [("fp8", "precise"), ("fp8", "fast"), ("bf16", "none")])
+def test_the_fitted_tile_of_a_small_output_is_right_split(dtype, accum):
+    """M 333, N 1280 (TP 8's QKV): the fitted tile, split where its tiles leave SMs idle (on 132 SMs the 128 x 64
+    tile in 2 units a tile: gluon_ws_space.fitted_config), is right on fresh data, as launched."""
+    from gemmbench import registry
+    from gemmbench.configs import tuning
+    from gemmbench.measure.check import check_cell
+    from gemmbench.measure.inputs import make_inputs
+    from gemmbench.shapes import Problem
+
+    p = Problem("test", "g", 333, 1280, 8192, dtype, fp8_accum=accum)
+    tunable = registry.get("gluon_ws").tunable
+    fitted = tunable.fitted(p)
+    if tuning.sm_count() == 132:
+        assert (fitted.BLOCK_M, fitted.BLOCK_N, fitted.splits()) == (128, 64, 2)
+    inputs = make_inputs(p, 13, "cuda")
+    launch = tunable.build(p, inputs, fitted)
+    result = check_cell(p, None, inputs, launch=launch).result
+    assert result.ok, result.detail
+
+
 def test_gluon_refuses_unaligned_rows_on_gpu():
     """TMA reads and writes 16-byte rows: K or N that break them are refused with the reason, not miscomputed."""
     from gemmbench import registry

@@ -239,10 +239,15 @@ def filling_config(
 
 def fitted_config(problem, schedules: tuple[str, ...] = WARP_SPECIALIZED) -> Optional[GluonConfig]:
     """The config fitted to the problem's own M: the contract's 128-row tile of the least work per SM
-    (least_work_width), 128 columns too.  A run times it where M is none of the stored buckets (tuning._fastest_at_m),
-    since no bucket's tune saw this M's waves, and a bucket's tile may compute many rows past M (256 x 128 tuned at
-    M 512 computes 512 rows at M 333)."""
-    return filling_config(problem, schedules, least_work_width(problem, tuning.sm_count()))
+    (least_work_width), 128 columns too, its tiles split where the split model finds that pays (filling_split: an
+    output of fewer tiles than SMs, whose narrowest tile still leaves SMs idle).  A run times it where M is none of
+    the stored buckets (tuning._fastest_at_m), since no bucket's tune saw this M's waves, and a bucket's tile may
+    compute many rows past M (256 x 128 tuned at M 512 computes 512 rows at M 333)."""
+    sms = tuning.sm_count()
+    config = filling_config(problem, schedules, least_work_width(problem, sms))
+    if config is None or config.BLOCK_N2 or config.SCHEDULE not in SPLITTABLE:
+        return config  # the second accumulator does not meet (fits)
+    return config.split(filling_split(problem, config, sms), tail=True)
 
 
 def schedules_space(problem, full: bool, schedules: tuple[str, ...]) -> list[GluonConfig]:
