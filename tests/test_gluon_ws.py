@@ -496,7 +496,7 @@ def test_a_stored_width_runs_narrow_where_it_no_longer_fills_the_waves():
         # promoted: the halves of 128 x (128 + 64), 4 stages (the filling test above, by hand)
         ("fp8", "precise", "tensor", cfg(128, 128, 128, 4, 4, SCHEDULE="halves", PROMOTE_WAVES=1, BLOCK_N2=64)),
         # fast, unpromoted (3 x 64 = 192 tiles of 128 x 128, not fewer than 132 SMs): the cooperative tile, 8 warps,
-        # the same 212992 B at 4 stages
+        # the same 212992 B at 4 stages (5: 253952 B, over 227 KB)
         ("fp8", "fast", "tensor", cfg(128, 128, 128, 8, 4, SCHEDULE="ws", BLOCK_N2=64)),
         # bf16: 4 stages of (128 + 192) x 64 x 2 B = 40960 B a stage, the same bytes
         ("bf16", "none", "none", cfg(128, 128, 64, 8, 4, SCHEDULE="ws", BLOCK_N2=64)),
@@ -508,7 +508,7 @@ def test_the_config_fitted_to_m_is_the_filling_tile_of_each_contract(monkeypatch
     monkeypatch.setattr(g.tuning, "sm_count", lambda: 132)
     p = Problem("t", "g", 333, 8192, 8192, dtype, scaling=scaling, fp8_accum=accum)
     assert gs.filling_config(p) == want
-    assert registry.get("gluon_ws").tunable.fitted(p) == want  # 192 also does the least work (the test below)
+    assert registry.get("gluon_ws").tunable.fitted(p) == want  # 192 also loads the least (the test below)
     if want is not None:
         assert want in gs.search_space(p, on_gpu=True, full=False)  # a run without stored configs tries it too
         assert want in gs.search_space(p, on_gpu=True, full=True)  # and the tune
@@ -524,40 +524,41 @@ def test_the_second_accumulator_is_narrower_than_the_first():
     assert (128, 64) in widths and (64, 64) not in widths and (64, 32) in widths
 
 
-# The width of the least work an SM does, by hand (132 SMs, M 333: 3 row blocks): its waves times its width, the widest
-# among equals
+# The width of the least operand traffic an SM has, by hand (132 SMs, M 333: 3 row blocks): its waves times the tile's
+# rows and columns loaded a K step (128 + its width), the widest among equals
 @pytest.mark.parametrize(
     "N,want,M",
     [
-        # 192: 43 across, 129 tiles, one wave, 192; 96: 258 tiles, two, 192; 64: 384, three, 192; 128: 192 tiles,
-        # two, 256; 80: 309, three, 240: 192 the widest of the least
+        # 192: 43 across, 129 tiles, one wave, 320; 96: 258 tiles, two, 448; 128: 192 tiles, two, 512; 64: 384,
+        # three, 576; 80: 309, three, 624
         (8192, (128, 64), 333),
-        # 128: 126 across, 378 tiles, three waves, 384; 192: 84, 252, two, 384; 64: 753, six, 384; 96: 501, four,
-        # 384; 80: 603, five, 400; 144: 336, three, 432; 160: 303, three, 480: 192 again, where its fill (252 / 264)
-        # is no better than 128's (378 / 396), so filling_width offers none
+        # 192: 84 across, 252 tiles, two waves, 640; 128: 378, three, 768; 144: 336, three, 816; 160: 303, three,
+        # 864; 96: 501, four, 896; 80: 603, five, 1040; 64: 753, six, 1152: 192, where its fill (252 / 264) is no
+        # better than 128's (378 / 396), so filling_width offers none
         (16032, (128, 64), 333),
-        # 80: 128 across, 384 tiles, three waves, 240; 128: 240 tiles, two, 256; 64: 480, four, 256; 96: 321, three,
-        # 288; 144: 216, two, 288; 160: 192, two, 320; 192: 162, two, 384
-        (10240, (64, 16), 333),
-        # 64: 20 across, 60 tiles, one wave, 64; 80, 96 and 128: 48, 42 and 30 tiles, one wave each, 80, 96, 128
+        # 128: 80 across, 240 tiles, two waves, 512; 144: 216, two, 544; 160: 192, two, 576; 80: 384, three, 624;
+        # 192: 162, two, 640; 96: 321, three, 672; 64: 480, four, 768: not the 80 wide tile that fills three waves
+        # best (its fewest columns an SM computes, 240 against 256), which loads more
+        (10240, (128, 0), 333),
+        # 64: 20 across, 60 tiles, one wave, 192; 80, 96 and 128: 48, 42 and 30 tiles, one wave each, 208, 224, 256
         (1280, (64, 0), 333),
-        # M 3000, 24 row blocks, many waves: 64: 21504 tiles, 163 waves, 10432; 80: 17208, 131, 10480; 96: 14352, 109,
-        # 10464; 128: 10752, 82, 10496; 144: 9576, 73, 10512; 160: 8616, 66, 10560; 192: 7176, 55, 10560: the
-        # narrowest, by 0.3 % over 96 (a contestant the stored configs' timing will likely beat)
-        (57344, (64, 0), 3000),
+        # M 3000, 24 row blocks, many waves: 64: 21504 tiles, 163 waves, 31296; 80: 17208, 131, 27248; 96: 14352,
+        # 109, 24416; 128: 10752, 82, 20992; 144: 9576, 73, 19856; 160: 8616, 66, 19008; 192: 7176, 55, 17600: the
+        # widest, the most MACs a byte loaded
+        (57344, (128, 64), 3000),
     ],
 )
-def test_the_fitted_tile_is_the_width_of_least_work_per_sm(monkeypatch, N, want, M):
+def test_the_fitted_tile_is_the_width_of_least_operand_traffic_per_sm(monkeypatch, N, want, M):
     monkeypatch.setattr(g.tuning, "sm_count", lambda: 132)
     p = Problem("t", "g", M, N, 8192, "fp8", fp8_accum="precise")
-    assert gs.least_work_width(p, 132) == want
+    assert gs.least_traffic_width(p, 132) == want
     fitted = registry.get("gluon_ws").tunable.fitted(p)
     assert (fitted.SCHEDULE, fitted.BLOCK_M, fitted.BLOCK_N, fitted.BLOCK_N2) == ("halves", 128, *want)
     assert gs.fitted_config(p.with_(scaling="block")) is None  # block scales: no second accumulator
 
 
 # The fitted tile split where its tiles leave SMs idle, by hand (132 SMs, M 333: 3 row blocks).  N 1280: 64 wide does
-# the least work (the test above), 3 x 20 = 60 tiles.  The split model counts K steps: a split unit's share of them,
+# the least operand traffic (the test above), 3 x 20 = 60 tiles.  The split model counts K steps: a split unit's share of them,
 # plus its partial stored and the last unit's read of every partial, one step a slice.  fp8 (K 8192 in steps of 128:
 # 64): whole 64; 2 ways 120 units in one wave, 32 + 3 = 35; 3 ways 180 units in two waves, 2 x (22 + 4) = 52; 4 ways
 # 2 x (16 + 5) = 42; more ways more waves: 2.  bf16 (steps of 64: 128): whole 128; 2 ways 64 + 3 = 67; 3 ways
@@ -568,7 +569,8 @@ def test_the_fitted_tile_is_the_width_of_least_work_per_sm(monkeypatch, N, want,
     [
         ("fp8", "precise", cfg(128, 64, 128, 4, 6, SCHEDULE="halves", PROMOTE_WAVES=1, SPLIT_K=2, SPLIT_TAIL=True)),
         ("fp8", "fast", cfg(128, 64, 128, 4, 6, SCHEDULE="halves", PROMOTE_WAVES=1, SPLIT_K=2, SPLIT_TAIL=True)),
-        ("bf16", "none", cfg(128, 64, 64, 8, 4, SCHEDULE="ws", SPLIT_K=2, SPLIT_TAIL=True)),
+        # bf16: 8 stages of (128 + 64) x 64 x 2 B = 24576 B, 196608 B, and the 16384 B output tile: within 227 KB
+        ("bf16", "none", cfg(128, 64, 64, 8, 8, SCHEDULE="ws", SPLIT_K=2, SPLIT_TAIL=True)),
     ],
 )
 def test_the_fitted_tile_is_split_where_its_tiles_leave_sms_idle(monkeypatch, dtype, accum, want):

@@ -79,9 +79,10 @@ _SPLIT_QUICK = {
 # by FILL_MARGIN or more (filling_width): tiles 64, 80, 96, 128, 144, 160 and 192 wide
 _FILLING_WIDTHS = ((64, 0), (64, 16), (64, 32), (128, 0), (128, 16), (128, 32), (128, 64))
 # the filling tile's schedule, warps and ring depths, deepest that fits first: fp8 promoted the halves (as its quick
-# candidates), the other contracts the eight-warp cooperative tile (docs/BENCHMARKS.md, "M between the buckets")
-_FILLING = {"precise": ("halves", 4, (6, 5, 4, 3), {"PROMOTE_WAVES": 1}), "fast": ("ws", 8, (4, 3), {}),
-            "16-bit": ("ws", 8, (4, 3), {})}  # fmt: skip
+# candidates), the other contracts the eight-warp cooperative tile, its ring as deep as the search space's
+# (docs/BENCHMARKS.md, "M between the buckets")
+_FILLING = {"precise": ("halves", 4, (6, 5, 4, 3), {"PROMOTE_WAVES": 1}), "fast": ("ws", 8, (8, 7, 6, 5, 4, 3), {}),
+            "16-bit": ("ws", 8, (8, 7, 6, 5, 4, 3), {})}  # fmt: skip
 FILL_MARGIN = 0.05
 # the ring's depths: a narrow tile's stages are small, and where its loads are the bound (one row of tiles) more of
 # them in flight pays, as cuBLAS's narrow-tile kernels hold (docs/BENCHMARKS.md, "The other M 128 misses"); fits()
@@ -206,16 +207,19 @@ def _contract(problem) -> str:
     return "block" if block_scaled(problem) else "precise" if promotes(problem) else "fast"
 
 
-def least_work_width(problem, sms: int) -> tuple[int, int]:
-    """The 128-row tile's (BLOCK_N, BLOCK_N2) among the filling widths whose launch gives an SM the least work at the
-    problem's M: its waves times its width (the widest among equals: fewer operand bytes per FLOP).  A fuller last
-    wave is not the whole story: at N 16032, M 333 tiles 192 wide fill as many slots as 128 wide (0.95) in two waves
-    instead of three, the same columns an SM computes."""
+def least_traffic_width(problem, sms: int) -> tuple[int, int]:
+    """The 128-row tile's (BLOCK_N, BLOCK_N2) among the filling widths whose launch has an SM load the fewest operand
+    rows a K step at the problem's M: its waves times the tile's rows and columns, 128 + its width (the widest among
+    equals).  A 128-row tile's loads, not its wgmma, set its pace (docs/BENCHMARKS.md, "M between the buckets": at N
+    10240, M 333, 128 x 80 in three waves, 3 x 208 rows, ran slower than 128 x 128 in two, 2 x 256), so a narrower
+    tile that fills the last wave better pays only where it saves a wave's loads; and a fuller last wave is not the
+    whole story either: at N 16032, M 333, 192 wide fills as many slots as 128 wide (0.95) in two waves instead of
+    three."""
 
-    def work(width: tuple[int, int]) -> int:
-        return triton.cdiv(triton.cdiv(problem.M, 128) * triton.cdiv(problem.N, sum(width)), sms) * sum(width)
+    def traffic(width: tuple[int, int]) -> int:
+        return triton.cdiv(triton.cdiv(problem.M, 128) * triton.cdiv(problem.N, sum(width)), sms) * (128 + sum(width))
 
-    return min(_FILLING_WIDTHS, key=lambda w: (work(w), -sum(w)))
+    return min(_FILLING_WIDTHS, key=lambda w: (traffic(w), -sum(w)))
 
 
 def filling_config(
@@ -238,13 +242,13 @@ def filling_config(
 
 
 def fitted_config(problem, schedules: tuple[str, ...] = WARP_SPECIALIZED) -> Optional[GluonConfig]:
-    """The config fitted to the problem's own M: the contract's 128-row tile of the least work per SM
-    (least_work_width), 128 columns too, its tiles split where the split model finds that pays (filling_split: an
+    """The config fitted to the problem's own M: the contract's 128-row tile of the least operand traffic per SM
+    (least_traffic_width), 128 columns too, its tiles split where the split model finds that pays (filling_split: an
     output of fewer tiles than SMs, whose narrowest tile still leaves SMs idle).  A run times it where M is none of
     the stored buckets (tuning._fastest_at_m), since no bucket's tune saw this M's waves, and a bucket's tile may
     compute many rows past M (256 x 128 tuned at M 512 computes 512 rows at M 333)."""
     sms = tuning.sm_count()
-    config = filling_config(problem, schedules, least_work_width(problem, sms))
+    config = filling_config(problem, schedules, least_traffic_width(problem, sms))
     if config is None or config.BLOCK_N2 or config.SCHEDULE not in SPLITTABLE:
         return config  # the second accumulator does not meet (fits)
     return config.split(filling_split(problem, config, sms), tail=True)
