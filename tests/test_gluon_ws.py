@@ -529,8 +529,8 @@ def test_the_second_accumulator_is_narrower_than_the_first():
 @pytest.mark.parametrize(
     "N,want,M",
     [
-        # 192: 43 across, 129 tiles, one wave, 320; 96: 258 tiles, two, 448; 128: 192 tiles, two, 512; 64: 384,
-        # three, 576; 80: 309, three, 624
+        # 192: 43 across, 129 tiles, one wave, 320; 96: 258 tiles, two, 448; 128: 192 tiles, two, 512; 144: 171,
+        # two, 544; 160: 156, two, 576; 64: 384, three, 576; 80: 309, three, 624
         (8192, (128, 64), 333),
         # 192: 84 across, 252 tiles, two waves, 640; 128: 378, three, 768; 144: 336, three, 816; 160: 303, three,
         # 864; 96: 501, four, 896; 80: 603, five, 1040; 64: 753, six, 1152: 192, where its fill (252 / 264) is no
@@ -542,6 +542,12 @@ def test_the_second_accumulator_is_narrower_than_the_first():
         (10240, (128, 0), 333),
         # 64: 20 across, 60 tiles, one wave, 192; 80, 96 and 128: 48, 42 and 30 tiles, one wave each, 208, 224, 256
         (1280, (64, 0), 333),
+        # 192 would load least (112 across, 336 tiles, three waves, 960; 128: 504, four, 1024), but its last wave
+        # fills 336 / 396 = 0.85 where 128 wide fills 504 / 528 = 0.95, and at the M 512 bucket no better (448 / 528
+        # against 672 / 792, both 0.85): a launch runs it 128 wide (launched_width), so it is no candidate.  Nor are
+        # 144 (450 tiles, 0.85), 160 (405, 0.77), 80 (807 in 7 waves, 0.87, against 64's 1008 in 8, 0.95) or 96
+        # (672, 0.85): of 128 and 64 (1008 tiles, eight waves, 1536), 128
+        (21504, (128, 0), 333),
         # M 3000, 24 row blocks, many waves: 64: 21504 tiles, 163 waves, 31296; 80: 17208, 131, 27248; 96: 14352,
         # 109, 24416; 128: 10752, 82, 20992; 144: 9576, 73, 19856; 160: 8616, 66, 19008; 192: 7176, 55, 17600: the
         # widest, the most MACs a byte loaded
@@ -552,14 +558,30 @@ def test_the_fitted_tile_is_the_width_of_least_operand_traffic_per_sm(monkeypatc
     monkeypatch.setattr(g.tuning, "sm_count", lambda: 132)
     p = Problem("t", "g", M, N, 8192, "fp8", fp8_accum="precise")
     assert gs.least_traffic_width(p, 132) == want
-    fitted = registry.get("gluon_ws").tunable.fitted(p)
+    tunable = registry.get("gluon_ws").tunable
+    fitted = tunable.fitted(p)
     assert (fitted.SCHEDULE, fitted.BLOCK_M, fitted.BLOCK_N, fitted.BLOCK_N2) == ("halves", 128, *want)
+    assert tunable.launched(p, fitted) == fitted  # the launch runs the width chosen
     assert gs.fitted_config(p.with_(scaling="block")) is None  # block scales: no second accumulator
 
 
-# The fitted tile split where its tiles leave SMs idle, by hand (132 SMs, M 333: 3 row blocks).  N 1280: 64 wide does
-# the least operand traffic (the test above), 3 x 20 = 60 tiles.  The split model counts K steps: a split unit's share of them,
-# plus its partial stored and the last unit's read of every partial, one step a slice.  fp8 (K 8192 in steps of 128:
+@pytest.mark.parametrize("sms", [132, 114, 78])
+def test_a_launch_runs_the_fitted_config_as_fitted(monkeypatch, sms):
+    """Whatever the GPU's SM count, M and N, a launch runs the fitted config unchanged (no width narrowed, no split
+    dropped), so a row's "fitted" source names what ran and its ring is the one chosen for its width."""
+    monkeypatch.setattr(g.tuning, "sm_count", lambda: sms)
+    tunable = registry.get("gluon_ws").tunable
+    for M in (17, 129, 200, 333, 777, 1500, 3000):
+        for N in (1280, 2304, 7168, 10240, 16032, 21504, 57344, 128256):
+            for dtype, accum in (("fp8", "precise"), ("fp8", "fast"), ("bf16", "none")):
+                p = Problem("t", "g", M, N, 8192, dtype, fp8_accum=accum)
+                fitted = tunable.fitted(p)
+                assert tunable.launched(p, fitted) == fitted, (M, N, dtype, accum)
+
+
+# The fitted tile split where its tiles leave SMs idle, by hand (132 SMs, M 333: 3 row blocks).  N 1280: 64 wide has
+# the least operand traffic (the test above), 3 x 20 = 60 tiles.  The split model counts K steps: a split unit's share
+# of them, plus its partial stored and the last unit's read of every partial, one step a slice.  fp8 (K 8192 in steps of 128:
 # 64): whole 64; 2 ways 120 units in one wave, 32 + 3 = 35; 3 ways 180 units in two waves, 2 x (22 + 4) = 52; 4 ways
 # 2 x (16 + 5) = 42; more ways more waves: 2.  bf16 (steps of 64: 128): whole 128; 2 ways 64 + 3 = 67; 3 ways
 # 2 x (43 + 4) = 94; 4 ways 2 x (32 + 5) = 74: 2.  The fast contract promotes there (fewer 128 x 128 tiles than SMs):

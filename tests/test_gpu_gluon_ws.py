@@ -313,6 +313,7 @@ def test_the_fitted_tile_of_a_small_output_is_right_split(dtype, accum):
         assert (fitted.BLOCK_M, fitted.BLOCK_N, fitted.splits()) == (128, 64, 2)
     inputs = make_inputs(p, 13, "cuda")
     launch = tunable.build(p, inputs, fitted)
+    assert launch.params == fitted  # launched as fitted, split and all
     result = check_cell(p, None, inputs, launch=launch).result
     assert result.ok, result.detail
 

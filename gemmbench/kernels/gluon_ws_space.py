@@ -80,7 +80,7 @@ _SPLIT_QUICK = {
 _FILLING_WIDTHS = ((64, 0), (64, 16), (64, 32), (128, 0), (128, 16), (128, 32), (128, 64))
 # the filling tile's schedule, warps and ring depths, deepest that fits first: fp8 promoted the halves (as its quick
 # candidates), the other contracts the eight-warp cooperative tile, its ring as deep as the search space's
-# (docs/BENCHMARKS.md, "M between the buckets")
+# (docs/BENCHMARKS.md, "M between the buckets" and "The fitted tile's width by its loads")
 _FILLING = {"precise": ("halves", 4, (6, 5, 4, 3), {"PROMOTE_WAVES": 1}), "fast": ("ws", 8, (8, 7, 6, 5, 4, 3), {}),
             "16-bit": ("ws", 8, (8, 7, 6, 5, 4, 3), {})}  # fmt: skip
 FILL_MARGIN = 0.05
@@ -161,17 +161,23 @@ def launched_width(problem, config: GluonConfig, sms: int) -> GluonConfig:
     width among the quick candidates): one that fills 132 SMs at the bucket's M can leave them idle at a smaller M
     it serves (the M 512 bucket of N 10240 at 128 + 32: 256 tiles at M 512, two waves nearly full; 192 at M 333, a
     wave and a half).  At the bucket's own M it always runs as stored."""
-    if not config.BLOCK_N2:
-        return config
-    narrow = replace(config, BLOCK_N2=0)
+    if runs_narrower(problem, config.BLOCK_M, (config.BLOCK_N, config.BLOCK_N2), sms):
+        return replace(config, BLOCK_N2=0)
+    return config
 
-    def fill(c: GluonConfig, M: int) -> float:
-        return wave_fill(tiles(c, M, problem.N), sms)
+
+def runs_narrower(problem, block_m: int, width: tuple[int, int], sms: int) -> bool:
+    """Whether a launch runs a block_m-row tile of this (BLOCK_N, BLOCK_N2) BLOCK_N wide at the problem's M
+    (launched_width's rule)."""
+    bn, bn2 = width
+    if not bn2:
+        return False
+
+    def fill(columns: int, M: int) -> float:
+        return wave_fill(triton.cdiv(M, block_m) * triton.cdiv(problem.N, columns), sms)
 
     at, tuned_at = problem.M, m_bucket(problem.M)
-    if fill(narrow, at) >= fill(config, at) + FILL_MARGIN and fill(config, tuned_at) >= fill(narrow, tuned_at):
-        return narrow
-    return config
+    return fill(bn, at) >= fill(bn + bn2, at) + FILL_MARGIN and fill(bn + bn2, tuned_at) >= fill(bn, tuned_at)
 
 
 def launched(problem, config: GluonConfig) -> GluonConfig:
@@ -208,18 +214,16 @@ def _contract(problem) -> str:
 
 
 def least_traffic_width(problem, sms: int) -> tuple[int, int]:
-    """The 128-row tile's (BLOCK_N, BLOCK_N2) among the filling widths whose launch has an SM load the fewest operand
-    rows a K step at the problem's M: its waves times the tile's rows and columns, 128 + its width (the widest among
-    equals).  A 128-row tile's loads, not its wgmma, set its pace (docs/BENCHMARKS.md, "M between the buckets": at N
-    10240, M 333, 128 x 80 in three waves, 3 x 208 rows, ran slower than 128 x 128 in two, 2 x 256), so a narrower
-    tile that fills the last wave better pays only where it saves a wave's loads; and a fuller last wave is not the
-    whole story either: at N 16032, M 333, 192 wide fills as many slots as 128 wide (0.95) in two waves instead of
-    three."""
+    """The 128-row tile's (BLOCK_N, BLOCK_N2) whose launch has an SM load the fewest operand rows a K step at the
+    problem's M: its waves times the tile's rows and columns, 128 + its width (the widest among equals), among the
+    filling widths a launch runs as wide as they are (runs_narrower).  At these M a 128-row tile goes at the pace of
+    its loads, not its wgmma (docs/BENCHMARKS.md, "The fitted tile's width by its loads")."""
 
     def traffic(width: tuple[int, int]) -> int:
         return triton.cdiv(triton.cdiv(problem.M, 128) * triton.cdiv(problem.N, sum(width)), sms) * (128 + sum(width))
 
-    return min(_FILLING_WIDTHS, key=lambda w: (traffic(w), -sum(w)))
+    kept = [w for w in _FILLING_WIDTHS if not runs_narrower(problem, 128, w, sms)]
+    return min(kept, key=lambda w: (traffic(w), -sum(w)))
 
 
 def filling_config(
@@ -243,10 +247,10 @@ def filling_config(
 
 def fitted_config(problem, schedules: tuple[str, ...] = WARP_SPECIALIZED) -> Optional[GluonConfig]:
     """The config fitted to the problem's own M: the contract's 128-row tile of the least operand traffic per SM
-    (least_traffic_width), 128 columns too, its tiles split where the split model finds that pays (filling_split: an
-    output of fewer tiles than SMs, whose narrowest tile still leaves SMs idle).  A run times it where M is none of
-    the stored buckets (tuning._fastest_at_m), since no bucket's tune saw this M's waves, and a bucket's tile may
-    compute many rows past M (256 x 128 tuned at M 512 computes 512 rows at M 333)."""
+    (least_traffic_width), 128 columns too, its tiles past the grid's whole waves split where the split model finds
+    that pays (filling_split: an output of fewer tiles than SMs, or a last wave that leaves SMs idle).  A run times
+    it where M is none of the stored buckets (tuning._fastest_at_m), since no bucket's tune saw this M's waves, and a
+    bucket's tile may compute many rows past M (256 x 128 tuned at M 512 computes 512 rows at M 333)."""
     sms = tuning.sm_count()
     config = filling_config(problem, schedules, least_traffic_width(problem, sms))
     if config is None or config.BLOCK_N2 or config.SCHEDULE not in SPLITTABLE:
