@@ -47,7 +47,7 @@ def search_space(problem, on_gpu: bool, full: bool = True) -> list[GluonConfig]:
 # The quick candidates are each contract's fastest (docs/BENCHMARKS.md: "The Gluon kernel, step by step", on the
 # H100; "Promoted fp8: the waves and the halves", on the H200): 16-bit and fp8 fast, cooperative 128 x 256 (8 warps,
 # 3 stages) and ping-pong 128 x 128; fp8 promoted and block scales, the halves (two one-warpgroup consumers on a
-# tile's row halves, taking turns at the waves' wgmma) of 256 x 128 in two waves and of 128 x 128 in one; and for
+# tile's row halves, each running the waves' K loop) of 256 x 128 in two waves and of 128 x 128 in one; and for
 # every contract but block scales the 128 + 32 = 160 wide cooperative tile, which fills the 132 SMs where N is 1280
 # (8 tiles across), and for fp8 promoted the halves of it too (4 stages: 6 of 160 columns overflow shared memory).
 # 128 x 256 with Triton's promotion needs 256 registers a thread (it spills: fits() keeps it out); four-warp
