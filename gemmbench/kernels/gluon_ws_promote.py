@@ -6,8 +6,9 @@ Triton's wgmma lowering promotes every PROMOTE of K by itself (max_num_imprecise
 adding it.  The overlapped loop sums each K step into one of two alternating partials and adds the finished one while
 the other's wgmma runs (three fp32 tiles).  The waves take the tile's rows in one or two waves: each K step's sum of a
 wave goes into one partial, waited for and added into that wave's fp32 tile, so only one partial lives beside the
-fp32 tile; in the halves schedule two consumers run it on the two halves of a tile's rows, each on its own
-(docs/BENCHMARKS.md, "Promoted fp8: the waves and the halves").  Each jit signature is grouped by role, a commented line each.
+fp32 tile; in the halves schedule two consumers run it on the two halves of a tile's rows, each on its own, or with
+block scales taking turns at the waves' wgmma (docs/BENCHMARKS.md, "Promoted fp8: the waves and the halves").  Each
+jit signature is grouped by role, a commented line each.
 """
 
 from __future__ import annotations
@@ -151,12 +152,13 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
 
     @gluon.jit
     def k_loop_waves(
-        a_bufs, b_bufs, b2_bufs, ready, empty,                   # shared memory: stages (B's next BN2 rows), their
-                                                                 # barriers
+        a_bufs, b_bufs, b2_bufs, ready, empty, turns,            # shared memory: stages (B's next BN2 rows), their
+                                                                 # barriers, the turns'
         a_sc, b_sc,                                              # the stages' block scales (stage_block_scales)
-        base, k_steps,                                           # ring position, steps
+        base, k_steps, turn,                                     # ring position, steps; turns taken
         acc0, acc1, wide0, wide1,                                # the waves' fp32 tiles: BLOCK_N and BN2 columns
         ROW0: gl.constexpr,                                      # this consumer's first row within a stage's A block
+        FIRST: gl.constexpr, TURNS: gl.constexpr,                # schedule: which consumer, whether they alternate
         SCALE: gl.constexpr, WAVES: gl.constexpr,                # fp8: which scales, how many waves
         BN2: gl.constexpr,                                       # meta: the second accumulators' width (0: none)
     ):
@@ -164,11 +166,13 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
         goes into one reduced-precision accumulator, started afresh (use_acc False), waited for, and added into that
         wave's fp32 accumulator; then the next wave.  Only one partial beside the fp32 tile: 256 x 128 fits where
         Triton's promotion of a whole tile spills or serializes its wgmma.  Two consumers on the two halves of a
-        tile's rows (the halves) each run this loop on their own, as DeepGEMM's math warpgroups do: the tensor
-        cores take the two warpgroups' wgmma as they are issued, so one's promotion runs under the other's wgmma
-        (handing a turn over at every wave measured slower: docs/BENCHMARKS.md, "Promoted fp8: the waves and the
-        halves").  BN2 > 0: each wave also sums the tile's next BN2 columns (wide0, wide1; a 128 + 32 wide tile is
-        two power-of-two tensors), both wgmma issued together.  Returns the waves' tiles."""
+        tile's rows (the halves) each run this loop, and the tensor cores take the two warpgroups' wgmma as they are
+        issued, so one's promotion runs under the other's wgmma, as DeepGEMM's math warpgroups do.  TURNS (the
+        halves with block scales): each issues a wave's wgmma in its turn and hands the turn over once issued, so
+        the tensor cores take the two consumers' waves one after the other.  Per-tensor and row scales run faster
+        without turns, block scales mostly slower (docs/BENCHMARKS.md, "Promoted fp8: the waves and the halves").
+        BN2 > 0: each wave also sums the tile's next BN2 columns (wide0, wide1; a 128 + 32 wide tile is two
+        power-of-two tensors), both wgmma issued together.  Returns the waves' tiles and the turns taken."""
         STAGES: gl.constexpr = a_bufs.shape[0]
         WAVE_M: gl.constexpr = acc0.shape[0]
         layout: gl.constexpr = acc0.type.layout
@@ -189,28 +193,39 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
             a = a_bufs.index(slot)
             b = b_bufs.index(slot).permute((1, 0))
             b2 = b2_bufs.index(slot).permute((1, 0))
-            raw, raw2 = _wave_mma(a.slice(ROW0, WAVE_M, dim=0), b, b2, raw, raw2, BN2)
+            raw, raw2, turn = _wave_mma(a.slice(ROW0, WAVE_M, dim=0), b, b2, raw, raw2, turns, turn, FIRST, TURNS,
+                                        BN2)
             acc0 = _promoted(acc0, raw, s0, SCALE)
             if BN2 > 0:  # (block scales take no second accumulator: fits)
                 wide0 = wide0 + raw2
             if WAVES == 2:
-                raw, raw2 = _wave_mma(a.slice(ROW0 + WAVE_M, WAVE_M, dim=0), b, b2, raw, raw2, BN2)
+                raw, raw2, turn = _wave_mma(a.slice(ROW0 + WAVE_M, WAVE_M, dim=0), b, b2, raw, raw2, turns, turn,
+                                            FIRST, TURNS, BN2)
                 acc1 = _promoted(acc1, raw, s1, SCALE)
                 if BN2 > 0:
                     wide1 = wide1 + raw2
             mbarrier.arrive(empty.index(slot), count=1)
-        return acc0, acc1, wide0, wide1
+        return acc0, acc1, wide0, wide1, turn
 
     @gluon.jit
-    def _wave_mma(a, b, b2, raw, raw2, BN2: gl.constexpr):
-        """One wave's K step into raw (and BN2 > 0: its next BN2 columns into raw2), started afresh and waited for."""
+    def _wave_mma(a, b, b2, raw, raw2, turns, turn, FIRST: gl.constexpr, TURNS: gl.constexpr, BN2: gl.constexpr):
+        """One wave's K step into raw (and BN2 > 0: its next BN2 columns into raw2), started afresh and waited for;
+        TURNS: issued in this consumer's turn (the first consumer's first turn finds its barrier's phase 1 complete,
+        as created), the turn handed over once issued and counted (only then: the count's parity is the barrier's
+        phase)."""
+        if TURNS:
+            mbarrier.wait(turns.index(FIRST), (turn & 1) ^ (1 - FIRST))
         raw = warpgroup_mma(a, b, raw, use_acc=False, is_async=True)
         if BN2 > 0:
             raw2 = warpgroup_mma(a, b2, raw2, use_acc=False, is_async=True)
+        if TURNS:
+            mbarrier.arrive(turns.index(1 - FIRST), count=1)
+            turn += 1
+        if BN2 > 0:
             raw, raw2 = warpgroup_mma_wait(0, deps=[raw, raw2])
         else:
             raw = warpgroup_mma_wait(0, deps=[raw])
-        return raw, raw2
+        return raw, raw2, turn
 
     @gluon.jit
     def epilogue_waves(
