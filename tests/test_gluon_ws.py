@@ -273,7 +273,7 @@ def test_search_space_fits_and_starts_with_the_measured_winners(dtype, accum):
     full = gs.search_space(p, on_gpu=True, full=True)
     quick = gs.search_space(p, on_gpu=True, full=False)
     assert full[: len(quick)] == quick and len(set(full)) == len(full)
-    # the halves take turns at the waves' promotion: fp8 precise only
+    # the halves run the waves' promotion: fp8 precise only
     assert {c.SCHEDULE for c in full} == {"ws", "pingpong"} | ({"halves"} if precise else set())
     bk = 128 if dtype == "fp8" else 64
     wide, tall = cfg(128, 256, bk, 8, 3, SCHEDULE="ws"), cfg(256, 128, bk, 8, 3, SCHEDULE="ws")
@@ -377,7 +377,7 @@ def test_waves_fit_one_partial_beside_the_fp32_tile():
     assert waves(256, 128, 8, 3, 2) in full and waves(128, 256, 8, 3, 2) in full
     assert waves(256, 128, 8, 3, 1) not in full  # one wave: 128 + 128 = 256
     assert waves(64, 128, 4, 4, 2) not in full  # two waves of 32 rows: a wgmma takes 64
-    # ping-pong's consumers take turns per tile (the waves' turns are the halves'), though 128 + 64 would fit 4 warps
+    # ping-pong's consumers take turns per tile (the waves are the halves'), though 128 + 64 would fit 4 warps
     assert waves(128, 128, 4, 4, 2, "pingpong") not in full
     assert not any(c.PROMOTE_WAVES for c in full if c.SCHEDULE == "pingpong")
     # a second accumulator of BLOCK_N2 columns in each wave, by hand: halves of 128 x (128 + 32), 64 rows a consumer
@@ -395,7 +395,7 @@ def test_waves_fit_one_partial_beside_the_fp32_tile():
     # 128 x 128 / 128 = 128 and a 64 x 128 partial, 64: 192; in one wave 128 + 128 = 256
     assert waves(256, 128, 4, 3, 2, "halves") in full and waves(256, 128, 4, 3, 1, "halves") not in full
     assert waves(256, 128, 8, 3, 2, "halves") not in full  # a half is one warpgroup
-    assert all(c.PROMOTE_WAVES for c in full if c.SCHEDULE == "halves")  # the turns are the waves'
+    assert all(c.PROMOTE_WAVES for c in full if c.SCHEDULE == "halves")  # the halves' K loop is the waves'
     assert waves(128, 128, 4, 4, 2, "halves") not in full  # halves of 64 rows in two waves of 32
     # fast accumulation on 16 x 64 = 1024 tiles (>= 132 SMs) promotes nothing: no wave is searched
     fast = Problem("t", "g", 2048, 8192, 1024, "fp8", fp8_accum="fast")
