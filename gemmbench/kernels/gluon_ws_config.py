@@ -153,9 +153,9 @@ def fits(config: GluonConfig, elem: int, fp8_precise: bool, block: bool = False)
     if waves and (config.SCHEDULE not in WARP_SPECIALIZED or config.PROMOTE_OVERLAP or not (fp8_precise or block)):
         return False  # the waves are a promotion of the warp-specialized consumers
     if halves and (not waves or config.num_warps != WARPGROUP):
-        return False  # the halves take turns at the waves' wgmma, one warpgroup each
+        return False  # the halves run the waves' K loop, one warpgroup each
     if waves and config.SCHEDULE == "pingpong":
-        return False  # ping-pong's consumers take turns per tile, each its own: the waves' turns are the halves'
+        return False  # ping-pong's consumers take turns per tile, each its own: the waves are the halves'
 
     if waves and config.BLOCK_M % (64 * waves * (2 if halves else 1)):
         return False  # each wave a whole number of 64-row warpgroup wgmmas
