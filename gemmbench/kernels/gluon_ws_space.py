@@ -102,6 +102,11 @@ _PROMOTIONS = ((False, 0), (True, 0), (False, 1), (False, 2))
 _STEP_QUICK = {"16-bit": (128, 256, 8, 3), "fast": (128, 256, 8, 3), "precise": (128, 128, 4, 4)}
 
 
+def _tile_count(M: int, N: int, block_m: int, columns: int) -> int:
+    """Output tiles of block_m rows and `columns` columns."""
+    return triton.cdiv(M, block_m) * triton.cdiv(N, columns)
+
+
 def wave_fill(tiles: int, sms: int) -> float:
     """The share of the launch's SM slots its tiles fill: tiles over whole waves' worth of them."""
     return tiles / (triton.cdiv(tiles, sms) * sms)
@@ -113,7 +118,7 @@ def filling_width(problem, sms: int) -> Optional[tuple[int, int]]:
     well.  A tile fills by its count, not its speed: the tune measures it against the others."""
 
     def fill(width: tuple[int, int]) -> float:
-        return wave_fill(triton.cdiv(problem.M, 128) * triton.cdiv(problem.N, sum(width)), sms)
+        return wave_fill(_tile_count(problem.M, problem.N, 128, sum(width)), sms)
 
     best = max(_FILLING_WIDTHS, key=lambda w: (round(fill(w), 2), sum(w)))
     return best if fill(best) >= fill((128, 0)) + FILL_MARGIN else None
@@ -174,7 +179,7 @@ def runs_narrower(problem, block_m: int, width: tuple[int, int], sms: int) -> bo
         return False
 
     def fill(columns: int, M: int) -> float:
-        return wave_fill(triton.cdiv(M, block_m) * triton.cdiv(problem.N, columns), sms)
+        return wave_fill(_tile_count(M, problem.N, block_m, columns), sms)
 
     at, tuned_at = problem.M, m_bucket(problem.M)
     return fill(bn, at) >= fill(bn + bn2, at) + FILL_MARGIN and fill(bn + bn2, tuned_at) >= fill(bn, tuned_at)
@@ -220,7 +225,7 @@ def least_traffic_width(problem, sms: int) -> tuple[int, int]:
     its loads, not its wgmma (docs/BENCHMARKS.md, "The fitted tile's width by its loads")."""
 
     def traffic(width: tuple[int, int]) -> int:
-        return triton.cdiv(triton.cdiv(problem.M, 128) * triton.cdiv(problem.N, sum(width)), sms) * (128 + sum(width))
+        return triton.cdiv(_tile_count(problem.M, problem.N, 128, sum(width)), sms) * (128 + sum(width))
 
     kept = [w for w in _FILLING_WIDTHS if not runs_narrower(problem, 128, w, sms)]
     return min(kept, key=lambda w: (traffic(w), -sum(w)))
