@@ -215,6 +215,38 @@ def test_a_tune_past_its_budget_still_times_its_whole_coarse_pass(fake):
     assert fake["timed"][:3] == [128, 32, 64]  # the quick ones first
 
 
+def _space_of_48(fake) -> tuple[list, tuning.Tunable]:
+    """A 48-config space (BLOCK_N 32, 64, 128 by sixteens), one quick candidate; BLOCK_N 128 the fastest."""
+    full = [
+        DenseConfig.tile(16, n, k, w, s) for n in (32, 64, 128) for k in (64, 128) for w in (4, 8) for s in (2, 3, 4, 5)
+    ]
+    fake["us"] = {32: 4.0, 64: 5.0, 128: 3.0}
+    return full, tuning.Tunable(NAME, lambda p, on_gpu, is_full: full if is_full else [full[0]], fake["tunable"].build,
+                                DenseConfig)  # fmt: skip
+
+
+def test_a_retune_keeps_the_stored_config_unless_beaten_beyond_the_noise(fake):
+    # The coarse pass of budget 0 is full[0] then every 4th config; its BLOCK_N 128 ones (32, 36, 40, 44) tie at 3 µs
+    # and full[32] is first of them in the space's order, so a tune from nothing stores full[32].
+    full, t = _space_of_48(fake)
+    assert tuning.tune_and_store(t, P, None, None, budget_s=0.0)[0].params == full[32]
+    # full[47] (BLOCK_N 128, outside the coarse sample) stored: timed first, tied with full[32] at 3 µs, and kept
+    _tune(H800, 64, full[47])
+    fake["timed"].clear()
+    best, path, tried = tuning.tune_and_store(t, P, None, None, budget_s=0.0)
+    assert best.params == full[47] and fake["timed"][0] == 128 and tried == 1 + 12
+    assert json.loads(path.read_text())["buckets"]["64"]["config"] == full[47].to_dict()
+    # full[2] (BLOCK_N 32, 4 µs) stored: timed, beaten by 25 %, replaced by full[32]
+    _tune(H800, 64, full[2])
+    fake["timed"].clear()
+    best, _, _ = tuning.tune_and_store(t, P, None, None, budget_s=0.0)
+    assert best.params == full[32] and fake["timed"][0] == 32
+    # a stored config another GPU's: not this GPU's incumbent
+    fake["gpu"] = H100
+    _tune(H800, 64, full[47])
+    assert tuning.tune_and_store(t, P, None, None, budget_s=0.0)[0].params == full[32]
+
+
 def _store_one(root: str, bucket: int) -> None:
     import os
 

@@ -409,16 +409,19 @@ def coarse_candidates(full: list[KernelConfig], quick: list[KernelConfig]) -> li
 
 def tune_search(
     t: Tunable, problem: Problem, inputs, reference, budget_s: float, refine: int = 4,
-    beat: Callable[[], None] = lambda: None,
+    beat: Callable[[], None] = lambda: None, incumbent: Optional[KernelConfig] = None,
 ) -> tuple[list[Trial], int]:  # fmt: skip
     """`gemmbench tune`'s search of one problem: coarse (coarse_candidates), then fine (the untried configs one field
     apart from the two best so far, until a round finds nothing faster), within budget_s seconds; the coarse pass is
     timed whole however short the budget (the first job of a tune compiles what later ones find compiled: a cut coarse
     pass would make a winner depend on the job's place).  Then the `refine` best re-timed and the winner picked
-    (pick).  Returns (trials fastest first, the winner first; how many configs the full space has)."""
+    (pick).  incumbent: the config stored for this bucket, if it is in the full space: timed first and first in the
+    ties' order, so that a re-tune replaces it only with a config faster beyond the noise.  Returns (trials fastest
+    first, the winner first; how many configs the full space has)."""
     full = t.space(problem, True, True)
     deadline = time.monotonic() + budget_s
-    coarse = coarse_candidates(full, t.space(problem, True, False))
+    first = [incumbent] if incumbent is not None and incumbent in full else []
+    coarse = list(dict.fromkeys(first + coarse_candidates(full, t.space(problem, True, False))))
     tried = _time_each(t, problem, inputs, coarse, reference, 0.02, beat, deadline, at_least=len(coarse))
     while time.monotonic() < deadline:
         best = sorted((x for x in tried if not x.error), key=lambda x: x.time_us)[:2]
@@ -430,7 +433,7 @@ def tune_search(
         tried += more
         if not any(not x.error and best and x.time_us < best[0].time_us for x in more):
             break
-    return _ranked(t, problem, tried, full, refine), len(full)
+    return _ranked(t, problem, tried, list(dict.fromkeys(first + full)), refine), len(full)
 
 
 def _about() -> dict:
@@ -446,6 +449,21 @@ def _tool_versions() -> dict:
     return {"triton": triton.__version__, "torch": torch.__version__, "git_sha": device.git_sha()}
 
 
+def _stored_for_bucket(t: Tunable, problem: Problem, gpu: Optional[str]) -> Optional[KernelConfig]:
+    """The tune's config stored on this GPU for the problem's own M bucket (the user's over the shipped), or None:
+    also where its file no longer loads, which the tune then replaces."""
+    if gpu is None:
+        return None
+    buckets, files = config_files.overlay_buckets(t.name, problem, gpu)
+    key = str(config_files.m_bucket(problem.M, problem.is_moe))
+    if key not in buckets:
+        return None
+    try:
+        return config_files.load(t.name, problem, buckets, files, key, t.config_type)
+    except TuningError:
+        return None
+
+
 DEFAULT_BUDGET_S = 10.0  # a tune's seconds per (variant, problem, M bucket): docs/BENCHMARKS.md, "Tuning"
 
 
@@ -454,12 +472,14 @@ def tune_and_store(
     budget_s: float = DEFAULT_BUDGET_S, exhaustive: bool = False,
 ) -> tuple[Trial, Path, int]:  # fmt: skip
     """`gemmbench tune` for one (variant, problem): the coarse-then-fine search with the check (exhaustive: every
-    config of the full space), the winner stored.  Returns (the winner, its file, how many configs were timed)."""
+    config of the full space), the winner stored.  A config already stored for the bucket on this GPU competes in the
+    search (tune_search's incumbent).  Returns (the winner, its file, how many configs were timed)."""
     if exhaustive:
         full = t.space(problem, True, True)
         trials, space = search(t, problem, inputs, full, reference, refine=4, beat=beat), len(full)
     else:
-        trials, space = tune_search(t, problem, inputs, reference, budget_s, beat=beat)
+        incumbent = _stored_for_bucket(t, problem, _gpu_name(inputs))
+        trials, space = tune_search(t, problem, inputs, reference, budget_s, beat=beat, incumbent=incumbent)
     best = trials[0]
     about = {"timing": "cold", "candidates": len(trials), "space": space,
              "failed": sum(1 for x in trials if x.error), **_about()}  # fmt: skip
