@@ -61,7 +61,11 @@ TuneMs = Annotated[
 ]
 SkipStored = Annotated[
     bool,
-    typer.Option(help="Leave (variant, shape, M bucket)s that already have a stored config.", rich_help_panel=WHAT),
+    typer.Option(
+        help="Leave (variant, shape, M bucket)s that already have a stored config (else they are tuned again, the "
+        "stored config in the race: kept unless beaten beyond the noise).",
+        rich_help_panel=WHAT,
+    ),
 ]
 TimeBudget = Annotated[
     float,

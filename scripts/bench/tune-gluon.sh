@@ -4,8 +4,8 @@
 # M 128, 256 and 512 (Llama3-70B TP 1 and 8; an M between two stored buckets runs the faster of their configs), block
 # scales at M 512-4096 (DeepSeek-V3 TP 1 and 8).  Writes into CONFIG_DIR, which starts as a copy of the shipped
 # gluon_ws files (a file already there is kept), so that the buckets tuned here replace theirs and the others stay:
-# copy its <GPU>/gluon_ws/*.json over gemmbench/kernels/configs's to ship them.  Every bucket named is tuned again:
-# --skip-stored would count the shipped configs as tuned.
+# copy its <GPU>/gluon_ws/*.json over gemmbench/kernels/configs's to ship them.  Every bucket named is tuned again,
+# its shipped config in the race (kept unless beaten beyond the noise): --skip-stored would count it as tuned.
 # Usage: scripts/bench/tune-gluon.sh CONFIG_DIR
 set -euo pipefail
 export GEMMBENCH_CONFIG_DIR=${1:?give the config folder}
