@@ -179,10 +179,19 @@ def expected_summary(df: pd.DataFrame) -> pd.DataFrame:
             if r["variant"] == BASELINE[(r["dtype"], r["scaling"])]}  # fmt: skip
     speedup = [base.get(tuple(r[c] for c in CELL), math.nan) / r["time_us_median"] if r["status"] == "ok" else math.nan
                for _, r in df.iterrows()]  # fmt: skip
-    ranked = ok[~ok["noisy"].fillna(False).astype(bool)]
-    # the tie rule (README): a row whose p20-p80 overlaps the fastest's is tied with it; a fastest tied with none wins
+    # the tie rule (docs/RESULTS.md): a row whose p20-p80 overlaps the fastest's is tied with it; a fastest tied with
+    # none wins; a noisy row ranks only where its p80 lies below every other ok row's p20 of its cell
     best, tied = set(), set()
-    for _, cell in ranked.groupby(CELL, dropna=False):
+    for _, every in ok.groupby(CELL, dropna=False):
+        noisy = every["noisy"].fillna(False).astype(bool)
+        clear = [
+            i
+            for i in every.index
+            if len(every) > 1 and (every.drop(i)["time_us_p20"] > every.at[i, "time_us_p80"]).all()
+        ]
+        cell = every[~noisy | every.index.isin(clear)]
+        if cell.empty:
+            continue
         f = cell.loc[cell["time_us_median"].idxmin()]
         near = cell[(cell["time_us_p20"] <= f["time_us_p80"]) & (cell["time_us_p80"] >= f["time_us_p20"])]
         (tied.update if len(near) > 1 else best.update)(near.index)

@@ -194,57 +194,59 @@ def test_coarse_then_fine_candidates():
     assert tuning.one_apart(full[0], full[4]) and not tuning.one_apart(full[0], full[5])
 
 
-def test_a_tune_past_its_budget_still_times_its_whole_coarse_pass(fake):
-    # three quick candidates of a 48-config space (BLOCK_N 32, 64, 128 by sixteens) and no time at all: the coarse
-    # pass is the quick ones, then every 4th config (48 // COARSE 12), full[0] already among the quick: 3 + 11 = 14
-    # timed, and no fine round after
-    # (compiling the candidates can spend a short budget by itself; a first job must not time fewer than a later one)
+def _space_of_48(fake, quick: list[int]) -> tuple[list, tuning.Tunable]:
+    """A 48-config space (BLOCK_N 32, 64, 128 by sixteens: full[32:] are BLOCK_N 128) whose launches return their
+    config, each timed at fake["us"][config]: 4, 5 and 3 µs by BLOCK_N; quick: the quick candidates' places."""
     full = [
         DenseConfig.tile(16, n, k, w, s) for n in (32, 64, 128) for k in (64, 128) for w in (4, 8) for s in (2, 3, 4, 5)
     ]
-    quick = [full[41], full[0], full[21]]
-    fake["us"] = {32: 4.0, 64: 5.0, 128: 3.0}
-    t = tuning.Tunable(NAME, lambda p, on_gpu, is_full: full if is_full else quick, fake["tunable"].build, DenseConfig)
+    fake["us"] = {c: {32: 4.0, 64: 5.0, 128: 3.0}[c.BLOCK_N] for c in full}
+    build = lambda problem, inputs, config: registry.Launch(fn=lambda: config, params=config)  # noqa: E731
+    return full, tuning.Tunable(NAME, lambda p, on_gpu, is_full: full if is_full else [full[i] for i in quick], build,
+                                DenseConfig)  # fmt: skip
+
+
+def test_a_tune_past_its_budget_still_times_its_whole_coarse_pass(fake):
+    # three quick candidates of the 48-config space and no time at all: the coarse pass is the quick ones, then
+    # every 4th config (48 // COARSE 12), full[0] already among the quick: 3 + 11 = 14 timed, and no fine round after
+    # (compiling the candidates can spend a short budget by itself; a first job must not time fewer than a later one)
+    full, t = _space_of_48(fake, [41, 0, 21])
     trials, space = tuning.tune_search(t, P, None, None, budget_s=0.0, refine=1)
     coarse = [full[41], full[0], full[21]] + [full[i] for i in range(4, 48, 4)]
     assert (
         space == 48
-        and len(fake["timed"]) == 14
+        and fake["timed"] == coarse
         and sorted(map(str, (x.params for x in trials))) == sorted(map(str, coarse))
     )
-    assert fake["timed"][:3] == [128, 32, 64]  # the quick ones first
-
-
-def _space_of_48(fake) -> tuple[list, tuning.Tunable]:
-    """A 48-config space (BLOCK_N 32, 64, 128 by sixteens), one quick candidate; BLOCK_N 128 the fastest."""
-    full = [
-        DenseConfig.tile(16, n, k, w, s) for n in (32, 64, 128) for k in (64, 128) for w in (4, 8) for s in (2, 3, 4, 5)
-    ]
-    fake["us"] = {32: 4.0, 64: 5.0, 128: 3.0}
-    return full, tuning.Tunable(NAME, lambda p, on_gpu, is_full: full if is_full else [full[0]], fake["tunable"].build,
-                                DenseConfig)  # fmt: skip
 
 
 def test_a_retune_keeps_the_stored_config_unless_beaten_beyond_the_noise(fake):
-    # The coarse pass of budget 0 is full[0] then every 4th config; its BLOCK_N 128 ones (32, 36, 40, 44) tie at 3 µs
-    # and full[32] is first of them in the space's order, so a tune from nothing stores full[32].
-    full, t = _space_of_48(fake)
-    assert tuning.tune_and_store(t, P, None, None, budget_s=0.0)[0].params == full[32]
-    # full[47] (BLOCK_N 128, outside the coarse sample) stored: timed first, tied with full[32] at 3 µs, and kept
+    # The coarse pass of budget 0 is the quick full[0], then every 4th config (12 in all); its BLOCK_N 128 ones (32,
+    # 36, 40 and 44) tie at 3 µs as the four fastest, and full[32] is first of them in the space's order.
+    full, t = _space_of_48(fake, [0])
+    coarse = [full[i] for i in range(0, 48, 4)]
+
+    def tune(**kw):
+        fake["timed"].clear()
+        best, path, tried = tuning.tune_and_store(t, P, None, None, budget_s=0.0, **kw)
+        return best.params, json.loads(path.read_text())["buckets"]["64"]["config"], tried
+
+    assert tune() == (full[32], full[32].to_dict(), 12)  # nothing stored: the space's first of the tied
+    # full[47] stored (BLOCK_N 128, outside the coarse sample): timed first, tied at 3 µs, kept
     _tune(H800, 64, full[47])
-    fake["timed"].clear()
-    best, path, tried = tuning.tune_and_store(t, P, None, None, budget_s=0.0)
-    assert best.params == full[47] and fake["timed"][0] == 128 and tried == 1 + 12
-    assert json.loads(path.read_text())["buckets"]["64"]["config"] == full[47].to_dict()
-    # full[2] (BLOCK_N 32, 4 µs) stored: timed, beaten by 25 %, replaced by full[32]
+    assert tune() == (full[47], full[47].to_dict(), 13) and fake["timed"] == [full[47]] + coarse
+    # 3.02 µs: fifth by its first timing, behind the four at 3; re-timed with them, within TIE (1 %) of them: kept
+    fake["us"][full[47]] = 3.02
+    assert tune()[0] == full[47]
+    # so in an exhaustive tune too, where sixteen configs time 3 µs before it
+    assert tune(exhaustive=True)[0] == full[47] and fake["timed"][0] == full[47] and len(fake["timed"]) == 48
+    # full[2] stored (BLOCK_N 32, 4 µs): timed first, a third slower than 3 µs, replaced
     _tune(H800, 64, full[2])
-    fake["timed"].clear()
-    best, _, _ = tuning.tune_and_store(t, P, None, None, budget_s=0.0)
-    assert best.params == full[32] and fake["timed"][0] == 32
-    # a stored config another GPU's: not this GPU's incumbent
+    assert tune() == (full[32], full[32].to_dict(), 13) and fake["timed"][0] == full[2]
+    # another GPU's stored config is not this GPU's to keep
     fake["gpu"] = H100
     _tune(H800, 64, full[47])
-    assert tuning.tune_and_store(t, P, None, None, budget_s=0.0)[0].params == full[32]
+    assert tune()[0] == full[32] and fake["timed"] == coarse
 
 
 def _store_one(root: str, bucket: int) -> None:

@@ -127,9 +127,7 @@ def tune(
         jobs = shard_mod.split_jobs(jobs, shard_at[1])[shard_at[0]]
         err.print(escape(f"shard {shard_at[0]}/{shard_at[1]}: {len(jobs)} of {total} jobs"), highlight=False)
     if skip_stored:
-        jobs = [
-            (p, v) for p, v in jobs if not ((s := config_files.stored(v.name, p, dev.name)) and s[1]["bucket"] == p.M)
-        ]
+        jobs = [(p, v) for p, v in jobs if config_files.own_bucket(v.name, p, dev.name) is None]
     if not jobs:
         err.print("nothing to tune: " + ("every selected (variant, shape, M bucket) already has a stored config"
                                          if skip_stored else "the tune has fewer jobs than shards"))  # fmt: skip

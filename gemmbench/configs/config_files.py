@@ -108,8 +108,9 @@ def read_entries(path: Path) -> dict:
 
 
 def overlay_buckets(
-    variant: str, problem: Problem, gpu: str, searched: bool = False, roots: Optional[list[Path]] = None
-) -> tuple[dict, dict[str, str]]:
+    variant: str, problem: Problem, gpu: str, searched: bool = False, roots: Optional[list[Path]] = None,
+    contract_only: bool = False,
+) -> tuple[dict, dict[str, str]]:  # fmt: skip
     """The buckets of the shipped file and the user's file of the same name, merged (the user's bucket wins), and
     for each bucket the file it came from: relative to the shipped folder (as the repository's gemmbench/kernels/configs
     names it), or the user's file as a full path.  searched: the entries a run's quick search stored instead of a
@@ -117,12 +118,16 @@ def overlay_buckets(
     A user folder that is the shipped one (GEMMBENCH_CONFIG_DIR=gemmbench/kernels/configs in a checkout, how the
     project commits its tunes) is read once, as shipped.  Under fast accumulation the files tuned under it come over
     the shared ones, bucket by bucket (only those, for a variant whose configs fix the promotion: fast_reads_shared).
-    roots: the folders to read (default: shipped, then the user's)."""
+    roots: the folders to read (default: shipped, then the user's).  contract_only: the files of the problem's own
+    contract alone (under fast accumulation, not the shared ones)."""
     shipped = shipped_configs_root()
     folders = config_roots() if roots is None else roots
     buckets: dict = {}
     where: dict[str, str] = {}
-    contracts = ((True, False) if fast_reads_shared(variant) else (False,)) if tuned_fast(problem) else (True,)
+    if tuned_fast(problem):
+        contracts: tuple[bool, ...] = (True, False) if fast_reads_shared(variant) and not contract_only else (False,)
+    else:
+        contracts = (True,)
     for shared, root in ((c, r) for c in contracts for r in folders):
         path = config_path(variant, problem, gpu, root, shared)
         found = {b: e for b, e in _read(path).get("buckets", {}).items() if (e.get("source") == SEARCHED) == searched}
@@ -185,6 +190,16 @@ def stored(
         return None
     key = str(bucket) if bucket is not None else nearest_bucket(reach, m_bucket(problem.M, problem.is_moe))
     return load(variant, problem, buckets, files, key, config_type), Provenance("stored", files[key], int(key))
+
+
+def own_bucket(
+    variant: str, problem: Problem, gpu: str, config_type=None, contract_only: bool = False
+) -> Optional[KernelConfig]:
+    """The GPU's own tuned config for the problem's own M bucket (the user's over the shipped), or None; a file that
+    does not load is a TuningError.  contract_only: as overlay_buckets."""
+    buckets, files = overlay_buckets(variant, problem, gpu, contract_only=contract_only)
+    key = str(m_bucket(problem.M, problem.is_moe))
+    return load(variant, problem, buckets, files, key, config_type) if key in buckets else None
 
 
 def stored_buckets(variant: str, problem: Problem, gpu: str) -> list[int]:

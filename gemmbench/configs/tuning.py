@@ -360,16 +360,20 @@ def pick(ranked: list[Trial], order: list[KernelConfig]) -> list[Trial]:
     return [winner] + [x for x in ranked if x is not winner]
 
 
-def _ranked(t: Tunable, problem: Problem, trials: list[Trial], order: list[KernelConfig], refine: int) -> list[Trial]:
-    """The trials fastest first, the `refine` fastest re-timed side by side and the winner picked among them (pick);
-    failed ones last, with their error.  Frees the trials' buffers."""
+def _ranked(
+    t: Tunable, problem: Problem, trials: list[Trial], order: list[KernelConfig], refine: int,
+    keep: Optional[KernelConfig] = None,
+) -> list[Trial]:  # fmt: skip
+    """The trials fastest first, the `refine` fastest (and `keep`, where it ran: a re-tune's stored config, which a
+    noisy first timing must not drop unseen) re-timed side by side and the winner picked among them (pick); failed
+    ones last, with their error.  Frees the trials' buffers."""
     ok = sorted((x for x in trials if not x.error), key=lambda x: x.time_us)
     if not ok:
         raise TuningError(f"no config of {t.name} runs {problem.label}: " + "; ".join(x.error for x in trials[:3]))
     if refine > 1 and len(ok) > 1:
-        finalists = ok[:refine]
+        finalists = ok[:refine] + [x for x in ok[refine:] if keep is not None and x.params == keep]
         _retime(finalists)
-        ok = pick(sorted(finalists, key=lambda x: x.time_us), order) + ok[refine:]
+        ok = pick(sorted(finalists, key=lambda x: x.time_us), order) + [x for x in ok if x not in finalists]
     for x in trials:
         x.launch = None  # free the buffers
     return ok + [x for x in trials if x.error]
@@ -383,15 +387,16 @@ def search(
     reference=None,
     refine: int = 0,
     beat: Callable[[], None] = lambda: None,
+    keep: Optional[KernelConfig] = None,
 ) -> list[Trial]:
     """Time every candidate (cold L2, short); with `reference`, first check each one through the one check
     (check.check_cell, against that shared reference); then re-time the `refine` fastest side by side, longer, and
     pick the winner among them (pick).  Returns the trials fastest first, the winner first; failed ones last, with
     their error.  Without a reference (a run's quick choice) the chosen config is checked by the run's own check of
     the cell.  `beat` is called before each candidate: the worker's sign of life to the pool's watchdog (a whole
-    search may outlast one phase's limit)."""
+    search may outlast one phase's limit).  keep: as _ranked's."""
     trials = _time_each(t, problem, inputs, candidates, reference, 0.02 if refine > 1 else 0.05, beat)
-    return _ranked(t, problem, trials, candidates, refine)
+    return _ranked(t, problem, trials, candidates, refine, keep)
 
 
 def one_apart(a: KernelConfig, b: KernelConfig) -> bool:
@@ -415,13 +420,12 @@ def tune_search(
     apart from the two best so far, until a round finds nothing faster), within budget_s seconds; the coarse pass is
     timed whole however short the budget (the first job of a tune compiles what later ones find compiled: a cut coarse
     pass would make a winner depend on the job's place).  Then the `refine` best re-timed and the winner picked
-    (pick).  incumbent: the config stored for this bucket, if it is in the full space: timed first and first in the
-    ties' order, so that a re-tune replaces it only with a config faster beyond the noise.  Returns (trials fastest
-    first, the winner first; how many configs the full space has)."""
+    (pick).  incumbent: the config stored for this bucket, if it is in the full space: timed first, re-timed with the
+    finalists and first in the ties' order, so that a re-tune replaces it only with a config faster beyond the noise.
+    Returns (trials fastest first, the winner first; how many configs the full space has)."""
     full = t.space(problem, True, True)
     deadline = time.monotonic() + budget_s
-    first = [incumbent] if incumbent is not None and incumbent in full else []
-    coarse = list(dict.fromkeys(first + coarse_candidates(full, t.space(problem, True, False))))
+    coarse = first_of(incumbent, coarse_candidates(full, t.space(problem, True, False)), full)
     tried = _time_each(t, problem, inputs, coarse, reference, 0.02, beat, deadline, at_least=len(coarse))
     while time.monotonic() < deadline:
         best = sorted((x for x in tried if not x.error), key=lambda x: x.time_us)[:2]
@@ -433,7 +437,12 @@ def tune_search(
         tried += more
         if not any(not x.error and best and x.time_us < best[0].time_us for x in more):
             break
-    return _ranked(t, problem, tried, list(dict.fromkeys(first + full)), refine), len(full)
+    return _ranked(t, problem, tried, first_of(incumbent, full, full), refine, incumbent), len(full)
+
+
+def first_of(incumbent: Optional[KernelConfig], configs: list[KernelConfig], full: list[KernelConfig]) -> list:
+    """The configs with a re-tune's stored config first, where it is still in the full space (else as they are)."""
+    return list(dict.fromkeys(([incumbent] if incumbent is not None and incumbent in full else []) + configs))
 
 
 def _about() -> dict:
@@ -449,17 +458,14 @@ def _tool_versions() -> dict:
     return {"triton": triton.__version__, "torch": torch.__version__, "git_sha": device.git_sha()}
 
 
-def _stored_for_bucket(t: Tunable, problem: Problem, gpu: Optional[str]) -> Optional[KernelConfig]:
-    """The tune's config stored on this GPU for the problem's own M bucket (the user's over the shipped), or None:
-    also where its file no longer loads, which the tune then replaces."""
+def _incumbent(t: Tunable, problem: Problem, gpu: Optional[str]) -> Optional[KernelConfig]:
+    """The config this GPU has stored for the job's own M bucket, from its own contract's file alone (a fast job
+    does not take the shared file's, which another job of the same tune may be replacing), or None: also where a
+    file does not load (the tune's store then names it)."""
     if gpu is None:
         return None
-    buckets, files = config_files.overlay_buckets(t.name, problem, gpu)
-    key = str(config_files.m_bucket(problem.M, problem.is_moe))
-    if key not in buckets:
-        return None
     try:
-        return config_files.load(t.name, problem, buckets, files, key, t.config_type)
+        return config_files.own_bucket(t.name, problem, gpu, t.config_type, contract_only=True)
     except TuningError:
         return None
 
@@ -473,16 +479,19 @@ def tune_and_store(
 ) -> tuple[Trial, Path, int]:  # fmt: skip
     """`gemmbench tune` for one (variant, problem): the coarse-then-fine search with the check (exhaustive: every
     config of the full space), the winner stored.  A config already stored for the bucket on this GPU competes in the
-    search (tune_search's incumbent).  Returns (the winner, its file, how many configs were timed)."""
+    search, exhaustive or not (_incumbent; tune_search's incumbent).  Returns (the winner, its file, how many configs
+    were timed)."""
+    gpu = _gpu_name(inputs)
+    incumbent = _incumbent(t, problem, gpu)
     if exhaustive:
         full = t.space(problem, True, True)
-        trials, space = search(t, problem, inputs, full, reference, refine=4, beat=beat), len(full)
+        every = first_of(incumbent, full, full)
+        trials, space = search(t, problem, inputs, every, reference, refine=4, beat=beat, keep=incumbent), len(full)
     else:
-        incumbent = _stored_for_bucket(t, problem, _gpu_name(inputs))
         trials, space = tune_search(t, problem, inputs, reference, budget_s, beat=beat, incumbent=incumbent)
     best = trials[0]
     about = {"timing": "cold", "candidates": len(trials), "space": space,
              "failed": sum(1 for x in trials if x.error), **_about()}  # fmt: skip
-    path = save(t.name, problem, _gpu_name(inputs), best.params, best.time_us, about)
+    path = save(t.name, problem, gpu, best.params, best.time_us, about)
     _chosen.pop(_choice_key(t, problem), None)
     return best, path, len(trials)
