@@ -529,6 +529,9 @@ class TunedJob(_TuneJob):
     config: dict[str, Any]
     tried: int
     file: Optional[str]
+    before: Optional[dict[str, Any]] = Field(
+        description="the config stored for the bucket before the tune (it raced; equal to `config` where kept), or null"
+    )
 
 
 class FailedJob(_TuneJob):

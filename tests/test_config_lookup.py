@@ -226,27 +226,28 @@ def test_a_retune_keeps_the_stored_config_unless_beaten_beyond_the_noise(fake):
     full, t = _space_of_48(fake, [0])
     coarse = [full[i] for i in range(0, 48, 4)]
 
-    def tune(**kw):
+    def tune(raced, **kw):  # raced: the stored config the tune must report it raced
         fake["timed"].clear()
-        best, path, tried = tuning.tune_and_store(t, P, None, None, budget_s=0.0, **kw)
+        best, path, tried, before = tuning.tune_and_store(t, P, None, None, budget_s=0.0, **kw)
+        assert before == raced
         return best.params, json.loads(path.read_text())["buckets"]["64"]["config"], tried
 
-    assert tune() == (full[32], full[32].to_dict(), 12)  # nothing stored: the space's first of the tied
+    assert tune(None) == (full[32], full[32].to_dict(), 12)  # nothing stored: the space's first of the tied
     # full[47] stored (BLOCK_N 128, outside the coarse sample): timed first, tied at 3 µs, kept
     _tune(H800, 64, full[47])
-    assert tune() == (full[47], full[47].to_dict(), 13) and fake["timed"] == [full[47]] + coarse
+    assert tune(full[47]) == (full[47], full[47].to_dict(), 13) and fake["timed"] == [full[47]] + coarse
     # 3.02 µs: fifth by its first timing, behind the four at 3; re-timed with them, within TIE (1 %) of them: kept
     fake["us"][full[47]] = 3.02
-    assert tune()[0] == full[47]
+    assert tune(full[47])[0] == full[47]
     # so in an exhaustive tune too, where sixteen configs time 3 µs before it
-    assert tune(exhaustive=True)[0] == full[47] and fake["timed"][0] == full[47] and len(fake["timed"]) == 48
+    assert tune(full[47], exhaustive=True)[0] == full[47] and fake["timed"][0] == full[47] and len(fake["timed"]) == 48
     # full[2] stored (BLOCK_N 32, 4 µs): timed first, a third slower than 3 µs, replaced
     _tune(H800, 64, full[2])
-    assert tune() == (full[32], full[32].to_dict(), 13) and fake["timed"][0] == full[2]
+    assert tune(full[2]) == (full[32], full[32].to_dict(), 13) and fake["timed"][0] == full[2]
     # another GPU's stored config is not this GPU's to keep
     fake["gpu"] = H100
     _tune(H800, 64, full[47])
-    assert tune()[0] == full[32] and fake["timed"] == coarse
+    assert tune(None)[0] == full[32] and fake["timed"] == coarse
 
 
 def _store_one(root: str, bucket: int) -> None:

@@ -127,7 +127,12 @@ def fake_tuning(monkeypatch):
             raise tuning.TuningError(f"no config of {t.name} runs {p.label}")
         if t.name == "triton_dp_grouped":
             raise RuntimeError("CUDA error: an illegal memory access was encountered")
-        return tuning.Trial(DenseConfig.tile(16, 64, 128, 4, 3), 2.5), Path("x.json"), 7
+        return (
+            tuning.Trial(DenseConfig.tile(16, 64, 128, 4, 3), 2.5),
+            Path("x.json"),
+            7,
+            DenseConfig.tile(16, 64, 128, 4, 3),
+        )
 
     monkeypatch.setattr(tuning, "tune_and_store", tune_and_store)
     return calls
@@ -147,6 +152,7 @@ def test_the_tune_task_answers_each_job_with_done_or_failed(fake_tuning):
     by_variant = {k.rsplit("|", 1)[1]: rows for k, rows in ctx.results.items()}
     [row] = by_variant["triton_dp_row"]
     assert row["us"] == 2.5 and row["tried"] == 7 and row["config"]["BLOCK_M"] == 16 and "done" in row
+    assert row["before"] == row["config"]  # the stored config it raced
     assert "no config of triton_dp_col" in by_variant["triton_dp_col"][0]["reason"]
     assert by_variant["triton_dp_grouped"][0]["reason"] == (
         "tune: RuntimeError: CUDA error: an illegal memory access was encountered"
@@ -158,8 +164,9 @@ def test_the_tune_task_answers_each_job_with_done_or_failed(fake_tuning):
 
 
 class FakeTuneWorker:
-    """Answers tune tasks as a worker would: done (config names the GPU it was pinned to), failed for
-    triton_dp_col, and (crash) killed once on that key."""
+    """Answers tune tasks as a worker would: done (config names the GPU it was pinned to; the config stored before:
+    none at M bucket 16, the same for triton_dp_row, another for the others), failed for triton_dp_col, and (crash)
+    killed once on that key."""
 
     def __init__(self, gpu, crash):
         self.gpu, self.crash, self.events = gpu, crash, collections.deque()
@@ -174,7 +181,9 @@ class FakeTuneWorker:
         if task["variant"] == "triton_dp_col":
             row = {"failed": key, "reason": "no config of triton_dp_col runs it"}
         else:
-            row = {"done": key, "us": 3.25, "config": {"gpu": str(self.gpu)}, "tried": 5}
+            config = {"gpu": str(self.gpu)}
+            before = None if task["problem"]["M"] == 16 else config if task["variant"] == "triton_dp_row" else {}
+            row = {"done": key, "us": 3.25, "config": config, "tried": 5, "before": before}
         self.events.extend([{"ev": "result", "item": key, "rows": [row]}, {"ev": "done"}])
 
     def next_event(self, timeout=None):
@@ -239,6 +248,18 @@ def test_tune_without_gpus_runs_in_one_worker_too(fake_workers):
     r = invoke(*ARGS)
     assert r.exit_code == 0, text(r.stderr)
     assert fake_workers.started == [None] and len(result_rows(r)) == len(fake_workers.jobs)
+
+
+def test_tune_says_which_stored_configs_it_kept_replaced_or_found_none(fake_workers):
+    r = invoke(*ARGS)
+    assert r.exit_code == 0, text(r.stderr)
+    # the fake's rule: bucket 16 had none; at 32 triton_dp_row's stored config is its winner, triton_moe_row's another
+    want = ["new" if p.M == 16 else "kept" if v.name == "triton_dp_row" else "replaced" for p, v in fake_workers.jobs]
+    assert sorted(row[-1] for row in result_rows(r)) == sorted(want)
+    n = {w: want.count(w) for w in ("kept", "replaced", "new")}
+    assert n["kept"] and n["replaced"] and n["new"]
+    line = f"{len(want)} tuned: {n['kept']} kept the stored config, {n['replaced']} replaced it, {n['new']} had none"
+    assert line in text(r.stderr)
 
 
 def test_tune_gpus_with_shard_splits_the_shard(fake_workers):

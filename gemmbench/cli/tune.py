@@ -145,6 +145,8 @@ def tune(
         print_json(report.document(dev.name, config_files.configs_root() / config_files.gpu_dirname(dev.name)))
     else:
         out.print(_table(report, title))
+    if report.done:
+        err.print(report.before_line(), highlight=False)
     for line in report.failure_lines():
         err.print(escape(line), highlight=False, soft_wrap=True)
     if export:  # what failed to tune is not stored: the export writes what is
@@ -204,12 +206,12 @@ def _table(report, title: str) -> Table:
     from gemmbench import dtypes  # not at --help
 
     results = Table(title=title)
-    for col in ("variant", "GEMM", "N", "K", "dtype", "M bucket", "µs", "config", "tried"):
+    for col in ("variant", "GEMM", "N", "K", "dtype", "M bucket", "µs", "config", "tried", "before"):
         results.add_column(col)
     for key, (p, v) in report.jobs.items():
         if key in report.done:
             e = report.done[key]
             short = " ".join(f"{k}={val}" for k, val in e["config"].items() if k not in ("GROUP_M",))
             results.add_row(v.name, p.gemm, str(p.N), str(p.K), dtypes.label(p.dtype, p.scaling, p.fp8_accum), str(p.M),
-                            f"{e['us']:.2f}", short, str(e["tried"]))  # fmt: skip
+                            f"{e['us']:.2f}", short, str(e["tried"]), report.before(e))  # fmt: skip
     return results

@@ -476,11 +476,11 @@ DEFAULT_BUDGET_S = 10.0  # a tune's seconds per (variant, problem, M bucket): do
 def tune_and_store(
     t: Tunable, problem: Problem, inputs, reference, beat: Callable[[], None] = lambda: None,
     budget_s: float = DEFAULT_BUDGET_S, exhaustive: bool = False,
-) -> tuple[Trial, Path, int]:  # fmt: skip
+) -> tuple[Trial, Path, int, Optional[KernelConfig]]:  # fmt: skip
     """`gemmbench tune` for one (variant, problem): the coarse-then-fine search with the check (exhaustive: every
     config of the full space), the winner stored.  A config already stored for the bucket on this GPU competes in the
     search, exhaustive or not (_incumbent; tune_search's incumbent).  Returns (the winner, its file, how many configs
-    were timed)."""
+    were timed, the stored config it raced or None)."""
     gpu = _gpu_name(inputs)
     incumbent = _incumbent(t, problem, gpu)
     if exhaustive:
@@ -494,4 +494,4 @@ def tune_and_store(
              "failed": sum(1 for x in trials if x.error), **_about()}  # fmt: skip
     path = save(t.name, problem, gpu, best.params, best.time_us, about)
     _chosen.pop(_choice_key(t, problem), None)
-    return best, path, len(trials)
+    return best, path, len(trials), incumbent

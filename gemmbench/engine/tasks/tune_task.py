@@ -5,6 +5,7 @@ cells (`cells`) and TuneSink, which keeps each job's outcome for the command's t
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -92,11 +93,24 @@ class TuneSink(Sink):
                        fp8_accum=p.fp8_accum, bucket=p.M)  # fmt: skip
             if key in self.done:
                 e = self.done[key]
-                job.update(status="tuned", us=e["us"], config=e["config"], tried=e["tried"], file=e.get("file"))
+                job.update(status="tuned", us=e["us"], config=e["config"], tried=e["tried"], file=e.get("file"),
+                           before=e.get("before"))  # fmt: skip
             else:
                 job.update(status="failed", reason=self.failed.get(key, "not run"))
             jobs.append(job)
         return {"schema": "gemmbench.tune/1", "gpu": gpu, "folder": str(folder), "jobs": jobs}
+
+    @staticmethod
+    def before(entry: dict) -> str:
+        """What a tuned job did to its bucket's stored config: "kept", "replaced", or "new" (none was stored)."""
+        was = entry.get("before")
+        return "new" if was is None else "kept" if was == entry["config"] else "replaced"
+
+    def before_line(self) -> str:
+        """How the tuned jobs left the configs stored before them, in one line."""
+        counts = Counter(self.before(e) for e in self.done.values())
+        return (f"{len(self.done)} tuned: {counts['kept']} kept the stored config, {counts['replaced']} replaced it, "
+                f"{counts['new']} had none")  # fmt: skip
 
     def failure_lines(self) -> list[str]:
         return [f"failed: {v.name} {p.label}: {self.failed[k]}" for k, (p, v) in self.jobs.items() if k in self.failed]
@@ -119,7 +133,7 @@ def work(ctx, task: dict) -> None:
             ctx.cache.update(tune=share, inputs=inputs, ref=reference(problem, inputs))
         inputs, ref = ctx.cache["inputs"], ctx.cache["ref"]
         # each candidate is a sign of life to the pool's watchdog
-        best, path, tried = tuning.tune_and_store(variant.tunable, problem, inputs, ref, lambda: ctx.begin(key, "tune"),
+        best, path, tried, before = tuning.tune_and_store(variant.tunable, problem, inputs, ref, lambda: ctx.begin(key, "tune"),
                                                   task.get("budget_s", tuning.DEFAULT_BUDGET_S), task.get("exhaustive", False))  # fmt: skip
     except tuning.TuningError as exc:  # no config runs it: the next job can still run
         ctx.result(key, [{"failed": key, "reason": str(exc)}])
@@ -128,4 +142,5 @@ def work(ctx, task: dict) -> None:
         ctx.cache.clear()
         ctx.failed(key, lambda r: [{"failed": key, "reason": r}], "tune", exc)
         return
-    ctx.result(key, [{"done": key, "us": best.time_us, "config": best.config, "tried": tried, "file": str(path)}])
+    ctx.result(key, [{"done": key, "us": best.time_us, "config": best.config, "tried": tried, "file": str(path),
+                      "before": before.to_dict() if before is not None else None}])  # fmt: skip
