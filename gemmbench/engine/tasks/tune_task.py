@@ -132,9 +132,11 @@ def work(ctx, task: dict) -> None:
             inputs = make_inputs(problem, task["seed"], ctx.devname)
             ctx.cache.update(tune=share, inputs=inputs, ref=reference(problem, inputs))
         inputs, ref = ctx.cache["inputs"], ctx.cache["ref"]
-        # each candidate is a sign of life to the pool's watchdog
-        best, path, tried, before = tuning.tune_and_store(variant.tunable, problem, inputs, ref, lambda: ctx.begin(key, "tune"),
-                                                  task.get("budget_s", tuning.DEFAULT_BUDGET_S), task.get("exhaustive", False))  # fmt: skip
+        best, path, tried, before = tuning.tune_and_store(
+            variant.tunable, problem, inputs, ref,
+            lambda: ctx.begin(key, "tune"),  # each candidate is a sign of life to the pool's watchdog
+            task.get("budget_s", tuning.DEFAULT_BUDGET_S), task.get("exhaustive", False),
+        )  # fmt: skip
     except tuning.TuningError as exc:  # no config runs it: the next job can still run
         ctx.result(key, [{"failed": key, "reason": str(exc)}])
         return
