@@ -530,7 +530,8 @@ class TunedJob(_TuneJob):
     tried: int
     file: Optional[str]
     before: Optional[dict[str, Any]] = Field(
-        description="the config stored for the bucket before the tune (it raced; equal to `config` where kept), or null"
+        description="the config stored for the bucket before the tune (it raced where still in the search space; "
+        "equal to `config` where kept), or null"
     )
 
 

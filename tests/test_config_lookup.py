@@ -244,6 +244,10 @@ def test_a_retune_keeps_the_stored_config_unless_beaten_beyond_the_noise(fake):
     # full[2] stored (BLOCK_N 32, 4 µs): timed first, a third slower than 3 µs, replaced
     _tune(H800, 64, full[2])
     assert tune(full[2]) == (full[32], full[32].to_dict(), 13) and fake["timed"][0] == full[2]
+    # a stored config the space no longer holds (BLOCK_N 256) is reported, not raced
+    gone = DenseConfig.tile(16, 256, 64, 4, 2)
+    _tune(H800, 64, gone)
+    assert tune(gone)[0] == full[32] and fake["timed"] == coarse
     # another GPU's stored config is not this GPU's to keep
     fake["gpu"] = H100
     _tune(H800, 64, full[47])
