@@ -421,11 +421,52 @@ def test_which_k_loop_promotes(extra, promote, scale, want):
     assert g.promotion(cfg(128, 128, 128, 8, 4, **{"SCHEDULE": "ws", **extra}), promote, scale) == want
 
 
+@pytest.mark.parametrize(
+    "turns,scale,want",
+    [
+        (None, "block", True),  # unset: block scales take turns, as before the field
+        (None, "tensor", False),
+        (None, "row", False),
+        (None, "none", False),
+        (False, "block", False),  # set: the config's way, whatever the scales
+        (True, "tensor", True),
+    ],
+)
+def test_the_halves_take_turns_as_the_config_says_else_with_block_scales_only(turns, scale, want):
+    halves = cfg(128, 128, 128, 4, 4, SCHEDULE="halves", PROMOTE_WAVES=1, TURNS=turns)
+    assert halves.takes_turns(scale) is want
+    saved = halves.to_dict()
+    assert ("TURNS" in saved) is (turns is not None)  # unset stays out of the JSON: files from before read the same
+    assert gc.GluonConfig.from_dict(saved) == halves
+
+
+def test_the_search_space_tries_the_halves_waves_each_way_of_taking_turns(monkeypatch):
+    """The full space holds every halves config in waves twice: TURNS unset (the scales' default) and set the other
+    way (block scales: False; per tensor: True); no other config sets it, and the quick candidates keep the
+    default."""
+    monkeypatch.setattr(gs.tuning, "sm_count", lambda: 132)
+    for scaling, other in (("block", False), ("tensor", True)):
+        p = Problem("t", "g", 2048, 7168, 2048, "fp8", scaling=scaling, fp8_accum="precise")
+        full = gs.search_space(p, on_gpu=True, full=True)
+        waves = [c for c in full if c.SCHEDULE == "halves" and c.PROMOTE_WAVES]
+        unset = [c for c in waves if c.TURNS is None]
+        assert unset and sorted(map(str, waves)) == sorted(map(str, unset + [replace(c, TURNS=other) for c in unset]))
+        assert all(c.TURNS is None for c in full if c not in waves)
+        assert all(c.TURNS is None for c in gs.search_space(p, on_gpu=True, full=False))
+    for dtype, accum in (("fp8", "fast"), ("bf16", "none")):  # no halves in waves at this M: nothing takes turns
+        p = Problem("t", "g", 2048, 7168, 2048, dtype, fp8_accum=accum)
+        assert all(c.TURNS is None for c in gs.search_space(p, on_gpu=True, full=True))
+
+
 def test_the_tables_config_column_names_schedule_width_and_swap():
     from gemmbench.results.tables import short_config
 
     wide = cfg(128, 128, 64, 8, 4, SCHEDULE="ws", BLOCK_N2=32).to_dict()
     assert short_config({**wide, "source": "tuned"}) == "128x128+32x64 ws, tuned"  # 160 columns: 128 + 32
+    halves = cfg(128, 128, 128, 4, 4, SCHEDULE="halves", PROMOTE_WAVES=1)
+    assert short_config(halves.to_dict()) == "128x128x128 halves"  # the scales' way of taking turns: unnamed
+    assert short_config(replace(halves, TURNS=False).to_dict()) == "128x128x128 halves no turns"
+    assert short_config(replace(halves, TURNS=True).to_dict()) == "128x128x128 halves in turns"
     swapped = {"BLOCK_M": 64, "BLOCK_N": 16, "BLOCK_K": 256, "SPLIT_K": 4, "SWAP_AB": True}
     assert short_config(swapped) == "64x16x256 split 4 swap-AB"
     assert (

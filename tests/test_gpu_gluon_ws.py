@@ -142,6 +142,19 @@ WAVE_TILES = [
 def test_waves_at_every_stage_count_they_fit(tile, scaling):
     """A ring's races show at some stage counts only (a stage refilled under a wgmma still reading it): each wave
     tile at 2 stages to the space's deepest, wherever it fits, on partial tiles and on many tiles a program."""
+    _waves_at_every_stage_count(tile, scaling, None)
+
+
+@pytest.mark.parametrize("scaling", ["tensor", "block"])
+@pytest.mark.parametrize("tile", [t for t in WAVE_TILES if t[0] == "halves"], ids=lambda t: "-".join(map(str, t[:6])))
+def test_the_halves_the_other_way_of_taking_turns_at_every_stage_count(tile, scaling):
+    """The halves' waves each way of taking turns (TURNS set against the scales' default: per tensor in turns,
+    block scales without), at every stage count they fit: the turns' barriers change which consumer can run a lap
+    ahead of the other on the ring."""
+    _waves_at_every_stage_count(tile, scaling, scaling != "block")
+
+
+def _waves_at_every_stage_count(tile, scaling, turns) -> None:
     from gemmbench import registry
     from gemmbench.kernels.gluon_ws_config import GluonConfig, fits
     from gemmbench.kernels.gluon_ws_space import STAGE_CHOICES
@@ -158,10 +171,11 @@ def test_waves_at_every_stage_count_they_fit(tile, scaling):
         ref = reference(p, inputs)
         for stages in range(2, max(STAGE_CHOICES) + 1):
             config = GluonConfig.tile(bm, bn, 128, warps, stages, SCHEDULE=schedule, PROMOTE_WAVES=waves,
-                                      BLOCK_N2=bn2)  # fmt: skip
+                                      BLOCK_N2=bn2, TURNS=turns)  # fmt: skip
             if not fits(config, 1, True, scaling == "block"):
                 continue
             launch = v.tunable.build(p, inputs, config)
+            assert launch.config.get("TURNS") == turns
             for call in range(2):
                 result = check_cell(p, None, inputs, launch=launch, ref=ref).result
                 assert result.ok, f"{stages} stages, call {call}: {result.detail}"

@@ -60,6 +60,16 @@ class GluonConfig(tuning.KernelConfig):
     # change from call to call; None (unset): each partial stored in a slice of its own and summed in split order by
     # the last unit, the same bits every call (gluon_ws_split.py)
     SPLIT_ATOMIC: Optional[bool] = None
+    # the halves in row waves: True, the two consumers issue each wave's wgmma in turns (one waits for the other's
+    # to be issued); False, each as soon as its stage is ready.  None (unset, left out of the JSON, so configs and
+    # rows from before it read the same): in turns with block scales only, where more cells lost than gained without
+    # them; per-tensor and row-wise scales ran faster without (docs/BENCHMARKS.md, "The halves without turns")
+    TURNS: Optional[bool] = None
+
+    def takes_turns(self, scale: str) -> bool:
+        """Whether the halves' consumers issue their waves' wgmma in turns under these scales (TURNS, else the
+        scales' default: block scales only)."""
+        return self.TURNS if self.TURNS is not None else scale == "block"
 
     def splits(self) -> int:
         """Units per tile asked for (SPLIT_K, 1 where unset)."""

@@ -14,8 +14,8 @@ out (M, N) = a (M, K) @ b (N, K)^T.  The schedules (config field SCHEDULE), each
   turns at their K loops, so one's epilogue runs while the other's wgmma keep the tensor cores busy, the way
   CUTLASS's Hopper ping-pong kernels do.
 - "halves": two 4-warp consumer partitions on the two row halves of every tile, each running its own K loop (fp8
-  promoted in row waves: gluon_ws_promote.k_loop_waves; block scales in turns at each wave's wgmma), so one's
-  promotion runs under the other's wgmma.
+  promoted in row waves: gluon_ws_promote.k_loop_waves; in turns at each wave's wgmma where the config's TURNS
+  says, by default with block scales), so one's promotion runs under the other's wgmma.
 Each warp-specialized schedule can widen a tile by a second accumulator (BLOCK_N2: 128 + 32 = 160 or 64 + 16 = 80
 columns; the waves hold one per wave).  Per-tensor and row-wise scales are applied in the epilogue; block scales to
 each K step's own sum; bf16 out.
@@ -220,8 +220,9 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
         FIRST: gl.constexpr, EVERY: gl.constexpr,                # schedule: which of the program's tiles, or
         HALVES: gl.constexpr, GROUP_M: gl.constexpr,             # which half of every tile's rows; units per tile
         SPLITS: gl.constexpr, ATOMIC: gl.constexpr,              # and how they meet
-        PROMOTE: gl.constexpr, OVERLAP: gl.constexpr,            # fp8: how it promotes, which scales
-        WAVES: gl.constexpr, SCALE: gl.constexpr,
+        PROMOTE: gl.constexpr, OVERLAP: gl.constexpr,            # fp8: how it promotes, which scales; whether the
+        WAVES: gl.constexpr, SCALE: gl.constexpr,                # halves' waves take turns
+        TURNS: gl.constexpr,
         layout: gl.constexpr, layout2: gl.constexpr,             # meta: accumulator layouts (whole, row waves; the
         wave_layout: gl.constexpr, wave_layout2: gl.constexpr,   # second's of BN2 columns), the second's width
         BN2: gl.constexpr,
@@ -243,7 +244,7 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
         BM: gl.constexpr = a_bufs.shape[1]  # the tile's rows; this consumer's are the output block's
         ROWS: gl.constexpr = c_desc.block_type.shape[0]
         ROW0: gl.constexpr = FIRST * ROWS if HALVES else 0
-        WAVE_TURNS: gl.constexpr = HALVES and SCALE == "block"  # turns pay with block scales only (k_loop_waves)
+        WAVE_TURNS: gl.constexpr = HALVES and TURNS  # the waves' wgmma in turns (k_loop_waves)
         BN: gl.constexpr = c_desc.block_type.shape[1]
         BK: gl.constexpr = a_bufs.shape[2]
         STAGES: gl.constexpr = a_bufs.shape[0]
@@ -331,8 +332,9 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
         GROUP_M: gl.constexpr, STAGES: gl.constexpr,             # schedule
         CONSUMERS: gl.constexpr, HALVES: gl.constexpr, SPLITS: gl.constexpr,
         ATOMIC: gl.constexpr,                                    # split-K's units meet by atomics
-        PROMOTE: gl.constexpr, OVERLAP: gl.constexpr,            # fp8: how it promotes, which scales
-        WAVES: gl.constexpr, SCALE: gl.constexpr,
+        PROMOTE: gl.constexpr, OVERLAP: gl.constexpr,            # fp8: how it promotes, which scales; whether the
+        WAVES: gl.constexpr, SCALE: gl.constexpr,                # halves' waves take turns
+        TURNS: gl.constexpr,
         layout: gl.constexpr, layout2: gl.constexpr,             # meta: accumulator layouts (whole, row waves; the
         wave_layout: gl.constexpr, wave_layout2: gl.constexpr,   # second's of BN2 columns), the second's width,
         BN2: gl.constexpr,                                       # each partition's registers
@@ -379,7 +381,7 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
                 [
                     (_consumer, (ring, turns, c_desc, c2_desc, c0, c20, a_scale_ptr, b_scale_ptr, bscales,
                                  ws_ptr, count_ptr, M, N, K, k_per, whole, 0, 1, False, GROUP_M, SPLITS, ATOMIC,
-                                 PROMOTE, OVERLAP, WAVES, SCALE,
+                                 PROMOTE, OVERLAP, WAVES, SCALE, TURNS,
                                  layout, layout2, wave_layout, wave_layout2, BN2)),
                     (_producer, (a_desc, b_desc, b2_desc, ring, bscales, M, N, K, k_per, whole, GROUP_M, SPLITS,
                                  STAGED, BN2)),
@@ -397,11 +399,11 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
                 [
                     (_consumer, (ring, turns, c_desc, c2_desc, c0, c20, a_scale_ptr, b_scale_ptr, bscales,
                                  ws_ptr, count_ptr, M, N, K, k_per, whole, 0, 1 if HALVES else 2, HALVES, GROUP_M,
-                                 SPLITS, ATOMIC, PROMOTE, OVERLAP, WAVES, SCALE,
+                                 SPLITS, ATOMIC, PROMOTE, OVERLAP, WAVES, SCALE, TURNS,
                                  layout, layout2, wave_layout, wave_layout2, BN2)),
                     (_consumer, (ring, turns, c_desc, c2_desc, c1, c21, a_scale_ptr, b_scale_ptr, bscales,
                                  ws_ptr, count_ptr, M, N, K, k_per, whole, 1, 1 if HALVES else 2, HALVES, GROUP_M,
-                                 SPLITS, ATOMIC, PROMOTE, OVERLAP, WAVES, SCALE,
+                                 SPLITS, ATOMIC, PROMOTE, OVERLAP, WAVES, SCALE, TURNS,
                                  layout, layout2, wave_layout, wave_layout2, BN2)),
                     (_producer, (a_desc, b_desc, b2_desc, ring, bscales, M, N, K, k_per, whole, GROUP_M, SPLITS,
                                  STAGED, BN2)),

@@ -6,9 +6,9 @@ Triton's wgmma lowering promotes every PROMOTE of K by itself (max_num_imprecise
 adding it.  The overlapped loop sums each K step into one of two alternating partials and adds the finished one while
 the other's wgmma runs (three fp32 tiles).  The waves take the tile's rows in one or two waves: each K step's sum of a
 wave goes into one partial, waited for and added into that wave's fp32 tile, so only one partial lives beside the
-fp32 tile; in the halves schedule two consumers run it on the two halves of a tile's rows, each on its own, or with
-block scales taking turns at the waves' wgmma (docs/BENCHMARKS.md, "Promoted fp8: the waves and the halves").  Each
-jit signature is grouped by role, a commented line each.
+fp32 tile; in the halves schedule two consumers run it on the two halves of a tile's rows, each on its own, or taking
+turns at the waves' wgmma (the config's TURNS, by default with block scales: docs/BENCHMARKS.md, "Promoted fp8: the
+waves and the halves").  Each jit signature is grouped by role, a commented line each.
 """
 
 from __future__ import annotations
@@ -168,10 +168,10 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
         Triton's promotion of a whole tile spills or serializes its wgmma.  Two consumers on the two halves of a
         tile's rows (the halves) each run this loop, and the tensor cores take the two warpgroups' wgmma as they are
         issued, so one's promotion runs under the other's wgmma, as DeepGEMM's math warpgroups do.  TURNS (the
-        halves with block scales): each issues a wave's wgmma in its turn and hands the turn over once issued, so
-        the tensor cores take the two consumers' waves one after the other.  Per-tensor scales ran faster without
-        turns, block scales lost more cells than they gained (docs/BENCHMARKS.md, "Promoted fp8: the waves and the
-        halves").  BN2 > 0: each wave also sums the tile's next BN2 columns (wide0, wide1; a 128 + 32 wide tile is
+        config's TURNS, by default the halves with block scales): each issues a wave's wgmma in its turn and hands
+        the turn over once issued, so the tensor cores take the two consumers' waves one after the other.
+        Per-tensor scales ran faster without turns, block scales lost more cells than they gained
+        (docs/BENCHMARKS.md, "Promoted fp8: the waves and the halves").  BN2 > 0: each wave also sums the tile's next BN2 columns (wide0, wide1; a 128 + 32 wide tile is
         two power-of-two tensors), both wgmma issued together.  Returns the waves' tiles and the turns taken."""
         STAGES: gl.constexpr = a_bufs.shape[0]
         WAVE_M: gl.constexpr = acc0.shape[0]

@@ -95,7 +95,8 @@ MOST_SPLITS = 16  # the model's splits go no further: SPLIT_CHOICES' largest
 # wide tiles, which divide the N of more weights into about as many tiles as the GPU has SMs than powers of two do
 _SECOND_WIDTHS = (0, 16, 32, 64)
 # the ways a warp-specialized consumer promotes (PROMOTE_OVERLAP, PROMOTE_WAVES): Triton's wgmma lowering, the
-# overlapped partials, the tile in one or two row waves
+# overlapped partials, the tile in one or two row waves; the halves' waves also each way of taking turns (TURNS: the
+# scales' default, unset, and the other way), since which pays differs from tile to tile
 _PROMOTIONS = ((False, 0), (True, 0), (False, 1), (False, 2))
 # the one-partition steps: 128 x 256 on 8 warps, except with fp8 promotion (256 registers a thread: it spills),
 # where 128 x 128 on 4 warps (192: it does not)
@@ -288,15 +289,16 @@ def schedules_space(problem, full: bool, schedules: tuple[str, ...]) -> list[Glu
     if not full:
         return quick
     unsplit = [
-        tile(bm, bn, bk, warps, stages, SCHEDULE=schedule, PROMOTE_OVERLAP=overlap, BLOCK_N2=bn2, PROMOTE_WAVES=waves)
-        for schedule in schedules
+        tile(bm, bn, bk, warps, stages, SCHEDULE=s, PROMOTE_OVERLAP=overlap, BLOCK_N2=bn2, PROMOTE_WAVES=waves, TURNS=t)
+        for s in schedules
         for bm in (64, 128, 256)
         for bn in (64, 128, 256)
         for bn2 in (_SECOND_WIDTHS if bn in (64, 128) else (0,))
         if bn2 < bn
-        for warps in ((4,) if schedule in TWO_CONSUMERS else (4, 8))
+        for warps in ((4,) if s in TWO_CONSUMERS else (4, 8))
         for stages in STAGE_CHOICES
-        for overlap, waves in (_PROMOTIONS if (precise or block) and schedule in WARP_SPECIALIZED else ((False, 0),))
+        for overlap, waves in (_PROMOTIONS if (precise or block) and s in WARP_SPECIALIZED else ((False, 0),))
+        for t in ((None, not block) if s == "halves" and waves else (None,))
     ]
     more = [split for c in unsplit for split in _splits_of(problem, c, sms)]
     return quick + [c for c in more if c not in quick and fits(c, elem, precise, block)]

@@ -98,8 +98,8 @@ def summary(rows: list[dict]) -> list[dict]:
 
 def short_config(config) -> str:
     """'16x64x256 split 8, stored' from a row's config JSON; SPLIT_K = 1 says it fell back to data-parallel; a
-    swapped SplitK config, a Gluon kernel's schedule and its second accumulator ('128x128+32x64 ws') are named.
-    Empty for variants without tile configs (cuBLAS)."""
+    swapped SplitK config, a Gluon kernel's schedule, its second accumulator ('128x128+32x64 ws') and its halves'
+    TURNS where set are named.  Empty for variants without tile configs (cuBLAS)."""
     c = json.loads(config) if isinstance(config, str) else (config or {})
     if "BLOCK_M" not in c:
         return ""
@@ -111,6 +111,8 @@ def short_config(config) -> str:
         text += f" split {c['SPLIT_K']}" if c["SPLIT_K"] > 1 else " split 1 = data-parallel"
     text += " swap-AB" if c.get("SWAP_AB") else ""  # BLOCK_M tiles N and BLOCK_N the tokens
     text += f" {c['SCHEDULE']}" if c.get("SCHEDULE") else ""
+    if c.get("TURNS") is not None:  # set: the halves' waves against their scales' default
+        text += " in turns" if c["TURNS"] else " no turns"
     return text + (f", {c['source']}" if c.get("source") else "")
 
 
