@@ -440,12 +440,32 @@ def test_the_halves_take_turns_as_the_config_says_else_with_block_scales_only(tu
     assert gc.GluonConfig.from_dict(saved) == halves
 
 
+@pytest.mark.parametrize("turns,scale,want", [(None, "block", True), (None, "tensor", False), (True, "tensor", True),
+                                               (False, "block", False)])  # fmt: skip
+def test_the_launch_hands_the_kernel_the_configs_way_of_taking_turns(monkeypatch, turns, scale, want):
+    """What reaches the kernel's TURNS constexpr: the config's field where set, else turns with block scales only."""
+    seen = {}
+
+    class Recorder:
+        def __getitem__(self, grid):
+            return lambda *args, **kw: seen.update(kw)
+
+    monkeypatch.setattr(g.gluon_ws_device, "warp_specialized_kernel", Recorder())
+    monkeypatch.setattr(g.tuning, "sm_count", lambda: 132)
+    a = torch.empty(256, 1024, dtype=torch.float8_e4m3fn)
+    b = torch.empty(1024, 1024, dtype=torch.float8_e4m3fn)
+    out = torch.empty(256, 1024, dtype=torch.bfloat16)
+    halves = cfg(128, 128, 128, 4, 4, SCHEDULE="halves", PROMOTE_WAVES=1, TURNS=turns)
+    g.GluonGemm(a, b, out, out, out, scale, halves, 0)()
+    assert seen["TURNS"] is want and seen["HALVES"] is True
+
+
 def test_the_search_space_tries_the_halves_waves_each_way_of_taking_turns(monkeypatch):
     """The full space holds every halves config in waves twice: TURNS unset (the scales' default) and set the other
     way (block scales: False; per tensor: True); no other config sets it, and the quick candidates keep the
     default."""
     monkeypatch.setattr(gs.tuning, "sm_count", lambda: 132)
-    for scaling, other in (("block", False), ("tensor", True)):
+    for scaling, other in (("block", False), ("tensor", True), ("row", True)):
         p = Problem("t", "g", 2048, 7168, 2048, "fp8", scaling=scaling, fp8_accum="precise")
         full = gs.search_space(p, on_gpu=True, full=True)
         waves = [c for c in full if c.SCHEDULE == "halves" and c.PROMOTE_WAVES]

@@ -200,6 +200,18 @@ def test_split_k_at_every_stage_count_is_right_and_the_same_every_call(tile, sca
     shares of 6, 6 and 4 K steps; 8 x 18 = 144 tiles: one wave whole, then 12 split); the counters left zero let
     the second call meet at all.  Ordered, the splits are summed in split order, so two calls give the same bits;
     by atomics, the second call is right only if the first left its slices zero, which the test sees too."""
+    _split_k_at_every_stage_count(tile, scaling, atomic, None)
+
+
+@pytest.mark.parametrize("atomic", [None, True], ids=["ordered", "atomic"])
+@pytest.mark.parametrize("scaling", ["tensor", "block"])
+def test_split_halves_the_other_way_of_taking_turns(scaling, atomic):
+    """The split halves with TURNS set against the scales' default (per tensor in turns, block scales without):
+    both consumers take every unit in one order, so their turns pair up across the units and the meetings."""
+    _split_k_at_every_stage_count(SPLIT_TILES[1], scaling, atomic, scaling != "block")
+
+
+def _split_k_at_every_stage_count(tile, scaling, atomic, turns) -> None:
     import torch
 
     from gemmbench import registry
@@ -219,11 +231,11 @@ def test_split_k_at_every_stage_count_is_right_and_the_same_every_call(tile, sca
         ref = reference(p, inputs)
         for stages in range(2, max(STAGE_CHOICES) + 1):
             config = GluonConfig.tile(bm, bn, 128, warps, stages, SCHEDULE=schedule, PROMOTE_WAVES=waves, SPLIT_K=3,
-                                      SPLIT_TAIL=tail, SPLIT_ATOMIC=atomic)  # fmt: skip
+                                      SPLIT_TAIL=tail, SPLIT_ATOMIC=atomic, TURNS=turns)  # fmt: skip
             if not fits(config, 1, accum == "precise", scaling == "block"):
                 continue
             launch = v.tunable.build(p, inputs, config)
-            assert launch.config["SPLIT_K"] == 3
+            assert launch.config["SPLIT_K"] == 3 and launch.config.get("TURNS") == turns
             assert (launch.fn.whole > 0) == bool(tail)  # the tail's split tiles follow whole waves here
             outputs = []
             for call in range(2):

@@ -235,11 +235,11 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
         next only.  BN2 > 0: a second accumulator for the tile's last BN2 columns (register tensors are powers of
         two: a 128 + 32 wide tile is two of them), one per wave where the tile is held in row waves.  HALVES: every
         tile of the program, rows FIRST * its half on (the output descriptor's block is the half), each consumer's
-        waves on their own, or with block scales in turns (k_loop_waves): both read every stage, which goes back to
-        the producer only once both released it, so neither runs more than one lap ahead of the other without
-        turns.  SPLITS > 1 (one consumer, or the halves: every unit in the same order): units, not tiles, each a
-        share of a tile's K steps, and only the unit that meets its tile's other splits last (gluon_ws_split.meet)
-        runs the epilogue."""
+        waves on their own, or in turns where TURNS says (by default with block scales; k_loop_waves): both read
+        every stage, which goes back to the producer only once both released it, so neither runs more than one lap
+        ahead of the other without turns.  SPLITS > 1 (one consumer, or the halves: every unit in the same order):
+        units, not tiles, each a share of a tile's K steps, and only the unit that meets its tile's other splits last
+        (gluon_ws_split.meet) runs the epilogue."""
         a_bufs, b_bufs, b2_bufs, ready, empty, a_sc, b_sc = ring
         BM: gl.constexpr = a_bufs.shape[1]  # the tile's rows; this consumer's are the output block's
         ROWS: gl.constexpr = c_desc.block_type.shape[0]

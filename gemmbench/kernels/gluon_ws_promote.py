@@ -170,9 +170,10 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
         issued, so one's promotion runs under the other's wgmma, as DeepGEMM's math warpgroups do.  TURNS (the
         config's TURNS, by default the halves with block scales): each issues a wave's wgmma in its turn and hands
         the turn over once issued, so the tensor cores take the two consumers' waves one after the other.
-        Per-tensor scales ran faster without turns, block scales lost more cells than they gained
-        (docs/BENCHMARKS.md, "Promoted fp8: the waves and the halves").  BN2 > 0: each wave also sums the tile's next BN2 columns (wide0, wide1; a 128 + 32 wide tile is
-        two power-of-two tensors), both wgmma issued together.  Returns the waves' tiles and the turns taken."""
+        Per-tensor scales ran faster without turns; block scales without them lost more cells than they gained
+        (docs/BENCHMARKS.md, "Promoted fp8: the waves and the halves").  BN2 > 0: each wave also sums the tile's
+        next BN2 columns (wide0, wide1; a 128 + 32 wide tile is two power-of-two tensors), both wgmma issued
+        together.  Returns the waves' tiles and the turns taken."""
         STAGES: gl.constexpr = a_bufs.shape[0]
         WAVE_M: gl.constexpr = acc0.shape[0]
         layout: gl.constexpr = acc0.type.layout
