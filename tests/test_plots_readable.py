@@ -381,14 +381,13 @@ def test_cpu_rows_are_titled_cpu(tp8):
     assert set(plotdata.gpu_names(tp8.assign(gpu=None))) == {"unknown GPU"}
     rows = prepared(None, df=cpu, gpu="cpu")  # --gpu cpu picks them
     (day,) = {str(t)[:10] for t in tp8["timestamp"]}  # the day the rows were measured
-    for kind in ("roofline", "speedup"):
-        for d in plots.figures(kind, rows):
-            if d.figure is None:  # a row-scaled speedup figure: its one variant is its baseline
-                continue
-            assert f"\nCPU · {day} · cold timing" in title(d.figure), title(d.figure)
-            assert "unknown GPU" not in title(d.figure)
-    roof = plots.figures("roofline", rows)[0].figure
-    assert "A CPU run: no GPU datasheet ceilings" in footnote(roof)
+    drawn = {kind: plots.figures(kind, rows) for kind in ("roofline", "speedup")}
+    for d in drawn["roofline"] + drawn["speedup"]:
+        if d.figure is None:  # a row-scaled speedup figure: its one variant is its baseline
+            continue
+        assert f"\nCPU · {day} · cold timing" in title(d.figure), title(d.figure)
+        assert "unknown GPU" not in title(d.figure)
+    assert "A CPU run: no GPU datasheet ceilings" in footnote(drawn["roofline"][0].figure)
     layers = plotdata.read([MIX]).layers
     (d,) = plots_layer.figures(cpu_rows(layers, cpu=None))
     (day,) = {str(t)[:10] for t in layers["timestamp"]}
