@@ -93,6 +93,18 @@ _GPU_GATE = Path(tempfile.gettempdir()) / f"gemmbench-gpu-tests-{_GPU_TAG}.gate"
 _GPU_LOCK = Path(tempfile.gettempdir()) / f"gemmbench-gpu-tests-{_GPU_TAG}.lock"
 
 
+def pytest_configure(config):
+    """`-n 2` steals work (xdist's worksteal): a worker that runs out of tests takes some of the other's, so a long test
+    near the end of one worker's share does not leave the other core idle.  Set here, not in addopts, so that pytest
+    without xdist (a GPU machine with only the `gpu` extra) still runs; an explicit --dist is kept."""
+    if (
+        config.pluginmanager.hasplugin("xdist")
+        and config.getoption("dist") == "load"
+        and "--dist" not in " ".join(config.invocation_params.args)
+    ):
+        config.option.dist = "worksteal"
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
     """Around each GPU test's setup, call and teardown (its module's fixtures too): the GPU's shared or exclusive
