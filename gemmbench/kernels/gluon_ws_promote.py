@@ -143,12 +143,16 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
         return a_sc.slice(row0, WAVE_M).load(rows) * b_sc.slice(row0, WAVE_M).load(rows)
 
     @gluon.jit
-    def _promoted(acc, raw, scale, SCALE: gl.constexpr):
-        """acc + one K step's exact sum: block scales multiply it by its rows' scales (times the tile's) first."""
+    def _promoted(acc, wide, raw, raw2, scale, SCALE: gl.constexpr, BN2: gl.constexpr):
+        """acc + one K step's exact sum (block scales: times its rows' scales, which hold the tile's, first), and
+        wide + its next BN2 columns' (block scales take no second accumulator: they fit)."""
         if SCALE == "block":
-            return gl.fma(raw, gl.expand_dims(scale, 1), acc)
+            acc = gl.fma(raw, gl.expand_dims(scale, 1), acc)
         else:
-            return acc + raw
+            acc = acc + raw
+        if BN2 > 0:
+            wide = wide + raw2
+        return acc, wide
 
     @gluon.jit
     def k_loop_waves(
@@ -171,62 +175,101 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
         config's TURNS, by default the halves with block scales): each issues a wave's wgmma in its turn and hands
         the turn over once issued, so the tensor cores take the two consumers' waves one after the other.
         Per-tensor scales ran faster without turns; block scales without them lost more cells than they gained
-        (docs/BENCHMARKS.md, "Promoted fp8: the waves and the halves").  BN2 > 0: each wave also sums the tile's
-        next BN2 columns (wide0, wide1; a 128 + 32 wide tile is two power-of-two tensors), both wgmma issued
-        together.  Returns the waves' tiles and the turns taken."""
+        (docs/BENCHMARKS.md, "Promoted fp8: the waves and the halves").  With block scales the next K step's ready
+        wait and its scales' loads from shared memory run while the step's last wave is in the tensor cores, not
+        after its promotion (LAG; docs/BENCHMARKS.md, "The next step's wait under the wgmma": per-tensor configs,
+        tuned with it after, moved both ways).  BN2 > 0: each wave also sums the tile's next BN2 columns (wide0,
+        wide1; a 128 + 32 wide tile is two power-of-two tensors), both wgmma issued together.  Returns the waves'
+        tiles and the turns taken."""
         STAGES: gl.constexpr = a_bufs.shape[0]
         WAVE_M: gl.constexpr = acc0.shape[0]
+        LAG: gl.constexpr = SCALE == "block"
         layout: gl.constexpr = acc0.type.layout
         raw = gl.zeros_like(acc0)
         raw2 = raw  # stands for itself where there is no second accumulator, never read
         if BN2 > 0:
             raw2 = gl.zeros_like(wide0)
-        s0 = gl.full([WAVE_M], 1.0, gl.float32, gl.SliceLayout(1, layout))
-        s1 = s0
-        for k in range(k_steps):
+        s0, s1 = _ready_scales(ready, a_sc, b_sc, base, ROW0, WAVE_M, SCALE, WAVES, layout)
+        raw, raw2, turn = _wave_issue(a_bufs, b_bufs, b2_bufs, base % STAGES, ROW0, raw, raw2, turns, turn, FIRST,
+                                      TURNS, BN2)
+        # the last step is peeled off: a wgmma issued under a branch is not the tensor the loop carries
+        for k in range(k_steps - 1):
             pos = base + k
-            slot = pos % STAGES
-            mbarrier.wait(ready.index(slot), (pos // STAGES) & 1)
-            if SCALE == "block":
-                s0 = _staged_scales(a_sc.index(slot), b_sc.index(slot), ROW0, WAVE_M, layout)
-                if WAVES == 2:
-                    s1 = _staged_scales(a_sc.index(slot), b_sc.index(slot), ROW0 + WAVE_M, WAVE_M, layout)
-            a = a_bufs.index(slot)
-            b = b_bufs.index(slot).permute((1, 0))
-            b2 = b2_bufs.index(slot).permute((1, 0))
-            raw, raw2, turn = _wave_mma(a.slice(ROW0, WAVE_M, dim=0), b, b2, raw, raw2, turns, turn, FIRST, TURNS,
-                                        BN2)
-            acc0 = _promoted(acc0, raw, s0, SCALE)
-            if BN2 > 0:  # (block scales take no second accumulator: fits)
-                wide0 = wide0 + raw2
             if WAVES == 2:
-                raw, raw2, turn = _wave_mma(a.slice(ROW0 + WAVE_M, WAVE_M, dim=0), b, b2, raw, raw2, turns, turn,
-                                            FIRST, TURNS, BN2)
-                acc1 = _promoted(acc1, raw, s1, SCALE)
-                if BN2 > 0:
-                    wide1 = wide1 + raw2
-            mbarrier.arrive(empty.index(slot), count=1)
+                raw, raw2 = _wave_wait(raw, raw2, BN2)
+                acc0, wide0 = _promoted(acc0, wide0, raw, raw2, s0, SCALE, BN2)
+                raw, raw2, turn = _wave_issue(a_bufs, b_bufs, b2_bufs, pos % STAGES, ROW0 + WAVE_M, raw, raw2, turns,
+                                              turn, FIRST, TURNS, BN2)
+            if LAG:
+                n0, n1 = _ready_scales(ready, a_sc, b_sc, pos + 1, ROW0, WAVE_M, SCALE, WAVES, layout)
+            raw, raw2 = _wave_wait(raw, raw2, BN2)
+            if WAVES == 2:
+                acc1, wide1 = _promoted(acc1, wide1, raw, raw2, s1, SCALE, BN2)
+            else:
+                acc0, wide0 = _promoted(acc0, wide0, raw, raw2, s0, SCALE, BN2)
+            mbarrier.arrive(empty.index(pos % STAGES), count=1)
+            if not LAG:
+                n0, n1 = _ready_scales(ready, a_sc, b_sc, pos + 1, ROW0, WAVE_M, SCALE, WAVES, layout)
+            raw, raw2, turn = _wave_issue(a_bufs, b_bufs, b2_bufs, (pos + 1) % STAGES, ROW0, raw, raw2, turns, turn,
+                                          FIRST, TURNS, BN2)
+            s0 = n0
+            s1 = n1
+        slot = (base + k_steps - 1) % STAGES
+        if WAVES == 2:
+            raw, raw2 = _wave_wait(raw, raw2, BN2)
+            acc0, wide0 = _promoted(acc0, wide0, raw, raw2, s0, SCALE, BN2)
+            raw, raw2, turn = _wave_issue(a_bufs, b_bufs, b2_bufs, slot, ROW0 + WAVE_M, raw, raw2, turns, turn, FIRST,
+                                          TURNS, BN2)
+        raw, raw2 = _wave_wait(raw, raw2, BN2)
+        if WAVES == 2:
+            acc1, wide1 = _promoted(acc1, wide1, raw, raw2, s1, SCALE, BN2)
+        else:
+            acc0, wide0 = _promoted(acc0, wide0, raw, raw2, s0, SCALE, BN2)
+        mbarrier.arrive(empty.index(slot), count=1)
         return acc0, acc1, wide0, wide1, turn
 
     @gluon.jit
-    def _wave_mma(a, b, b2, raw, raw2, turns, turn, FIRST: gl.constexpr, TURNS: gl.constexpr, BN2: gl.constexpr):
-        """One wave's K step into raw (and BN2 > 0: its next BN2 columns into raw2), started afresh and waited for;
-        TURNS: issued in this consumer's turn (the first consumer's first turn finds its barrier's phase 1 complete,
-        as created), the turn handed over once issued and counted (only then: the count's parity is the barrier's
-        phase)."""
+    def _ready_scales(ready, a_sc, b_sc, pos, ROW0: gl.constexpr, WAVE_M: gl.constexpr, SCALE: gl.constexpr,
+                      WAVES: gl.constexpr, layout: gl.constexpr):
+        """Waits until ring position pos has landed; returns its waves' block scales (ones for other scales)."""
+        STAGES: gl.constexpr = ready.shape[0]
+        slot = pos % STAGES
+        mbarrier.wait(ready.index(slot), (pos // STAGES) & 1)
+        s0 = gl.full([WAVE_M], 1.0, gl.float32, gl.SliceLayout(1, layout))
+        s1 = s0
+        if SCALE == "block":
+            s0 = _staged_scales(a_sc.index(slot), b_sc.index(slot), ROW0, WAVE_M, layout)
+            if WAVES == 2:
+                s1 = _staged_scales(a_sc.index(slot), b_sc.index(slot), ROW0 + WAVE_M, WAVE_M, layout)
+        return s0, s1
+
+    @gluon.jit
+    def _wave_issue(a_bufs, b_bufs, b2_bufs, slot, ROW: gl.constexpr, raw, raw2, turns, turn, FIRST: gl.constexpr,
+                    TURNS: gl.constexpr, BN2: gl.constexpr):
+        """One wave's K step (the stage's rows from ROW) into raw (and BN2 > 0: its next BN2 columns into raw2),
+        started afresh and not waited for; TURNS: issued in this consumer's turn (the first consumer's first turn
+        finds its barrier's phase 1 complete, as created), the turn handed over once issued and counted (only then:
+        the count's parity is the barrier's phase)."""
+        WAVE_M: gl.constexpr = raw.shape[0]
+        a = a_bufs.index(slot).slice(ROW, WAVE_M, dim=0)
         if TURNS:
             mbarrier.wait(turns.index(FIRST), (turn & 1) ^ (1 - FIRST))
-        raw = warpgroup_mma(a, b, raw, use_acc=False, is_async=True)
+        raw = warpgroup_mma(a, b_bufs.index(slot).permute((1, 0)), raw, use_acc=False, is_async=True)
         if BN2 > 0:
-            raw2 = warpgroup_mma(a, b2, raw2, use_acc=False, is_async=True)
+            raw2 = warpgroup_mma(a, b2_bufs.index(slot).permute((1, 0)), raw2, use_acc=False, is_async=True)
         if TURNS:
             mbarrier.arrive(turns.index(1 - FIRST), count=1)
             turn += 1
+        return raw, raw2, turn
+
+    @gluon.jit
+    def _wave_wait(raw, raw2, BN2: gl.constexpr):
+        """A wave's wgmma (and BN2 > 0: its second's) finished."""
         if BN2 > 0:
             raw, raw2 = warpgroup_mma_wait(0, deps=[raw, raw2])
         else:
             raw = warpgroup_mma_wait(0, deps=[raw])
-        return raw, raw2, turn
+        return raw, raw2
 
     @gluon.jit
     def epilogue_waves(
