@@ -14,8 +14,9 @@ out (M, N) = a (M, K) @ b (N, K)^T.  The schedules (config field SCHEDULE), each
   turns at their K loops, so one's epilogue runs while the other's wgmma keep the tensor cores busy, the way
   CUTLASS's Hopper ping-pong kernels do.
 - "halves": two 4-warp consumer partitions on the two row halves of every tile, each running its own K loop (fp8
-  promoted in row waves: gluon_ws_promote.k_loop_waves; in turns at each wave's wgmma where the config's TURNS
-  says, by default with block scales), so one's promotion runs under the other's wgmma.
+  promoted in row waves: gluon_ws_promote.k_loop_waves, with block scales k_loop_waves_block; in turns at each
+  wave's wgmma where the config's TURNS says, by default with block scales), so one's promotion runs under the
+  other's wgmma.
 Each warp-specialized schedule can widen a tile by a second accumulator (BLOCK_N2: 128 + 32 = 160 or 64 + 16 = 80
 columns; the waves hold one per wave).  Per-tensor and row-wise scales are applied in the epilogue; block scales to
 each K step's own sum; bf16 out.
@@ -42,6 +43,7 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
         epilogue_waves,
         k_loop_overlapped,
         k_loop_waves,
+        k_loop_waves_block,
         scaled,
         stage_block_scales,
     )
@@ -235,7 +237,7 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
         next only.  BN2 > 0: a second accumulator for the tile's last BN2 columns (register tensors are powers of
         two: a 128 + 32 wide tile is two of them), one per wave where the tile is held in row waves.  HALVES: every
         tile of the program, rows FIRST * its half on (the output descriptor's block is the half), each consumer's
-        waves on their own, or in turns where TURNS says (by default with block scales; k_loop_waves): both read
+        waves on their own, or in turns where TURNS says (by default with block scales; k_loop_waves*): both read
         every stage, which goes back to the producer only once both released it, so neither runs more than one lap
         ahead of the other without turns.  SPLITS > 1 (one consumer, or the halves: every unit in the same order):
         units, not tiles, each a share of a tile's K steps, and only the unit that meets its tile's other splits last
@@ -278,9 +280,12 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
                     v1 = v0
                     if WAVES == 2:
                         v1 = gl.zeros_like(v0)
-                w0, w1, v0, v1, turn = k_loop_waves(a_bufs, b_bufs, b2_bufs, ready, empty, turns, a_sc, b_sc, base,
-                                                     steps, turn, w0, w1, v0, v1, ROW0, FIRST, WAVE_TURNS, SCALE, WAVES,
-                                                     BN2)
+                if SCALE == "block":  # (no second accumulator: fits)
+                    w0, w1, turn = k_loop_waves_block(a_bufs, b_bufs, ready, empty, turns, a_sc, b_sc, base, steps,
+                                                      turn, w0, w1, ROW0, FIRST, WAVE_TURNS, WAVES)
+                else:
+                    w0, w1, v0, v1, turn = k_loop_waves(a_bufs, b_bufs, b2_bufs, ready, empty, turns, base, steps, turn,
+                                                         w0, w1, v0, v1, ROW0, FIRST, WAVE_TURNS, WAVES, BN2)
             elif OVERLAP:
                 acc = k_loop_overlapped(a_bufs, b_bufs, ready, empty, base, k_first, steps, acc, bscales, pid_m * BM,
                                          pid_n * (BN + BN2), M, N, SCALE, layout)

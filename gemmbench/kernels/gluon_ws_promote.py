@@ -8,7 +8,8 @@ the other's wgmma runs (three fp32 tiles).  The waves take the tile's rows in on
 wave goes into one partial, waited for and added into that wave's fp32 tile, so only one partial lives beside the
 fp32 tile; in the halves schedule two consumers run it on the two halves of a tile's rows, each on its own, or taking
 turns at the waves' wgmma (the config's TURNS, by default with block scales: docs/BENCHMARKS.md, "Promoted fp8: the
-waves and the halves").  Each jit signature is grouped by role, a commented line each.
+waves and the halves").  With block scales (k_loop_waves_block) the next K step's ready wait and scale loads run under
+the last wave's wgmma.  Each jit signature is grouped by role, a commented line each.
 """
 
 from __future__ import annotations
@@ -143,104 +144,127 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
         return a_sc.slice(row0, WAVE_M).load(rows) * b_sc.slice(row0, WAVE_M).load(rows)
 
     @gluon.jit
-    def _promoted(acc, wide, raw, raw2, scale, SCALE: gl.constexpr, BN2: gl.constexpr):
-        """acc + one K step's exact sum (block scales: times its rows' scales, which hold the tile's, first), and
-        wide + its next BN2 columns' (block scales take no second accumulator: they fit)."""
-        if SCALE == "block":
-            acc = gl.fma(raw, gl.expand_dims(scale, 1), acc)
-        else:
-            acc = acc + raw
-        if BN2 > 0:
-            wide = wide + raw2
-        return acc, wide
-
-    @gluon.jit
     def k_loop_waves(
         a_bufs, b_bufs, b2_bufs, ready, empty, turns,            # shared memory: stages (B's next BN2 rows), their
                                                                  # barriers, the turns'
-        a_sc, b_sc,                                              # the stages' block scales (stage_block_scales)
         base, k_steps, turn,                                     # ring position, steps; turns taken
         acc0, acc1, wide0, wide1,                                # the waves' fp32 tiles: BLOCK_N and BN2 columns
         ROW0: gl.constexpr,                                      # this consumer's first row within a stage's A block
         FIRST: gl.constexpr, TURNS: gl.constexpr,                # schedule: which consumer, whether they alternate
-        SCALE: gl.constexpr, WAVES: gl.constexpr,                # fp8: which scales, how many waves
-        BN2: gl.constexpr,                                       # meta: the second accumulators' width (0: none)
+        WAVES: gl.constexpr, BN2: gl.constexpr,                  # meta: how many waves, the second accumulators'
+                                                                 # width (0: none)
     ):
-        """fp8 promoted in row waves: each K step's sum of a wave of WAVE_M rows (each warpgroup its 64-row slice)
-        goes into one reduced-precision accumulator, started afresh (use_acc False), waited for, and added into that
-        wave's fp32 accumulator; then the next wave.  Only one partial beside the fp32 tile: 256 x 128 fits where
-        Triton's promotion of a whole tile spills or serializes its wgmma.  Two consumers on the two halves of a
-        tile's rows (the halves) each run this loop, and the tensor cores take the two warpgroups' wgmma as they are
-        issued, so one's promotion runs under the other's wgmma, as DeepGEMM's math warpgroups do.  TURNS (the
-        config's TURNS, by default the halves with block scales): each issues a wave's wgmma in its turn and hands
-        the turn over once issued, so the tensor cores take the two consumers' waves one after the other.
-        Per-tensor scales ran faster without turns; block scales without them lost more cells than they gained
-        (docs/BENCHMARKS.md, "Promoted fp8: the waves and the halves").  With block scales the next K step's ready
-        wait and its scales' loads from shared memory run while the step's last wave is in the tensor cores, not
-        after its promotion (LAG; docs/BENCHMARKS.md, "The next step's wait under the wgmma": per-tensor configs,
-        tuned with it after, moved both ways).  BN2 > 0: each wave also sums the tile's next BN2 columns (wide0,
-        wide1; a 128 + 32 wide tile is two power-of-two tensors), both wgmma issued together.  Returns the waves'
-        tiles and the turns taken."""
+        """fp8 promoted in row waves, per-tensor or row-wise scales (applied in the epilogue): each K step's sum of
+        a wave of WAVE_M rows (each warpgroup its 64-row slice) goes into one reduced-precision accumulator, started
+        afresh (use_acc False), waited for, and added into that wave's fp32 accumulator; then the next wave.  Only
+        one partial beside the fp32 tile: 256 x 128 fits where Triton's promotion of a whole tile spills or
+        serializes its wgmma.  Two consumers on the two halves of a tile's rows (the halves) each run this loop, and
+        the tensor cores take the two warpgroups' wgmma as they are issued, so one's promotion runs under the other's
+        wgmma, as DeepGEMM's math warpgroups do.  TURNS (the config's; by default not with these scales, which ran
+        faster without: docs/BENCHMARKS.md, "Promoted fp8: the waves and the halves"): each issues a wave's wgmma in
+        its turn and hands the turn over once issued, so the tensor cores take the two consumers' waves one after the
+        other.  BN2 > 0: each wave also sums the tile's next BN2 columns (wide0, wide1; a 128 + 32 wide tile is two
+        power-of-two tensors), both wgmma issued together.  Returns the waves' tiles and the turns taken."""
         STAGES: gl.constexpr = a_bufs.shape[0]
-        WAVE_M: gl.constexpr = acc0.shape[0]
-        LAG: gl.constexpr = SCALE == "block"
-        layout: gl.constexpr = acc0.type.layout
         raw = gl.zeros_like(acc0)
         raw2 = raw  # stands for itself where there is no second accumulator, never read
         if BN2 > 0:
             raw2 = gl.zeros_like(wide0)
-        s0, s1 = _ready_scales(ready, a_sc, b_sc, base, ROW0, WAVE_M, SCALE, WAVES, layout)
-        raw, raw2, turn = _wave_issue(a_bufs, b_bufs, b2_bufs, base % STAGES, ROW0, raw, raw2, turns, turn, FIRST,
-                                      TURNS, BN2)
-        # the last step is peeled off: a wgmma issued under a branch is not the tensor the loop carries
+        for k in range(k_steps):
+            pos = base + k
+            slot = pos % STAGES
+            mbarrier.wait(ready.index(slot), (pos // STAGES) & 1)
+            raw, raw2, turn = _wave_mma(a_bufs, b_bufs, b2_bufs, slot, ROW0, raw, raw2, turns, turn, FIRST, TURNS, BN2)
+            acc0 = acc0 + raw
+            if BN2 > 0:
+                wide0 = wide0 + raw2
+            if WAVES == 2:
+                raw, raw2, turn = _wave_mma(a_bufs, b_bufs, b2_bufs, slot, ROW0 + acc0.shape[0], raw, raw2, turns,
+                                            turn, FIRST, TURNS, BN2)
+                acc1 = acc1 + raw
+                if BN2 > 0:
+                    wide1 = wide1 + raw2
+            mbarrier.arrive(empty.index(slot), count=1)
+        return acc0, acc1, wide0, wide1, turn
+
+    @gluon.jit
+    def _wave_mma(a_bufs, b_bufs, b2_bufs, slot, ROW: gl.constexpr, raw, raw2, turns, turn, FIRST: gl.constexpr,
+                  TURNS: gl.constexpr, BN2: gl.constexpr):
+        """One wave's K step (the stage's rows from ROW) into raw (and BN2 > 0: its next BN2 columns into raw2),
+        started afresh and waited for."""
+        raw, raw2, turn = _wave_issue(a_bufs, b_bufs, b2_bufs, slot, ROW, raw, raw2, turns, turn, FIRST, TURNS, BN2)
+        if BN2 > 0:
+            raw, raw2 = warpgroup_mma_wait(0, deps=[raw, raw2])
+        else:
+            raw = warpgroup_mma_wait(0, deps=[raw])
+        return raw, raw2, turn
+
+    @gluon.jit
+    def k_loop_waves_block(
+        a_bufs, b_bufs, ready, empty, turns,                     # shared memory: stages, their barriers, the turns'
+        a_sc, b_sc,                                              # the stages' block scales (stage_block_scales)
+        base, k_steps, turn,                                     # ring position, steps; turns taken
+        acc0, acc1,                                              # the waves' fp32 tiles
+        ROW0: gl.constexpr,                                      # this consumer's first row within a stage's A block
+        FIRST: gl.constexpr, TURNS: gl.constexpr,                # schedule: which consumer, whether they alternate
+        WAVES: gl.constexpr,                                     # how many waves
+    ):
+        """k_loop_waves with 128 x 128 block scales: each wave's K step sum times its rows' scales (which hold the
+        tile's weight scale) as it is added; by default the halves take turns (the config's TURNS: without, more
+        cells lost than gained).  The next K step's ready wait and its scales' loads from shared memory run while the
+        step's last wave is in the tensor cores, not after its promotion (docs/BENCHMARKS.md, "The next K step's
+        wait under the wgmma"), so the last step is peeled off the loop: a wgmma issued under a branch is not the
+        tensor the loop carries."""
+        STAGES: gl.constexpr = a_bufs.shape[0]
+        WAVE_M: gl.constexpr = acc0.shape[0]
+        layout: gl.constexpr = acc0.type.layout
+        raw = gl.zeros_like(acc0)
+        s0, s1 = _ready_scales(ready, a_sc, b_sc, base, ROW0, WAVE_M, WAVES, layout)
+        raw, _, turn = _wave_issue(a_bufs, b_bufs, b_bufs, base % STAGES, ROW0, raw, raw, turns, turn, FIRST, TURNS, 0)
         for k in range(k_steps - 1):
             pos = base + k
             if WAVES == 2:
-                raw, raw2 = _wave_wait(raw, raw2, BN2)
-                acc0, wide0 = _promoted(acc0, wide0, raw, raw2, s0, SCALE, BN2)
-                raw, raw2, turn = _wave_issue(a_bufs, b_bufs, b2_bufs, pos % STAGES, ROW0 + WAVE_M, raw, raw2, turns,
-                                              turn, FIRST, TURNS, BN2)
-            if LAG:
-                n0, n1 = _ready_scales(ready, a_sc, b_sc, pos + 1, ROW0, WAVE_M, SCALE, WAVES, layout)
-            raw, raw2 = _wave_wait(raw, raw2, BN2)
+                raw = warpgroup_mma_wait(0, deps=[raw])
+                acc0 = gl.fma(raw, gl.expand_dims(s0, 1), acc0)
+                raw, _, turn = _wave_issue(a_bufs, b_bufs, b_bufs, pos % STAGES, ROW0 + WAVE_M, raw, raw, turns, turn,
+                                           FIRST, TURNS, 0)
+            n0, n1 = _ready_scales(ready, a_sc, b_sc, pos + 1, ROW0, WAVE_M, WAVES, layout)
+            raw = warpgroup_mma_wait(0, deps=[raw])
             if WAVES == 2:
-                acc1, wide1 = _promoted(acc1, wide1, raw, raw2, s1, SCALE, BN2)
+                acc1 = gl.fma(raw, gl.expand_dims(s1, 1), acc1)
             else:
-                acc0, wide0 = _promoted(acc0, wide0, raw, raw2, s0, SCALE, BN2)
+                acc0 = gl.fma(raw, gl.expand_dims(s0, 1), acc0)
             mbarrier.arrive(empty.index(pos % STAGES), count=1)
-            if not LAG:
-                n0, n1 = _ready_scales(ready, a_sc, b_sc, pos + 1, ROW0, WAVE_M, SCALE, WAVES, layout)
-            raw, raw2, turn = _wave_issue(a_bufs, b_bufs, b2_bufs, (pos + 1) % STAGES, ROW0, raw, raw2, turns, turn,
-                                          FIRST, TURNS, BN2)
+            raw, _, turn = _wave_issue(a_bufs, b_bufs, b_bufs, (pos + 1) % STAGES, ROW0, raw, raw, turns, turn, FIRST,
+                                       TURNS, 0)
             s0 = n0
             s1 = n1
         slot = (base + k_steps - 1) % STAGES
         if WAVES == 2:
-            raw, raw2 = _wave_wait(raw, raw2, BN2)
-            acc0, wide0 = _promoted(acc0, wide0, raw, raw2, s0, SCALE, BN2)
-            raw, raw2, turn = _wave_issue(a_bufs, b_bufs, b2_bufs, slot, ROW0 + WAVE_M, raw, raw2, turns, turn, FIRST,
-                                          TURNS, BN2)
-        raw, raw2 = _wave_wait(raw, raw2, BN2)
+            raw = warpgroup_mma_wait(0, deps=[raw])
+            acc0 = gl.fma(raw, gl.expand_dims(s0, 1), acc0)
+            raw, _, turn = _wave_issue(a_bufs, b_bufs, b_bufs, slot, ROW0 + WAVE_M, raw, raw, turns, turn, FIRST, TURNS,
+                                       0)
+        raw = warpgroup_mma_wait(0, deps=[raw])
         if WAVES == 2:
-            acc1, wide1 = _promoted(acc1, wide1, raw, raw2, s1, SCALE, BN2)
+            acc1 = gl.fma(raw, gl.expand_dims(s1, 1), acc1)
         else:
-            acc0, wide0 = _promoted(acc0, wide0, raw, raw2, s0, SCALE, BN2)
+            acc0 = gl.fma(raw, gl.expand_dims(s0, 1), acc0)
         mbarrier.arrive(empty.index(slot), count=1)
-        return acc0, acc1, wide0, wide1, turn
+        return acc0, acc1, turn
 
     @gluon.jit
-    def _ready_scales(ready, a_sc, b_sc, pos, ROW0: gl.constexpr, WAVE_M: gl.constexpr, SCALE: gl.constexpr,
-                      WAVES: gl.constexpr, layout: gl.constexpr):
-        """Waits until ring position pos has landed; returns its waves' block scales (ones for other scales)."""
+    def _ready_scales(ready, a_sc, b_sc, pos, ROW0: gl.constexpr, WAVE_M: gl.constexpr, WAVES: gl.constexpr,
+                      layout: gl.constexpr):
+        """Waits until ring position pos has landed; returns its waves' block scales (the second wave's: the
+        first's where there is one wave, never read)."""
         STAGES: gl.constexpr = ready.shape[0]
         slot = pos % STAGES
         mbarrier.wait(ready.index(slot), (pos // STAGES) & 1)
-        s0 = gl.full([WAVE_M], 1.0, gl.float32, gl.SliceLayout(1, layout))
+        s0 = _staged_scales(a_sc.index(slot), b_sc.index(slot), ROW0, WAVE_M, layout)
         s1 = s0
-        if SCALE == "block":
-            s0 = _staged_scales(a_sc.index(slot), b_sc.index(slot), ROW0, WAVE_M, layout)
-            if WAVES == 2:
-                s1 = _staged_scales(a_sc.index(slot), b_sc.index(slot), ROW0 + WAVE_M, WAVE_M, layout)
+        if WAVES == 2:
+            s1 = _staged_scales(a_sc.index(slot), b_sc.index(slot), ROW0 + WAVE_M, WAVE_M, layout)
         return s0, s1
 
     @gluon.jit
@@ -251,25 +275,19 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
         finds its barrier's phase 1 complete, as created), the turn handed over once issued and counted (only then:
         the count's parity is the barrier's phase)."""
         WAVE_M: gl.constexpr = raw.shape[0]
-        a = a_bufs.index(slot).slice(ROW, WAVE_M, dim=0)
+        a = a_bufs.index(slot)
+        b = b_bufs.index(slot).permute((1, 0))
+        b2 = b2_bufs.index(slot).permute((1, 0))
+        a = a.slice(ROW, WAVE_M, dim=0)
         if TURNS:
             mbarrier.wait(turns.index(FIRST), (turn & 1) ^ (1 - FIRST))
-        raw = warpgroup_mma(a, b_bufs.index(slot).permute((1, 0)), raw, use_acc=False, is_async=True)
+        raw = warpgroup_mma(a, b, raw, use_acc=False, is_async=True)
         if BN2 > 0:
-            raw2 = warpgroup_mma(a, b2_bufs.index(slot).permute((1, 0)), raw2, use_acc=False, is_async=True)
+            raw2 = warpgroup_mma(a, b2, raw2, use_acc=False, is_async=True)
         if TURNS:
             mbarrier.arrive(turns.index(1 - FIRST), count=1)
             turn += 1
         return raw, raw2, turn
-
-    @gluon.jit
-    def _wave_wait(raw, raw2, BN2: gl.constexpr):
-        """A wave's wgmma (and BN2 > 0: its second's) finished."""
-        if BN2 > 0:
-            raw, raw2 = warpgroup_mma_wait(0, deps=[raw, raw2])
-        else:
-            raw = warpgroup_mma_wait(0, deps=[raw])
-        return raw, raw2
 
     @gluon.jit
     def epilogue_waves(
