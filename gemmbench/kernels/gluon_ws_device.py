@@ -36,6 +36,8 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
         gluon,
         mbarrier,
         tma,
+        tma_load,
+        tma_store,
         warpgroup_mma,
         warpgroup_mma_wait,
     )
@@ -84,7 +86,7 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
         tma.store_wait(0)
         c_smem.store(acc.to(c_desc.dtype))
         fence_async_shared()
-        tma.async_copy_shared_to_global(c_desc, [off_m, off_n], c_smem)
+        tma_store(c_desc, [off_m, off_n], c_smem)
 
     @gluon.jit
     def _load_stage(
@@ -96,8 +98,8 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
         slot = pos % a_bufs.shape[0]
         bar = ready.index(slot)
         mbarrier.expect(bar, a_desc.block_type.nbytes + b_desc.block_type.nbytes, pred=pred)
-        tma.async_copy_global_to_shared(a_desc, [off_m, k], bar, a_bufs.index(slot), pred)
-        tma.async_copy_global_to_shared(b_desc, [off_n, k], bar, b_bufs.index(slot), pred)
+        tma_load(a_desc, [off_m, k], bar, a_bufs.index(slot), pred)
+        tma_load(b_desc, [off_n, k], bar, b_bufs.index(slot), pred)
 
     @gluon.jit
     def single_partition_kernel(
@@ -183,9 +185,9 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
                     bar = ready.index(slot)
                     mbarrier.expect(bar, a_desc.block_type.nbytes + b_desc.block_type.nbytes
                                     + b2_desc.block_type.nbytes)
-                    tma.async_copy_global_to_shared(a_desc, [pid_m * BM, k * BK], bar, a_bufs.index(slot))
-                    tma.async_copy_global_to_shared(b_desc, [off_n, k * BK], bar, b_bufs.index(slot))
-                    tma.async_copy_global_to_shared(b2_desc, [off_n + BN, k * BK], bar, b2_bufs.index(slot))
+                    tma_load(a_desc, [pid_m * BM, k * BK], bar, a_bufs.index(slot))
+                    tma_load(b_desc, [off_n, k * BK], bar, b_bufs.index(slot))
+                    tma_load(b2_desc, [off_n + BN, k * BK], bar, b2_bufs.index(slot))
                 else:
                     _load_stage(a_desc, b_desc, a_bufs, b_bufs, ready, pos, pid_m * BM, off_n, k * BK, True)
                 pos += 1

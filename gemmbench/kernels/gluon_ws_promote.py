@@ -18,12 +18,14 @@ from gemmbench.kernels import gluon_api
 
 if gluon_api.GLUON_IMPORT_ERROR is None:
     from gemmbench.kernels.gluon_api import (
-        async_copy,
+        cp_async_load,
         fence_async_shared,
         gl,
         gluon,
         mbarrier,
+        mbarrier_arrive_on_copies,
         tma,
+        tma_store,
         warpgroup_mma,
         warpgroup_mma_wait,
     )
@@ -132,9 +134,9 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
         copies: gl.constexpr = gl.BlockedLayout([BM // 32], [32], [1], [0])  # the producer's one warp
         group = (k * BK) // 128
         rows = off_m + gl.arange(0, BM, layout=copies)
-        async_copy.async_copy_global_to_shared(a_dst, a_bs + rows * s_am + group * s_ak, mask=rows < M)
-        async_copy.async_copy_global_to_shared(b_dst, b_bs + (off_n // 128) * s_bn + group * s_bk + rows * 0)
-        async_copy.mbarrier_arrive(bar)  # the barrier's phase now also waits for these copies
+        cp_async_load(a_dst, a_bs + rows * s_am + group * s_ak, mask=rows < M)
+        cp_async_load(b_dst, b_bs + (off_n // 128) * s_bn + group * s_bk + rows * 0)
+        mbarrier_arrive_on_copies(bar)  # the barrier's phase now also waits for these copies
 
     @gluon.jit
     def _staged_scales(a_sc, b_sc, row0, WAVE_M: gl.constexpr, layout: gl.constexpr):
@@ -307,6 +309,6 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
             c_smem.slice(WAVE_M, WAVE_M, dim=0).store(
                 scaled(acc1, a_scale_ptr, b_scale_ptr, off_m + WAVE_M, off_n, M, N, SCALE).to(c_desc.dtype))
         fence_async_shared()
-        tma.async_copy_shared_to_global(c_desc, [off_m, off_n], c_smem)
+        tma_store(c_desc, [off_m, off_n], c_smem)
 
     # fmt: on

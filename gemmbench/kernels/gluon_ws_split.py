@@ -21,7 +21,7 @@ from __future__ import annotations
 from gemmbench.kernels import gluon_api
 
 if gluon_api.GLUON_IMPORT_ERROR is None:
-    from gemmbench.kernels.gluon_api import gl, gluon
+    from gemmbench.kernels.gluon_api import cta_barrier, gl, gluon
 
     # fmt: off
 
@@ -94,7 +94,7 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
         # every thread's partial is out (stored or added) before one thread's release-increment of the counter (the
         # CUTLASS semaphore pattern); the acquire side makes the other units' partials visible to the one that counts
         # last
-        gl.thread_barrier()
+        cta_barrier()
         last = gl.atomic_add(count_ptr + counter, 1, sem="acq_rel") == SPLITS - 1
         if last:
             if ATOMIC:

@@ -1,0 +1,92 @@
+"""The Gluon kernels compile for Hopper (sm_90a) on a machine without a GPU, with whichever Triton is installed.
+
+Gluon's API moves between Triton releases (names renamed, the old ones refused at compile time), and only compiling
+shows it: here the host's own launch (GluonGemm) compiles each schedule with Triton's driver stood in for by one that
+answers "CUDA, compute capability 9.0" and its launch skipped (JITFunction.run with warmup).  The checks are what any
+Hopper kernel of TMA operands and wgmma must hold, read in its PTX."""
+
+import re
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from gemmbench.kernels import gluon_api, gluon_ws, gluon_ws_device
+from gemmbench.kernels.gluon_ws_config import GluonConfig
+from gemmbench.kernels.tile_loop import BlockScales
+
+pytestmark = pytest.mark.skipif(gluon_api.GLUON_IMPORT_ERROR is not None, reason="this Triton has no Gluon")
+
+SMS = 132  # an H100's or H200's
+
+
+class _Hopper:
+    """Triton's active driver as far as compiling asks: the target, the current device and stream."""
+
+    def get_current_target(self):
+        from triton.backends.compiler import GPUTarget
+
+        return GPUTarget("cuda", 90, 32)
+
+    def get_current_device(self):
+        return 0
+
+    def get_current_stream(self, device=None):
+        return 0
+
+
+@pytest.fixture
+def hopper(monkeypatch):
+    """Compiles instead of launching: the kernels' run() with warmup, on the stand-in driver."""
+    from triton.runtime import driver
+
+    monkeypatch.setattr(driver, "_active", _Hopper())
+    for kernel in (gluon_ws_device.warp_specialized_kernel, gluon_ws_device.single_partition_kernel):
+        run = kernel.run
+        monkeypatch.setattr(kernel, "run", lambda *a, run=run, **kw: run(*a, **{**kw, "warmup": True}))
+    monkeypatch.setattr(gluon_ws.tuning, "sm_count", lambda: SMS)
+
+
+def _config(**fields) -> GluonConfig:
+    base = dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=128, GROUP_M=8, num_warps=4, num_stages=4, SCHEDULE="halves",
+                PROMOTE_OVERLAP=False, BLOCK_N2=0, PROMOTE_WAVES=1)  # fmt: skip
+    return GluonConfig(**{**base, **fields})
+
+
+# (id, config, scales, promoted): one of each K loop and schedule the host launches
+CASES = [
+    ("halves-block-scales", _config(), "block", True),
+    ("halves-two-waves-128+32", _config(BLOCK_M=256, BLOCK_N2=32, PROMOTE_WAVES=2, num_stages=3), "tensor", True),
+    (
+        "ws-split-atomic",
+        _config(SCHEDULE="ws", PROMOTE_WAVES=0, num_warps=8, SPLIT_K=4, SPLIT_ATOMIC=True),
+        "tensor",
+        False,
+    ),
+    ("pipelined", _config(SCHEDULE="pipelined", PROMOTE_WAVES=0, num_warps=8, num_stages=3), "row", False),
+]
+
+
+@pytest.mark.parametrize("config,scales,promoted", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_each_schedule_compiles_for_hopper_without_a_gpu(hopper, config, scales, promoted):
+    M, N, K = 512, 1024, 2048  # whole tiles of every config; 4 x 8 = 32 tiles, so the split one is split
+    a = torch.zeros(M, K, dtype=torch.float8_e4m3fn)
+    b = torch.zeros(N, K, dtype=torch.float8_e4m3fn)
+    out = torch.zeros(M, N, dtype=torch.bfloat16)
+    a_scale, b_scale = (torch.ones(M), torch.ones(N)) if scales == "row" else (torch.ones(1), torch.ones(1))
+    blocks = None
+    if scales == "block":
+        a_scale, b_scale = torch.ones(M, K // 128), torch.ones(N // 128, K // 128)
+        blocks = BlockScales(SimpleNamespace(k_block=128, a=a, a_scale=a_scale, b_scale=b_scale))
+    gemm = gluon_ws.GluonGemm(a, b, out, a_scale, b_scale, scales, config, 128 if promoted else 0, blocks)
+    gemm()
+    ptx = gemm.compiled.asm["ptx"]
+    assert ".target sm_90a" in ptx
+    assert "cp.async.bulk.tensor" in ptx  # TMA copies of the operands (and the output's store)
+    assert "wgmma.mma_async" in ptx and ".e4m3.e4m3" in ptx  # fp8 x fp8 on the tensor cores
+    if scales == "block":
+        assert "cp.async.ca.shared.global" in ptx or "cp.async.cg.shared.global" in ptx  # the scales' staging
+    if config.SPLIT_K:
+        # the atomic split's meeting: each unit adds its fp32 partial, then counts itself in with acquire-release
+        assert re.search(r"\b(?:red|atom)\.global\.[\w.]*relaxed[\w.]*\.add[\w.]*\.f32", ptx)
+        assert re.search(r"\batom\.global\.[\w.]*acq_rel[\w.]*\.add", ptx)
