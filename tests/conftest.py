@@ -198,3 +198,41 @@ def registry_as_the_test_found():
     """What a test registers ends with the test."""
     with _variants_kept():
         yield
+
+
+# The sweep many tests only need a finished run file of (to resume, append to, save or compare): run once per xdist
+# worker and copied into each test's folder, since every run starts a worker process (seconds of importing torch).
+SMOKE_RUN_ARGS = ("run", "--shapes", "smoke", "--dtype", "fp16", "--m", "1", "--variants", "cublas_fp16", "--budget",
+                  "0.01")  # fmt: skip
+PINNED_SHA = "0123456789ab"  # the build a resuming test pins, so that this run's rows are that build's
+
+
+@pytest.fixture(scope="session")
+def smoke_run_file(tmp_path_factory) -> Path:
+    """SMOKE_RUN_ARGS's run file (3 ok rows), made under GEMMBENCH_GIT_SHA=PINNED_SHA; never to be changed."""
+    from typer.testing import CliRunner
+
+    from gemmbench.cli import app
+    from gemmbench.measure import device
+
+    out = tmp_path_factory.mktemp("smoke-run") / "r.parquet"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("GEMMBENCH_GIT_SHA", PINNED_SHA)
+        for cached in (device.git_sha, device.provenance):
+            cached.cache_clear()
+        try:
+            res = CliRunner().invoke(app, [*SMOKE_RUN_ARGS, "--out", str(out)])
+        finally:
+            for cached in (device.git_sha, device.provenance):  # the pin ends with this run
+                cached.cache_clear()
+    assert res.exit_code == 0, res.stderr
+    out.chmod(0o444)
+    return out
+
+
+@pytest.fixture
+def smoke_run(smoke_run_file, tmp_path) -> Path:
+    """A copy of SMOKE_RUN_ARGS's run file in the test's folder, as if the test had run it there."""
+    out = tmp_path / "r.parquet"
+    shutil.copyfile(smoke_run_file, out)
+    return out

@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
-from conftest import HAS_CUDA, PLUGINS
+from conftest import HAS_CUDA, PINNED_SHA, PLUGINS, SMOKE_RUN_ARGS
 from test_shapes import BUILTINS as BUILTIN_SETS  # one list of the built-in sets
 from typer.testing import CliRunner
 
@@ -755,21 +755,18 @@ def test_interrupted_run_keeps_its_rows(tmp_path):
     assert not _alive(workers[0])
 
 
-def test_resume_runs_only_the_cells_a_run_file_lacks(tmp_path, monkeypatch, request):
+def test_resume_runs_only_the_cells_a_run_file_lacks(smoke_run, tmp_path, monkeypatch, request):
     """An interrupted run's file (here: the first two GEMMs of the sweep) is finished by --resume: the missing cells
     run, the kept rows stay as they were, every cell ends once, under the file's own run id."""
-    # the build is part of what makes a row done (resume_key), and this process caches it (device.git_sha): pin it,
-    # so that another test's cached value, or a checkout whose "-dirty" flips while the suite runs, cannot make the
-    # kept rows another build's than the workers' (as after tests/test_ab.py, in one process)
-    monkeypatch.setenv("GEMMBENCH_GIT_SHA", "0123456789ab")
+    # the build is part of what makes a row done (resume_key), and this process caches it (device.git_sha): pin it
+    # (to the build of smoke_run's rows), so that another test's cached value, or a checkout whose "-dirty" flips while
+    # the suite runs, cannot make the kept rows another build's than the workers' (as after tests/test_ab.py)
+    monkeypatch.setenv("GEMMBENCH_GIT_SHA", PINNED_SHA)
     from gemmbench.measure import device
 
     device.git_sha.cache_clear()
     request.addfinalizer(device.git_sha.cache_clear)  # the pinned value does not outlive the test
-    out = tmp_path / "r.parquet"
-    args = ("run", "--shapes", "smoke", "--dtype", "fp16", "--m", "1", "--variants", "cublas_fp16", "--budget", "0.01")
-    first = invoke(*args, "--out", out)
-    assert first.exit_code == 0, text(first.stderr)
+    out, args = smoke_run, SMOKE_RUN_ARGS
     ok_rows(out)
     full = store.load(out)
     partial = full[full.gemm != "smoke_deep"]
@@ -801,10 +798,8 @@ def test_resume_runs_only_the_cells_a_run_file_lacks(tmp_path, monkeypatch, requ
     assert "without a sweep fingerprint" in refused(*args, "--resume", out)
 
 
-def test_an_existing_out_file_is_never_replaced_silently(tmp_path):
-    out = tmp_path / "r.parquet"
-    args = ("run", "--shapes", "smoke", "--dtype", "fp16", "--m", "1", "--variants", "cublas_fp16", "--budget", "0.01")
-    assert invoke(*args, "--out", out).exit_code == 0
+def test_an_existing_out_file_is_never_replaced_silently(smoke_run):
+    out, args = smoke_run, SMOKE_RUN_ARGS
     ok_rows(out)
     before = out.read_bytes()
     line = bad(invoke(*args, "--out", out))
@@ -818,10 +813,8 @@ def test_an_existing_out_file_is_never_replaced_silently(tmp_path):
     assert len(store.load(out)) == 3
 
 
-def test_baseline_save_over_an_existing_name_needs_force(tmp_path):
-    run = tmp_path / "run.parquet"
-    assert invoke("run", "--shapes", "smoke", "--dtype", "fp16", "--m", "1", "--variants", "cublas_fp16",
-                  "--budget", "0.01", "--out", run).exit_code == 0  # fmt: skip
+def test_baseline_save_over_an_existing_name_needs_force(smoke_run, tmp_path):
+    run = smoke_run
     ok_rows(run)
     save = ("baseline", "save", run, "--name", "b", "--dir", tmp_path / "bl")
     assert invoke(*save).exit_code == 0

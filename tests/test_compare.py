@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import TIMESTAMP, run_row, stamp
+from conftest import SMOKE_RUN_ARGS, TIMESTAMP, run_row, stamp
 from test_cli import bad, cpu_only, invoke, ok_rows, table_rows, text
 
 from gemmbench.results import compare as cmp
@@ -331,15 +331,13 @@ def test_baseline_save_and_compare_by_name(tmp_path, monkeypatch):
     assert "keeps no row" in bad(invoke("baseline", "save", run, "--name", "none", "--variants", "zz*"))
 
 
-def test_run_compare_to_on_the_cpu(tmp_path, monkeypatch):
+def test_run_compare_to_on_the_cpu(smoke_run, tmp_path, monkeypatch):
     """`gemmbench run --compare-to`: the smoke run against a baseline made of an earlier smoke run; a baseline
     that does not exist is refused before anything runs."""
     monkeypatch.chdir(tmp_path)
-    args = ["run", "--shapes", "smoke", "--m", "1", "--dtype", "fp16", "--variants", "cublas_fp16", "--budget", "0.01"]
-    first = invoke(*args, "--out", tmp_path / "first.parquet")
-    assert first.exit_code == 0, first.stderr
-    ok_rows(tmp_path / "first.parquet")  # a baseline of measured cells, not of errors
-    assert invoke("baseline", "save", tmp_path / "first.parquet", "--name", "cpu").exit_code == 0
+    args = SMOKE_RUN_ARGS
+    ok_rows(smoke_run)  # a baseline of measured cells, not of errors
+    assert invoke("baseline", "save", smoke_run, "--name", "cpu").exit_code == 0
     res = invoke(*args, "--out", tmp_path / "second.parquet", "--compare-to", "cpu", "--strict")
     assert res.exit_code in (0, 1), res.stderr  # wall-clock CPU timings may move: either verdict is honest
     ok_rows(tmp_path / "second.parquet")

@@ -108,10 +108,8 @@ def test_every_run_file_writer_takes_the_lock(args, tmp_path):
     assert not out.exists()
 
 
-def test_resume_with_force_or_append_is_refused_and_deletes_nothing(tmp_path):
-    out = tmp_path / "r.parquet"
-    first = invoke("run", "--shapes", "smoke", "--variants", "cublas_fp16", "--dtype", "fp16", "--m", "1", "--out", out)
-    assert first.exit_code == 0, first.stderr
+def test_resume_with_force_or_append_is_refused_and_deletes_nothing(smoke_run):
+    out = smoke_run
     before = digest([out])
     for flag in ("--force", "--append"):
         line = bad(invoke("run", "--shapes", "smoke", "--resume", out, flag))

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import PINNED_SHA, SMOKE_RUN_ARGS
 from test_cli import _alive, _children, invoke, ok_rows
 
 from gemmbench.results import store
@@ -39,7 +40,13 @@ def test_a_hanging_cell_is_a_timeout_row_and_the_sweep_goes_on(one, tmp_path):
     # the hang was in the check's launch: stopped after 3 silent seconds; cuBLAS checked and timed beside it
     assert rows["test_hang"].status == "error" and rows["test_hang"].reason == "timeout after 3 s (check)"
     assert rows["cublas_fp16"].status == "ok"
-    assert invoke(*args[:-2], "--out", tmp_path / "s.parquet", "--strict").exit_code == 1  # --strict counts it
+    # --strict counts it: a sweep of the hang alone shows that (one worker, no restart after it)
+    hang = tmp_path / "hang.yaml"
+    hang.write_text("name: hang\nm: [1]\ngemms: [{id: hang, N: 32, K: 32, parallel: none}]\n")
+    strict = invoke("run", "--shapes", hang, "--dtype", "fp16", "--variants", "test_hang", "--plugin", PLUGIN,
+                    "--budget", "0.01", "--cell-timeout", "2", "--out", tmp_path / "s.parquet", "--strict")  # fmt: skip
+    assert strict.exit_code == 1, strict.stderr
+    assert store.load([tmp_path / "s.parquet"]).reason.tolist() == ["timeout after 2 s (check)"]
 
 
 @pytest.mark.parametrize("value, line", [("-1", ">= 0 (0: no limit), got -1.0"), ("inf", "got inf")])
@@ -105,6 +112,14 @@ def test_a_second_signal_ends_the_sweep_at_once(tmp_path, one):
     assert _gone_within(workers, 5)
 
 
+def _rows_so_far(out: Path) -> int:
+    """The rows a running sweep's file holds so far (its parts); 0 before the first part is written."""
+    try:
+        return len(store.load([out]))
+    except store.StoreError:
+        return 0
+
+
 def test_a_killed_sweeps_rows_are_kept_and_resume_finishes_the_file(tmp_path, one, monkeypatch, request):
     from gemmbench.measure import device
 
@@ -114,10 +129,13 @@ def test_a_killed_sweeps_rows_are_kept_and_resume_finishes_the_file(tmp_path, on
     device.git_sha.cache_clear()
     request.addfinalizer(device.git_sha.cache_clear)
     proc, _ = _hung_sweep(tmp_path, one)
-    time.sleep(store.PART_S + 2)  # the writer's clock writes the first GEMM's rows while the second hangs
+    out = tmp_path / "r.parquet"
+    deadline = time.monotonic() + store.PART_S + 60
+    while not _rows_so_far(out):  # the writer's clock writes the first GEMM's rows while the second hangs
+        assert time.monotonic() < deadline, "the finished rows were never written"
+        time.sleep(0.2)
     proc.kill()
     proc.communicate(timeout=30)
-    out = tmp_path / "r.parquet"
     assert not out.exists() and len(store.load([out])) == 2  # the file's rows so far: its parts
     args = ("run", "--shapes", one, "--dtype", "fp16", "--variants", "cublas_fp16,test_hang", "--plugin", PLUGIN,
             "--budget", "0.01")  # fmt: skip
@@ -146,15 +164,13 @@ def test_the_cpu_path_times_on_one_thread(tmp_path, one):
     assert len(configs) and all('"threads": 1' in c for c in configs)
 
 
-def test_a_sweep_killed_after_its_last_part_is_finished_by_resume(tmp_path, monkeypatch, request):
+def test_a_sweep_killed_after_its_last_part_is_finished_by_resume(smoke_run, monkeypatch, request):
     from gemmbench.measure import device
 
-    monkeypatch.setenv("GEMMBENCH_GIT_SHA", "0123456789ab")  # one build for both runs (see above)
+    monkeypatch.setenv("GEMMBENCH_GIT_SHA", PINNED_SHA)  # one build for both runs (see above)
     device.git_sha.cache_clear()
     request.addfinalizer(device.git_sha.cache_clear)
-    out = tmp_path / "r.parquet"
-    args = ("run", "--shapes", "smoke", "--m", "1", "--dtype", "fp16", "--variants", "cublas_fp16", "--budget", "0.01")
-    assert invoke(*args, "--out", out).exit_code == 0
+    out, args = smoke_run, SMOKE_RUN_ARGS
     ok_rows(out)
     parts = store.parts_dir(out)
     parts.mkdir()
