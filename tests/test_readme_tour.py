@@ -19,17 +19,20 @@ ROOT = Path(__file__).parent.parent
 CONFIG = ROOT / "tests" / "fixtures" / "hf-configs" / "qwen3-30b-a3b.json"
 
 # the README's line (its first words) -> (exit code on a CPU-only machine, a phrase of its one-line error, the smoke
-# line run after it so that the tour's later lines have rows)
+# line run after it so that the tour's later lines have rows: of a few variants, since they need rows, not every
+# kernel's seconds in Triton's interpreter)
+STAND_IN_RUN = "run --shapes smoke --m 1 --dtype fp16 --variants cublas_fp16,triton_dp_row,torch_moe_loop"
+STAND_IN_LAYER = "layer --model smoke --m 1 --variants cublas_*,torch_moe_loop"
 CPU = {
     "list shapes": (0, None, None),
     "list configs": (0, None, None),
     "run --shapes deepseek-v3": (0, None, None),  # the dry run: nothing runs
-    "run --shapes llama70b-attn": (2, "too large for the CPU path", "run --shapes smoke --m 1 --dtype fp16"),
+    "run --shapes llama70b-attn": (2, "too large for the CPU path", STAND_IN_RUN),
     "plot results/": (0, None, None),
     "report results/": (0, None, None),
     # the shipped baseline is an H100's, cold; the CPU path's rows are wall times: compare refuses, and says why
     "compare h100 results/": (2, "refusing to compare", None),
-    "layer --model llama3-70b": (2, "too large for the CPU path", "layer --model smoke --m 1"),
+    "layer --model llama3-70b": (2, "too large for the CPU path", STAND_IN_LAYER),
     "profile --ncu": (1, "needs a CUDA GPU", None),
     "shapes from-config": (0, None, None),
 }
