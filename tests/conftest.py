@@ -236,3 +236,16 @@ def smoke_run(smoke_run_file, tmp_path) -> Path:
     out = tmp_path / "r.parquet"
     shutil.copyfile(smoke_run_file, out)
     return out
+
+
+@pytest.fixture(scope="session")
+def smoke_layer_json(tmp_path_factory):
+    """`layer --model smoke --m 1 --format json` (a worker process and every step's variants measured: seconds), once
+    per xdist worker for the tests that read its document and its file: (the result, the layer file)."""
+    from typer.testing import CliRunner
+
+    from gemmbench.cli import app
+
+    out = tmp_path_factory.mktemp("smoke-layer") / "l.parquet"
+    res = CliRunner().invoke(app, ["layer", "--model", "smoke", "--m", "1", "--format", "json", "--out", str(out)])
+    return res, out

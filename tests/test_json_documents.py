@@ -32,9 +32,8 @@ def test_tune_document_has_every_job_tuned_or_failed():
     assert (failed["bucket"], failed["status"], failed["reason"]) == (32, "failed", "GPU 1: timeout after 5 s (tune)")
 
 
-def test_layer_document_holds_the_layer_tables_rows(tmp_path):
-    out = tmp_path / "l.parquet"
-    res = invoke("layer", "--model", "smoke", "--m", "1", "--format", "json", "--out", out)
+def test_layer_document_holds_the_layer_tables_rows(smoke_layer_json):
+    res, out = smoke_layer_json
     assert res.exit_code == 0, res.stderr
     ok_rows(out)
     doc = json.loads(res.stdout)  # stdout is the document alone

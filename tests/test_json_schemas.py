@@ -270,9 +270,9 @@ def test_baselines_document(runs, monkeypatch, tmp_path):
     assert shipped["shadowed"] and broken["error"] and broken["where"] == "user"
 
 
-def test_layer_document(tmp_path):
+def test_layer_document(smoke_layer_json):
     """`layer --model smoke --m 1 --format json`: the layer's row and each step's."""
-    doc = document(invoke("layer", "--model", "smoke", "--m", "1", "--format", "json", "--out", tmp_path / "l.parquet"))
+    doc = document(smoke_layer_json[0])
     assert {r["part"] for r in doc["rows"]} == {"layer", "step"} and {r["status"] for r in doc["rows"]} == {"ok"}
 
 
