@@ -9,6 +9,7 @@ sweep meets them all.  In the benchmark worker only (GEMMBENCH_EVENT_FD set), si
   (import)            with GEMMBENCH_TEST_GIL_MARKER set: creates that file, then holds the interpreter lock for good
 """
 
+import ctypes
 import os
 import subprocess
 import sys
@@ -24,7 +25,9 @@ if IN_WORKER and LOSE and Path(LOSE).exists():
 GIL = os.environ.get("GEMMBENCH_TEST_GIL_MARKER")
 if IN_WORKER and GIL:
     Path(GIL).touch()
-    sum(range(10**15))  # one C call: the interpreter lock is never released, so no thread of this process runs
+    # C's sleep called through PyDLL keeps the interpreter lock (no thread of this process runs), and uses no core
+    while True:
+        ctypes.PyDLL(None).sleep(3600)
 
 
 def _hang_make(problem, inputs):
