@@ -142,6 +142,12 @@ def layer_figures():
 
 
 @pytest.fixture(scope="module")
+def committed_rooflines():
+    """The roofline figures of TP8's run and of MOE_COLD's, drawn once for the tests that read them."""
+    return {path: plots.figures("roofline", prepared([path])) for path in (TP8, MOE_COLD)}
+
+
+@pytest.fixture(scope="module")
 def panel_rooflines():
     """The dense decode runs at TP=1 and the prefill run at TP=8: more GEMM/TP groups than one panel holds."""
     return plots.figures("roofline", prepared([ATTN, MLP, TP8]))
@@ -179,13 +185,17 @@ RUN_SETS = {
 }
 
 
+ROOFLINE_OF = {"tp8": TP8, "moe": MOE_COLD}  # the cases whose roofline committed_rooflines holds
+
+
 @pytest.mark.parametrize("case", list(RUN_SETS))
-def test_committed_runs_one_colour_per_series(case):
+def test_committed_runs_one_colour_per_series(case, committed_rooflines):
     rows_of, kinds = RUN_SETS[case]
     rows = rows_of()
     seen = 0
     for kind in kinds:
-        for d in plots.figures(kind, rows):
+        shared = kind == "roofline" and case in ROOFLINE_OF
+        for d in committed_rooflines[ROOFLINE_OF[case]] if shared else plots.figures(kind, rows):
             if d.figure is not None:
                 assert_one_colour_per_series(d.figure)
                 seen += 1
@@ -290,9 +300,8 @@ def test_profile_value_labels_inside_the_frame():
         assert texts_outside(d.figure) == [], d.stem
 
 
-def test_roofline_labels_inside_the_frame(panel_rooflines):
-    more = [plots.figures("roofline", prepared([path])) for path in (TP8, MOE_COLD)]
-    drawn = panel_rooflines + more[0] + more[1]
+def test_roofline_labels_inside_the_frame(panel_rooflines, committed_rooflines):
+    drawn = panel_rooflines + committed_rooflines[TP8] + committed_rooflines[MOE_COLD]
     for d in drawn:
         assert [t for ax in d.figure.axes for t in ax.texts if (t.get_gid() or "").startswith("m-label:")]
         assert texts_outside(d.figure) == [], d.stem
