@@ -43,17 +43,37 @@ def _field_types(cls: type) -> dict[str, Any]:
 _TYPE_NAMES = {int: "an int", bool: "true or false", str: "a string", type(None): "None (not set)"}
 
 
-def _unmet(f: dataclasses.Field, value: Any, hint: Any) -> Optional[str]:
-    """What field f's value must be, where it is not that; else None.  The type is exact (int, bool, str, or an
+class _Rule(typing.NamedTuple):
+    """What one field's value must be: its exact types, its choices (None: any), its value check (None: none)."""
+
+    name: str
+    types: tuple
+    choices: Optional[tuple]
+    check: Optional[Callable[[Any], bool]]
+    what: str
+
+
+@functools.cache
+def _rules(cls: type) -> tuple[_Rule, ...]:
+    """Each field's _Rule, worked out once per class: a tune's search space makes hundreds of thousands of configs."""
+    rules = []
+    hints = _field_types(cls)
+    for f in dataclasses.fields(cls):
+        hint = hints[f.name]
+        types = typing.get_args(hint) if typing.get_origin(hint) is typing.Union else (hint,)
+        check, what = _VALUE_CHECKS.get(f.name, (None, ""))
+        rules.append(_Rule(f.name, types, f.metadata.get("choices"), check, what))
+    return tuple(rules)
+
+
+def _unmet(rule: _Rule, value: Any) -> Optional[str]:
+    """What a field's value must be, where it is not that; else None.  The type is exact (int, bool, str, or an
     Optional of one): JSON's true is not an int here, nor 16.0."""
-    types = typing.get_args(hint) if typing.get_origin(hint) is typing.Union else (hint,)
-    if type(value) not in types:
-        return " or ".join(_TYPE_NAMES[t] for t in types)
-    choices = f.metadata.get("choices")
-    if value is not None and choices is not None and value not in choices:
-        return "one of " + ", ".join(map(repr, choices))
-    check, what = _VALUE_CHECKS.get(f.name, (None, ""))
-    return what if value is not None and check is not None and not check(value) else None
+    if type(value) not in rule.types:
+        return " or ".join(_TYPE_NAMES[t] for t in rule.types)
+    if value is not None and rule.choices is not None and value not in rule.choices:
+        return "one of " + ", ".join(map(repr, rule.choices))
+    return rule.what if value is not None and rule.check is not None and not rule.check(value) else None
 
 
 C = TypeVar("C", bound="KernelConfig")
@@ -68,12 +88,11 @@ class KernelConfig:
     only those values."""
 
     def __post_init__(self) -> None:
-        types = _field_types(type(self))
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            want = _unmet(f, value, types[f.name])
+        for rule in _rules(type(self)):
+            value = getattr(self, rule.name)
+            want = _unmet(rule, value)
             if want:
-                raise ConfigError(f"{type(self).__name__}: {f.name} must be {want}, not {value!r}")
+                raise ConfigError(f"{type(self).__name__}: {rule.name} must be {want}, not {value!r}")
 
     @classmethod
     def from_dict(cls: type[C], data: Mapping[str, Any]) -> C:

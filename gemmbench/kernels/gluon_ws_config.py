@@ -6,8 +6,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Optional
 
-import triton
-
 from gemmbench.configs import tuning
 
 SCHEDULES = ("pipelined", "persistent", "ws", "pingpong", "halves")
@@ -190,7 +188,7 @@ def fits(config: GluonConfig, elem: int, fp8_precise: bool, block: bool = False)
 
 def tiles(config: GluonConfig, M: int, N: int) -> int:
     """Output tiles of a config."""
-    return triton.cdiv(M, config.BLOCK_M) * triton.cdiv(N, config.BLOCK_N + config.BLOCK_N2)
+    return cdiv(M, config.BLOCK_M) * cdiv(N, config.BLOCK_N + config.BLOCK_N2)
 
 
 def whole_tiles(config: GluonConfig, M: int, N: int, sms: int) -> int:
@@ -208,9 +206,19 @@ def units(config: GluonConfig, M: int, N: int, K: int, sms: int) -> int:
     return whole + (count - whole) * split_k(config, K)[0]
 
 
+def cdiv(a: int, b: int) -> int:
+    """ceil(a / b) of ints: triton.cdiv is a jit function, whose call from Python costs microseconds, and a search
+    space calls this millions of times."""
+    return -(-a // b)
+
+
 def split_k(config: GluonConfig, K: int) -> tuple[int, int]:
-    """(splits, K steps each) of a launch: SPLIT_K shares of the K steps, ceil-sized, so the last may be shorter;
-    shares that would be empty (SPLIT_K near the steps) are not launched."""
-    steps = triton.cdiv(K, config.BLOCK_K)
-    per = triton.cdiv(steps, min(config.splits(), steps))
-    return triton.cdiv(steps, per), per
+    """(splits, K steps each) of a launch of the config (split_shares)."""
+    return split_shares(config.splits(), cdiv(K, config.BLOCK_K))
+
+
+def split_shares(splits: int, steps: int) -> tuple[int, int]:
+    """(splits, K steps each) of `splits` shares of `steps` K steps, ceil-sized, so the last may be shorter; shares
+    that would be empty (splits near the steps) are not launched."""
+    per = cdiv(steps, min(splits, steps))
+    return cdiv(steps, per), per

@@ -6,8 +6,6 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Optional
 
-import triton
-
 from gemmbench import dtypes
 from gemmbench.configs import tuning
 from gemmbench.configs.config_files import m_bucket
@@ -16,8 +14,9 @@ from gemmbench.kernels.gluon_ws_config import (
     TWO_CONSUMERS,
     WARP_SPECIALIZED,
     GluonConfig,
+    cdiv,
     fits,
-    split_k,
+    split_shares,
     tiles,
 )
 from gemmbench.kernels.tile_loop import block_scaled
@@ -36,7 +35,7 @@ def promotes(problem) -> bool:
         return False
     if problem.fp8_accum != dtypes.FAST_FP8_ACCUM or problem.M <= PROMOTE_FAST_UP_TO_M:
         return True
-    return triton.cdiv(problem.M, 128) * triton.cdiv(problem.N, 128) < tuning.sm_count()
+    return cdiv(problem.M, 128) * cdiv(problem.N, 128) < tuning.sm_count()
 
 
 def search_space(problem, on_gpu: bool, full: bool = True) -> list[GluonConfig]:
@@ -105,12 +104,12 @@ _STEP_QUICK = {"16-bit": (128, 256, 8, 3), "fast": (128, 256, 8, 3), "precise": 
 
 def _tile_count(M: int, N: int, block_m: int, columns: int) -> int:
     """Output tiles of block_m rows and `columns` columns."""
-    return triton.cdiv(M, block_m) * triton.cdiv(N, columns)
+    return cdiv(M, block_m) * cdiv(N, columns)
 
 
 def wave_fill(tiles: int, sms: int) -> float:
     """The share of the launch's SM slots its tiles fill: tiles over whole waves' worth of them."""
-    return tiles / (triton.cdiv(tiles, sms) * sms)
+    return tiles / (cdiv(tiles, sms) * sms)
 
 
 def filling_width(problem, sms: int) -> Optional[tuple[int, int]]:
@@ -134,8 +133,8 @@ def split_time(tiles: int, sms: int, steps: int, splits: int, atomic: bool = Fal
     whole_waves = tiles // sms if splits > 1 else 0
     rest = tiles - whole_waves * sms
     meeting = (2 if atomic else 1 + splits) if splits > 1 else 0
-    unit = triton.cdiv(steps, splits) + meeting
-    return whole_waves * steps + triton.cdiv(rest * splits, sms) * unit
+    unit = cdiv(steps, splits) + meeting
+    return whole_waves * steps + cdiv(rest * splits, sms) * unit
 
 
 def filling_split(problem, config: GluonConfig, sms: int, atomic: Optional[bool] = None) -> int:
@@ -143,11 +142,11 @@ def filling_split(problem, config: GluonConfig, sms: int, atomic: Optional[bool]
     split MIN_SPLIT_STEPS K steps or more, the fewest splits among equals, its units meeting as `atomic` says (the
     config's own way where None); 1 where none beats the tiles whole."""
     atomic = bool(config.SPLIT_ATOMIC) if atomic is None else atomic
-    steps = triton.cdiv(problem.K, config.BLOCK_K)
+    steps = cdiv(problem.K, config.BLOCK_K)
     count = tiles(config, problem.M, problem.N)
     splits = range(1, max(1, min(MOST_SPLITS, steps // MIN_SPLIT_STEPS)) + 1)
     best = min(splits, key=lambda s: (split_time(count, sms, steps, s, atomic), s))
-    return split_k(config.split(best), problem.K)[0]  # the split a launch of it runs
+    return split_shares(best, steps)[0]  # the split a launch of it runs
 
 
 def launched_split(problem, config: GluonConfig, sms: int) -> GluonConfig:
@@ -226,7 +225,7 @@ def least_traffic_width(problem, sms: int) -> tuple[int, int]:
     its loads, not its wgmma (docs/BENCHMARKS.md, "The fitted tile's width by its loads")."""
 
     def traffic(width: tuple[int, int]) -> int:
-        return triton.cdiv(_tile_count(problem.M, problem.N, 128, sum(width)), sms) * (128 + sum(width))
+        return cdiv(_tile_count(problem.M, problem.N, 128, sum(width)), sms) * (128 + sum(width))
 
     kept = [w for w in _FILLING_WIDTHS if not runs_narrower(problem, 128, w, sms)]
     return min(kept, key=lambda w: (traffic(w), -sum(w)))
