@@ -53,10 +53,19 @@ def _config(**fields) -> GluonConfig:
     return GluonConfig(**{**base, **fields})
 
 
-# (id, config, scales, promoted): one of each K loop and schedule the host launches
+# (id, config, scales, promoted): each consumer K loop (the block scales' waves, one and two; the per-tensor waves in
+# turns and 128 + 32 wide; the overlapped partials; Triton's plain loop split by atomics) and each schedule
 CASES = [
     ("halves-block-scales", _config(), "block", True),
+    ("ws-block-two-waves", _config(SCHEDULE="ws", BLOCK_N=64, PROMOTE_WAVES=2, num_stages=6), "block", True),
+    ("halves-in-turns", _config(TURNS=True, num_stages=6), "tensor", True),
     ("halves-two-waves-128+32", _config(BLOCK_M=256, BLOCK_N2=32, PROMOTE_WAVES=2, num_stages=3), "tensor", True),
+    (
+        "pingpong-overlapped",
+        _config(SCHEDULE="pingpong", BLOCK_N=64, PROMOTE_WAVES=0, PROMOTE_OVERLAP=True),
+        "tensor",
+        True,
+    ),
     (
         "ws-split-atomic",
         _config(SCHEDULE="ws", PROMOTE_WAVES=0, num_warps=8, SPLIT_K=4, SPLIT_ATOMIC=True),
@@ -67,9 +76,9 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("config,scales,promoted", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
-def test_each_schedule_compiles_for_hopper_without_a_gpu(hopper, config, scales, promoted):
-    M, N, K = 512, 1024, 2048  # whole tiles of every config; 4 x 8 = 32 tiles, so the split one is split
+def _gemm(config: GluonConfig, scales: str, promoted: bool) -> gluon_ws.GluonGemm:
+    """The host's launch of a problem of whole tiles of every config (4 x 8 = 32 tiles: the split one is split)."""
+    M, N, K = 512, 1024, 2048
     a = torch.zeros(M, K, dtype=torch.float8_e4m3fn)
     b = torch.zeros(N, K, dtype=torch.float8_e4m3fn)
     out = torch.zeros(M, N, dtype=torch.bfloat16)
@@ -78,7 +87,12 @@ def test_each_schedule_compiles_for_hopper_without_a_gpu(hopper, config, scales,
     if scales == "block":
         a_scale, b_scale = torch.ones(M, K // 128), torch.ones(N // 128, K // 128)
         blocks = BlockScales(SimpleNamespace(k_block=128, a=a, a_scale=a_scale, b_scale=b_scale))
-    gemm = gluon_ws.GluonGemm(a, b, out, a_scale, b_scale, scales, config, 128 if promoted else 0, blocks)
+    return gluon_ws.GluonGemm(a, b, out, a_scale, b_scale, scales, config, 128 if promoted else 0, blocks)
+
+
+@pytest.mark.parametrize("config,scales,promoted", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_each_schedule_compiles_for_hopper_without_a_gpu(hopper, config, scales, promoted):
+    gemm = _gemm(config, scales, promoted)
     gemm()
     ptx = gemm.compiled.asm["ptx"]
     assert ".target sm_90a" in ptx
@@ -90,3 +104,9 @@ def test_each_schedule_compiles_for_hopper_without_a_gpu(hopper, config, scales,
         # the atomic split's meeting: each unit adds its fp32 partial, then counts itself in with acquire-release
         assert re.search(r"\b(?:red|atom)\.global\.[\w.]*relaxed[\w.]*\.add[\w.]*\.f32", ptx)
         assert re.search(r"\batom\.global\.[\w.]*acq_rel[\w.]*\.add", ptx)
+
+
+def test_a_warp_specialized_ring_of_one_stage_is_refused(hopper):
+    # its consumer would wait for the one stage while still holding it: a hang, not a row
+    with pytest.raises(ValueError, match="2 stages or more"):
+        _gemm(_config(num_stages=1), "block", True)

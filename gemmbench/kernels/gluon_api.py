@@ -30,5 +30,5 @@ try:
     cta_barrier = getattr(gl, "barrier", None) or gl.thread_barrier
 
     GLUON_IMPORT_ERROR: Optional[str] = None
-except ImportError as exc:  # pragma: no cover - an older or newer Triton without these names
+except (ImportError, AttributeError) as exc:  # pragma: no cover - an older or newer Triton without these names
     GLUON_IMPORT_ERROR = f"{type(exc).__name__}: {exc}"

@@ -168,6 +168,10 @@ class GluonGemm:
                  blocks: Optional[BlockScales] = None):  # fmt: skip
         M, K = a.shape
         N = b.shape[0]
+        if config.SCHEDULE in WARP_SPECIALIZED and config.num_stages < 2:
+            # a consumer waits for a stage while it still holds the one before (its wgmma in flight, or the block
+            # scales' lag): a ring of one would hang
+            raise ValueError(f"{config.SCHEDULE}: num_stages={config.num_stages}: the ring needs 2 stages or more")
         self.config, self.out, self.shape = config, out, (M, N, K)
         self.descs = descriptors(a, b, out, config)
         self.scales = (a_scale, b_scale) if scale in ("tensor", "row") else (out, out)

@@ -44,7 +44,7 @@ profile() {  # NAME CONFIG_DIR profile-arguments...: CONFIG_DIR "none": no store
   # "shipped": the repository's configs
   local name=$1 configs=$2
   shift 2
-  local part=${PART:-${name%%-*}}
+  local part=${GLUON_MISSES_PART:-${name%%-*}}
   case $parts in *" $part "*) ;; *) return 0 ;; esac
   (
     if [ "$configs" = none ]; then export GEMMBENCH_RETUNE=1
@@ -58,8 +58,8 @@ profile qkv-m128 none --shapes "$out/qkv.yaml" --dtype bf16 --variants cublas_bf
 profile qkv-m128-split13 "$out/split13" --shapes "$out/qkv.yaml" --dtype bf16 --variants gluon_ws
 profile mem-m128 shipped --shapes "$out/mem.yaml" --dtype fp8,bf16 --fp8-accum fast --variants cublas_fp8,cublas_bf16,gluon_ws
 for b in b2048 b1024 b512; do
-  PART=classes profile "$b" shipped --shapes "$out/$b.yaml" --dtype fp8 --scaling block --variants cublas_fp8_block,gluon_ws
+  GLUON_MISSES_PART=classes profile "$b" shipped --shapes "$out/$b.yaml" --dtype fp8 --scaling block --variants cublas_fp8_block,gluon_ws
 done
 for p in p512 p4096 p2048 p128; do
-  PART=classes profile "$p" shipped --shapes "$out/$p.yaml" --dtype fp8 --fp8-accum precise --variants cublas_fp8,gluon_ws
+  GLUON_MISSES_PART=classes profile "$p" shipped --shapes "$out/$p.yaml" --dtype fp8 --fp8-accum precise --variants cublas_fp8,gluon_ws
 done
