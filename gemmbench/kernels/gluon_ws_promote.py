@@ -225,35 +225,42 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
         raw, _, turn = _wave_issue(a_bufs, b_bufs, b_bufs, base % STAGES, ROW0, raw, raw, turns, turn, FIRST, TURNS, 0)
         for k in range(k_steps - 1):
             pos = base + k
-            if WAVES == 2:
-                raw = warpgroup_mma_wait(0, deps=[raw])
-                acc0 = gl.fma(raw, gl.expand_dims(s0, 1), acc0)
-                raw, _, turn = _wave_issue(a_bufs, b_bufs, b_bufs, pos % STAGES, ROW0 + WAVE_M, raw, raw, turns, turn,
-                                           FIRST, TURNS, 0)
+            acc0, raw, turn = _second_wave(a_bufs, b_bufs, pos % STAGES, acc0, raw, s0, turns, turn, ROW0, FIRST, TURNS,
+                                           WAVES)
             n0, n1 = _ready_scales(ready, a_sc, b_sc, pos + 1, ROW0, WAVE_M, WAVES, layout)
-            raw = warpgroup_mma_wait(0, deps=[raw])
-            if WAVES == 2:
-                acc1 = gl.fma(raw, gl.expand_dims(s1, 1), acc1)
-            else:
-                acc0 = gl.fma(raw, gl.expand_dims(s0, 1), acc0)
+            acc0, acc1, raw = _last_wave_promoted(acc0, acc1, raw, s0, s1, WAVES)
             mbarrier.arrive(empty.index(pos % STAGES), count=1)
             raw, _, turn = _wave_issue(a_bufs, b_bufs, b_bufs, (pos + 1) % STAGES, ROW0, raw, raw, turns, turn, FIRST,
                                        TURNS, 0)
             s0 = n0
             s1 = n1
         slot = (base + k_steps - 1) % STAGES
+        acc0, raw, turn = _second_wave(a_bufs, b_bufs, slot, acc0, raw, s0, turns, turn, ROW0, FIRST, TURNS, WAVES)
+        acc0, acc1, raw = _last_wave_promoted(acc0, acc1, raw, s0, s1, WAVES)
+        mbarrier.arrive(empty.index(slot), count=1)
+        return acc0, acc1, turn
+
+    @gluon.jit
+    def _second_wave(a_bufs, b_bufs, slot, acc0, raw, s0, turns, turn, ROW0: gl.constexpr, FIRST: gl.constexpr,
+                     TURNS: gl.constexpr, WAVES: gl.constexpr):
+        """With two waves: the first's K step sum, waited for and added (times its rows' scales), then the second
+        wave's issued from the same stage into the same partial; with one, nothing."""
         if WAVES == 2:
             raw = warpgroup_mma_wait(0, deps=[raw])
             acc0 = gl.fma(raw, gl.expand_dims(s0, 1), acc0)
-            raw, _, turn = _wave_issue(a_bufs, b_bufs, b_bufs, slot, ROW0 + WAVE_M, raw, raw, turns, turn, FIRST, TURNS,
-                                       0)
+            raw, _, turn = _wave_issue(a_bufs, b_bufs, b_bufs, slot, ROW0 + acc0.shape[0], raw, raw, turns, turn,
+                                       FIRST, TURNS, 0)
+        return acc0, raw, turn
+
+    @gluon.jit
+    def _last_wave_promoted(acc0, acc1, raw, s0, s1, WAVES: gl.constexpr):
+        """The step's last wave's sum, waited for and added (times its rows' scales) into its fp32 tile."""
         raw = warpgroup_mma_wait(0, deps=[raw])
         if WAVES == 2:
             acc1 = gl.fma(raw, gl.expand_dims(s1, 1), acc1)
         else:
             acc0 = gl.fma(raw, gl.expand_dims(s0, 1), acc0)
-        mbarrier.arrive(empty.index(slot), count=1)
-        return acc0, acc1, turn
+        return acc0, acc1, raw
 
     @gluon.jit
     def _ready_scales(ready, a_sc, b_sc, pos, ROW0: gl.constexpr, WAVE_M: gl.constexpr, WAVES: gl.constexpr,
