@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+from conftest import PINNED_SHA
 from test_cli import _alive, invoke
 from test_watchdog import _gone_within
 
@@ -35,7 +36,7 @@ def _rows(out: Path) -> dict:
 
 def _same_build(monkeypatch, request) -> None:
     """One build id for a sweep and its resume (a checkout edited while the suite runs changes its dirty hash)."""
-    monkeypatch.setenv("GEMMBENCH_GIT_SHA", "0123456789ab")
+    monkeypatch.setenv("GEMMBENCH_GIT_SHA", PINNED_SHA)
     for cached in (device.git_sha, device.provenance):  # the rows this process makes (a lost cell's) carry both
         cached.cache_clear()
         request.addfinalizer(cached.cache_clear)

@@ -125,7 +125,7 @@ def test_a_killed_sweeps_rows_are_kept_and_resume_finishes_the_file(tmp_path, on
 
     # one build for the killed sweep (its own process) and the resume (this one): a checkout edited while the suite
     # runs has another "-dirty" hash each time it is asked
-    monkeypatch.setenv("GEMMBENCH_GIT_SHA", "0123456789ab")
+    monkeypatch.setenv("GEMMBENCH_GIT_SHA", PINNED_SHA)
     device.git_sha.cache_clear()
     request.addfinalizer(device.git_sha.cache_clear)
     proc, _ = _hung_sweep(tmp_path, one)
