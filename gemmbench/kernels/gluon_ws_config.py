@@ -42,7 +42,7 @@ class GluonConfig(tuning.KernelConfig):
     BLOCK_N2: int = field(default=0, metadata={"choices": (0, 16, 32, 64)})
     # fp8 promoted or block-scaled, warp-specialized schedules: the tile's rows in this many waves, each K step's sum
     # of a wave started afresh in one partial accumulator and added into that wave's fp32 tile
-    # (gluon_ws_promote.k_loop_waves, k_loop_waves_block); 0: not this loop
+    # (gluon_ws_promote.k_loop_waves, k_loop_waves_peeled); 0: not this loop
     PROMOTE_WAVES: int = field(default=0, metadata={"choices": (0, 1, 2)})
     # "ws" and "halves": units of work per output tile, each a share of its K steps, for outputs of fewer tiles
     # than SMs (gluon_ws_split.py); built: the split launched (split_k: no share empty).  None (unset, left out of

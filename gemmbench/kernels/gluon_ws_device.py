@@ -14,9 +14,9 @@ out (M, N) = a (M, K) @ b (N, K)^T.  The schedules (config field SCHEDULE), each
   turns at their K loops, so one's epilogue runs while the other's wgmma keep the tensor cores busy, the way
   CUTLASS's Hopper ping-pong kernels do.
 - "halves": two 4-warp consumer partitions on the two row halves of every tile, each running its own K loop (fp8
-  promoted in row waves: gluon_ws_promote.k_loop_waves, with block scales k_loop_waves_block; in turns at each
-  wave's wgmma where the config's TURNS says, by default with block scales), so one's promotion runs under the
-  other's wgmma.
+  promoted in row waves: gluon_ws_promote.k_loop_waves, with two waves or block scales k_loop_waves_peeled; in turns
+  at each wave's wgmma where the config's TURNS says, by default with block scales), so one's promotion runs under
+  the other's wgmma.
 Each warp-specialized schedule can widen a tile by a second accumulator (BLOCK_N2: 128 + 32 = 160 or 64 + 16 = 80
 columns; the waves hold one per wave).  Per-tensor and row-wise scales are applied in the epilogue; block scales to
 each K step's own sum; bf16 out.
@@ -45,7 +45,7 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
         epilogue_waves,
         k_loop_overlapped,
         k_loop_waves,
-        k_loop_waves_block,
+        k_loop_waves_peeled,
         scaled,
         stage_block_scales,
     )
@@ -282,12 +282,13 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
                     v1 = v0
                     if WAVES == 2:
                         v1 = gl.zeros_like(v0)
-                if SCALE == "block":  # (no second accumulator: fits)
-                    w0, w1, turn = k_loop_waves_block(a_bufs, b_bufs, ready, empty, turns, a_sc, b_sc, base, steps,
-                                                      turn, w0, w1, ROW0, FIRST, WAVE_TURNS, WAVES)
+                if SCALE == "block" or WAVES == 2:
+                    w0, w1, v0, v1, turn = k_loop_waves_peeled(a_bufs, b_bufs, b2_bufs, ready, empty, turns, a_sc, b_sc,
+                                                                base, steps, turn, w0, w1, v0, v1, ROW0, FIRST,
+                                                                WAVE_TURNS, SCALE, WAVES, BN2)
                 else:
-                    w0, w1, v0, v1, turn = k_loop_waves(a_bufs, b_bufs, b2_bufs, ready, empty, turns, base, steps, turn,
-                                                         w0, w1, v0, v1, ROW0, FIRST, WAVE_TURNS, WAVES, BN2)
+                    w0, v0, turn = k_loop_waves(a_bufs, b_bufs, b2_bufs, ready, empty, turns, base, steps, turn, w0, v0,
+                                                ROW0, FIRST, WAVE_TURNS, BN2)
             elif OVERLAP:
                 acc = k_loop_overlapped(a_bufs, b_bufs, ready, empty, base, k_first, steps, acc, bscales, pid_m * BM,
                                          pid_n * (BN + BN2), M, N, SCALE, layout)

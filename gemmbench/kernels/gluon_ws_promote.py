@@ -8,8 +8,9 @@ the other's wgmma runs (three fp32 tiles).  The waves take the tile's rows in on
 wave goes into one partial, waited for and added into that wave's fp32 tile, so only one partial lives beside the
 fp32 tile; in the halves schedule two consumers run it on the two halves of a tile's rows, each on its own, or taking
 turns at the waves' wgmma (the config's TURNS, by default with block scales: docs/BENCHMARKS.md, "Promoted fp8: the
-waves and the halves").  With block scales (k_loop_waves_block) the next K step's ready wait and scale loads run under
-the last wave's wgmma.  Each jit signature is grouped by role, a commented line each.
+waves and the halves").  Two waves and block scales run the peeled loop (k_loop_waves_peeled: each step's first wave
+issued at the end of the trip before), where with block scales the next K step's ready wait and scale loads also run
+under the last wave's wgmma.  Each jit signature is grouped by role, a commented line each.
 """
 
 from __future__ import annotations
@@ -150,23 +151,18 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
         a_bufs, b_bufs, b2_bufs, ready, empty, turns,            # shared memory: stages (B's next BN2 rows), their
                                                                  # barriers, the turns'
         base, k_steps, turn,                                     # ring position, steps; turns taken
-        acc0, acc1, wide0, wide1,                                # the waves' fp32 tiles: BLOCK_N and BN2 columns
+        acc0, wide0,                                             # the wave's fp32 tiles: BLOCK_N and BN2 columns
         ROW0: gl.constexpr,                                      # this consumer's first row within a stage's A block
         FIRST: gl.constexpr, TURNS: gl.constexpr,                # schedule: which consumer, whether they alternate
-        WAVES: gl.constexpr, BN2: gl.constexpr,                  # meta: how many waves, the second accumulators'
-                                                                 # width (0: none)
+        BN2: gl.constexpr,                                       # meta: the second accumulator's width (0: none)
     ):
-        """fp8 promoted in row waves, per-tensor or row-wise scales (applied in the epilogue): each K step's sum of
-        a wave of WAVE_M rows (each warpgroup its 64-row slice) goes into one reduced-precision accumulator, started
-        afresh (use_acc False), waited for, and added into that wave's fp32 accumulator; then the next wave.  Only
-        one partial beside the fp32 tile: 256 x 128 fits where Triton's promotion of a whole tile spills or
-        serializes its wgmma.  Two consumers on the two halves of a tile's rows (the halves) each run this loop, and
-        the tensor cores take the two warpgroups' wgmma as they are issued, so one's promotion runs under the other's
-        wgmma, as DeepGEMM's math warpgroups do.  TURNS (the config's; by default not with these scales, which ran
-        faster without: docs/BENCHMARKS.md, "Promoted fp8: the waves and the halves"): each issues a wave's wgmma in
-        its turn and hands the turn over once issued, so the tensor cores take the two consumers' waves one after the
-        other.  BN2 > 0: each wave also sums the tile's next BN2 columns (wide0, wide1; a 128 + 32 wide tile is two
-        power-of-two tensors), both wgmma issued together.  Returns the waves' tiles and the turns taken."""
+        """fp8 promoted in one row wave, per-tensor or row-wise scales (applied in the epilogue): each K step's sum
+        of the wave (each warpgroup its 64-row slice) goes into one reduced-precision accumulator, started afresh
+        (use_acc False), waited for, and added into the wave's fp32 accumulator.  The step's ready wait comes first
+        in each trip: with one wave this loop ran faster than k_loop_waves_peeled's (docs/BENCHMARKS.md, "Two waves
+        in the peeled loop").  BN2 > 0: the wave also sums the tile's next BN2 columns into wide0 (a 128 + 32 wide
+        tile is two power-of-two tensors), both wgmma issued together.  Returns the wave's tiles and the turns
+        taken."""
         STAGES: gl.constexpr = a_bufs.shape[0]
         raw = gl.zeros_like(acc0)
         raw2 = raw  # stands for itself where there is no second accumulator, never read
@@ -176,105 +172,137 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
             pos = base + k
             slot = pos % STAGES
             mbarrier.wait(ready.index(slot), (pos // STAGES) & 1)
-            raw, raw2, turn = _wave_mma(a_bufs, b_bufs, b2_bufs, slot, ROW0, raw, raw2, turns, turn, FIRST, TURNS, BN2)
+            raw, raw2, turn = _wave_issue(a_bufs, b_bufs, b2_bufs, slot, ROW0, raw, raw2, turns, turn, FIRST, TURNS,
+                                          BN2)
+            raw, raw2 = _wave_wait(raw, raw2, BN2)
             acc0 = acc0 + raw
             if BN2 > 0:
                 wide0 = wide0 + raw2
-            if WAVES == 2:
-                raw, raw2, turn = _wave_mma(a_bufs, b_bufs, b2_bufs, slot, ROW0 + acc0.shape[0], raw, raw2, turns,
-                                            turn, FIRST, TURNS, BN2)
-                acc1 = acc1 + raw
-                if BN2 > 0:
-                    wide1 = wide1 + raw2
             mbarrier.arrive(empty.index(slot), count=1)
+        return acc0, wide0, turn
+
+    @gluon.jit
+    def k_loop_waves_peeled(
+        a_bufs, b_bufs, b2_bufs, ready, empty, turns,            # shared memory: stages (B's next BN2 rows), their
+                                                                 # barriers, the turns'
+        a_sc, b_sc,                                              # the stages' block scales (stage_block_scales)
+        base, k_steps, turn,                                     # ring position, steps; turns taken
+        acc0, acc1, wide0, wide1,                                # the waves' fp32 tiles: BLOCK_N and BN2 columns
+        ROW0: gl.constexpr,                                      # this consumer's first row within a stage's A block
+        FIRST: gl.constexpr, TURNS: gl.constexpr,                # schedule: which consumer, whether they alternate
+        SCALE: gl.constexpr, WAVES: gl.constexpr,                # fp8: which scales, how many waves
+        BN2: gl.constexpr,                                       # meta: the second accumulators' width (0: none)
+    ):
+        """fp8 promoted in row waves, the loop of two waves and of block scales: each K step's sum of a wave of
+        WAVE_M rows (each warpgroup its 64-row slice) goes into one reduced-precision accumulator, started afresh
+        (use_acc False), waited for, and added into that wave's fp32 accumulator (block scales: times its rows'
+        scales, which hold the tile's weight scale); then the next wave.  Only one partial beside the fp32 tile:
+        256 x 128 fits where Triton's promotion of a whole tile spills or serializes its wgmma.  Two consumers on the
+        two halves of a tile's rows (the halves) each run this loop, and the tensor cores take the two warpgroups'
+        wgmma as they are issued, so one's promotion runs under the other's wgmma, as DeepGEMM's math warpgroups do.
+        TURNS (the config's; by default the halves with block scales, which lost more cells than they gained
+        without; per-tensor scales ran faster without: docs/BENCHMARKS.md, "Promoted fp8: the waves and the
+        halves"): each issues a wave's wgmma in its turn and hands the turn over once issued.  Each step's first
+        wave is issued at the end of the trip before, so the last step is peeled off the loop (a wgmma issued under
+        a branch is not the tensor the loop carries); two per-tensor waves ran faster so than in k_loop_waves
+        ("Two waves in the peeled loop").  With block scales (LAG) the next K step's ready wait and its scales'
+        loads from shared memory also run while the step's last wave is in the tensor cores, not after its
+        promotion ("The next K step's wait under the wgmma").  BN2 > 0: each wave also sums the tile's next BN2
+        columns (wide0, wide1), both wgmma issued together.  Returns the waves' tiles and the turns taken."""
+        STAGES: gl.constexpr = a_bufs.shape[0]
+        WAVE_M: gl.constexpr = acc0.shape[0]
+        LAG: gl.constexpr = SCALE == "block"
+        layout: gl.constexpr = acc0.type.layout
+        raw = gl.zeros_like(acc0)
+        raw2 = raw  # stands for itself where there is no second accumulator, never read
+        if BN2 > 0:
+            raw2 = gl.zeros_like(wide0)
+        s0, s1 = _ready_scales(ready, a_sc, b_sc, base, ROW0, WAVE_M, SCALE, WAVES, layout)
+        raw, raw2, turn = _wave_issue(a_bufs, b_bufs, b2_bufs, base % STAGES, ROW0, raw, raw2, turns, turn, FIRST,
+                                      TURNS, BN2)
+        for k in range(k_steps - 1):
+            pos = base + k
+            acc0, wide0, raw, raw2, turn = _second_wave(a_bufs, b_bufs, b2_bufs, pos % STAGES, acc0, wide0, raw, raw2,
+                                                        s0, turns, turn, ROW0, FIRST, TURNS, SCALE, WAVES, BN2)
+            if LAG:
+                n0, n1 = _ready_scales(ready, a_sc, b_sc, pos + 1, ROW0, WAVE_M, SCALE, WAVES, layout)
+            acc0, acc1, wide0, wide1, raw, raw2 = _last_wave_promoted(acc0, acc1, wide0, wide1, raw, raw2, s0, s1,
+                                                                      SCALE, WAVES, BN2)
+            mbarrier.arrive(empty.index(pos % STAGES), count=1)
+            if not LAG:
+                n0, n1 = _ready_scales(ready, a_sc, b_sc, pos + 1, ROW0, WAVE_M, SCALE, WAVES, layout)
+            raw, raw2, turn = _wave_issue(a_bufs, b_bufs, b2_bufs, (pos + 1) % STAGES, ROW0, raw, raw2, turns, turn,
+                                          FIRST, TURNS, BN2)
+            s0 = n0
+            s1 = n1
+        slot = (base + k_steps - 1) % STAGES
+        acc0, wide0, raw, raw2, turn = _second_wave(a_bufs, b_bufs, b2_bufs, slot, acc0, wide0, raw, raw2, s0, turns,
+                                                    turn, ROW0, FIRST, TURNS, SCALE, WAVES, BN2)
+        acc0, acc1, wide0, wide1, raw, raw2 = _last_wave_promoted(acc0, acc1, wide0, wide1, raw, raw2, s0, s1, SCALE,
+                                                                  WAVES, BN2)
+        mbarrier.arrive(empty.index(slot), count=1)
         return acc0, acc1, wide0, wide1, turn
 
     @gluon.jit
-    def _wave_mma(a_bufs, b_bufs, b2_bufs, slot, ROW: gl.constexpr, raw, raw2, turns, turn, FIRST: gl.constexpr,
-                  TURNS: gl.constexpr, BN2: gl.constexpr):
-        """One wave's K step (the stage's rows from ROW) into raw (and BN2 > 0: its next BN2 columns into raw2),
-        started afresh and waited for."""
-        raw, raw2, turn = _wave_issue(a_bufs, b_bufs, b2_bufs, slot, ROW, raw, raw2, turns, turn, FIRST, TURNS, BN2)
+    def _second_wave(a_bufs, b_bufs, b2_bufs, slot, acc0, wide0, raw, raw2, s0, turns, turn, ROW0: gl.constexpr,
+                     FIRST: gl.constexpr, TURNS: gl.constexpr, SCALE: gl.constexpr, WAVES: gl.constexpr,
+                     BN2: gl.constexpr):
+        """With two waves: the first's K step sum, waited for and added, then the second wave's issued from the same
+        stage into the same partial; with one, nothing."""
+        if WAVES == 2:
+            raw, raw2 = _wave_wait(raw, raw2, BN2)
+            acc0, wide0 = _promoted(acc0, wide0, raw, raw2, s0, SCALE, BN2)
+            raw, raw2, turn = _wave_issue(a_bufs, b_bufs, b2_bufs, slot, ROW0 + acc0.shape[0], raw, raw2, turns, turn,
+                                          FIRST, TURNS, BN2)
+        return acc0, wide0, raw, raw2, turn
+
+    @gluon.jit
+    def _last_wave_promoted(acc0, acc1, wide0, wide1, raw, raw2, s0, s1, SCALE: gl.constexpr, WAVES: gl.constexpr,
+                            BN2: gl.constexpr):
+        """The step's last wave's sum, waited for and added into its fp32 tiles."""
+        raw, raw2 = _wave_wait(raw, raw2, BN2)
+        if WAVES == 2:
+            acc1, wide1 = _promoted(acc1, wide1, raw, raw2, s1, SCALE, BN2)
+        else:
+            acc0, wide0 = _promoted(acc0, wide0, raw, raw2, s0, SCALE, BN2)
+        return acc0, acc1, wide0, wide1, raw, raw2
+
+    @gluon.jit
+    def _promoted(acc, wide, raw, raw2, scale, SCALE: gl.constexpr, BN2: gl.constexpr):
+        """acc + one K step's exact sum (block scales: times its rows' scales first), and wide + its next BN2
+        columns' (block-scaled configs have no second accumulator)."""
+        if SCALE == "block":
+            acc = gl.fma(raw, gl.expand_dims(scale, 1), acc)
+        else:
+            acc = acc + raw
+        if BN2 > 0:
+            wide = wide + raw2
+        return acc, wide
+
+    @gluon.jit
+    def _ready_scales(ready, a_sc, b_sc, pos, ROW0: gl.constexpr, WAVE_M: gl.constexpr, SCALE: gl.constexpr,
+                      WAVES: gl.constexpr, layout: gl.constexpr):
+        """Waits until ring position pos has landed; returns its waves' block scales (ones for other scales, never
+        read; the second wave's: the first's where there is one wave)."""
+        STAGES: gl.constexpr = ready.shape[0]
+        slot = pos % STAGES
+        mbarrier.wait(ready.index(slot), (pos // STAGES) & 1)
+        s0 = gl.full([WAVE_M], 1.0, gl.float32, gl.SliceLayout(1, layout))
+        s1 = s0
+        if SCALE == "block":
+            s0 = _staged_scales(a_sc.index(slot), b_sc.index(slot), ROW0, WAVE_M, layout)
+            if WAVES == 2:
+                s1 = _staged_scales(a_sc.index(slot), b_sc.index(slot), ROW0 + WAVE_M, WAVE_M, layout)
+        return s0, s1
+
+    @gluon.jit
+    def _wave_wait(raw, raw2, BN2: gl.constexpr):
+        """A wave's wgmma (and BN2 > 0: its second's) finished."""
         if BN2 > 0:
             raw, raw2 = warpgroup_mma_wait(0, deps=[raw, raw2])
         else:
             raw = warpgroup_mma_wait(0, deps=[raw])
-        return raw, raw2, turn
-
-    @gluon.jit
-    def k_loop_waves_block(
-        a_bufs, b_bufs, ready, empty, turns,                     # shared memory: stages, their barriers, the turns'
-        a_sc, b_sc,                                              # the stages' block scales (stage_block_scales)
-        base, k_steps, turn,                                     # ring position, steps; turns taken
-        acc0, acc1,                                              # the waves' fp32 tiles
-        ROW0: gl.constexpr,                                      # this consumer's first row within a stage's A block
-        FIRST: gl.constexpr, TURNS: gl.constexpr,                # schedule: which consumer, whether they alternate
-        WAVES: gl.constexpr,                                     # how many waves
-    ):
-        """k_loop_waves with 128 x 128 block scales: each wave's K step sum times its rows' scales (which hold the
-        tile's weight scale) as it is added; by default the halves take turns (the config's TURNS: without, more
-        cells lost than gained).  The next K step's ready wait and its scales' loads from shared memory run while the
-        step's last wave is in the tensor cores, not after its promotion (docs/BENCHMARKS.md, "The next K step's
-        wait under the wgmma"), so the last step is peeled off the loop: a wgmma issued under a branch is not the
-        tensor the loop carries."""
-        STAGES: gl.constexpr = a_bufs.shape[0]
-        WAVE_M: gl.constexpr = acc0.shape[0]
-        layout: gl.constexpr = acc0.type.layout
-        raw = gl.zeros_like(acc0)
-        s0, s1 = _ready_scales(ready, a_sc, b_sc, base, ROW0, WAVE_M, WAVES, layout)
-        raw, _, turn = _wave_issue(a_bufs, b_bufs, b_bufs, base % STAGES, ROW0, raw, raw, turns, turn, FIRST, TURNS, 0)
-        for k in range(k_steps - 1):
-            pos = base + k
-            acc0, raw, turn = _second_wave(a_bufs, b_bufs, pos % STAGES, acc0, raw, s0, turns, turn, ROW0, FIRST, TURNS,
-                                           WAVES)
-            n0, n1 = _ready_scales(ready, a_sc, b_sc, pos + 1, ROW0, WAVE_M, WAVES, layout)
-            acc0, acc1, raw = _last_wave_promoted(acc0, acc1, raw, s0, s1, WAVES)
-            mbarrier.arrive(empty.index(pos % STAGES), count=1)
-            raw, _, turn = _wave_issue(a_bufs, b_bufs, b_bufs, (pos + 1) % STAGES, ROW0, raw, raw, turns, turn, FIRST,
-                                       TURNS, 0)
-            s0 = n0
-            s1 = n1
-        slot = (base + k_steps - 1) % STAGES
-        acc0, raw, turn = _second_wave(a_bufs, b_bufs, slot, acc0, raw, s0, turns, turn, ROW0, FIRST, TURNS, WAVES)
-        acc0, acc1, raw = _last_wave_promoted(acc0, acc1, raw, s0, s1, WAVES)
-        mbarrier.arrive(empty.index(slot), count=1)
-        return acc0, acc1, turn
-
-    @gluon.jit
-    def _second_wave(a_bufs, b_bufs, slot, acc0, raw, s0, turns, turn, ROW0: gl.constexpr, FIRST: gl.constexpr,
-                     TURNS: gl.constexpr, WAVES: gl.constexpr):
-        """With two waves: the first's K step sum, waited for and added (times its rows' scales), then the second
-        wave's issued from the same stage into the same partial; with one, nothing."""
-        if WAVES == 2:
-            raw = warpgroup_mma_wait(0, deps=[raw])
-            acc0 = gl.fma(raw, gl.expand_dims(s0, 1), acc0)
-            raw, _, turn = _wave_issue(a_bufs, b_bufs, b_bufs, slot, ROW0 + acc0.shape[0], raw, raw, turns, turn,
-                                       FIRST, TURNS, 0)
-        return acc0, raw, turn
-
-    @gluon.jit
-    def _last_wave_promoted(acc0, acc1, raw, s0, s1, WAVES: gl.constexpr):
-        """The step's last wave's sum, waited for and added (times its rows' scales) into its fp32 tile."""
-        raw = warpgroup_mma_wait(0, deps=[raw])
-        if WAVES == 2:
-            acc1 = gl.fma(raw, gl.expand_dims(s1, 1), acc1)
-        else:
-            acc0 = gl.fma(raw, gl.expand_dims(s0, 1), acc0)
-        return acc0, acc1, raw
-
-    @gluon.jit
-    def _ready_scales(ready, a_sc, b_sc, pos, ROW0: gl.constexpr, WAVE_M: gl.constexpr, WAVES: gl.constexpr,
-                      layout: gl.constexpr):
-        """Waits until ring position pos has landed; returns its waves' block scales (the second wave's: the
-        first's where there is one wave, never read)."""
-        STAGES: gl.constexpr = ready.shape[0]
-        slot = pos % STAGES
-        mbarrier.wait(ready.index(slot), (pos // STAGES) & 1)
-        s0 = _staged_scales(a_sc.index(slot), b_sc.index(slot), ROW0, WAVE_M, layout)
-        s1 = s0
-        if WAVES == 2:
-            s1 = _staged_scales(a_sc.index(slot), b_sc.index(slot), ROW0 + WAVE_M, WAVE_M, layout)
-        return s0, s1
+        return raw, raw2
 
     @gluon.jit
     def _wave_issue(a_bufs, b_bufs, b2_bufs, slot, ROW: gl.constexpr, raw, raw2, turns, turn, FIRST: gl.constexpr,
