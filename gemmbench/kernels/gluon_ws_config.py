@@ -16,7 +16,6 @@ SMEM_BYTES = 227 * 1024  # what one block may hold on the H100
 PRODUCER_REGS = 40  # the producer warp holds addresses and counters only
 CONSUMER_REGS = 232  # what each consumer thread may hold: ACC + fp8 promotion tile + scales, under 256
 WARPGROUP = 4  # warps per warpgroup: registers are reallocated per warpgroup
-BLOCK_WAVE_REGS = 32  # what block scales take of the accumulators' registers in the waves' K loop (fits)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -174,10 +173,6 @@ def fits(config: GluonConfig, elem: int, fp8_precise: bool, block: bool = False)
     # registers left for addresses, barriers' phases and scales: 40 under the consumers' CONSUMER_REGS; one
     # partition, 255 a thread, keeps 192 for accumulators (docs/BENCHMARKS.md, "The Gluon kernel": what spilled)
     budget = CONSUMER_REGS - 40 if config.SCHEDULE in WARP_SPECIALIZED else 192
-    if block and waves:
-        # each wave's row scales and their addresses: ptxas spilled 256 x 128 in two waves with them (192 registers
-        # of accumulators), and not without (docs/BENCHMARKS.md, "Promoted fp8: the waves and the halves")
-        budget -= BLOCK_WAVE_REGS
     if config.splits() > 1 and meeting_registers(config) > budget:
         return False
     return (

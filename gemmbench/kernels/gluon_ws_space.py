@@ -61,8 +61,13 @@ _QUICK = {
         ("ws", 128, 128, 8, 4, _WIDE),
         ("halves", 128, 128, 4, 4, {"PROMOTE_WAVES": 1, **_WIDE}),
     ),
-    # block scales scale each K step's own sum: a wave's partial (the tile's columns in one 128-column weight block)
-    "block": (("halves", 128, 128, 4, 4, {"PROMOTE_WAVES": 1}), ("ws", 128, 128, 8, 4, {"PROMOTE_WAVES": 1})),
+    # block scales scale each K step's own sum: a wave's partial (the tile's columns in one 128-column weight block);
+    # 256 x 128 in two waves paid on the largest outputs only (docs/BENCHMARKS.md, "Two waves in the peeled loop")
+    "block": (
+        ("halves", 128, 128, 4, 4, {"PROMOTE_WAVES": 1}),
+        ("ws", 128, 128, 8, 4, {"PROMOTE_WAVES": 1}),
+        ("halves", 256, 128, 4, 3, {"PROMOTE_WAVES": 2}),
+    ),
 }
 # split-K (outputs of fewer tiles than SMs, or a last wave that leaves SMs idle): each contract's 128 x 128 config of
 # one consumer order, the tiles past the whole waves split as the split model finds fastest (filling_split), once
