@@ -110,15 +110,16 @@ def test_gluon_on_gpu(M, N, K, case, tile):
 # the waves' quick tiles (gluon_ws._QUICK) and the halves': (schedule, BLOCK_M, BLOCK_N, BLOCK_N2, warps, waves) and
 # the stage counts from 2 that fit, by hand.  Shared memory: (BLOCK_M + BLOCK_N) x 128 B a stage and 2 B an output
 # element per consumer, within 232448 B: 256 x 128 and 128 x 256, 49152 a stage + 65536: 3 stages; 128 x 128 on one
-# consumer, 32768 + 32768: 6, but 5 with block scales (1024 B more a stage: 6 x 33792 + 32768 = 235520); halves, two
-# half-tiles: as one consumer.  Registers (block scales: 160 of accumulators, else 192): 128 + 64 a thread for the
+# consumer, 32768 + 32768: 6, but 5 with block scales (1024 B more a stage: 6 x 33792 + 32768 = 235520); 256 rows
+# with block scales, 2048 B more a stage: 3 x 51200 + 65536 = 219136, still 3; halves, two half-tiles: as one
+# consumer.  Registers (192 of accumulators; block scales are staged in shared memory): 128 + 64 a thread for the
 # first two and the 256-row halves (4 warps on 128 rows), 64 + 64 for 128 x 128 in one wave on 8 warps and for 128-row
 # halves (64 rows on 4 warps); 128 x 256 spans two weight blocks, which the waves do not scale.
 WAVE_TILES = [
-    ("ws", 256, 128, 0, 8, 2, {"tensor": 2, "row": 2, "block": 0}),
+    ("ws", 256, 128, 0, 8, 2, {"tensor": 2, "row": 2, "block": 2}),
     ("ws", 128, 256, 0, 8, 2, {"tensor": 2, "row": 2, "block": 0}),
     ("ws", 128, 128, 0, 8, 1, {"tensor": 5, "row": 5, "block": 4}),
-    ("halves", 256, 128, 0, 4, 2, {"tensor": 2, "row": 2, "block": 0}),
+    ("halves", 256, 128, 0, 4, 2, {"tensor": 2, "row": 2, "block": 2}),
     ("halves", 128, 128, 0, 4, 1, {"tensor": 5, "row": 5, "block": 4}),
     # a second accumulator of BN2 columns (not with block scales, which scale a tile by one weight block's scale):
     # 128 x (128 + 32), stages of (128 + 160) x 128 = 36864 B and a 128 x 160 bf16 output tile of 40960 B (halves: two
