@@ -355,12 +355,12 @@ def test_block_scales_run_a_k_loop_that_scales_each_steps_own_sum():
         tile = (c.BLOCK_M // 2 if c.SCHEDULE == "halves" else c.BLOCK_M) * c.BLOCK_N // threads[c]
         if c.PROMOTE_OVERLAP:  # by hand: the fp32 tile and two partials within the 192 left for accumulators
             assert 3 * tile <= 192
-        else:  # the fp32 tile and one wave's partial within the 192 (the scales are staged in shared memory, not
-            # held in registers); one weight block wide
+        else:  # the fp32 tile and one wave's partial within the 192 (the scales are staged in shared memory: no
+            # registers held back for them); one weight block wide
             assert tile + tile // c.PROMOTE_WAVES <= 192 and c.BLOCK_N <= 128
     assert any(c.PROMOTE_WAVES for c in full) and any(c.PROMOTE_OVERLAP for c in full)
-    # by hand: 256 x 128 on 8 warps in two waves holds 256 x 128 / 256 = 128 and a 64-row partial, 64: 192; on 4
-    # warps 256 + 128 = 384
+    # by hand: 256 x 128 on 8 warps in two waves holds 256 x 128 / 256 = 128 and a 128-row wave's partial,
+    # 128 x 128 / 256 = 64: 192; on 4 warps 256 + 128 = 384
     assert cfg(256, 128, 128, 8, 3, SCHEDULE="ws", PROMOTE_WAVES=2) in full
     assert cfg(256, 128, 128, 4, 3, SCHEDULE="ws", PROMOTE_WAVES=2) not in full
     assert cfg(128, 128, 128, 8, 4, SCHEDULE="ws", PROMOTE_WAVES=1) in full  # 64 + 64

@@ -184,6 +184,31 @@ def _waves_at_every_stage_count(tile, scaling, turns) -> None:
     assert ran == 2 * stage_counts[scaling]  # two shapes
 
 
+@pytest.mark.parametrize(
+    "tile,scaling",
+    [(("halves", 256, 128, 2), s) for s in ("tensor", "row", "block")] + [(("halves", 128, 128, 1), "block")],
+    ids=lambda x: "-".join(map(str, x)) if isinstance(x, tuple) else x,
+)
+def test_the_peeled_wave_loop_with_one_k_step(tile, scaling):
+    """K of one step (K 128, BLOCK_K 128): the peeled loop (two waves, or block scales) runs no trip and its peeled
+    last step does all: the first wave issued before the loop, the second wave, the promotions, the one release."""
+    from gemmbench import registry
+    from gemmbench.kernels.gluon_ws_config import GluonConfig
+    from gemmbench.measure.check import check_cell, reference
+    from gemmbench.measure.inputs import make_inputs
+    from gemmbench.shapes import Problem
+
+    schedule, bm, bn, waves = tile
+    p = Problem("test", "g", 333, 1008, 128, "fp8", scaling=scaling, fp8_accum="precise")
+    inputs = make_inputs(p, 11, "cuda")
+    config = GluonConfig.tile(bm, bn, 128, 4, 3, SCHEDULE=schedule, PROMOTE_WAVES=waves)
+    launch = registry.get("gluon_ws").tunable.build(p, inputs, config)
+    ref = reference(p, inputs)
+    for call in range(2):
+        result = check_cell(p, None, inputs, launch=launch, ref=ref).result
+        assert result.ok, f"call {call}: {result.detail}"
+
+
 # split-K's quick tiles (gluon_ws._SPLIT_QUICK) and the stage counts from 2 that fit, by hand: 128 x 128 fp8 stages
 # of 32768 B and one 32768 B output tile (halves: two half-tiles): 6 within 232448 B; 5 where the waves hold block
 # scales in each stage (33792 B a stage)

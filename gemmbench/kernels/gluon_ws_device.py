@@ -248,7 +248,7 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
         BM: gl.constexpr = a_bufs.shape[1]  # the tile's rows; this consumer's are the output block's
         ROWS: gl.constexpr = c_desc.block_type.shape[0]
         ROW0: gl.constexpr = FIRST * ROWS if HALVES else 0
-        WAVE_TURNS: gl.constexpr = HALVES and TURNS  # the waves' wgmma in turns (k_loop_waves)
+        WAVE_TURNS: gl.constexpr = HALVES and TURNS  # the waves' wgmma in turns (k_loop_waves*)
         BN: gl.constexpr = c_desc.block_type.shape[1]
         BK: gl.constexpr = a_bufs.shape[2]
         STAGES: gl.constexpr = a_bufs.shape[0]

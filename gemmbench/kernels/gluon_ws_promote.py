@@ -193,22 +193,22 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
         SCALE: gl.constexpr, WAVES: gl.constexpr,                # fp8: which scales, how many waves
         BN2: gl.constexpr,                                       # meta: the second accumulators' width (0: none)
     ):
-        """fp8 promoted in row waves, the loop of two waves and of block scales: each K step's sum of a wave of
-        WAVE_M rows (each warpgroup its 64-row slice) goes into one reduced-precision accumulator, started afresh
-        (use_acc False), waited for, and added into that wave's fp32 accumulator (block scales: times its rows'
-        scales, which hold the tile's weight scale); then the next wave.  Only one partial beside the fp32 tile:
-        256 x 128 fits where Triton's promotion of a whole tile spills or serializes its wgmma.  Two consumers on the
-        two halves of a tile's rows (the halves) each run this loop, and the tensor cores take the two warpgroups'
-        wgmma as they are issued, so one's promotion runs under the other's wgmma, as DeepGEMM's math warpgroups do.
-        TURNS (the config's; by default the halves with block scales, which lost more cells than they gained
-        without; per-tensor scales ran faster without: docs/BENCHMARKS.md, "Promoted fp8: the waves and the
-        halves"): each issues a wave's wgmma in its turn and hands the turn over once issued.  Each step's first
-        wave is issued at the end of the trip before, so the last step is peeled off the loop (a wgmma issued under
-        a branch is not the tensor the loop carries); two per-tensor waves ran faster so than in k_loop_waves
-        ("Two waves in the peeled loop").  With block scales (LAG) the next K step's ready wait and its scales'
-        loads from shared memory also run while the step's last wave is in the tensor cores, not after its
-        promotion ("The next K step's wait under the wgmma").  BN2 > 0: each wave also sums the tile's next BN2
-        columns (wide0, wide1), both wgmma issued together.  Returns the waves' tiles and the turns taken."""
+        """fp8 promoted in row waves, the loop of two waves and of block scales: each K step's sum of a wave of WAVE_M
+        rows (each warpgroup its 64-row slice) goes into one reduced-precision accumulator, started afresh (use_acc
+        False), waited for, and added into that wave's fp32 accumulator (block scales: times its rows' scales, which
+        hold the tile's weight scale); then the next wave.  Only one partial beside the fp32 tile: 256 x 128 fits where
+        Triton's promotion of a whole tile spills or serializes its wgmma.  Two consumers on the two halves of a tile's
+        rows (the halves) each run this loop, and the tensor cores take the two warpgroups' wgmma as they are issued, so
+        one's promotion runs under the other's wgmma, as DeepGEMM's math warpgroups do.  TURNS (the config's; by default
+        the halves with block scales, which lost more cells than they gained without; per-tensor scales ran faster
+        without: docs/BENCHMARKS.md, "Promoted fp8: the waves and the halves"): each issues a wave's wgmma in its turn
+        and hands the turn over once issued.  Each step's first wave is issued at the end of the trip before, so the
+        last step is peeled off the loop (a wgmma issued under a branch is not the tensor the loop carries); two
+        per-tensor waves ran faster this way than with the ready wait first in each trip ("Two waves in the peeled
+        loop").  With block scales (LAG) the next K step's ready wait and its scales' loads from shared memory also run
+        while the step's last wave is in the tensor cores, not after its promotion ("The next K step's wait under the
+        wgmma").  BN2 > 0: each wave also sums the tile's next BN2 columns (wide0, wide1), both wgmma issued together.
+        Returns the waves' tiles and the turns taken."""
         STAGES: gl.constexpr = a_bufs.shape[0]
         WAVE_M: gl.constexpr = acc0.shape[0]
         LAG: gl.constexpr = SCALE == "block"

@@ -62,7 +62,8 @@ _QUICK = {
         ("halves", 128, 128, 4, 4, {"PROMOTE_WAVES": 1, **_WIDE}),
     ),
     # block scales scale each K step's own sum: a wave's partial (the tile's columns in one 128-column weight block);
-    # 256 x 128 in two waves paid on the largest outputs only (docs/BENCHMARKS.md, "Two waves in the peeled loop")
+    # 256 x 128 in two waves is faster on outputs of many tiles, slower where it halves a few (docs/BENCHMARKS.md,
+    # "Two waves in the peeled loop")
     "block": (
         ("halves", 128, 128, 4, 4, {"PROMOTE_WAVES": 1}),
         ("ws", 128, 128, 8, 4, {"PROMOTE_WAVES": 1}),
