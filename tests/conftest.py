@@ -240,12 +240,14 @@ def smoke_run(smoke_run_file, tmp_path) -> Path:
 
 @pytest.fixture(scope="session")
 def smoke_layer_json(tmp_path_factory):
-    """`layer --model smoke --m 1 --format json` (a worker process and every step's variants measured: seconds), once
-    per xdist worker for the tests that read its document and its file: (the result, the layer file)."""
+    """`layer --model smoke --m 1 --budget 0.01 --format json` (a worker process and every step's default variants
+    measured: seconds), once per xdist worker for the tests that read its document and its file: (the result, the
+    layer file)."""
     from typer.testing import CliRunner
 
     from gemmbench.cli import app
 
     out = tmp_path_factory.mktemp("smoke-layer") / "l.parquet"
-    res = CliRunner().invoke(app, ["layer", "--model", "smoke", "--m", "1", "--format", "json", "--out", str(out)])
+    args = ["layer", "--model", "smoke", "--m", "1", "--budget", "0.01", "--format", "json", "--out", str(out)]
+    res = CliRunner().invoke(app, args)
     return res, out

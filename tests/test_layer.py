@@ -894,9 +894,8 @@ def test_a_set_whose_moe_gemms_differ_in_experts_gets_one_routing_each(tmp_path,
 
 
 @cpu_only
-def test_layer_smoke_runs_on_the_cpu_with_its_defaults(tmp_path):
-    out = tmp_path / "l.parquet"
-    res = invoke("layer", "--model", "smoke", "--m", "1", "--budget", "0.01", "--out", out)
+def test_layer_smoke_runs_on_the_cpu_with_its_defaults(smoke_layer_json):
+    res, out = smoke_layer_json  # `layer --model smoke --m 1 --budget 0.01`: default variants and dtype
     assert res.exit_code == 0, text(res.stderr)
     table = side_tables.load_layer_tables([out])
     top = table.query("part == 'layer'")
