@@ -93,8 +93,9 @@ def assert_one_colour_per_series(fig) -> dict:
 
 
 def texts_outside(fig) -> list:
-    """Every non-empty text of every axes whose window extent leaves its axes' (after a real draw)."""
-    fig.canvas.draw()
+    """Every non-empty text of every axes whose window extent leaves its axes' (after a draw: the layout and every
+    text's place, without rasterising the pixels, which no extent reads)."""
+    fig.draw_without_rendering()
     out = []
     for ax in fig.axes:
         frame = ax.get_window_extent()
@@ -324,7 +325,7 @@ def m_labels(ax) -> list:
 
 
 def assert_m_labels_apart(fig) -> None:
-    fig.canvas.draw()
+    fig.draw_without_rendering()  # the laid-out extents, as texts_outside reads them
     for ax in fig.axes:
         boxes = [t.get_window_extent() for t in m_labels(ax)]
         for a, b in itertools.combinations(boxes, 2):
