@@ -96,6 +96,15 @@ def gemmbench_proc(*args, timeout=300):
     )
 
 
+def gemmbench_cmd_parts_every(part_s: float, *args) -> list:
+    """The command line of `python -m gemmbench ARGS` whose run writer writes a part once its oldest row is `part_s`
+    old (store.PART_S, as tests/test_store.py sets it in this process): a test that waits for a part waits that
+    long, not the product's period."""
+    main = (f"import runpy; from gemmbench.results import store; store.PART_S = {float(part_s)!r}; "
+            "runpy.run_module('gemmbench', run_name='__main__', alter_sys=True)")  # fmt: skip
+    return [sys.executable, "-c", main, *map(str, args)]
+
+
 def one_error_line(exit_code, stderr, stdout, exception=None) -> str:
     """A bad input: exit code 2, exactly one non-empty stderr line 'error: ...', nothing on stdout."""
     err = text(stderr)
@@ -698,14 +707,15 @@ def _alive(pid: int) -> bool:
 def test_interrupted_run_keeps_its_rows(tmp_path):
     out = tmp_path / "i.parquet"
     # smoke's dense GEMMs, then one whose test_hang kernel never returns: the sweep is stopped while it hangs, after
-    # the writer has written the finished rows (every PART_S seconds)
+    # the writer has written the finished rows (every PART_S seconds, set to 1 s here)
     shapes = tmp_path / "s.yaml"
     shapes.write_text("name: s\nm: [1, 5]\ngemms:\n  - {id: a, N: 64, K: 64, parallel: none}\n"
                       "  - {id: b, N: 80, K: 48, parallel: none}\n  - {id: hang, N: 32, K: 32, parallel: none}\n")  # fmt: skip
     plugin = Path(__file__).parent / "plugins" / "hang_plugin.py"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "gemmbench", "run", "--shapes", str(shapes), "--dtype", "fp16", "--variants",
-         "cublas_fp16,triton_dp_row,test_hang", "--plugin", str(plugin), "--budget", "0.01", "--out", str(out)],
+        gemmbench_cmd_parts_every(1, "run", "--shapes", shapes, "--dtype", "fp16", "--variants",
+                                  "cublas_fp16,triton_dp_row,test_hang", "--plugin", plugin, "--budget", "0.01",
+                                  "--out", out),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

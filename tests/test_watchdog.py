@@ -9,10 +9,11 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Optional
 
 import pytest
 from conftest import PINNED_SHA, SMOKE_RUN_ARGS
-from test_cli import _alive, _children, invoke, ok_rows
+from test_cli import _alive, _children, gemmbench_cmd_parts_every, invoke, ok_rows
 
 from gemmbench.results import store
 
@@ -55,13 +56,17 @@ def test_a_bad_cell_timeout_is_one_line(value, line):
     assert res.exit_code == 2 and line in res.stderr and "Traceback" not in res.stderr
 
 
-def _hung_sweep(tmp_path: Path, one: Path, fmt: str = "table") -> tuple[subprocess.Popen, set[int]]:
-    """A sweep whose worker is stuck in test_hang's kernel (no watchdog): the process and its workers."""
+def _hung_sweep(
+    tmp_path: Path, one: Path, fmt: str = "table", part_s: Optional[float] = None
+) -> tuple[subprocess.Popen, set[int]]:
+    """A sweep whose worker is stuck in test_hang's kernel (no watchdog): the process and its workers.  part_s: its
+    run writer's part period (store.PART_S) instead of the product's."""
     marker = tmp_path / "spinning"
     env = dict(os.environ, GEMMBENCH_TEST_HANG_MARKER=str(marker))
-    cmd = [sys.executable, "-m", "gemmbench", "run", "--shapes", str(one), "--dtype", "fp16", "--variants",
-           "cublas_fp16,test_hang", "--plugin", str(PLUGIN), "--budget", "0.01", "--cell-timeout", "0", "--out",
-           str(tmp_path / "r.parquet"), "--format", fmt]  # fmt: skip
+    args = ["run", "--shapes", str(one), "--dtype", "fp16", "--variants", "cublas_fp16,test_hang", "--plugin",
+            str(PLUGIN), "--budget", "0.01", "--cell-timeout", "0", "--out", str(tmp_path / "r.parquet"), "--format",
+            fmt]  # fmt: skip
+    cmd = [sys.executable, "-m", "gemmbench", *args] if part_s is None else gemmbench_cmd_parts_every(part_s, *args)
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     deadline = time.monotonic() + 120
     while not marker.exists():
@@ -128,10 +133,10 @@ def test_a_killed_sweeps_rows_are_kept_and_resume_finishes_the_file(tmp_path, on
     monkeypatch.setenv("GEMMBENCH_GIT_SHA", PINNED_SHA)
     device.git_sha.cache_clear()
     request.addfinalizer(device.git_sha.cache_clear)
-    proc, _ = _hung_sweep(tmp_path, one)
+    proc, _ = _hung_sweep(tmp_path, one, part_s=1)
     out = tmp_path / "r.parquet"
-    deadline = time.monotonic() + store.PART_S + 60
-    while not _rows_so_far(out):  # the writer's clock writes the first GEMM's rows while the second hangs
+    deadline = time.monotonic() + 60
+    while _rows_so_far(out) < 2:  # the writer's clock writes the first GEMM's rows while the second hangs
         assert time.monotonic() < deadline, "the finished rows were never written"
         time.sleep(0.2)
     proc.kill()
