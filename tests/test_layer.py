@@ -1002,7 +1002,7 @@ def test_a_step_whose_variant_fails_takes_the_next_of_variants(tmp_path):
     plugin = Path(__file__).parent / "plugins" / "refuse_plugin.py"
     out = tmp_path / "l.parquet"
     res = invoke("layer", "--model", "smoke", "--m", "1", "--variants", "test_refuse,cublas_*,torch_moe_loop",
-                 "--plugin", plugin, "--out", out)  # fmt: skip
+                 "--plugin", plugin, "--budget", "0.01", "--out", out)  # fmt: skip
     assert res.exit_code == 0, res.stderr
     steps = load_layer_tables([out]).query("part == 'step'").set_index("gemm")
     assert (steps.loc["smoke_square", "variant"], steps.loc["smoke_tails", "variant"]) == ("cublas_fp16", "test_refuse")
@@ -1015,12 +1015,12 @@ def test_a_step_whose_variant_fails_takes_the_next_of_variants(tmp_path):
     assert "M 1 smoke_square: cublas_fp16 ran, after test_refuse: RuntimeError" in " ".join(res.stderr.split())
     # with no variant left after it, the layer is the error it always was
     res = invoke("layer", "--model", "smoke", "--m", "1", "--variants", "smoke_square=test_refuse,cublas_*,torch_moe_loop",
-                 "--plugin", plugin, "--out", tmp_path / "m.parquet")  # fmt: skip
+                 "--plugin", plugin, "--budget", "0.01", "--out", tmp_path / "m.parquet")  # fmt: skip
     layer = load_layer_tables([tmp_path / "m.parquet"]).query("part == 'layer'").iloc[0]
     assert layer["status"] == "error" and "Invalid scaling configuration for N 64" in layer["reason"]
     # a fallback that ends its worker: the layer's error names the fallback, not the variant that failed before it
     res = invoke("layer", "--model", "smoke", "--m", "1", "--variants", "test_refuse,test_dies,cublas_*,torch_moe_loop",
-                 "--plugin", plugin, "--out", tmp_path / "d.parquet")  # fmt: skip
+                 "--plugin", plugin, "--budget", "0.01", "--out", tmp_path / "d.parquet")  # fmt: skip
     layer = load_layer_tables([tmp_path / "d.parquet"]).query("part == 'layer'").iloc[0]
     assert layer["status"] == "error"
     assert layer["reason"].startswith(

@@ -20,9 +20,9 @@ CONFIG = ROOT / "tests" / "fixtures" / "hf-configs" / "qwen3-30b-a3b.json"
 
 # the README's line (its first words) -> (exit code on a CPU-only machine, a phrase of its one-line error, the smoke
 # line run after it so that the tour's later lines have rows: of a few variants, since they need rows, not every
-# kernel's seconds in Triton's interpreter)
+# kernel's seconds in Triton's interpreter, and the layer on a small budget, since its timing is not read)
 STAND_IN_RUN = "run --shapes smoke --m 1 --dtype fp16 --variants cublas_fp16,triton_dp_row,torch_moe_loop"
-STAND_IN_LAYER = "layer --model smoke --m 1 --variants cublas_*,torch_moe_loop"
+STAND_IN_LAYER = "layer --model smoke --m 1 --variants cublas_*,torch_moe_loop --budget 0.01"
 CPU = {
     "list shapes": (0, None, None),
     "list configs": (0, None, None),
