@@ -3,9 +3,14 @@
 Gluon's API moves between Triton releases (names renamed, the old ones refused at compile time), and only compiling
 shows it: here the host's own launch (GluonGemm) compiles each schedule with Triton's driver stood in for by one that
 answers "CUDA, compute capability 9.0" and its launch skipped (JITFunction.run with warmup).  The checks are what any
-Hopper kernel of TMA operands and wgmma must hold, read in its PTX."""
+Hopper kernel of TMA operands and wgmma must hold, read in its PTX.  The compiles run in a fresh interpreter: Triton's
+interpreter, which other tests run in the same worker, leaves triton.language's builtins patched after a device
+function call, and a kernel compiled after that in the process fails."""
 
 import re
+import subprocess
+import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -35,16 +40,21 @@ class _Hopper:
         return 0
 
 
-@pytest.fixture
-def hopper(monkeypatch):
-    """Compiles instead of launching: the kernels' run() with warmup, on the stand-in driver."""
+def _stand_in(set_attr=setattr) -> None:
+    """Compiles instead of launching: the kernels' run() with warmup, on the stand-in driver (set_attr: pytest's
+    monkeypatch.setattr, to undo it after a test)."""
     from triton.runtime import driver
 
-    monkeypatch.setattr(driver, "_active", _Hopper())
+    set_attr(driver, "_active", _Hopper())
     for kernel in (gluon_ws_device.warp_specialized_kernel, gluon_ws_device.single_partition_kernel):
         run = kernel.run
-        monkeypatch.setattr(kernel, "run", lambda *a, run=run, **kw: run(*a, **{**kw, "warmup": True}))
-    monkeypatch.setattr(gluon_ws.tuning, "sm_count", lambda: SMS)
+        set_attr(kernel, "run", lambda *a, run=run, **kw: run(*a, **{**kw, "warmup": True}))
+    set_attr(gluon_ws.tuning, "sm_count", lambda: SMS)
+
+
+@pytest.fixture
+def hopper(monkeypatch):
+    _stand_in(monkeypatch.setattr)
 
 
 def _config(**fields) -> GluonConfig:
@@ -90,11 +100,35 @@ def _gemm(config: GluonConfig, scales: str, promoted: bool) -> gluon_ws.GluonGem
     return gluon_ws.GluonGemm(a, b, out, a_scale, b_scale, scales, config, 128 if promoted else 0, blocks)
 
 
-@pytest.mark.parametrize("config,scales,promoted", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
-def test_each_schedule_compiles_for_hopper_without_a_gpu(hopper, config, scales, promoted):
-    gemm = _gemm(config, scales, promoted)
-    gemm()
-    ptx = gemm.compiled.asm["ptx"]
+def compile_all(out: Path) -> None:
+    """Each case's PTX into out/ID.ptx, or its error into out/ID.err (run by the compiled fixture's interpreter)."""
+    _stand_in()
+    for case_id, config, scales, promoted in CASES:
+        try:
+            gemm = _gemm(config, scales, promoted)
+            gemm()
+            (out / f"{case_id}.ptx").write_text(gemm.compiled.asm["ptx"])
+        except Exception as error:  # the test of the case reports it
+            (out / f"{case_id}.err").write_text(f"{type(error).__name__}: {error}")
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory) -> Path:
+    """Every case compiled in a fresh interpreter (the module's docstring says why): the folder of their PTX."""
+    out = tmp_path_factory.mktemp("ptx")
+    here = str(Path(__file__).parent)
+    code = (f"import sys, pathlib; sys.path.insert(0, {here!r}); import test_gluon_compile as t; "
+            f"t.compile_all(pathlib.Path({str(out)!r}))")  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return out
+
+
+@pytest.mark.parametrize("case_id,config,scales,promoted", CASES, ids=[c[0] for c in CASES])
+def test_each_schedule_compiles_for_hopper_without_a_gpu(compiled, case_id, config, scales, promoted):
+    error = compiled / f"{case_id}.err"
+    assert not error.exists(), error.read_text()
+    ptx = (compiled / f"{case_id}.ptx").read_text()
     assert ".target sm_90a" in ptx
     assert "cp.async.bulk.tensor" in ptx  # TMA copies of the operands (and the output's store)
     assert "wgmma.mma_async" in ptx and ".e4m3.e4m3" in ptx  # fp8 x fp8 on the tensor cores
