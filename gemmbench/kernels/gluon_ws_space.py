@@ -62,8 +62,8 @@ _QUICK = {
         ("halves", 128, 128, 4, 4, {"PROMOTE_WAVES": 1, **_WIDE}),
     ),
     # block scales scale each K step's own sum: a wave's partial (the tile's columns in one 128-column weight block);
-    # 256 x 128 in two waves is faster on outputs of many tiles, slower where it halves a few (docs/BENCHMARKS.md,
-    # "Two waves in the peeled loop")
+    # the 256-row halves in two waves are faster on outputs of many tiles, slower where they halve a few
+    # (docs/BENCHMARKS.md, "Two waves in the peeled loop")
     "block": (
         ("halves", 128, 128, 4, 4, {"PROMOTE_WAVES": 1}),
         ("ws", 128, 128, 8, 4, {"PROMOTE_WAVES": 1}),
