@@ -135,6 +135,9 @@ WAVE_TILES = [
     # 64 wide: 24576 B a stage (25600 with block scales' 2 x 128 fp32) and a 16384 B output tile: 8 stages, 212992
     # (221184) B
     ("halves", 128, 64, 0, 4, 1, {"tensor": 7, "row": 7, "block": 7}),
+    # one consumer warpgroup on a 64-row tile 64 + 16 = 80 wide (the tune's space holds it): (64 + 80) x 128 = 18432 B
+    # a stage and a 64 x 80 output tile of 10240 B: 8 stages hold 157696 B, every count from 2 fits
+    ("ws", 64, 64, 16, 4, 1, {"tensor": 7, "row": 7, "block": 0}),
 ]
 
 
