@@ -83,6 +83,26 @@ def test_wall_sample_of_a_fast_call_averages_many_calls():
     assert all(0 < s < 1000 for s in prepared.samples)
 
 
+def test_a_fast_call_interrupted_once_while_sizing_its_samples_is_still_averaged_over_many_calls():
+    """The sampler's first call is slowed (as a garbage collection or a preemption does): each sample is sized by the
+    quickest call seen so far, not by that one, so the samples after the first still repeat the call many times."""
+    calls = []
+
+    def fn():
+        calls.append(1)
+        if len(calls) == slow_call:
+            time.sleep(0.005)
+
+    slow_call = -1
+    timer = Timer("wall", warmup_ms=0, min_samples=3, max_samples=3, budget_s=10, batch=3)
+    prepared = timer.prepare([fn])
+    slow_call = len(calls) + 1  # the first call the sampler makes
+    prepared.samples += prepared.take(3)
+    # a 5 ms call sizing the samples alone would give 1 ms / 5 ms -> one call a sample: 1 + 3 calls in all
+    assert len(calls) - (slow_call - 1) > 3 * 10
+    assert all(0 < s < 1000 for s in prepared.samples)
+
+
 def test_prepare_warms_up_every_copy_and_keeps_the_launches():
     seen = {"a": 0, "b": 0}
     fa, fb = (lambda: seen.__setitem__("a", seen["a"] + 1)), (lambda: seen.__setitem__("b", seen["b"] + 1))

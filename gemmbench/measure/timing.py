@@ -117,6 +117,13 @@ def sync() -> None:
         clock.synchronize()
 
 
+WALL_SAMPLE_S = 1e-3  # a wall sample repeats a fast call for about this long: the host clock's noise stays small
+
+
+def _calls_per_wall_sample(call_s: float) -> int:
+    return max(1, min(1000, int(WALL_SAMPLE_S / max(call_s, 1e-7))))
+
+
 @dataclass
 class Prepared:
     """One variant's state between rounds: how to take a sample, and what it has so far."""
@@ -337,15 +344,20 @@ class Timer:
         t0 = clock.now()
         fn()
         sync()
-        reps = max(1, min(1000, int(1e-3 / max(clock.now() - t0, 1e-7))))  # samples of >= ~1 ms
+        quickest = clock.now() - t0  # a warm-up call, and the first guess at one call's time
         out = []
         for _ in range(n):
+            # sized by the quickest call seen so far: a first call that the OS or the garbage collector interrupted
+            # reads milliseconds, and sizing every sample by it would time a sub-microsecond call once a sample
+            reps = _calls_per_wall_sample(quickest)
             sync()
             t0 = clock.now()
             for _ in range(reps):
                 fn()
             sync()
-            out.append((clock.now() - t0) / reps * 1e6)
+            per_call = (clock.now() - t0) / reps
+            out.append(per_call * 1e6)
+            quickest = min(quickest, per_call)
         return out
 
     # -- the samplers (SAMPLERS): (fns, graph_safe, the kernel names they record, the outputs a graph's capture
