@@ -7,8 +7,10 @@ process it starts, before anything reads them; unconditionally, so that a GEMMBE
 the tests (scripts/device-run.sh points it at gemmbench/kernels/configs for its tunes) is never written by one."""
 
 import atexit
+import compileall
 import contextlib
 import fcntl
+import importlib.util
 import os
 import shutil
 import sys
@@ -93,10 +95,20 @@ _GPU_GATE = Path(tempfile.gettempdir()) / f"gemmbench-gpu-tests-{_GPU_TAG}.gate"
 _GPU_LOCK = Path(tempfile.gettempdir()) / f"gemmbench-gpu-tests-{_GPU_TAG}.lock"
 
 
+def compile_the_package() -> None:
+    """The package's bytecode, written once before the tests start: the suite starts about a hundred Python processes
+    (workers, the CLI), and where the environment forbids writing bytecode (PYTHONDONTWRITEBYTECODE) each would
+    compile every module it imports from source."""
+    spec = importlib.util.find_spec("gemmbench")
+    if sys.dont_write_bytecode and spec is not None and spec.origin is not None:
+        compileall.compile_dir(Path(spec.origin).parent, quiet=2)  # a read-only install is left as it is
+
+
 def pytest_configure(config):
     """`-n 2` steals work (xdist's worksteal): a worker that runs out of tests takes some of the other's, so a long test
     near the end of one worker's share does not leave the other core idle.  Set here, not in addopts, so that pytest
     without xdist (a GPU machine with only the `gpu` extra) still runs; an explicit --dist is kept."""
+    compile_the_package()
     if (
         config.pluginmanager.hasplugin("xdist")
         and config.getoption("dist") == "load"
