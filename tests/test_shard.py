@@ -86,7 +86,8 @@ def three_parts(tmp_path_factory) -> list[Path]:
     tmp_path = tmp_path_factory.mktemp("shards")
     for i in range(3):
         _run_shard(tmp_path, f"{i}/3")
-    return sorted((tmp_path / "parts").glob("*.parquet"))
+    # in shard order: runs in one second have names that differ only past the time (their random part)
+    return sorted((tmp_path / "parts").glob("*.parquet"), key=lambda p: p.name.rsplit("-", 1)[-1])
 
 
 def test_sharded_run_and_merge_equal_the_sweep(three_parts, tmp_path):
