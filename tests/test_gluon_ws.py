@@ -353,8 +353,8 @@ def test_block_scales_run_a_k_loop_that_scales_each_steps_own_sum():
     threads = {c: 32 * (4 if c.SCHEDULE in ("pingpong", "halves") else c.num_warps) for c in full}
     for c in full:  # a consumer's rows: halves hold half the tile's each
         tile = (c.BLOCK_M // 2 if c.SCHEDULE == "halves" else c.BLOCK_M) * c.BLOCK_N // threads[c]
-        if c.PROMOTE_OVERLAP:  # by hand: the fp32 tile and two partials within the 192 left for accumulators
-            assert 3 * tile <= 192
+        if c.PROMOTE_OVERLAP:  # by hand: the fp32 tile and two partials, counted as four, within the 192 left
+            assert 4 * tile <= 192
         else:  # the fp32 tile and one wave's partial within the 192 (the scales are staged in shared memory: no
             # registers held back for them); one weight block wide
             assert tile + tile // c.PROMOTE_WAVES <= 192 and c.BLOCK_N <= 128
@@ -404,7 +404,11 @@ def test_waves_fit_one_partial_beside_the_fp32_tile():
     # 128 x 128 / 128 = 128 and a 64 x 128 partial, 64: 192; in one wave 128 + 128 = 256
     assert waves(256, 128, 4, 3, 2, "halves") in full and waves(256, 128, 4, 3, 1, "halves") not in full
     assert waves(256, 128, 8, 3, 2, "halves") not in full  # a half is one warpgroup
-    assert all(c.PROMOTE_WAVES for c in full if c.SCHEDULE == "halves")  # the halves' K loop is the waves'
+    # the halves promote in the waves' K loop or the overlapped partials: 128 x 64, 64 x 64 / 128 = 32 a thread for
+    # each half's fp32 tile, counted four times, 128; 128 x 128: 256, over the 192
+    assert all(c.PROMOTE_WAVES or c.PROMOTE_OVERLAP for c in full if c.SCHEDULE == "halves")
+    overlapped = lambda bm, bn, st: cfg(bm, bn, 128, 4, st, SCHEDULE="halves", PROMOTE_OVERLAP=True)  # noqa: E731
+    assert overlapped(128, 64, 6) in full and overlapped(128, 128, 4) not in full
     assert waves(128, 128, 4, 4, 2, "halves") not in full  # halves of 64 rows in two waves of 32
     # fast accumulation on 16 x 64 = 1024 tiles (>= 132 SMs) promotes nothing: no wave is searched
     fast = Problem("t", "g", 2048, 8192, 1024, "fp8", fp8_accum="fast")
@@ -422,8 +426,10 @@ def test_waves_fit_one_partial_beside_the_fp32_tile():
         ({"PROMOTE_OVERLAP": True}, 128, "row", (True, 0)),
         ({"PROMOTE_OVERLAP": True}, 0, "row", (False, 0)),
         ({}, 128, "tensor", (False, 0)),  # Triton's promotion in its wgmma lowering
-        # the halves have no K loop but the waves': under the fast contract too (a stored promoted config it reads)
+        # the halves always promote, in waves or the overlapped partials: under the fast contract too (a stored
+        # promoted config it reads)
         ({"SCHEDULE": "halves", "PROMOTE_WAVES": 2}, 0, "tensor", (False, 2)),
+        ({"SCHEDULE": "halves", "PROMOTE_OVERLAP": True}, 0, "tensor", (True, 0)),
     ],
 )
 def test_which_k_loop_promotes(extra, promote, scale, want):

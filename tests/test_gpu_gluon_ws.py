@@ -25,6 +25,10 @@ TILES = [  # (schedule, BLOCK_M, BLOCK_N, warps, stages, extra)
     ("ws", 64, 128, 4, 6, {}),
     ("pingpong", 128, 128, 4, 4, {"GROUP_M": 1}),
     ("pingpong", 64, 128, 4, 6, {"PROMOTE_OVERLAP": True}),
+    # the overlapped partials in trips of four K steps (K 1040: two trips and one step alone; K 1024: two trips), on
+    # the cooperative tile and on each half of the halves' rows
+    ("ws", 128, 64, 8, 6, {"PROMOTE_OVERLAP": True}),
+    ("halves", 128, 64, 4, 6, {"PROMOTE_OVERLAP": True}),
     ("ws", 256, 128, 8, 3, {"PROMOTE_WAVES": 2}),
     ("ws", 128, 256, 8, 3, {"PROMOTE_WAVES": 2}),
     ("ws", 128, 128, 8, 4, {"PROMOTE_WAVES": 1}),

@@ -145,8 +145,8 @@ def promotion(config: GluonConfig, promote: int, scale: str) -> tuple[bool, int]
     PROMOTE_OVERLAP block scales take the overlapped loop; where nothing is promoted, Triton's plain K loop, except
     for the halves, whose consumers run the waves' loop (a promoted config read for the fast contract: promoting
     is exact)."""
-    if config.SCHEDULE == "halves":
-        return False, config.PROMOTE_WAVES
+    if config.SCHEDULE == "halves":  # always promoting: in row waves, or in the overlapped partials
+        return not config.PROMOTE_WAVES, config.PROMOTE_WAVES
     if promote <= 0 and scale != "block":
         return False, 0
     if config.PROMOTE_WAVES:

@@ -130,7 +130,10 @@ def accumulator_registers(config: GluonConfig, fp8_precise: bool) -> int:
     rows = config.BLOCK_M // 2 if config.SCHEDULE == "halves" else config.BLOCK_M
     regs = rows * (config.BLOCK_N + config.BLOCK_N2) // (32 * warps)
     if fp8_precise and config.PROMOTE_OVERLAP:
-        return 3 * regs  # the fp32 tile and two partial sums
+        # the fp32 tile and two partial sums, counted as four: with a trip's groups in flight ptxas holds more than
+        # three (64 x 128 a warpgroup, 192 counted as three, spilled: docs/BENCHMARKS.md, "What bounds each kind of
+        # miss")
+        return 4 * regs
     if fp8_precise and config.PROMOTE_WAVES:
         return regs + regs // config.PROMOTE_WAVES  # the fp32 tile and one wave's partial
     if fp8_precise:
@@ -159,8 +162,10 @@ def fits(config: GluonConfig, elem: int, fp8_precise: bool, block: bool = False)
         # block scales scale a tile's columns by one weight block's scale
     if waves and (config.SCHEDULE not in WARP_SPECIALIZED or config.PROMOTE_OVERLAP or not (fp8_precise or block)):
         return False  # the waves are a promotion of the warp-specialized consumers
-    if halves and (not waves or config.num_warps != WARPGROUP):
-        return False  # the halves run the waves' K loop, one warpgroup each
+    if halves and (not (waves or config.PROMOTE_OVERLAP) or config.num_warps != WARPGROUP):
+        return False  # the halves promote, one warpgroup each: in the waves' K loop or the overlapped partials
+    if halves and not waves and config.splits() > 1:
+        return False  # split-K meets a tile held whole or in waves
     if waves and config.SCHEDULE == "pingpong":
         return False  # ping-pong's consumers take turns per tile, each its own: the waves are the halves'
 

@@ -210,9 +210,9 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
                 epilogue_waves(v0, v1, c2_desc, c2_smem, a_scale_ptr, b_scale_ptr, off_m + ROW0, off_n2, M, N, SCALE,
                                WAVES)
         else:
-            _epilogue(acc, c_desc, c_smem, a_scale_ptr, b_scale_ptr, off_m, off_n, M, N, SCALE)
+            _epilogue(acc, c_desc, c_smem, a_scale_ptr, b_scale_ptr, off_m + ROW0, off_n, M, N, SCALE)
             if BN2 > 0:
-                _epilogue(acc2, c2_desc, c2_smem, a_scale_ptr, b_scale_ptr, off_m, off_n2, M, N, SCALE)
+                _epilogue(acc2, c2_desc, c2_smem, a_scale_ptr, b_scale_ptr, off_m + ROW0, off_n2, M, N, SCALE)
 
     @gluon.jit
     def _consumer(
@@ -290,8 +290,8 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
                     w0, v0, turn = k_loop_waves(a_bufs, b_bufs, b2_bufs, ready, empty, turns, base, steps, turn, w0, v0,
                                                 ROW0, FIRST, WAVE_TURNS, BN2)
             elif OVERLAP:
-                acc = k_loop_overlapped(a_bufs, b_bufs, ready, empty, base, k_first, steps, acc, bscales, pid_m * BM,
-                                         pid_n * (BN + BN2), M, N, SCALE, layout)
+                acc = k_loop_overlapped(a_bufs, b_bufs, ready, empty, base, k_first, steps, acc, bscales,
+                                         pid_m * BM + ROW0, pid_n * (BN + BN2), M, N, ROW0, SCALE, layout)
             else:
                 for k in range(steps):
                     pos = base + k

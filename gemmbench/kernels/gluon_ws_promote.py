@@ -77,45 +77,74 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
             return acc + part
 
     @gluon.jit
+    def _rows_of(a_bufs, slot, ROW0: gl.constexpr, ROWS: gl.constexpr):
+        """A stage's A block, or its ROWS rows from ROW0 where a consumer holds half the tile's rows (the halves)."""
+        a = a_bufs.index(slot)
+        if ROWS < a_bufs.shape[1]:
+            a = a.slice(ROW0, ROWS, dim=0)
+        return a
+
+    @gluon.jit
+    def _issue_step(a_bufs, b_bufs, ready, pos, part, ROW0: gl.constexpr):
+        """Ring position pos, once landed, summed into `part` (started afresh), not waited for."""
+        STAGES: gl.constexpr = a_bufs.shape[0]
+        slot = pos % STAGES
+        mbarrier.wait(ready.index(slot), (pos // STAGES) & 1)
+        return warpgroup_mma(_rows_of(a_bufs, slot, ROW0, part.shape[0]), b_bufs.index(slot).permute((1, 0)), part,
+                             use_acc=False, is_async=True)
+
+    @gluon.jit
+    def _add_released(
+        acc, part, k, empty, pos, bscales,                       # the fp32 tile, step k's finished sum, its stage
+        off_m, off_n, M, N,                                      # the first row and column; sizes
+        BK: gl.constexpr, SCALE: gl.constexpr,                   # K step, which scales
+        layout: gl.constexpr,                                    # meta: the accumulator's layout
+    ):
+        """A finished step's partial added into the fp32 tile (_add_step), and its stage given back."""
+        STAGES: gl.constexpr = empty.shape[0]
+        acc = _add_step(acc, part, k, bscales, off_m, off_n, M, N, BK, SCALE, layout)
+        mbarrier.arrive(empty.index(pos % STAGES), count=1)
+        return acc
+
+    @gluon.jit
     def k_loop_overlapped(
         a_bufs, b_bufs, ready, empty,                            # shared memory: stages and their barriers
         base, k_first, k_steps,                                  # ring position, first K step (split-K), steps
-        acc, bscales,                                            # the fp32 tile; block scales
-        off_m, off_n, M, N,                                      # the tile's first row and column; sizes
-        SCALE: gl.constexpr,                                     # which scales
+        acc, bscales,                                            # the fp32 tile (or its rows from ROW0); block scales
+        off_m, off_n, M, N,                                      # the first row and column; sizes
+        ROW0: gl.constexpr, SCALE: gl.constexpr,                 # this consumer's first row in a stage; which scales
         layout: gl.constexpr,                                    # meta: the accumulator's layout
     ):
         """fp8 with each K step's sum promoted on its own: each step's wgmma starts a partial sum of its own (two,
         alternating), and the finished one is added into the fp32 tile (block scales: scaled first) while the
-        other's wgmma runs; Triton's max_num_imprecise_acc instead drains the wgmma group before each add.  Two K
-        steps a trip, so each partial keeps its registers (a wgmma accumulates in place)."""
-        STAGES: gl.constexpr = a_bufs.shape[0]
+        other's wgmma runs; Triton's max_num_imprecise_acc instead drains the wgmma group before each add.  Four K
+        steps a trip, every group retired within it: a group left in flight across the loop's back edge makes ptxas
+        serialize the wgmma (C7514; docs/BENCHMARKS.md, "What bounds each kind of miss"); the steps past the last
+        whole trip one at a time.  A consumer holding half the tile's rows (the halves) sums the stage's rows from
+        ROW0 (off_m is then its own first row)."""
         BK: gl.constexpr = a_bufs.shape[2]
         pa = gl.zeros_like(acc)
         pb = gl.zeros_like(acc)
-        for k in range(0, k_steps, 2):
-            pos = base + k
-            mbarrier.wait(ready.index(pos % STAGES), (pos // STAGES) & 1)
-            pa = warpgroup_mma(a_bufs.index(pos % STAGES), b_bufs.index(pos % STAGES).permute((1, 0)), pa,
-                               use_acc=False, is_async=True)
-            pa, pb = warpgroup_mma_wait(1, deps=[pa, pb])
-            if k > 0:  # the step before's partial
-                acc = _add_step(acc, pb, k_first + k - 1, bscales, off_m, off_n, M, N, BK, SCALE, layout)
-            mbarrier.arrive(empty.index((pos + STAGES - 1) % STAGES), count=1, pred=k > 0)
-            if k + 1 < k_steps:
-                nxt = pos + 1
-                mbarrier.wait(ready.index(nxt % STAGES), (nxt // STAGES) & 1)
-                pb = warpgroup_mma(a_bufs.index(nxt % STAGES), b_bufs.index(nxt % STAGES).permute((1, 0)), pb,
-                                   use_acc=False, is_async=True)
-                pa, pb = warpgroup_mma_wait(1, deps=[pa, pb])
-                acc = _add_step(acc, pa, k_first + k, bscales, off_m, off_n, M, N, BK, SCALE, layout)
-                mbarrier.arrive(empty.index(pos % STAGES), count=1)
-        pa, pb = warpgroup_mma_wait(0, deps=[pa, pb])
-        if k_steps % 2 == 1:
-            acc = _add_step(acc, pa, k_first + k_steps - 1, bscales, off_m, off_n, M, N, BK, SCALE, layout)
-        else:
-            acc = _add_step(acc, pb, k_first + k_steps - 1, bscales, off_m, off_n, M, N, BK, SCALE, layout)
-        mbarrier.arrive(empty.index((base + k_steps - 1) % STAGES), count=1)
+        trips = k_steps // 4
+        for i in range(trips):
+            p0 = base + 4 * i
+            k0 = k_first + 4 * i
+            pa = _issue_step(a_bufs, b_bufs, ready, p0, pa, ROW0)
+            pb = _issue_step(a_bufs, b_bufs, ready, p0 + 1, pb, ROW0)
+            pa = warpgroup_mma_wait(1, deps=[pa])
+            acc = _add_released(acc, pa, k0, empty, p0, bscales, off_m, off_n, M, N, BK, SCALE, layout)
+            pa = _issue_step(a_bufs, b_bufs, ready, p0 + 2, pa, ROW0)
+            pb = warpgroup_mma_wait(1, deps=[pb])
+            acc = _add_released(acc, pb, k0 + 1, empty, p0 + 1, bscales, off_m, off_n, M, N, BK, SCALE, layout)
+            pb = _issue_step(a_bufs, b_bufs, ready, p0 + 3, pb, ROW0)
+            pa = warpgroup_mma_wait(1, deps=[pa])
+            acc = _add_released(acc, pa, k0 + 2, empty, p0 + 2, bscales, off_m, off_n, M, N, BK, SCALE, layout)
+            pb = warpgroup_mma_wait(0, deps=[pb])
+            acc = _add_released(acc, pb, k0 + 3, empty, p0 + 3, bscales, off_m, off_n, M, N, BK, SCALE, layout)
+        for k in range(4 * trips, k_steps):
+            pa = _issue_step(a_bufs, b_bufs, ready, base + k, pa, ROW0)
+            pa = warpgroup_mma_wait(0, deps=[pa])
+            acc = _add_released(acc, pa, k_first + k, empty, base + k, bscales, off_m, off_n, M, N, BK, SCALE, layout)
         return acc
 
     @gluon.jit
