@@ -521,6 +521,13 @@ class _TuneJob(_Closed):
     bucket: int
 
 
+class WrongConfig(_Closed):
+    """A config that ran and computed a wrong result, and the check's words."""
+
+    config: dict[str, Any]
+    error: str
+
+
 class TunedJob(_TuneJob):
     """A job that stored its winning config."""
 
@@ -532,6 +539,9 @@ class TunedJob(_TuneJob):
     before: Optional[dict[str, Any]] = Field(
         description="the config stored for the bucket before the tune (it raced where still in the search space; "
         "equal to `config` where kept), or null"
+    )
+    wrong_results: list[WrongConfig] = Field(
+        description="the configs of the search space whose result failed the check (a kernel bug; none was stored)"
     )
 
 

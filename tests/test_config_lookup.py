@@ -228,7 +228,7 @@ def test_a_retune_keeps_the_stored_config_unless_beaten_beyond_the_noise(fake):
 
     def tune(raced, **kw):  # raced: the stored config the tune must report it raced
         fake["timed"].clear()
-        best, path, tried, before = tuning.tune_and_store(t, P, None, None, budget_s=0.0, **kw)
+        best, path, tried, before, _ = tuning.tune_and_store(t, P, None, None, budget_s=0.0, **kw)
         assert before == raced
         return best.params, json.loads(path.read_text())["buckets"]["64"]["config"], tried
 

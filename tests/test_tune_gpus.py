@@ -127,11 +127,13 @@ def fake_tuning(monkeypatch):
             raise tuning.TuningError(f"no config of {t.name} runs {p.label}")
         if t.name == "triton_dp_grouped":
             raise RuntimeError("CUDA error: an illegal memory access was encountered")
+        wrong = tuning.Trial(DenseConfig.tile(32, 64, 128, 4, 3), error="TuningError: wrong result: x", wrong=True)
         return (
             tuning.Trial(DenseConfig.tile(16, 64, 128, 4, 3), 2.5),
             Path("x.json"),
             7,
             DenseConfig.tile(16, 64, 128, 4, 3),
+            [wrong],
         )
 
     monkeypatch.setattr(tuning, "tune_and_store", tune_and_store)
@@ -153,6 +155,9 @@ def test_the_tune_task_answers_each_job_with_done_or_failed(fake_tuning):
     [row] = by_variant["triton_dp_row"]
     assert row["us"] == 2.5 and row["tried"] == 7 and row["config"]["BLOCK_M"] == 16 and "done" in row
     assert row["before"] == row["config"]  # the stored config it raced
+    assert row["wrong"] == [
+        {"config": DenseConfig.tile(32, 64, 128, 4, 3).to_dict(), "error": "TuningError: wrong result: x"}
+    ]
     assert "no config of triton_dp_col" in by_variant["triton_dp_col"][0]["reason"]
     assert by_variant["triton_dp_grouped"][0]["reason"] == (
         "tune: RuntimeError: CUDA error: an illegal memory access was encountered"

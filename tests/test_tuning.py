@@ -130,6 +130,25 @@ def test_search_never_picks_a_wrong_config():
     trials = tuning.search(fake, p, inputs, configs, reference(p, inputs))
     assert trials[0].params is configs[1] and trials[0].config == configs[1].to_dict() and not trials[0].error
     assert "wrong result" in trials[1].error and trials[1].time_us == float("inf")
+    assert trials[1].wrong and not trials[0].wrong  # a wrong result is told apart from a config that cannot run
+
+
+def test_a_tune_names_the_configs_that_computed_a_wrong_result():
+    """The tune's line for a job whose search met a wrong result: the variant, the shape, how many, the first
+    config's fields and the check's words; none for a job without."""
+    from gemmbench.engine.tasks.tune_task import TuneSink
+
+    v = registry.get("triton_dp_row")
+    report = TuneSink.of([(Problem("s", "g", m, 256, 512, "fp16"), v) for m in (16, 32)])
+    bad, good = list(report.jobs)
+    wrong = [{"config": {"BLOCK_M": 32, "num_warps": 4}, "error": "TuningError: wrong result: max rel err 0.5"}] * 2
+    for key, w in ((bad, wrong), (good, [])):
+        report.result(None, key, [{"done": key, "us": 1.0, "config": {}, "tried": 3, "wrong": w}], True, None)
+    label = report.jobs[bad][0].label
+    assert report.wrong_lines() == [
+        f"wrong result: triton_dp_row {label}: 2 config(s) of the search space failed the check (not stored), first "
+        "BLOCK_M=32 num_warps=4: TuningError: wrong result: max rel err 0.5"
+    ]
 
 
 def test_run_uses_the_stored_config_and_retune_ignores_it(config_dir, monkeypatch):

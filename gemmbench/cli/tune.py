@@ -147,7 +147,7 @@ def tune(
         out.print(_table(report, title))
     if report.done:
         err.print(report.before_line(), highlight=False)
-    for line in report.failure_lines():
+    for line in report.failure_lines() + report.wrong_lines():
         err.print(escape(line), highlight=False, soft_wrap=True)
     if export:  # what failed to tune is not stored: the export writes what is
         export_files(export, exports, chosen, force, tuned=True)

@@ -251,6 +251,7 @@ class Trial:
     error: str = ""
     launch: Any = None  # kept between the two timing rounds, dropped before returning
     spread: float = 0.0  # the re-timed samples' p20-p80 spread over their median: the trial's noise
+    wrong: bool = False  # it ran and its result failed the check: a kernel bug, not a slow config
 
     @property
     def config(self) -> dict[str, Any]:
@@ -322,6 +323,7 @@ def _time_each(
             else:
                 result = check_cell(problem, None, inputs, launch=launch, ref=reference).result
                 if not result.ok:
+                    trial.wrong = True
                     raise TuningError(f"wrong result: {result.detail}")
             trial.time_us = quick_median_us(launch.fn, quick_s)
             trial.launch = launch
@@ -476,11 +478,11 @@ DEFAULT_BUDGET_S = 10.0  # a tune's seconds per (variant, problem, M bucket): do
 def tune_and_store(
     t: Tunable, problem: Problem, inputs, reference, beat: Callable[[], None] = lambda: None,
     budget_s: float = DEFAULT_BUDGET_S, exhaustive: bool = False,
-) -> tuple[Trial, Path, int, Optional[KernelConfig]]:  # fmt: skip
+) -> tuple[Trial, Path, int, Optional[KernelConfig], list[Trial]]:  # fmt: skip
     """`gemmbench tune` for one (variant, problem): the coarse-then-fine search with the check (exhaustive: every
     config of the full space), the winner stored.  A config already stored for the bucket on this GPU competes in the
     search, exhaustive or not (_incumbent; tune_search's incumbent).  Returns (the winner, its file, how many configs
-    were timed, the stored config it raced or None)."""
+    were timed, the stored config it raced or None, the trials whose result failed the check)."""
     gpu = _gpu_name(inputs)
     incumbent = _incumbent(t, problem, gpu)
     if exhaustive:
@@ -494,4 +496,4 @@ def tune_and_store(
              "failed": sum(1 for x in trials if x.error), **_about()}  # fmt: skip
     path = save(t.name, problem, gpu, best.params, best.time_us, about)
     _chosen.pop(_choice_key(t, problem), None)
-    return best, path, len(trials), incumbent
+    return best, path, len(trials), incumbent, [x for x in trials if x.wrong]

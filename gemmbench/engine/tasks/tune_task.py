@@ -94,7 +94,7 @@ class TuneSink(Sink):
             if key in self.done:
                 e = self.done[key]
                 job.update(status="tuned", us=e["us"], config=e["config"], tried=e["tried"], file=e.get("file"),
-                           before=e.get("before"))  # fmt: skip
+                           before=e.get("before"), wrong_results=e.get("wrong", []))  # fmt: skip
             else:
                 job.update(status="failed", reason=self.failed.get(key, "not run"))
             jobs.append(job)
@@ -115,6 +115,18 @@ class TuneSink(Sink):
     def failure_lines(self) -> list[str]:
         return [f"failed: {v.name} {p.label}: {self.failed[k]}" for k, (p, v) in self.jobs.items() if k in self.failed]
 
+    def wrong_lines(self) -> list[str]:
+        """One line per tuned job where configs of the space computed a wrong result: a kernel bug in those configs,
+        which the check kept out of the store, named so that it is fixed rather than silently searched around."""
+        lines = []
+        for k, (p, v) in self.jobs.items():
+            wrong = self.done.get(k, {}).get("wrong") or []
+            if wrong:
+                first = " ".join(f"{name}={value}" for name, value in wrong[0]["config"].items())
+                lines.append(f"wrong result: {v.name} {p.label}: {len(wrong)} config(s) of the search space failed "
+                             f"the check (not stored), first {first}: {wrong[0]['error']}")  # fmt: skip
+        return lines
+
 
 # ---------------------------------------------------------------- the worker's side
 
@@ -132,7 +144,7 @@ def work(ctx, task: dict) -> None:
             inputs = make_inputs(problem, task["seed"], ctx.devname)
             ctx.cache.update(tune=share, inputs=inputs, ref=reference(problem, inputs))
         inputs, ref = ctx.cache["inputs"], ctx.cache["ref"]
-        best, path, tried, before = tuning.tune_and_store(
+        best, path, tried, before, wrong = tuning.tune_and_store(
             variant.tunable, problem, inputs, ref,
             lambda: ctx.begin(key, "tune"),  # each candidate is a sign of life to the pool's watchdog
             task.get("budget_s", tuning.DEFAULT_BUDGET_S), task.get("exhaustive", False),
@@ -145,4 +157,5 @@ def work(ctx, task: dict) -> None:
         ctx.failed(key, lambda r: [{"failed": key, "reason": r}], "tune", exc)
         return
     ctx.result(key, [{"done": key, "us": best.time_us, "config": best.config, "tried": tried, "file": str(path),
-                      "before": before.to_dict() if before is not None else None}])  # fmt: skip
+                      "before": before.to_dict() if before is not None else None,
+                      "wrong": [{"config": x.config, "error": x.error} for x in wrong]}])  # fmt: skip
