@@ -110,6 +110,20 @@ def test_fits_keeps_out_what_spills_or_overflows():
     assert not gc.fits(cfg(32, 128, 64, 4, 4, SCHEDULE="ws"), 2, fp8_precise=False)  # 32 rows: half a wgmma
 
 
+def test_the_halves_overlapped_hold_whole_wgmmas_and_promote_only():
+    # the halves split a tile's rows between two consumer warpgroups: a 128-row tile gives each 64 (one wgmma's
+    # rows), a 64-row tile 32 (half of one); 128 x 64 overlapped: 64 x 64 fp32 over 128 threads = 32 registers a
+    # tile, four counted = 128, within 232 - 40
+    halves = dict(SCHEDULE="halves", PROMOTE_WAVES=0, PROMOTE_OVERLAP=True)
+    assert gc.fits(cfg(128, 64, 128, 4, 6, **halves), 1, fp8_precise=True)
+    assert gc.fits(cfg(128, 64, 128, 4, 6, **halves), 1, fp8_precise=False, block=True)
+    assert not gc.fits(cfg(64, 64, 128, 4, 6, **halves), 1, fp8_precise=True)
+    assert not gc.fits(cfg(64, 64, 128, 4, 6, **halves), 1, fp8_precise=False, block=True)
+    # the overlapped partials are a promotion, as the waves are: not for the 16-bit or fast contracts
+    assert not gc.fits(cfg(128, 64, 64, 4, 6, **halves), 2, fp8_precise=False)
+    assert not gc.fits(cfg(128, 64, 128, 4, 6, **halves), 1, fp8_precise=False)
+
+
 def test_grid_is_one_program_per_tile_or_per_sm():
     # 2048 x 1280 in 128 x 128 tiles: 16 x 10 = 160 tiles
     assert g.programs(cfg(128, 128, 64, 4, 4, SCHEDULE="pipelined"), 2048, 1280, 8192, 132) == 160

@@ -164,13 +164,15 @@ def fits(config: GluonConfig, elem: int, fp8_precise: bool, block: bool = False)
         return False  # the waves are a promotion of the warp-specialized consumers
     if halves and (not (waves or config.PROMOTE_OVERLAP) or config.num_warps != WARPGROUP):
         return False  # the halves promote, one warpgroup each: in the waves' K loop or the overlapped partials
+    if halves and not (fp8_precise or block):
+        return False  # both are promotions, which the 16-bit and fast contracts do not take
     if halves and not waves and config.splits() > 1:
         return False  # split-K meets a tile held whole or in waves
     if waves and config.SCHEDULE == "pingpong":
         return False  # ping-pong's consumers take turns per tile, each its own: the waves are the halves'
 
-    if waves and config.BLOCK_M % (64 * waves * (2 if halves else 1)):
-        return False  # each wave a whole number of 64-row warpgroup wgmmas
+    if config.BLOCK_M % (64 * max(waves, 1) * (2 if halves else 1)):
+        return False  # each wave, and each of the halves' row halves, a whole number of 64-row warpgroup wgmmas
     if block and (config.SCHEDULE not in WARP_SPECIALIZED or not (config.PROMOTE_OVERLAP or waves)):
         return False  # block scales multiply each K step's own sum: the overlapped loop's partials, or a wave's
     if block and waves and 128 % config.BLOCK_N:
