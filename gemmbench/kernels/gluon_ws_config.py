@@ -130,9 +130,9 @@ def accumulator_registers(config: GluonConfig, fp8_precise: bool) -> int:
     rows = config.BLOCK_M // 2 if config.SCHEDULE == "halves" else config.BLOCK_M
     regs = rows * (config.BLOCK_N + config.BLOCK_N2) // (32 * warps)
     if fp8_precise and config.PROMOTE_OVERLAP:
-        # the fp32 tile and two partial sums, counted as four: with a trip's groups in flight ptxas holds more than
-        # three (64 x 128 a warpgroup, 192 counted as three, spilled: docs/BENCHMARKS.md, "What bounds each kind of
-        # miss")
+        # the fp32 tile and two partial sums, counted as four: with a trip's groups in flight ptxas needs more than
+        # three tiles' registers (a tile three of which just fit spilled: docs/BENCHMARKS.md, "What bounds each kind
+        # of miss")
         return 4 * regs
     if fp8_precise and config.PROMOTE_WAVES:
         return regs + regs // config.PROMOTE_WAVES  # the fp32 tile and one wave's partial
