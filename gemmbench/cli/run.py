@@ -8,7 +8,7 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Callable, Optional
 
 import typer
 from rich.markup import escape
@@ -444,16 +444,25 @@ def _sweep(opts, cells: list, writer, resumable: bool = True) -> tuple[list, boo
     """gemmbench.engine.sweep.run under one progress bar -> (the file's rows, whether Ctrl-C stopped it); a sweep that
     cannot go on is one line, its rows kept."""
     from gemmbench.engine import sweep  # heavy (torch, pandas)
+    from gemmbench.measure import device
     from gemmbench.results import store
 
     with progress_bar(eta=True) as progress:
         bar = progress.add_task(
             "starting workers" if opts.gpus else "starting worker", total=sum(len(n) for _, n in cells)
         )
+
+        def note(text: str) -> None:
+            progress.console.print(escape(text), highlight=False)
+
+        build_changed = _build_watch(device.git_sha(), note)
+
+        def row_done(row: dict) -> None:
+            build_changed(row)
+            progress.advance(bar)
+
         hooks = sweep.Progress(
-            row=lambda row: progress.advance(bar),
-            begin=lambda what: progress.update(bar, description=escape(what)),
-            note=lambda text: progress.console.print(escape(text), highlight=False),
+            row=row_done, begin=lambda what: progress.update(bar, description=escape(what)), note=note
         )
         try:
             try:
@@ -473,6 +482,23 @@ def _sweep(opts, cells: list, writer, resumable: bool = True) -> tuple[list, boo
             return writer.rows, True
         progress.update(bar, description="done")
     return writer.rows, False
+
+
+def _build_watch(started: Optional[str], note: Callable[[str], None]) -> Callable[[dict], None]:
+    """A check of each row's build against the one the sweep started with: a worker started after gemmbench's
+    source changed (a kernel edited beside a long sweep, then a worker restarted after a crash) measures the new
+    source and stamps its build; one line per new build says so, since the run's file then holds both."""
+    seen = {started}
+
+    def check(row: dict) -> None:
+        build = row.get("git_sha")
+        if build not in seen:
+            seen.add(build)
+            note(f"gemmbench's source changed while this sweep ran: rows from {row.get('gemm')} M={row.get('M')} "
+                 f"{row.get('variant')} on were measured by build {build}, the sweep began with {started}; the "
+                 "file holds both (its git_sha column says which)")  # fmt: skip
+
+    return check
 
 
 def _print_json(run_id: str, path: Path, rows: list, interrupted: bool) -> None:
