@@ -124,6 +124,24 @@ def test_the_halves_overlapped_hold_whole_wgmmas_and_promote_only():
     assert not gc.fits(cfg(128, 64, 128, 4, 6, **halves), 1, fp8_precise=False)
 
 
+def test_the_overlapped_partials_take_a_second_accumulator_within_four_tiles():
+    # a second accumulator of BLOCK_N2 columns runs in the overlapped loop: halves of 128 x (64 + 16), 64 rows a
+    # consumer of 128 threads: 64 x 80 / 128 = 40 a tile, four counted = 160 <= 232 - 40; 64 + 32: 48, 192 <= 192;
+    # 64 + 64: 64, 256 > 192
+    halves = dict(SCHEDULE="halves", PROMOTE_WAVES=0, PROMOTE_OVERLAP=True)
+    assert gc.fits(cfg(128, 64, 128, 4, 6, BLOCK_N2=16, **halves), 1, fp8_precise=True)
+    assert gc.fits(cfg(128, 64, 128, 4, 4, BLOCK_N2=32, **halves), 1, fp8_precise=True)
+    assert not gc.fits(cfg(128, 64, 128, 4, 4, BLOCK_N2=64, **halves), 1, fp8_precise=True)
+    # ws 128 x (64 + 16) on 8 warps: 128 x 80 / 256 = 40, four = 160
+    assert gc.fits(cfg(128, 64, 128, 8, 6, SCHEDULE="ws", PROMOTE_OVERLAP=True, BLOCK_N2=16), 1, fp8_precise=True)
+    # block scales scale a tile's columns by one weight block's scale: no second accumulator there
+    assert not gc.fits(cfg(128, 64, 128, 4, 6, BLOCK_N2=16, **halves), 1, fp8_precise=False, block=True)
+    # and the search space offers them (N 1280: 1280 / 80 = 16 columns of 80-wide tiles)
+    p = Problem("t", "g", 1024, 1280, 8192, "fp8", fp8_accum="precise")
+    full = gs.search_space(p, on_gpu=True, full=True)
+    assert any(c.PROMOTE_OVERLAP and c.BLOCK_N2 for c in full)
+
+
 def test_grid_is_one_program_per_tile_or_per_sm():
     # 2048 x 1280 in 128 x 128 tiles: 16 x 10 = 160 tiles
     assert g.programs(cfg(128, 128, 64, 4, 4, SCHEDULE="pipelined"), 2048, 1280, 8192, 132) == 160

@@ -32,6 +32,9 @@ TILES = [  # (schedule, BLOCK_M, BLOCK_N, warps, stages, extra)
     # and where four tiles of them fit the registers with promotion: ping-pong's, and split-K's shares shorter than a
     # trip (the tail alone, from each share's first K step) meeting by atomics, as the H200's N 1280 M 128 config runs
     ("pingpong", 64, 64, 4, 6, {"PROMOTE_OVERLAP": True}),
+    # with a second accumulator, 64 + 16 = 80 wide (N 1008: the last tile's second accumulator partly or wholly past N)
+    ("halves", 128, 64, 4, 6, {"PROMOTE_OVERLAP": True, "BLOCK_N2": 16}),
+    ("ws", 128, 64, 8, 6, {"PROMOTE_OVERLAP": True, "BLOCK_N2": 16}),
     ("ws", 64, 64, 8, 4, {"PROMOTE_OVERLAP": True, "SPLIT_K": 3, "SPLIT_ATOMIC": True, "SPLIT_TAIL": True}),
     ("ws", 256, 128, 8, 3, {"PROMOTE_WAVES": 2}),
     ("ws", 128, 256, 8, 3, {"PROMOTE_WAVES": 2}),

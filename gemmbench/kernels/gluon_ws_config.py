@@ -157,9 +157,9 @@ def fits(config: GluonConfig, elem: int, fp8_precise: bool, block: bool = False)
         return False  # the second accumulator does not meet
     waves = config.PROMOTE_WAVES
     halves = config.SCHEDULE == "halves"
-    if config.BLOCK_N2 and (config.SCHEDULE not in WARP_SPECIALIZED or config.PROMOTE_OVERLAP or block):
-        return False  # the second accumulator: Triton's promotion's and the waves' K loops, not the overlapped one;
-        # block scales scale a tile's columns by one weight block's scale
+    if config.BLOCK_N2 and (config.SCHEDULE not in WARP_SPECIALIZED or block):
+        return False  # the second accumulator: the warp-specialized consumers' K loops; block scales scale a tile's
+        # columns by one weight block's scale
     if waves and (config.SCHEDULE not in WARP_SPECIALIZED or config.PROMOTE_OVERLAP or not (fp8_precise or block)):
         return False  # the waves are a promotion of the warp-specialized consumers
     if halves and (not (waves or config.PROMOTE_OVERLAP) or config.num_warps != WARPGROUP):

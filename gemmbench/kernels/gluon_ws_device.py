@@ -290,8 +290,9 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
                     w0, v0, turn = k_loop_waves(a_bufs, b_bufs, b2_bufs, ready, empty, turns, base, steps, turn, w0, v0,
                                                 ROW0, FIRST, WAVE_TURNS, BN2)
             elif OVERLAP:
-                acc = k_loop_overlapped(a_bufs, b_bufs, ready, empty, base, k_first, steps, acc, bscales,
-                                         pid_m * BM + ROW0, pid_n * (BN + BN2), M, N, ROW0, SCALE, layout)
+                acc, acc2 = k_loop_overlapped(a_bufs, b_bufs, b2_bufs, ready, empty, base, k_first, steps, acc, acc2,
+                                               bscales, pid_m * BM + ROW0, pid_n * (BN + BN2), M, N, ROW0, SCALE,
+                                               layout, BN2)
             else:
                 for k in range(steps):
                     pos = base + k

@@ -4,8 +4,8 @@ call them are gluon_ws_device.py's.
 
 Triton's wgmma lowering promotes every PROMOTE of K by itself (max_num_imprecise_acc) and waits for each wgmma before
 adding it.  The overlapped loop sums each K step into one of two alternating partials and adds the finished one while
-the other's wgmma runs (three fp32 tiles).  The waves take the tile's rows in one or two waves: each K step's sum of a
-wave goes into one partial, waited for and added into that wave's fp32 tile, so only one partial lives beside the
+the other's wgmma runs (three fp32 tiles, and three of a second accumulator's BN2 columns).  The waves take the tile's
+rows in one or two waves: each K step's sum of a wave goes into one partial, waited for and added into that wave's fp32 tile, so only one partial lives beside the
 fp32 tile; in the halves schedule two consumers run it on the two halves of a tile's rows, each on its own, or taking
 turns at the waves' wgmma (the config's TURNS, by default with block scales: docs/BENCHMARKS.md, "Promoted fp8: the
 waves and the halves").  Two waves and block scales run the peeled loop (k_loop_waves_peeled: each step's first wave
@@ -85,35 +85,54 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
         return a
 
     @gluon.jit
-    def _issue_step(a_bufs, b_bufs, ready, pos, part, ROW0: gl.constexpr):
-        """Ring position pos, once landed, summed into `part` (started afresh), not waited for."""
+    def _issue_step(a_bufs, b_bufs, b2_bufs, ready, pos, part, part2, ROW0: gl.constexpr, BN2: gl.constexpr):
+        """Ring position pos, once landed, summed into `part` (started afresh) and, BN2 > 0, its last BN2 columns
+        into `part2`: one wgmma group each, not waited for."""
         STAGES: gl.constexpr = a_bufs.shape[0]
         slot = pos % STAGES
         mbarrier.wait(ready.index(slot), (pos // STAGES) & 1)
-        return warpgroup_mma(_rows_of(a_bufs, slot, ROW0, part.shape[0]), b_bufs.index(slot).permute((1, 0)), part,
-                             use_acc=False, is_async=True)
+        a = _rows_of(a_bufs, slot, ROW0, part.shape[0])
+        part = warpgroup_mma(a, b_bufs.index(slot).permute((1, 0)), part, use_acc=False, is_async=True)
+        if BN2 > 0:
+            part2 = warpgroup_mma(a, b2_bufs.index(slot).permute((1, 0)), part2, use_acc=False, is_async=True)
+        return part, part2
+
+    @gluon.jit
+    def _wait_step(part, part2, STEPS_LEFT: gl.constexpr, BN2: gl.constexpr):
+        """Until at most STEPS_LEFT K steps' wgmma are in flight (a step is one group, two with BN2 columns): the
+        step summed in `part` (and `part2`) has finished."""
+        if BN2 > 0:
+            part, part2 = warpgroup_mma_wait(2 * STEPS_LEFT, deps=[part, part2])
+        else:
+            part = warpgroup_mma_wait(STEPS_LEFT, deps=[part])
+        return part, part2
 
     @gluon.jit
     def _add_released(
-        acc, part, k, empty, pos, bscales,                       # the fp32 tile, step k's finished sum, its stage
+        acc, part, acc2, part2, k, empty, pos, bscales,          # the fp32 tiles, step k's finished sums, its stage
         off_m, off_n, M, N,                                      # the first row and column; sizes
         BK: gl.constexpr, SCALE: gl.constexpr,                   # K step, which scales
-        layout: gl.constexpr,                                    # meta: the accumulator's layout
+        layout: gl.constexpr, BN2: gl.constexpr,                 # meta: the accumulator's layout; second's width
     ):
-        """A finished step's partial added into the fp32 tile (_add_step), and its stage given back."""
+        """A finished step's partials added into the fp32 tiles (_add_step; the second takes no block scales:
+        fits), and its stage given back."""
         STAGES: gl.constexpr = empty.shape[0]
         acc = _add_step(acc, part, k, bscales, off_m, off_n, M, N, BK, SCALE, layout)
+        if BN2 > 0:
+            acc2 = acc2 + part2
         mbarrier.arrive(empty.index(pos % STAGES), count=1)
-        return acc
+        return acc, acc2
 
     @gluon.jit
     def k_loop_overlapped(
-        a_bufs, b_bufs, ready, empty,                            # shared memory: stages and their barriers
+        a_bufs, b_bufs, b2_bufs, ready, empty,                   # shared memory: stages (B's next BN2 rows) and
+                                                                 # their barriers
         base, k_first, k_steps,                                  # ring position, first K step (split-K), steps
-        acc, bscales,                                            # the fp32 tile (or its rows from ROW0); block scales
+        acc, acc2, bscales,                                      # the fp32 tiles (or their rows from ROW0): BLOCK_N
+                                                                 # and BN2 columns; block scales
         off_m, off_n, M, N,                                      # the first row and column; sizes
         ROW0: gl.constexpr, SCALE: gl.constexpr,                 # this consumer's first row in a stage; which scales
-        layout: gl.constexpr,                                    # meta: the accumulator's layout
+        layout: gl.constexpr, BN2: gl.constexpr,                 # meta: the accumulator's layout; second's width
     ):
         """fp8 with each K step's sum promoted on its own: each step's wgmma starts a partial sum of its own (two,
         alternating), and the finished one is added into the fp32 tile (block scales: scaled first) while the
@@ -121,31 +140,42 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
         steps a trip, every group retired within it: a group left in flight across the loop's back edge makes ptxas
         serialize the wgmma (C7514; docs/BENCHMARKS.md, "What bounds each kind of miss"); the steps past the last
         whole trip one at a time.  A consumer holding half the tile's rows (the halves) sums the stage's rows from
-        ROW0 (off_m is then its own first row)."""
+        ROW0 (off_m is then its own first row).  BN2 > 0: the tile's last BN2 columns in partials and an fp32 tile of
+        their own (acc2), summed and added beside the first's; else acc2 stands for itself, never read."""
         BK: gl.constexpr = a_bufs.shape[2]
         pa = gl.zeros_like(acc)
         pb = gl.zeros_like(acc)
+        pa2 = acc2
+        pb2 = acc2
+        if BN2 > 0:
+            pa2 = gl.zeros_like(acc2)
+            pb2 = gl.zeros_like(acc2)
         trips = k_steps // 4
         for i in range(trips):
             p0 = base + 4 * i
             k0 = k_first + 4 * i
-            pa = _issue_step(a_bufs, b_bufs, ready, p0, pa, ROW0)
-            pb = _issue_step(a_bufs, b_bufs, ready, p0 + 1, pb, ROW0)
-            pa = warpgroup_mma_wait(1, deps=[pa])
-            acc = _add_released(acc, pa, k0, empty, p0, bscales, off_m, off_n, M, N, BK, SCALE, layout)
-            pa = _issue_step(a_bufs, b_bufs, ready, p0 + 2, pa, ROW0)
-            pb = warpgroup_mma_wait(1, deps=[pb])
-            acc = _add_released(acc, pb, k0 + 1, empty, p0 + 1, bscales, off_m, off_n, M, N, BK, SCALE, layout)
-            pb = _issue_step(a_bufs, b_bufs, ready, p0 + 3, pb, ROW0)
-            pa = warpgroup_mma_wait(1, deps=[pa])
-            acc = _add_released(acc, pa, k0 + 2, empty, p0 + 2, bscales, off_m, off_n, M, N, BK, SCALE, layout)
-            pb = warpgroup_mma_wait(0, deps=[pb])
-            acc = _add_released(acc, pb, k0 + 3, empty, p0 + 3, bscales, off_m, off_n, M, N, BK, SCALE, layout)
+            pa, pa2 = _issue_step(a_bufs, b_bufs, b2_bufs, ready, p0, pa, pa2, ROW0, BN2)
+            pb, pb2 = _issue_step(a_bufs, b_bufs, b2_bufs, ready, p0 + 1, pb, pb2, ROW0, BN2)
+            pa, pa2 = _wait_step(pa, pa2, 1, BN2)
+            acc, acc2 = _add_released(acc, pa, acc2, pa2, k0, empty, p0, bscales, off_m, off_n, M, N, BK, SCALE,
+                                      layout, BN2)
+            pa, pa2 = _issue_step(a_bufs, b_bufs, b2_bufs, ready, p0 + 2, pa, pa2, ROW0, BN2)
+            pb, pb2 = _wait_step(pb, pb2, 1, BN2)
+            acc, acc2 = _add_released(acc, pb, acc2, pb2, k0 + 1, empty, p0 + 1, bscales, off_m, off_n, M, N, BK,
+                                      SCALE, layout, BN2)
+            pb, pb2 = _issue_step(a_bufs, b_bufs, b2_bufs, ready, p0 + 3, pb, pb2, ROW0, BN2)
+            pa, pa2 = _wait_step(pa, pa2, 1, BN2)
+            acc, acc2 = _add_released(acc, pa, acc2, pa2, k0 + 2, empty, p0 + 2, bscales, off_m, off_n, M, N, BK,
+                                      SCALE, layout, BN2)
+            pb, pb2 = _wait_step(pb, pb2, 0, BN2)
+            acc, acc2 = _add_released(acc, pb, acc2, pb2, k0 + 3, empty, p0 + 3, bscales, off_m, off_n, M, N, BK,
+                                      SCALE, layout, BN2)
         for k in range(4 * trips, k_steps):
-            pa = _issue_step(a_bufs, b_bufs, ready, base + k, pa, ROW0)
-            pa = warpgroup_mma_wait(0, deps=[pa])
-            acc = _add_released(acc, pa, k_first + k, empty, base + k, bscales, off_m, off_n, M, N, BK, SCALE, layout)
-        return acc
+            pa, pa2 = _issue_step(a_bufs, b_bufs, b2_bufs, ready, base + k, pa, pa2, ROW0, BN2)
+            pa, pa2 = _wait_step(pa, pa2, 0, BN2)
+            acc, acc2 = _add_released(acc, pa, acc2, pa2, k_first + k, empty, base + k, bscales, off_m, off_n, M, N,
+                                      BK, SCALE, layout, BN2)
+        return acc, acc2
 
     @gluon.jit
     def stage_block_scales(
