@@ -14,6 +14,7 @@ import pytest
 from gemmbench import gpu_parts, registry
 from gemmbench.configs import config_files, config_sources, tuning
 from gemmbench.kernels.dense_dp import DenseConfig
+from gemmbench.kernels.gluon_ws_config import GluonConfig
 from gemmbench.shapes import Problem
 
 NAME = "fake_lookup"  # never registered: choose() loads files through the tunable's config_type
@@ -192,6 +193,30 @@ def test_coarse_then_fine_candidates():
     assert coarse[0] == full[5] and set(coarse[1:]) <= set(full) and len(coarse) == len(set(coarse))
     # one field apart: BLOCK_N 32 -> 64 only; not two fields
     assert tuning.one_apart(full[0], full[4]) and not tuning.one_apart(full[0], full[5])
+
+
+def test_a_tunes_fine_round_changes_the_way_of_promoting_as_one_field(fake):
+    # the Gluon kernel's way of promoting is spelled by PROMOTE_OVERLAP, PROMOTE_WAVES and TURNS: the waves (TURNS
+    # unset, False or True) and the overlapped partials.  A space of 6 depths x those 4 ways, depth outer: 24
+    # configs, so the coarse pass takes every 2nd (24 // COARSE 12): the waves unset and in turns, never the
+    # overlapped.  The quick candidate, the waves unset at 6 stages (3 µs), is fastest of the coarse pass; the
+    # overlapped at 6 stages (2 µs) differs from it in PROMOTE_OVERLAP and PROMOTE_WAVES: one choice, so the fine round
+    # times it and it wins.  Counted as two fields, no round would reach it (every other config 5 µs)
+    ways = ({"PROMOTE_WAVES": 1}, {"PROMOTE_WAVES": 1, "TURNS": False}, {"PROMOTE_WAVES": 1, "TURNS": True},
+            {"PROMOTE_OVERLAP": True})  # fmt: skip
+    full = [
+        GluonConfig.tile(128, 64, 128, 4, st, SCHEDULE="halves", BLOCK_N2=16, **w) for st in range(3, 9) for w in ways
+    ]
+    waves6, overlapped6 = full[3 * 4], full[3 * 4 + 3]
+    fake["us"] = {c: 5.0 for c in full} | {waves6: 3.0, overlapped6: 2.0}
+    build = lambda problem, inputs, config: registry.Launch(fn=lambda: config, params=config)  # noqa: E731
+    t = tuning.Tunable(NAME, lambda p, on_gpu, is_full: full if is_full else [waves6], build, GluonConfig)
+    trials, _ = tuning.tune_search(t, P, None, None, budget_s=60.0, refine=1)
+    assert overlapped6 not in fake["timed"][:13]  # the coarse pass: the quick one and the 12 sampled
+    assert trials[0].params == overlapped6
+    # one apart, by hand: a depth alone, a way alone (the turns, or waves to overlapped); not both
+    assert tuning.one_apart(waves6, full[3 * 4 + 1]) and tuning.one_apart(waves6, full[2 * 4])
+    assert not tuning.one_apart(full[2 * 4], overlapped6)
 
 
 def _space_of_48(fake, quick: list[int]) -> tuple[list, tuning.Tunable]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import typing
-from typing import Any, Callable, Mapping, Optional, TypeVar
+from typing import Any, Callable, ClassVar, Mapping, Optional, TypeVar
 
 
 class ConfigError(ValueError):
@@ -86,6 +86,10 @@ class KernelConfig:
     key is left out, and the kernel's default applies.  A key that a dict lacks takes the field's default (a
     SplitK file tuned before TMA existed loads with TMA=False).  A field whose metadata has "choices" takes
     only those values."""
+
+    # fields that together make one choice (a kernel's way of promoting, spelled by two flags): a tune's local search
+    # changes them as one field, since a step through either alone may reach only configs that do not fit
+    ONE_CHOICE: ClassVar[tuple[tuple[str, ...], ...]] = ()
 
     def __post_init__(self) -> None:
         for rule in _rules(type(self)):

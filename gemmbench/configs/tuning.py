@@ -402,9 +402,12 @@ def search(
 
 
 def one_apart(a: KernelConfig, b: KernelConfig) -> bool:
-    """Whether two configs of one family differ in exactly one field."""
+    """Whether two configs of one family differ in exactly one field, the fields of each of its ONE_CHOICE groups
+    counted as one."""
     x, y = a.to_dict(), b.to_dict()
-    return sum(x.get(k) != y.get(k) for k in x.keys() | y.keys()) == 1
+    differ = {k for k in x.keys() | y.keys() if x.get(k) != y.get(k)}
+    grouped = set().union(*type(a).ONE_CHOICE)
+    return len(differ - grouped) + sum(bool(differ & set(group)) for group in type(a).ONE_CHOICE) == 1
 
 
 def coarse_candidates(full: list[KernelConfig], quick: list[KernelConfig]) -> list[KernelConfig]:

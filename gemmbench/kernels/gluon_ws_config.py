@@ -4,7 +4,7 @@ registers and shared memory, and which configs an SM can hold (fits); a config's
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Optional
+from typing import ClassVar, Optional
 
 from gemmbench.configs import tuning
 
@@ -62,6 +62,9 @@ class GluonConfig(tuning.KernelConfig):
     # rows from before it read the same): in turns with block scales only, where more cells lost than gained without
     # them; per-tensor and row-wise scales ran faster without (docs/BENCHMARKS.md, "The halves without turns")
     TURNS: Optional[bool] = None
+
+    # the way a consumer promotes: Triton's lowering, the overlapped partials or the waves (which alone take turns)
+    ONE_CHOICE: ClassVar[tuple[tuple[str, ...], ...]] = (("PROMOTE_OVERLAP", "PROMOTE_WAVES", "TURNS"),)
 
     def takes_turns(self, scale: str) -> bool:
         """Whether the halves' consumers issue their waves' wgmma in turns under these scales (TURNS, else the
