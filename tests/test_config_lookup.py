@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import time
+from types import SimpleNamespace
 
 import pytest
 
@@ -243,6 +244,29 @@ def test_a_tune_past_its_budget_still_times_its_whole_coarse_pass(fake):
         and fake["timed"] == coarse
         and sorted(map(str, (x.params for x in trials))) == sorted(map(str, coarse))
     )
+
+
+def test_a_tunes_budget_is_for_the_fine_rounds_after_its_coarse_pass(fake, monkeypatch):
+    # each timing takes 1 s of a fake clock: the coarse pass of the 48-config space (14 configs, as above) takes 14 s,
+    # past a budget of 5 s counted from the start, which would leave no fine round.  Counted from the coarse pass's
+    # end, the first round times its configs until 5 s are spent: the first at 0 s, then while the clock is not past
+    # 5 s, 6 in all.  By hand, the two best of the coarse pass (3 µs, ties in the order timed): full[41] (BLOCK_N 128,
+    # K 128, 4 warps, 3 stages) and full[32] (128, 64, 4, 2); the untried configs one field from them, in the space's
+    # order: 9 and 25 (BLOCK_N), 33 (K 64; and 3 stages from full[32]), 34, 35 (full[32]'s stages), 42, 43 (41's
+    # stages), 45 (8 warps); none faster than 3 µs, so no second round
+    clock = [0.0]
+    timed = tuning.quick_median_us
+
+    def one_second(fn, budget_s=0.05):
+        clock[0] += 1.0
+        return timed(fn, budget_s)
+
+    monkeypatch.setattr(tuning, "quick_median_us", one_second)
+    monkeypatch.setattr(tuning, "time", SimpleNamespace(monotonic=lambda: clock[0]))
+    full, t = _space_of_48(fake, [41, 0, 21])
+    tuning.tune_search(t, P, None, None, budget_s=5.0, refine=1)
+    coarse = [full[41], full[0], full[21]] + [full[i] for i in range(4, 48, 4)]
+    assert fake["timed"] == coarse + [full[i] for i in (9, 25, 33, 34, 35, 42)]
 
 
 def test_a_retune_keeps_the_stored_config_unless_beaten_beyond_the_noise(fake):

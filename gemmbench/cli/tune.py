@@ -70,8 +70,9 @@ SkipStored = Annotated[
 TimeBudget = Annotated[
     float,
     typer.Option(
-        help="Seconds of search per (variant, shape, M bucket): coarse (the quick candidates and about 12 more, "
-        "always timed whole), then fine around the best, until a round finds nothing faster or the time is spent.",
+        help="Seconds of fine search per (variant, shape, M bucket): after a coarse pass (the quick candidates and "
+        "about 12 more, always timed whole), rounds around the best until one finds nothing faster or the time is "
+        "spent.",
         rich_help_panel=WHAT,
     ),
 ]

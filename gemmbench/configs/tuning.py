@@ -296,11 +296,11 @@ def _first_calls(launches: list, beat: Callable[[], None]) -> None:
 
 def _time_each(
     t: Tunable, problem: Problem, inputs, candidates: list[KernelConfig], reference, quick_s: float,
-    beat: Callable[[], None], deadline: float = math.inf, at_least: int = 1,
+    beat: Callable[[], None], deadline: float = math.inf,
 ) -> list[Trial]:  # fmt: skip
     """Each candidate compiled, checked against `reference` where given (a wrong config is never chosen), and timed
     briefly (cold L2); a config that cannot run is a trial with its error.  Stops at `deadline` (time.monotonic),
-    the first `at_least` candidates always timed."""
+    the first candidate always timed."""
     built: dict[int, Any] = {}
     for i, config in enumerate(candidates):
         try:
@@ -310,7 +310,7 @@ def _time_each(
     _first_calls([x for x in built.values() if not isinstance(x, Exception)], beat)
     trials = []
     for i, config in enumerate(candidates):
-        if len(trials) >= at_least and time.monotonic() > deadline:
+        if trials and time.monotonic() > deadline:
             break
         beat()
         trial = Trial(config)
@@ -421,17 +421,18 @@ def tune_search(
     t: Tunable, problem: Problem, inputs, reference, budget_s: float, refine: int = 4,
     beat: Callable[[], None] = lambda: None, incumbent: Optional[KernelConfig] = None,
 ) -> tuple[list[Trial], int]:  # fmt: skip
-    """`gemmbench tune`'s search of one problem: coarse (coarse_candidates), then fine (the untried configs one field
-    apart from the two best so far, until a round finds nothing faster), within budget_s seconds; the coarse pass is
-    timed whole however short the budget (the first job of a tune compiles what later ones find compiled: a cut coarse
-    pass would make a winner depend on the job's place).  Then the `refine` best re-timed and the winner picked
+    """`gemmbench tune`'s search of one problem: coarse (coarse_candidates), timed whole, then fine (the untried configs
+    one field apart from the two best so far, until a round finds nothing faster) for budget_s seconds after it.  The
+    budget starts after the coarse pass: the first job of a tune compiles what later ones find compiled, so a budget
+    spent compiling the coarse pass would leave a first job no fine round, making its winner depend on its place in
+    the tune and on the kernel cache.  Then the `refine` best re-timed and the winner picked
     (pick).  incumbent: the config stored for this bucket, if it is in the full space: timed first, re-timed with the
     finalists and first in the ties' order, so that a re-tune replaces it only with a config faster beyond the noise.
     Returns (trials fastest first, the winner first; how many configs the full space has)."""
     full = t.space(problem, True, True)
-    deadline = time.monotonic() + budget_s
     coarse = first_of(incumbent, coarse_candidates(full, t.space(problem, True, False)), full)
-    tried = _time_each(t, problem, inputs, coarse, reference, 0.02, beat, deadline, at_least=len(coarse))
+    tried = _time_each(t, problem, inputs, coarse, reference, 0.02, beat)
+    deadline = time.monotonic() + budget_s
     while time.monotonic() < deadline:
         best = sorted((x for x in tried if not x.error), key=lambda x: x.time_us)[:2]
         seen = {x.params for x in tried}
