@@ -213,7 +213,7 @@ def test_a_tunes_fine_round_changes_the_way_of_promoting_as_one_field(fake):
     build = lambda problem, inputs, config: registry.Launch(fn=lambda: config, params=config)  # noqa: E731
     t = tuning.Tunable(NAME, lambda p, on_gpu, is_full: full if is_full else [waves6], build, GluonConfig)
     trials, _ = tuning.tune_search(t, P, None, None, budget_s=60.0, refine=1)
-    assert overlapped6 not in fake["timed"][:13]  # the coarse pass: the quick one and the 12 sampled
+    assert overlapped6 not in fake["timed"][:12]  # the coarse pass: the 12 sampled, the quick one among them
     assert trials[0].params == overlapped6
     # one apart, by hand: a depth alone, a way alone (the turns, or waves to overlapped); not both
     assert tuning.one_apart(waves6, full[3 * 4 + 1]) and tuning.one_apart(waves6, full[2 * 4])
@@ -246,14 +246,14 @@ def test_a_tune_past_its_budget_still_times_its_whole_coarse_pass(fake):
     )
 
 
-def test_a_tunes_budget_is_for_the_fine_rounds_after_its_coarse_pass(fake, monkeypatch):
-    # each timing takes 1 s of a fake clock: the coarse pass of the 48-config space (14 configs, as above) takes 14 s,
-    # past a budget of 5 s counted from the start, which would leave no fine round.  Counted from the coarse pass's
-    # end, the first round times its configs until 5 s are spent: the first at 0 s, then while the clock is not past
-    # 5 s, 6 in all.  By hand, the two best of the coarse pass (3 µs, ties in the order timed): full[41] (BLOCK_N 128,
-    # K 128, 4 warps, 3 stages) and full[32] (128, 64, 4, 2); the untried configs one field from them, in the space's
-    # order: 9 and 25 (BLOCK_N), 33 (K 64; and 3 stages from full[32]), 34, 35 (full[32]'s stages), 42, 43 (41's
-    # stages), 45 (8 warps); none faster than 3 µs, so no second round
+def test_a_tunes_rounds_are_timed_whole_and_its_budget_is_checked_between_them(fake, monkeypatch):
+    # each timing takes 1 s of a fake clock, and on a cold kernel cache each compile 1 s more (a round's candidates
+    # compile together before any is timed).  The 48-config space's coarse pass is 14 configs (as above); by hand, its
+    # two best (3 µs, ties in the order timed) are full[41] (BLOCK_N 128, K 128, 4 warps, 3 stages) and full[32]
+    # (128, 64, 4, 2), and the untried configs one field from them, in the space's order: 9 and 25 (BLOCK_N), 33 (K
+    # 64; and 3 stages from full[32]), 34, 35 (full[32]'s stages), 42, 43 (41's stages), 45 (8 warps).  full[9] is made
+    # faster (2 µs), so a second round would follow; with 5 s of budget the first round, 8 timings, ends past it: no
+    # second round, warm or cold (a budget checked inside a round would time 6 of them warm, fewer cold)
     clock = [0.0]
     timed = tuning.quick_median_us
 
@@ -261,12 +261,23 @@ def test_a_tunes_budget_is_for_the_fine_rounds_after_its_coarse_pass(fake, monke
         clock[0] += 1.0
         return timed(fn, budget_s)
 
+    def tune(budget_s: float, cold: bool) -> list:
+        fake["timed"].clear()
+        first_calls = lambda launches, beat: clock.__setitem__(0, clock[0] + len(launches))  # noqa: E731
+        monkeypatch.setattr(tuning, "_first_calls", first_calls if cold else lambda launches, beat: None)
+        tuning.tune_search(t, P, None, None, budget_s=budget_s, refine=1)
+        return list(fake["timed"])
+
     monkeypatch.setattr(tuning, "quick_median_us", one_second)
     monkeypatch.setattr(tuning, "time", SimpleNamespace(monotonic=lambda: clock[0]))
     full, t = _space_of_48(fake, [41, 0, 21])
-    tuning.tune_search(t, P, None, None, budget_s=5.0, refine=1)
+    fake["us"][full[9]] = 2.0
     coarse = [full[41], full[0], full[21]] + [full[i] for i in range(4, 48, 4)]
-    assert fake["timed"] == coarse + [full[i] for i in (9, 25, 33, 34, 35, 42)]
+    first_round = [full[i] for i in (9, 25, 33, 34, 35, 42, 43, 45)]
+    assert tune(5.0, cold=False) == tune(5.0, cold=True) == coarse + first_round
+    # a budget the first round ends within: a second round, around full[9]
+    longer = tune(60.0, cold=False)
+    assert longer[: len(coarse) + 8] == coarse + first_round and len(longer) > len(coarse) + 8
 
 
 def test_a_retune_keeps_the_stored_config_unless_beaten_beyond_the_noise(fake):

@@ -64,7 +64,8 @@ def _config(**fields) -> GluonConfig:
 
 
 # (id, config, scales, promoted): each consumer K loop (the block scales' waves, one and two; the per-tensor waves in
-# turns and 128 + 32 wide; the overlapped partials; Triton's plain loop split by atomics) and each schedule
+# turns and 128 + 32 wide; the overlapped partials, 64 and 64 + 16 wide; Triton's plain loop split by atomics) and
+# each schedule
 CASES = [
     ("halves-block-scales", _config(), "block", True),
     ("ws-block-two-waves", _config(SCHEDULE="ws", BLOCK_N=64, PROMOTE_WAVES=2, num_stages=6), "block", True),
@@ -73,6 +74,12 @@ CASES = [
     (
         "pingpong-overlapped",
         _config(SCHEDULE="pingpong", BLOCK_N=64, PROMOTE_WAVES=0, PROMOTE_OVERLAP=True),
+        "tensor",
+        True,
+    ),
+    (
+        "halves-overlapped-64+16",
+        _config(BLOCK_N=64, BLOCK_N2=16, PROMOTE_WAVES=0, PROMOTE_OVERLAP=True, num_stages=6),
         "tensor",
         True,
     ),
@@ -132,6 +139,10 @@ def test_each_schedule_compiles_for_hopper_without_a_gpu(compiled, case_id, conf
     assert ".target sm_90a" in ptx
     assert "cp.async.bulk.tensor" in ptx  # TMA copies of the operands (and the output's store)
     assert "wgmma.mma_async" in ptx and ".e4m3.e4m3" in ptx  # fp8 x fp8 on the tensor cores
+    if config.PROMOTE_OVERLAP:
+        # the overlapped partials wait with one K step's wgmma in flight: one group a step, two with a second
+        # accumulator's columns
+        assert f"wgmma.wait_group.sync.aligned {2 if config.BLOCK_N2 else 1};" in ptx
     if scales == "block":
         assert "cp.async.ca.shared.global" in ptx or "cp.async.cg.shared.global" in ptx  # the scales' staging
     if config.SPLIT_K:

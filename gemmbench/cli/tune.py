@@ -71,8 +71,8 @@ TimeBudget = Annotated[
     float,
     typer.Option(
         help="Seconds of fine search per (variant, shape, M bucket): after a coarse pass (the quick candidates and "
-        "about 12 more, always timed whole), rounds around the best until one finds nothing faster or the time is "
-        "spent.",
+        "about 12 more), rounds around the best, each timed whole, until one finds nothing faster or this many "
+        "seconds have passed since the coarse pass.",
         rich_help_panel=WHAT,
     ),
 ]
@@ -138,7 +138,9 @@ def tune(
     title = f"tuned on {dev.name} (cold L2) -> {config_files.configs_root() / config_files.gpu_dirname(dev.name)}"
     title += f", shard {shard_at[0]}/{shard_at[1]} ({len(jobs)} of {total} jobs)" if shard_at else ""
     title += f", GPUs {','.join(map(str, gpu_ids))}" if gpu_ids else ""
-    each = "every config of the full space" if exhaustive else f"at most about {time_budget:g} s of search"
+    each = (
+        "every config of the full space" if exhaustive else f"a coarse pass, then rounds begun within {time_budget:g} s"
+    )
     err.print(f"{len(jobs)} jobs, {each} each", highlight=False)
     report = _tune(jobs, seed, (time_budget, exhaustive), gpu_ids, WorkerOptions("cold", plugins=[Path(p).resolve() for p in plugin or []],
                                                       watchdog_s=watchdog_s))  # fmt: skip

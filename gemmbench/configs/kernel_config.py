@@ -87,8 +87,8 @@ class KernelConfig:
     SplitK file tuned before TMA existed loads with TMA=False).  A field whose metadata has "choices" takes
     only those values."""
 
-    # fields that together make one choice (a kernel's way of promoting, spelled by two flags): a tune's local search
-    # changes them as one field, since a step through either alone may reach only configs that do not fit
+    # fields that together make one choice (a kernel's way of promoting, spelled by several fields): a tune's local
+    # search changes them as one field, since a step through one alone may reach only configs that do not fit
     ONE_CHOICE: ClassVar[tuple[tuple[str, ...], ...]] = ()
 
     def __post_init__(self) -> None:

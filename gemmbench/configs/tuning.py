@@ -17,7 +17,8 @@ inference engine's name ("vllm", "sglang": a config file of the engine's, import
 with "file" and the engine's "key": engine_import.py).
 
 `gemmbench tune` searches coarse, then fine (tune_search): the quick candidates and an even sample of the full space,
-then the configs one field away from the best, round after round, within a time budget per problem; the finalists
+then the configs one field away from the best, round after round, each round timed whole, while a time budget
+counted from the coarse pass's end lasts; the finalists
 are re-timed side by side, and among those within each other's noise the first in the space's order wins, so that
 the same seed gives the same winner.
 
@@ -296,11 +297,10 @@ def _first_calls(launches: list, beat: Callable[[], None]) -> None:
 
 def _time_each(
     t: Tunable, problem: Problem, inputs, candidates: list[KernelConfig], reference, quick_s: float,
-    beat: Callable[[], None], deadline: float = math.inf,
+    beat: Callable[[], None],
 ) -> list[Trial]:  # fmt: skip
     """Each candidate compiled, checked against `reference` where given (a wrong config is never chosen), and timed
-    briefly (cold L2); a config that cannot run is a trial with its error.  Stops at `deadline` (time.monotonic),
-    the first candidate always timed."""
+    briefly (cold L2); a config that cannot run is a trial with its error."""
     built: dict[int, Any] = {}
     for i, config in enumerate(candidates):
         try:
@@ -310,8 +310,6 @@ def _time_each(
     _first_calls([x for x in built.values() if not isinstance(x, Exception)], beat)
     trials = []
     for i, config in enumerate(candidates):
-        if trials and time.monotonic() > deadline:
-            break
         beat()
         trial = Trial(config)
         try:
@@ -421,13 +419,14 @@ def tune_search(
     t: Tunable, problem: Problem, inputs, reference, budget_s: float, refine: int = 4,
     beat: Callable[[], None] = lambda: None, incumbent: Optional[KernelConfig] = None,
 ) -> tuple[list[Trial], int]:  # fmt: skip
-    """`gemmbench tune`'s search of one problem: coarse (coarse_candidates), timed whole, then fine (the untried configs
-    one field apart from the two best so far, until a round finds nothing faster) for budget_s seconds after it.  The
-    budget starts after the coarse pass: the first job of a tune compiles what later ones find compiled, so a budget
-    spent compiling the coarse pass would leave a first job no fine round, making its winner depend on its place in
-    the tune and on the kernel cache.  Then the `refine` best re-timed and the winner picked
-    (pick).  incumbent: the config stored for this bucket, if it is in the full space: timed first, re-timed with the
-    finalists and first in the ties' order, so that a re-tune replaces it only with a config faster beyond the noise.
+    """`gemmbench tune`'s search of one problem: coarse (coarse_candidates), then fine (the untried configs one field
+    apart from the two best so far, until a round finds nothing faster), each pass and round timed whole, a round
+    begun only within budget_s seconds of the coarse pass's end.  The first job of a tune compiles what later ones find
+    compiled: a budget that cut a pass or round short would leave a first job (or any job on a cold kernel cache) fewer
+    configs, making its winner depend on its place in the tune and on the cache.  Then the `refine` best re-timed and
+    the winner picked (pick).  incumbent: the config stored for this bucket, if it is in the full space: timed first,
+    re-timed with the finalists and first in the ties' order, so that a re-tune replaces it only with a config faster
+    beyond the noise.
     Returns (trials fastest first, the winner first; how many configs the full space has)."""
     full = t.space(problem, True, True)
     coarse = first_of(incumbent, coarse_candidates(full, t.space(problem, True, False)), full)
@@ -439,7 +438,7 @@ def tune_search(
         near = [c for c in full if c not in seen and any(one_apart(c, b.params) for b in best)]
         if not near:
             break
-        more = _time_each(t, problem, inputs, near, reference, 0.02, beat, deadline)
+        more = _time_each(t, problem, inputs, near, reference, 0.02, beat)
         tried += more
         if not any(not x.error and best and x.time_us < best[0].time_us for x in more):
             break

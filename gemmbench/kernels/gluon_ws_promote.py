@@ -5,12 +5,13 @@ call them are gluon_ws_device.py's.
 Triton's wgmma lowering promotes every PROMOTE of K by itself (max_num_imprecise_acc) and waits for each wgmma before
 adding it.  The overlapped loop sums each K step into one of two alternating partials and adds the finished one while
 the other's wgmma runs (three fp32 tiles, and three of a second accumulator's BN2 columns).  The waves take the tile's
-rows in one or two waves: each K step's sum of a wave goes into one partial, waited for and added into that wave's fp32 tile, so only one partial lives beside the
-fp32 tile; in the halves schedule two consumers run it on the two halves of a tile's rows, each on its own, or taking
-turns at the waves' wgmma (the config's TURNS, by default with block scales: docs/BENCHMARKS.md, "Promoted fp8: the
-waves and the halves").  Two waves and block scales run the peeled loop (k_loop_waves_peeled: each step's first wave
-issued at the end of the trip before), where with block scales the next K step's ready wait and scale loads also run
-under the last wave's wgmma.  Each jit signature is grouped by role, a commented line each.
+rows in one or two waves: each K step's sum of a wave goes into one partial, waited for and added into that wave's
+fp32 tile, so only one partial lives beside the fp32 tile; in the halves schedule two consumers run it on the two
+halves of a tile's rows, each on its own, or taking turns at the waves' wgmma (the config's TURNS, by default with
+block scales: docs/BENCHMARKS.md, "Promoted fp8: the waves and the halves").  Two waves and block scales run the
+peeled loop (k_loop_waves_peeled: each step's first wave issued at the end of the trip before), where with block
+scales the next K step's ready wait and scale loads also run under the last wave's wgmma.  Each jit signature is
+grouped by role, a commented line each.
 """
 
 from __future__ import annotations
