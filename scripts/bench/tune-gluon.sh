@@ -2,8 +2,8 @@
 # docs/BENCHMARKS.md "The Gluon kernel against its targets (H200)": the tune behind gluon_ws's shipped configs, on the
 # targets' shapes: fp8 promoted at M 512-4096 (Llama3-70B TP 1-8, Llama3-405B and Qwen2.5-72B TP 8), every contract at
 # M 128, 256 and 512 (Llama3-70B TP 1 and 8; an M between two stored buckets runs the faster of their configs), fp8
-# promoted at M 128-4096 on the QKV weights (Llama3-70B TP 2, 4 and 8, Llama3-405B TP 8), searched longer: the
-# narrowest outputs, with fewer tiles than SMs at the small M and a partial last wave of tiles at the large,
+# promoted at M 128-4096 on the QKV weights (Llama3-70B TP 2, 4 and 8, Llama3-405B TP 8; searched again, longer: the
+# narrowest outputs, with fewer tiles than SMs at the small M and a partial last wave of tiles at the large), and
 # block scales at M 512-4096 (DeepSeek-V3 TP 1 and 8).  Writes into CONFIG_DIR, which starts as a copy of the shipped
 # gluon_ws files (a file already there is kept), so that the buckets tuned here replace theirs and the others stay:
 # copy its <GPU>/gluon_ws/*.json over gemmbench/kernels/configs's to ship them.  Every bucket named is tuned again,
