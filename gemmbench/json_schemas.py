@@ -528,6 +528,15 @@ class WrongConfig(_Closed):
     error: str
 
 
+class TuneTrial(_Closed):
+    """One config a tune timed."""
+
+    config: dict[str, Any]
+    us: Optional[float] = Field(description="its median time (the finalists': re-timed side by side); null: it failed")
+    retimed: bool = Field(description="a finalist, re-timed side by side with the others before the winner was picked")
+    error: Optional[str] = Field(description="why it did not run, or its wrong result's check; null where it ran")
+
+
 class TunedJob(_TuneJob):
     """A job that stored its winning config."""
 
@@ -542,6 +551,9 @@ class TunedJob(_TuneJob):
     )
     wrong_results: list[WrongConfig] = Field(
         description="the configs of the search space whose result failed the check (a kernel bug; none was stored)"
+    )
+    trials: list[TuneTrial] = Field(
+        description="every config the search timed, the winner first, then by time, the failed ones last"
     )
 
 

@@ -288,9 +288,9 @@ def test_a_retune_keeps_the_stored_config_unless_beaten_beyond_the_noise(fake):
 
     def tune(raced, **kw):  # raced: the stored config the tune must report it raced
         fake["timed"].clear()
-        best, path, tried, before, _ = tuning.tune_and_store(t, P, None, None, budget_s=0.0, **kw)
+        trials, path, before = tuning.tune_and_store(t, P, None, None, budget_s=0.0, **kw)
         assert before == raced
-        return best.params, json.loads(path.read_text())["buckets"]["64"]["config"], tried
+        return trials[0].params, json.loads(path.read_text())["buckets"]["64"]["config"], len(trials)
 
     assert tune(None) == (full[32], full[32].to_dict(), 12)  # nothing stored: the space's first of the tied
     # full[47] stored (BLOCK_N 128, outside the coarse sample): timed first, tied at 3 µs, kept

@@ -253,6 +253,7 @@ class Trial:
     launch: Any = None  # kept between the two timing rounds, dropped before returning
     spread: float = 0.0  # the re-timed samples' p20-p80 spread over their median: the trial's noise
     wrong: bool = False  # it ran and its result failed the check: a kernel bug, not a slow config
+    retimed: bool = False  # a finalist: re-timed side by side with the others (_retime), its time_us from there
 
     @property
     def config(self) -> dict[str, Any]:
@@ -340,7 +341,7 @@ def _retime(finalists: list[Trial]) -> None:
     for i, x in enumerate(finalists):
         xs = sorted(samples[i])
         median = float(xs[len(xs) // 2])
-        x.time_us = median
+        x.time_us, x.retimed = median, True
         x.spread = float(xs[(len(xs) * 4) // 5] - xs[len(xs) // 5]) / median if median > 0 else 0.0
 
 
@@ -481,11 +482,11 @@ DEFAULT_BUDGET_S = 10.0  # a tune's seconds per (variant, problem, M bucket): do
 def tune_and_store(
     t: Tunable, problem: Problem, inputs, reference, beat: Callable[[], None] = lambda: None,
     budget_s: float = DEFAULT_BUDGET_S, exhaustive: bool = False,
-) -> tuple[Trial, Path, int, Optional[KernelConfig], list[Trial]]:  # fmt: skip
+) -> tuple[list[Trial], Path, Optional[KernelConfig]]:  # fmt: skip
     """`gemmbench tune` for one (variant, problem): the coarse-then-fine search with the check (exhaustive: every
     config of the full space), the winner stored.  A config already stored for the bucket on this GPU competes in the
-    search, exhaustive or not (_incumbent; tune_search's incumbent).  Returns (the winner, its file, how many configs
-    were timed, the stored config it raced or None, the trials whose result failed the check)."""
+    search, exhaustive or not (_incumbent; tune_search's incumbent).  Returns (every config timed, the winner first
+    and failed ones last, as _ranked orders them; the winner's file; the stored config it raced or None)."""
     gpu = _gpu_name(inputs)
     incumbent = _incumbent(t, problem, gpu)
     if exhaustive:
@@ -499,4 +500,4 @@ def tune_and_store(
              "failed": sum(1 for x in trials if x.error), **_about()}  # fmt: skip
     path = save(t.name, problem, gpu, best.params, best.time_us, about)
     _chosen.pop(_choice_key(t, problem), None)
-    return best, path, len(trials), incumbent, [x for x in trials if x.wrong]
+    return trials, path, incumbent

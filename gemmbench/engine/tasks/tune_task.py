@@ -5,6 +5,7 @@ cells (`cells`) and TuneSink, which keeps each job's outcome for the command's t
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -94,7 +95,8 @@ class TuneSink(Sink):
             if key in self.done:
                 e = self.done[key]
                 job.update(status="tuned", us=e["us"], config=e["config"], tried=e["tried"], file=e.get("file"),
-                           before=e.get("before"), wrong_results=e.get("wrong", []))  # fmt: skip
+                           before=e.get("before"), wrong_results=e.get("wrong", []),
+                           trials=e.get("trials", []))  # fmt: skip
             else:
                 job.update(status="failed", reason=self.failed.get(key, "not run"))
             jobs.append(job)
@@ -144,7 +146,7 @@ def work(ctx, task: dict) -> None:
             inputs = make_inputs(problem, task["seed"], ctx.devname)
             ctx.cache.update(tune=share, inputs=inputs, ref=reference(problem, inputs))
         inputs, ref = ctx.cache["inputs"], ctx.cache["ref"]
-        best, path, tried, before, wrong = tuning.tune_and_store(
+        trials, path, before = tuning.tune_and_store(
             variant.tunable, problem, inputs, ref,
             lambda: ctx.begin(key, "tune"),  # each candidate is a sign of life to the pool's watchdog
             task.get("budget_s", tuning.DEFAULT_BUDGET_S), task.get("exhaustive", False),
@@ -156,6 +158,15 @@ def work(ctx, task: dict) -> None:
         ctx.cache.clear()
         ctx.failed(key, lambda r: [{"failed": key, "reason": r}], "tune", exc)
         return
-    ctx.result(key, [{"done": key, "us": best.time_us, "config": best.config, "tried": tried, "file": str(path),
+    best = trials[0]
+    ctx.result(key, [{"done": key, "us": best.time_us, "config": best.config, "tried": len(trials), "file": str(path),
                       "before": before.to_dict() if before is not None else None,
-                      "wrong": [{"config": x.config, "error": x.error} for x in wrong]}])  # fmt: skip
+                      "wrong": [{"config": x.config, "error": x.error} for x in trials if x.wrong],
+                      "trials": [trial_entry(x) for x in trials]}])  # fmt: skip
+
+
+def trial_entry(trial: tuning.Trial) -> dict:
+    """One timed config as the JSON document lists it: what a tune tried and how each fared, so that a kept or
+    replaced config can be explained (its time null where it failed)."""
+    us = trial.time_us if math.isfinite(trial.time_us) else None
+    return {"config": trial.config, "us": us, "retimed": trial.retimed, "error": trial.error or None}
