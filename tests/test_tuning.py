@@ -251,9 +251,17 @@ def test_tune_needs_a_gpu():
 @pytest.mark.gpu
 def test_tune_writes_configs_run_reads_them(config_dir, tmp_path):
     r = runner.invoke(
-        app, ["tune", "--shapes", "smoke", "--m", "1,32", "--dtype", "fp16", "--variants", "triton_splitk_atomic"]
-    )
+        app,
+        ["tune", "--shapes", "smoke", "--m", "1,32", "--dtype", "fp16", "--variants", "triton_splitk_atomic",
+         "--format", "json"],
+    )  # fmt: skip
     assert r.exit_code == 0, r.output
+    # each job lists what it timed: the winner first, re-timed among the finalists (a space of more than one config)
+    for job in json.loads(r.stdout)["jobs"]:
+        first = job["trials"][0]
+        assert job["status"] == "tuned" and len(job["trials"]) == job["tried"] > 1
+        assert first["config"] == job["config"] and first["us"] == job["us"]
+        assert first["retimed"] and first["error"] is None
     files = list(config_dir.glob("*/triton_splitk_atomic/*.json"))
     assert files and all(set(json.loads(f.read_text())["buckets"]) == {"16", "32"} for f in files)
     out = tmp_path / "r.parquet"

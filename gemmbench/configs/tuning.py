@@ -17,10 +17,9 @@ inference engine's name ("vllm", "sglang": a config file of the engine's, import
 with "file" and the engine's "key": engine_import.py).
 
 `gemmbench tune` searches coarse, then fine (tune_search): the quick candidates and an even sample of the full space,
-then the configs one field away from the best, round after round, each round timed whole, while a time budget
-counted from the coarse pass's end lasts; the finalists
-are re-timed side by side, and among those within each other's noise the first in the space's order wins, so that
-the same seed gives the same winner.
+then the configs one field away from the best, round after round, each round timed whole, while a time budget counted
+from the coarse pass's end lasts; the finalists are re-timed side by side, and among those within each other's noise
+the first in the space's order wins, so that the same seed gives the same winner.
 
 The stored files (where they live, their names, M buckets, the overlay of the user's over the shipped) are
 config_files.py's; Provenance is provenance.py's.
@@ -427,8 +426,7 @@ def tune_search(
     configs, making its winner depend on its place in the tune and on the cache.  Then the `refine` best re-timed and
     the winner picked (pick).  incumbent: the config stored for this bucket, if it is in the full space: timed first,
     re-timed with the finalists and first in the ties' order, so that a re-tune replaces it only with a config faster
-    beyond the noise.
-    Returns (trials fastest first, the winner first; how many configs the full space has)."""
+    beyond the noise.  Returns (trials fastest first, the winner first; how many configs the full space has)."""
     full = t.space(problem, True, True)
     coarse = first_of(incumbent, coarse_candidates(full, t.space(problem, True, False)), full)
     tried = _time_each(t, problem, inputs, coarse, reference, 0.02, beat)
