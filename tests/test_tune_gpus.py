@@ -235,6 +235,9 @@ def test_tune_on_two_gpus_combines_both_workers(fake_workers):
     assert len(rows) == len(fake_workers.jobs)
     assert {row[7] for row in rows} == {"gpu=0", "gpu=1"}  # each worker pinned to its own GPU
     assert "GPUs 0,1" in " ".join(text(r.stdout).split()) and "failed" not in text(r.stderr)
+    # the search each job runs: the budget is the fine rounds' (10 s unless --time-budget)
+    jobs_line = f"{len(fake_workers.jobs)} jobs, each a coarse pass, then fine rounds begun within 10 s of its end"
+    assert jobs_line in text(r.stderr)
 
 
 def test_tune_on_two_gpus_a_killed_worker_costs_one_job(fake_workers):

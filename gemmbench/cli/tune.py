@@ -138,10 +138,8 @@ def tune(
     title = f"tuned on {dev.name} (cold L2) -> {config_files.configs_root() / config_files.gpu_dirname(dev.name)}"
     title += f", shard {shard_at[0]}/{shard_at[1]} ({len(jobs)} of {total} jobs)" if shard_at else ""
     title += f", GPUs {','.join(map(str, gpu_ids))}" if gpu_ids else ""
-    each = (
-        "every config of the full space" if exhaustive else f"a coarse pass, then rounds begun within {time_budget:g} s"
-    )
-    err.print(f"{len(jobs)} jobs, {each} each", highlight=False)
+    fine = f"a coarse pass, then fine rounds begun within {time_budget:g} s of its end"
+    err.print(f"{len(jobs)} jobs, each {'every config of the full space' if exhaustive else fine}", highlight=False)
     report = _tune(jobs, seed, (time_budget, exhaustive), gpu_ids, WorkerOptions("cold", plugins=[Path(p).resolve() for p in plugin or []],
                                                       watchdog_s=watchdog_s))  # fmt: skip
     if fmt is OutputFormat.json:
