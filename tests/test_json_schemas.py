@@ -310,8 +310,8 @@ def test_tune_document():
     report = TuneSink.of([(Problem("s", "g", m, 256, 512, "fp8"), v) for m in (16, 32)])
     tuned, failed = list(report.jobs)
     wrong = {"config": {"BLOCK_M": 32, "num_warps": 4}, "error": "TuningError: wrong result: max rel err 0.5"}
-    trials = [{"config": {"BLOCK_M": 16, "num_warps": 4}, "us": 12.5, "retimed": True, "error": None},
-              {**wrong, "us": None, "retimed": False}]  # fmt: skip
+    trials = [{"config": {"BLOCK_M": 16, "num_warps": 4}, "us": 12.5, "retimed": True, "spread": 0.03, "error": None},
+              {**wrong, "us": None, "retimed": False, "spread": None}]  # fmt: skip
     report.result(None, tuned, [{"done": tuned, "us": 12.5, "config": {"BLOCK_M": 16, "num_warps": 4}, "tried": 2,
                                  "file": "/cfg/f.json", "wrong": [wrong], "trials": trials}], True, None)  # fmt: skip
     report.lost(None, failed, "timeout after 5 s (tune)", 1)

@@ -129,7 +129,7 @@ def fake_tuning(monkeypatch):
             raise RuntimeError("CUDA error: an illegal memory access was encountered")
         wrong = tuning.Trial(DenseConfig.tile(32, 64, 128, 4, 3), error="TuningError: wrong result: x", wrong=True)
         slow = tuning.Trial(DenseConfig.tile(16, 128, 64, 4, 3), 3.0)
-        ran = [tuning.Trial(DenseConfig.tile(16, 64, 128, 4, 3), 2.5, retimed=True)] + [slow] * 5
+        ran = [tuning.Trial(DenseConfig.tile(16, 64, 128, 4, 3), 2.5, retimed=True, spread=0.04)] + [slow] * 5
         return ran + [wrong], Path("x.json"), DenseConfig.tile(16, 64, 128, 4, 3)
 
     monkeypatch.setattr(tuning, "tune_and_store", tune_and_store)
@@ -155,10 +155,12 @@ def test_the_tune_task_answers_each_job_with_done_or_failed(fake_tuning):
         {"config": DenseConfig.tile(32, 64, 128, 4, 3).to_dict(), "error": "TuningError: wrong result: x"}
     ]
     # every config timed, in the search's order: the winner (a finalist), the others, the failed one without a time
-    assert row["trials"][0] == {"config": row["config"], "us": 2.5, "retimed": True, "error": None}
+    # a finalist's spread (what decides its ties) is listed; a config timed once has none
+    assert row["trials"][0] == {"config": row["config"], "us": 2.5, "retimed": True, "spread": 0.04, "error": None}
     assert row["trials"][1] == {"config": DenseConfig.tile(16, 128, 64, 4, 3).to_dict(), "us": 3.0, "retimed": False,
-                                "error": None}  # fmt: skip
-    assert len(row["trials"]) == 7 and row["trials"][-1] == {**row["wrong"][0], "us": None, "retimed": False}
+                                "spread": None, "error": None}  # fmt: skip
+    assert len(row["trials"]) == 7
+    assert row["trials"][-1] == {**row["wrong"][0], "us": None, "retimed": False, "spread": None}
     assert "no config of triton_dp_col" in by_variant["triton_dp_col"][0]["reason"]
     assert by_variant["triton_dp_grouped"][0]["reason"] == (
         "tune: RuntimeError: CUDA error: an illegal memory access was encountered"

@@ -261,7 +261,7 @@ def test_tune_writes_configs_run_reads_them(config_dir, tmp_path):
         first = job["trials"][0]
         assert job["status"] == "tuned" and len(job["trials"]) == job["tried"] > 1
         assert first["config"] == job["config"] and first["us"] == job["us"]
-        assert first["retimed"] and first["error"] is None
+        assert first["retimed"] and first["error"] is None and first["spread"] >= 0
     files = list(config_dir.glob("*/triton_splitk_atomic/*.json"))
     assert files and all(set(json.loads(f.read_text())["buckets"]) == {"16", "32"} for f in files)
     out = tmp_path / "r.parquet"

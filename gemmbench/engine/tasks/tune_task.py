@@ -167,6 +167,7 @@ def work(ctx, task: dict) -> None:
 
 def trial_entry(trial: tuning.Trial) -> dict:
     """One timed config as the JSON document lists it: what a tune tried and how each fared, so that a kept or
-    replaced config can be explained (its time null where it failed)."""
+    replaced config can be explained (its time null where it failed; a finalist's spread says which of them tied)."""
     us = trial.time_us if math.isfinite(trial.time_us) else None
-    return {"config": trial.config, "us": us, "retimed": trial.retimed, "error": trial.error or None}
+    spread = trial.spread if trial.retimed else None
+    return {"config": trial.config, "us": us, "retimed": trial.retimed, "spread": spread, "error": trial.error or None}
