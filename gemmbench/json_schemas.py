@@ -536,9 +536,8 @@ class TuneTrial(_Closed):
     retimed: bool = Field(description="a finalist, re-timed side by side with the others before the winner was picked")
     spread: Optional[float] = Field(
         None,  # a key documents of this version made before it lack
-        description="a finalist's re-timed samples, p20-p80 over their median: two finalists whose medians differ by "
-        "less than 1 % or than either one's spread tie, and the first in the space's order (a stored config first) "
-        "wins; null where not re-timed",
+        description="a finalist's re-timed samples, p20-p80 over their median: what decides its ties with the others "
+        '(docs/USAGE.md "Tuned configs"); null where not re-timed',
     )
     error: Optional[str] = Field(description="why it did not run, or its wrong result's check; null where it ran")
 
