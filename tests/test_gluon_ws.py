@@ -625,6 +625,61 @@ def test_the_config_fitted_to_m_is_the_filling_tile_of_each_contract(monkeypatch
         assert gs.filling_config(p.with_(M=4096, N=28672)) is None
 
 
+@pytest.mark.parametrize(
+    "M,N,dtype,accum,want",
+    [
+        # 8 row blocks of 64; 64 wide: 20 across, 160 tiles, over 132 SMs; 80: 16 across, 128; 96: 14, 112: 80 wide.
+        # Promoted (fp8 precise): the overlapped partials, 64 x 80 / 128 threads = 40 fp32 a thread, four tiles 160
+        # of the 192; 8 stages of (64 + 80) x 128 B and a 64 x 80 bf16 output tile: 147456 + 10240 = 157696 B
+        (512, 1280, "fp8", "precise", (64, 16, 128, 8, True)),
+        # 4 row blocks; 64 wide: 32 across, 128 tiles, the most within 132.  bf16, no promotion: 8 stages of
+        # (64 + 64) x 64 x 2 B and a 64 x 64 output tile, 131072 + 8192 B
+        (256, 2048, "bf16", "none", (64, 0, 64, 8, False)),
+        # 12 row blocks; 64 wide: 16 across, 192; 80: 13, 156; 96: 11, 132, one whole wave.  fp8 fast, promoted
+        # anyway: 8 x 16 = 128 tiles of 128 x 128 are fewer than 132 SMs
+        (768, 1024, "fp8", "fast", (64, 32, 128, 8, True)),
+        # 32 row blocks: even 96 wide (86 across) makes 2752 tiles, far past one wave: none
+        (2048, 8192, "fp8", "precise", None),
+        # 1 row block, 64 wide: 2 tiles; 80: 2; 96: 2: the narrower
+        (1, 128, "fp8", "fast", (64, 0, 128, 8, True)),
+    ],
+)
+def test_the_64_row_tile_of_one_wave_is_a_quick_candidate(monkeypatch, M, N, dtype, accum, want):
+    monkeypatch.setattr(g.tuning, "sm_count", lambda: 132)
+    p = Problem("t", "g", M, N, 8192, dtype, fp8_accum=accum)
+    quick = gs.search_space(p, on_gpu=True, full=False)
+    if want is None:
+        assert gs.one_wave_config(p) is None
+        assert not any(c.BLOCK_M == 64 and c.SCHEDULE == "ws" and not c.splits() > 1 for c in quick)
+        return
+    bn, bn2, bk, stages, overlap = want
+    config = cfg(64, bn, bk, 4, stages, SCHEDULE="ws", BLOCK_N2=bn2, PROMOTE_OVERLAP=overlap)
+    assert gs.one_wave_config(p) == config
+    assert config in quick  # a run without stored configs times it
+    assert config in gs.search_space(p, on_gpu=True, full=True)  # and the tune's coarse pass, from the quick list
+    assert gs.one_wave_config(p, schedules=("pingpong", "halves")) is None
+
+
+@pytest.mark.parametrize("dtype,accum", [("fp8", "precise"), ("fp8", "fast"), ("bf16", "none")])
+def test_the_fitted_config_is_the_one_wave_tile_where_there_is_one(monkeypatch, dtype, accum):
+    monkeypatch.setattr(g.tuning, "sm_count", lambda: 132)
+    fitted = registry.get("gluon_ws").tunable.fitted
+    # M 333, N 1280: 6 row blocks of 64; 64 wide, 20 across: 120 tiles, one wave (80: 96; 96: 84): 64 wide, 8
+    # stages; fp8 promoted (fast too: 3 x 10 = 30 tiles of 128 x 128, fewer than the SMs) in the overlapped partials
+    p = Problem("t", "g", 333, 1280, 8192, dtype, fp8_accum=accum)
+    fp8 = dtype == "fp8"
+    assert fitted(p) == cfg(64, 64, 128 if fp8 else 64, 4, 8, SCHEDULE="ws", PROMOTE_OVERLAP=fp8)
+    # N 8192: 6 x 86 = 516 tiles at 96 wide, no wave: the 128-row tile of least traffic, 128 + 64 wide
+    wide = fitted(p.with_(N=8192))
+    assert (wide.BLOCK_M, wide.BLOCK_N, wide.BLOCK_N2) == (128, 128, 64)
+
+
+def test_block_scales_take_no_one_wave_tile(monkeypatch):
+    monkeypatch.setattr(g.tuning, "sm_count", lambda: 132)
+    p = Problem("t", "g", 512, 1280, 8192, "fp8", scaling="block", fp8_accum="precise")
+    assert gs.one_wave_config(p) is None
+
+
 def test_the_second_accumulator_is_narrower_than_the_first():
     p = Problem("t", "g", 2048, 8192, 8192, "bf16")
     widths = {(c.BLOCK_N, c.BLOCK_N2) for c in gs.search_space(p, on_gpu=True, full=True)}
@@ -667,10 +722,12 @@ def test_the_fitted_tile_is_the_width_of_least_operand_traffic_per_sm(monkeypatc
     p = Problem("t", "g", M, N, 8192, "fp8", fp8_accum="precise")
     assert gs.least_traffic_width(p, 132) == want
     tunable = registry.get("gluon_ws").tunable
-    fitted = tunable.fitted(p)
+    fitted = gs.least_traffic_config(p)
     assert (fitted.SCHEDULE, fitted.BLOCK_M, fitted.BLOCK_N, fitted.BLOCK_N2) == ("halves", 128, *want)
     assert tunable.launched(p, fitted) == fitted  # the launch runs the width chosen
-    assert gs.fitted_config(p.with_(scaling="block")) is None  # block scales: no second accumulator
+    assert gs.least_traffic_config(p.with_(scaling="block")) is None  # block scales: no second accumulator
+    if gs.one_wave_config(p) is None:  # where no 64-row tile fits one wave, the run's fitted config is this one
+        assert tunable.fitted(p) == fitted
 
 
 @pytest.mark.parametrize("sms", [132, 114, 78])
@@ -706,14 +763,14 @@ def test_a_launch_runs_the_fitted_config_as_fitted(monkeypatch, sms):
 def test_the_fitted_tile_is_split_where_its_tiles_leave_sms_idle(monkeypatch, dtype, accum, want):
     monkeypatch.setattr(g.tuning, "sm_count", lambda: 132)
     p = Problem("t", "g", 333, 1280, 8192, dtype, fp8_accum=accum)
-    assert gs.fitted_config(p) == want
+    assert gs.least_traffic_config(p) == want
     assert registry.get("gluon_ws").tunable.launched(p, want) == want  # and a launch runs it so
     fp8 = p.with_(dtype="fp8", fp8_accum="precise")
     # N 2304, K 16384 (128 steps): 64 wide, 3 x 36 = 108 tiles, one wave; 2 ways 216 units, two waves,
     # 2 x (64 + 3) = 134; 3 ways 3 x (43 + 4) = 141; 4 ways 4 x (32 + 5) = 148; more ways, more waves: whole
-    assert gs.fitted_config(fp8.with_(N=2304, K=16384)).splits() == 1
+    assert gs.least_traffic_config(fp8.with_(N=2304, K=16384)).splits() == 1
     # K 512 (4 steps): no split takes MIN_SPLIT_STEPS (4) steps or more
-    assert gs.fitted_config(fp8.with_(K=512)).splits() == 1
+    assert gs.least_traffic_config(fp8.with_(K=512)).splits() == 1
     # N 8192: 128 + 64 wide (the test above), whose second accumulator does not meet: whole
-    fitted = gs.fitted_config(fp8.with_(N=8192))
+    fitted = gs.least_traffic_config(fp8.with_(N=8192))
     assert (fitted.BLOCK_N2, fitted.splits()) == (64, 1)

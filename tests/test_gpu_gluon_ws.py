@@ -198,6 +198,43 @@ def _waves_at_every_stage_count(tile, scaling, turns) -> None:
     assert ran == 2 * stage_counts[scaling]  # two shapes
 
 
+# the one-wave tiles (gluon_ws_space.one_wave_config): one consumer warpgroup on 64 rows, 64 + 0, 16 or 32 wide, fp8
+# promoted in the overlapped partials where the problem promotes.  Every stage count from 2 to the space's deepest
+# fits, by hand: (64 + 96) x 128 B = 20480 B a stage (16-bit: 64 x 2 B a row, the same) and a 12288 B output tile, 8
+# stages 176128 B; registers 64 x 96 / 128 threads = 48 fp32 a thread, four tiles with the partials: 192
+@pytest.mark.parametrize("bn2", [0, 16, 32])
+@pytest.mark.parametrize("case", [("fp8", "tensor", "precise"), ("fp8", "row", "precise"), ("fp8", "tensor", "fast"),
+                                  ("bf16", "none", "precise")], ids="-".join)  # fmt: skip
+def test_the_one_wave_tiles_at_every_stage_count(case, bn2):
+    from gemmbench import registry
+    from gemmbench.kernels.gluon_ws_config import GluonConfig, fits
+    from gemmbench.kernels.gluon_ws_space import STAGE_CHOICES, promotes
+    from gemmbench.measure.check import check_cell, reference
+    from gemmbench.measure.inputs import make_inputs
+    from gemmbench.shapes import Problem
+
+    dtype, scaling, accum = case
+    fp8 = dtype == "fp8"
+    v = registry.get("gluon_ws")
+    ran = 0
+    # partial tiles in M, N and K; and TP 8's QKV at M 512, 8 x 16 = 128 tiles of 64 x 80 in one wave
+    for M, N, K in [(333, 1008, 1040), (512, 1280, 8192)]:
+        p = Problem("test", "g", M, N, K, dtype, scaling=scaling, fp8_accum=accum)
+        inputs = make_inputs(p, 13, "cuda")
+        ref = reference(p, inputs)
+        overlap = promotes(p)
+        for stages in range(2, max(STAGE_CHOICES) + 1):
+            config = GluonConfig.tile(64, 64, 128 if fp8 else 64, 4, stages, SCHEDULE="ws", BLOCK_N2=bn2,
+                                      PROMOTE_OVERLAP=overlap)  # fmt: skip
+            assert fits(config, 1 if fp8 else 2, overlap)
+            launch = v.tunable.build(p, inputs, config)
+            for call in range(2):
+                result = check_cell(p, None, inputs, launch=launch, ref=ref).result
+                assert result.ok, f"{stages} stages, call {call}: {result.detail}"
+            ran += 1
+    assert ran == 2 * 7
+
+
 @pytest.mark.parametrize(
     "tile,scaling",
     [(("halves", 256, 128, 2), s) for s in ("tensor", "row", "block")] + [(("halves", 128, 128, 1), "block")],
@@ -364,24 +401,28 @@ def test_m_between_two_stored_buckets_times_the_fitted_tile_beside_them(tmp_path
 
 @pytest.mark.parametrize("dtype,accum", [("fp8", "precise"), ("fp8", "fast"), ("bf16", "none")])
 def test_the_fitted_tile_of_a_small_output_is_right_split(dtype, accum):
-    """M 333, N 1280 (TP 8's QKV): the fitted tile, split where its tiles leave SMs idle (on 132 SMs the 128 x 64
-    tile in 2 units a tile: gluon_ws_space.fitted_config), is right on fresh data, as launched."""
+    """M 333, N 1280 (TP 8's QKV): the 128-row tile of least traffic, split where its tiles leave SMs idle (on 132
+    SMs the 128 x 64 tile in 2 units a tile: gluon_ws_space.least_traffic_config), is right on fresh data, as
+    launched; so is the config a run fits to this M, on 132 SMs the one-wave 64 x 64 tile."""
     from gemmbench import registry
     from gemmbench.configs import tuning
+    from gemmbench.kernels.gluon_ws_space import least_traffic_config
     from gemmbench.measure.check import check_cell
     from gemmbench.measure.inputs import make_inputs
     from gemmbench.shapes import Problem
 
     p = Problem("test", "g", 333, 1280, 8192, dtype, fp8_accum=accum)
     tunable = registry.get("gluon_ws").tunable
-    fitted = tunable.fitted(p)
+    split, fitted = least_traffic_config(p), tunable.fitted(p)
     if tuning.sm_count() == 132:
-        assert (fitted.BLOCK_M, fitted.BLOCK_N, fitted.splits()) == (128, 64, 2)
+        assert (split.BLOCK_M, split.BLOCK_N, split.splits()) == (128, 64, 2)
+        assert (fitted.BLOCK_M, fitted.BLOCK_N, fitted.BLOCK_N2, fitted.splits()) == (64, 64, 0, 1)
     inputs = make_inputs(p, 13, "cuda")
-    launch = tunable.build(p, inputs, fitted)
-    assert launch.params == fitted  # launched as fitted, split and all
-    result = check_cell(p, None, inputs, launch=launch).result
-    assert result.ok, result.detail
+    for config in (split, fitted):
+        launch = tunable.build(p, inputs, config)
+        assert launch.params == config  # launched as fitted, split and all
+        result = check_cell(p, None, inputs, launch=launch).result
+        assert result.ok, result.detail
 
 
 def test_gluon_refuses_unaligned_rows_on_gpu():

@@ -89,6 +89,10 @@ _FILLING_WIDTHS = ((64, 0), (64, 16), (64, 32), (128, 0), (128, 16), (128, 32), 
 _FILLING = {"precise": ("halves", 4, (6, 5, 4, 3), {"PROMOTE_WAVES": 1}), "fast": ("ws", 8, (8, 7, 6, 5, 4, 3), {}),
             "16-bit": ("ws", 8, (8, 7, 6, 5, 4, 3), {})}  # fmt: skip
 FILL_MARGIN = 0.05
+# the one-wave tile: a warpgroup on 64 rows, 64 + 0, 16 or 32 columns wide, where its tiles fit in one wave of the
+# SMs: an SM computes one tile of half the rows a 128-row tile's does, on more SMs; past one wave the 128-row tiles'
+# reuse of their operands wins (docs/BENCHMARKS.md, "One wave of 64-row tiles")
+_ONE_WAVE_WIDTHS = ((64, 0), (64, 16), (64, 32))
 # the ring's depths: a narrow tile's stages are small, and where its loads are the bound (one row of tiles) more of
 # them in flight pays, as cuBLAS's narrow-tile kernels hold (docs/BENCHMARKS.md, "The other M 128 misses"); fits()
 # keeps out the depths shared memory cannot hold
@@ -256,12 +260,39 @@ def filling_config(
     return next((c for c in fitting if fits(c, elem, precise)), None)
 
 
+def one_wave_config(problem, schedules: tuple[str, ...] = WARP_SPECIALIZED) -> Optional[GluonConfig]:
+    """The cooperative 64-row tile of one warpgroup whose tiles fill one wave of the SMs best (the most tiles within
+    it, the narrower among equals), of the widths _ONE_WAVE_WIDTHS, its ring the deepest of STAGE_CHOICES that fits,
+    its fp8 sums promoted in the overlapped partials where the problem promotes; None for block scales, where no
+    width's tiles fit in one wave, or where "ws" is not among `schedules`."""
+    contract = _contract(problem)
+    if contract == "block" or "ws" not in schedules:
+        return None
+    sms = tuning.sm_count()
+    count = {w: _tile_count(problem.M, problem.N, 64, sum(w)) for w in _ONE_WAVE_WIDTHS}
+    fitting = [w for w in _ONE_WAVE_WIDTHS if count[w] <= sms]
+    if not fitting:
+        return None
+    bn, bn2 = max(fitting, key=lambda w: (count[w], -sum(w)))
+    elem, bk = _operands(problem)
+    precise = contract == "precise"
+    deepest = (GluonConfig.tile(64, bn, bk, 4, st, SCHEDULE="ws", BLOCK_N2=bn2, PROMOTE_OVERLAP=precise)
+               for st in sorted(STAGE_CHOICES, reverse=True))  # fmt: skip
+    return next((c for c in deepest if fits(c, elem, precise)), None)
+
+
 def fitted_config(problem, schedules: tuple[str, ...] = WARP_SPECIALIZED) -> Optional[GluonConfig]:
-    """The config fitted to the problem's own M: the contract's 128-row tile of the least operand traffic per SM
-    (least_traffic_width), 128 columns too, its tiles past the grid's whole waves split where the split model finds
-    that pays (filling_split: an output of fewer tiles than SMs, or a last wave that leaves SMs idle).  A run times
-    it where M is none of the stored buckets (tuning._fastest_at_m), since no bucket's tune saw this M's waves, and a
-    bucket's tile may compute many rows past M (256 x 128 tuned at M 512 computes 512 rows at M 333)."""
+    """The config fitted to the problem's own M: the 64-row tile of one wave where there is one (one_wave_config),
+    else the 128-row tile of least operand traffic (least_traffic_config).  A run times it where M is none of the
+    stored buckets (tuning._fastest_at_m), since no bucket's tune saw this M's waves, and a bucket's tile may compute
+    many rows past M (256 x 128 tuned at M 512 computes 512 rows at M 333)."""
+    return one_wave_config(problem, schedules) or least_traffic_config(problem, schedules)
+
+
+def least_traffic_config(problem, schedules: tuple[str, ...] = WARP_SPECIALIZED) -> Optional[GluonConfig]:
+    """The contract's 128-row tile of the least operand traffic per SM (least_traffic_width), 128 columns too, its
+    tiles past the grid's whole waves split where the split model finds that pays (filling_split: an output of fewer
+    tiles than SMs, or a last wave that leaves SMs idle)."""
     sms = tuning.sm_count()
     config = filling_config(problem, schedules, least_traffic_width(problem, sms))
     if config is None or config.BLOCK_N2 or config.SCHEDULE not in SPLITTABLE:
@@ -285,8 +316,9 @@ def schedules_space(problem, full: bool, schedules: tuple[str, ...]) -> list[Glu
         if s in schedules and split.splits() > 1:
             quick.append(split)
     filling = filling_config(problem, schedules)
-    if filling is not None and filling not in quick:
-        quick.append(filling)
+    for extra in (filling, one_wave_config(problem, schedules)):
+        if extra is not None and extra not in quick:
+            quick.append(extra)
     if contract in _STEP_QUICK:
         bm, bn, warps, stages = _STEP_QUICK[contract]
         quick += [tile(bm, bn, bk, warps, stages, SCHEDULE=s) for s in schedules if s in ("pipelined", "persistent")]
