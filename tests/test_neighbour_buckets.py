@@ -1,5 +1,5 @@
 """M between two stored buckets (config_files.neighbour_buckets, choose()): the faster neighbour's config at this M,
-timed only where the two configs differ, or a config fitted to M (Tunable.fitted) where it beats both, and the choice
+timed only where the two configs differ, or a config fitted to M (Tunable.fitted) where one beats both, and the choice
 in the row's `config`. No kernel runs: a fake tunable's launches count their calls, and the quick timer is replaced
 by one that returns the µs each config is given here."""
 
@@ -153,10 +153,12 @@ def test_retune_skips_the_neighbours(fake, monkeypatch):
     assert launch.config["source"] == "only" and fake["timed"] == []
 
 
-def _fitting(fake, config=FIT, launched=None):
-    """The fake tunable, offering `config` as fitted to every problem's M (and launching configs as `launched`)."""
+def _fitting(fake, config=FIT, launched=None, more=()):
+    """The fake tunable, offering `config` (and `more`) as fitted to every problem's M (and launching configs as
+    `launched`)."""
+    fitted = ([config] if config is not None else []) + list(more)
     fake["tunable"] = tuning.Tunable(NAME, lambda p, on_gpu, full: [SMALL], fake["tunable"].build, DenseConfig,
-                                     fitted=lambda problem: config, launched=launched)  # fmt: skip
+                                     fitted=lambda problem: fitted, launched=launched)  # fmt: skip
     return fake["tunable"]
 
 
@@ -175,6 +177,44 @@ def test_a_fitted_config_wins_only_by_being_faster(fake, us, want):
     assert launch.params == {64: SMALL, 128: LARGE}[want]
     assert launch.config["source"] == "stored-neighbour" and launch.config["bucket"] == want
     assert launch.config["fitted_us"] == us[256]
+
+
+WIDE = DenseConfig.tile(64, 512, 64, 8, 3)  # BLOCK_N 512: a second config fitted to M
+
+
+@pytest.mark.parametrize(
+    "us,want,fitted_us",
+    [
+        ({64: 12.0, 128: 11.0, 256: 10.0, 512: 9.0}, WIDE, 9.0),  # the second fitted config, the fastest of all
+        ({64: 12.0, 128: 11.0, 256: 9.0, 512: 10.0}, FIT, 9.0),  # the first
+        ({64: 12.0, 128: 11.0, 256: 9.0, 512: 9.0}, FIT, 9.0),  # tied: the first offered
+        ({64: 12.0, 128: 8.0, 256: 9.0, 512: 10.0}, LARGE, 9.0),  # both slower: the faster one's time
+    ],
+)
+def test_every_fitted_config_is_timed_and_the_fastest_wins(fake, us, want, fitted_us):
+    _store(DENSE, {64: SMALL, 128: LARGE})
+    fake["us"] = us
+    launch = _fitting(fake, more=(WIDE,)).make(DENSE, None)
+    assert launch.params == want and sorted(fake["timed"]) == [64, 128, 256, 512]  # each timed once
+    assert launch.config["source"] == ("stored-neighbour" if want == LARGE else "fitted")
+    assert launch.config["fitted_us"] == fitted_us
+
+
+def test_a_fitted_config_equal_to_the_winning_neighbours_leaves_it_the_neighbours(fake):
+    _store(DENSE, {64: SMALL, 128: LARGE})
+    fake["us"] = {64: 10.0, 128: 20.0, 512: 15.0}
+    # SMALL is the M 64 bucket's config too: timed once, as that bucket's; WIDE is offered and timed
+    launch = _fitting(fake, SMALL, more=(WIDE,)).make(DENSE, None)
+    assert launch.params == SMALL and sorted(fake["timed"]) == [64, 128, 512]
+    assert launch.config["source"] == "stored-neighbour" and launch.config["bucket"] == 64
+    assert launch.config["fitted_us"] == 15.0
+
+
+def test_a_fitted_config_that_cannot_run_leaves_the_other(fake):
+    _store(DENSE, {64: SMALL, 128: LARGE})
+    fake["fails"], fake["us"] = {256}, {64: 12.0, 128: 11.0, 512: 10.0}
+    launch = _fitting(fake, more=(WIDE,)).make(DENSE, None)
+    assert launch.params == WIDE and launch.config["fitted_us"] == 10.0
 
 
 def test_a_fitted_config_that_cannot_run_leaves_the_stored_one_and_says_so(fake):

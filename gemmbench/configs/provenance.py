@@ -18,21 +18,19 @@ FITTED = "fitted"  # the key of the fitted config among a provenance's neighbour
 
 @dataclass(frozen=True)
 class Provenance:
-    """Where a config came from, kept beside it (choose(), Launch.provenance), never inside it; in the row's
-    `config` JSON its keys come after the config's.  "stored": from `file` (a shipped file relative to the
-    package's configs folder, a user's file as its full path: overlay_buckets), the winner of M bucket `bucket`;
-    "stored-neighbour": the same, where M lies between two stored buckets and
-    `bucket`'s config was the faster of the two at this M (`neighbours`: each bucket, lower first, with its µs in
-    this process's quick timing, None where it failed to run), or where M is no stored bucket and the kernel offered a
-    config fitted to M, timed beside the bucket or two that would serve (FITTED with its µs among `neighbours`);
-    "fitted": that fitted config, faster than the buckets' (no file or bucket: it is shaped in the run, e.g. a tile
-    width that fills the GPU's waves at this M, not stored); "borrowed": a stored config of another GPU of the
-    same compute capability (`borrowed`: its configs folder, NVIDIA_H100_80GB_HBM3), file and bucket as "stored";
-    "searched": the fastest of a few candidates timed by a run (with file and bucket once stored in the user's
-    folder, which the next run reads; neither where storing is off); "only": nothing to choose (one candidate, or
-    Triton's CPU interpreter); an
-    InferenceEngine's name: the engine's config `file` (its name), the entry `key` (tokens) that the engine's own
-    rule picks for the row's M."""
+    """Where a config came from, kept beside it (choose(), Launch.provenance), never inside it; in the row's `config`
+    JSON its keys come after the config's.  "stored": from `file` (a shipped file relative to the package's configs
+    folder, a user's file as its full path: overlay_buckets), the winner of M bucket `bucket`; "stored-neighbour":
+    the same, where M lies between two stored buckets and `bucket`'s config was the faster of the two at this M
+    (`neighbours`: each bucket, lower first, with its µs in this process's quick timing, None where it failed to
+    run), or where M is no stored bucket and the kernel offered configs fitted to M, timed beside the bucket or two
+    that would serve (FITTED with the fastest one's µs among `neighbours`); "fitted": a fitted config, faster than
+    the buckets' (no file or bucket: it is shaped in the run, e.g. a tile width that fills the GPU's waves at this M,
+    not stored); "borrowed": a stored config of another GPU of the same compute capability (`borrowed`: its configs
+    folder, NVIDIA_H100_80GB_HBM3), file and bucket as "stored"; "searched": the fastest of a few candidates timed by
+    a run (with file and bucket once stored in the user's folder, which the next run reads; neither where storing is
+    off); "only": nothing to choose (one candidate, or Triton's CPU interpreter); an InferenceEngine's name: the
+    engine's config `file` (its name), the entry `key` (tokens) that the engine's own rule picks for the row's M."""
 
     source: str  # one of SOURCES
     file: Optional[str] = None
@@ -60,7 +58,8 @@ class Provenance:
         """Its keys in the row's `config` JSON: source; borrowed (the lending GPU's folder); where stored, file and
         bucket (imported: file and key); for a
         stored-neighbour or fitted config, "neighbours_us": {"<bucket>": µs or null, ...}, lower bucket first, and
-        "fitted_us": µs or null where a fitted config was timed beside them."""
+        "fitted_us": the fastest fitted config's µs, or null where none ran, where fitted configs were timed beside
+        them."""
         fields = (("source", self.source), ("borrowed", self.borrowed), ("file", self.file), ("bucket", self.bucket),
                   ("key", self.key))  # fmt: skip
         out: dict[str, Any] = {k: v for k, v in fields if v is not None}

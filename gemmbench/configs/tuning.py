@@ -4,15 +4,15 @@ A tunable variant (Tunable) has a search space and a build(problem, inputs, conf
 order: the config already chosen for this problem in this process; a stored one in the lookup's order
 (config_sources.py: the GPU's own, else a nearer GPU's of the same capability, borrowed, else one an earlier run
 searched and stored), from a bucket in reach of M's (where M lies between two of the GPU's own buckets, the faster of
-the two at this M, timed here when they differ: neighbour_buckets; and where M is no stored bucket, the kernel's config
-fitted to this M, where it offers one, timed beside them: Tunable.fitted); otherwise it times a few candidates right
+the two at this M, timed here when they differ: neighbour_buckets; and where M is no stored bucket, the kernel's configs
+fitted to this M, where it offers any, timed beside them: Tunable.fitted); otherwise it times a few candidates right
 there (search) and stores the winner in the user's folder as "searched", so that the next run runs the same config.
 `gemmbench run --retune` skips the stored files and stores nothing; `--no-borrow` and `--no-store` turn those steps off.
 Where the config came from is a Provenance, kept beside the config (Launch.provenance); the row's `config` says it:
 "source" is "stored" (with "file" and "bucket"), "stored-neighbour" (the same, and "neighbours_us"; and "fitted_us"
-where a fitted config was timed), "fitted" (the fitted config, faster than the stored ones timed beside it:
-"neighbours_us" and "fitted_us", no file), "borrowed" (the same, and "borrowed": the lender's folder), "searched" (with
-"file" and "bucket" once stored), "only" (nothing to choose: one candidate, or Triton's CPU interpreter), or an
+where fitted configs were timed: the fastest one's), "fitted" (a fitted config, faster than the stored ones timed beside
+it: "neighbours_us" and "fitted_us", no file), "borrowed" (the same, and "borrowed": the lender's folder), "searched"
+(with "file" and "bucket" once stored), "only" (nothing to choose: one candidate, or Triton's CPU interpreter), or an
 inference engine's name ("vllm", "sglang": a config file of the engine's, imported by `gemmbench run --import-config`;
 with "file" and the engine's "key": engine_import.py).
 
@@ -40,7 +40,7 @@ import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 import torch
 
@@ -116,9 +116,9 @@ class Tunable:
     # whether a config fixes how fp8 sums are promoted (a schedule of its own): then a fast-accumulation problem runs
     # only configs tuned under fast, never the precise contract's shared ones (config_files.overlay_buckets)
     promotion_in_config: bool = False
-    # a config shaped for the problem's own M (or None): where M is none of the stored buckets (each tuned at its own
-    # M), a run times it beside the configs of the bucket or two that would serve (_from_stored)
-    fitted: Optional[Callable[[Problem], Optional[KernelConfig]]] = None
+    # the configs shaped for the problem's own M (none, one or several): where M is none of the stored buckets (each
+    # tuned at its own M), a run times them beside the configs of the bucket or two that would serve (_from_stored)
+    fitted: Optional[Callable[[Problem], list[KernelConfig]]] = None
     # the config a launch of a given one runs at a problem (or None: as given), where build() adapts a stored config to
     # M: two configs that launch alike are timed once
     launched: Optional[Callable[[Problem, KernelConfig], KernelConfig]] = None
@@ -182,7 +182,7 @@ def _same_candidates(t: Tunable, problem: Problem, match: config_sources.Found) 
 def _from_stored(t: Tunable, problem: Problem, inputs, match: config_sources.Found) -> tuple[KernelConfig, Provenance]:
     """The config of a stored source for this M: its own bucket, or the nearest in reach; between two of the GPU's
     own buckets, the faster of the two at this M.  Where M is none of the GPU's own buckets (each tuned at its own
-    M), the kernel's config fitted to M, if it offers one, is timed beside the bucket or two that would serve."""
+    M), the kernel's configs fitted to M, if it offers any, are timed beside the bucket or two that would serve."""
     M, moe = problem.M, problem.is_moe
     load = lambda b: config_files.load(t.name, problem, match.buckets, match.files, str(b), t.config_type)  # noqa: E731
     b = match.nearest(M, moe)
@@ -190,8 +190,8 @@ def _from_stored(t: Tunable, problem: Problem, inputs, match: config_sources.Fou
         buckets = sorted(int(stored) for stored in match.buckets)
         pair = neighbour_buckets(buckets, M, moe)
         off_bucket = max(M, config_files.m_bucket(1, moe)) not in buckets
-        fitted = t.fitted(problem) if t.fitted and off_bucket else None
-        if pair is not None or fitted is not None:
+        fitted = list(t.fitted(problem)) if t.fitted and off_bucket else []
+        if pair is not None or fitted:
             at = [(load(n), Provenance("stored", match.files[str(n)], n)) for n in (pair or (int(b),))]
             return _fastest_at_m(t, problem, inputs, at, fitted)
     if match.kind == "borrowed":
@@ -202,29 +202,32 @@ def _from_stored(t: Tunable, problem: Problem, inputs, match: config_sources.Fou
 
 
 def _fastest_at_m(
-    t: Tunable, problem: Problem, inputs, neighbours: list, fitted: Optional[KernelConfig] = None
+    t: Tunable, problem: Problem, inputs, neighbours: list, fitted: Sequence[KernelConfig] = ()
 ) -> tuple[KernelConfig, Provenance]:
     """The fastest at this M of the stored (config, provenance) of the buckets that would serve it (two neighbours,
-    lower first, or the nearest) and of a config fitted to M (a tile for this M's waves, which no bucket's tune saw).
+    lower first, or the nearest) and of the configs fitted to M (tiles for this M's waves, which no bucket's tune saw).
     Timed by search()'s quick pass without a reference, as a run's choice among candidates is (the run's check of
     the cell then checks the winner), and only configs that launch differently (Tunable.launched): one that launches
-    as the upper bucket's is that bucket's, untimed, and a fitted one that launches as a stored one is not offered."""
+    as the upper bucket's is that bucket's, untimed, and a fitted one that launches as a stored one is not offered.
+    The provenance's FITTED time is the fastest offered fitted config's (None where none ran)."""
     ran = (lambda c: t.launched(problem, c)) if t.launched else (lambda c: c)  # noqa: E731
     stored = [config for config, _ in neighbours]
     # the upper bucket first: search() sorts stably, so an equal time goes to it, as stored()'s tie does; the fitted
-    # config last, so that it wins only by being faster
+    # configs last, in the kernel's order (a tie between two goes to the first), so that one wins only by being faster
     firsts: dict[KernelConfig, KernelConfig] = {}
-    for config in stored[::-1] + ([fitted] if fitted is not None else []):
+    for config in stored[::-1] + list(fitted):
         firsts.setdefault(ran(config), config)
     if len(firsts) == 1:
         return neighbours[-1]
     trials = search(t, problem, inputs, list(firsts.values()))
     us = {ran(x.params): (round(x.time_us, 3) if not x.error else None) for x in trials}
     timed: tuple[tuple[int | str, Optional[float]], ...] = tuple((at.bucket, us[ran(c)]) for c, at in neighbours)
-    if fitted is not None and firsts.get(ran(fitted)) is fitted:
-        timed += ((FITTED, us[ran(fitted)]),)
-        if trials[0].params is fitted:
-            return fitted, Provenance(FITTED, neighbours=timed)
+    offered = [c for c in fitted if firsts.get(ran(c)) is c]
+    if offered:
+        ran_us = [us[ran(c)] for c in offered if us[ran(c)] is not None]
+        timed += ((FITTED, min(ran_us) if ran_us else None),)
+        if any(trials[0].params is c for c in offered):
+            return trials[0].params, Provenance(FITTED, neighbours=timed)
     best, at = next((c, at) for c, at in neighbours[::-1] if ran(c) == ran(trials[0].params))
     return best, Provenance("stored-neighbour", at.file, at.bucket, timed)
 

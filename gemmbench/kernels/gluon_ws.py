@@ -41,7 +41,7 @@ from gemmbench.kernels.gluon_ws_config import (
     whole_tiles,
 )
 from gemmbench.kernels.gluon_ws_space import (
-    fitted_config,
+    fitted_configs,
     launched,
     promotes,
     schedules_space,
@@ -249,8 +249,8 @@ def _register(name: str, schedules: tuple[str, ...], what: str, scalings: tuple[
     def space(problem, on_gpu: bool, full: bool = True) -> list[GluonConfig]:
         return schedules_space(problem, full, schedules)
 
-    def fitted(problem) -> Optional[GluonConfig]:
-        return fitted_config(problem, schedules)
+    def fitted(problem) -> list[GluonConfig]:
+        return fitted_configs(problem, schedules)
 
     tunable = tuning.Tunable(name, space, _build, GluonConfig, promotion_in_config=True, fitted=fitted,
                              launched=launched)  # fmt: skip

@@ -281,12 +281,14 @@ def one_wave_config(problem, schedules: tuple[str, ...] = WARP_SPECIALIZED) -> O
     return next((c for c in deepest if fits(c, elem, precise)), None)
 
 
-def fitted_config(problem, schedules: tuple[str, ...] = WARP_SPECIALIZED) -> Optional[GluonConfig]:
-    """The config fitted to the problem's own M: the 64-row tile of one wave where there is one (one_wave_config),
-    else the 128-row tile of least operand traffic (least_traffic_config).  A run times it where M is none of the
-    stored buckets (tuning._fastest_at_m), since no bucket's tune saw this M's waves, and a bucket's tile may compute
-    many rows past M (256 x 128 tuned at M 512 computes 512 rows at M 333)."""
-    return one_wave_config(problem, schedules) or least_traffic_config(problem, schedules)
+def fitted_configs(problem, schedules: tuple[str, ...] = WARP_SPECIALIZED) -> list[GluonConfig]:
+    """The configs fitted to the problem's own M: the 64-row tile of one wave where there is one (one_wave_config),
+    and the 128-row tile of least operand traffic (least_traffic_config), split where its tiles leave SMs idle; both,
+    since which is faster turns on how full the one wave is.  A run times them where M is none of the stored buckets
+    (tuning._fastest_at_m), since no bucket's tune saw this M's waves, and a bucket's tile may compute many rows past M
+    (256 x 128 tuned at M 512 computes 512 rows at M 333)."""
+    found = (one_wave_config(problem, schedules), least_traffic_config(problem, schedules))
+    return list(dict.fromkeys(c for c in found if c is not None))
 
 
 def least_traffic_config(problem, schedules: tuple[str, ...] = WARP_SPECIALIZED) -> Optional[GluonConfig]:
@@ -316,9 +318,9 @@ def schedules_space(problem, full: bool, schedules: tuple[str, ...]) -> list[Glu
         if s in schedules and split.splits() > 1:
             quick.append(split)
     filling = filling_config(problem, schedules)
-    for extra in (filling, one_wave_config(problem, schedules)):
-        if extra is not None and extra not in quick:
-            quick.append(extra)
+    for more in (filling, one_wave_config(problem, schedules)):
+        if more is not None and more not in quick:
+            quick.append(more)
     if contract in _STEP_QUICK:
         bm, bn, warps, stages = _STEP_QUICK[contract]
         quick += [tile(bm, bn, bk, warps, stages, SCHEDULE=s) for s in schedules if s in ("pipelined", "persistent")]
