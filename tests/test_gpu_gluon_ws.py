@@ -263,6 +263,55 @@ def test_the_peeled_wave_loop_with_one_k_step(tile, scaling):
         assert result.ok, f"call {call}: {result.detail}"
 
 
+# the one wave with a step's lag (PROMOTE_LAG: two partials in turn), and the stage counts from 2 that fit, by hand:
+# shared memory as the waves' (WAVE_TILES); registers, the fp32 tile and two partials, three tiles: 64 x 128 a
+# warpgroup (the halves, and 128 rows on 8 warps), 64 a thread each, 192; 64 x (64 + 16), 40 each, 120
+LAG_TILES = [
+    ("halves", 128, 128, 0, 4, {"tensor": 5, "row": 5, "block": 4}),
+    ("ws", 128, 128, 0, 8, {"tensor": 5, "row": 5, "block": 4}),
+    ("halves", 128, 64, 16, 4, {"tensor": 6, "row": 6, "block": 0}),
+]
+LAG_RUNS = [(t, s) for t in LAG_TILES for s in ("tensor", "row", "block") if t[-1][s]]
+
+
+@pytest.mark.parametrize(
+    "tile,scaling", LAG_RUNS, ids=lambda x: "-".join(map(str, x[:5])) if isinstance(x, tuple) else x
+)
+@pytest.mark.parametrize("trip", [2, 4])
+def test_the_lagged_wave_at_every_stage_count(tile, scaling, trip):
+    """The lag's loop takes K steps in pairs after an odd first step run on its own: K steps 9 (K 1040: the odd step,
+    then four pairs), 8 (K 1024, many tiles a program: pairs only), 1 (K 128: the odd step, no pair) and 2 (K 256:
+    one pair, no trip of the loop), at every stage count the tile fits, where a stage refilled under a wgmma still
+    reading it would show; the halves' turns the scales' default at even stage counts and the other way at odd."""
+    from gemmbench import registry
+    from gemmbench.kernels.gluon_ws_config import GluonConfig, fits
+    from gemmbench.kernels.gluon_ws_space import STAGE_CHOICES
+    from gemmbench.measure.check import check_cell, reference
+    from gemmbench.measure.inputs import make_inputs
+    from gemmbench.shapes import Problem
+
+    schedule, bm, bn, bn2, warps, stage_counts = tile
+    v = registry.get("gluon_ws")
+    ran = 0
+    for M, N, K in [(333, 1008, 1040), (2048, 8192, 1024), (333, 1008, 128), (333, 1008, 256)]:
+        p = Problem("test", "g", M, N, K, "fp8", scaling=scaling, fp8_accum="precise")
+        inputs = make_inputs(p, 17, "cuda")
+        ref = reference(p, inputs)
+        for stages in range(2, max(STAGE_CHOICES) + 1):
+            turns = None if stages % 2 == 0 or schedule != "halves" else scaling != "block"
+            config = GluonConfig.tile(bm, bn, 128, warps, stages, SCHEDULE=schedule, PROMOTE_WAVES=1,
+                                      PROMOTE_LAG=trip, BLOCK_N2=bn2, TURNS=turns)  # fmt: skip
+            if not fits(config, 1, True, scaling == "block"):
+                continue
+            launch = v.tunable.build(p, inputs, config)
+            assert launch.config.get("PROMOTE_LAG") == trip
+            for call in range(2):
+                result = check_cell(p, None, inputs, launch=launch, ref=ref).result
+                assert result.ok, f"K {K}, {stages} stages, call {call}: {result.detail}"
+            ran += 1
+    assert ran == 4 * stage_counts[scaling]  # four shapes
+
+
 # split-K's quick tiles (gluon_ws._SPLIT_QUICK) and the stage counts from 2 that fit, by hand: 128 x 128 fp8 stages
 # of 32768 B and one 32768 B output tile (halves: two half-tiles): 6 within 232448 B; 5 where the waves hold block
 # scales in each stage (33792 B a stage)
@@ -291,7 +340,15 @@ def test_split_halves_the_other_way_of_taking_turns(scaling, atomic):
     _split_k_at_every_stage_count(SPLIT_TILES[1], scaling, atomic, scaling != "block")
 
 
-def _split_k_at_every_stage_count(tile, scaling, atomic, turns) -> None:
+@pytest.mark.parametrize("atomic", [None, True], ids=["ordered", "atomic"])
+@pytest.mark.parametrize("scaling", ["tensor", "block"])
+def test_split_halves_with_the_lag(scaling, atomic):
+    """The split halves in one wave with a step's lag: a unit's share of K steps (22, 22 and 20; 3, 3 and 2; 6, 6
+    and 4) starts its pairs where the share starts, after its odd step if it has one."""
+    _split_k_at_every_stage_count(SPLIT_TILES[1], scaling, atomic, None, lag=2)
+
+
+def _split_k_at_every_stage_count(tile, scaling, atomic, turns, lag=None) -> None:
     import torch
 
     from gemmbench import registry
@@ -311,11 +368,12 @@ def _split_k_at_every_stage_count(tile, scaling, atomic, turns) -> None:
         ref = reference(p, inputs)
         for stages in range(2, max(STAGE_CHOICES) + 1):
             config = GluonConfig.tile(bm, bn, 128, warps, stages, SCHEDULE=schedule, PROMOTE_WAVES=waves, SPLIT_K=3,
-                                      SPLIT_TAIL=tail, SPLIT_ATOMIC=atomic, TURNS=turns)  # fmt: skip
+                                      SPLIT_TAIL=tail, SPLIT_ATOMIC=atomic, TURNS=turns, PROMOTE_LAG=lag)  # fmt: skip
             if not fits(config, 1, accum == "precise", scaling == "block"):
                 continue
             launch = v.tunable.build(p, inputs, config)
             assert launch.config["SPLIT_K"] == 3 and launch.config.get("TURNS") == turns
+            assert launch.config.get("PROMOTE_LAG") == lag
             assert (launch.fn.whole > 0) == bool(tail)  # the tail's split tiles follow whole waves here
             outputs = []
             for call in range(2):

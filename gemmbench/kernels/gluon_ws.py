@@ -218,7 +218,7 @@ class GluonGemm:
                 self.counters, *self.blocks[2:], M, N, K, self.k_per, self.whole, **common, SPLITS=self.splits,
                 ATOMIC=self.atomic, layout2=self.layouts[1],
                 BN2=cfg.BLOCK_N2, CONSUMERS=2 if cfg.SCHEDULE in TWO_CONSUMERS else 1, HALVES=cfg.SCHEDULE == "halves",
-                OVERLAP=overlap, TURNS=cfg.takes_turns(self.scale),
+                OVERLAP=overlap, TURNS=cfg.takes_turns(self.scale), LAG=(cfg.PROMOTE_LAG or 0) if waves == 1 else 0,
                 CONSUMER_REGS=CONSUMER_REGS, PRODUCER_REGS=PRODUCER_REGS, WAVES=waves, wave_layout=self.layouts[2],
                 wave_layout2=self.layouts[3],
                 num_warps=partition_warps(cfg)[0], maxnreg=max_registers(cfg),

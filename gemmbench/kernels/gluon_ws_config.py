@@ -62,9 +62,15 @@ class GluonConfig(tuning.KernelConfig):
     # rows from before it read the same): in turns with block scales only, where more cells lost than gained without
     # them; per-tensor and row-wise scales ran faster without (docs/BENCHMARKS.md, "The halves without turns")
     TURNS: Optional[bool] = None
+    # one row wave (PROMOTE_WAVES 1): each K step's wgmma issued before the step before it is waited for, two
+    # partials in turn, so that a step's promotion runs under the next one's wgmma, in trips of this many K steps
+    # (gluon_ws_promote.k_loop_lagged); a third tile's registers.  None (unset, left out of the JSON): each step
+    # waited for before its promotion
+    PROMOTE_LAG: Optional[int] = field(default=None, metadata={"choices": (2, 4)})
 
-    # the way a consumer promotes: Triton's lowering, the overlapped partials or the waves (which alone take turns)
-    ONE_CHOICE: ClassVar[tuple[tuple[str, ...], ...]] = (("PROMOTE_OVERLAP", "PROMOTE_WAVES", "TURNS"),)
+    # the way a consumer promotes: Triton's lowering, the overlapped partials or the waves (which alone take turns,
+    # and in one wave a step's lag)
+    ONE_CHOICE: ClassVar[tuple[tuple[str, ...], ...]] = (("PROMOTE_OVERLAP", "PROMOTE_WAVES", "TURNS", "PROMOTE_LAG"),)
 
     def takes_turns(self, scale: str) -> bool:
         """Whether the halves' consumers issue their waves' wgmma in turns under these scales (TURNS, else the
@@ -137,6 +143,10 @@ def accumulator_registers(config: GluonConfig, fp8_precise: bool) -> int:
         # three tiles' registers (a tile three of which just fit spilled: docs/BENCHMARKS.md, "What bounds each kind
         # of miss")
         return 4 * regs
+    if fp8_precise and config.PROMOTE_LAG:
+        # the fp32 tile and two partials, in one wave; in trips of four, counted as four tiles, as the overlapped
+        # partials' (three tiles of 64 x 128 a warpgroup spilled there)
+        return (3 if config.PROMOTE_LAG == 2 else 4) * regs
     if fp8_precise and config.PROMOTE_WAVES:
         return regs + regs // config.PROMOTE_WAVES  # the fp32 tile and one wave's partial
     if fp8_precise:
@@ -171,6 +181,8 @@ def fits(config: GluonConfig, elem: int, fp8_precise: bool, block: bool = False)
         return False  # both are promotions, which the 16-bit and fast contracts do not take
     if halves and not waves and config.splits() > 1:
         return False  # split-K meets a tile held whole or in waves
+    if config.PROMOTE_LAG and waves != 1:
+        return False  # the lag's two partials are of the one wave's rows
     if waves and config.SCHEDULE == "pingpong":
         return False  # ping-pong's consumers take turns per tile, each its own: the waves are the halves'
 

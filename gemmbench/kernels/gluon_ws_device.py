@@ -43,6 +43,7 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
     )
     from gemmbench.kernels.gluon_ws_promote import (
         epilogue_waves,
+        k_loop_lagged,
         k_loop_overlapped,
         k_loop_waves,
         k_loop_waves_peeled,
@@ -225,8 +226,8 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
         HALVES: gl.constexpr, GROUP_M: gl.constexpr,             # which half of every tile's rows; units per tile
         SPLITS: gl.constexpr, ATOMIC: gl.constexpr,              # and how they meet
         PROMOTE: gl.constexpr, OVERLAP: gl.constexpr,            # fp8: how it promotes, which scales; whether the
-        WAVES: gl.constexpr, SCALE: gl.constexpr,                # halves' waves take turns
-        TURNS: gl.constexpr,
+        WAVES: gl.constexpr, SCALE: gl.constexpr,                # halves' waves take turns; one wave with a
+        TURNS: gl.constexpr, LAG: gl.constexpr,                  # step's lag: K steps a trip (k_loop_lagged; 0: none)
         layout: gl.constexpr, layout2: gl.constexpr,             # meta: accumulator layouts (whole, row waves; the
         wave_layout: gl.constexpr, wave_layout2: gl.constexpr,   # second's of BN2 columns), the second's width
         BN2: gl.constexpr,
@@ -282,7 +283,10 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
                     v1 = v0
                     if WAVES == 2:
                         v1 = gl.zeros_like(v0)
-                if SCALE == "block" or WAVES == 2:
+                if LAG > 0:
+                    w0, v0, turn = k_loop_lagged(a_bufs, b_bufs, b2_bufs, ready, empty, turns, a_sc, b_sc, base, steps,
+                                                 turn, w0, v0, ROW0, FIRST, WAVE_TURNS, SCALE, LAG, BN2)
+                elif SCALE == "block" or WAVES == 2:
                     w0, w1, v0, v1, turn = k_loop_waves_peeled(a_bufs, b_bufs, b2_bufs, ready, empty, turns, a_sc, b_sc,
                                                                 base, steps, turn, w0, w1, v0, v1, ROW0, FIRST,
                                                                 WAVE_TURNS, SCALE, WAVES, BN2)
@@ -342,8 +346,8 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
         CONSUMERS: gl.constexpr, HALVES: gl.constexpr, SPLITS: gl.constexpr,
         ATOMIC: gl.constexpr,                                    # split-K's units meet by atomics
         PROMOTE: gl.constexpr, OVERLAP: gl.constexpr,            # fp8: how it promotes, which scales; whether the
-        WAVES: gl.constexpr, SCALE: gl.constexpr,                # halves' waves take turns
-        TURNS: gl.constexpr,
+        WAVES: gl.constexpr, SCALE: gl.constexpr,                # halves' waves take turns; one wave with a
+        TURNS: gl.constexpr, LAG: gl.constexpr,                  # step's lag: K steps a trip (k_loop_lagged; 0: none)
         layout: gl.constexpr, layout2: gl.constexpr,             # meta: accumulator layouts (whole, row waves; the
         wave_layout: gl.constexpr, wave_layout2: gl.constexpr,   # second's of BN2 columns), the second's width,
         BN2: gl.constexpr,                                       # each partition's registers
@@ -390,7 +394,7 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
                 [
                     (_consumer, (ring, turns, c_desc, c2_desc, c0, c20, a_scale_ptr, b_scale_ptr, bscales,
                                  ws_ptr, count_ptr, M, N, K, k_per, whole, 0, 1, False, GROUP_M, SPLITS, ATOMIC,
-                                 PROMOTE, OVERLAP, WAVES, SCALE, TURNS,
+                                 PROMOTE, OVERLAP, WAVES, SCALE, TURNS, LAG,
                                  layout, layout2, wave_layout, wave_layout2, BN2)),
                     (_producer, (a_desc, b_desc, b2_desc, ring, bscales, M, N, K, k_per, whole, GROUP_M, SPLITS,
                                  STAGED, BN2)),
@@ -408,11 +412,11 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
                 [
                     (_consumer, (ring, turns, c_desc, c2_desc, c0, c20, a_scale_ptr, b_scale_ptr, bscales,
                                  ws_ptr, count_ptr, M, N, K, k_per, whole, 0, 1 if HALVES else 2, HALVES, GROUP_M,
-                                 SPLITS, ATOMIC, PROMOTE, OVERLAP, WAVES, SCALE, TURNS,
+                                 SPLITS, ATOMIC, PROMOTE, OVERLAP, WAVES, SCALE, TURNS, LAG,
                                  layout, layout2, wave_layout, wave_layout2, BN2)),
                     (_consumer, (ring, turns, c_desc, c2_desc, c1, c21, a_scale_ptr, b_scale_ptr, bscales,
                                  ws_ptr, count_ptr, M, N, K, k_per, whole, 1, 1 if HALVES else 2, HALVES, GROUP_M,
-                                 SPLITS, ATOMIC, PROMOTE, OVERLAP, WAVES, SCALE, TURNS,
+                                 SPLITS, ATOMIC, PROMOTE, OVERLAP, WAVES, SCALE, TURNS, LAG,
                                  layout, layout2, wave_layout, wave_layout2, BN2)),
                     (_producer, (a_desc, b_desc, b2_desc, ring, bscales, M, N, K, k_per, whole, GROUP_M, SPLITS,
                                  STAGED, BN2)),

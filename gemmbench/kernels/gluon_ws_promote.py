@@ -304,6 +304,76 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
         return acc0, acc1, wide0, wide1, turn
 
     @gluon.jit
+    def k_loop_lagged(
+        a_bufs, b_bufs, b2_bufs, ready, empty, turns,            # shared memory: stages (B's next BN2 rows), their
+                                                                 # barriers, the turns'
+        a_sc, b_sc,                                              # the stages' block scales (stage_block_scales)
+        base, k_steps, turn,                                     # ring position, steps; turns taken
+        acc0, wide0,                                             # the wave's fp32 tiles: BLOCK_N and BN2 columns
+        ROW0: gl.constexpr,                                      # this consumer's first row within a stage's A block
+        FIRST: gl.constexpr, TURNS: gl.constexpr,                # schedule: which consumer, whether they alternate
+        SCALE: gl.constexpr, TRIP: gl.constexpr,                 # fp8: which scales; K steps a trip (even)
+        BN2: gl.constexpr,                                       # meta: the second accumulator's width (0: none)
+    ):
+        """fp8 promoted in one row wave with a one-step lag, DeepGEMM's and lmdeploy's order: two partials in turn,
+        each K step's wgmma issued before the step before it is waited for (one step left in flight), so that
+        step's promotion (block scales: times its rows' scales, read from its stage) runs under this one's wgmma,
+        not only under the other consumer's.  Three tiles where the waves hold two: one wave of 64 rows a
+        warpgroup.  TRIP K steps a trip, every wgmma retired within it: one left in flight across the loop's back
+        edge made ptxas serialize the wgmma (C7514; docs/BENCHMARKS.md, "What bounds each kind of miss"); the steps
+        past the last whole trip one at a time.  Returns the wave's tiles and the turns taken."""
+        STAGES: gl.constexpr = a_bufs.shape[0]
+        WAVE_M: gl.constexpr = acc0.shape[0]
+        layout: gl.constexpr = acc0.type.layout
+        pa = gl.zeros_like(acc0)
+        pb = gl.zeros_like(acc0)
+        pa2 = pa  # stand for themselves where there is no second accumulator, never read
+        pb2 = pb
+        if BN2 > 0:
+            pa2 = gl.zeros_like(wide0)
+            pb2 = gl.zeros_like(wide0)
+        for i in range(k_steps // TRIP):
+            pos = base + TRIP * i
+            sa, _ = _ready_scales(ready, a_sc, b_sc, pos, ROW0, WAVE_M, SCALE, 1, layout)
+            pa, pa2, turn = _wave_issue(a_bufs, b_bufs, b2_bufs, pos % STAGES, ROW0, pa, pa2, turns, turn, FIRST,
+                                        TURNS, BN2)
+            for j in gl.static_range(1, TRIP):
+                if j % 2 == 1:
+                    sb, _ = _ready_scales(ready, a_sc, b_sc, pos + j, ROW0, WAVE_M, SCALE, 1, layout)
+                    pb, pb2, turn = _wave_issue(a_bufs, b_bufs, b2_bufs, (pos + j) % STAGES, ROW0, pb, pb2, turns,
+                                                turn, FIRST, TURNS, BN2)
+                    pa, pa2 = _lag_wait(pa, pa2, BN2)
+                    acc0, wide0 = _promoted(acc0, wide0, pa, pa2, sa, SCALE, BN2)
+                else:
+                    sa, _ = _ready_scales(ready, a_sc, b_sc, pos + j, ROW0, WAVE_M, SCALE, 1, layout)
+                    pa, pa2, turn = _wave_issue(a_bufs, b_bufs, b2_bufs, (pos + j) % STAGES, ROW0, pa, pa2, turns,
+                                                turn, FIRST, TURNS, BN2)
+                    pb, pb2 = _lag_wait(pb, pb2, BN2)
+                    acc0, wide0 = _promoted(acc0, wide0, pb, pb2, sb, SCALE, BN2)
+                mbarrier.arrive(empty.index((pos + j - 1) % STAGES), count=1)
+            pb, pb2 = _wave_wait(pb, pb2, BN2)
+            acc0, wide0 = _promoted(acc0, wide0, pb, pb2, sb, SCALE, BN2)
+            mbarrier.arrive(empty.index((pos + TRIP - 1) % STAGES), count=1)
+        for k in range(TRIP * (k_steps // TRIP), k_steps):
+            pos = base + k
+            sa, _ = _ready_scales(ready, a_sc, b_sc, pos, ROW0, WAVE_M, SCALE, 1, layout)
+            pa, pa2, turn = _wave_issue(a_bufs, b_bufs, b2_bufs, pos % STAGES, ROW0, pa, pa2, turns, turn, FIRST,
+                                        TURNS, BN2)
+            pa, pa2 = _wave_wait(pa, pa2, BN2)
+            acc0, wide0 = _promoted(acc0, wide0, pa, pa2, sa, SCALE, BN2)
+            mbarrier.arrive(empty.index(pos % STAGES), count=1)
+        return acc0, wide0, turn
+
+    @gluon.jit
+    def _lag_wait(raw, raw2, BN2: gl.constexpr):
+        """The older of two steps' wgmma in flight finished (raw, and BN2 > 0: raw2); the newer one's left running."""
+        if BN2 > 0:
+            raw, raw2 = warpgroup_mma_wait(2, deps=[raw, raw2])
+        else:
+            raw = warpgroup_mma_wait(1, deps=[raw])
+        return raw, raw2
+
+    @gluon.jit
     def _second_wave(a_bufs, b_bufs, b2_bufs, slot, acc0, wide0, raw, raw2, s0, turns, turn, ROW0: gl.constexpr,
                      FIRST: gl.constexpr, TURNS: gl.constexpr, SCALE: gl.constexpr, WAVES: gl.constexpr,
                      BN2: gl.constexpr):

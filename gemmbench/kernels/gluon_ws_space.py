@@ -46,7 +46,8 @@ def search_space(problem, on_gpu: bool, full: bool = True) -> list[GluonConfig]:
 # The quick candidates are each contract's fastest (docs/BENCHMARKS.md: "The Gluon kernel, step by step", on the
 # H100; "Promoted fp8: the waves and the halves", on the H200): 16-bit and fp8 fast, cooperative 128 x 256 (8 warps,
 # 3 stages) and ping-pong 128 x 128; fp8 promoted and block scales, the halves (two one-warpgroup consumers on a
-# tile's row halves, each running the waves' K loop) of 256 x 128 in two waves and of 128 x 128 in one; and for
+# tile's row halves, each running the waves' K loop) of 256 x 128 in two waves and of 128 x 128 in one (fp8
+# promoted: also with a step's lag, in trips of two); and for
 # every contract but block scales the 128 + 32 = 160 wide cooperative tile, which fills the 132 SMs where N is 1280
 # (8 tiles across), and for fp8 promoted the halves of it too (4 stages: 6 of 160 columns overflow shared memory).
 # 128 x 256 with Triton's promotion needs 256 registers a thread (it spills: fits() keeps it out); four-warp
@@ -58,6 +59,7 @@ _QUICK = {
     "precise": (
         ("halves", 256, 128, 4, 3, {"PROMOTE_WAVES": 2}),
         ("halves", 128, 128, 4, 6, {"PROMOTE_WAVES": 1}),
+        ("halves", 128, 128, 4, 6, {"PROMOTE_WAVES": 1, "PROMOTE_LAG": 2}),
         ("ws", 128, 128, 8, 4, _WIDE),
         ("halves", 128, 128, 4, 4, {"PROMOTE_WAVES": 1, **_WIDE}),
     ),
@@ -107,6 +109,8 @@ _SECOND_WIDTHS = (0, 16, 32, 64)
 # overlapped partials, the tile in one or two row waves; the halves' waves also each way of taking turns (TURNS: the
 # scales' default, unset, and the other way), since which pays differs from tile to tile
 _PROMOTIONS = ((False, 0), (True, 0), (False, 1), (False, 2))
+# one wave's K steps a trip with a step's lag (PROMOTE_LAG), or none
+_LAGS = (None, 2, 4)
 # the one-partition steps: 128 x 256 on 8 warps, except with fp8 promotion (256 registers a thread: it spills),
 # where 128 x 128 on 4 warps (192: it does not)
 _STEP_QUICK = {"16-bit": (128, 256, 8, 3), "fast": (128, 256, 8, 3), "precise": (128, 128, 4, 4)}
@@ -328,7 +332,8 @@ def schedules_space(problem, full: bool, schedules: tuple[str, ...]) -> list[Glu
     if not full:
         return quick
     unsplit = [
-        tile(bm, bn, bk, warps, stages, SCHEDULE=s, PROMOTE_OVERLAP=overlap, BLOCK_N2=bn2, PROMOTE_WAVES=waves, TURNS=t)
+        tile(bm, bn, bk, warps, stages, SCHEDULE=s, PROMOTE_OVERLAP=overlap, BLOCK_N2=bn2, PROMOTE_WAVES=waves, TURNS=t,
+             PROMOTE_LAG=lag)
         for s in schedules
         for bm in (64, 128, 256)
         for bn in (64, 128, 256)
@@ -338,6 +343,7 @@ def schedules_space(problem, full: bool, schedules: tuple[str, ...]) -> list[Glu
         for stages in STAGE_CHOICES
         for overlap, waves in (_PROMOTIONS if (precise or block) and s in WARP_SPECIALIZED else ((False, 0),))
         for t in ((None, not block) if s == "halves" and waves else (None,))
+        for lag in (_LAGS if waves == 1 else (None,))
     ]
     more = [split for c in unsplit for split in _splits_of(problem, c, sms)]
     return quick + [c for c in more if c not in quick and fits(c, elem, precise, block)]
