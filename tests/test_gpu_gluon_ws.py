@@ -263,26 +263,27 @@ def test_the_peeled_wave_loop_with_one_k_step(tile, scaling):
         assert result.ok, f"call {call}: {result.detail}"
 
 
-# the one wave with a step's lag (PROMOTE_LAG: two partials in turn), and the stage counts from 2 that fit, by hand:
-# shared memory as the waves' (WAVE_TILES); registers, the fp32 tile and two partials, three tiles: 64 x 128 a
-# warpgroup (the halves, and 128 rows on 8 warps), 64 a thread each, 192; 64 x (64 + 16), 40 each, 120
+# the one wave with a step's lag (PROMOTE_LAG: two partials in turn) in trips of 2 or 4 K steps, and the stage counts
+# from 2 that fit, by hand: shared memory as the waves' (WAVE_TILES); registers, the fp32 tile and two partials, as
+# three tiles in trips of 2 and four in trips of 4, within 192: 64 x 128 a warpgroup (the halves, and 128 rows on 8
+# warps), 64 a thread a tile, 192 in trips of 2 (256 in trips of 4: out); 64 x (64 + 16), 40 a tile, 120 and 160
 LAG_TILES = [
-    ("halves", 128, 128, 0, 4, {"tensor": 5, "row": 5, "block": 4}),
-    ("ws", 128, 128, 0, 8, {"tensor": 5, "row": 5, "block": 4}),
-    ("halves", 128, 64, 16, 4, {"tensor": 6, "row": 6, "block": 0}),
+    ("halves", 128, 128, 0, 4, (2,), {"tensor": 5, "row": 5, "block": 4}),
+    ("ws", 128, 128, 0, 8, (2,), {"tensor": 5, "row": 5, "block": 4}),
+    ("halves", 128, 64, 16, 4, (2, 4), {"tensor": 6, "row": 6, "block": 0}),
 ]
-LAG_RUNS = [(t, s) for t in LAG_TILES for s in ("tensor", "row", "block") if t[-1][s]]
+LAG_RUNS = [(t, s, trip) for t in LAG_TILES for s in ("tensor", "row", "block") if t[-1][s] for trip in t[5]]
 
 
 @pytest.mark.parametrize(
-    "tile,scaling", LAG_RUNS, ids=lambda x: "-".join(map(str, x[:5])) if isinstance(x, tuple) else x
+    "tile,scaling,trip", LAG_RUNS, ids=[f"{'-'.join(map(str, t[:4]))}-{s}-trip{r}" for t, s, r in LAG_RUNS]
 )
-@pytest.mark.parametrize("trip", [2, 4])
 def test_the_lagged_wave_at_every_stage_count(tile, scaling, trip):
-    """The lag's loop takes K steps in pairs after an odd first step run on its own: K steps 9 (K 1040: the odd step,
-    then four pairs), 8 (K 1024, many tiles a program: pairs only), 1 (K 128: the odd step, no pair) and 2 (K 256:
-    one pair, no trip of the loop), at every stage count the tile fits, where a stage refilled under a wgmma still
-    reading it would show; the halves' turns the scales' default at even stage counts and the other way at odd."""
+    """The lag's loop takes K steps in trips, the steps past the last whole trip one at a time: K steps 9 (K 1040:
+    trips and one step alone), 8 (K 1024, many tiles a program: trips only), 1 (K 128: one step alone, no trip) and
+    2 (K 256: one trip of 2, or two steps alone), at every stage count the tile fits, where a stage refilled under a
+    wgmma still reading it would show; the halves' turns the scales' default at even stage counts, the other way at
+    odd."""
     from gemmbench import registry
     from gemmbench.kernels.gluon_ws_config import GluonConfig, fits
     from gemmbench.kernels.gluon_ws_space import STAGE_CHOICES
@@ -290,7 +291,7 @@ def test_the_lagged_wave_at_every_stage_count(tile, scaling, trip):
     from gemmbench.measure.inputs import make_inputs
     from gemmbench.shapes import Problem
 
-    schedule, bm, bn, bn2, warps, stage_counts = tile
+    schedule, bm, bn, bn2, warps, _, stage_counts = tile
     v = registry.get("gluon_ws")
     ran = 0
     for M, N, K in [(333, 1008, 1040), (2048, 8192, 1024), (333, 1008, 128), (333, 1008, 256)]:
