@@ -64,8 +64,8 @@ def _config(**fields) -> GluonConfig:
 
 
 # (id, config, scales, promoted): each consumer K loop (the block scales' waves, one and two; the per-tensor waves in
-# turns and 128 + 32 wide; the overlapped partials, 64 and 64 + 16 wide; Triton's plain loop split by atomics) and
-# each schedule
+# turns and 128 + 32 wide; the overlapped partials, 64 and 64 + 16 wide; the one wave with a step's lag, in trips of 2
+# and of 4, 64 + 16 wide; Triton's plain loop split by atomics) and each schedule
 CASES = [
     ("halves-block-scales", _config(), "block", True),
     ("ws-block-two-waves", _config(SCHEDULE="ws", BLOCK_N=64, PROMOTE_WAVES=2, num_stages=6), "block", True),
@@ -83,6 +83,8 @@ CASES = [
         "tensor",
         True,
     ),
+    ("halves-lagged-block-scales", _config(PROMOTE_LAG=2), "block", True),
+    ("halves-lagged-64+16-trips-of-4", _config(BLOCK_N=64, BLOCK_N2=16, PROMOTE_LAG=4, num_stages=6), "row", True),
     (
         "ws-split-atomic",
         _config(SCHEDULE="ws", PROMOTE_WAVES=0, num_warps=8, SPLIT_K=4, SPLIT_ATOMIC=True),
@@ -139,9 +141,9 @@ def test_each_schedule_compiles_for_hopper_without_a_gpu(compiled, case_id, conf
     assert ".target sm_90a" in ptx
     assert "cp.async.bulk.tensor" in ptx  # TMA copies of the operands (and the output's store)
     assert "wgmma.mma_async" in ptx and ".e4m3.e4m3" in ptx  # fp8 x fp8 on the tensor cores
-    if config.PROMOTE_OVERLAP:
-        # the overlapped partials wait with one K step's wgmma in flight: one group a step, two with a second
-        # accumulator's columns
+    if config.PROMOTE_OVERLAP or config.PROMOTE_LAG:
+        # the overlapped partials and the lag wait with one K step's wgmma in flight: one group a step, two with a
+        # second accumulator's columns
         assert f"wgmma.wait_group.sync.aligned {2 if config.BLOCK_N2 else 1};" in ptx
     if scales == "block":
         assert "cp.async.ca.shared.global" in ptx or "cp.async.cg.shared.global" in ptx  # the scales' staging

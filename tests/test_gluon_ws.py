@@ -298,6 +298,33 @@ def test_descriptors_take_the_configs_blocks():
     assert da.layout.swizzle_byte_width == 128
 
 
+def test_the_lag_holds_two_partials_beside_the_one_waves_fp32_tile():
+    precise = Problem("t", "g", 2048, 8192, 1024, "fp8", fp8_accum="precise")
+    block = Problem("t", "g", 2048, 8192, 1024, "fp8", scaling="block")
+    full = gs.search_space(precise, on_gpu=True, full=True)
+    lagged = lambda bm, bn, w, st, trip, s="halves", **x: cfg(  # noqa: E731
+        bm, bn, 128, w, st, SCHEDULE=s, PROMOTE_WAVES=1, PROMOTE_LAG=trip, **x
+    )
+    # by hand, the halves of 128 x 128 (64 rows on 128 threads): the fp32 tile 64 x 128 / 128 = 64 a thread and two
+    # partials as much: 192, the budget; in trips of 4, counted as four tiles, 256: out.  6 stages of (128 + 128) x
+    # 128 B and two 64 x 128 bf16 output tiles: 229376 B <= 232448
+    assert lagged(128, 128, 4, 6, 2) in full and lagged(128, 128, 4, 6, 4) not in full
+    # 128 rows on 8 warps: 128 x 128 / 256 = 64 a thread, the same
+    assert lagged(128, 128, 8, 4, 2, "ws") in full and lagged(128, 128, 8, 4, 4, "ws") not in full
+    # 128 x (64 + 16) halves: 64 x 80 / 128 = 40 a tile, 120 in trips of 2 and 160 in trips of 4
+    assert lagged(128, 64, 4, 6, 2, BLOCK_N2=16) in full and lagged(128, 64, 4, 6, 4, BLOCK_N2=16) in full
+    # 128 x (128 + 32) halves: 80 a tile, 240 in trips of 2: out
+    assert lagged(128, 128, 4, 4, 2, BLOCK_N2=32) not in full
+    # the lag is of one wave's partials: two waves (256 x 128) take none
+    assert replace(lagged(128, 128, 4, 6, 2), BLOCK_M=256, PROMOTE_WAVES=2, num_stages=3) not in full
+    # the halves of 128 x 128 in trips of 2 start the promoted search; block scales' quick list leaves it out (it
+    # ran no faster there) but their full space holds it at 5 stages: 5 x (256 x 128 + 2 x 128 x 4) + 32768 =
+    # 201728 B
+    assert lagged(128, 128, 4, 6, 2) in gs.search_space(precise, on_gpu=True, full=False)
+    assert lagged(128, 128, 4, 5, 2) not in gs.search_space(block, on_gpu=True, full=False)
+    assert lagged(128, 128, 4, 5, 2) in gs.search_space(block, on_gpu=True, full=True)
+
+
 @pytest.mark.parametrize("dtype,accum", [("bf16", "precise"), ("fp8", "precise"), ("fp8", "fast")])
 def test_search_space_fits_and_starts_with_the_measured_winners(dtype, accum):
     p = Problem("t", "g", 2048, 8192, 1024, dtype, fp8_accum=accum)
