@@ -1,7 +1,7 @@
 """The Gluon GEMM (gemmbench/kernels/gluon_ws*.py) on the GPU: every schedule, 16-bit and fp8 (per tensor,
 row-wise and block scales, precise and fast accumulation, the promotion in the wgmma lowering, overlapped in the K
-loop and in row waves, the waves and split-K at every stage count they fit), tiles that leave partial tiles in M, N
-and K, programs with several tiles each (so the two ping-pong consumers take
+loop and in row waves, one wave also with a step's lag, the waves, the lag and split-K at every stage count they
+fit), tiles that leave partial tiles in M, N and K, programs with several tiles each (so the two ping-pong consumers take
 turns), decode M, and several calls of one launch.  Each result is checked against the fp32 reference through
 the one check.  No timing is asserted."""
 
@@ -169,7 +169,7 @@ def test_the_halves_the_other_way_of_taking_turns_at_every_stage_count(tile, sca
     _waves_at_every_stage_count(tile, scaling, scaling != "block")
 
 
-def _waves_at_every_stage_count(tile, scaling, turns) -> None:
+def _waves_at_every_stage_count(tile, scaling, turns, lag=None, shapes=((333, 1008, 1040), (2048, 8192, 1024))) -> None:
     from gemmbench import registry
     from gemmbench.kernels.gluon_ws_config import GluonConfig, fits
     from gemmbench.kernels.gluon_ws_space import STAGE_CHOICES
@@ -180,22 +180,22 @@ def _waves_at_every_stage_count(tile, scaling, turns) -> None:
     schedule, bm, bn, bn2, warps, waves, stage_counts = tile
     v = registry.get("gluon_ws")
     ran = 0
-    for M, N, K in [(333, 1008, 1040), (2048, 8192, 1024)]:
+    for M, N, K in shapes:
         p = Problem("test", "g", M, N, K, "fp8", scaling=scaling, fp8_accum="precise")
         inputs = make_inputs(p, 7, "cuda")
         ref = reference(p, inputs)
         for stages in range(2, max(STAGE_CHOICES) + 1):
             config = GluonConfig.tile(bm, bn, 128, warps, stages, SCHEDULE=schedule, PROMOTE_WAVES=waves,
-                                      BLOCK_N2=bn2, TURNS=turns)  # fmt: skip
+                                      BLOCK_N2=bn2, TURNS=turns, PROMOTE_LAG=lag)  # fmt: skip
             if not fits(config, 1, True, scaling == "block"):
                 continue
             launch = v.tunable.build(p, inputs, config)
-            assert launch.config.get("TURNS") == turns
+            assert launch.config.get("TURNS") == turns and launch.config.get("PROMOTE_LAG") == lag
             for call in range(2):
                 result = check_cell(p, None, inputs, launch=launch, ref=ref).result
-                assert result.ok, f"{stages} stages, call {call}: {result.detail}"
+                assert result.ok, f"K {K}, {stages} stages, call {call}: {result.detail}"
             ran += 1
-    assert ran == 2 * stage_counts[scaling]  # two shapes
+    assert ran == len(shapes) * stage_counts[scaling]
 
 
 # the one-wave tiles (gluon_ws_space.one_wave_config): one consumer warpgroup on 64 rows, 64 + 0, 16 or 32 wide, fp8
@@ -263,54 +263,29 @@ def test_the_peeled_wave_loop_with_one_k_step(tile, scaling):
         assert result.ok, f"call {call}: {result.detail}"
 
 
-# the one wave with a step's lag (PROMOTE_LAG: two partials in turn) in trips of 2 or 4 K steps, and the stage counts
-# from 2 that fit, by hand: shared memory as the waves' (WAVE_TILES); registers, the fp32 tile and two partials, as
+# the one wave with a step's lag (PROMOTE_LAG: two partials in turn) in trips of 2 or 4 K steps, as WAVE_TILES, and the
+# stage counts from 2 that fit, by hand: shared memory as the waves'; registers, the fp32 tile and two partials, as
 # three tiles in trips of 2 and four in trips of 4, within 192: 64 x 128 a warpgroup (the halves, and 128 rows on 8
 # warps), 64 a thread a tile, 192 in trips of 2 (256 in trips of 4: out); 64 x (64 + 16), 40 a tile, 120 and 160
 LAG_TILES = [
-    ("halves", 128, 128, 0, 4, (2,), {"tensor": 5, "row": 5, "block": 4}),
-    ("ws", 128, 128, 0, 8, (2,), {"tensor": 5, "row": 5, "block": 4}),
-    ("halves", 128, 64, 16, 4, (2, 4), {"tensor": 6, "row": 6, "block": 0}),
+    (("halves", 128, 128, 0, 4, 1, {"tensor": 5, "row": 5, "block": 4}), (2,)),
+    (("ws", 128, 128, 0, 8, 1, {"tensor": 5, "row": 5, "block": 4}), (2,)),
+    (("halves", 128, 64, 16, 4, 1, {"tensor": 6, "row": 6, "block": 0}), (2, 4)),
 ]
-LAG_RUNS = [(t, s, trip) for t in LAG_TILES for s in ("tensor", "row", "block") if t[-1][s] for trip in t[5]]
+LAG_RUNS = [(t, s, trip) for t, trips in LAG_TILES for s in ("tensor", "row", "block") if t[-1][s] for trip in trips]
+# K steps 9 (K 1040: trips and one step alone), 8 (K 1024, many tiles a program: trips only), 1 (K 128: one step
+# alone, no trip) and 2 (K 256: one trip of 2, or two steps alone)
+LAG_SHAPES = ((333, 1008, 1040), (2048, 8192, 1024), (333, 1008, 128), (333, 1008, 256))
 
 
 @pytest.mark.parametrize(
-    "tile,scaling,trip", LAG_RUNS, ids=[f"{'-'.join(map(str, t[:4]))}-{s}-trip{r}" for t, s, r in LAG_RUNS]
+    "tile,scaling,trip", LAG_RUNS, ids=[f"{'-'.join(map(str, t[:5]))}-{s}-trip{r}" for t, s, r in LAG_RUNS]
 )
 def test_the_lagged_wave_at_every_stage_count(tile, scaling, trip):
-    """The lag's loop takes K steps in trips, the steps past the last whole trip one at a time: K steps 9 (K 1040:
-    trips and one step alone), 8 (K 1024, many tiles a program: trips only), 1 (K 128: one step alone, no trip) and
-    2 (K 256: one trip of 2, or two steps alone), at every stage count the tile fits, where a stage refilled under a
-    wgmma still reading it would show; the halves' turns the scales' default at even stage counts, the other way at
-    odd."""
-    from gemmbench import registry
-    from gemmbench.kernels.gluon_ws_config import GluonConfig, fits
-    from gemmbench.kernels.gluon_ws_space import STAGE_CHOICES
-    from gemmbench.measure.check import check_cell, reference
-    from gemmbench.measure.inputs import make_inputs
-    from gemmbench.shapes import Problem
-
-    schedule, bm, bn, bn2, warps, _, stage_counts = tile
-    v = registry.get("gluon_ws")
-    ran = 0
-    for M, N, K in [(333, 1008, 1040), (2048, 8192, 1024), (333, 1008, 128), (333, 1008, 256)]:
-        p = Problem("test", "g", M, N, K, "fp8", scaling=scaling, fp8_accum="precise")
-        inputs = make_inputs(p, 17, "cuda")
-        ref = reference(p, inputs)
-        for stages in range(2, max(STAGE_CHOICES) + 1):
-            turns = None if stages % 2 == 0 or schedule != "halves" else scaling != "block"
-            config = GluonConfig.tile(bm, bn, 128, warps, stages, SCHEDULE=schedule, PROMOTE_WAVES=1,
-                                      PROMOTE_LAG=trip, BLOCK_N2=bn2, TURNS=turns)  # fmt: skip
-            if not fits(config, 1, True, scaling == "block"):
-                continue
-            launch = v.tunable.build(p, inputs, config)
-            assert launch.config.get("PROMOTE_LAG") == trip
-            for call in range(2):
-                result = check_cell(p, None, inputs, launch=launch, ref=ref).result
-                assert result.ok, f"K {K}, {stages} stages, call {call}: {result.detail}"
-            ran += 1
-    assert ran == 4 * stage_counts[scaling]  # four shapes
+    """The lag's loop takes K steps in trips, the steps past the last whole trip one at a time: each trip length on K
+    steps that fill trips, leave one step over, or make no trip, at every stage count the tile fits (the halves in
+    turns with block scales, on their own with the others: each scales' default)."""
+    _waves_at_every_stage_count(tile, scaling, None, lag=trip, shapes=LAG_SHAPES)
 
 
 # split-K's quick tiles (gluon_ws._SPLIT_QUICK) and the stage counts from 2 that fit, by hand: 128 x 128 fp8 stages

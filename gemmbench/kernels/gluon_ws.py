@@ -8,8 +8,8 @@ kernel names its own warps, barriers and shared memory: what Triton's own compil
 
 fp8: FP8_PROMOTE K summed in the tensor cores' reduced-precision accumulator before each fp32 promotion
 (warpgroup_mma's max_num_imprecise_acc; tile_loop.FP8_PROMOTE, the contract of cuBLAS without fast accumulation),
-or none (fast accumulation, except where promotes() says); PROMOTE_OVERLAP and PROMOTE_WAVES: promoted by the
-kernel's own K loop instead.
+or none (fast accumulation, except where promotes() says); PROMOTE_OVERLAP, PROMOTE_WAVES and PROMOTE_LAG: promoted
+by the kernel's own K loop instead.
 
 Triton 3.6's gluon.jit ignores TRITON_INTERPRET: the host side (configs, layouts, grid, register budgets,
 descriptors) is tested on the CPU, the kernel on the GPU.

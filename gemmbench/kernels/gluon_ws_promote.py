@@ -10,8 +10,9 @@ fp32 tile, so only one partial lives beside the fp32 tile; in the halves schedul
 halves of a tile's rows, each on its own, or taking turns at the waves' wgmma (the config's TURNS, by default with
 block scales: docs/BENCHMARKS.md, "Promoted fp8: the waves and the halves").  Two waves and block scales run the
 peeled loop (k_loop_waves_peeled: each step's first wave issued at the end of the trip before), where with block
-scales the next K step's ready wait and scale loads also run under the last wave's wgmma.  Each jit signature is
-grouped by role, a commented line each.
+scales the next K step's ready wait and scale loads also run under the last wave's wgmma.  One wave can instead keep
+a step's wgmma in flight while it promotes the step before (k_loop_lagged: two partials in turn).  Each jit signature
+is grouped by role, a commented line each.
 """
 
 from __future__ import annotations
@@ -342,13 +343,13 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
                     sb, _ = _ready_scales(ready, a_sc, b_sc, pos + j, ROW0, WAVE_M, SCALE, 1, layout)
                     pb, pb2, turn = _wave_issue(a_bufs, b_bufs, b2_bufs, (pos + j) % STAGES, ROW0, pb, pb2, turns,
                                                 turn, FIRST, TURNS, BN2)
-                    pa, pa2 = _lag_wait(pa, pa2, BN2)
+                    pa, pa2 = _wait_step(pa, pa2, 1, BN2)
                     acc0, wide0 = _promoted(acc0, wide0, pa, pa2, sa, SCALE, BN2)
                 else:
                     sa, _ = _ready_scales(ready, a_sc, b_sc, pos + j, ROW0, WAVE_M, SCALE, 1, layout)
                     pa, pa2, turn = _wave_issue(a_bufs, b_bufs, b2_bufs, (pos + j) % STAGES, ROW0, pa, pa2, turns,
                                                 turn, FIRST, TURNS, BN2)
-                    pb, pb2 = _lag_wait(pb, pb2, BN2)
+                    pb, pb2 = _wait_step(pb, pb2, 1, BN2)
                     acc0, wide0 = _promoted(acc0, wide0, pb, pb2, sb, SCALE, BN2)
                 mbarrier.arrive(empty.index((pos + j - 1) % STAGES), count=1)
             pb, pb2 = _wave_wait(pb, pb2, BN2)
@@ -363,15 +364,6 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
             acc0, wide0 = _promoted(acc0, wide0, pa, pa2, sa, SCALE, BN2)
             mbarrier.arrive(empty.index(pos % STAGES), count=1)
         return acc0, wide0, turn
-
-    @gluon.jit
-    def _lag_wait(raw, raw2, BN2: gl.constexpr):
-        """The older of two steps' wgmma in flight finished (raw, and BN2 > 0: raw2); the newer one's left running."""
-        if BN2 > 0:
-            raw, raw2 = warpgroup_mma_wait(2, deps=[raw, raw2])
-        else:
-            raw = warpgroup_mma_wait(1, deps=[raw])
-        return raw, raw2
 
     @gluon.jit
     def _second_wave(a_bufs, b_bufs, b2_bufs, slot, acc0, wide0, raw, raw2, s0, turns, turn, ROW0: gl.constexpr,

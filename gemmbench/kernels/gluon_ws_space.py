@@ -344,6 +344,6 @@ def schedules_space(problem, full: bool, schedules: tuple[str, ...]) -> list[Glu
         for overlap, waves in (_PROMOTIONS if (precise or block) and s in WARP_SPECIALIZED else ((False, 0),))
         for t in ((None, not block) if s == "halves" and waves else (None,))
         for lag in (_LAGS if waves == 1 else (None,))
-    ]
+    ]  # fmt: skip
     more = [split for c in unsplit for split in _splits_of(problem, c, sms)]
     return quick + [c for c in more if c not in quick and fits(c, elem, precise, block)]
