@@ -320,9 +320,10 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
         each K step's wgmma issued before the step before it is waited for (one step left in flight), so that
         step's promotion (block scales: times its rows' scales, read from its stage) runs under this one's wgmma,
         not only under the other consumer's.  Three tiles where the waves hold two: one wave of 64 rows a
-        warpgroup.  TRIP K steps a trip, every wgmma retired within it: one left in flight across the loop's back
-        edge made ptxas serialize the wgmma (C7514; docs/BENCHMARKS.md, "What bounds each kind of miss"); the steps
-        past the last whole trip one at a time.  Returns the wave's tiles and the turns taken."""
+        warpgroup.  TRIP K steps a trip, every wgmma retired within it: a wgmma left in flight across the loop's back
+        edge is what made ptxas serialize the overlapped partials' (C7514), and such a loop ran slower here too
+        (docs/BENCHMARKS.md, "The one wave with a step's lag"); the steps past the last whole trip one at a time.
+        Returns the wave's tiles and the turns taken."""
         STAGES: gl.constexpr = a_bufs.shape[0]
         WAVE_M: gl.constexpr = acc0.shape[0]
         layout: gl.constexpr = acc0.type.layout
