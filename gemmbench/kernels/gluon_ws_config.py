@@ -145,8 +145,8 @@ def accumulator_registers(config: GluonConfig, fp8_precise: bool) -> int:
         return 4 * regs
     if fp8_precise and config.PROMOTE_LAG:
         # the fp32 tile and two partials, in one wave; in trips of four counted as four tiles, as the overlapped
-        # partials' (in trips of four, three tiles of 64 x 128 a warpgroup spilled: docs/BENCHMARKS.md, "The one
-        # wave with a step's lag")
+        # partials' (in trips of four, three tiles of 64 rows by 128 columns a warpgroup spilled: docs/BENCHMARKS.md,
+        # "The one wave with a step's lag")
         return (3 if config.PROMOTE_LAG == 2 else 4) * regs
     if fp8_precise and config.PROMOTE_WAVES:
         return regs + regs // config.PROMOTE_WAVES  # the fp32 tile and one wave's partial
