@@ -65,7 +65,7 @@ def _config(**fields) -> GluonConfig:
 
 # (id, config, scales, promoted): each consumer K loop (the block scales' waves, one and two; the per-tensor waves in
 # turns and 128 + 32 wide; the overlapped partials, 64 and 64 + 16 wide; the one wave with a step's lag, in trips of 2
-# and of 4, 64 + 16 wide; Triton's plain loop split by atomics) and each schedule
+# and of 4, 64 + 16 wide; Triton's plain loop split by atomics; the halves' waves streamed) and each schedule
 CASES = [
     ("halves-block-scales", _config(), "block", True),
     ("ws-block-two-waves", _config(SCHEDULE="ws", BLOCK_N=64, PROMOTE_WAVES=2, num_stages=6), "block", True),
@@ -91,12 +91,14 @@ CASES = [
         "tensor",
         False,
     ),
+    ("halves-streamed-block-scales", _config(STREAM_K=True), "block", True),
     ("pipelined", _config(SCHEDULE="pipelined", PROMOTE_WAVES=0, num_warps=8, num_stages=3), "row", False),
 ]
 
 
 def _gemm(config: GluonConfig, scales: str, promoted: bool) -> gluon_ws.GluonGemm:
-    """The host's launch of a problem of whole tiles of every config (4 x 8 = 32 tiles: the split one is split)."""
+    """The host's launch of a problem of whole tiles of every config (4 x 8 = 32 tiles: the split one is split, the
+    streamed one streamed, fewer tiles than the stand-in's SMs)."""
     M, N, K = 512, 1024, 2048
     a = torch.zeros(M, K, dtype=torch.float8_e4m3fn)
     b = torch.zeros(N, K, dtype=torch.float8_e4m3fn)
@@ -147,8 +149,8 @@ def test_each_schedule_compiles_for_hopper_without_a_gpu(compiled, case_id, conf
         assert f"wgmma.wait_group.sync.aligned {2 if config.BLOCK_N2 else 1};" in ptx
     if scales == "block":
         assert "cp.async.ca.shared.global" in ptx or "cp.async.cg.shared.global" in ptx  # the scales' staging
-    if config.SPLIT_K:
-        # the atomic split's meeting: each unit adds its fp32 partial, then counts itself in with acquire-release
+    if config.meets():
+        # the atomic split's and stream-K's meeting: each unit adds its fp32 partial, then counts itself in with acquire-release
         assert re.search(r"\b(?:red|atom)\.global\.[\w.]*relaxed[\w.]*\.add[\w.]*\.f32", ptx)
         assert re.search(r"\batom\.global\.[\w.]*acq_rel[\w.]*\.add", ptx)
 

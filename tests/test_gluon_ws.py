@@ -287,6 +287,60 @@ def test_a_stored_tail_split_runs_whole_where_the_model_finds_no_split_of_this_t
     assert gs.launched_split(at_333, every, 132) == every
 
 
+def test_stream_k_shares_the_tails_k_steps_among_every_sm_and_meets_by_atomics(monkeypatch):
+    monkeypatch.setattr(g.tuning, "sm_count", lambda: 132)
+    streamed = cfg(128, 128, 128, 4, 5, SCHEDULE="halves", PROMOTE_WAVES=1).split(3, atomic=True).streamed()
+    assert streamed.to_dict()["STREAM_K"] is True and not {"SPLIT_K", "SPLIT_TAIL", "SPLIT_ATOMIC"} & set(
+        streamed.to_dict()
+    )
+    assert streamed.meets() and streamed.split(1).STREAM_K is None and not streamed.split(1).meets()
+    # 1024 x 2304: 8 x 18 = 144 tiles, 128 K steps: one whole wave, then the 12 tiles' 12 x 128 = 1536 steps
+    # shared by 132 programs
+    assert gc.whole_tiles(streamed, 1024, 2304, 132) == 132
+    assert gc.units(streamed, 1024, 2304, 16384, 132) == 132 + 1536
+    assert g.programs(streamed, 1024, 2304, 16384, 132) == 132
+    # 4 x 10 = 40 tiles of 64 steps, fewer than SMs: all 2560 steps streamed
+    assert gc.whole_tiles(streamed, 512, 1280, 132) == 0 and gc.units(streamed, 512, 1280, 8192, 132) == 2560
+    # 2048 x 8448: 16 x 66 = 1056 tiles, eight whole waves: nothing streamed
+    assert gc.whole_tiles(streamed, 2048, 8448, 132) == 1056 and gc.units(streamed, 2048, 8448, 8192, 132) == 1056
+    # the meeting's tile and the halves' waves, as split-K's: one consumer order, no second accumulator
+    precise = dict(elem=1, fp8_precise=True)
+    assert gc.fits(streamed, **precise) and gc.fits(streamed, **precise, block=True)
+    assert not gc.fits(replace(streamed, BLOCK_N=64, BLOCK_N2=16), **precise)
+    assert not gc.fits(cfg(128, 128, 128, 4, 4, SCHEDULE="pingpong", STREAM_K=True), 1, fp8_precise=False)
+    assert not gc.fits(cfg(128, 128, 128, 4, 4, SCHEDULE="halves", PROMOTE_OVERLAP=True, STREAM_K=True), **precise)
+    # 128 x 1280 bf16 in 64 x 128 tiles: 2 x 10 = 20 tiles, none whole: streamed, one zeroed fp32 slice a tile
+    a, b = torch.empty(128, 8192, dtype=torch.bfloat16), torch.empty(1280, 8192, dtype=torch.bfloat16)
+    out = torch.empty(128, 1280, dtype=torch.bfloat16)
+    bf16 = cfg(64, 128, 64, 4, 6, SCHEDULE="ws").streamed()
+    gemm = g.GluonGemm(a, b, out, out, out, "none", bf16, 0)
+    assert gemm.streamed and gemm.atomic and gemm.whole == 0 and gemm.programs == 132
+    assert gemm.workspace.numel() == 20 * 64 * 128 and not gemm.workspace.any() and gemm.counters.numel() == 2 * 20
+    # on 20 SMs the 20 tiles are one whole wave: nothing to stream, every tile whole and no workspace
+    monkeypatch.setattr(g.tuning, "sm_count", lambda: 20)
+    whole = g.GluonGemm(a, b, out, out, out, "none", bf16, 0)
+    assert not whole.streamed and not whole.atomic and whole.whole == 20 and whole.workspace.numel() == 1
+
+
+def test_stream_k_is_searched_and_launched_where_a_split_of_the_tail_pays(monkeypatch):
+    monkeypatch.setattr(g.tuning, "sm_count", lambda: 132)
+    one = cfg(128, 128, 128, 8, 4, SCHEDULE="ws")
+    # 4 x 10 = 40 tiles (the split model splits them: test_the_split_models_fastest_split_is_a_quick_candidate):
+    # the config streamed is searched too; 2048 x 8192 x 8192 (eight whole waves less 32 tiles): split by
+    # atomics only, and streamed
+    for M, N in ((512, 1280), (2048, 8192)):
+        full = gs.search_space(Problem("t", "g", M, N, 8192, "fp8", fp8_accum="fast"), on_gpu=True, full=True)
+        assert one.streamed() in full
+    # 2048 x 8192 x 1024: 1024 tiles of 8 K steps, seven whole waves and 100 tiles; no split of them pays (whole:
+    # eight waves of 8 = 64 steps; atomic S 2: 56 + two waves of 4 + 2 = 68): no streamed config searched, and a
+    # stored one runs whole
+    at = Problem("t", "g", 2048, 8192, 1024, "fp8", fp8_accum="fast")
+    assert one.streamed() not in gs.search_space(at, on_gpu=True, full=True)
+    assert gs.launched_split(at, one.streamed(), 132) == one
+    at_512 = Problem("t", "g", 512, 1280, 8192, "fp8", fp8_accum="fast")
+    assert gs.launched_split(at_512, one.streamed(), 132) == one.streamed()
+
+
 def test_descriptors_take_the_configs_blocks():
     a = torch.empty(333, 1040, dtype=torch.bfloat16)
     b = torch.empty(1008, 1040, dtype=torch.bfloat16)

@@ -324,7 +324,26 @@ def test_split_halves_with_the_lag(scaling, atomic):
     _split_k_at_every_stage_count(SPLIT_TILES[1], scaling, atomic, None, lag=2)
 
 
-def _split_k_at_every_stage_count(tile, scaling, atomic, turns, lag=None) -> None:
+@pytest.mark.parametrize("tile,scaling", SPLIT_RUNS, ids=lambda x: "-".join(map(str, x)))
+def test_stream_k_at_every_stage_count(tile, scaling):
+    """Stream-K's pieces: every stage count from 2 that fits; 4 x 10 tiles (M 512, N 1280) of 64 K steps shared by
+    132 programs, 19 or 20 steps each, so most shares end inside a tile and go on in the next, and a tile meets 2 or
+    4 pieces; M 333 (3 x 10 tiles, 15 or 14 steps a share, the last tile's rows partial); and the tails past whole
+    waves, 12 tiles of 16 K steps shared by 132 (936 and 144 tiles: 1 or 2 steps each, a tile's 16 steps in 9 or
+    10 pieces), and a tail of fewer steps than programs (8 x 17 = 136 tiles: 4 past one wave, 32 K steps, one a
+    program for the first 32, none for the other 100).  The second call is right only if the first left the slices
+    and counters zero."""
+    _split_k_at_every_stage_count(tile, scaling, True, None, stream=True)
+
+
+@pytest.mark.parametrize("scaling", ["tensor", "block"])
+def test_stream_k_halves_with_the_lag(scaling):
+    """The streamed halves in one wave with a step's lag: a piece of 1 to 20 K steps in trips of two and a step
+    over."""
+    _split_k_at_every_stage_count(SPLIT_TILES[1], scaling, True, None, lag=2, stream=True)
+
+
+def _split_k_at_every_stage_count(tile, scaling, atomic, turns, lag=None, stream=False) -> None:
     import torch
 
     from gemmbench import registry
@@ -337,19 +356,27 @@ def _split_k_at_every_stage_count(tile, scaling, atomic, turns, lag=None) -> Non
     schedule, bm, bn, warps, waves, accum = tile
     v = registry.get("gluon_ws")
     ran = 0
-    for M, N, K, tail in [(512, 1280, 8192, None), (2048, 8192, 1024, None), (1536, 9984, 2048, True),
-                          (1024, 2304, 2048, True)]:  # fmt: skip
+    shapes = [(512, 1280, 8192, None), (2048, 8192, 1024, None), (1536, 9984, 2048, True), (1024, 2304, 2048, True)]
+    if stream:  # (at 2048 x 8192 x 1024 the tail runs whole: no split of it pays)
+        shapes = [(512, 1280, 8192, None), (333, 1280, 8192, None), (1536, 9984, 2048, True), (1024, 2304, 2048, True),
+                  (1024, 2176, 1024, True)]  # fmt: skip
+    for M, N, K, tail in shapes:
         p = Problem("test", "g", M, N, K, "fp8", scaling=scaling, fp8_accum=accum)
         inputs = make_inputs(p, 11, "cuda")
         ref = reference(p, inputs)
         for stages in range(2, max(STAGE_CHOICES) + 1):
             config = GluonConfig.tile(bm, bn, 128, warps, stages, SCHEDULE=schedule, PROMOTE_WAVES=waves, SPLIT_K=3,
                                       SPLIT_TAIL=tail, SPLIT_ATOMIC=atomic, TURNS=turns, PROMOTE_LAG=lag)  # fmt: skip
+            if stream:
+                config = config.streamed()
             if not fits(config, 1, accum == "precise", scaling == "block"):
                 continue
             launch = v.tunable.build(p, inputs, config)
-            assert launch.config["SPLIT_K"] == 3 and launch.config.get("TURNS") == turns
-            assert launch.config.get("PROMOTE_LAG") == lag
+            if stream:
+                assert launch.config["STREAM_K"] and "SPLIT_K" not in launch.config and launch.fn.streamed
+            else:
+                assert launch.config["SPLIT_K"] == 3
+            assert launch.config.get("TURNS") == turns and launch.config.get("PROMOTE_LAG") == lag
             assert (launch.fn.whole > 0) == bool(tail)  # the tail's split tiles follow whole waves here
             outputs = []
             for call in range(2):
@@ -361,7 +388,7 @@ def _split_k_at_every_stage_count(tile, scaling, atomic, turns, lag=None) -> Non
             else:
                 assert torch.equal(*outputs), f"{stages} stages: two calls differ"
             ran += 1
-    assert ran == 4 * (4 if waves and scaling == "block" else 5)  # four shapes, stages 2 to 6 (or 5)
+    assert ran == len(shapes) * (4 if waves and scaling == "block" else 5)  # each shape at stages 2 to 6 (or 5)
 
 
 @pytest.mark.parametrize("scaling", ["tensor", "row"])

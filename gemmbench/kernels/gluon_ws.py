@@ -181,12 +181,14 @@ class GluonGemm:
         self.layouts = accumulator_layouts(config, 8 * a.element_size())
         self.splits, self.k_per = split_k(config, K)
         sms, count = tuning.sm_count(), tiles(config, M, N)
-        self.whole = whole_tiles(config, M, N, sms) if self.splits > 1 else count
-        # split-K: each split tile's fp32 partials, a whole tile per split (its slices adjacent), or by atomics one
-        # slice per tile, zero between calls (the last unit of a tile leaves it so), and a counter per tile and
-        # consumer (likewise zero); one element each, never read, where no tile is split
+        # stream-K where the tiles leave a last wave partial (otherwise every tile runs whole)
+        self.streamed = bool(config.STREAM_K) and count % sms > 0
+        self.whole = whole_tiles(config, M, N, sms) if self.splits > 1 or self.streamed else count
+        # split-K: each split tile's fp32 partials, a whole tile per split (its slices adjacent), or by atomics (as
+        # stream-K's pieces meet) one slice per tile, zero between calls (the last unit of a tile leaves it so), and
+        # a counter per tile and consumer (likewise zero); one element each, never read, where no tile is split
         split_tiles = count - self.whole
-        self.atomic = bool(config.SPLIT_ATOMIC) and self.splits > 1
+        self.atomic = (bool(config.SPLIT_ATOMIC) and self.splits > 1) or self.streamed
         slices = split_tiles * (1 if self.atomic else self.splits) * config.BLOCK_M * config.BLOCK_N
         assert slices < 2**31, "the workspace's offsets are int32"
         made = torch.zeros if self.atomic else torch.empty
@@ -215,7 +217,8 @@ class GluonGemm:
             overlap, waves = promotion(cfg, self.promote, self.scale)
             self.compiled = gluon_ws_device.warp_specialized_kernel[(self.programs,)](
                 a_desc, b_desc, b2_desc, c_desc, c2_desc, *self.scales, *self.blocks[:2], self.workspace,
-                self.counters, *self.blocks[2:], M, N, K, self.k_per, self.whole, **common, SPLITS=self.splits,
+                self.counters, *self.blocks[2:], M, N, K, self.k_per, self.whole, **common,
+                SPLITS=0 if self.streamed else self.splits,
                 ATOMIC=self.atomic, layout2=self.layouts[1],
                 BN2=cfg.BLOCK_N2, CONSUMERS=2 if cfg.SCHEDULE in TWO_CONSUMERS else 1, HALVES=cfg.SCHEDULE == "halves",
                 OVERLAP=overlap, TURNS=cfg.takes_turns(self.scale), LAG=(cfg.PROMOTE_LAG or 0) if waves == 1 else 0,
@@ -242,7 +245,8 @@ def _build(problem, inputs, config: GluonConfig) -> Launch:
         inputs.a, config, dtypes.REFERENCE_FP8_ACCUM if promotes(problem) else problem.fp8_accum
     )
     gemm = GluonGemm(inputs.a, inputs.b, out, a_scale, b_scale, scale, config, promote or 0, blocks)
-    return Launch(fn=gemm, params=config.split(gemm.splits), out=out, resources=gemm.resources)
+    ran = config if gemm.streamed else config.split(gemm.splits)
+    return Launch(fn=gemm, params=ran, out=out, resources=gemm.resources)
 
 
 def _register(name: str, schedules: tuple[str, ...], what: str, scalings: tuple[str, ...]) -> None:

@@ -57,6 +57,11 @@ class GluonConfig(tuning.KernelConfig):
     # change from call to call; None (unset): each partial stored in a slice of its own and summed in split order by
     # the last unit, the same bits every call (gluon_ws_split.py)
     SPLIT_ATOMIC: Optional[bool] = None
+    # True (stream-K): the K steps of the tiles past the grid's whole waves spread evenly over every program, a
+    # program's share ending inside one tile and going on in the next, so that every SM sums as many K steps
+    # whatever the tiles' count; the shares of a tile meet by atomics, as SPLIT_ATOMIC's (SPLIT_K, SPLIT_TAIL and
+    # SPLIT_ATOMIC unset).  None (unset, left out of the JSON): no stream-K
+    STREAM_K: Optional[bool] = None
     # the halves in row waves: True, the two consumers issue each wave's wgmma in turns (one waits for the other's
     # to be issued); False, each as soon as its stage is ready.  None (unset, left out of the JSON, so configs and
     # rows from before it read the same): in turns with block scales only, where more cells lost than gained without
@@ -81,6 +86,14 @@ class GluonConfig(tuning.KernelConfig):
         """Units per tile asked for (SPLIT_K, 1 where unset)."""
         return self.SPLIT_K or 1
 
+    def meets(self) -> bool:
+        """Whether some tile's K steps are summed by more than one unit, which then meet: split-K or stream-K."""
+        return self.splits() > 1 or bool(self.STREAM_K)
+
+    def streamed(self) -> GluonConfig:
+        """This config with its tail's K steps spread over every program (stream-K), split-K's fields unset."""
+        return replace(self, SPLIT_K=None, SPLIT_TAIL=None, SPLIT_ATOMIC=None, STREAM_K=True)
+
     def split(self, splits: int, tail: Optional[bool] = None, atomic: Optional[bool] = None) -> GluonConfig:
         """This config in `splits` units per tile (unset where 1), of the tail's tiles only where tail is True, meeting
         by atomics where atomic is True (each the config's own choice where None)."""
@@ -88,7 +101,7 @@ class GluonConfig(tuning.KernelConfig):
         atomic = self.SPLIT_ATOMIC if atomic is None else atomic
         many = splits > 1
         return replace(self, SPLIT_K=splits if many else None, SPLIT_TAIL=True if many and tail else None,
-                       SPLIT_ATOMIC=True if many and atomic else None)  # fmt: skip
+                       SPLIT_ATOMIC=True if many and atomic else None, STREAM_K=None)  # fmt: skip
 
 
 def wgmma_layout_params(bm: int, bn: int, warps: int, elem_bits: int) -> tuple[list[int], list[int]]:
@@ -167,7 +180,7 @@ def fits(config: GluonConfig, elem: int, fp8_precise: bool, block: bool = False)
     registers with room for addresses and scales, BLOCK_M whole warpgroup wgmmas (64 rows each)."""
     if config.BLOCK_M % 64 or config.num_stages < 2:
         return False
-    if config.splits() > 1 and (config.SCHEDULE not in SPLITTABLE or config.BLOCK_N2):
+    if config.meets() and (config.SCHEDULE not in SPLITTABLE or config.BLOCK_N2):
         return False  # the second accumulator does not meet
     waves = config.PROMOTE_WAVES
     halves = config.SCHEDULE == "halves"
@@ -180,7 +193,7 @@ def fits(config: GluonConfig, elem: int, fp8_precise: bool, block: bool = False)
         return False  # the halves promote, one warpgroup each: in the waves' K loop or the overlapped partials
     if halves and not (fp8_precise or block):
         return False  # both are promotions, which the 16-bit and fast contracts do not take
-    if halves and not waves and config.splits() > 1:
+    if halves and not waves and config.meets():
         return False  # split-K meets a tile held whole or in waves
     if config.PROMOTE_LAG and waves != 1:
         return False  # the lag's two partials are of the one wave's rows
@@ -196,7 +209,7 @@ def fits(config: GluonConfig, elem: int, fp8_precise: bool, block: bool = False)
     # registers left for addresses, barriers' phases and scales: 40 under the consumers' CONSUMER_REGS; one
     # partition, 255 a thread, keeps 192 for accumulators (docs/BENCHMARKS.md, "The Gluon kernel": what spilled)
     budget = CONSUMER_REGS - 40 if config.SCHEDULE in WARP_SPECIALIZED else 192
-    if config.splits() > 1 and meeting_registers(config) > budget:
+    if config.meets() and meeting_registers(config) > budget:
         return False
     return (
         smem_bytes(config, elem, block=block) <= SMEM_BYTES
@@ -211,17 +224,19 @@ def tiles(config: GluonConfig, M: int, N: int) -> int:
 
 def whole_tiles(config: GluonConfig, M: int, N: int, sms: int) -> int:
     """The tiles a launch runs whole before its split ones: the grid's whole waves where only the tail is split
-    (SPLIT_TAIL), none where every tile is, all where nothing is."""
+    (SPLIT_TAIL) or streamed (STREAM_K), none where every tile is split, all where nothing is."""
     count = tiles(config, M, N)
-    if config.splits() == 1:
+    if not config.meets():
         return count
-    return (count // sms) * sms if config.SPLIT_TAIL else 0
+    return (count // sms) * sms if config.SPLIT_TAIL or config.STREAM_K else 0
 
 
 def units(config: GluonConfig, M: int, N: int, K: int, sms: int) -> int:
-    """Units of work of a launch: its whole tiles, and split_k's shares of each of the others."""
+    """Units of work of a launch: its whole tiles, and split_k's shares of each of the others (stream-K: each of
+    their K steps, shared out among as many programs as there are SMs)."""
     count, whole = tiles(config, M, N), whole_tiles(config, M, N, sms)
-    return whole + (count - whole) * split_k(config, K)[0]
+    each = cdiv(K, config.BLOCK_K) if config.STREAM_K else split_k(config, K)[0]
+    return whole + (count - whole) * each
 
 
 def cdiv(a: int, b: int) -> int:

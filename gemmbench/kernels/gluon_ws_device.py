@@ -50,7 +50,7 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
         scaled,
         stage_block_scales,
     )
-    from gemmbench.kernels.gluon_ws_split import meet, unit_work
+    from gemmbench.kernels.gluon_ws_split import meet, unit_work, units_end
 
     # fmt: off
 
@@ -171,8 +171,8 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
         grid_n = gl.cdiv(N, BN + BN2)
         k_steps = gl.cdiv(K, BK)
         pos = 0
-        for unit in range(gl.program_id(0), whole + (grid_m * grid_n - whole) * SPLITS, gl.num_programs(0)):
-            tile, k_first, steps, _ = unit_work(unit, k_steps, k_per, whole, SPLITS)
+        for unit in range(gl.program_id(0), units_end(grid_m * grid_n, whole, k_steps, SPLITS), gl.num_programs(0)):
+            tile, k_first, steps, _, _ = unit_work(unit, k_steps, k_per, grid_m * grid_n, whole, SPLITS)
             pid_m, pid_n = _tile_coords(tile, grid_m, grid_n, GROUP_M)
             off_n = pid_n * (BN + BN2)
             for k in range(k_first, k_first + steps):
@@ -242,9 +242,9 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
         tile of the program, rows FIRST * its half on (the output descriptor's block is the half), each consumer's
         waves on their own, or in turns where TURNS says (by default with block scales; k_loop_waves*): both read
         every stage, which goes back to the producer only once both released it, so neither runs more than one lap
-        ahead of the other without turns.  SPLITS > 1 (one consumer, or the halves: every unit in the same order):
-        units, not tiles, each a share of a tile's K steps, and only the unit that meets its tile's other splits last
-        (gluon_ws_split.meet) runs the epilogue."""
+        ahead of the other without turns.  SPLITS other than 1 (one consumer, or the halves: every unit in the same
+        order; 0: stream-K): units, not tiles, each a share of a tile's K steps, and only the unit that meets its
+        tile's other units last (gluon_ws_split.meet) runs the epilogue."""
         a_bufs, b_bufs, b2_bufs, ready, empty, a_sc, b_sc = ring
         BM: gl.constexpr = a_bufs.shape[1]  # the tile's rows; this consumer's are the output block's
         ROWS: gl.constexpr = c_desc.block_type.shape[0]
@@ -259,9 +259,9 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
         step = gl.num_programs(0)
         base = 0 if HALVES else FIRST * k_steps
         turn = 0
-        units = whole + (grid_m * grid_n - whole) * SPLITS
+        units = units_end(grid_m * grid_n, whole, k_steps, SPLITS)
         for unit in range(gl.program_id(0) + (0 if HALVES else FIRST) * step, units, EVERY * step):
-            tile, k_first, steps, split = unit_work(unit, k_steps, k_per, whole, SPLITS)
+            tile, k_first, steps, split, parts = unit_work(unit, k_steps, k_per, grid_m * grid_n, whole, SPLITS)
             pid_m, pid_n = _tile_coords(tile, grid_m, grid_n, GROUP_M)
             acc = gl.zeros([ROWS, BN], gl.float32, layout)
             acc2 = acc  # the tensors a schedule does not hold stand for themselves, never read
@@ -318,15 +318,15 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
                 turn += 1
             base += EVERY * steps
             off_n = pid_n * (BN + BN2)
-            if SPLITS > 1:  # (no second accumulator: fits)
+            if SPLITS != 1:  # split-K or stream-K (no second accumulator: fits)
                 last = unit < whole  # a whole tile's unit is its tile's only one
                 if unit >= whole:
                     if WAVES > 0:
-                        last, w0, w1 = meet(w0, w1, ws_ptr, count_ptr, tile * 2 + FIRST, tile, whole, split, ROW0,
-                                            BM, SPLITS, WAVES, ATOMIC)
+                        last, w0, w1 = meet(w0, w1, ws_ptr, count_ptr, tile * 2 + FIRST, tile, whole, split, parts,
+                                            ROW0, BM, SPLITS, WAVES, ATOMIC)
                     else:
-                        last, acc, _ = meet(acc, acc, ws_ptr, count_ptr, tile * 2 + FIRST, tile, whole, split, 0, BM,
-                                            SPLITS, 1, ATOMIC)
+                        last, acc, _ = meet(acc, acc, ws_ptr, count_ptr, tile * 2 + FIRST, tile, whole, split, parts,
+                                            0, BM, SPLITS, 1, ATOMIC)
                 if last:
                     _tile_epilogue(acc, w0, w1, acc, w0, w1, c_desc, c2_desc, c_smem, c2_smem, a_scale_ptr,
                                    b_scale_ptr, pid_m * BM, off_n, M, N, ROW0, SCALE, WAVES, 0)
@@ -343,7 +343,7 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
         s_am, s_ak, s_bn, s_bk,                                  # strides: the block scales'
         M, N, K, k_per, whole,                                   # sizes; K steps of a split, tiles run whole
         GROUP_M: gl.constexpr, STAGES: gl.constexpr,             # schedule
-        CONSUMERS: gl.constexpr, HALVES: gl.constexpr, SPLITS: gl.constexpr,
+        CONSUMERS: gl.constexpr, HALVES: gl.constexpr, SPLITS: gl.constexpr,  # split-K's units a tile (0: stream-K)
         ATOMIC: gl.constexpr,                                    # split-K's units meet by atomics
         PROMOTE: gl.constexpr, OVERLAP: gl.constexpr,            # fp8: how it promotes, which scales; whether the
         WAVES: gl.constexpr, SCALE: gl.constexpr,                # halves' waves take turns; one wave with a

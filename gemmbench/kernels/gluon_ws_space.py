@@ -167,8 +167,12 @@ def launched_split(problem, config: GluonConfig, sms: int) -> GluonConfig:
     """The config a launch runs: a stored tail split runs where the split model (filling_split) finds that some split
     of this problem's tail beats its tiles whole, and runs whole where none does.  A config is stored per M bucket:
     its split was chosen at the bucket's M, whose last wave another M of the bucket may not have (and the tune and
-    the quick candidates split only where the model does, so at the M they were chosen for they run as chosen)."""
+    the quick candidates split only where the model does, so at the M they were chosen for they run as chosen).
+    Stream-K likewise: where no split of the tail pays, its tiles nearly fill their last wave, and the meeting of
+    pieces spread over every program would cost more than the wave's idle SMs."""
     if config.SPLIT_TAIL and config.splits() > 1 and filling_split(problem, config, sms) == 1:
+        return config.split(1)
+    if config.STREAM_K and filling_split(problem, config, sms, atomic=True) == 1:
         return config.split(1)
     return config
 
@@ -208,7 +212,8 @@ def launched(problem, config: GluonConfig) -> GluonConfig:
 
 def _splits_of(problem, config: GluonConfig, sms: int) -> list[GluonConfig]:
     """The full search's splits of an unsplit config, for each way of meeting (ordered, atomic): where the model
-    splits (filling_split), SPLIT_CHOICES up to twice its split and its split itself; the config itself first."""
+    splits (filling_split), SPLIT_CHOICES up to twice its split and its split itself, and there its tail streamed
+    (stream-K) too; the config itself first."""
     found = [config]
     if config.SCHEDULE not in SPLITTABLE:
         return found
@@ -217,6 +222,8 @@ def _splits_of(problem, config: GluonConfig, sms: int) -> list[GluonConfig]:
         if best > 1:
             choices = sorted({best} | {s for s in SPLIT_CHOICES if s <= 2 * best})
             found += [config.split(s, tail=True, atomic=atomic) for s in choices]
+            if atomic:
+                found.append(config.streamed())
     return found
 
 

@@ -1,6 +1,6 @@
-"""The Gluon GEMM's split-K in device code: which tile and which K steps a unit of work is, and how the splits of one
-tile meet; the warp-specialized schedules of gluon_ws_device.py call them, gluon_ws.py sizes the split and the
-workspace.
+"""The Gluon GEMM's split-K and stream-K in device code: which tile and which K steps a unit of work is, and how the
+units of one tile meet; the warp-specialized schedules of gluon_ws_device.py call them, gluon_ws.py sizes the split
+and the workspace.
 
 An output with fewer tiles than SMs leaves SMs idle, and one whose last wave is partial leaves them idle at its end:
 the first WHOLE tiles run as one unit each (the grid's whole waves, or none), and each tile after them as SPLITS
@@ -11,7 +11,10 @@ the slices in split order (bitwise the same sum, whichever arrived last), leaves
 and runs the epilogue.  ATOMIC instead: each unit adds its partial into its tile's one slice by L2 atomics, and the
 one that counts last reads that slice alone and leaves it zero: the last unit reads one slice however many splits,
 where the ordered sum reads them all one after another; the order of the adds, and so the sum's last bits, may
-differ from call to call.  No unit waits on another (none spins), so units may run in any order, and there is no
+differ from call to call.  Stream-K (SPLITS 0) instead spreads the K steps of the tiles after the WHOLE ones evenly
+over every program, tile after tile: a program's share is one or more pieces, each ending where its tile or its share
+ends, and a tile's pieces meet by atomics as above, the count that makes one last being how many programs' shares
+hold a piece of it.  No unit waits on another (none spins), so units may run in any order, and there is no
 zeroing or reduction launch.  Each consumer partition counts on a counter of its own: the halves meet their row
 halves apart.
 """
@@ -26,21 +29,66 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
     # fmt: off
 
     @gluon.jit
+    def units_end(
+        tiles, whole, k_steps,                                   # output tiles, tiles run whole, K steps of a tile
+        SPLITS: gl.constexpr,                                    # units per split tile; 0: stream-K
+    ):
+        """Where this program's units end, its units being program_id, + num_programs, ... before it: every unit
+        of the launch split-K's way; stream-K, the program's whole tiles and then its share's pieces of tiles."""
+        if SPLITS == 0:
+            programs = gl.num_programs(0)
+            program = gl.program_id(0)
+            streamed = (tiles - whole) * k_steps
+            first, end = _stream_share(program, gl.minimum(programs, streamed), streamed)
+            pieces = gl.where(end > first, (end - 1) // k_steps - first // k_steps + 1, 0)
+            return program + (whole // programs + pieces) * programs
+        else:
+            return whole + (tiles - whole) * SPLITS
+
+    @gluon.jit
+    def _stream_share(program, sharers, steps):
+        """[first, end) of the streamed K steps (the tail's tiles' steps, tile after tile) that a program sums: an
+        even share among the first `sharers` programs (no more than the steps: every share holds one or more, which
+        _stream_owner's count of a tile's pieces needs), none for the programs after them."""
+        first = gl.minimum(program, sharers) * steps // sharers
+        return first, gl.minimum(program + 1, sharers) * steps // sharers
+
+    @gluon.jit
+    def _stream_owner(step, sharers, steps):
+        """The program whose share holds streamed K step `step`: the last whose share starts at or before it."""
+        return ((step + 1) * sharers + steps - 1) // steps - 1
+
+    @gluon.jit
     def unit_work(
         unit, k_steps, k_per,                                    # the unit, K steps of a tile, of a split
-        whole,                                                   # the tiles run whole before the split ones
-        SPLITS: gl.constexpr,                                    # units per split tile
+        tiles, whole,                                            # output tiles, tiles run whole before the others
+        SPLITS: gl.constexpr,                                    # units per split tile; 0: stream-K
     ):
-        """(tile, first K step, K steps, split) of a unit: a tile before `whole` whole (split 0), and after them
-        share (unit - whole) % SPLITS of tile whole + (unit - whole) // SPLITS's K steps."""
+        """(tile, first K step, K steps, split, parts) of a unit, parts being how many units meet on its tile: a
+        tile before `whole` whole (split 0, one part); after them, split-K's share (unit - whole) % SPLITS of tile
+        whole + (unit - whole) // SPLITS's K steps, or stream-K's piece (unit - whole) // num_programs of its
+        program's share (split 0: the pieces meet by atomics, in no order)."""
         if SPLITS == 1:
-            return unit, 0, k_steps, 0
+            return unit, 0, k_steps, 0, 1
+        elif SPLITS == 0:
+            programs = gl.num_programs(0)
+            streamed = (tiles - whole) * k_steps
+            sharers = gl.minimum(programs, streamed)
+            first, end = _stream_share(unit % programs, sharers, streamed)
+            at = first // k_steps + gl.maximum(unit - whole, 0) // programs  # the tile among the tail's
+            k_first = gl.maximum(first - at * k_steps, 0)
+            steps = gl.minimum(end - at * k_steps, k_steps) - k_first
+            parts = _stream_owner((at + 1) * k_steps - 1, sharers, streamed) - _stream_owner(at * k_steps, sharers,
+                                                                                              streamed) + 1
+            whole_tile = unit < whole
+            return (gl.where(whole_tile, unit, whole + at), gl.where(whole_tile, 0, k_first),
+                    gl.where(whole_tile, k_steps, steps), 0, gl.where(whole_tile, 1, parts))
         else:
             past = gl.maximum(unit - whole, 0)
             split = past % SPLITS
             k_first = gl.where(unit < whole, 0, split * k_per)
             steps = gl.where(unit < whole, k_steps, gl.minimum(k_per, k_steps - k_first))
-            return gl.where(unit < whole, unit, whole + past // SPLITS), k_first, steps, split
+            return gl.where(unit < whole, unit, whole + past // SPLITS), k_first, steps, split, SPLITS
 
     @gluon.jit
     def _partial_ptrs(acc, ws_ptr, index, row0, TILE_M: gl.constexpr):
@@ -73,9 +121,11 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
     def meet(
         acc0, acc1,                                              # this consumer's fp32 tiles (row waves, or one)
         ws_ptr, count_ptr, counter,                              # workspace, counters, this consumer's counter
-        tile, whole, split, row0,                                # the unit's tile, split, first row in the tile
+        tile, whole, split, parts, row0,                         # the unit's tile, split, the tile's units, first
+                                                                 # row in the tile
         TILE_M: gl.constexpr,                                    # the tile's rows
-        SPLITS: gl.constexpr, TILES: gl.constexpr,               # units per tile, tensors held (1 or 2 row waves)
+        SPLITS: gl.constexpr, TILES: gl.constexpr,               # units per split tile, tensors held (1 or 2 row
+                                                                 # waves)
         ATOMIC: gl.constexpr,                                    # added into one slice, not stored in its own
     ):
         """Meet the tile's other splits: (last, acc0, acc1), last true in the unit that counted last, whose tiles
@@ -95,7 +145,7 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
         # CUTLASS semaphore pattern); the acquire side makes the other units' partials visible to the one that counts
         # last
         cta_barrier()
-        last = gl.atomic_add(count_ptr + counter, 1, sem="acq_rel") == SPLITS - 1
+        last = gl.atomic_add(count_ptr + counter, 1, sem="acq_rel") == parts - 1
         if last:
             if ATOMIC:
                 acc0 = _taken(acc0, ws_ptr, first, row0, TILE_M)
