@@ -293,6 +293,7 @@ def test_stream_k_shares_the_tails_k_steps_among_every_sm_and_meets_by_atomics(m
     assert streamed.to_dict()["STREAM_K"] is True and not {"SPLIT_K", "SPLIT_TAIL", "SPLIT_ATOMIC"} & set(
         streamed.to_dict()
     )
+    assert type(streamed).from_dict(streamed.to_dict()) == streamed  # a stored stream-K config reads back
     assert streamed.meets() and streamed.split(1).STREAM_K is None and not streamed.split(1).meets()
     # 1024 x 2304: 8 x 18 = 144 tiles, 128 K steps: one whole wave, then the 12 tiles' 12 x 128 = 1536 steps
     # shared by 132 programs
