@@ -170,9 +170,8 @@ def launched_split(problem, config: GluonConfig, sms: int) -> GluonConfig:
     the quick candidates split only where the model does, so at the M they were chosen for they run as chosen).
     Stream-K likewise: where no split of the tail pays, its tiles nearly fill their last wave, and the meeting of
     pieces spread over every program would cost more than the wave's idle SMs."""
-    if config.SPLIT_TAIL and config.splits() > 1 and filling_split(problem, config, sms) == 1:
-        return config.split(1)
-    if config.STREAM_K and filling_split(problem, config, sms, atomic=True) == 1:
+    tail = (config.SPLIT_TAIL and config.splits() > 1) or config.STREAM_K
+    if tail and filling_split(problem, config, sms, atomic=bool(config.SPLIT_ATOMIC or config.STREAM_K)) == 1:
         return config.split(1)
     return config
 

@@ -38,20 +38,20 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
         if SPLITS == 0:
             programs = gl.num_programs(0)
             program = gl.program_id(0)
-            streamed = (tiles - whole) * k_steps
-            first, end = _stream_share(program, gl.minimum(programs, streamed), streamed)
+            first, end, _ = _stream_share(program, (tiles - whole) * k_steps)
             pieces = gl.where(end > first, (end - 1) // k_steps - first // k_steps + 1, 0)
             return program + (whole // programs + pieces) * programs
         else:
             return whole + (tiles - whole) * SPLITS
 
     @gluon.jit
-    def _stream_share(program, sharers, steps):
-        """[first, end) of the streamed K steps (the tail's tiles' steps, tile after tile) that a program sums: an
-        even share among the first `sharers` programs (no more than the steps: every share holds one or more, which
-        _stream_owner's count of a tile's pieces needs), none for the programs after them."""
+    def _stream_share(program, steps):
+        """(first, end, sharers): [first, end) of the `steps` streamed K steps (the tail's tiles' steps, tile after
+        tile) that a program sums, an even share among the first `sharers` programs (no more programs than steps:
+        every share holds one or more, which _stream_owner's count of a tile's pieces needs), none for the rest."""
+        sharers = gl.minimum(gl.num_programs(0), steps)
         first = gl.minimum(program, sharers) * steps // sharers
-        return first, gl.minimum(program + 1, sharers) * steps // sharers
+        return first, gl.minimum(program + 1, sharers) * steps // sharers, sharers
 
     @gluon.jit
     def _stream_owner(step, sharers, steps):
@@ -73,8 +73,7 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
         elif SPLITS == 0:
             programs = gl.num_programs(0)
             streamed = (tiles - whole) * k_steps
-            sharers = gl.minimum(programs, streamed)
-            first, end = _stream_share(unit % programs, sharers, streamed)
+            first, end, sharers = _stream_share(unit % programs, streamed)
             at = first // k_steps + gl.maximum(unit - whole, 0) // programs  # the tile among the tail's
             k_first = gl.maximum(first - at * k_steps, 0)
             steps = gl.minimum(end - at * k_steps, k_steps) - k_first
