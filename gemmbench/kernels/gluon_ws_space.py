@@ -101,6 +101,10 @@ _ONE_WAVE_WIDTHS = ((64, 0), (64, 16), (64, 32))
 STAGE_CHOICES = (3, 4, 5, 6, 7, 8)
 SPLIT_CHOICES = (2, 3, 4, 6, 8, 12, 16)  # the full search's splits, where a config's tiles leave SMs idle
 MIN_SPLIT_STEPS = 4  # K steps a split takes at least: fewer spend more on filling the ring and meeting than summing
+# a round of meetings in K steps of the tile (the partials out through L2 by atomics, the count, the last unit's read
+# of its slice, all latency rather than bytes): the low end of what it measured on the 128 x 128 halves
+# (docs/BENCHMARKS.md, "Stream-K, and what a meeting costs"; the tune's splits agree, "What a meeting costs the model")
+MEETING_STEPS = 16
 MOST_SPLITS = 16  # the model's splits go no further: SPLIT_CHOICES' largest
 # the second accumulator's widths tried beside 64 and 128 columns (narrower than the first): 80, 96, 144, 160 and 192
 # wide tiles, which divide the N of more weights into about as many tiles as the GPU has SMs than powers of two do
@@ -140,13 +144,12 @@ def filling_width(problem, sms: int) -> Optional[tuple[int, int]]:
 
 def split_time(tiles: int, sms: int, steps: int, splits: int, atomic: bool = False) -> int:
     """A launch's time in K steps, as the split model counts it: the grid's whole waves of whole tiles, then the
-    tiles past them in `splits` units each, a wave of units at a time; a split unit also stores its fp32 partial
-    and the last of a tile's units sums them all, each slice counted as a K step (an fp32 128 x 128 slice is
-    twice the bytes of an fp8 K step's operands, through L2 instead of TMA); meeting by atomics, a unit adds its
-    partial and the last reads one slice: two slices whatever the split."""
+    tiles past them in `splits` units each, a wave of units at a time, each unit's round ending in a meeting of
+    MEETING_STEPS (by atomics: every unit adds its partial into the tile's one slice, the last reads it); in split
+    order the last unit reads every split's slice, one K step more for each past the first."""
     whole_waves = tiles // sms if splits > 1 else 0
     rest = tiles - whole_waves * sms
-    meeting = (2 if atomic else 1 + splits) if splits > 1 else 0
+    meeting = MEETING_STEPS + (0 if atomic else splits - 1) if splits > 1 else 0
     unit = cdiv(steps, splits) + meeting
     return whole_waves * steps + cdiv(rest * splits, sms) * unit
 
