@@ -183,31 +183,31 @@ def test_split_k_fits_one_consumer_order_and_the_meetings_registers():
 
 
 # The split model by hand (132 SMs, 128 x 128 fp8 tiles, K steps of 128): a launch costs its whole waves' K steps, then
-# per wave of split units ceil(steps / S) + 16 + (S - 1) (its share, a meeting of MEETING_STEPS, and in split order a
-# step for each slice past the first that the last unit reads); meeting by atomics ceil(steps / S) + 16
+# per wave of split units ceil(steps / S) + 22 + (S - 1) (its share, a meeting of MEETING_STEPS, and in split order a
+# step for each slice past the first that the last unit reads); meeting by atomics ceil(steps / S) + 22
 @pytest.mark.parametrize(
     "M,N,K,want,atomic",
     [
-        # 4 x 10 = 40 tiles, 64 steps: whole 64; S 2: 80 units, one wave, 32 + 17 = 49; S 3: 22 + 18 = 40;
-        # S 4: 160 units, two waves of 16 + 19: 70.  Atomic: S 2 48, S 3 38, S 4 two waves of 32: 64
+        # 4 x 10 = 40 tiles, 64 steps: whole 64; S 2: 80 units, one wave, 32 + 23 = 55; S 3: 22 + 24 = 46;
+        # S 4: 160 units, two waves of 16 + 25: 82.  Atomic: S 2 54, S 3 44, S 4 two waves of 38: 76
         (512, 1280, 8192, 3, 3),
-        # 8 x 10 = 80 tiles, 64 steps: whole 64; S 2: 160 units, two waves of 49 = 98; S 3: two of 40 = 80; S 4:
-        # three of 35; more splits, more waves.  Atomic: S 2 two of 48, S 3 two of 38 = 76: whole (as measured: 3
-        # splits by atomics 37.8 µs against 26.6 whole, docs/BENCHMARKS.md "Stream-K, and what a meeting costs")
+        # 8 x 10 = 80 tiles, 64 steps: whole 64; S 2: 160 units, two waves of 55 = 110; S 3: two of 46 = 92; more
+        # splits, more waves.  Atomic: S 2 two of 54, S 3 two of 44 = 88: whole (as measured: 3 splits by atomics
+        # 37.8 µs against 26.6 whole, docs/BENCHMARKS.md "Stream-K, and what a meeting costs")
         (1024, 1280, 8192, 1, 1),
-        # 10 tiles, 64 steps, one wave up to S 13: S 7: 10 + 22 = 32; S 8: 8 + 23 = 31; S 9: 8 + 24 = 32.  Atomic:
-        # S 11 6 + 16 = 22, S 12 22, S 13 5 + 16 = 21; S 14 on: two waves
+        # 10 tiles, 64 steps, one wave up to S 13: S 6: 11 + 27 = 38; S 7: 10 + 28 = 38; S 8: 8 + 29 = 37; S 9:
+        # 8 + 30 = 38.  Atomic: S 11 6 + 22 = 28, S 12 28, S 13 5 + 22 = 27; S 14 on: two waves
         (128, 1280, 8192, 8, 13),
-        (128, 1280, 1024, 1, 1),  # 8 K steps: at least 4 each, so S 2: 4 + 17 = 21 (atomic 20) against 8 whole
-        # 24 K steps, at least 4 a split, so S 6 at most: S 4: 6 + 19 = 25, S 5: 5 + 20 = 25, S 6: 4 + 21 = 25, not
-        # under 24 whole.  Atomic: S 5 5 + 16 = 21, S 6 4 + 16 = 20
-        (128, 1280, 3072, 1, 6),
+        (128, 1280, 1024, 1, 1),  # 8 K steps: at least 4 each, so S 2: 4 + 23 = 27 (atomic 26) against 8 whole
+        # 32 K steps, at least 4 a split, so S 8 at most: S 4: 8 + 25 = 33, S 5: 7 + 26, S 6: 6 + 27, S 7: 5 + 28,
+        # S 8: 4 + 29, all 33, not under 32 whole.  Atomic: S 7 5 + 22 = 27, S 8 4 + 22 = 26
+        (128, 1280, 4096, 1, 8),
         # 8 x 18 = 144 tiles, 128 steps: whole two waves, 256; split, one whole wave (128) and the 12 tiles past it in
-        # one wave up to S 11: S 9: 15 + 24 = 39, S 10: 13 + 25 = 38, S 11: 12 + 26 = 38 (the fewer: 10).  Atomic:
-        # S 10 13 + 16 = 29, S 11 12 + 16 = 28; S 12: 144 units, two waves
+        # one wave up to S 11: S 9: 15 + 30 = 45, S 10: 13 + 31 = 44, S 11: 12 + 32 = 44 (the fewer: 10).  Atomic:
+        # S 10 13 + 22 = 35, S 11 12 + 22 = 34; S 12: 144 units, two waves
         (1024, 2304, 16384, 10, 11),
         # 16 x 64 = 1024 tiles, 64 steps: whole eight waves, 512; S 2: seven whole (448) and 200 units in two
-        # waves of 49: 546.  Atomic: 448 + two waves of 48 = 544; S 5: 500 units, four waves of 13 + 16: 564
+        # waves of 55: 558.  Atomic: 448 + two waves of 54 = 556; S 5: 500 units, four waves of 13 + 22: 588
         (2048, 8192, 8192, 1, 1),
     ],
 )
@@ -215,7 +215,7 @@ def test_the_split_models_fastest_split_is_a_quick_candidate(monkeypatch, M, N, 
     monkeypatch.setattr(g.tuning, "sm_count", lambda: 132)
     # the full search's splits of one config, each way of meeting: the model's, and SPLIT_CHOICES (2, 3, 4, 6, 8,
     # 12, 16) up to twice the model's
-    choices = {1: set(), 3: {2, 3, 4, 6}, 6: {2, 3, 4, 6, 8, 12}, 8: {2, 3, 4, 6, 8, 12, 16},
+    choices = {1: set(), 3: {2, 3, 4, 6}, 8: {2, 3, 4, 6, 8, 12, 16},
                10: {2, 3, 4, 6, 8, 10, 12, 16}, 11: {2, 3, 4, 6, 8, 11, 12, 16},
                13: {2, 3, 4, 6, 8, 12, 13, 16}}  # fmt: skip
     for accum in ("precise", "fast"):
@@ -275,11 +275,11 @@ def test_a_stored_tail_split_runs_whole_where_the_model_finds_no_split_of_this_t
     # the M 512 bucket's config of a 10240 x 8192 weight, 128 x 128 tiles split 2 past the whole waves; 132 SMs
     stored = cfg(128, 128, 128, 4, 6, SCHEDULE="halves", PROMOTE_WAVES=1, SPLIT_K=2, SPLIT_TAIL=True)
     # M 512: 4 x 80 = 320 tiles, 64 K steps: whole, three waves = 192; split 2, two whole waves (128) and 56 x 2 =
-    # 112 units in one wave of 32 + 16 + 1 = 49: 177.  Kept
+    # 112 units in one wave of 32 + 22 + 1 = 55: 183.  Kept
     at_512 = Problem("t", "g", 512, 10240, 8192, "fp8")
     assert gs.launched_split(at_512, stored, 132) == stored
     # M 333: 3 x 80 = 240 tiles: whole, two waves = 128; split 2: one whole wave (64) and 108 x 2 = 216 units in two
-    # waves of 49 = 162; split 3: 64 + three waves of 22 + 18 = 184; more splits, more waves of units: run whole
+    # waves of 55 = 174; split 3: 64 + three waves of 22 + 24 = 202; more splits, more waves of units: run whole
     at_333 = Problem("t", "g", 333, 10240, 8192, "fp8")
     launched = gs.launched_split(at_333, stored, 132)
     assert launched.SPLIT_K is None and launched.SPLIT_TAIL is None
@@ -328,13 +328,13 @@ def test_stream_k_shares_the_tails_k_steps_among_every_sm_and_meets_by_atomics(m
 def test_stream_k_is_searched_and_launched_where_a_split_of_the_tail_pays(monkeypatch):
     monkeypatch.setattr(g.tuning, "sm_count", lambda: 132)
     one = cfg(128, 128, 128, 8, 4, SCHEDULE="ws")
-    # 4 x 10 = 40 tiles, and 128 x 1280 x 3072's 10 tiles, split by atomics only (the split model splits them:
-    # test_the_split_models_fastest_split_is_a_quick_candidate): the config streamed is searched too
-    for M, K in ((512, 8192), (128, 3072)):
+    # 4 x 10 = 40 tiles (split either way), and 128 x 1280 x 4096's 10 tiles (split by atomics only): the split model
+    # splits them (test_the_split_models_fastest_split_is_a_quick_candidate), so the config streamed is searched too
+    for M, K in ((512, 8192), (128, 4096)):
         full = gs.search_space(Problem("t", "g", M, 1280, K, "fp8", fp8_accum="fast"), on_gpu=True, full=True)
         assert one.streamed() in full
     # 2048 x 8192 x 1024: 1024 tiles of 8 K steps, seven whole waves and 100 tiles; no split of them pays (whole:
-    # eight waves of 8 = 64 steps; atomic S 2: 56 + two waves of 4 + 16 = 96): no streamed config searched, and a
+    # eight waves of 8 = 64 steps; atomic S 2: 56 + two waves of 4 + 22 = 108): no streamed config searched, and a
     # stored one runs whole
     at = Problem("t", "g", 2048, 8192, 1024, "fp8", fp8_accum="fast")
     assert one.streamed() not in gs.search_space(at, on_gpu=True, full=True)
@@ -836,10 +836,10 @@ def test_a_launch_runs_the_fitted_config_as_fitted(monkeypatch, sms):
 
 # The fitted tile split where its tiles leave SMs idle, by hand (132 SMs, M 333: 3 row blocks).  N 1280: 64 wide has
 # the least operand traffic (the test above), 3 x 20 = 60 tiles.  The split model counts K steps: a split unit's share
-# of them, plus a meeting of MEETING_STEPS (16), and in split order one more for each slice past the first.  fp8 (K 8192
-# in steps of 128: 64): whole 64; 2 ways 120 units in one wave, 32 + 17 = 49; 3 ways 180 units in two waves,
-# 2 x (22 + 18) = 80; 4 ways 2 x (16 + 19) = 70; more ways more waves: 2.  bf16 (steps of 64: 128): whole 128; 2 ways
-# 64 + 17 = 81; 3 ways 2 x (43 + 18) = 122; 4 ways 2 x (32 + 19) = 102: 2.  The fast contract promotes there (fewer
+# of them, plus a meeting of MEETING_STEPS (22), and in split order one more for each slice past the first.  fp8 (K 8192
+# in steps of 128: 64): whole 64; 2 ways 120 units in one wave, 32 + 23 = 55; 3 ways 180 units in two waves,
+# 2 x (22 + 24) = 92; 4 ways 2 x (16 + 25) = 82; more ways more waves: 2.  bf16 (steps of 64: 128): whole 128; 2 ways
+# 64 + 23 = 87; 3 ways 2 x (43 + 24) = 134; 4 ways 2 x (32 + 25) = 114: 2.  The fast contract promotes there (fewer
 # 128 x 128 tiles than SMs): the promoted contract's halves.
 @pytest.mark.parametrize(
     "dtype,accum,want",
@@ -857,7 +857,7 @@ def test_the_fitted_tile_is_split_where_its_tiles_leave_sms_idle(monkeypatch, dt
     assert registry.get("gluon_ws").tunable.launched(p, want) == want  # and a launch runs it so
     fp8 = p.with_(dtype="fp8", fp8_accum="precise")
     # N 2304, K 16384 (128 steps): 64 wide, 3 x 36 = 108 tiles, one wave; 2 ways 216 units, two waves,
-    # 2 x (64 + 17) = 162; 3 ways 3 x (43 + 18) = 183; 4 ways 4 x (32 + 19) = 204; more ways, more waves: whole
+    # 2 x (64 + 23) = 174; 3 ways 3 x (43 + 24) = 201; 4 ways 4 x (32 + 25) = 228; more ways, more waves: whole
     assert gs.least_traffic_config(fp8.with_(N=2304, K=16384)).splits() == 1
     # K 512 (4 steps): no split takes MIN_SPLIT_STEPS (4) steps or more
     assert gs.least_traffic_config(fp8.with_(K=512)).splits() == 1

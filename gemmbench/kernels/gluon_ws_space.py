@@ -102,9 +102,10 @@ STAGE_CHOICES = (3, 4, 5, 6, 7, 8)
 SPLIT_CHOICES = (2, 3, 4, 6, 8, 12, 16)  # the full search's splits, where a config's tiles leave SMs idle
 MIN_SPLIT_STEPS = 4  # K steps a split takes at least: fewer spend more on filling the ring and meeting than summing
 # a round of meetings in K steps of the tile (the partials out through L2 by atomics, the count, the last unit's read
-# of its slice, all latency rather than bytes): the low end of what it measured on the 128 x 128 halves
-# (docs/BENCHMARKS.md, "Stream-K, and what a meeting costs"; the tune's splits agree, "What a meeting costs the model")
-MEETING_STEPS = 16
+# of its slice, all latency rather than bytes): the high end of what it measured on the 128 x 128 halves, where timed
+# launches on shapes of no stored config favoured it over the low end (docs/BENCHMARKS.md, "Stream-K, and what a
+# meeting costs" and "What a meeting costs the model")
+MEETING_STEPS = 22
 MOST_SPLITS = 16  # the model's splits go no further: SPLIT_CHOICES' largest
 # the second accumulator's widths tried beside 64 and 128 columns (narrower than the first): 80, 96, 144, 160 and 192
 # wide tiles, which divide the N of more weights into about as many tiles as the GPU has SMs than powers of two do
