@@ -792,7 +792,8 @@ def test_the_second_accumulator_is_narrower_than_the_first():
         (16032, (128, 64), 333),
         # 128: 80 across, 240 tiles, two waves, 512; 144: 216, two, 544; 160: 192, two, 576; 80: 384, three, 624;
         # 192: 162, two, 640; 96: 321, three, 672; 64: 480, four, 768: not the 80 wide tile that fills three waves
-        # best (its fewest columns an SM computes, 240 against 256), which loads more
+        # best (its fewest columns an SM computes, 240 against 256), which loads more.  256 (40 across, 120 tiles,
+        # one wave, 384) would load less, but the promoted halves do not hold it (the next test)
         (10240, (128, 0), 333),
         # 64: 20 across, 60 tiles, one wave, 192; 80, 96 and 128: 48, 42 and 30 tiles, one wave each, 208, 224, 256
         (1280, (64, 0), 333),
@@ -811,13 +812,44 @@ def test_the_second_accumulator_is_narrower_than_the_first():
 def test_the_fitted_tile_is_the_width_of_least_operand_traffic_per_sm(monkeypatch, N, want, M):
     monkeypatch.setattr(g.tuning, "sm_count", lambda: 132)
     p = Problem("t", "g", M, N, 8192, "fp8", fp8_accum="precise")
-    assert gs.least_traffic_width(p, 132) == want
     tunable = registry.get("gluon_ws").tunable
     fitted = gs.least_traffic_config(p)
     assert (fitted.SCHEDULE, fitted.BLOCK_M, fitted.BLOCK_N, fitted.BLOCK_N2) == ("halves", 128, *want)
     assert tunable.launched(p, fitted) == fitted  # the launch runs the width chosen
     assert gs.least_traffic_config(p.with_(scaling="block")) is None  # block scales: no second accumulator
     assert tunable.fitted(p)[-1] == fitted  # a run's fitted configs hold it, after the one-wave tile if any
+
+
+@pytest.mark.parametrize("dtype,accum", [("bf16", "none"), ("fp8", "fast")])
+def test_the_fitted_tile_is_256_wide_where_its_one_wave_loads_least(monkeypatch, dtype, accum):
+    monkeypatch.setattr(g.tuning, "sm_count", lambda: 132)
+    fp8 = dtype == "fp8"
+    bk = 128 if fp8 else 64
+    # M 333 (3 row blocks of 128), N 10240: 256 wide, 40 across, 120 tiles, one wave: 1 x (128 + 256) = 384 rows an SM
+    # loads a K step, against 128 wide's 512 (the test above).  The 16-bit and fast contracts' eight-warp tile holds
+    # it: 128 x 256 fp32 over 256 threads, 128 registers each; a stage (128 + 256) x 64 x 2 B (bf16) or x 128 x 1 B
+    # (fp8) = 49152 B, and the 128 x 256 bf16 output tile 65536 B: 3 stages 212992 B within 227 KB, 4 262144 B not.
+    # 120 tiles on 132 SMs: split 2 ways, 240 units in two rounds of half the K steps and a meeting (bf16: 2 x (64 +
+    # 22 + 1) = 174 K steps, fp8: 2 x (32 + 23) = 110) against 128 (fp8 64) whole: whole.  (fp8 fast does not
+    # promote: 3 x 80 = 240 tiles of 128 x 128, more than the SMs.)
+    p = Problem("t", "g", 333, 10240, 8192, dtype, fp8_accum=accum)
+    want = cfg(128, 256, bk, 8, 3, SCHEDULE="ws")
+    assert gs.least_traffic_widths(p, 132)[0] == (256, 0)
+    assert gs.least_traffic_config(p) == want
+    assert registry.get("gluon_ws").tunable.fitted(p)[-1] == want
+    # the promoted halves hold no 256 wide tile (two 64-row consumers, each 64 x 256 fp32 and its partial: 256
+    # registers): they take the next width, 128
+    promoted = gs.least_traffic_config(p.with_(dtype="fp8", fp8_accum="precise"))
+    assert (promoted.SCHEDULE, promoted.BLOCK_N, promoted.BLOCK_N2) == ("halves", 128, 0)
+    # N 128256: 256 wide, 501 across, 1503 tiles, 12 waves, 4608 (192: 2004 tiles, 16 waves, 5120; 160: 2406, 19,
+    # 5472; 128: 3006, 23, 5888).  bf16, 128 K steps: the split model splits the 51 tiles past 11 whole waves 2 ways
+    # (11 x 128 + (64 + 22 + 1) = 1495 K steps against 12 x 128 = 1536 whole), but the last unit's meeting holds its
+    # 128 registers and as many loaded, 256, past the 192 the consumers keep for accumulators: whole
+    lm = p.with_(N=128256)
+    assert gs.least_traffic_widths(lm, 132)[0] == (256, 0)
+    assert gs.least_traffic_config(lm) == want
+    if not fp8:
+        assert gs.filling_split(lm, want, 132) == 2 and not gc.fits(want.split(2, tail=True), 2, False)
 
 
 @pytest.mark.parametrize("sms", [132, 114, 78])

@@ -64,6 +64,9 @@ TILES = [  # (schedule, BLOCK_M, BLOCK_N, warps, stages, extra)
     ("ws", 128, 128, 8, 3, {"BLOCK_N2": 64}),
     ("ws", 128, 128, 8, 4, {"BLOCK_N2": 64}),
     ("halves", 128, 128, 4, 4, {"PROMOTE_WAVES": 1, "BLOCK_N2": 64}),
+    # 256 wide in one accumulator (16-bit and fp8 fast; the tile fitted where its one wave loads least): (128 + 256) x
+    # 128 B a stage and a 65536 B output tile, 3 stages; N 1008: the tile's last 16 columns past N
+    ("ws", 128, 256, 8, 3, {}),
     # split-K: K steps 64, 9 (fp8) and 17 (16-bit) in shares of 22, 3 (3 launched of 4) and 5 (the last 2);
     # 2048 x 8192 gives each program many units, each tile's counters reused within one launch
     ("ws", 128, 128, 8, 4, {"SPLIT_K": 3}),
@@ -498,6 +501,29 @@ def test_the_fitted_tile_of_a_small_output_is_right_split(dtype, accum):
         assert launch.params == config  # launched as fitted, split and all
         result = check_cell(p, None, inputs, launch=launch).result
         assert result.ok, result.detail
+
+
+@pytest.mark.parametrize("dtype,accum", [("fp8", "fast"), ("bf16", "none")])
+def test_the_fitted_tile_256_wide_is_right(dtype, accum):
+    """M 333, N 10240 (TP 1's QKV): the tile of least traffic is 128 x 256 on 132 SMs (one wave of 120 tiles:
+    gluon_ws_space.least_traffic_config), whole; right on fresh data, as launched (333 rows: the last row block
+    part past M)."""
+    from gemmbench import registry
+    from gemmbench.configs import tuning
+    from gemmbench.measure.check import check_cell
+    from gemmbench.measure.inputs import make_inputs
+    from gemmbench.shapes import Problem
+
+    p = Problem("test", "g", 333, 10240, 2048, dtype, fp8_accum=accum)
+    tunable = registry.get("gluon_ws").tunable
+    fitted = tunable.fitted(p)[-1]
+    if tuning.sm_count() == 132:
+        assert (fitted.BLOCK_M, fitted.BLOCK_N, fitted.BLOCK_N2, fitted.splits()) == (128, 256, 0, 1)
+    inputs = make_inputs(p, 17, "cuda")
+    launch = tunable.build(p, inputs, fitted)
+    assert launch.params == fitted
+    result = check_cell(p, None, inputs, launch=launch).result
+    assert result.ok, result.detail
 
 
 def test_gluon_refuses_unaligned_rows_on_gpu():
