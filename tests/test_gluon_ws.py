@@ -834,20 +834,28 @@ def test_the_fitted_tile_is_256_wide_where_its_one_wave_loads_least(monkeypatch,
     # promote: 3 x 80 = 240 tiles of 128 x 128, more than the SMs.)
     p = Problem("t", "g", 333, 10240, 8192, dtype, fp8_accum=accum)
     want = cfg(128, 256, bk, 8, 3, SCHEDULE="ws")
-    assert gs.least_traffic_widths(p, 132)[0] == (256, 0)
-    assert gs.least_traffic_config(p) == want
-    assert registry.get("gluon_ws").tunable.fitted(p)[-1] == want
+    every = gs._LEAST_TRAFFIC_WIDTHS
+    assert gs.least_traffic_widths(p, 132, every)[0] == (256, 0)
+    assert gs.least_traffic_config(p, widths=every) == want
+    # offered after the filling widths' own, 128 wide (8 warps, 6 stages of (128 + 128) x 128 B and its 32768 B
+    # output tile: 229376 B; whole: its 108 tiles past a wave split 2 ways take 128 + 2 x (64 + 23) = 302 K steps
+    # against 256 in bf16, 64 + 2 x (32 + 23) = 174 against 128 in fp8), which 256 may not beat where there are many
+    # waves; no 64-row tile: 6 x 160 = 960 tiles
+    narrower = cfg(128, 128, bk, 8, 6, SCHEDULE="ws")
+    assert gs.least_traffic_config(p) == narrower
+    assert registry.get("gluon_ws").tunable.fitted(p) == [narrower, want]
     # the promoted halves hold no 256 wide tile (two 64-row consumers, each 64 x 256 fp32 and its partial: 256
-    # registers): they take the next width, 128
-    promoted = gs.least_traffic_config(p.with_(dtype="fp8", fp8_accum="precise"))
-    assert (promoted.SCHEDULE, promoted.BLOCK_N, promoted.BLOCK_N2) == ("halves", 128, 0)
+    # registers): the next width, 128, the filling widths' own, offered once
+    promoted = p.with_(dtype="fp8", fp8_accum="precise")
+    (halves,) = registry.get("gluon_ws").tunable.fitted(promoted)
+    assert (halves.SCHEDULE, halves.BLOCK_N, halves.BLOCK_N2) == ("halves", 128, 0)
     # N 128256: 256 wide, 501 across, 1503 tiles, 12 waves, 4608 (192: 2004 tiles, 16 waves, 5120; 160: 2406, 19,
     # 5472; 128: 3006, 23, 5888).  bf16, 128 K steps: the split model splits the 51 tiles past 11 whole waves 2 ways
     # (11 x 128 + (64 + 22 + 1) = 1495 K steps against 12 x 128 = 1536 whole), but the last unit's meeting holds its
     # 128 registers and as many loaded, 256, past the 192 the consumers keep for accumulators: whole
     lm = p.with_(N=128256)
-    assert gs.least_traffic_widths(lm, 132)[0] == (256, 0)
-    assert gs.least_traffic_config(lm) == want
+    assert gs.least_traffic_widths(lm, 132, every)[0] == (256, 0)
+    assert gs.least_traffic_config(lm, widths=every) == want
     if not fp8:
         assert gs.filling_split(lm, want, 132) == 2 and not gc.fits(want.split(2, tail=True), 2, False)
 

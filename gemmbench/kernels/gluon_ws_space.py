@@ -85,10 +85,10 @@ _SPLIT_QUICK = {
 # the widths (BLOCK_N, BLOCK_N2) a quick candidate takes where it fills the SMs' last wave better than 128 columns
 # by FILL_MARGIN or more (filling_width): tiles 64, 80, 96, 128, 144, 160 and 192 wide
 _FILLING_WIDTHS = ((64, 0), (64, 16), (64, 32), (128, 0), (128, 16), (128, 32), (128, 64))
-# the widths of the tile fitted to an M off the buckets by its loads (least_traffic_config): the filling widths and 256
-# in one accumulator, which the 16-bit and fp8 fast contracts' eight-warp tile holds (the promoted halves do not: the
-# next width serves them), and where three row blocks of 128 make one wave of 256 wide tiles in place of two narrower
-# ones (docs/BENCHMARKS.md, "The fitted tile 256 wide")
+# the filling widths and 256 in one accumulator, which the 16-bit and fp8 fast contracts' eight-warp tile holds (the
+# promoted halves do not): a second tile fitted to an M off the buckets by its loads, offered beside the filling
+# widths' own, since where it loads less it runs faster only in some launches (docs/BENCHMARKS.md, "The fitted tile
+# 256 wide")
 _LEAST_TRAFFIC_WIDTHS = _FILLING_WIDTHS + ((256, 0),)
 # the filling tile's schedule, warps and ring depths, deepest that fits first: fp8 promoted the halves (as its quick
 # candidates), the other contracts the eight-warp cooperative tile, its ring as deep as the search space's
@@ -247,16 +247,18 @@ def _contract(problem) -> str:
     return "block" if block_scaled(problem) else "precise" if promotes(problem) else "fast"
 
 
-def least_traffic_widths(problem, sms: int) -> list[tuple[int, int]]:
-    """The 128-row tile's (BLOCK_N, BLOCK_N2)s, fewest operand rows an SM loads a K step at the problem's M first:
-    its waves times the tile's rows and columns, 128 + its width (the widest among equals), among the widths a launch
-    runs as wide as they are (runs_narrower).  At these M a 128-row tile goes at the pace of its loads, not its wgmma
-    (docs/BENCHMARKS.md, "The fitted tile's width by its loads")."""
+def least_traffic_widths(
+    problem, sms: int, widths: tuple[tuple[int, int], ...] = _FILLING_WIDTHS
+) -> list[tuple[int, int]]:
+    """The 128-row tile's (BLOCK_N, BLOCK_N2)s of `widths`, fewest operand rows an SM loads a K step at the problem's
+    M first: its waves times the tile's rows and columns, 128 + its width (the widest among equals), among the widths a
+    launch runs as wide as they are (runs_narrower).  At these M a 128-row tile goes at the pace of its loads, not its
+    wgmma (docs/BENCHMARKS.md, "The fitted tile's width by its loads")."""
 
     def traffic(width: tuple[int, int]) -> int:
         return cdiv(_tile_count(problem.M, problem.N, 128, sum(width)), sms) * (128 + sum(width))
 
-    kept = [w for w in _LEAST_TRAFFIC_WIDTHS if not runs_narrower(problem, 128, w, sms)]
+    kept = [w for w in widths if not runs_narrower(problem, 128, w, sms)]
     return sorted(kept, key=lambda w: (traffic(w), -sum(w)))
 
 
@@ -302,21 +304,26 @@ def one_wave_config(problem, schedules: tuple[str, ...] = WARP_SPECIALIZED) -> O
 
 def fitted_configs(problem, schedules: tuple[str, ...] = WARP_SPECIALIZED) -> list[GluonConfig]:
     """The configs fitted to the problem's own M: the 64-row tile of one wave where there is one (one_wave_config),
-    and the 128-row tile of least operand traffic (least_traffic_config), split where its tiles leave SMs idle; both,
-    since which is faster turns on how full the one wave is.  A run times them where M is none of the stored buckets
+    and the 128-row tile of least operand traffic (least_traffic_config), split where its tiles leave SMs idle, and
+    where 256 columns load less still, that tile too; all, since which is faster turns on how full the one wave is
+    and, for 256 columns, on how many waves there are.  A run times them where M is none of the stored buckets
     (tuning._fastest_at_m), since no bucket's tune saw this M's waves, and a bucket's tile may compute many rows past M
     (256 x 128 tuned at M 512 computes 512 rows at M 333)."""
-    found = (one_wave_config(problem, schedules), least_traffic_config(problem, schedules))
+    found = (one_wave_config(problem, schedules), least_traffic_config(problem, schedules),
+             least_traffic_config(problem, schedules, _LEAST_TRAFFIC_WIDTHS))  # fmt: skip
     return list(dict.fromkeys(c for c in found if c is not None))
 
 
-def least_traffic_config(problem, schedules: tuple[str, ...] = WARP_SPECIALIZED) -> Optional[GluonConfig]:
-    """The contract's 128-row tile of the least operand traffic per SM that it holds (least_traffic_widths), its tiles
-    past the grid's whole waves split where the split model finds that pays (filling_split: an output of fewer tiles
-    than SMs, or a last wave that leaves SMs idle) and the split fits (the 256 wide tile's meeting does not)."""
+def least_traffic_config(
+    problem, schedules: tuple[str, ...] = WARP_SPECIALIZED, widths: tuple[tuple[int, int], ...] = _FILLING_WIDTHS
+) -> Optional[GluonConfig]:
+    """The contract's 128-row tile of the least operand traffic per SM among `widths` that it holds
+    (least_traffic_widths), its tiles past the grid's whole waves split where the split model finds that pays
+    (filling_split: an output of fewer tiles than SMs, or a last wave that leaves SMs idle) and the split fits (the
+    256 wide tile's meeting does not)."""
     sms = tuning.sm_count()
-    widths = least_traffic_widths(problem, sms)
-    config = next((c for c in (filling_config(problem, schedules, w) for w in widths) if c is not None), None)
+    ranked = least_traffic_widths(problem, sms, widths)
+    config = next((c for c in (filling_config(problem, schedules, w) for w in ranked) if c is not None), None)
     if config is None or config.BLOCK_N2 or config.SCHEDULE not in SPLITTABLE:
         return config  # the second accumulator does not meet (fits)
     split = config.split(filling_split(problem, config, sms), tail=True)
