@@ -505,9 +505,9 @@ def test_the_fitted_tile_of_a_small_output_is_right_split(dtype, accum):
 
 @pytest.mark.parametrize("dtype,accum", [("fp8", "fast"), ("bf16", "none")])
 def test_the_fitted_tile_256_wide_is_right(dtype, accum):
-    """M 333, N 10240 (TP 1's QKV): the tile of least traffic is 128 x 256 on 132 SMs (one wave of 120 tiles:
-    gluon_ws_space.least_traffic_config), whole; right on fresh data, as launched (333 rows: the last row block
-    part past M)."""
+    """M 333, N 10240 (TP 1's QKV): the last config a run fits to this M is the 128 x 256 tile on 132 SMs (one wave
+    of 120 tiles loads less than two of 128 columns: gluon_ws_space.fitted_configs), whole; right on fresh data, as
+    launched (333 rows: the last row block part past M)."""
     from gemmbench import registry
     from gemmbench.configs import tuning
     from gemmbench.measure.check import check_cell
