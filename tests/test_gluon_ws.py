@@ -122,6 +122,14 @@ def test_the_halves_overlapped_hold_whole_wgmmas_and_promote_only():
     # the overlapped partials are a promotion, as the waves are: not for the 16-bit or fast contracts
     assert not gc.fits(cfg(128, 64, 64, 4, 6, **halves), 2, fp8_precise=False)
     assert not gc.fits(cfg(128, 64, 128, 4, 6, **halves), 1, fp8_precise=False)
+    waves = dict(SCHEDULE="halves", PROMOTE_WAVES=1)
+    assert not gc.fits(cfg(128, 64, 128, 4, 6, **waves), 1, fp8_precise=False)
+    # which run the halves without promotion, the plain K loop on each consumer's 64 rows; the promoted contracts
+    # do not (fp8 precise or block scales: their sums are promoted)
+    plain = cfg(128, 64, 128, 4, 6, SCHEDULE="halves")
+    assert gc.fits(plain, 1, fp8_precise=False) and gc.fits(replace(plain, BLOCK_K=64), 2, fp8_precise=False)
+    assert not gc.fits(plain, 1, fp8_precise=True) and not gc.fits(plain, 1, fp8_precise=False, block=True)
+    assert not gc.fits(replace(plain, num_warps=8), 1, fp8_precise=False)  # a consumer is one warpgroup
 
 
 def test_the_overlapped_partials_take_a_second_accumulator_within_four_tiles():
@@ -177,6 +185,11 @@ def test_split_k_fits_one_consumer_order_and_the_meetings_registers():
     # 128 x 256 on 8 warps: 128 a thread, 256 with the loaded copy
     assert not gc.fits(cfg(128, 256, 128, 8, 3, SCHEDULE="ws", SPLIT_K=2), 1, fp8_precise=False)
     assert gc.fits(cfg(128, 128, 128, 8, 4, SCHEDULE="ws", SPLIT_K=2), 1, fp8_precise=False)
+    # the halves without promotion meet as one wave of 64 rows a consumer (32 + 32 loaded, 64 a thread); with the
+    # overlapped partials they do not (the partials are not the tile)
+    assert gc.fits(cfg(128, 64, 128, 4, 6, SCHEDULE="halves", SPLIT_K=2, SPLIT_TAIL=True), 1, fp8_precise=False)
+    overlapped = cfg(128, 64, 128, 4, 6, SCHEDULE="halves", PROMOTE_OVERLAP=True)
+    assert gc.fits(overlapped, **precise) and not gc.fits(overlapped.split(2), **precise)
     # ping-pong's consumers take alternate units; the second accumulator's columns do not meet
     assert not gc.fits(cfg(128, 128, 128, 4, 4, SCHEDULE="pingpong", SPLIT_K=2), 1, fp8_precise=False)
     assert not gc.fits(cfg(128, 128, 128, 8, 4, SCHEDULE="ws", BLOCK_N2=32, SPLIT_K=2), 1, fp8_precise=False)
@@ -388,8 +401,14 @@ def test_search_space_fits_and_starts_with_the_measured_winners(dtype, accum):
     full = gs.search_space(p, on_gpu=True, full=True)
     quick = gs.search_space(p, on_gpu=True, full=False)
     assert full[: len(quick)] == quick and len(set(full)) == len(full)
-    # the halves run the waves' promotion: fp8 precise only
-    assert {c.SCHEDULE for c in full} == {"ws", "pingpong"} | ({"halves"} if precise else set())
+    # the halves promote (the waves or the overlapped partials) where the contract does, fp8 precise; elsewhere each
+    # runs the plain K loop on its rows
+    assert {c.SCHEDULE for c in full} == {"ws", "pingpong", "halves"}
+    halves = [c for c in full if c.SCHEDULE == "halves"]
+    assert all(bool(c.PROMOTE_WAVES or c.PROMOTE_OVERLAP) == precise for c in halves)
+    # by hand: the halves of 128 x 256 hold 64 x 256 fp32 over 128 threads, 128 a thread, at 3 stages as the
+    # cooperative tile (the same shared memory); with promotion a 64 x 256 partial more, 256 > 192
+    assert (cfg(128, 256, bk := 128 if dtype == "fp8" else 64, 4, 3, SCHEDULE="halves") in full) == (not precise)
     bk = 128 if dtype == "fp8" else 64
     wide, tall = cfg(128, 256, bk, 8, 3, SCHEDULE="ws"), cfg(256, 128, bk, 8, 3, SCHEDULE="ws")
     # by hand: 128 x 256 on 8 warps holds 128 fp32 a thread; promotion adds a 64 x 256 partial over 128 threads,
@@ -519,8 +538,8 @@ def test_waves_fit_one_partial_beside_the_fp32_tile():
     # 128 x 128 / 128 = 128 and a 64 x 128 partial, 64: 192; in one wave 128 + 128 = 256
     assert waves(256, 128, 4, 3, 2, "halves") in full and waves(256, 128, 4, 3, 1, "halves") not in full
     assert waves(256, 128, 8, 3, 2, "halves") not in full  # a half is one warpgroup
-    # the halves promote in the waves' K loop or the overlapped partials: 128 x 64, 64 x 64 / 128 = 32 a thread for
-    # each half's fp32 tile, counted four times, 128; 128 x 128: 256, over the 192
+    # promoted, the halves promote in the waves' K loop or the overlapped partials: 128 x 64, 64 x 64 / 128 = 32 a
+    # thread for each half's fp32 tile, counted four times, 128; 128 x 128: 256, over the 192
     assert all(c.PROMOTE_WAVES or c.PROMOTE_OVERLAP for c in full if c.SCHEDULE == "halves")
     overlapped = lambda bm, bn, st: cfg(bm, bn, 128, 4, st, SCHEDULE="halves", PROMOTE_OVERLAP=True)  # noqa: E731
     assert overlapped(128, 64, 6) in full and overlapped(128, 128, 4) not in full
@@ -541,10 +560,14 @@ def test_waves_fit_one_partial_beside_the_fp32_tile():
         ({"PROMOTE_OVERLAP": True}, 128, "row", (True, 0)),
         ({"PROMOTE_OVERLAP": True}, 0, "row", (False, 0)),
         ({}, 128, "tensor", (False, 0)),  # Triton's promotion in its wgmma lowering
-        # the halves always promote, in waves or the overlapped partials: under the fast contract too (a stored
-        # promoted config it reads)
+        # the halves of a promoted config promote, in waves or the overlapped partials: under the fast contract too
+        # (a stored promoted config it reads)
         ({"SCHEDULE": "halves", "PROMOTE_WAVES": 2}, 0, "tensor", (False, 2)),
         ({"SCHEDULE": "halves", "PROMOTE_OVERLAP": True}, 0, "tensor", (True, 0)),
+        # and without either, the plain K loop on each half (promoted in the wgmma lowering where the problem is)
+        ({"SCHEDULE": "halves"}, 0, "tensor", (False, 0)),
+        ({"SCHEDULE": "halves"}, 0, "none", (False, 0)),
+        ({"SCHEDULE": "halves"}, 128, "tensor", (False, 0)),
     ],
 )
 def test_which_k_loop_promotes(extra, promote, scale, want):
@@ -686,11 +709,11 @@ def test_a_stored_width_runs_narrow_where_it_no_longer_fills_the_waves():
     [
         # promoted: the halves of 128 x (128 + 64), 4 stages (the filling test above, by hand)
         ("fp8", "precise", "tensor", cfg(128, 128, 128, 4, 4, SCHEDULE="halves", PROMOTE_WAVES=1, BLOCK_N2=64)),
-        # fast, unpromoted (3 x 64 = 192 tiles of 128 x 128, not fewer than 132 SMs): the cooperative tile, 8 warps,
-        # the same 212992 B at 4 stages (5: 253952 B, over 227 KB)
-        ("fp8", "fast", "tensor", cfg(128, 128, 128, 8, 4, SCHEDULE="ws", BLOCK_N2=64)),
+        # fast, unpromoted (3 x 64 = 192 tiles of 128 x 128, not fewer than 132 SMs): the halves without promotion,
+        # a warpgroup a half, the same 212992 B at 4 stages (5: 253952 B, over 227 KB)
+        ("fp8", "fast", "tensor", cfg(128, 128, 128, 4, 4, SCHEDULE="halves", BLOCK_N2=64)),
         # bf16: 4 stages of (128 + 192) x 64 x 2 B = 40960 B a stage, the same bytes
-        ("bf16", "none", "none", cfg(128, 128, 64, 8, 4, SCHEDULE="ws", BLOCK_N2=64)),
+        ("bf16", "none", "none", cfg(128, 128, 64, 4, 4, SCHEDULE="halves", BLOCK_N2=64)),
         # block scales scale a tile by one weight block's scale: no second accumulator, no filling tile
         ("fp8", "precise", "block", None),
     ],
@@ -826,8 +849,8 @@ def test_the_fitted_tile_is_256_wide_where_its_one_wave_loads_least(monkeypatch,
     fp8 = dtype == "fp8"
     bk = 128 if fp8 else 64
     # M 333 (3 row blocks of 128), N 10240: 256 wide, 40 across, 120 tiles, one wave: 1 x (128 + 256) = 384 rows an SM
-    # loads a K step, against 128 wide's 512 (the test above).  The 16-bit and fast contracts' eight-warp tile holds
-    # it: 128 x 256 fp32 over 256 threads, 128 registers each; a stage (128 + 256) x 64 x 2 B (bf16) or x 128 x 1 B
+    # loads a K step, against 128 wide's 512 (the test above).  The 16-bit and fast contracts' eight-warp cooperative
+    # tile holds it (not their halves, which ran no faster there): 128 x 256 fp32 over 256 threads, 128 registers each; a stage (128 + 256) x 64 x 2 B (bf16) or x 128 x 1 B
     # (fp8) = 49152 B, and the 128 x 256 bf16 output tile 65536 B: 3 stages 212992 B within 227 KB, 4 262144 B not.
     # 120 tiles on 132 SMs: split 2 ways, 240 units in two rounds of half the K steps and a meeting (bf16: 2 x (64 +
     # 22 + 1) = 174 K steps, fp8: 2 x (32 + 23) = 110) against 128 (fp8 64) whole: whole.  (fp8 fast does not
@@ -837,11 +860,11 @@ def test_the_fitted_tile_is_256_wide_where_its_one_wave_loads_least(monkeypatch,
     every = gs._LEAST_TRAFFIC_WIDTHS
     assert gs.least_traffic_widths(p, 132, every)[0] == (256, 0)
     assert gs.least_traffic_config(p, widths=every) == want
-    # offered after the filling widths' own, 128 wide (8 warps, 6 stages of (128 + 128) x 128 B and its 32768 B
-    # output tile: 229376 B; whole: its 108 tiles past a wave split 2 ways take 128 + 2 x (64 + 23) = 302 K steps
+    # offered after the filling widths' own, 128 wide (the halves without promotion, a warpgroup on each 64 rows; 6
+    # stages of (128 + 128) x 128 B and its 32768 B output tile: 229376 B; whole: its 108 tiles past a wave split 2 ways take 128 + 2 x (64 + 23) = 302 K steps
     # against 256 in bf16, 64 + 2 x (32 + 23) = 174 against 128 in fp8), which 256 may not beat where there are many
     # waves; no 64-row tile: 6 x 160 = 960 tiles
-    narrower = cfg(128, 128, bk, 8, 6, SCHEDULE="ws")
+    narrower = cfg(128, 128, bk, 4, 6, SCHEDULE="halves")
     assert gs.least_traffic_config(p) == narrower
     assert registry.get("gluon_ws").tunable.fitted(p) == [narrower, want]
     # the promoted halves hold no 256 wide tile (two 64-row consumers, each 64 x 256 fp32 and its partial: 256
@@ -886,8 +909,9 @@ def test_a_launch_runs_the_fitted_config_as_fitted(monkeypatch, sms):
     [
         ("fp8", "precise", cfg(128, 64, 128, 4, 6, SCHEDULE="halves", PROMOTE_WAVES=1, SPLIT_K=2, SPLIT_TAIL=True)),
         ("fp8", "fast", cfg(128, 64, 128, 4, 6, SCHEDULE="halves", PROMOTE_WAVES=1, SPLIT_K=2, SPLIT_TAIL=True)),
-        # bf16: 8 stages of (128 + 64) x 64 x 2 B = 24576 B, 196608 B, and the 16384 B output tile: within 227 KB
-        ("bf16", "none", cfg(128, 64, 64, 8, 8, SCHEDULE="ws", SPLIT_K=2, SPLIT_TAIL=True)),
+        # bf16, the halves without promotion: 8 stages of (128 + 64) x 64 x 2 B = 24576 B, 196608 B, and the 16384 B
+        # output tile: within 227 KB; the split's meeting, 2 x 64 x 64 / 128 = 64 registers a consumer thread
+        ("bf16", "none", cfg(128, 64, 64, 4, 8, SCHEDULE="halves", SPLIT_K=2, SPLIT_TAIL=True)),
     ],
 )
 def test_the_fitted_tile_is_split_where_its_tiles_leave_sms_idle(monkeypatch, dtype, accum, want):

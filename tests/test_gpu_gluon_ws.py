@@ -67,6 +67,11 @@ TILES = [  # (schedule, BLOCK_M, BLOCK_N, warps, stages, extra)
     # 256 wide in one accumulator (16-bit and fp8 fast; the tile fitted where its one wave loads least): (128 + 256) x
     # 128 B a stage and a 65536 B output tile, 3 stages; N 1008: the tile's last 16 columns past N
     ("ws", 128, 256, 8, 3, {}),
+    # the halves without promotion (16-bit and fp8 fast; fp8 fast at decode M promotes in the wgmma lowering): each
+    # consumer Triton's plain K loop on its 64 rows, 128 + 64 = 192 wide at 4 stages, 256 wide at 3, 64 wide at 8
+    ("halves", 128, 128, 4, 4, {"BLOCK_N2": 64}),
+    ("halves", 128, 256, 4, 3, {}),
+    ("halves", 128, 64, 4, 8, {}),
     # split-K: K steps 64, 9 (fp8) and 17 (16-bit) in shares of 22, 3 (3 launched of 4) and 5 (the last 2);
     # 2048 x 8192 gives each program many units, each tile's counters reused within one launch
     ("ws", 128, 128, 8, 4, {"SPLIT_K": 3}),
@@ -81,6 +86,10 @@ TILES = [  # (schedule, BLOCK_M, BLOCK_N, warps, stages, extra)
     ("ws", 128, 128, 8, 4, {"SPLIT_K": 3, "SPLIT_ATOMIC": True}),
     ("ws", 64, 128, 4, 6, {"SPLIT_K": 8, "SPLIT_ATOMIC": True, "SPLIT_TAIL": True}),
     ("halves", 128, 128, 4, 4, {"SPLIT_K": 4, "PROMOTE_WAVES": 1, "SPLIT_ATOMIC": True, "SPLIT_TAIL": True}),
+    # the halves without promotion split, each consumer's rows meeting in their own slice rows: in split order, and
+    # the tail by atomics
+    ("halves", 128, 128, 4, 4, {"SPLIT_K": 3}),
+    ("halves", 128, 128, 4, 4, {"SPLIT_K": 4, "SPLIT_ATOMIC": True, "SPLIT_TAIL": True}),
 ]
 
 

@@ -143,9 +143,9 @@ def promotion(config: GluonConfig, promote: int, scale: str) -> tuple[bool, int]
     """(OVERLAP, WAVES) of a warp-specialized launch: the K loop that promotes, where one does (promote > 0: fp8
     promoted; block scales scale each step's own sum, so they always take one).  Without PROMOTE_WAVES or
     PROMOTE_OVERLAP block scales take the overlapped loop; where nothing is promoted, Triton's plain K loop, except
-    for the halves, whose consumers run the waves' loop (a promoted config read for the fast contract: promoting
+    for the halves of a promoted config, whose consumers run its loop (one read for the fast contract: promoting
     is exact)."""
-    if config.SCHEDULE == "halves":  # always promoting: in row waves, or in the overlapped partials
+    if config.SCHEDULE == "halves" and (config.PROMOTE_WAVES or config.PROMOTE_OVERLAP):
         return not config.PROMOTE_WAVES, config.PROMOTE_WAVES
     if promote <= 0 and scale != "block":
         return False, 0

@@ -189,12 +189,14 @@ def fits(config: GluonConfig, elem: int, fp8_precise: bool, block: bool = False)
         # columns by one weight block's scale
     if waves and (config.SCHEDULE not in WARP_SPECIALIZED or config.PROMOTE_OVERLAP or not (fp8_precise or block)):
         return False  # the waves are a promotion of the warp-specialized consumers
-    if halves and (not (waves or config.PROMOTE_OVERLAP) or config.num_warps != WARPGROUP):
-        return False  # the halves promote, one warpgroup each: in the waves' K loop or the overlapped partials
-    if halves and not (fp8_precise or block):
-        return False  # both are promotions, which the 16-bit and fast contracts do not take
-    if halves and not waves and config.meets():
-        return False  # split-K meets a tile held whole or in waves
+    promoting = bool(waves or config.PROMOTE_OVERLAP)
+    if halves and config.num_warps != WARPGROUP:
+        return False  # the halves: one warpgroup a consumer
+    if halves and promoting != (fp8_precise or block):
+        return False  # the halves promote (in the waves' K loop or the overlapped partials) exactly where the
+        # contract does; without promotion each runs Triton's plain K loop on its rows
+    if halves and config.PROMOTE_OVERLAP and config.meets():
+        return False  # split-K meets a tile held whole or in waves, not in the overlapped partials
     if config.PROMOTE_LAG and waves != 1:
         return False  # the lag's two partials are of the one wave's rows
     if waves and config.SCHEDULE == "pingpong":

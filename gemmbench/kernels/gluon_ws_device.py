@@ -47,6 +47,7 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
         k_loop_overlapped,
         k_loop_waves,
         k_loop_waves_peeled,
+        rows_of,
         scaled,
         stage_block_scales,
     )
@@ -301,9 +302,10 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
                 for k in range(steps):
                     pos = base + k
                     mbarrier.wait(ready.index(pos % STAGES), (pos // STAGES) & 1)
-                    acc = _mma_step(a_bufs.index(pos % STAGES), b_bufs.index(pos % STAGES), acc, PROMOTE)
+                    a = rows_of(a_bufs, pos % STAGES, ROW0, ROWS)  # the halves: this consumer's rows
+                    acc = _mma_step(a, b_bufs.index(pos % STAGES), acc, PROMOTE)
                     if BN2 > 0:
-                        acc2 = _mma_step(a_bufs.index(pos % STAGES), b2_bufs.index(pos % STAGES), acc2, PROMOTE)
+                        acc2 = _mma_step(a, b2_bufs.index(pos % STAGES), acc2, PROMOTE)
                         acc, acc2 = warpgroup_mma_wait(2, deps=[acc, acc2])
                     else:
                         acc = warpgroup_mma_wait(1, deps=[acc])
@@ -326,7 +328,7 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
                                             ROW0, BM, SPLITS, WAVES, ATOMIC)
                     else:
                         last, acc, _ = meet(acc, acc, ws_ptr, count_ptr, tile * 2 + FIRST, tile, whole, split, parts,
-                                            0, BM, SPLITS, 1, ATOMIC)
+                                            ROW0, BM, SPLITS, 1, ATOMIC)
                 if last:
                     _tile_epilogue(acc, w0, w1, acc, w0, w1, c_desc, c2_desc, c_smem, c2_smem, a_scale_ptr,
                                    b_scale_ptr, pid_m * BM, off_n, M, N, ROW0, SCALE, WAVES, 0)

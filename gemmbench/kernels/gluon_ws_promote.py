@@ -79,7 +79,7 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
             return acc + part
 
     @gluon.jit
-    def _rows_of(a_bufs, slot, ROW0: gl.constexpr, ROWS: gl.constexpr):
+    def rows_of(a_bufs, slot, ROW0: gl.constexpr, ROWS: gl.constexpr):
         """A stage's A block, or its ROWS rows from ROW0 where a consumer holds half the tile's rows (the halves)."""
         a = a_bufs.index(slot)
         if ROWS < a_bufs.shape[1]:
@@ -93,7 +93,7 @@ if gluon_api.GLUON_IMPORT_ERROR is None:
         STAGES: gl.constexpr = a_bufs.shape[0]
         slot = pos % STAGES
         mbarrier.wait(ready.index(slot), (pos // STAGES) & 1)
-        a = _rows_of(a_bufs, slot, ROW0, part.shape[0])
+        a = rows_of(a_bufs, slot, ROW0, part.shape[0])
         part = warpgroup_mma(a, b_bufs.index(slot).permute((1, 0)), part, use_acc=False, is_async=True)
         if BN2 > 0:
             part2 = warpgroup_mma(a, b2_bufs.index(slot).permute((1, 0)), part2, use_acc=False, is_async=True)

@@ -54,8 +54,8 @@ def search_space(problem, on_gpu: bool, full: bool = True) -> list[GluonConfig]:
 # cooperative tiles were slower than the eight-warp ones and stay out of the quick list.
 _WIDE = {"BLOCK_N2": 32}
 _QUICK = {
-    "16-bit": (("ws", 128, 256, 8, 3, {}), ("pingpong", 128, 128, 4, 5, {}), ("ws", 128, 128, 8, 4, _WIDE)),
-    "fast": (("ws", 128, 256, 8, 3, {}), ("pingpong", 128, 128, 4, 4, {}), ("ws", 128, 128, 8, 4, _WIDE)),
+    "16-bit": (("ws", 128, 256, 8, 3, {}), ("pingpong", 128, 128, 4, 5, {}), ("halves", 128, 128, 4, 4, _WIDE)),
+    "fast": (("ws", 128, 256, 8, 3, {}), ("pingpong", 128, 128, 4, 4, {}), ("halves", 128, 128, 4, 4, _WIDE)),
     "precise": (
         ("halves", 256, 128, 4, 3, {"PROMOTE_WAVES": 2}),
         ("halves", 128, 128, 4, 6, {"PROMOTE_WAVES": 1}),
@@ -77,8 +77,8 @@ _QUICK = {
 # meeting in split order and once by atomics (docs/BENCHMARKS.md, "The Gluon kernel against its targets": TP 8's QKV
 # at M 128)
 _SPLIT_QUICK = {
-    "16-bit": ("ws", 128, 128, 8, 4, {}),
-    "fast": ("ws", 128, 128, 8, 4, {}),
+    "16-bit": ("halves", 128, 128, 4, 4, {}),
+    "fast": ("halves", 128, 128, 4, 4, {}),
     "precise": ("halves", 128, 128, 4, 6, {"PROMOTE_WAVES": 1}),
     "block": ("halves", 128, 128, 4, 4, {"PROMOTE_WAVES": 1}),
 }
@@ -93,8 +93,11 @@ _LEAST_TRAFFIC_WIDTHS = _FILLING_WIDTHS + ((256, 0),)
 # the filling tile's schedule, warps and ring depths, deepest that fits first: fp8 promoted the halves (as its quick
 # candidates), the other contracts the eight-warp cooperative tile, its ring as deep as the search space's
 # (docs/BENCHMARKS.md, "M between the buckets" and "The fitted tile's width by its loads")
-_FILLING = {"precise": ("halves", 4, (6, 5, 4, 3), {"PROMOTE_WAVES": 1}), "fast": ("ws", 8, (8, 7, 6, 5, 4, 3), {}),
-            "16-bit": ("ws", 8, (8, 7, 6, 5, 4, 3), {})}  # fmt: skip
+_FILLING = {"precise": ("halves", 4, (6, 5, 4, 3), {"PROMOTE_WAVES": 1}),
+            "fast": ("halves", 4, (8, 7, 6, 5, 4, 3), {}), "16-bit": ("halves", 4, (8, 7, 6, 5, 4, 3), {})}  # fmt: skip
+# the 256 wide tile of the contracts that hold it: the eight-warp cooperative one, which its halves ran no faster
+# than, and in some launches slower (docs/BENCHMARKS.md, "The halves without promotion")
+_FILLING_256 = {"fast": ("ws", 8), "16-bit": ("ws", 8)}
 FILL_MARGIN = 0.05
 # the one-wave tile: a warpgroup on 64 rows, 64 + 0, 16 or 32 columns wide, where its tiles fit in one wave of the
 # SMs: an SM computes one tile of half the rows a 128-row tile's does, on more SMs; past one wave the 128-row tiles'
@@ -277,6 +280,8 @@ def filling_config(
     schedule, warps, depths, extra = _FILLING[contract]
     elem, bk = _operands(problem)
     (bn, bn2), precise = width, contract == "precise"
+    if bn == 256 and contract in _FILLING_256:
+        schedule, warps = _FILLING_256[contract]
     fitting = (GluonConfig.tile(128, bn, bk, warps, st, SCHEDULE=schedule, BLOCK_N2=bn2, **extra) for st in depths)
     return next((c for c in fitting if fits(c, elem, precise)), None)
 
