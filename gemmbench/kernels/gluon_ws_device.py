@@ -16,7 +16,7 @@ out (M, N) = a (M, K) @ b (N, K)^T.  The schedules (config field SCHEDULE), each
 - "halves": two 4-warp consumer partitions on the two row halves of every tile, each running its own K loop (fp8
   promoted in row waves: gluon_ws_promote.k_loop_waves, with two waves or block scales k_loop_waves_peeled; in turns
   at each wave's wgmma where the config's TURNS says, by default with block scales), so one's promotion runs under
-  the other's wgmma.
+  the other's wgmma; unpromoted, Triton's plain K loop on each half, neither warpgroup waiting on the other's.
 Each warp-specialized schedule can widen a tile by a second accumulator (BLOCK_N2: 128 + 32 = 160 or 64 + 16 = 80
 columns; the waves hold one per wave).  Per-tensor and row-wise scales are applied in the epilogue; block scales to
 each K step's own sum; bf16 out.

@@ -48,10 +48,11 @@ def search_space(problem, on_gpu: bool, full: bool = True) -> list[GluonConfig]:
 # 3 stages) and ping-pong 128 x 128; fp8 promoted and block scales, the halves (two one-warpgroup consumers on a
 # tile's row halves, each running the waves' K loop) of 256 x 128 in two waves and of 128 x 128 in one (fp8
 # promoted: also with a step's lag, in trips of two); and for
-# every contract but block scales the 128 + 32 = 160 wide cooperative tile, which fills the 132 SMs where N is 1280
-# (8 tiles across), and for fp8 promoted the halves of it too (4 stages: 6 of 160 columns overflow shared memory).
-# 128 x 256 with Triton's promotion needs 256 registers a thread (it spills: fits() keeps it out); four-warp
-# cooperative tiles were slower than the eight-warp ones and stay out of the quick list.
+# every contract but block scales the 128 + 32 = 160 wide tile, which fills the 132 SMs where N is 1280 (8 tiles
+# across): its halves (16-bit and fp8 fast without promotion, faster than the cooperative tile: docs/BENCHMARKS.md,
+# "The halves without promotion"; fp8 promoted in one wave, 4 stages: 6 of 160 columns overflow shared memory) and for
+# fp8 promoted the cooperative one too.  128 x 256 with Triton's promotion needs 256 registers a thread (it spills:
+# fits() keeps it out); four-warp cooperative tiles were slower than the eight-warp ones and stay out of the quick list.
 _WIDE = {"BLOCK_N2": 32}
 _QUICK = {
     "16-bit": (("ws", 128, 256, 8, 3, {}), ("pingpong", 128, 128, 4, 5, {}), ("halves", 128, 128, 4, 4, _WIDE)),
@@ -72,8 +73,8 @@ _QUICK = {
         ("halves", 256, 128, 4, 3, {"PROMOTE_WAVES": 2}),
     ),
 }
-# split-K (outputs of fewer tiles than SMs, or a last wave that leaves SMs idle): each contract's 128 x 128 config of
-# one consumer order, the tiles past the whole waves split as the split model finds fastest (filling_split), once
+# split-K (outputs of fewer tiles than SMs, or a last wave that leaves SMs idle): each contract's 128 x 128 halves (the
+# consumers take every unit in one order), the tiles past the whole waves split as the split model finds fastest (filling_split), once
 # meeting in split order and once by atomics (docs/BENCHMARKS.md, "The Gluon kernel against its targets": TP 8's QKV
 # at M 128)
 _SPLIT_QUICK = {
@@ -85,14 +86,14 @@ _SPLIT_QUICK = {
 # the widths (BLOCK_N, BLOCK_N2) a quick candidate takes where it fills the SMs' last wave better than 128 columns
 # by FILL_MARGIN or more (filling_width): tiles 64, 80, 96, 128, 144, 160 and 192 wide
 _FILLING_WIDTHS = ((64, 0), (64, 16), (64, 32), (128, 0), (128, 16), (128, 32), (128, 64))
-# the filling widths and 256 in one accumulator, which the 16-bit and fp8 fast contracts' eight-warp tile holds (the
-# promoted halves do not): a second tile fitted to an M off the buckets by its loads, offered beside the filling
+# the filling widths and 256 in one accumulator, which the 16-bit and fp8 fast contracts hold (the promoted halves do
+# not): a second tile fitted to an M off the buckets by its loads, offered beside the filling
 # widths' own, since where it loads less it runs faster only in some launches (docs/BENCHMARKS.md, "The fitted tile
 # 256 wide")
 _LEAST_TRAFFIC_WIDTHS = _FILLING_WIDTHS + ((256, 0),)
-# the filling tile's schedule, warps and ring depths, deepest that fits first: fp8 promoted the halves (as its quick
-# candidates), the other contracts the eight-warp cooperative tile, its ring as deep as the search space's
-# (docs/BENCHMARKS.md, "M between the buckets" and "The fitted tile's width by its loads")
+# the filling tile's schedule, warps and ring depths, deepest that fits first: the halves, promoting in one wave where
+# the contract promotes (as its quick candidates), its ring as deep as the search space's (docs/BENCHMARKS.md, "M
+# between the buckets", "The fitted tile's width by its loads" and "The halves without promotion")
 _FILLING = {"precise": ("halves", 4, (6, 5, 4, 3), {"PROMOTE_WAVES": 1}),
             "fast": ("halves", 4, (8, 7, 6, 5, 4, 3), {}), "16-bit": ("halves", 4, (8, 7, 6, 5, 4, 3), {})}  # fmt: skip
 # the 256 wide tile of the contracts that hold it: the eight-warp cooperative one, which its halves ran no faster
