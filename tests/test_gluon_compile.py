@@ -92,6 +92,9 @@ CASES = [
         False,
     ),
     ("halves-streamed-block-scales", _config(STREAM_K=True), "block", True),
+    # the halves without promotion (fp8 fast): Triton's plain loop on each half, 128 + 64 wide, and split by atomics
+    ("halves-plain-128+64", _config(PROMOTE_WAVES=0, BLOCK_N2=64), "tensor", False),
+    ("halves-plain-split-atomic", _config(PROMOTE_WAVES=0, SPLIT_K=4, SPLIT_ATOMIC=True), "tensor", False),
     ("pipelined", _config(SCHEDULE="pipelined", PROMOTE_WAVES=0, num_warps=8, num_stages=3), "row", False),
 ]
 
@@ -149,6 +152,11 @@ def test_each_schedule_compiles_for_hopper_without_a_gpu(compiled, case_id, conf
         assert f"wgmma.wait_group.sync.aligned {2 if config.BLOCK_N2 else 1};" in ptx
     if scales == "block":
         assert "cp.async.ca.shared.global" in ptx or "cp.async.cg.shared.global" in ptx  # the scales' staging
+    if config.SCHEDULE == "halves":
+        # each half syncs its own warpgroup's 128 threads, never the other's (a cooperative partition's 256 threads
+        # meet at every K step's release of its stage)
+        synced = re.findall(r"\bbar\.sync\s+\d+,\s*(\d+);", ptx)
+        assert synced and set(synced) == {"128"}
     if config.meets():
         # the atomic split's and stream-K's meeting: each unit adds its fp32 partial, then counts itself in with acquire-release
         assert re.search(r"\b(?:red|atom)\.global\.[\w.]*relaxed[\w.]*\.add[\w.]*\.f32", ptx)
