@@ -408,8 +408,8 @@ def test_search_space_fits_and_starts_with_the_measured_winners(dtype, accum):
     assert all(bool(c.PROMOTE_WAVES or c.PROMOTE_OVERLAP) == precise for c in halves)
     # by hand: the halves of 128 x 256 hold 64 x 256 fp32 over 128 threads, 128 a thread, at 3 stages as the
     # cooperative tile (the same shared memory); with promotion a 64 x 256 partial more, 256 > 192
-    assert (cfg(128, 256, bk := 128 if dtype == "fp8" else 64, 4, 3, SCHEDULE="halves") in full) == (not precise)
     bk = 128 if dtype == "fp8" else 64
+    assert (cfg(128, 256, bk, 4, 3, SCHEDULE="halves") in full) == (not precise)
     wide, tall = cfg(128, 256, bk, 8, 3, SCHEDULE="ws"), cfg(256, 128, bk, 8, 3, SCHEDULE="ws")
     # by hand: 128 x 256 on 8 warps holds 128 fp32 a thread; promotion adds a 64 x 256 partial over 128 threads,
     # 128 more: 256 > 192.  256 x 128: each warpgroup's 128 x 128 (128) and a 64 x 128 partial (64): 192
@@ -850,20 +850,20 @@ def test_the_fitted_tile_is_256_wide_where_its_one_wave_loads_least(monkeypatch,
     bk = 128 if fp8 else 64
     # M 333 (3 row blocks of 128), N 10240: 256 wide, 40 across, 120 tiles, one wave: 1 x (128 + 256) = 384 rows an SM
     # loads a K step, against 128 wide's 512 (the test above).  The 16-bit and fast contracts' eight-warp cooperative
-    # tile holds it (not their halves, which ran no faster there): 128 x 256 fp32 over 256 threads, 128 registers each; a stage (128 + 256) x 64 x 2 B (bf16) or x 128 x 1 B
-    # (fp8) = 49152 B, and the 128 x 256 bf16 output tile 65536 B: 3 stages 212992 B within 227 KB, 4 262144 B not.
-    # 120 tiles on 132 SMs: split 2 ways, 240 units in two rounds of half the K steps and a meeting (bf16: 2 x (64 +
-    # 22 + 1) = 174 K steps, fp8: 2 x (32 + 23) = 110) against 128 (fp8 64) whole: whole.  (fp8 fast does not
-    # promote: 3 x 80 = 240 tiles of 128 x 128, more than the SMs.)
+    # tile holds it (not their halves, which ran no faster there): 128 x 256 fp32 over 256 threads, 128 registers each;
+    # a stage (128 + 256) x 64 x 2 B (bf16) or x 128 x 1 B (fp8) = 49152 B, and the 128 x 256 bf16 output tile 65536 B:
+    # 3 stages 212992 B within 227 KB, 4 262144 B not. 120 tiles on 132 SMs: split 2 ways, 240 units in two rounds of
+    # half the K steps and a meeting (bf16: 2 x (64 + 22 + 1) = 174 K steps, fp8: 2 x (32 + 23) = 110) against 128 (fp8
+    # 64) whole: whole.  (fp8 fast does not promote: 3 x 80 = 240 tiles of 128 x 128, more than the SMs.)
     p = Problem("t", "g", 333, 10240, 8192, dtype, fp8_accum=accum)
     want = cfg(128, 256, bk, 8, 3, SCHEDULE="ws")
     every = gs._LEAST_TRAFFIC_WIDTHS
     assert gs.least_traffic_widths(p, 132, every)[0] == (256, 0)
     assert gs.least_traffic_config(p, widths=every) == want
     # offered after the filling widths' own, 128 wide (the halves without promotion, a warpgroup on each 64 rows; 6
-    # stages of (128 + 128) x 128 B and its 32768 B output tile: 229376 B; whole: its 108 tiles past a wave split 2 ways take 128 + 2 x (64 + 23) = 302 K steps
-    # against 256 in bf16, 64 + 2 x (32 + 23) = 174 against 128 in fp8), which 256 may not beat where there are many
-    # waves; no 64-row tile: 6 x 160 = 960 tiles
+    # stages of (128 + 128) x 128 B and its 32768 B output tile: 229376 B; whole: its 108 tiles past a wave split 2 ways
+    # take 128 + 2 x (64 + 23) = 302 K steps against 256 in bf16, 64 + 2 x (32 + 23) = 174 against 128 in fp8), which
+    # 256 may not beat where there are many waves; no 64-row tile: 6 x 160 = 960 tiles
     narrower = cfg(128, 128, bk, 4, 6, SCHEDULE="halves")
     assert gs.least_traffic_config(p) == narrower
     assert registry.get("gluon_ws").tunable.fitted(p) == [narrower, want]

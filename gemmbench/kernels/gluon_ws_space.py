@@ -74,9 +74,9 @@ _QUICK = {
     ),
 }
 # split-K (outputs of fewer tiles than SMs, or a last wave that leaves SMs idle): each contract's 128 x 128 halves (the
-# consumers take every unit in one order), the tiles past the whole waves split as the split model finds fastest (filling_split), once
-# meeting in split order and once by atomics (docs/BENCHMARKS.md, "The Gluon kernel against its targets": TP 8's QKV
-# at M 128)
+# consumers take every unit in one order), the tiles past the whole waves split as the split model finds fastest
+# (filling_split), once meeting in split order and once by atomics (docs/BENCHMARKS.md, "The Gluon kernel against its
+# targets": TP 8's QKV at M 128)
 _SPLIT_QUICK = {
     "16-bit": ("halves", 128, 128, 4, 4, {}),
     "fast": ("halves", 128, 128, 4, 4, {}),
@@ -87,9 +87,8 @@ _SPLIT_QUICK = {
 # by FILL_MARGIN or more (filling_width): tiles 64, 80, 96, 128, 144, 160 and 192 wide
 _FILLING_WIDTHS = ((64, 0), (64, 16), (64, 32), (128, 0), (128, 16), (128, 32), (128, 64))
 # the filling widths and 256 in one accumulator, which the 16-bit and fp8 fast contracts hold (the promoted halves do
-# not): a second tile fitted to an M off the buckets by its loads, offered beside the filling
-# widths' own, since where it loads less it runs faster only in some launches (docs/BENCHMARKS.md, "The fitted tile
-# 256 wide")
+# not): a second tile fitted to an M off the buckets by its loads, offered beside the filling widths' own, since where
+# it loads less it runs faster only in some launches (docs/BENCHMARKS.md, "The fitted tile 256 wide")
 _LEAST_TRAFFIC_WIDTHS = _FILLING_WIDTHS + ((256, 0),)
 # the filling tile's schedule, warps and ring depths, deepest that fits first: the halves, promoting in one wave where
 # the contract promotes (as its quick candidates), its ring as deep as the search space's (docs/BENCHMARKS.md, "M
