@@ -269,8 +269,9 @@ def filling_config(
     problem, schedules: tuple[str, ...] = WARP_SPECIALIZED, width: Optional[tuple[int, int]] = None
 ) -> Optional[GluonConfig]:
     """The 128-row tile of `width` (by default the filling width at the problem's own M: filling_width), of its
-    contract's schedule and the deepest ring that fits; None where no width is given and 128 columns fill as well,
-    where the contract has none (block scales) or its schedule is not among `schedules`, or where no ring fits."""
+    contract's schedule (256 wide: _FILLING_256's) and the deepest ring that fits; None where no width is given and
+    128 columns fill as well, where the contract has none (block scales) or its schedule is not among `schedules`, or
+    where no ring fits."""
     contract = _contract(problem)
     if contract not in _FILLING or _FILLING[contract][0] not in schedules:
         return None
