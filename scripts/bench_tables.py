@@ -176,6 +176,45 @@ def render_profile(path: str) -> str:
     return _table(head, cols, body)
 
 
+def tile_label(variant: str, config: str, kernel: str) -> str:
+    """What a profiled kernel computes a tile at: gluon_ws's config (schedule, rows x columns, ring, split), else the
+    tile, ring and cluster an nvjet kernel's name gives (`..._144x128_128x6_1x2_...`: 144 x 128, K 128 in 6 stages,
+    clusters of 1 x 2), read as cuBLAS's column-major m x n: the weight's columns by the tokens."""
+    if variant == "gluon_ws":
+        c = json.loads(config)
+        width = f"({c['BLOCK_N']} + {c['BLOCK_N2']})" if c.get("BLOCK_N2") else str(c["BLOCK_N"])
+        split = f", split {c['SPLIT_K']}" if c.get("SPLIT_K", 1) > 1 else ""
+        return f"{c['SCHEDULE']} {c['BLOCK_M']} x {width}, {c['num_stages']} stages{split}"
+    m = re.search(r"_(\d+)x(\d+)_\d+x(\d+)_(\d+)x(\d+)_", kernel)
+    return f"{m[1]} x {m[2]}, {m[3]} stages, cluster {m[4]} x {m[5]}" if m else ""
+
+
+def render_bounds(path: str) -> str:
+    """One row per profiled cell (its kernels summed) with what bounds it under ncu --set full: the tile, time, tensor
+    pipe, the SMs' balance (mean active cycles over the busiest's), cycles between a warp's issues and their top
+    stall reasons, and the L2's sectors (what the SMs moved through it)."""
+    from gemmbench.profile.ncu import SUM_KERNEL
+    from gemmbench.results.side_tables import load_profile_tables
+
+    df = load_profile_tables([path])
+    records = df.to_dict("records")
+    rows = [r for r in records if r["status"] == "ok" and r["ncu_kernel"] == SUM_KERNEL]
+    head = f"`{path}`: {len(rows)} cells profiled with `--set full`"
+    cols = ["GEMM (N, K)", "dtype", "M", "variant", "tile", "µs", "tensor %", "SM balance", "cycles / issue",
+            "top stalls (cycles / issue)", "L2 sectors (M)"]  # fmt: skip
+
+    def first_kernel(r: dict) -> str:
+        same = [k for k in records if k["ncu_kernel"] != SUM_KERNEL and (k["gemm"], k["M"], k["dtype"], k["variant"])
+                == (r["gemm"], r["M"], r["dtype"], r["variant"])]  # fmt: skip
+        return str(same[0]["ncu_kernel"]) if same else ""
+
+    body = [[f"{r['gemm']} ({r['N']}, {r['K']})", dtype_label(r), str(r["M"]), r["variant"],
+             tile_label(r["variant"], r["config"], first_kernel(r)), f"{r['ncu_duration_us']:.1f}",
+             f"{r['ncu_tensor_pipe_pct']:.0f}", f"{r['ncu_sm_balance']:.2f}", f"{r['ncu_issue_cycles']:.1f}",
+             r["ncu_stall_top"], f"{r['ncu_l2_sectors'] / 1e6:.2f}"] for r in rows]  # fmt: skip
+    return "\n".join([head, "", *md_table(cols, body, "lllll" + "rrrr" + "lr")])
+
+
 class TargetCell(NamedTuple):
     """One problem of one shape set under one timing mode: a row of the targets table."""
 
@@ -458,6 +497,7 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--moe", action="store_true", help="the MoE table (fused schedules against the baselines)")
     ap.add_argument("--layer", action="store_true", help="the layer table (`gemmbench layer` output)")
     ap.add_argument("--profile", action="store_true", help="the profile table (`gemmbench profile` output)")
+    ap.add_argument("--bounds", action="store_true", help="the profile table's bounds: tile, stalls, balance, L2")
     ap.add_argument("--targets", action="store_true", help="the targets table: every file one process of one sweep")
     ap.add_argument("--moe-vllm", action="store_true", help="the fused MoE table against vLLM's kernel (a plugin)")
     ap.add_argument("--moe-roofline", action="store_true", help="the fused MoE table against its roofline targets")
@@ -474,7 +514,9 @@ def tables(args: argparse.Namespace) -> str:
                         (args.versus, render_versus)):  # fmt: skip
         if flag:
             return whole(args.parquet)
-    kind = render_moe if args.moe else render_layer if args.layer else render_profile if args.profile else None
+    kinds = ((args.moe, render_moe), (args.layer, render_layer), (args.profile, render_profile),
+             (args.bounds, render_bounds))  # fmt: skip
+    kind = next((render for flag, render in kinds if flag), None)
     return "\n\n".join(kind(p) if kind else render(p, args.group) for p in args.parquet)
 
 

@@ -148,3 +148,16 @@ def test_moe_roofline_takes_the_best_median_and_is_met_only_in_every_process():
     skipped = [_moe_row(p, "triton_moe_col", status="skipped", M=64) for p in range(3)]
     ((key, procs),) = t.by_process(skipped, t.roofline_key).items()
     assert t.moe_roofline_row(key, procs) is None
+
+
+def test_a_bounds_row_names_the_tile_each_kernel_computes():
+    """gluon_ws's tile from its config; cuBLAS's from its nvjet kernel's name, whose fields after the kind are the
+    tile (m x n), K a stage by the stages, and the cluster: `144x128_128x6_1x2` is 144 x 128, 6 stages, 1 x 2."""
+    bench_tables = _bench_tables()
+    halves = '{"SCHEDULE": "halves", "BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_N2": 16, "num_stages": 5}'
+    split = '{"SCHEDULE": "ws", "BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_N2": 0, "num_stages": 7, "SPLIT_K": 3}'
+    assert bench_tables.tile_label("gluon_ws", halves, "") == "halves 128 x (128 + 16), 5 stages"
+    assert bench_tables.tile_label("gluon_ws", split, "") == "ws 64 x 64, 7 stages, split 3"
+    name = "nvjet_sm90_qqtst_144x128_128x6_1x2_h_bz_coopA_algo2_TNN"
+    assert bench_tables.tile_label("cublas_fp8", "{}", name) == "144 x 128, 6 stages, cluster 1 x 2"
+    assert bench_tables.tile_label("cublas_fp8", "{}", "cutlass_kernel") == ""
