@@ -8,12 +8,14 @@
 # fp8 fast and bf16.  Part `classes`: one cell of each kind of miss left in the targets' run, with the shipped configs:
 # block scales (DeepSeek-V3's shared gate+up, gate+up and TP 8's lm_head at M 2048, TP 1's lm_head at M 1024, TP 1's
 # attention output and TP 8's q_b at M 512) and fp8 promoted (QKV of N 2304 and 1280 and Qwen2.5-72B's gate+up at
-# M 512, its down at M 4096 and lm_head at M 2048, N 1280 at M 128).
-# Usage: scripts/bench/gluon-misses.sh OUT_DIR [PART...]   (parts: promoted block qkv mem classes; default: all)
+# M 512, its down at M 4096 and lm_head at M 2048, N 1280 at M 128).  Part `rest`: the misses no part above profiles
+# with the shipped configs: fp8 promoted at M 1024 (QKV of N 2304 and 2560, TP 8's gate+up), TP 8's QKV at M 128 in
+# bf16 and fp8 fast, and at M 333 (no stored bucket: the run's choice among its buckets' and fitted configs) in bf16.
+# Usage: scripts/bench/gluon-misses.sh OUT_DIR [PART...]   (parts: promoted block qkv mem classes rest; default: all)
 set -euo pipefail
 out=${1:?give the output folder}
 shift
-parts=" ${*:-promoted block qkv mem classes} "
+parts=" ${*:-promoted block qkv mem classes rest} "
 mkdir -p "$out/split13/NVIDIA_H200/gluon_ws"
 shapes() {  # NAME M GEMM:N:K ...: a shape set of fixed GEMMs
   local name=$1 m=$2 g
@@ -35,6 +37,8 @@ shapes p512 512 qkv_2304:2304:16384 gate_up_7392:7392:8192 qkv_1280:1280:8192
 shapes p4096 4096 down_8192:8192:3696
 shapes p2048 2048 lm_head_19008:19008:8192
 shapes p128 128 qkv_1280:1280:8192
+shapes r1024 1024 qkv_2304:2304:16384 qkv_2560:2560:8192 gate_up_7168:7168:8192
+shapes r333 333 qkv_1280:1280:8192
 cat > "$out/split13/NVIDIA_H200/gluon_ws/N=1280,K=8192,dtype=bf16.json" <<'JSON'
 {"variant": "gluon_ws", "gpu": "NVIDIA H200", "N": 1280, "K": 8192, "dtype": "bf16", "buckets": {"128": {"config":
  {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 8, "num_stages": 4, "SCHEDULE": "ws",
@@ -63,3 +67,6 @@ done
 for p in p512 p4096 p2048 p128; do
   GLUON_MISSES_PART=classes profile "$p" shipped --shapes "$out/$p.yaml" --dtype fp8 --fp8-accum precise --variants cublas_fp8,gluon_ws
 done
+GLUON_MISSES_PART=rest profile r1024 shipped --shapes "$out/r1024.yaml" --dtype fp8 --fp8-accum precise --variants cublas_fp8,gluon_ws
+GLUON_MISSES_PART=rest profile r128 shipped --shapes "$out/p128.yaml" --dtype fp8,bf16 --fp8-accum fast --variants cublas_fp8,cublas_bf16,gluon_ws
+GLUON_MISSES_PART=rest profile r333 shipped --shapes "$out/r333.yaml" --dtype bf16 --variants cublas_bf16,gluon_ws
