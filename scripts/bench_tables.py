@@ -160,15 +160,22 @@ def render_layer(path: str) -> str:
     return _table(head, cols, body)
 
 
-def render_profile(path: str) -> str:
-    """One row per profiled cell (its kernels summed): time under ncu, DRAM throughput and % of peak, L2 hit rate,
-    tensor pipe."""
+def _profiled(path: str) -> tuple[list[dict], list[dict], int]:
+    """A profile table's rows (one per kernel, and a summed one per cell), its ok cells' summed rows, and its cells
+    (a failed cell has one row, no summed one)."""
     from gemmbench.profile.ncu import SUM_KERNEL
     from gemmbench.results.side_tables import load_profile_tables
 
-    df = load_profile_tables([path])
-    rows = [r for r in df.to_dict("records") if r["status"] == "ok" and r["ncu_kernel"] == SUM_KERNEL]
-    head = f"`{path}`: {df[df['ncu_kernel'].isin([SUM_KERNEL]) | (df['status'] != 'ok')].shape[0]} cells, {len(rows)} profiled"
+    records = load_profile_tables([path]).to_dict("records")
+    cells = [r for r in records if r["ncu_kernel"] == SUM_KERNEL or r["status"] != "ok"]
+    return records, [r for r in cells if r["status"] == "ok"], len(cells)
+
+
+def render_profile(path: str) -> str:
+    """One row per profiled cell (its kernels summed): time under ncu, DRAM throughput and % of peak, L2 hit rate,
+    tensor pipe."""
+    _, rows, cells = _profiled(path)
+    head = f"`{path}`: {cells} cells, {len(rows)} profiled"
     cols = ["GEMM (N, K)", "dtype", "M", "variant", "kernels", "µs", "DRAM GB/s", "% DRAM peak", "L2 hit %", "tensor %"]
     body = [[f"{r['gemm']} ({r['N']}, {r['K']})", r["dtype"], str(r["M"]), r["variant"], str(int(r["ncu_kernels"])),
              f"{r['ncu_duration_us']:.1f}", f"{r['ncu_dram_gbps']:.0f}", f"{r['ncu_dram_pct_peak']:.0f}",
@@ -193,19 +200,14 @@ def render_bounds(path: str) -> str:
     """One row per profiled cell (its kernels summed) with what bounds it under ncu --set full: the tile, time, tensor
     pipe, the SMs' balance (mean active cycles over the busiest's), cycles between a warp's issues and their top
     stall reasons, and the L2's sectors (what the SMs moved through it)."""
-    from gemmbench.profile.ncu import SUM_KERNEL
-    from gemmbench.results.side_tables import load_profile_tables
-
-    df = load_profile_tables([path])
-    records = df.to_dict("records")
-    rows = [r for r in records if r["status"] == "ok" and r["ncu_kernel"] == SUM_KERNEL]
+    records, rows, _ = _profiled(path)
     head = f"`{path}`: {len(rows)} cells profiled with `--set full`"
     cols = ["GEMM (N, K)", "dtype", "M", "variant", "tile", "µs", "tensor %", "SM balance", "cycles / issue",
             "top stalls (cycles / issue)", "L2 sectors (M)"]  # fmt: skip
 
-    def first_kernel(r: dict) -> str:
-        same = [k for k in records if k["ncu_kernel"] != SUM_KERNEL and (k["gemm"], k["M"], k["dtype"], k["variant"])
-                == (r["gemm"], r["M"], r["dtype"], r["variant"])]  # fmt: skip
+    def first_kernel(cell: dict) -> str:  # a cell's rows come in launch order, its summed row last
+        key = ("gemm", "M", "dtype", "scaling", "fp8_accum", "variant")
+        same = [r for r in records if r is not cell and all(r[k] == cell[k] for k in key)]
         return str(same[0]["ncu_kernel"]) if same else ""
 
     body = [[f"{r['gemm']} ({r['N']}, {r['K']})", dtype_label(r), str(r["M"]), r["variant"],
